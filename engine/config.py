@@ -1,0 +1,127 @@
+"""Engine configuration: one dataclass per concern, units in field names.
+
+Presets for the endpointer live here so that the CLI, the server and the benches name them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+# Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
+BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
+    (5_000, 2_000),
+    (10_000, 1_500),
+    (15_000, 1_000),
+    (20_000, 800),
+    (30_000, 800),
+    (45_000, 400),
+    (60_000, 100),
+)
+# Quicker locks for live conversation: a short pause already closes a sentence.
+LOW_LATENCY_SCHEDULE: tuple[tuple[int, int], ...] = (
+    (3_000, 700),
+    (8_000, 500),
+    (15_000, 400),
+    (25_000, 250),
+    (60_000, 100),
+)
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    """Silero VAD decisions with hysteresis: speech starts at ``onset``, continues while above ``offset``."""
+
+    onset: float = 0.5
+    offset: float = 0.35
+    min_speech_ms: int = 96  # this much consecutive speech opens a segment (ignores clicks)
+    max_sessions: int = 256  # rows pre-allocated in the batched state
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """When a segment closes: trailing silence from ``silence_schedule_ms`` by speech so far, or the hard cap."""
+
+    silence_schedule_ms: tuple[tuple[int, int], ...] = BALANCED_SCHEDULE
+    tail_silence_ms: int = 100  # silence the schedule falls to past its last row
+    max_segment_ms: int = 25_000  # hard cap; Whisper sees at most 30 s, keep room for pre-roll
+    preroll_ms: int = 300  # audio kept before speech onset so first syllables survive
+    postroll_ms: int = 200  # audio kept after the last speech window
+
+    def silence_for(self, speech_ms: int) -> int:
+        """Silence in ms that closes a segment holding ``speech_ms`` of audio so far."""
+        for upto_ms, silence_ms in self.silence_schedule_ms:
+            if speech_ms <= upto_ms:
+                return silence_ms
+        return self.tail_silence_ms
+
+
+ENDPOINT_PRESETS: dict[str, EndpointConfig] = {
+    "balanced": EndpointConfig(),
+    "low-latency": EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000),
+}
+
+
+@dataclass(frozen=True)
+class PartialConfig:
+    """Re-decoding of the open segment while someone speaks.
+
+    ``interval_s`` is the cadence on an idle engine; under load the effective interval grows with the measured
+    partial decode time (``load_factor`` times it), and no new partial starts while a final is waiting.
+    """
+
+    interval_s: float = 0.5
+    first_after_ms: int = 240  # the first partial of a segment once this much speech is in
+    min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
+    load_factor: float = 1.0
+    max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """Hallucination guard thresholds (see ``engine.guard``)."""
+
+    min_avg_logprob: float = -1.0  # Whisper's own fallback threshold
+    max_compression_ratio: float = 2.4  # repeated text compresses too well
+    quiet_dbfs: float = -42.0  # below this a known silence-phrase is dropped
+    min_speech_ms: int = 200
+
+
+@dataclass(frozen=True)
+class TranscriberConfig:
+    """The shared vLLM engine."""
+
+    model: str | None = None  # None = embedded default; else embedded name, local HF folder or hub id
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    max_num_seqs: int = 8
+    max_tokens: int = 220  # per segment; Whisper's decoder context is 448 tokens
+    cache_dir: str | None = None
+    gpu_memory_utilization: float = 0.85
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the process-wide engine needs."""
+
+    transcriber: TranscriberConfig = field(default_factory=TranscriberConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    partial: PartialConfig = field(default_factory=PartialConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    speakers: bool = True  # streaming speaker labels (needs the speaker model)
+    default_language: str | None = "en"
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """What one caller chooses for its session."""
+
+    language: str | None = "en"  # None = detect per segment
+    hotwords: tuple[str, ...] = ()
+    prompt: str = ""  # free context text handed to the recognizer with the hotwords
+
+
+def env_str(name: str, default: str | None) -> str | None:
+    """Read an optional environment setting (empty counts as unset)."""
+    value = os.environ.get(name, "")
+    return value if value else default

@@ -1,0 +1,160 @@
+"""The endpointer: turns per-window speech probabilities into segments with a dynamic silence schedule.
+
+Pure and synchronous, one per session, like Silero's VADIterator: ``push(probs)`` returns what happened, ``flush()``
+closes whatever is open. All positions are absolute sample indices of the session's audio.
+
+A segment opens after ``min_speech_ms`` of consecutive speech (with ``preroll_ms`` of audio before the onset kept),
+and closes when the trailing silence reaches the schedule's value for the speech so far (long segments close on
+shorter pauses), or when it hits the hard cap, in which case it is cut at the quietest window of its last seconds
+and the rest carries on as the next segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from .audio import SAMPLE_RATE
+from .config import EndpointConfig, VadConfig
+from .vad import WINDOW
+
+
+class CloseReason(str, Enum):
+    SILENCE = "silence"
+    CAP = "cap"
+    FLUSH = "flush"
+
+
+@dataclass(frozen=True)
+class SegmentOpened:
+    """Speech began; the segment's audio starts at ``start`` (pre-roll included)."""
+
+    index: int
+    start: int
+    speech_start: int
+
+
+@dataclass(frozen=True)
+class SegmentClosed:
+    """The segment ``index`` is complete: its audio is [start, end); speech ran [speech_start, speech_end)."""
+
+    index: int
+    start: int
+    end: int
+    speech_start: int
+    speech_end: int
+    reason: CloseReason
+
+
+SegmentEvent = SegmentOpened | SegmentClosed
+
+_CAP_SEARCH_MS = 3_000  # where to look for a quiet cut before the cap
+
+
+def _ms(samples: int) -> int:
+    return samples * 1000 // SAMPLE_RATE
+
+
+def _samples(ms: int) -> int:
+    return ms * SAMPLE_RATE // 1000
+
+
+class Endpointer:
+    """One session's segmenter. Not thread-safe; cheap (a few comparisons per 32 ms window)."""
+
+    def __init__(self, vad: VadConfig, endpoint: EndpointConfig) -> None:
+        self.vad = vad
+        self.cfg = endpoint
+        self._min_onset = max(1, -(-_samples(vad.min_speech_ms) // WINDOW))
+        self.reset()
+
+    def reset(self) -> None:
+        self.position = 0  # samples consumed so far
+        self.segments = 0  # segments opened so far
+        self._onset_run = 0
+        self._last_end = 0  # end of the previous segment: pre-roll never reaches back over it
+        self._open: SegmentOpened | None = None
+        self._speech_end = 0
+        self._silence = 0  # trailing silent windows in the open segment
+        self._probs: list[float] = []  # probabilities of the open segment's windows since speech_start
+
+    @property
+    def is_open(self) -> bool:
+        return self._open is not None
+
+    @property
+    def open_segment(self) -> SegmentOpened | None:
+        return self._open
+
+    def push(self, probs: np.ndarray) -> list[SegmentEvent]:
+        """Consume one probability per 512-sample window, in order; return segment events in order."""
+        events: list[SegmentEvent] = []
+        for p in probs.tolist():
+            start = self.position
+            self.position += WINDOW
+            if self._open is None:
+                self._onset_run = self._onset_run + 1 if p >= self.vad.onset else 0
+                if self._onset_run >= self._min_onset:
+                    onset = self.position - self._onset_run * WINDOW
+                    self._begin(onset, events)
+                continue
+            self._probs.append(p)
+            if p >= self.vad.offset:
+                self._speech_end = self.position
+                self._silence = 0
+            else:
+                self._silence += 1
+            speech_ms = _ms(self._speech_end - self._open.speech_start)
+            if _ms(self._silence * WINDOW) >= self.cfg.silence_for(speech_ms):
+                events.append(self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position),
+                                          CloseReason.SILENCE))
+            elif _ms(self.position - self._open.start) >= self.cfg.max_segment_ms:
+                self._cut_at_cap(start, events)
+        return events
+
+    def flush(self) -> SegmentClosed | None:
+        """Close the open segment now (end of stream). Returns its event, or None if nothing was open."""
+        self._onset_run = 0
+        if self._open is None:
+            return None
+        return self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position), CloseReason.FLUSH)
+
+    def _begin(self, onset: int, events: list[SegmentEvent], preroll: bool = True) -> None:
+        pre = _samples(self.cfg.preroll_ms) if preroll else 0
+        self._open = SegmentOpened(self.segments, max(onset - pre, self._last_end, 0), onset)
+        self.segments += 1
+        self._speech_end = self.position
+        self._silence = 0
+        self._onset_run = 0
+        n_windows = (self.position - onset) // WINDOW
+        self._probs = [1.0] * n_windows
+        events.append(self._open)
+
+    def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
+        assert self._open is not None
+        opened = self._open
+        closed = SegmentClosed(opened.index, opened.start, end, opened.speech_start,
+                               min(self._speech_end, end), reason)
+        self._open = None
+        self._last_end = end
+        self._probs = []
+        self._onset_run = 0
+        return closed
+
+    def _cut_at_cap(self, window_start: int, events: list[SegmentEvent]) -> None:
+        """Cut at the least speech-like window of the last few seconds; what follows opens the next segment."""
+        assert self._open is not None
+        search = min(len(self._probs), max(1, _samples(_CAP_SEARCH_MS) // WINDOW))
+        tail = np.asarray(self._probs[-search:])
+        quiet = int(np.argmin(tail))
+        cut = self.position - (search - quiet) * WINDOW  # start of the quietest window
+        cut = max(cut, self._open.speech_start + WINDOW)
+        still_speaking = self._silence == 0
+        self._speech_end = min(self._speech_end, cut)
+        events.append(self._close(cut, CloseReason.CAP))
+        if still_speaking or cut < window_start:
+            kept = (self.position - cut) // WINDOW
+            self._begin(cut, events, preroll=False)
+            self._probs = list(tail[len(tail) - kept :]) if kept else []

@@ -1,0 +1,65 @@
+"""Hallucination guard: decides whether a decoded segment may become caption text.
+
+Only VAD-confirmed speech reaches the recognizer; this catches what still goes wrong. Whisper writes fluent text
+for noise ("I'm not sure if I can get it right." was seen here for street noise), repeats itself, and emits stock
+phrases on near-silence. Checks, in order: empty text, a very low mean token log-probability, text that compresses
+too well (loops), and a known silence-phrase on quiet audio.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+from .config import GuardConfig
+from .transcriber import Transcript
+
+# Phrases Whisper is known to produce from silence or noise (subtitle credits and stock closers), normalised.
+SILENCE_PHRASES = frozenset(
+    {
+        "thank you",
+        "thank you very much",
+        "thanks for watching",
+        "thank you for watching",
+        "thanks for watching and see you next time",
+        "please subscribe",
+        "subscribe to my channel",
+        "you",
+        "bye",
+        "bye bye",
+        "so",
+        "oh",
+        "the end",
+        "subtitles by the amaraorg community",
+        "i'm not sure if i can get it right",
+    }
+)
+
+_NORMALISE = re.compile(r"[^\w' ]+")
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation dropped, spaces folded (the form WER and phrase matching use)."""
+    return " ".join(_NORMALISE.sub(" ", text.lower()).split())
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes over zlib-compressed bytes: Whisper's loop detector (above ~2.4 the text repeats itself)."""
+    raw = text.encode("utf-8")
+    return len(raw) / max(1, len(zlib.compress(raw)))
+
+
+def reject_reason(t: Transcript, level_dbfs: float, speech_ms: int, cfg: GuardConfig) -> str | None:
+    """Why this transcript must not be shown, or None if it may. ``level_dbfs`` is the segment's RMS level."""
+    norm = normalise(t.text)
+    if not norm:
+        return "empty"
+    if speech_ms < cfg.min_speech_ms:
+        return "too little speech"
+    if t.tokens and t.avg_logprob < cfg.min_avg_logprob:
+        return f"low confidence ({t.avg_logprob:.2f})"
+    if len(t.text) > 40 and compression_ratio(t.text) > cfg.max_compression_ratio:
+        return "repetition"
+    if norm in SILENCE_PHRASES and (level_dbfs < cfg.quiet_dbfs or t.avg_logprob < cfg.min_avg_logprob / 2):
+        return "silence phrase"
+    return None

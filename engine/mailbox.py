@@ -1,0 +1,69 @@
+"""A coalescing mailbox for one session's outgoing messages (like vLLM's per-request output collector).
+
+Messages keep their order. A caption update posted while the previous caption update is still waiting merges into
+it: its newly locked sentences are appended (they always get through) and its partial text replaces the waiting
+one. So a slow reader gets fewer, fuller messages instead of a backlog of stale partials. ``seq`` is assigned when
+a message is taken, so it increases by one per delivered message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+
+class Mailbox:
+    """Single consumer. ``post_*`` are synchronous and never block; ``get`` waits for the next message."""
+
+    def __init__(self) -> None:
+        self._queue: deque[dict[str, Any]] = deque()
+        self._ready = asyncio.Event()
+        self._seq = 0
+        self.closed = False
+
+    def post_caption(self, sentences: list[dict[str, Any]], partial: str, *, is_final: bool = False,
+                     latency_ms: int | None = None) -> None:
+        """Queue a caption update, merging into a waiting non-final one."""
+        tail = self._queue[-1] if self._queue else None
+        if tail is not None and tail["type"] == "caption" and not tail["is_final"]:
+            tail["sentences"].extend(sentences)
+            tail["partial"] = partial
+            tail["is_final"] = is_final
+            if latency_ms is not None:
+                tail["latency_ms"] = latency_ms
+        else:
+            msg: dict[str, Any] = {"type": "caption", "sentences": list(sentences), "partial": partial,
+                                   "is_final": is_final}
+            if latency_ms is not None:
+                msg["latency_ms"] = latency_ms
+            self._put(msg)
+        self._ready.set()
+
+    def post(self, message: dict[str, Any]) -> None:
+        """Queue any other message as is (it gets a ``seq`` when taken)."""
+        self._put(dict(message))
+        self._ready.set()
+
+    def _put(self, message: dict[str, Any]) -> None:
+        if not self.closed:
+            self._queue.append(message)
+
+    def close(self) -> None:
+        """No more messages will be posted; ``get`` returns None once the queue is drained."""
+        self.closed = True
+        self._ready.set()
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def get(self) -> dict[str, Any] | None:
+        """The next message with its ``seq``, or None after ``close`` once everything was taken."""
+        while not self._queue:
+            if self.closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        msg = self._queue.popleft()
+        self._seq += 1
+        return {"type": msg["type"], "seq": self._seq, **{k: v for k, v in msg.items() if k != "type"}}

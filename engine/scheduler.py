@@ -1,0 +1,124 @@
+"""Decode scheduling across all sessions: finals first, at most one partial per session, latest audio wins.
+
+Policy (DESIGN.md, Engine): a session that wants a partial joins a waiting set; it is not given a request id
+yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
+pile up). Partials run at most ``max_inflight`` at a time across sessions, least recently served session first,
+and none starts while a final is in flight. A running partial is never aborted for newer audio (on CPU that
+starved partials entirely); it is cancelled only when its segment ends, so that the final goes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from .transcriber import DecodeRequest, Transcriber, Transcript
+
+log = logging.getLogger(__name__)
+
+
+class PartialClient(Protocol):
+    """What the scheduler needs from a session."""
+
+    session_id: str
+    last_partial_started: float  # monotonic seconds; 0 if never
+
+    def partial_request(self) -> DecodeRequest | None:
+        """The request for the session's newest audio, or None if a partial is no longer wanted."""
+        ...
+
+    def on_partial(self, request: DecodeRequest, result: Transcript) -> None: ...
+
+    def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None: ...
+
+
+class DecodeScheduler:
+    """Owns every partial task; finals are awaited by their sessions through ``final``."""
+
+    def __init__(self, transcriber: Transcriber, max_inflight_partials: int) -> None:
+        self.transcriber = transcriber
+        self.max_inflight_partials = max(1, max_inflight_partials)
+        self._waiting: dict[str, PartialClient] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._finals = 0
+        self.partials_started = 0
+        self.partials_done = 0
+        self.partial_decode_ema_s = 0.0  # smoothed wall time of a partial decode
+
+    @property
+    def finals_inflight(self) -> int:
+        return self._finals
+
+    @property
+    def partials_inflight(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def is_busy(self, client: PartialClient) -> bool:
+        """True while the client has a partial waiting or running."""
+        return client.session_id in self._waiting or client.session_id in self._running
+
+    def want_partial(self, client: PartialClient) -> None:
+        """Ask for a partial of the client's newest audio; a no-op if one is already waiting or running."""
+        if self.is_busy(client):
+            return
+        self._waiting[client.session_id] = client
+        self._pump()
+
+    def cancel_partial(self, client: PartialClient) -> None:
+        """Drop the client's waiting partial and cancel its running one (its segment ended)."""
+        self._waiting.pop(client.session_id, None)
+        task = self._running.pop(client.session_id, None)
+        if task is not None:
+            task.cancel()
+        self._pump()
+
+    async def final(self, request: DecodeRequest) -> Transcript:
+        """Decode a closed segment at final priority. Partials wait while any final is in flight."""
+        self._finals += 1
+        try:
+            return await self.transcriber.transcribe(request)
+        finally:
+            self._finals -= 1
+            self._pump()
+
+    def _pump(self) -> None:
+        while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
+            client = min(self._waiting.values(), key=lambda c: c.last_partial_started)
+            del self._waiting[client.session_id]
+            request = client.partial_request()
+            if request is None:
+                continue
+            client.last_partial_started = time.monotonic()
+            self.partials_started += 1
+            task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
+            self._running[client.session_id] = task
+            task.add_done_callback(self._forget(client.session_id))
+
+    def _forget(self, session_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            if self._running.get(session_id) is task:
+                del self._running[session_id]
+            self._pump()
+
+        return done
+
+    async def _run_partial(self, client: PartialClient, request: DecodeRequest) -> None:
+        try:
+            result = await self.transcriber.transcribe(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            client.on_partial_failed(request, exc)
+            return
+        self.partials_done += 1
+        a = 0.3
+        self.partial_decode_ema_s = result.decode_s if self.partials_done == 1 else (
+            (1 - a) * self.partial_decode_ema_s + a * result.decode_s)
+        client.on_partial(request, result)

@@ -1,0 +1,345 @@
+"""One caption session: audio in, caption messages out.
+
+``feed`` is synchronous and cheap (it buffers audio and re-frames it for the VAD); the engine's VAD tick calls
+``on_vad`` with speech probabilities; segment ends start final decodes; partials are requested from the shared
+scheduler. Messages (DESIGN.md wire protocol) come out of ``next_message``/``messages`` through a coalescing
+mailbox. ``stop`` finishes the open segment and sends the final messages; ``close`` drops everything and is safe
+to call twice.
+
+Locked sentences go out in segment order, each once, with its speaker label: a segment's final decode and its
+speaker embedding run concurrently, and the sentence locks when both are done and every earlier segment has
+locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import protocol
+from .audio import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
+from .config import SessionOptions
+from .endpoint import Endpointer, SegmentClosed, SegmentOpened
+from .errors import EngineNotReady, IllegalTransition
+from .guard import reject_reason
+from .mailbox import Mailbox
+from .transcriber import DecodeRequest, Priority, Transcript
+from .vad import WINDOW, VadStream
+
+if TYPE_CHECKING:
+    from .hub import CaptionEngine
+
+log = logging.getLogger(__name__)
+
+
+class SessionState(str, Enum):
+    LIVE = "live"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    CLOSED = "closed"
+
+
+@dataclass
+class _Pending:
+    """A closed segment on its way to becoming a locked sentence."""
+
+    closed: SegmentClosed
+    preview: str  # the last partial text shown for it, kept on screen until it locks
+    task: asyncio.Task[tuple[str | None, np.ndarray | None]]
+    speech_s: float = 0.0
+
+
+@dataclass
+class SessionStats:
+    """Counters for benches and logs."""
+
+    segments: int = 0
+    sentences: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    partials: int = 0
+    final_decode_s: list[float] = field(default_factory=list)
+
+
+class Session:
+    """Per-session state; created by ``CaptionEngine.open_session``."""
+
+    def __init__(self, engine: CaptionEngine, session_id: str, options: SessionOptions) -> None:
+        self.engine = engine
+        self.session_id = session_id
+        self.options = options
+        self.state = SessionState.LIVE
+        self.stats = SessionStats()
+        self.mailbox = Mailbox()
+        self.audio = AudioBuffer()
+        self.endpointer = Endpointer(engine.config.vad, engine.config.endpoint)
+        self.vad_slot = engine.vad.acquire()
+        self._vad_stream = VadStream()
+        self._windows: deque[np.ndarray] = deque()  # [k, 512] blocks waiting for the VAD tick
+        self.vad_idle = asyncio.Event()
+        self.vad_idle.set()
+        self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, monotonic arrival time)
+        self.last_partial_started = 0.0
+        self._partial_audio_end = 0  # end sample of the audio the newest partial covered
+        self._partial_text = ""
+        self._pending: deque[_Pending] = deque()
+        self._next_sentence = 0
+        self._sentence_segments: dict[int, int] = {}  # sentence id -> segment index (for logs)
+        self.speakers = engine.new_speaker_tracker()
+        self._context = " ".join([*options.hotwords, options.prompt]).strip()
+        self.mailbox.post(protocol.ready(session_id, engine.model_name, options.language))
+        self._log = logging.LoggerAdapter(log, {"session": session_id})
+
+    # ---- audio in -------------------------------------------------------------------------------------------
+    def feed(self, pcm: np.ndarray) -> None:
+        """Append 16 kHz mono audio (int16 or float32, any length; the transport sends 60 ms chunks).
+
+        Never blocks: the VAD runs on the engine's next tick, off the event loop.
+        Raises ``IllegalTransition`` once the session is stopping or closed.
+        """
+        if self.state is not SessionState.LIVE:
+            raise IllegalTransition("feed audio", self.state)
+        audio = as_float32(pcm)
+        if audio.size == 0:
+            return
+        self.audio.append(audio)
+        self._arrivals.append((self.audio.end, time.monotonic()))
+        windows = self._vad_stream.push(audio)
+        if len(windows):
+            self._windows.append(windows)
+            self.vad_idle.clear()
+            self.engine.wake_vad()
+
+    @property
+    def audio_s(self) -> float:
+        """Seconds of audio received so far."""
+        return self.audio.end / SAMPLE_RATE
+
+    @property
+    def vad_backlog_s(self) -> float:
+        """Audio received but not yet through the VAD, in seconds (grows when the machine falls behind)."""
+        return (self.audio.end - self.endpointer.position) / SAMPLE_RATE
+
+    def take_windows(self, limit: int) -> np.ndarray:
+        """Up to ``limit`` windows for the VAD tick (called by the engine)."""
+        taken: list[np.ndarray] = []
+        count = 0
+        while self._windows and count < limit:
+            block = self._windows.popleft()
+            room = limit - count
+            if len(block) > room:
+                self._windows.appendleft(block[room:])
+                block = block[:room]
+            taken.append(block)
+            count += len(block)
+        return np.concatenate(taken) if taken else np.zeros((0, WINDOW), dtype=np.float32)
+
+    @property
+    def has_windows(self) -> bool:
+        return bool(self._windows)
+
+    # ---- VAD results ----------------------------------------------------------------------------------------
+    def on_vad(self, probs: np.ndarray) -> None:
+        """Consume speech probabilities for the windows last taken (called by the engine on the loop)."""
+        if self.state is SessionState.CLOSED:
+            return
+        for event in self.endpointer.push(probs):
+            if isinstance(event, SegmentOpened):
+                self._on_open(event)
+            else:
+                self._on_close(event)
+        if not self._windows:
+            self.vad_idle.set()
+        self._trim()
+        self._maybe_want_partial()
+
+    def _on_open(self, event: SegmentOpened) -> None:
+        self.stats.segments += 1
+        self._partial_text = ""
+        self._partial_audio_end = event.start
+        self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
+
+    def _on_close(self, event: SegmentClosed) -> None:
+        self.engine.scheduler.cancel_partial(self)
+        audio = self.audio.slice(event.start, event.end)
+        speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
+        task = asyncio.create_task(self._finalize(event, audio, speech_s),
+                                   name=f"{self.session_id}-final-{event.index}")
+        self._pending.append(_Pending(event, self._partial_text, task, speech_s))
+        task.add_done_callback(lambda _t: self._lock_ready())
+        self._partial_text = ""
+        self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
+
+    def _trim(self) -> None:
+        """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
+        opened = self.endpointer.open_segment
+        keep = opened.start if opened else self.endpointer.position - self.engine.preroll_samples
+        self.audio.trim_before(keep)
+        while len(self._arrivals) > 1 and self._arrivals[1][0] <= self.audio.origin:
+            self._arrivals.popleft()
+
+    # ---- partials -------------------------------------------------------------------------------------------
+    def _maybe_want_partial(self) -> None:
+        opened = self.endpointer.open_segment
+        if opened is None or self.state is not SessionState.LIVE:
+            return
+        cfg = self.engine.config.partial
+        speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
+        new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
+        interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
+        if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms
+                and time.monotonic() - self.last_partial_started >= interval):
+            self.engine.scheduler.want_partial(self)
+
+    def partial_request(self) -> DecodeRequest | None:
+        opened = self.endpointer.open_segment
+        if opened is None or self.state is not SessionState.LIVE:
+            return None
+        end = self.endpointer.position
+        self._partial_audio_end = end
+        self.stats.partials += 1
+        return DecodeRequest(f"{self.session_id}-p{self.stats.partials}", self.audio.slice(opened.start, end),
+                             Priority.PARTIAL, self.options.language, self._context)
+
+    def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
+        opened = self.endpointer.open_segment
+        if opened is None or self.state is not SessionState.LIVE:
+            return
+        level = rms_dbfs(request.audio)
+        speech_ms = samples_to_ms(self._partial_audio_end - opened.speech_start)
+        text = "" if reject_reason(result, level, speech_ms, self.engine.config.guard) else result.text
+        if text != self._partial_text:
+            self._partial_text = text
+            self._post([], covered_end=self._partial_audio_end)
+
+    def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:
+        self._log.warning("partial %s failed: %s", request.request_id, exc)
+
+    # ---- finals ---------------------------------------------------------------------------------------------
+    async def _finalize(self, closed: SegmentClosed, audio: np.ndarray,
+                        speech_s: float) -> tuple[str | None, np.ndarray | None]:
+        """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show."""
+        request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio, Priority.FINAL,
+                                self.options.language, self._context)
+        embed = self.engine.embed(audio, speech_s)
+        try:
+            result = await self.engine.scheduler.final(request)
+        except EngineNotReady as exc:
+            self.mailbox.post(protocol.error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
+            embed.cancel()
+            return None, None
+        self.stats.final_decode_s.append(result.decode_s)
+        reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
+                               self.engine.config.guard)
+        if reason:
+            self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
+            self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
+            embed.cancel()
+            return None, None
+        try:
+            embedding = await embed
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed embedding costs the label, never the text
+            self._log.warning("speaker embedding failed: %s", exc)
+            embedding = None
+        return result.text, embedding
+
+    def _lock_ready(self) -> None:
+        """Lock every finished segment at the head of the queue, in order, and send them."""
+        sentences: list[dict[str, Any]] = []
+        covered = 0
+        while self._pending and self._pending[0].task.done():
+            item = self._pending.popleft()
+            if item.task.cancelled():
+                continue
+            exc = item.task.exception()
+            if exc is not None:
+                self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
+                continue
+            text, embedding = item.task.result()
+            covered = max(covered, item.closed.end)
+            if text is None:
+                continue
+            sid = self._next_sentence
+            self._next_sentence += 1
+            spk = self.speakers.assign(sid, embedding, item.speech_s) if self.speakers else None
+            self._sentence_segments[sid] = item.closed.index
+            sentences.append(protocol.sentence(sid, text, samples_to_ms(item.closed.speech_start),
+                                               samples_to_ms(item.closed.speech_end), spk))
+        self.stats.sentences += len(sentences)
+        if sentences or covered:
+            self._post(sentences, covered_end=covered)
+
+    def _shown_partial(self) -> str:
+        """Text not locked yet: closed segments awaiting their final, then the open segment."""
+        parts = [p.preview for p in self._pending if p.preview] + ([self._partial_text] if self._partial_text else [])
+        return " ".join(parts)
+
+    def _post(self, sentences: list[dict[str, Any]], covered_end: int, is_final: bool = False) -> None:
+        latency = None
+        if covered_end and self._arrivals and self.state is SessionState.LIVE:
+            ends = [e for e, _ in self._arrivals]
+            i = min(bisect.bisect_left(ends, covered_end), len(ends) - 1)
+            latency = max(0, int((time.monotonic() - self._arrivals[i][1]) * 1000))
+        self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
+                                  latency_ms=latency)
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Finish: run the VAD over what was fed, close the open segment, lock everything, re-cluster speakers,
+        then post the final caption, any ``speakers`` relabel, and ``stopped``. Raises ``IllegalTransition`` unless
+        LIVE."""
+        if self.state is not SessionState.LIVE:
+            raise IllegalTransition("stop", self.state)
+        self.state = SessionState.STOPPING
+        self.engine.scheduler.cancel_partial(self)
+        self.engine.wake_vad()
+        await self.vad_idle.wait()
+        closed = self.endpointer.flush()
+        if closed is not None:
+            self._on_close(closed)
+        while self._pending:
+            await asyncio.wait([p.task for p in self._pending])
+            self._lock_ready()
+        self._post([], covered_end=0, is_final=True)
+        if self.speakers:
+            relabel = await self.engine.recluster(self.speakers)
+            if relabel:
+                self.mailbox.post(protocol.speakers(relabel))
+        self.mailbox.post(protocol.stopped())
+        self.state = SessionState.STOPPED
+        self.mailbox.close()
+        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s", self.audio_s, self.stats.sentences,
+                       self.stats.dropped)
+
+    async def close(self) -> None:
+        """Drop the session: cancel its decodes, free its VAD row. Safe to call twice, from any state."""
+        if self.state is SessionState.CLOSED:
+            return
+        self.state = SessionState.CLOSED
+        self.engine.scheduler.cancel_partial(self)
+        tasks = [p.task for p in self._pending]
+        for t in tasks:
+            t.cancel()
+        self._pending.clear()
+        self.mailbox.close()
+        self.engine.release(self)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def next_message(self) -> dict[str, Any] | None:
+        """The next outgoing message, or None when the session has nothing more to say."""
+        return await self.mailbox.get()
+
+    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+        while (msg := await self.mailbox.get()) is not None:
+            yield msg

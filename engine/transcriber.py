@@ -1,0 +1,84 @@
+"""What the engine asks of a speech recognizer, independent of how it runs.
+
+A ``Transcriber`` decodes one segment of 16 kHz mono audio per call. Calls from many sessions may overlap; the
+implementation batches them (vLLM's continuous batching). Cancelling the awaiting task abandons the request and
+frees the recognizer: that is the only way to cancel, because an abort for a request the engine has not
+registered yet is silently ignored by vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Protocol
+
+import numpy as np
+
+
+class Priority(IntEnum):
+    """Lower runs first (vLLM's priority scheduling): a final never waits behind a partial."""
+
+    FINAL = 0
+    PARTIAL = 1
+
+
+class TranscriberState(str, Enum):
+    """Lifecycle of the recognizer, visible to callers (``/ready`` reports it)."""
+
+    NEW = "new"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"  # could not start, or its engine process died
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One segment to decode: ``audio`` float32 mono 16 kHz, at most 30 s."""
+
+    request_id: str
+    audio: np.ndarray
+    priority: Priority
+    language: str | None = "en"  # None = let the model detect it
+    context: str = ""  # hotwords / prompt text shown to the model before the segment
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """The recognizer's text for one segment, with what the hallucination guard needs."""
+
+    text: str
+    language: str | None
+    avg_logprob: float  # mean log-probability per generated token (0 when no token)
+    tokens: int
+    decode_s: float  # wall time from submit to result
+
+
+class Transcriber(Protocol):
+    """A shared recognizer. ``transcribe`` is safe to call concurrently from many tasks."""
+
+    name: str
+
+    @property
+    def state(self) -> TranscriberState: ...
+
+    @property
+    def detail(self) -> str:
+        """Why the state is what it is (error text when FAILED), else empty."""
+        ...
+
+    async def start(self) -> None:
+        """Load the model; returns when READY. Raises ``EngineNotReady`` if loading fails."""
+        ...
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        """Decode one segment. Raises ``EngineNotReady`` unless READY; cancellation aborts the request."""
+        ...
+
+    def load(self) -> dict[str, int]:
+        """Requests in flight by priority name (``{"final": n, "partial": m}``): the engine's queue depth."""
+        ...
+
+    async def close(self) -> None:
+        """Stop the engine and its child processes. Safe to call twice."""
+        ...

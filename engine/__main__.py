@@ -42,24 +42,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> int:
+    """Stream ``args.file`` and print the messages. With ``engine`` given (already started) it is used as is and
+    left running; otherwise one is built from the flags, started and closed."""
     language = None if args.language in ("auto", "") else args.language
-    config = EngineConfig(
-        transcriber=TranscriberConfig(model=args.model, device=args.device),
-        endpoint=ENDPOINT_PRESETS[args.preset],
-        speakers=not args.no_speakers,
-        default_language=language,
-    )
     audio = load_wav(args.file)
-    engine = CaptionEngine(config)
+    own = engine is None
+    if engine is None:
+        engine = CaptionEngine(EngineConfig(
+            transcriber=TranscriberConfig(model=args.model, device=args.device),
+            endpoint=ENDPOINT_PRESETS[args.preset],
+            speakers=not args.no_speakers,
+            default_language=language,
+        ))
     try:
-        await engine.start()
+        if own:
+            await engine.start()
         options = replace(SessionOptions(), language=language, hotwords=tuple(args.hotword))
         result = await stream_audio(engine, audio, realtime=args.realtime, options=options,
                                     on_message=lambda m: print(dumps(m), flush=True))
         print(json.dumps(result.summary(), ensure_ascii=False), flush=True)
     finally:
-        await engine.close()
+        if own:
+            await engine.close()
     return 0
 
 

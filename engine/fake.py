@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from .audio import SAMPLE_RATE
-from .transcriber import DecodeRequest, Priority, Transcript, TranscriberState
+from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 
 
 @dataclass
@@ -28,6 +28,7 @@ class FakeTranscriber:
     started: list[tuple[str, Priority, int]] = field(default_factory=list)  # (request_id, priority, samples)
     finished: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    log: list[tuple[str, str, Priority, float]] = field(default_factory=list)  # (event, request_id, priority, t)
     _state: TranscriberState = TranscriberState.NEW
     _inflight: dict[str, Priority] = field(default_factory=dict)
     _waiting: list[tuple[int, float, asyncio.Future[None]]] = field(default_factory=list)
@@ -75,10 +76,12 @@ class FakeTranscriber:
     async def transcribe(self, request: DecodeRequest) -> Transcript:
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
+        self.log.append(("submit", request.request_id, request.priority, t0))
         try:
             await self._slot(request.priority)
             try:
                 self.started.append((request.request_id, request.priority, request.audio.size))
+                self.log.append(("start", request.request_id, request.priority, time.monotonic()))
                 delay = self.final_delay_s if (request.priority == Priority.FINAL and
                                                self.final_delay_s is not None) else self.delay_s
                 await asyncio.sleep(delay)
@@ -86,10 +89,12 @@ class FakeTranscriber:
                 self._release()
         except asyncio.CancelledError:
             self.cancelled.append(request.request_id)
+            self.log.append(("cancel", request.request_id, request.priority, time.monotonic()))
             raise
         finally:
             self._inflight.pop(request.request_id, None)
         self.finished.append(request.request_id)
+        self.log.append(("finish", request.request_id, request.priority, time.monotonic()))
         seconds = request.audio.size / SAMPLE_RATE
         return Transcript(f"audio of {seconds:.2f} seconds", request.language, -0.1, 5, time.monotonic() - t0)
 

@@ -57,6 +57,7 @@ async def stream_audio(engine: CaptionEngine, audio: np.ndarray, *, realtime: bo
     if start_delay_s:
         await asyncio.sleep(start_delay_s)
     session = engine.open_session(options)
+    session.configure(options or SessionOptions(language=engine.config.default_language))
     result = StreamResult(audio_s=audio.size / SAMPLE_RATE)
     t0 = time.monotonic()
 

@@ -31,6 +31,7 @@ from .config import SessionOptions
 from .endpoint import Endpointer, SegmentClosed, SegmentOpened
 from .errors import EngineNotReady, IllegalTransition
 from .guard import reject_reason
+from .logs import SessionLog
 from .mailbox import Mailbox
 from .transcriber import DecodeRequest, Priority, Transcript
 from .vad import WINDOW, VadStream
@@ -94,9 +95,22 @@ class Session:
         self._next_sentence = 0
         self._sentence_segments: dict[int, int] = {}  # sentence id -> segment index (for logs)
         self.speakers = engine.new_speaker_tracker()
+        self._context = ""
+        self.configured = False
+        self._log = SessionLog(log, session_id)
+
+    def configure(self, options: SessionOptions) -> None:
+        """Set language and hotwords (they apply to every decode from now on) and post ``ready``.
+
+        Audio may flow before this; it is decoded with the engine's defaults until then.
+        Raises ``IllegalTransition`` when called twice or after stop.
+        """
+        if self.state is not SessionState.LIVE or self.configured:
+            raise IllegalTransition("configure the session" + (" again" if self.configured else ""), self.state)
+        self.options = options
         self._context = " ".join([*options.hotwords, options.prompt]).strip()
-        self.mailbox.post(protocol.ready(session_id, engine.model_name, options.language))
-        self._log = logging.LoggerAdapter(log, {"session": session_id})
+        self.configured = True
+        self.mailbox.post(protocol.ready(self.session_id, self.engine.model_name, options.language))
 
     # ---- audio in -------------------------------------------------------------------------------------------
     def feed(self, pcm: np.ndarray) -> None:

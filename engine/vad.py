@@ -25,7 +25,7 @@ WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE
 
 
 def silero_model_path() -> Path:
-    """Locate ``silero_vad.onnx`` inside the installed ``silero-vad`` package without importing it (that pulls torch)."""
+    """Locate ``silero_vad.onnx`` in the installed ``silero-vad`` package without importing it (that pulls torch)."""
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or spec.origin is None:
         raise ModelError("the silero-vad package is not installed (pip install silero-vad==6.2.3)")

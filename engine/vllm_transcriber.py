@@ -16,7 +16,7 @@ from typing import Any
 
 from .config import TranscriberConfig
 from .errors import EngineNotReady, ModelError
-from .transcriber import DecodeRequest, Priority, Transcript, TranscriberState
+from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 from .weights import ModelSpec, resolve_model
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,10 @@ class VllmTranscriber:
 
     def _build_engine(self, spec: ModelSpec, device: str) -> Any:
         """Runs in a worker thread: import vLLM and spawn its engine core (a minute or more on CPU)."""
+        # vLLM logs to stdout by default, where `python -m engine` prints its JSON lines; its INFO/WARNING output
+        # (hundreds of lines per start, e.g. one per float16 tensor cast to bfloat16) buries ours.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         if device == "cpu":
             # Measured on 2-core machines: 1 GiB KV cache is plenty for Whisper; one process for engine core and
             # worker saves ~0.8 GB.
@@ -197,5 +201,11 @@ class VllmTranscriber:
             self._watch.cancel()
         llm, self._llm = self._llm, None
         if llm is not None:
+            # Stop reading outputs first: otherwise the reader reports the engine core's planned exit as a crash.
+            handler = getattr(llm, "output_handler", None)
+            if handler is not None:
+                handler.cancel()
+                await asyncio.gather(handler, return_exceptions=True)
             # shutdown() joins the engine core (about 5 s): keep it off the event loop.
             await asyncio.to_thread(llm.shutdown)
+            llm.shutdown = lambda *a, **k: None  # its __del__ would shut down again at interpreter exit

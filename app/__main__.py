@@ -1,0 +1,33 @@
+"""``python -m app`` (or ``live-captions``): run the caption server."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import sys
+
+from aiohttp import web
+
+from .config import build_parser, config_from_args
+from .server import create_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("aioice", "aiortc", "vllm"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    config = config_from_args(args)
+    ssl_context = None
+    if config.tls_cert:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
+    scheme = "https" if ssl_context else "http"
+    print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)
+    web.run_app(create_app(config), host=config.host, port=config.port, ssl_context=ssl_context, print=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Server configuration: one dataclass, filled from command-line flags with environment-variable fallbacks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+from engine.config import ENDPOINT_PRESETS
+
+
+@dataclass(frozen=True)
+class IceConfig:
+    """How the server's WebRTC side finds a path to browsers.
+
+    ``hosts``: restrict host candidates to these local addresses (e.g. ``127.0.0.1``); empty = every interface.
+    ``servers``: STUN/TURN URLs (``stun:host:port``, ``turn:user:pass@host:port``); empty = none, never a public one.
+    ``udp_ports``: bind host candidates within this inclusive port range (firewalled deployments), or None.
+    ``loopback_only``: accept only loopback candidates from the browser (tests: no packet leaves the machine).
+    """
+
+    hosts: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
+    udp_ports: tuple[int, int] | None = None
+    loopback_only: bool = False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    model: str | None = None
+    language: str | None = "en"
+    preset: str = "balanced"
+    device: str = "auto"
+    speakers: bool = True
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    ice: IceConfig = field(default_factory=IceConfig)
+    max_sessions: int = 16
+    max_lag_s: float = 2.0  # a stream further behind real time than this sheds audio
+    stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(f"LIVE_CAPTIONS_{name}", "")
+    return value or default
+
+
+def _port_range(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        low, high = (int(p) for p in text.split("-", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port range like 50000-50100, got {text!r}") from None
+    if not 1024 <= low <= high <= 65535:
+        raise argparse.ArgumentTypeError(f"port range {text!r} must lie within 1024-65535, low to high")
+    return low, high
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m app",
+                                description="Live captions server: open the page, allow the microphone, read captions. "
+                                            "Every flag also reads LIVE_CAPTIONS_<NAME> from the environment.")
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to listen on (env LIVE_CAPTIONS_HOST)")
+    p.add_argument("--port", type=int, default=int(_env("PORT") or os.environ.get("PORT") or 8080),
+                   help="HTTP(S) port (env LIVE_CAPTIONS_PORT or PORT; default 8080)")
+    p.add_argument("--model", default=_env("MODEL"),
+                   help="embedded name (whisper-base [default], whisper-tiny.en), a local Hugging Face folder or a "
+                        "hub id such as openai/whisper-large-v3-turbo")
+    p.add_argument("--language", default=_env("LANGUAGE", "en"), help="default caption language, or 'auto'")
+    p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default=_env("PRESET", "balanced"),
+                   help="endpointing preset: how long a pause closes a sentence")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
+    p.add_argument("--no-speakers", action="store_true", default=_env("NO_SPEAKERS") == "1",
+                   help="skip speaker labels")
+    p.add_argument("--tls-cert", default=_env("TLS_CERT"), help="PEM certificate: browsers allow the microphone "
+                                                               "only on HTTPS or localhost")
+    p.add_argument("--tls-key", default=_env("TLS_KEY"), help="PEM private key for --tls-cert")
+    p.add_argument("--ice-host", action="append", default=None,
+                   help="only offer host candidates on this local address (repeatable; env LIVE_CAPTIONS_ICE_HOSTS, "
+                        "comma-separated)")
+    p.add_argument("--ice-server", action="append", default=None,
+                   help="STUN/TURN server URL, e.g. stun:stun.example.org:3478 or turn:user:pass@turn.example.org:3478 "
+                        "(repeatable; env LIVE_CAPTIONS_ICE_SERVERS, comma-separated; default: none)")
+    p.add_argument("--udp-ports", type=_port_range, default=_port_range(_env("UDP_PORTS")),
+                   help="bind WebRTC host candidates within this UDP port range, e.g. 50000-50100")
+    p.add_argument("--loopback-only", action="store_true", default=_env("LOOPBACK_ONLY") == "1",
+                   help="accept only loopback ICE candidates (test setups)")
+    p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "16") or 16),
+                   help="live sessions at once; more get 503 busy")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    hosts = args.ice_host if args.ice_host is not None else [h for h in (_env("ICE_HOSTS") or "").split(",") if h]
+    servers = args.ice_server if args.ice_server is not None else [
+        s for s in (_env("ICE_SERVERS") or "").split(",") if s]
+    language = None if args.language in ("auto", "") else args.language
+    return ServerConfig(
+        host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
+        device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
+                      loopback_only=args.loopback_only),
+        max_sessions=args.max_sessions,
+    )

@@ -1,0 +1,18 @@
+"""Typed application keys: what ``create_app`` stores and the handlers read."""
+
+from __future__ import annotations
+
+import asyncio
+
+import jinja2
+from aiohttp import web
+
+from engine.hub import CaptionEngine
+
+from .config import ServerConfig
+
+CONFIG = web.AppKey("config", ServerConfig)
+ENGINE = web.AppKey("engine", CaptionEngine)
+PEERS = web.AppKey("peers", dict)  # session id -> PeerSession
+TEMPLATES = web.AppKey("templates", jinja2.Environment)
+ENGINE_START = web.AppKey("engine_start", asyncio.Task)

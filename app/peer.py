@@ -1,0 +1,187 @@
+"""One browser (or any WebRTC client) connected to the server: its peer connection, audio ingest, caption channel
+and engine session, owned together and closed together.
+
+Lifecycle: NEW (offer accepted) -> LIVE (audio flowing) -> STOPPING (stop asked, or the peer went away) -> CLOSED.
+A stop finishes the open sentence before anything is torn down, so a client that vanishes mid-sentence loses
+nothing that was said; ``close`` is idempotent and leaves no task behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from enum import Enum
+from typing import Any
+
+from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
+
+from engine import protocol
+from engine.config import SessionOptions
+from engine.errors import IllegalTransition
+from engine.hub import CaptionEngine
+from engine.logs import SessionLog
+from engine.session import Session, SessionState
+
+from .config import ServerConfig
+from .ice import filter_remote_candidates, rtc_configuration
+from .ingest import IngestStats, pump_track
+
+log = logging.getLogger(__name__)
+
+CAPTIONS_CHANNEL = "captions"
+_SEND_HIGH_WATER_BYTES = 256 * 1024  # past this, let the mailbox coalesce partials instead of queuing more
+
+
+class PeerState(str, Enum):
+    NEW = "new"
+    LIVE = "live"
+    STOPPING = "stopping"
+    CLOSED = "closed"
+
+
+class PeerSession:
+    """Created by ``POST /offer``; removes itself from ``registry`` when closed."""
+
+    def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession]) -> None:
+        self.engine = engine
+        self.config = config
+        self.registry = registry
+        self.session: Session = engine.open_session(SessionOptions(language=config.language))
+        self.id = self.session.session_id
+        self.state = PeerState.NEW
+        self.pc = RTCPeerConnection(rtc_configuration(config.ice.servers))
+        self.channel: RTCDataChannel | None = None
+        self.ingest = IngestStats()
+        self._channel_open = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stop_task: asyncio.Task[None] | None = None
+        self._log = SessionLog(log, self.id)
+        registry[self.id] = self
+        self.pc.on("datachannel", self._on_datachannel)
+        self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_connection_state)
+        self._spawn(self._send_loop(), "send")
+
+    async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
+        """Apply the client's offer and return the answer (non-trickle: candidates included).
+
+        Raises ``ValueError`` for an SDP aiortc cannot use; the caller closes the session then.
+        """
+        offer = RTCSessionDescription(sdp=filter_remote_candidates(sdp, self.config.ice.loopback_only), type=kind)
+        await self.pc.setRemoteDescription(offer)
+        if not any(t.kind == "audio" for t in self.pc.getTransceivers()):
+            raise ValueError("the offer has no audio track")
+        answer = await self.pc.createAnswer()
+        await self.pc.setLocalDescription(answer)
+        self.state = PeerState.LIVE
+        self._log.info("peer connected (%d live)", len(self.registry))
+        return self.pc.localDescription
+
+    # ---- events from aiortc ---------------------------------------------------------------------------------
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if channel.label != CAPTIONS_CHANNEL:
+            self._log.warning("ignoring data channel %r", channel.label)
+            return
+        self.channel = channel
+        channel.on("message", self._on_message)
+        if channel.readyState == "open":
+            self._channel_open.set()
+        else:
+            channel.on("open", self._channel_open.set)
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind != "audio":
+            return
+        self._spawn(self._ingest(track), "ingest")
+
+    async def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        self._log.info("connection %s", state)
+        if state in ("failed", "closed"):
+            self.request_stop()
+
+    def _on_message(self, raw: str | bytes) -> None:
+        try:
+            msg = protocol.parse_client_message(raw)
+        except protocol.ProtocolError as exc:
+            self._send_error(exc.code, str(exc))
+            return
+        if isinstance(msg, protocol.StopMessage):
+            self.request_stop()
+            return
+        try:
+            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords))
+        except IllegalTransition as exc:
+            self._send_error(protocol.ErrorCode.BAD_STATE, str(exc))
+
+    # ---- work -----------------------------------------------------------------------------------------------
+    async def _ingest(self, track: MediaStreamTrack) -> None:
+        def feed(chunk: Any) -> None:
+            if self.session.state is SessionState.LIVE:
+                self.session.feed(chunk)
+
+        def overloaded(lag_s: float) -> None:
+            self._log.warning("audio %.1f s behind real time: skipping audio to catch up", lag_s)
+            self._send_error(protocol.ErrorCode.OVERLOADED,
+                             f"the server fell {lag_s:.1f} s behind; some audio was skipped to catch up")
+
+        await pump_track(track, feed, self.ingest, self.config.max_lag_s, overloaded)
+        self._log.info("audio track ended after %.1f s", self.ingest.audio_s)
+        self.request_stop()
+
+    async def _send_loop(self) -> None:
+        while (msg := await self.session.next_message()) is not None:
+            await self._channel_open.wait()
+            channel = self.channel
+            if channel is None or channel.readyState != "open":
+                continue  # the client is gone; the session still finishes (and later, rooms keep the text)
+            while channel.bufferedAmount > _SEND_HIGH_WATER_BYTES and channel.readyState == "open":
+                await asyncio.sleep(0.05)  # noqa: ASYNC110 (only while the client is congested)
+            with contextlib.suppress(Exception):  # a channel closing under us is the peer going away
+                channel.send(protocol.dumps(msg))
+
+    def _send_error(self, code: protocol.ErrorCode, message: str) -> None:
+        self.session.mailbox.post(protocol.error(code, message))
+
+    def request_stop(self) -> None:
+        """Finish the session (last sentence, final message), then close. Safe to call any number of times."""
+        if self._stop_task is None and self.state is not PeerState.CLOSED:
+            self.state = PeerState.STOPPING
+            self._stop_task = asyncio.create_task(self._stop_then_close(), name=f"{self.id}-stop")
+
+    async def _stop_then_close(self) -> None:
+        try:
+            if self.session.state is SessionState.LIVE:
+                await asyncio.wait_for(self.session.stop(), self.config.stop_timeout_s)
+            # Let the last messages reach a client that is still there.
+            sender = next((t for t in self._tasks if t.get_name().endswith("-send")), None)
+            if sender is not None:
+                await asyncio.wait({sender}, timeout=2.0)
+        except TimeoutError:
+            self._log.warning("stop took over %.0f s; closing anyway", self.config.stop_timeout_s)
+        except Exception:
+            self._log.exception("stop failed")
+        finally:
+            await self.close()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{self.id}-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Tear everything down. Idempotent."""
+        if self.state is PeerState.CLOSED:
+            return
+        self.state = PeerState.CLOSED
+        self.registry.pop(self.id, None)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for t in tasks:
+            t.cancel()
+        await self.session.close()
+        await self.pc.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._log.info("closed (%.1f s audio received, %.1f s skipped)", self.ingest.audio_s, self.ingest.skipped_s)

@@ -1,0 +1,91 @@
+"""HTTP handlers: the page, signalling, liveness and readiness. Errors are JSON ``{"error": {code, message}}``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from engine.errors import EngineError, EngineNotReady
+from engine.hub import EngineState
+from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
+
+from .keys import CONFIG, ENGINE, PEERS, TEMPLATES
+from .peer import PeerSession
+
+log = logging.getLogger(__name__)
+
+MAX_OFFER_BYTES = 64 * 1024  # a browser's audio offer is a few KB
+LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "fr": "Français", "es": "Español", "it": "Italiano",
+                  "nl": "Nederlands", "pt": "Português", "pl": "Polski", "sv": "Svenska", "zh": "中文",
+                  "ja": "日本語", "ko": "한국어", "ru": "Русский", "uk": "Українська", "tr": "Türkçe"}
+
+
+def json_error(status: int, code: ErrorCode | str, message: str) -> web.Response:
+    code_text = code.value if isinstance(code, ErrorCode) else code
+    return web.json_response({"error": {"code": code_text, "message": message}}, status=status)
+
+
+async def index(request: web.Request) -> web.Response:
+    app = request.app
+    engine = app[ENGINE]
+    config = app[CONFIG]
+    languages = [("", "Detect automatically")] + [(c, n) for c, n in LANGUAGE_NAMES.items() if c in LANGUAGE_CODES]
+    html = app[TEMPLATES].get_template("index.html").render(
+        model=engine.model_name, languages=languages, default_language=config.language or "",
+        static="/static", max_hotwords=MAX_HOTWORDS)
+    return web.Response(text=html, content_type="text/html")
+
+
+async def health(request: web.Request) -> web.Response:
+    """Liveness: answers at once whatever the engine is doing (no engine call, no I/O)."""
+    return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body: dict[str, Any] = {"ready": engine.state is EngineState.READY, "state": engine.state.value,
+                            "model": engine.model_name, "sessions": len(request.app[PEERS])}
+    if engine.state is not EngineState.READY and engine.detail:
+        body["detail"] = engine.detail
+    return web.json_response(body, status=200 if body["ready"] else 503)
+
+
+async def offer(request: web.Request) -> web.Response:
+    """``POST /offer`` ``{"sdp", "type": "offer"}`` -> ``{"sdp", "type": "answer", "session"}``."""
+    if request.content_type != "application/json":
+        return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
+    if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
+        return json_error(413, ErrorCode.TOO_LARGE, f"offer over {MAX_OFFER_BYTES} bytes")
+    try:
+        raw = await request.content.read(MAX_OFFER_BYTES + 1)
+        if len(raw) > MAX_OFFER_BYTES:
+            return json_error(413, ErrorCode.TOO_LARGE, f"offer over {MAX_OFFER_BYTES} bytes")
+        params = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return json_error(400, ErrorCode.BAD_MESSAGE, "body is not valid JSON")
+    if not isinstance(params, dict) or not isinstance(params.get("sdp"), str) or params.get("type") != "offer":
+        return json_error(400, ErrorCode.BAD_MESSAGE, 'expected {"sdp": "...", "type": "offer"}')
+
+    app = request.app
+    engine, peers, config = app[ENGINE], app[PEERS], app[CONFIG]
+    if engine.state is not EngineState.READY:
+        status, code = (503, ErrorCode.LOADING) if engine.state is EngineState.LOADING else (503, ErrorCode.ENGINE)
+        return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
+    if len(peers) >= config.max_sessions:
+        return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")
+    try:
+        peer = PeerSession(engine, config, peers)
+    except EngineNotReady as exc:
+        return json_error(503, ErrorCode.ENGINE, str(exc))
+    except EngineError as exc:
+        return json_error(503, ErrorCode.BUSY, str(exc))
+    try:
+        answer = await peer.accept(params["sdp"], "offer")
+    except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
+        await peer.close()
+        log.info("rejected offer: %s", exc)
+        return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
+    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id})

@@ -1,0 +1,76 @@
+"""``create_app(config)``: the aiohttp application. aiohttp owns the lifecycle (``cleanup_ctx``); nothing happens
+at import time and nothing is global but aioice's address policy (see ``app.ice``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import jinja2
+from aiohttp import web
+
+from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
+from engine.hub import CaptionEngine
+
+from . import ice, routes
+from .config import ServerConfig
+from .keys import CONFIG, ENGINE, ENGINE_START, PEERS, TEMPLATES
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def engine_config(config: ServerConfig) -> EngineConfig:
+    return EngineConfig(
+        transcriber=TranscriberConfig(model=config.model, device=config.device),
+        endpoint=ENDPOINT_PRESETS[config.preset],
+        speakers=config.speakers,
+        default_language=config.language,
+    )
+
+
+def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web.Application:
+    """The server. With ``engine`` given (already started, e.g. shared by tests) the app uses it and leaves its
+    lifecycle to the caller; otherwise the app creates one and starts it in the background on startup (the page
+    shows "loading model" until ``/ready`` says so) and closes it on cleanup."""
+    app = web.Application(client_max_size=routes.MAX_OFFER_BYTES)
+    app[CONFIG] = config
+    app[PEERS] = {}
+    app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
+                                        autoescape=jinja2.select_autoescape(["html"]))
+    ice.install(config.ice)
+    app.router.add_get("/", routes.index)
+    app.router.add_get("/health", routes.health)
+    app.router.add_get("/ready", routes.ready)
+    app.router.add_post("/offer", routes.offer)
+    app.router.add_static("/static", ROOT / "static")
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        own = engine is None
+        app[ENGINE] = engine or CaptionEngine(engine_config(config))
+        if own:
+            app[ENGINE_START] = asyncio.create_task(_start_engine(app[ENGINE]), name="engine-start")
+        yield
+        for peer in list(app[PEERS].values()):
+            peer.request_stop()
+        for peer in list(app[PEERS].values()):
+            await peer.close()
+        if own:
+            app[ENGINE_START].cancel()
+            await asyncio.gather(app[ENGINE_START], return_exceptions=True)
+            await app[ENGINE].close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+async def _start_engine(engine: CaptionEngine) -> None:
+    try:
+        await engine.start()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("the speech engine failed to start; /ready reports it")

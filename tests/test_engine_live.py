@@ -1,0 +1,125 @@
+"""The real engine (Silero VAD, endpointer, vLLM Whisper, speaker model) on real recorded speech."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+
+from engine.__main__ import build_parser, run
+from engine.hub import CaptionEngine
+from engine.runner import StreamResult, stream_audio
+from engine.transcriber import DecodeRequest, Priority
+from tests.speech import audio, manifest, pad, reference, wav_path
+from tests.wer import word_errors
+
+pytestmark = pytest.mark.heavy
+
+CLEAN_READ = sorted(c for c, e in manifest().items()
+                    if e["kind"] == "read" and e["lang"] == "en" and c.startswith(("ls_", "librivox_")))
+
+
+def check_protocol(result: StreamResult) -> None:
+    """What every stream must satisfy: seq increases by one, each sentence is sent once, the end is final+stopped."""
+    seqs = [m["seq"] for m in result.messages]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert result.messages[0]["type"] == "ready"
+    ids = [s["id"] for m in result.messages if m["type"] == "caption" for s in m["sentences"]]
+    assert ids == sorted(set(ids)), "a locked sentence was sent twice or out of order"
+    tail = [m["type"] for m in result.messages if m["type"] != "speakers"][-2:]
+    assert tail == ["caption", "stopped"] and [m for m in result.messages if m["type"] == "caption"][-1]["is_final"]
+
+
+async def test_locked_text_is_as_accurate_as_offline_decoding(engine: CaptionEngine) -> None:
+    """Corpus WER of the streamed, locked captions within 1.5 points of decoding each whole clip offline."""
+    assert len(CLEAN_READ) >= 15
+    stream_err = offline_err = words = 0
+    for clip in CLEAN_READ:
+        samples = audio(clip)
+        result = await stream_audio(engine, pad(samples, 0.5, 1.0), realtime=False)
+        check_protocol(result)
+        offline = await engine.transcriber.transcribe(DecodeRequest(f"offline-{clip}", samples, Priority.FINAL))
+        e_s, n = word_errors(reference(clip), result.text())
+        e_o, _ = word_errors(reference(clip), offline.text)
+        stream_err, offline_err, words = stream_err + e_s, offline_err + e_o, words + n
+    stream_wer, offline_wer = stream_err / words, offline_err / words
+    print(f"\nlocked WER {stream_wer:.3%} vs offline {offline_wer:.3%} over {len(CLEAN_READ)} clips, {words} words")
+    assert stream_wer <= offline_wer + 0.015
+    assert stream_wer < 0.10
+
+
+@pytest.mark.parametrize("kind", ["street noise", "digital silence", "quiet hiss"])
+async def test_noise_and_silence_never_become_captions(engine: CaptionEngine, kind: str) -> None:
+    rng = np.random.default_rng(7)
+    samples = {
+        "street noise": lambda: audio("dns_street_mobile_A1CIM28ZUCA8RX"),
+        "digital silence": lambda: np.zeros(8 * 16000, np.float32),
+        "quiet hiss": lambda: (rng.standard_normal(8 * 16000) * 0.003).astype(np.float32),
+    }[kind]()
+    result = await stream_audio(engine, samples, realtime=False)
+    check_protocol(result)
+    assert result.sentences() == []
+    assert all(m["partial"] == "" for m in result.messages if m["type"] == "caption")
+
+
+async def test_live_stream_partials_come_first_and_locked_sentences_never_change(engine: CaptionEngine) -> None:
+    """Two utterances with a pause, paced like a live microphone."""
+    first, second = "ls_2412-153948-0000", "ls_1988-24833-0002"
+    samples = np.concatenate([pad(audio(first), 0.5, 2.6), pad(audio(second), 0.0, 2.6)])
+    result = await stream_audio(engine, samples, realtime=True)
+    check_protocol(result)
+    sentences = result.sentences()
+    assert len(sentences) == 2
+    first_lock = next(i for i, m in enumerate(result.messages) if m["type"] == "caption" and m["sentences"])
+    partials_before = [m["partial"] for m in result.messages[:first_lock] if m["type"] == "caption" and m["partial"]]
+    assert partials_before, "no partial text was shown before the first sentence locked"
+    # The partial shown was on its way to the locked text: most of its words appear in it.
+    last_words = set(partials_before[-1].lower().split())
+    assert len(last_words & set(sentences[0]["text"].lower().split())) >= 0.5 * len(last_words)
+    for s, clip in zip(sentences, (first, second), strict=True):
+        errors, n = word_errors(reference(clip), s["text"])
+        assert errors / n < 0.2
+        assert s["spk"] is not None
+    # Times are session milliseconds around the real speech.
+    assert 300 <= sentences[0]["start"] <= 1200 and sentences[0]["end"] <= 12_600
+    assert sentences[1]["start"] >= 14_000
+
+
+async def test_the_event_loop_never_stalls_while_four_sessions_stream(engine: CaptionEngine) -> None:
+    stalls: list[float] = []
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            stalls.append(time.perf_counter() - t - 0.01)
+
+    clips = ["ls_2412-153948-0001", "ls_1995-1837-0001", "librivox_sns01_0870", "ls_1272-128104-0000"]
+    watcher = asyncio.create_task(probe())
+    results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.2 * i, 2.5), realtime=True)
+                                     for i, c in enumerate(clips)))
+    done.set()
+    await watcher
+    assert all(r.sentences() for r in results)
+    worst, p99 = max(stalls), float(np.percentile(stalls, 99))
+    print(f"\nloop stalls over {len(stalls)} probes: p99 {p99 * 1000:.1f} ms, worst {worst * 1000:.1f} ms")
+    assert p99 < 0.05 and worst < 0.25
+
+
+async def test_cli_prints_the_wire_messages_then_a_summary(engine: CaptionEngine,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([str(wav_path("ls_1988-24833-0001"))])
+    assert isinstance(args, argparse.Namespace)
+    assert await run(args, engine=engine) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [m["type"] for m in lines][0] == "ready"
+    summary = lines[-1]
+    assert summary["type"] == "summary" and summary["audio_s"] == pytest.approx(7.9, abs=0.1)
+    errors, n = word_errors(reference("ls_1988-24833-0001"), summary["text"])
+    assert errors / n < 0.15
+    assert all("spk" in s for s in summary["sentences"])

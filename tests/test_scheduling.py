@@ -1,0 +1,97 @@
+"""Decode scheduling with a named fake recognizer (the model is not what is measured here): one partial in flight
+per session with the newest audio, cancellation at the endpoint, finals ahead of partials under load."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from engine.config import EngineConfig, PartialConfig
+from engine.fake import FakeTranscriber
+from engine.hub import CaptionEngine
+from engine.runner import stream_audio
+from engine.transcriber import Priority
+from tests.speech import audio, pad
+
+
+async def started_engine(fake: FakeTranscriber, **partial: object) -> CaptionEngine:
+    engine = CaptionEngine(EngineConfig(speakers=False, partial=PartialConfig(**partial)), transcriber=fake)  # type: ignore[arg-type]
+    await engine.start()
+    return engine
+
+
+def per_session_max_concurrency(fake: FakeTranscriber, priority: Priority) -> dict[str, int]:
+    """Most requests of ``priority`` running at once, per session (request ids are ``<session>-<p|f><n>``)."""
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    started: set[str] = set()
+    for event, rid, prio, _ in fake.log:
+        if prio != priority:
+            continue
+        sid = rid.rsplit("-", 1)[0]
+        if event == "start":
+            started.add(rid)
+            running[sid] = running.get(sid, 0) + 1
+            peak[sid] = max(peak.get(sid, 0), running[sid])
+        elif event in ("finish", "cancel") and rid in started:
+            running[sid] -= 1
+    return peak
+
+
+async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None:
+    # Partials take 1.2 s but the cadence asks for one every 0.5 s: they must neither pile up nor be aborted.
+    fake = FakeTranscriber(delay_s=1.2, final_delay_s=0.1)
+    engine = await started_engine(fake)
+    try:
+        result = await stream_audio(engine, pad(audio("ls_1988-24833-0001"), 0.5, 2.5), realtime=True)
+    finally:
+        await engine.close()
+    partials = [(rid, n) for rid, prio, n in fake.started if prio is Priority.PARTIAL]
+    assert len(partials) >= 4
+    assert max(per_session_max_concurrency(fake, Priority.PARTIAL).values()) == 1
+    sizes = [n for _, n in partials]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # each one covers newer audio
+    gaps_s = np.diff(sizes) / 16000
+    assert gaps_s.min() >= 1.0  # audio that arrived during a 1.2 s decode coalesced into the next request
+    assert len([rid for rid in fake.cancelled if "-p" in rid]) <= 1  # only the one running at the endpoint
+    shown = [m["partial"] for m in result.messages if m["type"] == "caption" and m["partial"]]
+    assert len(shown) >= 3
+    assert result.sentences()  # the segment locked
+
+
+async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
+    fake = FakeTranscriber(delay_s=3.0, final_delay_s=0.2)
+    engine = await started_engine(fake)
+    try:
+        await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
+    finally:
+        await engine.close()
+    kinds = [(e, rid) for e, rid, _, _ in fake.log]
+    cancelled_partials = [rid for e, rid in kinds if e == "cancel" and "-p" in rid]
+    assert cancelled_partials, "the partial still running at the endpoint should have been cancelled"
+    final_start = next(i for i, (e, rid) in enumerate(kinds) if e == "start" and "-f" in rid)
+    cancel_at = next(i for i, (e, rid) in enumerate(kinds) if e == "cancel" and "-p" in rid)
+    assert cancel_at < final_start
+    assert any(e == "finish" and "-f" in rid for e, rid in kinds)
+
+
+async def test_finals_outrank_partials_under_load() -> None:
+    # One decode slot for four talking sessions: every final must start before any partial submitted after it.
+    fake = FakeTranscriber(delay_s=0.4, final_delay_s=0.3, capacity=1)
+    engine = await started_engine(fake, max_inflight=1)
+    clips = ["ls_1988-24833-0002", "ls_1988-24833-0003", "ls_2412-153948-0000", "ls_3752-4944-0000"]
+    try:
+        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.3 * i, 2.5), realtime=True)
+                                         for i, c in enumerate(clips)))
+    finally:
+        await engine.close()
+    assert all(r.sentences() for r in results)
+    submit = {rid: t for e, rid, _, t in fake.log if e == "submit"}
+    start = {rid: t for e, rid, _, t in fake.log if e == "start"}
+    finals = [rid for rid in start if "-f" in rid]
+    partials = [rid for rid in start if "-p" in rid]
+    assert finals and partials
+    for f in finals:
+        overtaking = [p for p in partials if submit[p] > submit[f] and start[p] < start[f]]
+        assert not overtaking, f"partials {overtaking} started before the waiting final {f}"

@@ -49,7 +49,7 @@ def install(config: IceConfig) -> None:
     if config.udp_ports is None:
         aioice.ice.Connection.get_component_candidates = _original_component_candidates  # type: ignore[method-assign]
     else:
-        aioice.ice.Connection.get_component_candidates = _ranged_candidates(  # type: ignore[method-assign]
+        aioice.ice.Connection.get_component_candidates = _ranged_candidates(  # type: ignore[method-assign,assignment]
             *config.udp_ports)
 
 

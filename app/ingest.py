@@ -73,6 +73,8 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
             frame = await track.recv()
         except MediaStreamError:
             return
+        if not isinstance(frame, av.AudioFrame):
+            continue
         stats.frames += 1
         duration = frame.samples / frame.sample_rate
         # RTP timestamps keep counting across a sender's pauses; a plain sample count would read a pause as lag.

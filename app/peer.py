@@ -132,13 +132,19 @@ class PeerSession:
         self.request_stop()
 
     async def _send_loop(self) -> None:
+        drained = asyncio.Event()
         while (msg := await self.session.next_message()) is not None:
             await self._channel_open.wait()
             channel = self.channel
             if channel is None or channel.readyState != "open":
-                continue  # the client is gone; the session still finishes (and later, rooms keep the text)
-            while channel.bufferedAmount > _SEND_HIGH_WATER_BYTES and channel.readyState == "open":
-                await asyncio.sleep(0.05)  # noqa: ASYNC110 (only while the client is congested)
+                continue  # the client is gone; the session still finishes its last sentence regardless
+            if channel.bufferedAmount > _SEND_HIGH_WATER_BYTES:
+                # A slow reader: wait for the channel to drain while the mailbox merges partials meanwhile.
+                drained.clear()
+                channel.bufferedAmountLowThreshold = _SEND_HIGH_WATER_BYTES // 4
+                channel.once("bufferedamountlow", drained.set)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(drained.wait(), 5.0)
             with contextlib.suppress(Exception):  # a channel closing under us is the peer going away
                 channel.send(protocol.dumps(msg))
 

@@ -72,7 +72,8 @@ async def offer(request: web.Request) -> web.Response:
     app = request.app
     engine, peers, config = app[ENGINE], app[PEERS], app[CONFIG]
     if engine.state is not EngineState.READY:
-        status, code = (503, ErrorCode.LOADING) if engine.state is EngineState.LOADING else (503, ErrorCode.ENGINE)
+        loading = engine.state in (EngineState.NEW, EngineState.LOADING)
+        status, code = (503, ErrorCode.LOADING) if loading else (503, ErrorCode.ENGINE)
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
     if len(peers) >= config.max_sessions:
         return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")

@@ -13,7 +13,7 @@ W_MS = WINDOW * 1000 / 16000
 
 
 def windows(ms: float) -> int:
-    return int(round(ms / W_MS))
+    return round(ms / W_MS)
 
 
 def run(probs: list[float], cfg: EndpointConfig | None = None) -> list[SegmentOpened | SegmentClosed]:

@@ -117,7 +117,7 @@ async def test_cli_prints_the_wire_messages_then_a_summary(engine: CaptionEngine
     assert isinstance(args, argparse.Namespace)
     assert await run(args, engine=engine) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [m["type"] for m in lines][0] == "ready"
+    assert lines[0]["type"] == "ready"
     summary = lines[-1]
     assert summary["type"] == "summary" and summary["audio_s"] == pytest.approx(7.9, abs=0.1)
     errors, n = word_errors(reference("ls_1988-24833-0001"), summary["text"])

@@ -1,0 +1,308 @@
+"""Speaker-assignment bench: speaker error and DER of streaming labels and after re-clustering.
+
+    python bench/speakers.py [--json out.json] [--preset balanced|low-latency|oracle-turns|all]
+                             [--similarity-threshold X] [--recluster-distance X] ...
+
+For each clip with reference speaker turns (RTTM) it runs what a live session runs: Silero VAD and the
+endpointer (``engine.segmenter.segment_audio`` when that module exists, else ``engine.vad`` + ``engine.endpoint``
+directly) cut the clip into segments, ``SpeakerEmbedder`` embeds those with enough speech, ``SpeakerTracker``
+labels them in arrival order, and ``recluster`` relabels at the end. Two scores, each after the optimal
+one-to-one mapping of labels onto reference speakers (Hungarian on overlap time), on 10 ms frames, no collar:
+
+- speaker error: share of reference speech time covered by a segment whose label is wrong (a frame where any
+  of several overlapping reference speakers matches counts as right). Speech the VAD missed is not counted:
+  this is the assignment's own error.
+- DER: (missed + false alarm + confusion) / reference speech time, overlapping speakers counted each.
+
+``--preset oracle-turns`` cuts segments at the reference turns instead (a diagnostic of assignment alone; a
+live session never has those). The ``1-lab`` column is the baseline of labelling everything as one speaker.
+
+The helpers (``segment_clip``, ``read_rttm``, ``score_labels``, ``run_clip``) are also used by the unit tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.audio import SAMPLE_RATE, load_wav
+from engine.speaker_embed import SpeakerEmbedder
+from engine.speakers import SpeakerConfig, SpeakerTracker
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+CLIPS: tuple[str, ...] = (
+    "libri_3spk_turns",
+    "libri_2spk_overlap_dialogue",
+    "ami_seriously_mixture",
+    *(f"ami_debug_{name}" for name in (
+        "trn00", "trn01", "trn02", "trn03", "trn04", "trn05", "trn06", "trn07", "trn08", "trn09",
+        "dev00", "dev01", "tst00", "tst01",
+    )),
+)
+FRAME_S = 0.01
+ENDPOINTER_PRESETS = ("balanced", "low-latency")
+# Diagnostic only: segments cut at the reference turns (perfect segmentation), to separate assignment errors
+# from segmentation errors. A live session never has these.
+ORACLE = "oracle-turns"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One closed segment of a clip: speech ran [start_s, end_s) (seconds from the clip start)."""
+
+    start_s: float
+    end_s: float
+    audio_start: int  # samples of the segment's audio (pre-roll and post-roll included)
+    audio_end: int
+
+    @property
+    def speech_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A reference speaker turn from an RTTM file."""
+
+    start_s: float
+    end_s: float
+    speaker: str
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Error shares of reference speech time (0..1); seconds in the other fields."""
+
+    speaker_error: float
+    der: float
+    missed_s: float
+    false_alarm_s: float
+    confusion_s: float
+    reference_s: float
+    speakers_found: int
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    clip: str
+    preset: str
+    segments: int
+    embedded: int
+    reference_speakers: int
+    streaming: Scores
+    reclustered: Scores
+    one_label: Scores  # baseline: every segment labelled as one speaker
+    relabelled: int
+    embed_cpu_s: float  # process CPU time spent embedding this clip's segments
+    embedded_speech_s: float
+
+
+def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
+    """Cut 16 kHz audio into segments the way a live session does (Silero VAD + the endpointer ``preset``)."""
+    if preset not in ENDPOINTER_PRESETS:
+        raise ValueError(f"unknown endpointer preset {preset!r}")
+    try:
+        from engine.segmenter import segment_audio  # type: ignore[import-not-found]
+    except ImportError:
+        return _segment_with_endpointer(audio, preset)
+    return [Segment(a / SAMPLE_RATE, b / SAMPLE_RATE, a, b) for a, b in segment_audio(audio)]
+
+
+def _segment_with_endpointer(audio: np.ndarray, preset: str) -> list[Segment]:
+    from engine.config import ENDPOINT_PRESETS, VadConfig
+    from engine.endpoint import Endpointer, SegmentClosed
+    from engine.vad import BatchedVad, VadStream
+
+    vad = BatchedVad(max_sessions=1)
+    slot = vad.acquire()
+    probs = vad.run({slot: VadStream().push(audio)})[slot]
+    endpointer = Endpointer(VadConfig(), ENDPOINT_PRESETS[preset])
+    events = endpointer.push(probs)
+    last = endpointer.flush()
+    closed = [e for e in [*events, last] if isinstance(e, SegmentClosed)]
+    return [
+        Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed
+    ]
+
+
+def read_rttm(path: Path) -> list[Turn]:
+    """Speaker turns of an RTTM file (``SPEAKER file chan start dur <NA> <NA> name ...`` lines)."""
+    turns = []
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[0] == "SPEAKER":
+            start, duration = float(fields[3]), float(fields[4])
+            turns.append(Turn(start, start + duration, fields[7]))
+    return turns
+
+
+def score_labels(reference: list[Turn], segments: list[Segment], labels: list[int], duration_s: float) -> Scores:
+    """Speaker error and DER of per-segment ``labels`` against ``reference`` (see the module docstring)."""
+    from scipy.optimize import linear_sum_assignment
+
+    n_frames = int(np.ceil(duration_s / FRAME_S)) + 1
+    names = sorted({t.speaker for t in reference})
+    ref = np.zeros((len(names), n_frames), dtype=bool)
+    for turn in reference:
+        ref[names.index(turn.speaker), _frame(turn.start_s) : _frame(turn.end_s)] = True
+    hyp_labels = sorted(set(labels))
+    hyp = np.zeros((len(hyp_labels), n_frames), dtype=bool)
+    for segment, label in zip(segments, labels, strict=True):
+        hyp[hyp_labels.index(label), _frame(segment.start_s) : _frame(segment.end_s)] = True
+
+    overlap = ref.astype(np.float64) @ hyp.T.astype(np.float64)  # [ref speakers, hyp labels] frames together
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    mapped = np.zeros_like(ref)  # mapped[r] = frames where ref speaker r's mapped label is active
+    for r, c in zip(rows, cols, strict=True):
+        mapped[r] = hyp[c]
+    correct_any = (mapped & ref).any(axis=0)
+    n_ref = ref.sum(axis=0)
+    n_hyp = hyp.sum(axis=0)
+    n_correct = (mapped & ref).sum(axis=0)
+    covered = (n_ref > 0) & (n_hyp > 0)
+    reference_s = float(n_ref.sum()) * FRAME_S
+    missed = float(np.maximum(n_ref - n_hyp, 0).sum()) * FRAME_S
+    false_alarm = float(np.maximum(n_hyp - n_ref, 0).sum()) * FRAME_S
+    confusion = float((np.minimum(n_ref, n_hyp) - n_correct).sum()) * FRAME_S
+    covered_s = float(covered.sum())
+    wrong_s = float((covered & ~correct_any).sum())
+    return Scores(
+        speaker_error=wrong_s / covered_s if covered_s else 0.0,
+        der=(missed + false_alarm + confusion) / reference_s if reference_s else 0.0,
+        missed_s=missed,
+        false_alarm_s=false_alarm,
+        confusion_s=confusion,
+        reference_s=reference_s,
+        speakers_found=len(hyp_labels),
+    )
+
+
+def _frame(seconds: float) -> int:
+    return max(round(seconds / FRAME_S), 0)
+
+
+def oracle_segments(reference: list[Turn]) -> list[Segment]:
+    """One segment per reference turn (diagnostic; see ``ORACLE``)."""
+    turns = sorted(reference, key=lambda t: t.start_s)
+    return [
+        Segment(t.start_s, t.end_s, round(t.start_s * SAMPLE_RATE), round(t.end_s * SAMPLE_RATE))
+        for t in turns
+        if t.end_s - t.start_s >= 0.1
+    ]
+
+
+def label_segments(
+    audio: np.ndarray, segments: list[Segment], embedder: SpeakerEmbedder, config: SpeakerConfig
+) -> tuple[list[int], list[int], list[int], float]:
+    """Run a tracker over the segments in order.
+
+    Returns (streaming labels, labels after re-clustering, indices of embedded segments, embedding CPU s).
+    """
+    tracker = SpeakerTracker(config)
+    long_enough = [i for i, s in enumerate(segments) if s.speech_s >= config.min_embed_speech_s]
+    cpu_start = time.process_time()
+    vectors = embedder.embed([audio[segments[i].audio_start : segments[i].audio_end] for i in long_enough])
+    embed_cpu_s = time.process_time() - cpu_start
+    by_index = dict(zip(long_enough, vectors, strict=True))
+    streaming = [tracker.assign(i, by_index.get(i), s.speech_s) for i, s in enumerate(segments)]
+    tracker.recluster()
+    return streaming, [tracker.labels[i] for i in range(len(segments))], long_enough, embed_cpu_s
+
+
+def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset: str) -> ClipResult:
+    """Segment, label and score one clip of the shared speech folder."""
+    audio = load_wav(DATA_DIR / "wav" / f"{clip}.wav")
+    reference = read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
+    segments = oracle_segments(reference) if preset == ORACLE else segment_clip(audio, preset)
+    duration_s = audio.size / SAMPLE_RATE
+    streaming, final, embedded, embed_cpu_s = label_segments(audio, segments, embedder, config)
+    return ClipResult(
+        clip=clip,
+        preset=preset,
+        segments=len(segments),
+        embedded=len(embedded),
+        reference_speakers=len({t.speaker for t in reference}),
+        streaming=score_labels(reference, segments, streaming, duration_s),
+        reclustered=score_labels(reference, segments, final, duration_s),
+        one_label=score_labels(reference, segments, [0] * len(segments), duration_s),
+        relabelled=sum(a != b for a, b in zip(streaming, final, strict=True)),
+        embed_cpu_s=embed_cpu_s,
+        embedded_speech_s=sum(segments[i].speech_s for i in embedded),
+    )
+
+
+def _table(results: list[ClipResult]) -> str:
+    head = (f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
+            f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        s, c = r.streaming, r.reclustered
+        lines.append(
+            f"{r.clip:<28} {r.preset:<11} {r.segments:>3} {r.embedded:>3} {r.reference_speakers:>3}"
+            f" {s.speakers_found:>3}/{c.speakers_found:<3} {s.speaker_error:>7.1%} {c.speaker_error:>6.1%}"
+            f" {r.one_label.speaker_error:>6.1%}"
+            f" {s.der:>6.1%} {c.der:>6.1%} {s.missed_s / max(s.reference_s, 1e-9):>5.1%}"
+            f" {s.false_alarm_s / max(s.reference_s, 1e-9):>5.1%} {r.relabelled:>5}"
+        )
+    for preset in sorted({r.preset for r in results}):
+        group = [r for r in results if r.preset == preset]
+        ref_s = sum(r.streaming.reference_s for r in group)
+
+        def pooled(pick: str, group: list[ClipResult] = group, ref_s: float = ref_s) -> float:
+            scores = [getattr(r, pick) for r in group]
+            return sum(x.missed_s + x.false_alarm_s + x.confusion_s for x in scores) / ref_s
+
+        mean_se = float(np.mean([r.streaming.speaker_error for r in group]))
+        mean_rc = float(np.mean([r.reclustered.speaker_error for r in group]))
+        mean_one = float(np.mean([r.one_label.speaker_error for r in group]))
+        lines.append(
+            f"{'mean SpkErr / pooled DER':<28} {preset:<11} {'':>19} {mean_se:>7.1%} {mean_rc:>6.1%}"
+            f" {mean_one:>6.1%} {pooled('streaming'):>6.1%} {pooled('reclustered'):>6.1%}"
+        )
+    segments = sum(r.embedded for r in results)
+    if segments:
+        cpu_s = sum(r.embed_cpu_s for r in results)
+        speech_s = sum(r.embedded_speech_s for r in results)
+        lines.append(f"embedding: {segments} segments, {speech_s:.0f} s of speech, {cpu_s:.2f} s CPU"
+                     f" ({1000 * cpu_s / segments:.0f} ms per segment, {1000 * cpu_s / speech_s:.1f} ms per"
+                     f" second of speech)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = SpeakerConfig()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write per-clip results here")
+    parser.add_argument("--preset", default="all", choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
+                        help=f"endpointer preset; 'all' = both presets; '{ORACLE}' = reference turns (diagnostic)")
+    parser.add_argument("--clips", nargs="*", default=list(CLIPS))
+    parser.add_argument("--similarity-threshold", type=float, default=defaults.similarity_threshold)
+    parser.add_argument("--min-embed-speech-s", type=float, default=defaults.min_embed_speech_s)
+    parser.add_argument("--recluster-distance", type=float, default=defaults.recluster_distance)
+    parser.add_argument("--recluster-margin", type=float, default=defaults.recluster_margin)
+    args = parser.parse_args(argv)
+    config = replace(
+        defaults,
+        similarity_threshold=args.similarity_threshold,
+        min_embed_speech_s=args.min_embed_speech_s,
+        recluster_distance=args.recluster_distance,
+        recluster_margin=args.recluster_margin,
+    )
+    presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]
+    embedder = SpeakerEmbedder()
+    results = [run_clip(clip, embedder, config, preset) for preset in presets for clip in args.clips]
+    print(f"config: {config}")
+    print(_table(results))
+    if args.json:
+        args.json.write_text(json.dumps({"config": asdict(config), "clips": [asdict(r) for r in results]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Speaker embeddings of closed speech segments.
+
+The encoder is Resemblyzer's GE2E speaker encoder (a 3-layer LSTM over 40-band mel frames, 256-dimensional
+output), whose 17 MB weights ship inside the ``resemblyzer`` wheel, so nothing is fetched at run time.
+
+Resemblyzer embeds one utterance at a time; here every segment is cut into the encoder's 1.6 s partial
+windows, the windows of *all* segments go through the LSTM in one batch, and each segment's embedding is the
+L2-normalised mean of its windows' embeddings (the same definition as ``VoiceEncoder.embed_utterance``).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 16000
+EMBEDDING_DIM = 256
+
+# The encoder's fixed framing (resemblyzer.hparams): 25 ms windows every 10 ms, 160 frames per partial window.
+_HOP_SAMPLES = 160
+_FFT_SAMPLES = 400
+_MEL_BANDS = 40
+_PARTIAL_FRAMES = 160
+# Partial windows start every 1/1.3 s, and a trailing window must be at least 75 % real audio (resemblyzer's
+# defaults, which its weights were evaluated with).
+_PARTIAL_STEP_FRAMES = round(SAMPLE_RATE_HZ / 1.3 / _HOP_SAMPLES)
+_MIN_LAST_COVERAGE = 0.75
+# Quiet segments are raised to this loudness before the mel transform (resemblyzer's preprocessing target).
+_TARGET_DBFS = -30.0
+_INT16_MAX = 32767.0
+
+
+class SpeakerEmbedder:
+    """Loads the encoder once (CPU, torch threads = 1). Thread-safe to call from one worker thread at a time.
+
+    Construction sets torch's intra-op thread count of this process to 1: the server keeps one core for
+    itself and the recognizer's engine runs in its own processes, and a 1.6 s window batch gains little from
+    more threads. Construction takes a few seconds (weights, then one warm-up batch).
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        with warnings.catch_warnings():
+            # resemblyzer 0.1.4 imports a scipy.ndimage path that scipy deprecates; nothing we can act on.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from resemblyzer import VoiceEncoder
+
+        torch.set_num_threads(1)
+        self._torch = torch
+        self._encoder = VoiceEncoder(device="cpu", verbose=False)
+        self._encoder.eval()
+        # One batch at a time: the LSTM module is not re-entrant across threads.
+        self._lock = threading.Lock()
+        # The first mel transform loads and compiles librosa's kernels (about 3 s here): pay that now, at
+        # start-up, rather than on the first closed segment of the first session.
+        t = np.arange(SAMPLE_RATE_HZ, dtype=np.float32) / SAMPLE_RATE_HZ
+        self.embed([(0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)])
+
+    @property
+    def dim(self) -> int:
+        """Length of one embedding vector."""
+        return EMBEDDING_DIM
+
+    def embed(self, segments: list[np.ndarray]) -> np.ndarray:
+        """Embed each segment; float32 mono 16 kHz samples in [-1, 1].
+
+        Returns a float32 array of shape ``[len(segments), 256]``, each row L2-normalised. All segments'
+        windows run through the encoder in one batch. A segment shorter than one window (1.6 s) is
+        zero-padded into one window; such embeddings are less reliable, which is why the tracker only
+        trusts embeddings of segments with enough speech. An all-zero segment raises ``ValueError``.
+        """
+        if not segments:
+            return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
+        mels: list[np.ndarray] = []
+        owners: list[int] = []
+        for index, samples in enumerate(segments):
+            windows = _partial_mels(_normalise_volume(np.asarray(samples, dtype=np.float32)))
+            mels.extend(windows)
+            owners.extend([index] * len(windows))
+        batch = np.stack(mels)
+        with self._lock, self._torch.inference_mode():
+            partial = self._encoder(self._torch.from_numpy(batch)).numpy()
+        sums = np.zeros((len(segments), EMBEDDING_DIM), dtype=np.float64)
+        np.add.at(sums, np.asarray(owners), partial)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        if np.any(norms == 0.0):
+            # The encoder ends in a ReLU: only a degenerate input yields an all-zero vector.
+            raise ValueError("a segment produced a zero embedding (silent or empty audio)")
+        return (sums / norms).astype(np.float32)
+
+
+def _normalise_volume(samples: np.ndarray) -> np.ndarray:
+    """Raise a quiet segment to -30 dBFS RMS (never lower a loud one), as the encoder was trained on."""
+    if samples.size == 0:
+        raise ValueError("cannot embed an empty segment")
+    rms = float(np.sqrt(np.mean(np.square(samples * _INT16_MAX, dtype=np.float64))))
+    if rms == 0.0:
+        raise ValueError("cannot embed a silent segment")
+    change_db = _TARGET_DBFS - 20.0 * np.log10(rms / _INT16_MAX)
+    if change_db <= 0.0:
+        return samples
+    return (samples * (10.0 ** (change_db / 20.0))).astype(np.float32)
+
+
+def _partial_mels(samples: np.ndarray) -> list[np.ndarray]:
+    """Cut a segment's mel spectrogram into the encoder's 160-frame windows (each ``[160, 40]`` float32)."""
+    import librosa
+
+    n_frames = int(np.ceil((samples.size + 1) / _HOP_SAMPLES))
+    starts = list(range(0, max(1, n_frames - _PARTIAL_FRAMES + _PARTIAL_STEP_FRAMES + 1), _PARTIAL_STEP_FRAMES))
+    if len(starts) > 1:
+        coverage = (samples.size - starts[-1] * _HOP_SAMPLES) / (_PARTIAL_FRAMES * _HOP_SAMPLES)
+        if coverage < _MIN_LAST_COVERAGE:
+            starts.pop()
+    needed = (starts[-1] + _PARTIAL_FRAMES) * _HOP_SAMPLES
+    padded = np.pad(samples, (0, max(0, needed - samples.size)))
+    mel = librosa.feature.melspectrogram(
+        y=padded, sr=SAMPLE_RATE_HZ, n_fft=_FFT_SAMPLES, hop_length=_HOP_SAMPLES, n_mels=_MEL_BANDS
+    ).astype(np.float32).T
+    return [mel[start : start + _PARTIAL_FRAMES] for start in starts]

@@ -1,0 +1,177 @@
+/**
+ * Live captions page: wires the controls, the state badge and the transcript view to the captioning
+ * controller (js/controller.js). Protocol handling lives in js/protocol.js, rendering in js/view.js.
+ *
+ * ── Test hook ──────────────────────────────────────────────────────────────────────────────────────────
+ * `window.liveCaptions` (an EventTarget) lets browser tests drive and observe the page:
+ *   .state                 "idle" | "loading" | "connecting" | "live" | "reconnecting" | "stopping" | "error"
+ *                          (the badge shows the same value as its data-state attribute)
+ *   .detail                plain-language text shown for the current state ("" when none)
+ *   .transcript()          {sentences: [{id, text, start, end, spk, session}], partial}; times in ms on the
+ *                          page's timeline (equal to the server's times within the first session); spk is the
+ *                          server's 0-based speaker index or null, shown as "Speaker <spk + 1>"
+ *   .start(options?)       start captioning; options {language: code | null, hotwords: [..] | "a, b",
+ *                          processing: bool}, missing fields taken from the page's controls. Resolves once
+ *                          live, rejects if the run fails or is stopped first.
+ *   .stop()                send `stop`, wait for the final caption and `stopped`; resolves once idle
+ *   .messages              every server message received, in order, as decoded JSON
+ *   .receive(message)      handle a server message as if it came from the data channel (object or JSON text)
+ *   .exportAs(format)      the transcript as "txt" | "srt" | "vtt" | "json" text, as the download buttons save it
+ *   .session, .model, .language, .latencyMs   from the latest `ready` / `caption` messages
+ *   events (CustomEvent, read event.detail):
+ *     "state"     {state, previous, detail}
+ *     "caption"   {seq, sentences: [newly locked records], partial, isFinal, latencyMs}
+ *     "sentence"  one newly locked record {id, text, start, end, spk, session}
+ *     "speakers"  {seq, changed: [relabelled records]}
+ *     "stopped"   {session}
+ *     "error"     {code, message, detail}
+ *     "ready"     {session, model, language}
+ * DOM: each locked sentence is `[data-sentence-id][data-spk]` (data-spk "" while the speaker is unknown);
+ * the partial line is `[data-partial]` (empty when there is no open segment).
+ * ───────────────────────────────────────────────────────────────────────────────────────────────────────
+ */
+
+import { CaptionController, State } from "./js/controller.js";
+import { Follow } from "./js/follow.js";
+import { FORMATS } from "./js/formats.js";
+import { TranscriptView } from "./js/view.js";
+
+const BADGE_TEXT = {
+  [State.IDLE]: "Idle",
+  [State.LOADING]: "Loading model…",
+  [State.CONNECTING]: "Connecting…",
+  [State.LIVE]: "Live",
+  [State.RECONNECTING]: "Reconnecting…",
+  [State.STOPPING]: "Stopping…",
+  [State.ERROR]: "Error",
+};
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  badge: $("badge"),
+  badgeText: $("badge-text"),
+  latency: $("latency"),
+  latencyValue: $("latency-value"),
+  form: $("controls"),
+  language: $("language"),
+  hotwords: $("hotwords"),
+  processing: $("processing"),
+  toggle: $("toggle"),
+  optionsToggle: $("options-toggle"),
+  options: $("options"),
+  notice: $("notice"),
+  stage: $("stage"),
+  transcript: $("transcript"),
+  partial: $("partial"),
+  jump: $("jump"),
+  clear: $("clear"),
+};
+const config = document.body.dataset;
+
+const controller = new CaptionController({
+  readyUrl: config.readyUrl,
+  offerUrl: config.offerUrl,
+  maxHotwords: Number(config.maxHotwords) || 0,
+  model: config.model,
+  defaults: () => ({
+    language: ui.language.value,
+    hotwords: ui.hotwords?.value ?? "",
+    processing: ui.processing.checked,
+  }),
+});
+const follow = new Follow(ui.stage, ui.jump);
+const view = new TranscriptView({ log: ui.transcript, partial: ui.partial, follow });
+
+controller.addEventListener("state", ({ detail }) => showState(detail.state, detail.detail));
+controller.addEventListener("sentence", ({ detail }) => view.add(detail));
+controller.addEventListener("caption", ({ detail }) => {
+  view.setPartial(detail.partial);
+  showLatency();
+});
+controller.addEventListener("speakers", () => rerender());
+controller.addEventListener("error", ({ detail }) => {
+  // A failure that ended the run is already explained by the `error` state; this is for server notices.
+  if (controller.state !== State.ERROR) showNotice(detail.detail, "warn");
+});
+
+ui.form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (controller.running) controller.stop();
+  // The outcome is shown through state events; the returned promise is for scripts that await it.
+  else controller.start().catch(() => {});
+});
+
+ui.optionsToggle.addEventListener("click", () => {
+  const open = ui.options.hidden;
+  ui.options.hidden = !open;
+  ui.optionsToggle.setAttribute("aria-expanded", String(open));
+});
+
+for (const button of document.querySelectorAll("[data-format]")) {
+  button.addEventListener("click", () => download(button.dataset.format));
+}
+
+ui.clear.addEventListener("click", () => {
+  if (!controller.sentences.length && !controller.transcript().partial) return;
+  if (!confirm("Clear the captions shown on this page? Download them first if you want to keep them.")) return;
+  controller.clear();
+  rerender();
+});
+
+function rerender() {
+  view.render(controller.sentences, controller.transcript().partial);
+}
+
+function showState(state, detail) {
+  ui.badge.dataset.state = state;
+  ui.badgeText.textContent = BADGE_TEXT[state] ?? state;
+  document.body.dataset.state = state;
+
+  const running = controller.running;
+  ui.toggle.textContent = state === State.STOPPING ? "Stopping…" : running ? "Stop" : "Start";
+  ui.toggle.classList.toggle("stop", running);
+  ui.toggle.disabled = state === State.STOPPING;
+  // Language and hotwords are sent once, when a session starts: lock them while captioning.
+  for (const input of [ui.language, ui.hotwords, ui.processing]) if (input) input.disabled = running;
+
+  showNotice(detail, state === State.ERROR ? "error" : "info");
+  showLatency();
+}
+
+function showNotice(text, tone) {
+  ui.notice.hidden = !text;
+  ui.notice.textContent = text;
+  ui.notice.dataset.tone = tone;
+  // Errors interrupt a screen reader; progress messages wait their turn.
+  ui.notice.setAttribute("role", tone === "error" ? "alert" : "status");
+}
+
+function showLatency() {
+  const ms = controller.latencyMs;
+  const visible = controller.state === State.LIVE && ms !== null;
+  ui.latency.hidden = !visible;
+  if (visible) ui.latencyValue.textContent = `${(ms / 1000).toFixed(1)} s`;
+}
+
+function download(format) {
+  const text = controller.exportAs(format);
+  const blob = new Blob([text], { type: `${FORMATS[format].mime};charset=utf-8` });
+  const url = URL.createObjectURL(blob);
+  const link = Object.assign(document.createElement("a"), { href: url, download: fileName(format) });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  // The download has its own reference to the blob by now; revoking frees the page's copy.
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function fileName(format) {
+  const now = new Date();
+  const pad = (n) => String(n).padStart(2, "0");
+  const stamp = `${now.getFullYear()}-${pad(now.getMonth() + 1)}-${pad(now.getDate())}-${pad(now.getHours())}${pad(now.getMinutes())}`;
+  return `captions-${stamp}.${format}`;
+}
+
+window.liveCaptions = controller;
+showState(controller.state, controller.detail);
+controller.watchReadiness();

@@ -1,0 +1,421 @@
+/**
+ * The page's captioning lifecycle: waiting for the model, connecting, live, reconnecting, stopping.
+ * Owns the microphone stream, the current Session and the Transcript; knows nothing about the DOM.
+ *
+ * States (the `state` event's detail.state and the badge's data-state):
+ *   idle          not captioning (model ready, or a previous run ended)
+ *   loading       the server's model is loading; polled until ready
+ *   connecting    asking for the microphone, then setting up the first session
+ *   live          the server said `ready`; captions flow
+ *   reconnecting  a live connection dropped; new sessions are tried with backoff, the transcript is kept
+ *   stopping      `stop` sent; waiting for the final caption and `stopped`
+ *   error         a failure that retrying cannot fix (or the first connection failed); detail says why
+ */
+
+import { CaptionError, plainLanguage } from "./errors.js";
+import { FORMATS } from "./formats.js";
+import { openMicrophone, releaseMicrophone } from "./microphone.js";
+import { decodeServerMessage, parseHotwords } from "./protocol.js";
+import { Session } from "./session.js";
+import { Transcript } from "./transcript.js";
+
+export const State = Object.freeze({
+  IDLE: "idle",
+  LOADING: "loading",
+  CONNECTING: "connecting",
+  LIVE: "live",
+  RECONNECTING: "reconnecting",
+  STOPPING: "stopping",
+  ERROR: "error",
+});
+
+const POLL_LOADING_MS = 1000;
+const POLL_DOWN_MS = 3000;
+// The server decodes the open segment once more before `stopped`: seconds on a busy CPU.
+const STOP_TIMEOUT_MS = 15000;
+// Reconnect delays; each is jittered by ±20 % so many pages do not return at the same instant.
+const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
+// A session that stayed live this long counts as healthy: the next drop starts the backoff afresh.
+const STABLE_LIVE_MS = 20000;
+
+/**
+ * Events (CustomEvent, `detail` as listed):
+ *   state     {state, previous, detail}   detail: plain-language text for the person, or ""
+ *   ready     decoded `ready` message      {session, model, language}
+ *   caption   {seq, sentences: [records added], partial, isFinal, latencyMs}
+ *   sentence  one record {id, text, start, end, spk, session}, once per newly locked sentence
+ *   speakers  {seq, changed: [records]}   after a relabel was applied
+ *   stopped   {session}
+ *   error     {code, message, detail}     from the server, or a failure that ended the run
+ */
+export class CaptionController extends EventTarget {
+  /** Every message received from the server, in order, as decoded JSON (or the raw data if not JSON). */
+  messages = [];
+  /** Current server session id ("" before the first `ready`). */
+  session = "";
+  model = "";
+  language = null;
+  /** Latest `latency_ms` from the server, or null. */
+  latencyMs = null;
+
+  #state = State.IDLE;
+  #detail = "";
+  #transcript = new Transcript();
+  #running = false;
+  #run = 0;
+  #current = null;
+  #stream = null;
+  #options = null;
+  #defaults;
+  #readyUrl;
+  #offerUrl;
+  #maxHotwords;
+  #wakers = new Set();
+  #watching = false;
+  #stopping = null;
+
+  /**
+   * @param {{readyUrl?: string, offerUrl?: string, maxHotwords?: number, model?: string,
+   *          defaults?: () => object}} config  defaults(): start options when start() is given none
+   */
+  constructor({ readyUrl = "/ready", offerUrl = "/offer", maxHotwords = 0, model = "", defaults } = {}) {
+    super();
+    this.#readyUrl = readyUrl;
+    this.#offerUrl = offerUrl;
+    this.#maxHotwords = maxHotwords;
+    this.model = model;
+    this.#defaults = defaults ?? (() => ({}));
+  }
+
+  get state() {
+    return this.#state;
+  }
+
+  /** Plain-language text explaining the current state ("" when there is nothing to say). */
+  get detail() {
+    return this.#detail;
+  }
+
+  /** True from start() until stop() or a failure: the person wants captions. */
+  get running() {
+    return this.#running;
+  }
+
+  /** `{sentences: [{id, text, start, end, spk, session}], partial}`, a detached copy. */
+  transcript() {
+    return this.#transcript.snapshot();
+  }
+
+  /** Locked sentence records (live objects, for rendering and export; do not modify). */
+  get sentences() {
+    return this.#transcript.sentences;
+  }
+
+  /**
+   * Start captioning. `options`: {language: code | "" | null (auto), hotwords: string[] | string,
+   * processing: boolean (browser echo/noise processing)}; missing fields come from the page's controls.
+   * Resolves once live; rejects with a CaptionError if the run ends in `error` or is stopped first.
+   */
+  start(options = {}) {
+    if (this.#running || this.#stopping) return this.#whenLive();
+    const merged = { ...this.#defaults(), ...options };
+    const hotwords = Array.isArray(merged.hotwords) ? merged.hotwords.join(",") : merged.hotwords;
+    this.#options = {
+      language: merged.language || null,
+      hotwords: parseHotwords(hotwords, this.#maxHotwords),
+      processing: Boolean(merged.processing),
+    };
+    this.#running = true;
+    const run = ++this.#run;
+    const live = this.#whenLive();
+    this.#begin(run);
+    return live;
+  }
+
+  /** Stop captioning: the server finishes the open segment first. Resolves once idle. */
+  stop() {
+    if (!this.#running) return this.#stopping ?? Promise.resolve();
+    this.#running = false;
+    this.#wake();
+    this.#stopping = this.#finish().finally(() => (this.#stopping = null));
+    return this.#stopping;
+  }
+
+  /** The locked transcript as "txt", "srt", "vtt" or "json" text (see formats.js). */
+  exportAs(format) {
+    const entry = FORMATS[format];
+    if (!entry) throw new CaptionError("bad-format", `unknown format ${format}`);
+    return entry.render(this.#transcript.sentences, { model: this.model, language: this.language });
+  }
+
+  /** Forget the transcript shown so far. */
+  clear() {
+    this.#transcript.clear();
+    this.latencyMs = null;
+  }
+
+  /**
+   * Handle one server message exactly as if it had arrived on the data channel (the Session feeds it
+   * here too). Lets tests drive the page's rendering without a server.
+   */
+  receive(data) {
+    let decoded;
+    try {
+      decoded = decodeServerMessage(data);
+    } catch {
+      decoded = { raw: data, message: null };
+    }
+    this.#handle(decoded);
+  }
+
+  /** At page load: poll the server until its model is ready, showing `loading` meanwhile. */
+  async watchReadiness() {
+    if (this.#watching) return;
+    this.#watching = true;
+    try {
+      while (!this.#running) {
+        const ready = await this.#fetchReady();
+        if (this.#running) return;
+        if (ready.state === "ready") {
+          if (this.#state !== State.IDLE) this.#setState(State.IDLE);
+          return;
+        }
+        if (ready.state === "loading") this.#setState(State.LOADING, loadingText(ready.detail));
+        else this.#setState(State.ERROR, plainLanguage(readinessError(ready)));
+        await this.#sleep(ready.state === "loading" ? POLL_LOADING_MS : POLL_DOWN_MS);
+      }
+    } finally {
+      this.#watching = false;
+    }
+  }
+
+  async #begin(run) {
+    try {
+      this.#setState(State.CONNECTING, "Waiting for the microphone…");
+      const stream = await openMicrophone({ processing: this.#options.processing });
+      if (!this.#isCurrent(run)) {
+        releaseMicrophone(stream);
+        return;
+      }
+      this.#stream = stream;
+      for (const track of stream.getAudioTracks()) {
+        track.addEventListener("ended", () => this.#isCurrent(run) && this.#fail(new CaptionError("mic-ended")));
+      }
+      await this.#connectLoop(run);
+    } catch (error) {
+      if (this.#isCurrent(run)) this.#fail(error);
+    }
+  }
+
+  /** Connect, stay live until the connection drops, reconnect with backoff; until stopped or failed. */
+  async #connectLoop(run) {
+    let attempt = 0;
+    let wasLive = false;
+    while (this.#isCurrent(run)) {
+      let liveSince = 0;
+      try {
+        await this.#awaitModel(run);
+        if (!this.#isCurrent(run)) return;
+        if (!wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
+        else if (this.#state !== State.RECONNECTING) this.#setState(State.RECONNECTING, "Reconnecting…");
+
+        const session = new Session({ stream: this.#stream, offerUrl: this.#offerUrl, start: this.#options });
+        this.#current = session;
+        session.addEventListener("message", (event) => this.#handle(event.detail));
+        await session.connect();
+        if (!this.#isCurrent(run)) return;
+
+        wasLive = true;
+        liveSince = Date.now();
+        this.#setState(State.LIVE);
+        const reason = await session.closed;
+        if (!this.#isCurrent(run)) return;
+        throw new CaptionError("connection-lost", reason);
+      } catch (error) {
+        if (!this.#isCurrent(run)) return;
+        this.#current?.close("replaced");
+        this.#current = null;
+        this.#dropPartial();
+        const err = CaptionError.from(error);
+        if (err.code === "loading") {
+          // The model is (re)loading: wait for it through /ready, without counting a failed attempt.
+          await this.#sleep(POLL_LOADING_MS);
+          continue;
+        }
+        if (!wasLive || err.fatal) throw err;
+        if (liveSince && Date.now() - liveSince >= STABLE_LIVE_MS) attempt = 0;
+        this.#setState(State.RECONNECTING, `${plainLanguage(err)} Reconnecting…`);
+      }
+      await this.#sleep(backoff(attempt++));
+    }
+  }
+
+  /** Resolve once /ready says ready; `loading` meanwhile. Throws when the model failed or no server. */
+  async #awaitModel(run) {
+    for (;;) {
+      const ready = await this.#fetchReady();
+      if (!this.#isCurrent(run) || ready.state === "ready") return;
+      if (ready.state !== "loading") throw readinessError(ready);
+      this.#setState(State.LOADING, loadingText(ready.detail));
+      await this.#sleep(POLL_LOADING_MS);
+    }
+  }
+
+  async #fetchReady() {
+    let response;
+    try {
+      response = await fetch(this.#readyUrl, { cache: "no-store" });
+    } catch (error) {
+      return { state: "unreachable", detail: error?.message ?? "" };
+    }
+    const body = await response.json().catch(() => ({}));
+    if (typeof body?.model === "string" && body.model) this.model = body.model;
+    if (response.ok && body?.ready === true) return { state: "ready" };
+    if (body?.state === "loading" || body?.state === "failed") {
+      return { state: body.state, detail: typeof body.detail === "string" ? body.detail : "" };
+    }
+    return { state: "unreachable", detail: `HTTP ${response.status}` };
+  }
+
+  async #finish() {
+    const session = this.#current;
+    this.#current = null;
+    if (session && this.#state === State.LIVE) {
+      this.#setState(State.STOPPING, "Finishing the last sentence…");
+      await session.stop(STOP_TIMEOUT_MS);
+    } else {
+      session?.close("stopped");
+    }
+    releaseMicrophone(this.#stream);
+    this.#stream = null;
+    // Text still open at this point was never locked: it is not part of the transcript.
+    this.#dropPartial();
+    this.#setState(State.IDLE);
+  }
+
+  #fail(error) {
+    const err = CaptionError.from(error);
+    this.#running = false;
+    this.#run += 1;
+    this.#wake();
+    this.#current?.close("failed");
+    this.#current = null;
+    releaseMicrophone(this.#stream);
+    this.#stream = null;
+    this.#dropPartial();
+    this.#setState(State.ERROR, plainLanguage(err));
+    this.#emit("error", { code: err.code, message: err.detail, detail: plainLanguage(err) });
+  }
+
+  #handle({ raw, message }) {
+    this.messages.push(raw);
+    if (!message) return;
+    switch (message.type) {
+      case "ready":
+        this.session = message.session;
+        this.model = message.model || this.model;
+        this.language = message.language;
+        this.#transcript.beginSession(message.session);
+        this.#emit("ready", { session: message.session, model: message.model, language: message.language });
+        break;
+      case "caption": {
+        const added = this.#transcript.addSentences(message.sentences);
+        this.#transcript.partial = message.partial;
+        if (message.latencyMs !== null) this.latencyMs = message.latencyMs;
+        for (const record of added) this.#emit("sentence", { ...record });
+        this.#emit("caption", {
+          seq: message.seq,
+          sentences: added.map((record) => ({ ...record })),
+          partial: message.partial,
+          isFinal: message.isFinal,
+          latencyMs: message.latencyMs,
+        });
+        break;
+      }
+      case "speakers": {
+        const changed = this.#transcript.relabel(message.relabel);
+        this.#emit("speakers", { seq: message.seq, changed: changed.map((record) => ({ ...record })) });
+        break;
+      }
+      case "stopped":
+        this.#emit("stopped", { session: this.session });
+        break;
+      case "error": {
+        const detail = plainLanguage(new CaptionError(message.code, message.message));
+        this.#emit("error", { code: message.code, message: message.message, detail });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  #dropPartial() {
+    if (!this.#transcript.partial) return;
+    this.#transcript.partial = "";
+    this.#emit("caption", { seq: null, sentences: [], partial: "", isFinal: false, latencyMs: null });
+  }
+
+  #setState(state, detail = "") {
+    const previous = this.#state;
+    if (previous === state && this.#detail === detail) return;
+    this.#state = state;
+    this.#detail = detail;
+    if (state !== State.LIVE) this.latencyMs = null;
+    this.#emit("state", { state, previous, detail });
+  }
+
+  #emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+
+  #isCurrent(run) {
+    return this.#running && run === this.#run;
+  }
+
+  #whenLive() {
+    if (this.#state === State.LIVE) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const onState = ({ detail }) => {
+        if (detail.state === State.LIVE) resolve();
+        else if (detail.state === State.ERROR) reject(new CaptionError("failed", detail.detail));
+        else if (detail.state === State.IDLE) reject(new CaptionError("stopped", "stopped before going live"));
+        else return;
+        this.removeEventListener("state", onState);
+      };
+      this.addEventListener("state", onState);
+    });
+  }
+
+  /** Wait `ms`, or less if stop() or a failure wakes every sleeper. */
+  #sleep(ms) {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#wakers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#wakers.add(wake);
+    });
+  }
+
+  #wake() {
+    for (const wake of [...this.#wakers]) wake();
+  }
+}
+
+function backoff(attempt) {
+  const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
+  return Math.round(base * (0.8 + Math.random() * 0.4));
+}
+
+function readinessError(ready) {
+  if (ready.state === "failed") return new CaptionError("model-failed", ready.detail, { fatal: true });
+  return new CaptionError("unreachable", ready.detail);
+}
+
+function loadingText(detail) {
+  const base = "The speech model is loading. On a first start this can take a few minutes.";
+  return detail ? `${base} (${detail})` : base;
+}

@@ -1,0 +1,148 @@
+/**
+ * The `captions` data-channel protocol, client side (see docs/protocol.md).
+ *
+ * This is the only module that knows wire field names. It builds the client's messages and turns the server's
+ * JSON into normalised objects with checked types, so rendering code never touches raw wire data and a
+ * malformed field cannot reach the DOM.
+ */
+
+export const CHANNEL_LABEL = "captions";
+
+/** Client → server: begin captioning. `language` "" or null means auto-detect (sent as null). */
+export function startMessage({ language = null, hotwords = [] } = {}) {
+  return JSON.stringify({ type: "start", language: language || null, hotwords: [...hotwords] });
+}
+
+/** Client → server: finish the open segment, then answer with a final caption and `stopped`. */
+export function stopMessage() {
+  return JSON.stringify({ type: "stop" });
+}
+
+/**
+ * Split free text typed by a person into hotwords: commas or new lines separate entries, blanks and
+ * case-insensitive repeats are dropped, and at most `max` entries are kept (the server rejects more).
+ */
+export function parseHotwords(text, max) {
+  const seen = new Set();
+  const words = [];
+  for (const part of String(text ?? "").split(/[,\n]/)) {
+    const word = part.trim().replace(/\s+/g, " ");
+    const key = word.toLowerCase();
+    if (!word || seen.has(key)) continue;
+    seen.add(key);
+    words.push(word);
+  }
+  return words.slice(0, Math.max(0, max));
+}
+
+export class ProtocolError extends Error {
+  name = "ProtocolError";
+}
+
+/**
+ * Decode one server → client message (a JSON string, or an already-parsed object in tests).
+ *
+ * Returns `{raw, message}`: `raw` is the JSON exactly as sent, `message` a normalised copy, one of
+ *   {type: "ready", seq, session, model, language}
+ *   {type: "caption", seq, sentences: [{id, text, start, end, spk}], partial, isFinal, latencyMs}
+ *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
+ *   {type: "stopped", seq}
+ *   {type: "error", seq, code, message}
+ *   {type: "unknown", seq}: a message type this page does not know, so a newer server cannot break it.
+ * Times are milliseconds from the start of the session's audio; `spk` is a 0-based speaker index or null
+ * (not known yet); `latencyMs` is null when the server did not say. Throws ProtocolError on non-JSON or
+ * non-object input.
+ */
+export function decodeServerMessage(data) {
+  let raw = data;
+  if (typeof data === "string") {
+    try {
+      raw = JSON.parse(data);
+    } catch {
+      throw new ProtocolError("message is not JSON");
+    }
+  }
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
+    throw new ProtocolError("message is not a JSON object");
+  }
+  const seq = finiteOr(raw.seq, null);
+  switch (raw.type) {
+    case "ready":
+      return {
+        raw,
+        message: {
+          type: "ready",
+          seq,
+          session: raw.session == null ? "" : String(raw.session),
+          model: textOr(raw.model, ""),
+          language: textOr(raw.language, null),
+        },
+      };
+    case "caption":
+      return {
+        raw,
+        message: {
+          type: "caption",
+          seq,
+          sentences: Array.isArray(raw.sentences) ? raw.sentences.map(sentence) : [],
+          partial: textOr(raw.partial, ""),
+          isFinal: raw.is_final === true,
+          latencyMs: finiteOr(raw.latency_ms, null),
+        },
+      };
+    case "speakers": {
+      const relabel = new Map();
+      for (const [id, spk] of Object.entries(raw.relabel ?? {})) relabel.set(String(id), speaker(spk));
+      return { raw, message: { type: "speakers", seq, relabel } };
+    }
+    case "stopped":
+      return { raw, message: { type: "stopped", seq } };
+    case "error":
+      return {
+        raw,
+        message: {
+          type: "error",
+          seq,
+          code: textOr(raw.code, "error"),
+          message: textOr(raw.message, ""),
+        },
+      };
+    default:
+      return { raw, message: { type: "unknown", seq } };
+  }
+}
+
+/**
+ * Decode the JSON body of a failed HTTP request (`{"error": {"code", "message"}}`) into `{code, message}`.
+ * Bodies of another shape (a proxy's HTML page, say) yield a code derived from the HTTP status.
+ */
+export function decodeHttpError(body, status) {
+  const error = body && typeof body === "object" ? body.error : null;
+  return {
+    code: textOr(error?.code, `http-${status}`),
+    message: textOr(error?.message, ""),
+  };
+}
+
+function sentence(raw) {
+  const start = Math.max(0, finiteOr(raw?.start, 0));
+  return {
+    id: raw?.id,
+    text: textOr(raw?.text, "").trim(),
+    start,
+    end: Math.max(start, finiteOr(raw?.end, start)),
+    spk: speaker(raw?.spk),
+  };
+}
+
+function speaker(value) {
+  return Number.isInteger(value) && value >= 0 ? value : null;
+}
+
+function finiteOr(value, fallback) {
+  return typeof value === "number" && Number.isFinite(value) ? value : fallback;
+}
+
+function textOr(value, fallback) {
+  return typeof value === "string" ? value : fallback;
+}

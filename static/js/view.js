@@ -1,0 +1,116 @@
+/**
+ * Renders the transcript: locked sentences grouped into speaker turns (as formats.js `turns()` groups
+ * them), then the partial line.
+ *
+ * Locked sentences are only ever appended (they never change), so the common update touches one element and
+ * the reader's text selection survives. A speaker relabel or a clear re-renders everything: both are rare.
+ *
+ * Markup contract (tests rely on it):
+ *   <section class="turn" data-speaker>          one speaker's consecutive sentences (no data-spk, so
+ *                                                [data-spk] selects sentences only)
+ *     <span class="sentence" data-sentence-id data-spk>   one locked sentence; data-spk "" when unknown
+ *   <p class="partial" data-partial>             the open segment's text, replaced on every update
+ */
+
+import { shortTime, speakerName } from "./formats.js";
+
+// Eight speaker colours (CSS --spk-0 … --spk-7), reused in turn when a conversation has more speakers.
+const PALETTE_SIZE = 8;
+
+export class TranscriptView {
+  #log;
+  #partial;
+  #follow;
+  #lastTurn = null;
+  #lastRecord = null;
+
+  /**
+   * @param {{log: HTMLElement, partial: HTMLElement, follow: import("./follow.js").Follow}} parts
+   */
+  constructor({ log, partial, follow }) {
+    this.#log = log;
+    this.#partial = partial;
+    this.#follow = follow;
+  }
+
+  /** Append one newly locked sentence. */
+  add(record) {
+    this.#append(record);
+    this.#follow.update();
+  }
+
+  /** Replace the partial line (empty text hides it). */
+  setPartial(text) {
+    if (this.#partial.textContent === text) return;
+    this.#partial.textContent = text;
+    this.#follow.update();
+  }
+
+  /** Rebuild everything from the records (after a speaker relabel or a clear). */
+  render(records, partial) {
+    this.#log.replaceChildren();
+    this.#lastTurn = null;
+    this.#lastRecord = null;
+    for (const record of records) this.#append(record, false);
+    this.#partial.textContent = partial;
+    this.#follow.update();
+  }
+
+  #append(record, animate = true) {
+    const last = this.#lastRecord;
+    if (!last || record.spk !== last.spk || record.session !== last.session) {
+      if (last && record.session !== last.session) this.#log.append(sessionBreak(record));
+      this.#lastTurn = turnElement(record);
+      this.#log.append(this.#lastTurn);
+    }
+    const text = this.#lastTurn.querySelector(".turn-text");
+    if (text.childElementCount) text.append(" ");
+    text.append(sentenceElement(record, animate));
+    this.#lastRecord = record;
+  }
+}
+
+function turnElement(record) {
+  const turn = document.createElement("section");
+  turn.className = "turn";
+  turn.dataset.speaker = spkAttr(record.spk);
+  if (record.spk !== null) turn.style.setProperty("--speaker", `var(--spk-${record.spk % PALETTE_SIZE})`);
+
+  const head = document.createElement("header");
+  head.className = "turn-head";
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = speakerName(record.spk);
+  const when = document.createElement("time");
+  when.className = "when";
+  when.textContent = shortTime(record.start);
+  when.dateTime = `PT${(record.start / 1000).toFixed(3)}S`;
+  head.append(who, when);
+
+  const text = document.createElement("p");
+  text.className = "turn-text";
+  turn.append(head, text);
+  return turn;
+}
+
+function sentenceElement(record, animate) {
+  const span = document.createElement("span");
+  span.className = animate ? "sentence arriving" : "sentence";
+  span.dataset.sentenceId = String(record.id);
+  span.dataset.spk = spkAttr(record.spk);
+  span.title = `${shortTime(record.start)} – ${shortTime(record.end)}`;
+  span.textContent = record.text;
+  return span;
+}
+
+// Marks where one server session ended and the next began: captions may be missing across it.
+function sessionBreak(record) {
+  const rule = document.createElement("p");
+  rule.className = "session-break";
+  rule.textContent = `Resumed at ${shortTime(record.start)}`;
+  return rule;
+}
+
+function spkAttr(spk) {
+  return spk === null ? "" : String(spk);
+}

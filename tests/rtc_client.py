@@ -1,0 +1,112 @@
+"""A browserless WebRTC caption client (aiortc): streams audio like a live microphone and collects the messages.
+
+Used by the functional tests; it follows the same protocol as the page's JavaScript client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import json
+import time
+from typing import Any
+
+import aiohttp
+import av
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
+
+RATE = 16_000
+FRAME = 320  # 20 ms
+
+
+class ArrayAudioTrack(MediaStreamTrack):
+    """Plays float32 16 kHz audio in real time, then digital silence (a microphone that stays open)."""
+
+    kind = "audio"
+
+    def __init__(self, samples: np.ndarray) -> None:
+        super().__init__()
+        self._pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
+        self._pos = 0
+        self._start: float | None = None
+        self.played_s = 0.0
+
+    async def recv(self) -> av.AudioFrame:
+        if self._start is None:
+            self._start = time.monotonic()
+        due = self._start + self._pos / RATE
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        chunk = self._pcm[self._pos : self._pos + FRAME]
+        if chunk.size < FRAME:
+            chunk = np.concatenate([chunk, np.zeros(FRAME - chunk.size, np.int16)])
+        frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = RATE
+        frame.pts = self._pos
+        frame.time_base = fractions.Fraction(1, RATE)
+        self._pos += FRAME
+        self.played_s = self._pos / RATE
+        return frame
+
+
+class CaptionClient:
+    """Connect, stream, stop, collect. ``messages`` holds every server message in order with arrival times."""
+
+    def __init__(self, base_url: str, samples: np.ndarray) -> None:
+        self.base_url = base_url
+        self.track = ArrayAudioTrack(samples)
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.channel = self.pc.createDataChannel("captions")
+        self.messages: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []
+        self.stopped = asyncio.Event()
+        self.opened = asyncio.Event()
+        self.t0 = 0.0
+        self.session = ""
+        self.channel.on("open", self.opened.set)
+        self.channel.on("message", self._on_message)
+
+    def _on_message(self, raw: str) -> None:
+        msg = json.loads(raw)
+        self.messages.append(msg)
+        self.arrivals.append(time.monotonic() - self.t0)
+        if msg["type"] == "stopped":
+            self.stopped.set()
+
+    async def connect(self, start: dict[str, Any] | None = None) -> None:
+        self.pc.addTrack(self.track)
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{self.base_url}/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as resp:
+            body = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"offer rejected: {resp.status} {body}")
+        self.session = body["session"]
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        await asyncio.wait_for(self.opened.wait(), 20)
+        self.t0 = time.monotonic()
+        self.channel.send(json.dumps(start or {"type": "start", "language": "en", "hotwords": []}))
+
+    def send(self, raw: str) -> None:
+        self.channel.send(raw)
+
+    async def stop(self, timeout_s: float = 60.0) -> None:
+        self.channel.send(json.dumps({"type": "stop"}))
+        await asyncio.wait_for(self.stopped.wait(), timeout_s)
+
+    async def close(self) -> None:
+        await self.pc.close()
+
+    def sentences(self) -> list[dict[str, Any]]:
+        out = {s["id"]: dict(s) for m in self.messages if m["type"] == "caption" for s in m["sentences"]}
+        for m in self.messages:
+            if m["type"] == "speakers":
+                for sid, spk in m["relabel"].items():
+                    out[int(sid)]["spk"] = spk
+        return [out[k] for k in sorted(out)]
+
+    def text(self) -> str:
+        return " ".join(s["text"] for s in self.sentences())

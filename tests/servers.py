@@ -1,0 +1,31 @@
+"""Run the real aiohttp app in-process on a loopback port for tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+from aiohttp import web
+
+from app.config import IceConfig, ServerConfig
+from app.server import create_app
+from engine.hub import CaptionEngine
+
+LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True))
+
+
+@asynccontextmanager
+async def running_server(engine: CaptionEngine | None,
+                         **overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
+    """Serve ``create_app`` on 127.0.0.1 (a free port); yields (base URL, app)."""
+    app = create_app(replace(LOOPBACK, **overrides), engine=engine)  # type: ignore[arg-type]
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        await runner.cleanup()

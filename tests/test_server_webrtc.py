@@ -1,0 +1,41 @@
+"""The server in-process with the real engine, driven by a Python WebRTC client over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.keys import PEERS
+from engine.hub import CaptionEngine
+from tests.rtc_client import CaptionClient
+from tests.servers import running_server
+from tests.speech import audio, pad, reference
+from tests.wer import word_errors
+
+pytestmark = pytest.mark.heavy
+
+
+async def test_streamed_wav_becomes_live_captions(engine: CaptionEngine) -> None:
+    clip = "ls_2412-153948-0001"
+    samples = pad(audio(clip), 0.5, 2.8)
+    async with running_server(engine) as (url, app):
+        client = CaptionClient(url, samples)
+        await client.connect()
+        await asyncio.sleep(samples.size / 16000)
+        await client.stop()
+        await client.close()
+        for _ in range(50):
+            if not app[PEERS]:
+                break
+            await asyncio.sleep(0.1)
+        assert not app[PEERS], "the session outlived its peer connection"
+    types = [m["type"] for m in client.messages]
+    assert types[0] == "ready" and types[-1] == "stopped"
+    errors, n = word_errors(reference(clip), client.text())
+    assert errors / n < 0.15, client.text()
+    first_lock = next(i for i, m in enumerate(client.messages) if m["type"] == "caption" and m["sentences"])
+    assert any(m["type"] == "caption" and m["partial"] for m in client.messages[:first_lock])
+    # Locked before the stop was asked: the endpoint, not the stop, closed the sentence.
+    assert client.arrivals[first_lock] < samples.size / 16000 + 0.5
+    assert not engine.sessions

@@ -93,6 +93,7 @@ class TranscriberConfig:
 
     model: str | None = None  # None = embedded default; else embedded name, local HF folder or hub id
     device: str = "auto"  # "auto" | "cpu" | "cuda"
+    dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
     max_tokens: int = 220  # per segment; Whisper's decoder context is 448 tokens
     cache_dir: str | None = None

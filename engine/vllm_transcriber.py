@@ -34,6 +34,22 @@ def detect_device(requested: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def cpu_dtype(cpuinfo: str | None = None) -> str:
+    """bfloat16 where the CPU computes it natively (AVX-512 BF16 or AMX), else float32.
+
+    Measured: float16 is ~6x slower than bfloat16 on an AVX-512 BF16 CPU, but on an AVX2-only CPU bfloat16 is
+    emulated and float32 decoded Whisper base 3.4x faster (3.1 s vs 10.6 s for a 7.9 s clip).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
+    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
 def decoder_prompt(spec: ModelSpec, language: str | None, context: str) -> str:
     """Whisper's decoder prompt: optional previous-text context, then the task tokens.
 
@@ -131,10 +147,11 @@ class VllmTranscriber:
             scheduling_policy="priority",
             disable_log_stats=True,
         )
+        dtype = self.config.dtype
         if device == "cpu":
-            kwargs.update(dtype="bfloat16", enforce_eager=True)  # float16 is ~6x slower on CPU
+            kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True)
         else:
-            kwargs.update(gpu_memory_utilization=self.config.gpu_memory_utilization)
+            kwargs.update(dtype=dtype, gpu_memory_utilization=self.config.gpu_memory_utilization)
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
     def _language_tokens(self) -> dict[int, str]:

@@ -1,0 +1,50 @@
+"""Launching Debian's Chromium for Playwright tests so that nothing but loopback is ever contacted, with a WAV file
+as the fake microphone."""
+
+from __future__ import annotations
+
+import re
+import wave
+from pathlib import Path
+
+import numpy as np
+import playwright
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def playwright_disabled_features() -> list[str]:
+    """The features Playwright itself disables. Chromium keeps only the last ``--disable-features`` flag, so ours
+    must repeat Playwright's list, read from the installed driver so the two never drift apart."""
+    bundle = Path(playwright.__file__).parent / "driver" / "package" / "lib" / "coreBundle.js"
+    text = bundle.read_text(encoding="utf-8")
+    m = re.search(r"disabledFeatures = \[(.*?)\]\.filter", text, re.S)
+    if m is None:
+        raise RuntimeError(f"cannot find Playwright's disabled Chromium features in {bundle}")
+    return re.findall(r'"([A-Za-z0-9]+)"', re.sub(r"//[^\n]*", "", m.group(1)))
+
+
+def chromium_args(fake_mic: Path) -> list[str]:
+    """NOTES-machine flags: headless, no background networking, host resolution off except loopback, fake
+    microphone playing ``fake_mic`` once, loopback ICE candidates allowed, no mDNS-hidden local addresses."""
+    features = [*playwright_disabled_features(), "WebRtcHideLocalIpsWithMdns"]
+    return [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={fake_mic}%noloop",
+        "--allow-loopback-in-peer-connection",
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost",
+        "--disable-features=" + ",".join(features),
+    ]
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = 16_000) -> Path:
+    """16-bit PCM mono WAV: a format Chromium's fake microphone plays (24-bit or compressed ones play silence)."""
+    pcm = (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return path

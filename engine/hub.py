@@ -63,6 +63,11 @@ class CaptionEngine:
         self._embed_queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
         self._embed_wake = asyncio.Event()
         self._embedder: Any = None
+        self.speaker_config: Any = None  # engine.speakers.SpeakerConfig when labels are on
+        if config.speakers:
+            from .speakers import SpeakerConfig
+
+            self.speaker_config = SpeakerConfig()
         self.vad_busy_s = 0.0  # CPU-side wall time spent in VAD batches (for benches)
         self.vad_calls = 0
         self.started_at = time.monotonic()
@@ -191,18 +196,16 @@ class CaptionEngine:
     # ---- speakers -------------------------------------------------------------------------------------------
     def new_speaker_tracker(self) -> Any:
         """A per-session speaker tracker, or None when speaker labels are off."""
-        if not self.config.speakers:
+        if self.speaker_config is None:
             return None
-        from .speakers import SpeakerConfig, SpeakerTracker
+        from .speakers import SpeakerTracker
 
-        return SpeakerTracker(SpeakerConfig())
+        return SpeakerTracker(self.speaker_config)
 
     def embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         """Speaker embedding of one segment, batched with whatever else is waiting; None if too short or off."""
         fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
-        from .speakers import SpeakerConfig
-
-        if self._embedder is None or speech_s < SpeakerConfig().min_embed_speech_s:
+        if self._embedder is None or speech_s < self.speaker_config.min_embed_speech_s:
             fut.set_result(None)
             return fut
         self._embed_queue.append((audio, fut))

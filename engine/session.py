@@ -197,7 +197,9 @@ class Session:
         opened = self.endpointer.open_segment
         keep = opened.start if opened else self.endpointer.position - self.engine.preroll_samples
         self.audio.trim_before(keep)
-        while len(self._arrivals) > 1 and self._arrivals[1][0] <= self.audio.origin:
+        # Arrival times are still needed for the latency of segments waiting for their final decode.
+        oldest = min(self.audio.origin, self._pending[0].closed.start) if self._pending else self.audio.origin
+        while len(self._arrivals) > 1 and self._arrivals[1][0] <= oldest:
             self._arrivals.popleft()
 
     # ---- partials -------------------------------------------------------------------------------------------
@@ -324,11 +326,15 @@ class Session:
         while self._pending:
             await asyncio.wait([p.task for p in self._pending])
             self._lock_ready()
+        if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
+            return
         self._post([], covered_end=0, is_final=True)
         if self.speakers:
             relabel = await self.engine.recluster(self.speakers)
             if relabel:
                 self.mailbox.post(protocol.speakers(relabel))
+        if self.state is SessionState.CLOSED:
+            return
         self.mailbox.post(protocol.stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()

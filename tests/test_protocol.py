@@ -1,0 +1,86 @@
+"""Wire protocol pieces: client message validation, the coalescing mailbox, the hallucination guard."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from engine import protocol
+from engine.config import GuardConfig
+from engine.guard import reject_reason
+from engine.mailbox import Mailbox
+from engine.protocol import ErrorCode, ProtocolError, StartMessage, StopMessage, parse_client_message
+from engine.transcriber import Transcript
+
+
+def test_start_and_stop_parse() -> None:
+    assert parse_client_message('{"type":"stop"}') == StopMessage()
+    msg = parse_client_message(json.dumps({"type": "start", "language": "auto", "hotwords": [" Quilter ", ""]}))
+    assert msg == StartMessage(language=None, hotwords=("Quilter",))
+    assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=())
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    ("{", ErrorCode.BAD_MESSAGE),
+    ("[1]", ErrorCode.BAD_MESSAGE),
+    ('{"type":"dance"}', ErrorCode.BAD_MESSAGE),
+    ('{"type":"start","language":"xx"}', ErrorCode.BAD_MESSAGE),
+    ('{"type":"start","hotwords":"a,b"}', ErrorCode.BAD_MESSAGE),
+    ('{"type":"start","hotwords":' + json.dumps(["w"] * 40) + "}", ErrorCode.BAD_MESSAGE),
+    ("x" * (protocol.MAX_CLIENT_MESSAGE_BYTES + 1), ErrorCode.TOO_LARGE),
+    (b"\xff\xfe", ErrorCode.BAD_MESSAGE),
+])
+def test_bad_client_messages_name_the_problem(raw: str | bytes, code: ErrorCode) -> None:
+    with pytest.raises(ProtocolError) as err:
+        parse_client_message(raw)
+    assert err.value.code is code and str(err.value)
+
+
+async def test_mailbox_merges_partials_but_never_drops_sentences() -> None:
+    box = Mailbox()
+    box.post(protocol.ready("s", "m", "en"))
+    box.post_caption([protocol.sentence(0, "one", 0, 10, 0)], "two thr")
+    box.post_caption([], "two three")
+    box.post_caption([protocol.sentence(1, "two three", 20, 30, 1)], "")
+    box.post(protocol.stopped())
+    box.close()
+    got = [m async for m in _drain(box)]
+    assert [m["type"] for m in got] == ["ready", "caption", "stopped"]
+    assert [s["id"] for s in got[1]["sentences"]] == [0, 1] and got[1]["partial"] == ""
+    assert [m["seq"] for m in got] == [1, 2, 3]
+
+
+async def test_mailbox_keeps_order_around_other_messages() -> None:
+    box = Mailbox()
+    box.post_caption([], "a")
+    box.post(protocol.error(ErrorCode.OVERLOADED, "behind"))
+    box.post_caption([], "a b")
+    box.close()
+    got = [m async for m in _drain(box)]
+    assert [(m["type"], m.get("partial")) for m in got] == [("caption", "a"), ("error", None), ("caption", "a b")]
+
+
+async def _drain(box: Mailbox) -> AsyncIterator[dict[str, Any]]:
+    while (m := await box.get()) is not None:
+        yield m
+
+
+def _t(text: str, logprob: float = -0.2, tokens: int = 8) -> Transcript:
+    return Transcript(text, "en", logprob, tokens, 0.1)
+
+
+@pytest.mark.parametrize(("transcript", "level", "speech_ms", "rejected"), [
+    (_t("The two stray kittens gradually make themselves at home."), -25.0, 3000, False),
+    (_t(""), -25.0, 3000, True),
+    (_t("  ...  "), -25.0, 3000, True),
+    (_t("I'm not sure if I can get it right.", logprob=-1.4), -30.0, 2000, True),
+    (_t("Thank you.", logprob=-0.3), -55.0, 800, True),  # stock phrase on near-silence
+    (_t("Thank you.", logprob=-0.2), -24.0, 800, False),  # said out loud, it stays
+    (_t("the end of the road " * 12), -25.0, 9000, True),  # a loop
+    (_t("hello"), -25.0, 100, True),  # too little speech to trust
+])
+def test_guard(transcript: Transcript, level: float, speech_ms: int, rejected: bool) -> None:
+    assert (reject_reason(transcript, level, speech_ms, GuardConfig()) is not None) is rejected

@@ -75,6 +75,7 @@ class PartialConfig:
     min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
     load_factor: float = 1.0
     max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)
+    reuse_for_final: bool = True  # a partial that covers all of a sentence's speech is its final decode
 
 
 @dataclass(frozen=True)

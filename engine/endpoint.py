@@ -88,6 +88,11 @@ class Endpointer:
     def open_segment(self) -> SegmentOpened | None:
         return self._open
 
+    @property
+    def speech_end(self) -> int:
+        """End of the last speech window of the open segment (absolute sample index)."""
+        return self._speech_end
+
     def push(self, probs: np.ndarray) -> list[SegmentEvent]:
         """Consume one probability per 512-sample window, in order; return segment events in order."""
         events: list[SegmentEvent] = []

@@ -4,7 +4,9 @@ Policy (DESIGN.md, Engine): a session that wants a partial joins a waiting set; 
 yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
 pile up). Partials run at most ``max_inflight`` at a time across sessions, least recently served session first,
 and none starts while a final is in flight. A running partial is never aborted for newer audio (on CPU that
-starved partials entirely); it is cancelled only when its segment ends, so that the final goes first.
+starved partials entirely); when its segment ends it is cancelled so that the final goes first, unless it
+already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
+starting the same work again (``adopt_partial``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class PartialClient(Protocol):
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None: ...
 
+
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None: ...
 
 
@@ -42,7 +45,7 @@ class DecodeScheduler:
         self.transcriber = transcriber
         self.max_inflight_partials = max(1, max_inflight_partials)
         self._waiting: dict[str, PartialClient] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
         self.partials_started = 0
         self.partials_done = 0
@@ -71,19 +74,39 @@ class DecodeScheduler:
         self._waiting[client.session_id] = client
         self._pump()
 
+    def running_partial(self, client: PartialClient) -> DecodeRequest | None:
+        """The request of the client's partial decode in flight, if any."""
+        entry = self._running.get(client.session_id)
+        return entry[0] if entry else None
+
     def cancel_partial(self, client: PartialClient) -> None:
         """Drop the client's waiting partial and cancel its running one (its segment ended)."""
         self._waiting.pop(client.session_id, None)
-        task = self._running.pop(client.session_id, None)
-        if task is not None:
-            task.cancel()
+        entry = self._running.pop(client.session_id, None)
+        if entry is not None:
+            entry[1].cancel()
         self._pump()
+
+    def adopt_partial(self, client: PartialClient) -> asyncio.Task[Transcript | None] | None:
+        """Take over the client's running partial as its final decode (see ``final_of``); None if none runs."""
+        self._waiting.pop(client.session_id, None)
+        entry = self._running.pop(client.session_id, None)
+        return entry[1] if entry else None
 
     async def final(self, request: DecodeRequest) -> Transcript:
         """Decode a closed segment at final priority. Partials wait while any final is in flight."""
         self._finals += 1
         try:
             return await self.transcriber.transcribe(request)
+        finally:
+            self._finals -= 1
+            self._pump()
+
+    async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
+        """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
+        self._finals += 1
+        try:
+            return await adopted
         finally:
             self._finals -= 1
             self._pump()
@@ -98,27 +121,29 @@ class DecodeScheduler:
             client.last_partial_started = time.monotonic()
             self.partials_started += 1
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
-            self._running[client.session_id] = task
+            self._running[client.session_id] = (request, task)
             task.add_done_callback(self._forget(client.session_id))
 
-    def _forget(self, session_id: str) -> Callable[[asyncio.Task[None]], None]:
-        def done(task: asyncio.Task[None]) -> None:
-            if self._running.get(session_id) is task:
+    def _forget(self, session_id: str) -> Callable[[asyncio.Task[Transcript | None]], None]:
+        def done(task: asyncio.Task[Transcript | None]) -> None:
+            entry = self._running.get(session_id)
+            if entry is not None and entry[1] is task:
                 del self._running[session_id]
             self._pump()
 
         return done
 
-    async def _run_partial(self, client: PartialClient, request: DecodeRequest) -> None:
+    async def _run_partial(self, client: PartialClient, request: DecodeRequest) -> Transcript | None:
         try:
             result = await self.transcriber.transcribe(request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             client.on_partial_failed(request, exc)
-            return
+            return None
         self.partials_done += 1
         a = 0.3
         self.partial_decode_ema_s = result.decode_s if self.partials_done == 1 else (
             (1 - a) * self.partial_decode_ema_s + a * result.decode_s)
         client.on_partial(request, result)
+        return result

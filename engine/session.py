@@ -67,6 +67,7 @@ class SessionStats:
     sentences: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     partials: int = 0
+    reused: int = 0  # finals that took a partial decode covering all the speech instead of decoding again
     final_decode_s: list[float] = field(default_factory=list)
 
 
@@ -89,8 +90,10 @@ class Session:
         self.vad_idle.set()
         self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, monotonic arrival time)
         self.last_partial_started = 0.0
-        self._partial_audio_end = 0  # end sample of the audio the newest partial covered
+        self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
+        self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
+        self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
         self._pending: deque[_Pending] = deque()
         self._next_sentence = 0
         self._sentence_segments: dict[int, int] = {}  # sentence id -> segment index (for logs)
@@ -182,15 +185,33 @@ class Session:
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
     def _on_close(self, event: SegmentClosed) -> None:
+        prior, adopted = self._reusable_decode(event)
         self.engine.scheduler.cancel_partial(self)
+        self._last_partial = None
         audio = self.audio.slice(event.start, event.end)
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
-        task = asyncio.create_task(self._finalize(event, audio, speech_s),
+        task = asyncio.create_task(self._finalize(event, audio, speech_s, prior, adopted),
                                    name=f"{self.session_id}-final-{event.index}")
         self._pending.append(_Pending(event, self._partial_text, task, speech_s))
         task.add_done_callback(lambda _t: self._lock_ready())
         self._partial_text = ""
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
+
+    def _reusable_decode(self, event: SegmentClosed) -> tuple[Transcript | None,
+                                                              asyncio.Task[Transcript | None] | None]:
+        """A partial decode of this segment that already covers all of its speech is its final decode: only
+        trailing silence is missing, which does not change Whisper's text. Returns a finished result or a running
+        decode to adopt (else both None): on CPU this saves one whole decode per sentence."""
+        if not self.engine.config.partial.reuse_for_final:
+            return None, None
+        last = self._last_partial
+        if last is not None and last[0] == event.index and last[1] >= event.speech_end:
+            return last[2], None
+        running = self.engine.scheduler.running_partial(self)
+        meta = self._partial_meta.get(running.request_id) if running else None
+        if meta is not None and meta[0] == event.index and meta[1] >= event.speech_end:
+            return None, self.engine.scheduler.adopt_partial(self)
+        return None, None
 
     def _trim(self) -> None:
         """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
@@ -211,7 +232,9 @@ class Session:
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
-        if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms
+        # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
+        new_speech = self.endpointer.speech_end > self._partial_audio_end
+        if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
                 and time.monotonic() - self.last_partial_started >= interval):
             self.engine.scheduler.want_partial(self)
 
@@ -222,37 +245,54 @@ class Session:
         end = self.endpointer.position
         self._partial_audio_end = end
         self.stats.partials += 1
-        return DecodeRequest(f"{self.session_id}-p{self.stats.partials}", self.audio.slice(opened.start, end),
-                             Priority.PARTIAL, self.options.language, self._context)
+        request_id = f"{self.session_id}-p{self.stats.partials}"
+        self._partial_meta[request_id] = (opened.index, end)
+        return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
+                             self.options.language, self._context)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
+        index, end = self._partial_meta.pop(request.request_id, (-1, 0))
         opened = self.endpointer.open_segment
-        if opened is None or self.state is not SessionState.LIVE:
-            return
+        if opened is None or opened.index != index or self.state is not SessionState.LIVE:
+            return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
+        self._last_partial = (index, end, result)
         level = rms_dbfs(request.audio)
-        speech_ms = samples_to_ms(self._partial_audio_end - opened.speech_start)
+        speech_ms = samples_to_ms(end - opened.speech_start)
         text = "" if reject_reason(result, level, speech_ms, self.engine.config.guard) else result.text
         if text != self._partial_text:
             self._partial_text = text
-            self._post([], covered_end=self._partial_audio_end)
+            self._post([], covered_end=end)
 
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:
+        self._partial_meta.pop(request.request_id, None)
         self._log.warning("partial %s failed: %s", request.request_id, exc)
 
     # ---- finals ---------------------------------------------------------------------------------------------
-    async def _finalize(self, closed: SegmentClosed, audio: np.ndarray,
-                        speech_s: float) -> tuple[str | None, np.ndarray | None]:
-        """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show."""
+    async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float,
+                        prior: Transcript | None = None,
+                        adopted: asyncio.Task[Transcript | None] | None = None) -> tuple[str | None, np.ndarray | None]:
+        """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
+
+        ``prior`` (a finished partial) or ``adopted`` (a running one) that covers all the speech stands in for the
+        final decode."""
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio, Priority.FINAL,
                                 self.options.language, self._context)
         embed = self.engine.embed(audio, speech_s)
         try:
-            result = await self.engine.scheduler.final(request)
+            result = prior
+            if result is None and adopted is not None:
+                result = await self.engine.scheduler.final_of(adopted)
+                self.stats.reused += 1
+            elif result is not None:
+                self.stats.reused += 1
+            if result is None:
+                result = await self.engine.scheduler.final(request)
         except EngineNotReady as exc:
             self.mailbox.post(protocol.error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
             return None, None
-        self.stats.final_decode_s.append(result.decode_s)
+        if prior is None:
+            self.stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self.engine.config.guard)
         if reason:

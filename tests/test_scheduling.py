@@ -61,7 +61,8 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
 
 
 async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
-    fake = FakeTranscriber(delay_s=3.0, final_delay_s=0.2)
+    # A 5 s partial starts early in a 3 s utterance: at the endpoint it is still running on old audio.
+    fake = FakeTranscriber(delay_s=5.0, final_delay_s=0.2)
     engine = await started_engine(fake)
     try:
         await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
@@ -79,7 +80,7 @@ async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -
 async def test_finals_outrank_partials_under_load() -> None:
     # One decode slot for four talking sessions: every final must start before any partial submitted after it.
     fake = FakeTranscriber(delay_s=0.4, final_delay_s=0.3, capacity=1)
-    engine = await started_engine(fake, max_inflight=1)
+    engine = await started_engine(fake, max_inflight=1, reuse_for_final=False)  # every final a decode of its own
     clips = ["ls_1988-24833-0002", "ls_1988-24833-0003", "ls_2412-153948-0000", "ls_3752-4944-0000"]
     try:
         results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.3 * i, 2.5), realtime=True)
@@ -95,3 +96,19 @@ async def test_finals_outrank_partials_under_load() -> None:
     for f in finals:
         overtaking = [p for p in partials if submit[p] > submit[f] and start[p] < start[f]]
         assert not overtaking, f"partials {overtaking} started before the waiting final {f}"
+
+
+async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
+    # Partials are quick, finals would be slow: the sentence must lock from the partial decode of its whole
+    # speech, without a second decode of the same audio.
+    fake = FakeTranscriber(delay_s=0.4, final_delay_s=4.0)
+    engine = await started_engine(fake)
+    try:
+        result = await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
+    finally:
+        await engine.close()
+    assert [s["text"] for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
+    lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
+                   if m["type"] == "caption" and m["sentences"])
+    speech_end_s = result.sentences()[0]["end"] / 1000
+    assert lock_at < speech_end_s + 2.0 + 1.0  # the balanced preset's 2 s pause, and no 4 s final decode

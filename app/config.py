@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from engine.config import ENDPOINT_PRESETS
+
+
+def default_db() -> Path:
+    """``$XDG_DATA_HOME/live-captions/captions.db`` (``~/.local/share/...`` by default)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "live-captions" / "captions.db"
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,10 @@ class ServerConfig:
     max_sessions: int = 16
     max_lag_s: float = 2.0  # a stream further behind real time than this sheds audio
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
+    db_path: str | None = None  # SQLite transcript store; None keeps transcripts in memory only (tests)
+    auth_token: str | None = None  # when set, creating rooms and publishing (POST /offer) need this token
+    embed_origins: tuple[str, ...] = ()  # host page origins allowed to frame /embed (CSP frame-ancestors)
+    public_url: str | None = None  # base URL phones use (QR codes); default: the URL the request came to
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -90,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept only loopback ICE candidates (test setups)")
     p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "16") or 16),
                    help="live sessions at once; more get 503 busy")
+    p.add_argument("--db", default=_env("DB", str(default_db())),
+                   help=f"SQLite file that keeps every room's transcript (env LIVE_CAPTIONS_DB; default "
+                        f"{default_db()}; ':memory:' keeps nothing)")
+    p.add_argument("--auth-token", default=_env("AUTH_TOKEN"),
+                   help="require this token to create rooms and to caption a microphone (env LIVE_CAPTIONS_AUTH_TOKEN; "
+                        "clients send 'Authorization: Bearer <token>' or ?token=)")
+    p.add_argument("--embed-origin", action="append", default=None,
+                   help="host page origin allowed to embed the widget, e.g. https://www.example.org (repeatable; "
+                        "env LIVE_CAPTIONS_EMBED_ORIGINS, comma-separated; '*' = any; default: this server only)")
+    p.add_argument("--public-url", default=_env("PUBLIC_URL"),
+                   help="base URL phones reach this server at, for the kiosk's QR code, e.g. https://captions.lan:8443")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -98,11 +119,14 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     hosts = args.ice_host if args.ice_host is not None else [h for h in (_env("ICE_HOSTS") or "").split(",") if h]
     servers = args.ice_server if args.ice_server is not None else [
         s for s in (_env("ICE_SERVERS") or "").split(",") if s]
+    origins = args.embed_origin if args.embed_origin is not None else [
+        o for o in (_env("EMBED_ORIGINS") or "").split(",") if o]
     language = None if args.language in ("auto", "") else args.language
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
                       loopback_only=args.loopback_only),
-        max_sessions=args.max_sessions,
+        max_sessions=args.max_sessions, db_path=args.db, auth_token=args.auth_token or None,
+        embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
     )

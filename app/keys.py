@@ -10,9 +10,13 @@ from aiohttp import web
 from engine.hub import CaptionEngine
 
 from .config import ServerConfig
+from .rooms import RoomRegistry
+from .store import TranscriptStore
 
 CONFIG = web.AppKey("config", ServerConfig)
 ENGINE = web.AppKey("engine", CaptionEngine)
 PEERS = web.AppKey("peers", dict)  # session id -> PeerSession
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
 ENGINE_START = web.AppKey("engine_start", asyncio.Task)
+STORE = web.AppKey("store", TranscriptStore)
+ROOMS = web.AppKey("rooms", RoomRegistry)

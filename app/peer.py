@@ -27,6 +27,7 @@ from engine.session import Session, SessionState
 from .config import ServerConfig
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
+from .rooms import Room, RoomPublisher
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,11 @@ class PeerState(str, Enum):
 
 
 class PeerSession:
-    """Created by ``POST /offer``; removes itself from ``registry`` when closed."""
+    """Created by ``POST /offer``; removes itself from ``registry`` when closed. With a ``room``, every message
+    sent to the client is first published to the room (durable parts committed before the client sees them)."""
 
-    def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession]) -> None:
+    def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
+                 room: Room | None = None) -> None:
         self.engine = engine
         self.config = config
         self.registry = registry
@@ -58,6 +61,7 @@ class PeerSession:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
         self._log = SessionLog(log, self.id)
+        self.publisher: RoomPublisher | None = room.join(self.id) if room is not None else None
         registry[self.id] = self
         self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("track", self._on_track)
@@ -134,6 +138,13 @@ class PeerSession:
     async def _send_loop(self) -> None:
         drained = asyncio.Event()
         while (msg := await self.session.next_message()) is not None:
+            if self.publisher is not None:
+                try:
+                    await self.publisher.publish(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the store failed (disk full?): the client still gets its captions
+                    self._log.exception("could not publish to room %s", self.publisher.room.id)
             await self._channel_open.wait()
             channel = self.channel
             if channel is None or channel.readyState != "open":
@@ -187,6 +198,8 @@ class PeerSession:
         tasks = [t for t in self._tasks if t is not current]
         for t in tasks:
             t.cancel()
+        if self.publisher is not None:
+            self.publisher.leave()
         await self.session.close()
         await self.pc.close()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -12,8 +12,10 @@ from engine.errors import EngineError, EngineNotReady
 from engine.hub import EngineState
 from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
 
-from .keys import CONFIG, ENGINE, PEERS, TEMPLATES
+from .auth import presented_token
+from .keys import CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
+from .rooms import token_matches
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def offer(request: web.Request) -> web.Response:
-    """``POST /offer`` ``{"sdp", "type": "offer"}`` -> ``{"sdp", "type": "answer", "session"}``."""
+    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "token"?}`` -> ``{"sdp", "type": "answer", "session",
+    "room"}``. The session publishes into ``room`` (which must exist), or into a new room of its own."""
     if request.content_type != "application/json":
         return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
@@ -71,14 +74,23 @@ async def offer(request: web.Request) -> web.Response:
 
     app = request.app
     engine, peers, config = app[ENGINE], app[PEERS], app[CONFIG]
+    body_token = params.get("token") if isinstance(params.get("token"), str) else None
+    if not token_matches(presented_token(request) or body_token, config.auth_token):
+        return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
+    room_id = params.get("room")
+    if room_id is not None and not isinstance(room_id, str):
+        return json_error(400, ErrorCode.BAD_MESSAGE, '"room" must be a room id string')
     if engine.state is not EngineState.READY:
         loading = engine.state in (EngineState.NEW, EngineState.LOADING)
         status, code = (503, ErrorCode.LOADING) if loading else (503, ErrorCode.ENGINE)
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
     if len(peers) >= config.max_sessions:
         return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")
+    room = await app[ROOMS].get(room_id) if room_id else (await app[ROOMS].create())[0]
+    if room is None:
+        return json_error(404, "no_room", "there is no such room")
     try:
-        peer = PeerSession(engine, config, peers)
+        peer = PeerSession(engine, config, peers, room)
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
     except EngineError as exc:
@@ -89,4 +101,4 @@ async def offer(request: web.Request) -> web.Response:
         await peer.close()
         log.info("rejected offer: %s", exc)
         return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
-    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id})
+    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id})

@@ -14,9 +14,11 @@ from aiohttp import web
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine
 
-from . import ice, routes
+from . import ice, room_routes, routes
 from .config import ServerConfig
-from .keys import CONFIG, ENGINE, ENGINE_START, PEERS, TEMPLATES
+from .keys import CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
+from .rooms import RoomRegistry
+from .store import MEMORY, TranscriptStore
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,24 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app.router.add_get("/health", routes.health)
     app.router.add_get("/ready", routes.ready)
     app.router.add_post("/offer", routes.offer)
+    room_routes.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
+
+    async def transcripts(app: web.Application) -> AsyncIterator[None]:
+        # Opened before the engine and closed after every session: no locked sentence finds the store closed.
+        app[STORE] = await TranscriptStore.open(config.db_path or MEMORY)
+        app[ROOMS] = RoomRegistry(app[STORE])
+        log.info("transcripts kept in %s", app[STORE].path)
+        yield
+        app[ROOMS].close()
+        await app[STORE].close()
+
+    async def end_viewer_streams(app: web.Application) -> None:
+        # Open event streams would hold the shutdown for its whole timeout; viewers reconnect and resume.
+        app[ROOMS].close()
+
+    app.cleanup_ctx.append(transcripts)
+    app.on_shutdown.append(end_viewer_streams)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         own = engine is None

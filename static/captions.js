@@ -2,6 +2,9 @@
  * Live captions page: wires the controls, the state badge and the transcript view to the captioning
  * controller (js/controller.js). Protocol handling lives in js/protocol.js, rendering in js/view.js.
  *
+ * URL parameters: `room=<id>` publishes this page's captions into that room (viewers, kiosks and widgets of
+ * the room see them; see README "Rooms"); `key=<token>` is the server's auth token when it requires one.
+ *
  * ── Test hook ──────────────────────────────────────────────────────────────────────────────────────────
  * `window.liveCaptions` (an EventTarget) lets browser tests drive and observe the page:
  *   .state                 "idle" | "loading" | "connecting" | "live" | "reconnecting" | "stopping" | "error"
@@ -67,12 +70,18 @@ const ui = {
   clear: $("clear"),
 };
 const config = document.body.dataset;
+// `/?room=<id>&key=<server token>` publishes this page's captions into that room (see README, Rooms).
+const pageQuery = new URLSearchParams(location.search);
+const offerFields = Object.fromEntries(
+  [["room", pageQuery.get("room")], ["token", pageQuery.get("key")]].filter(([, value]) => value),
+);
 
 const controller = new CaptionController({
   readyUrl: config.readyUrl,
   offerUrl: config.offerUrl,
   maxHotwords: Number(config.maxHotwords) || 0,
   model: config.model,
+  offerFields,
   defaults: () => ({
     language: ui.language.value,
     hotwords: ui.hotwords?.value ?? "",

@@ -66,6 +66,7 @@ class CaptionClient:
         self.opened = asyncio.Event()
         self.t0 = 0.0
         self.session = ""
+        self.room = ""
         self.channel.on("open", self.opened.set)
         self.channel.on("message", self._on_message)
 
@@ -76,15 +77,17 @@ class CaptionClient:
         if msg["type"] == "stopped":
             self.stopped.set()
 
-    async def connect(self, start: dict[str, Any] | None = None) -> None:
+    async def connect(self, start: dict[str, Any] | None = None, offer: dict[str, Any] | None = None) -> None:
+        """``offer``: extra fields for the ``POST /offer`` body, e.g. ``{"room": ..., "token": ...}``."""
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        async with aiohttp.ClientSession() as http, http.post(
-                f"{self.base_url}/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as resp:
+        body = {"sdp": self.pc.localDescription.sdp, "type": "offer", **(offer or {})}
+        async with aiohttp.ClientSession() as http, http.post(f"{self.base_url}/offer", json=body) as resp:
             body = await resp.json()
             if resp.status != 200:
                 raise RuntimeError(f"offer rejected: {resp.status} {body}")
         self.session = body["session"]
+        self.room = body.get("room", "")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         await asyncio.wait_for(self.opened.wait(), 20)
         self.t0 = time.monotonic()

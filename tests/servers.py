@@ -18,11 +18,13 @@ LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True))
 @asynccontextmanager
 async def running_server(engine: CaptionEngine | None,
                          **overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
-    """Serve ``create_app`` on 127.0.0.1 (a free port); yields (base URL, app)."""
+    """Serve ``create_app`` on 127.0.0.1 (a free port, or ``port=`` to restart a server where it was); yields
+    (base URL, app)."""
+    port = int(overrides.pop("port", 0))  # type: ignore[call-overload]
     app = create_app(replace(LOOPBACK, **overrides), engine=engine)  # type: ignore[arg-type]
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port, reuse_address=True)
     await site.start()
     port = runner.addresses[0][1]
     try:

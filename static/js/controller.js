@@ -69,6 +69,7 @@ export class CaptionController extends EventTarget {
   #defaults;
   #readyUrl;
   #offerUrl;
+  #offerFields;
   #maxHotwords;
   #wakers = new Set();
   #watching = false;
@@ -76,12 +77,15 @@ export class CaptionController extends EventTarget {
 
   /**
    * @param {{readyUrl?: string, offerUrl?: string, maxHotwords?: number, model?: string,
-   *          defaults?: () => object}} config  defaults(): start options when start() is given none
+   *          defaults?: () => object, offerFields?: {room?: string, token?: string}}} config
+   *   defaults(): start options when start() is given none; offerFields: sent with every offer (rooms)
    */
-  constructor({ readyUrl = "/ready", offerUrl = "/offer", maxHotwords = 0, model = "", defaults } = {}) {
+  constructor({ readyUrl = "/ready", offerUrl = "/offer", maxHotwords = 0, model = "", defaults,
+                offerFields = {} } = {}) {
     super();
     this.#readyUrl = readyUrl;
     this.#offerUrl = offerUrl;
+    this.#offerFields = offerFields;
     this.#maxHotwords = maxHotwords;
     this.model = model;
     this.#defaults = defaults ?? (() => ({}));
@@ -219,7 +223,12 @@ export class CaptionController extends EventTarget {
         if (!wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
         else if (this.#state !== State.RECONNECTING) this.#setState(State.RECONNECTING, "Reconnecting…");
 
-        const session = new Session({ stream: this.#stream, offerUrl: this.#offerUrl, start: this.#options });
+        const session = new Session({
+          stream: this.#stream,
+          offerUrl: this.#offerUrl,
+          start: this.#options,
+          offerFields: this.#offerFields,
+        });
         this.#current = session;
         session.addEventListener("message", (event) => this.#handle(event.detail));
         await session.connect();

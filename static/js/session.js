@@ -41,12 +41,15 @@ export class Session extends EventTarget {
   #stopped = deferred();
 
   /**
-   * @param {{stream: MediaStream, offerUrl: string, start: {language: string|null, hotwords: string[]}}} init
+   * @param {{stream: MediaStream, offerUrl: string, start: {language: string|null, hotwords: string[]},
+   *          offerFields?: {room?: string, token?: string}}} init
+   *   offerFields: extra fields for the POST /offer body (publish into a room; the server's token)
    */
-  constructor({ stream, offerUrl, start }) {
+  constructor({ stream, offerUrl, start, offerFields = {} }) {
     super();
     this.stream = stream;
     this.offerUrl = offerUrl;
+    this.offerFields = offerFields;
     this.start = start;
     this.closed = new Promise((resolve) => (this.#resolveClosed = resolve));
     // Nobody may be waiting on these when the session closes early; don't report that as unhandled.
@@ -77,6 +80,7 @@ export class Session extends EventTarget {
       if (this.#isClosed) throw new CaptionError("stopped");
       const answer = await this.#postOffer(pc.localDescription);
       this.id = answer.session == null ? "" : String(answer.session);
+      this.room = answer.room == null ? "" : String(answer.room);
       if (this.#isClosed) throw new CaptionError("stopped");
       await pc.setRemoteDescription({ type: answer.type, sdp: answer.sdp });
 
@@ -162,7 +166,7 @@ export class Session extends EventTarget {
       response = await fetch(this.offerUrl, {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ sdp: description.sdp, type: description.type }),
+        body: JSON.stringify({ ...this.offerFields, sdp: description.sdp, type: description.type }),
       });
     } catch (error) {
       throw new CaptionError("unreachable", error?.message ?? "");

@@ -1,0 +1,225 @@
+"""HTTP handlers for rooms: create, status, the viewer event stream (server-sent events), transcript exports, the
+QR code, and the pages that show a room (phone viewer, embeddable widget, meeting-room kiosk).
+
+Why server-sent events for viewers: viewers only read; SSE is plain HTTP (proxies, no upgrade, nothing to parse
+for the server), and the browser's ``EventSource`` reconnects by itself and sends ``Last-Event-ID``, which is the
+room ``seq``: after a network drop or a server restart the stream resumes exactly where it stopped, replayed from
+the store. WebSocket would need all of that built by hand for no gain in this direction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import segno
+from aiohttp import web
+
+from . import exports
+from .auth import presented_token
+from .keys import CONFIG, ROOMS, STORE, TEMPLATES
+from .rooms import ROOM_ID_PATTERN, Room, Viewer, token_matches
+from .routes import json_error
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 15.0  # a `ping` event this often keeps proxies from closing an idle stream and finds dead clients
+RETRY_MS = 2000  # EventSource's reconnect delay after a drop
+MAX_ROOM_BODY_BYTES = 4096
+STATIC = Path(__file__).resolve().parent.parent / "static"
+
+
+def add_routes(app: web.Application) -> None:
+    room = "/rooms/{room:" + ROOM_ID_PATTERN + "}"
+    app.router.add_post("/rooms", create_room)
+    app.router.add_get(room, room_status)
+    app.router.add_get(room + "/events", room_events)
+    app.router.add_get(room + "/transcript.{fmt:txt|srt|vtt|json}", room_transcript)
+    app.router.add_get(room + "/qr.svg", room_qr)
+    app.router.add_get("/view", page("view.html"))
+    app.router.add_get("/kiosk", page("kiosk.html"))
+    app.router.add_get("/embed", page("embed.html"))
+    app.router.add_get("/embed.js", embed_loader)
+
+
+def base_url(request: web.Request) -> str:
+    """Where clients reach this server: ``--public-url``, else the URL this request came to."""
+    configured = request.app[CONFIG].public_url
+    return configured.rstrip("/") if configured else str(request.url.origin())
+
+
+def room_links(request: web.Request, room_id: str, viewer_token: str | None) -> dict[str, str]:
+    base = base_url(request)
+    query = f"room={room_id}" + (f"&token={viewer_token}" if viewer_token else "")
+    auth = f"?token={viewer_token}" if viewer_token else ""
+    return {"view": f"{base}/view?{query}", "kiosk": f"{base}/kiosk?{query}", "embed": f"{base}/embed?{query}",
+            "events": f"{base}/rooms/{room_id}/events{auth}",
+            "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}"}
+
+
+async def create_room(request: web.Request) -> web.Response:
+    """``POST /rooms`` ``{"title"?: str, "private"?: bool}`` -> 201 ``{"room", "viewer_token", "links"}``.
+    Needs the server's auth token when one is configured. ``viewer_token`` (private rooms only) is shown once."""
+    if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
+        return json_error(401, "unauthorized", "creating a room needs the server's token")
+    params: dict[str, Any] = {}
+    if request.can_read_body:
+        raw = await request.content.read(MAX_ROOM_BODY_BYTES + 1)
+        try:
+            params = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return json_error(400, "bad_message", "body is not valid JSON")
+        if len(raw) > MAX_ROOM_BODY_BYTES or not isinstance(params, dict):
+            return json_error(400, "bad_message", 'expected {"title": "...", "private": true|false}')
+    title = params.get("title", "")
+    room, viewer_token = await request.app[ROOMS].create(title if isinstance(title, str) else "",
+                                                         private=params.get("private") is True)
+    return web.json_response({"room": room.id, "viewer_token": viewer_token,
+                              "links": room_links(request, room.id, viewer_token)}, status=201)
+
+
+async def viewable_room(request: web.Request) -> Room:
+    """The room named in the path, if this request may view it; raises 404 / 403 as JSON otherwise. Holders of
+    the server's auth token may view every room."""
+    room = await request.app[ROOMS].get(request.match_info["room"])
+    if room is None:
+        raise _http_error(web.HTTPNotFound, "no_room", "there is no such room")
+    token = presented_token(request)
+    admin = request.app[CONFIG].auth_token
+    if not room.may_view(token) and not (admin is not None and token_matches(token, admin)):
+        raise _http_error(web.HTTPForbidden, "unauthorized", "this room needs its viewer token")
+    return room
+
+
+async def room_status(request: web.Request) -> web.Response:
+    room = await viewable_room(request)
+    return web.json_response({**room.status(), "title": room.record.title, "created_ms": room.record.created_ms,
+                              "private": room.private})
+
+
+async def room_transcript(request: web.Request) -> web.Response:
+    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store."""
+    room = await viewable_room(request)
+    fmt = request.match_info["fmt"]
+    snapshot = await request.app[STORE].snapshot(room.id)
+    text = exports.render(fmt, snapshot.sentences, room.record)
+    return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
+                        headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
+                                 "Cache-Control": "no-store"})
+
+
+async def room_qr(request: web.Request) -> web.Response:
+    """An SVG QR code of the room's phone viewer URL (made here: no outside service)."""
+    room = await viewable_room(request)
+    token = request.query.get("token") if room.private else None
+    url = room_links(request, room.id, token)["view"]
+    buffer = io.BytesIO()
+    # Black on white with a quiet zone, whatever the page's theme: phone cameras read that best.
+    segno.make(url, error="m").save(buffer, kind="svg", xmldecl=False, svgns=True, scale=1, border=2,
+                                     omitsize=True, dark="#000", light="#fff")
+    return web.Response(body=buffer.getvalue(), content_type="image/svg+xml", headers={"Cache-Control": "no-store",
+                                                                        "X-Viewer-Url": url})
+
+
+async def room_events(request: web.Request) -> web.StreamResponse:
+    """``GET /rooms/{id}/events``: the room as server-sent events, one JSON message per event.
+
+    Without ``Last-Event-ID`` (or ``?after=``) it starts with one ``caption`` holding every sentence so far; with
+    it, the stored events after that seq are replayed. Then a ``room`` status, the current partial, and live
+    updates. Durable events carry ``id: <seq>``; partials and status carry none (they are never replayed).
+    """
+    room = await viewable_room(request)
+    after = _after_seq(request)
+    viewer = room.subscribe()  # before reading the store: nothing committed meanwhile can be missed
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                           "X-Accel-Buffering": "no"})
+    try:
+        await response.prepare(request)
+        await response.write(f"retry: {RETRY_MS}\n\n".encode())
+        last = await _catch_up(response, room, after)
+        await _send(response, room.status(), None)
+        if room.partial():
+            await _send(response, room.partial_message(), None)
+        await _follow(response, viewer, last)
+    except ConnectionResetError:
+        pass  # the viewer went away: nothing to clean but the subscription
+    finally:
+        room.unsubscribe(viewer)
+    return response
+
+
+async def _catch_up(response: web.StreamResponse, room: Room, after: int | None) -> int:
+    store = room.store
+    if after is not None and after <= room.seq:
+        events = await store.events_after(room.id, after)
+        for seq, message in events:
+            await _send(response, message, seq)
+        return events[-1][0] if events else after
+    snapshot = await store.snapshot(room.id)
+    await _send(response, {"type": "caption", "seq": snapshot.seq, "sentences": [s.wire() for s in snapshot.sentences],
+                           "partial": "", "is_final": False}, snapshot.seq)
+    return snapshot.seq
+
+
+async def _follow(response: web.StreamResponse, viewer: Viewer, last: int) -> None:
+    while True:
+        try:
+            item = await viewer.get(HEARTBEAT_S)
+        except TimeoutError:
+            await response.write(b"event: ping\ndata: {}\n\n")  # a named event: pages can watch for silence
+            continue
+        if item is None:
+            return
+        seq, message, durable = item
+        if durable:
+            if seq <= last:
+                continue  # already sent from the store
+            last = seq
+        await _send(response, message, seq if durable else None)
+
+
+async def _send(response: web.StreamResponse, message: dict[str, Any], event_id: int | None) -> None:
+    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    await response.write(f"{head}data: {data}\n\n".encode())
+
+
+def _after_seq(request: web.Request) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after")
+    with contextlib.suppress(ValueError, TypeError):
+        value = int(raw) if raw is not None else None
+        return value if value is None or value >= 0 else None
+    return None
+
+
+def page(template: str) -> Any:
+    """A page handler: renders ``template``; the page's script reads its options from the URL."""
+
+    async def handler(request: web.Request) -> web.Response:
+        config = request.app[CONFIG]
+        origins = config.embed_origins
+        html = request.app[TEMPLATES].get_template(template).render(
+            static="/static", embed_origins=json.dumps(list(origins)), base_url=base_url(request))
+        # Only the embed page may be framed by other sites, and only by the configured ones.
+        ancestors = " ".join(["'self'", *origins]) if template == "embed.html" else "'self'"
+        if "*" in origins and template == "embed.html":
+            ancestors = "*"
+        return web.Response(text=html, content_type="text/html",
+                            headers={"Content-Security-Policy": f"frame-ancestors {ancestors}",
+                                     "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+
+    return handler
+
+
+async def embed_loader(request: web.Request) -> web.FileResponse:
+    """``/embed.js``: the one-line snippet's script (inserts the widget's iframe into the host page)."""
+    return web.FileResponse(STATIC / "embed-loader.js",
+                            headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
+
+
+def _http_error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:
+    return cls(text=json.dumps({"error": {"code": code, "message": message}}), content_type="application/json")

@@ -1,0 +1,251 @@
+"""The transcript store: every room, every locked sentence and every speaker relabel, in SQLite.
+
+Durability contract: ``append`` returns only after the event is committed (WAL journal, ``synchronous=FULL``: a
+committed sentence survives a process crash *and* a power cut; the cost is one fsync per locked sentence, a few
+milliseconds on the store's thread, never on the event loop). Callers broadcast an event only after ``append``
+returned, so nothing a viewer ever saw can be missing after a restart.
+
+Threading: one connection, used only by one dedicated worker thread (a single-thread executor). SQLite then needs
+no locking of ours, writes are serialised in the order they were submitted, and WAL lets other processes (a
+backup, ``sqlite3`` on the command line) read while the server writes.
+
+Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated):
+- ``rooms``: id, created_ms (wall clock, ms since the Unix epoch: the room's timeline starts there), title,
+  viewer_token_sha256 (NULL = open to anyone who knows the id).
+- ``events``: (room, seq) -> kind ("caption" | "speakers") and the message as sent to viewers (JSON). ``seq`` is
+  the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
+- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+SCHEMA_VERSION = 1
+MEMORY = ":memory:"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rooms (
+    id TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    viewer_token_sha256 TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    room TEXT NOT NULL REFERENCES rooms(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (room, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sentences (
+    room TEXT NOT NULL REFERENCES rooms(id),
+    id INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    text TEXT NOT NULL,
+    start_ms INTEGER NOT NULL,
+    end_ms INTEGER NOT NULL,
+    spk INTEGER,
+    locked_ms INTEGER NOT NULL,
+    PRIMARY KEY (room, id)
+) WITHOUT ROWID;
+"""
+
+T = TypeVar("T")
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or written (disk full, newer schema, closed store)."""
+
+
+@dataclass(frozen=True)
+class RoomRecord:
+    id: str
+    created_ms: int
+    title: str
+    viewer_token_sha256: str | None
+
+
+@dataclass(frozen=True)
+class SentenceRecord:
+    """One locked sentence on its room's timeline (milliseconds since the room was created)."""
+
+    id: int
+    session: str
+    text: str
+    start_ms: int
+    end_ms: int
+    spk: int | None
+
+    def wire(self) -> dict[str, Any]:
+        """As it appears in a viewer's ``caption.sentences``."""
+        return {"id": self.id, "text": self.text, "start": self.start_ms, "end": self.end_ms, "spk": self.spk,
+                "session": self.session}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a late viewer needs: the room's sentences (current speaker labels) as of event ``seq``."""
+
+    seq: int
+    sentences: list[SentenceRecord]
+
+
+class TranscriptStore:
+    """Open with ``await TranscriptStore.open(path)``; ``close()`` is idempotent. ``path`` ":memory:" keeps
+    everything in memory (tests, or a server started without ``--db``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-store")
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str) -> TranscriptStore:
+        store = cls(path)
+        try:
+            await store._run(store._open)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    # ---- public API (async; every call runs on the store's thread) -------------------------------------------
+    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
+                          created_ms: int | None = None) -> RoomRecord:
+        record = RoomRecord(room_id, created_ms if created_ms is not None else _now_ms(), title, viewer_token_sha256)
+        await self._run(self._create_room, record)
+        return record
+
+    async def room(self, room_id: str) -> RoomRecord | None:
+        return await self._run(self._room, room_id)
+
+    async def counters(self, room_id: str) -> tuple[int, int]:
+        """``(last event seq, next sentence id)`` of a room: where its numbering continues after a restart."""
+        return await self._run(self._counters, room_id)
+
+    async def append(self, room_id: str, seq: int, kind: str, body: dict[str, Any],
+                     sentences: Sequence[SentenceRecord] = (), relabel: dict[int, int] | None = None) -> None:
+        """Commit one room event atomically: the event row, its new sentences and any speaker relabels."""
+        await self._run(self._append, room_id, seq, kind, body, list(sentences), dict(relabel or {}))
+
+    async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Events with ``seq > after_seq`` in order, as ``(seq, message)``."""
+        return await self._run(self._events_after, room_id, after_seq)
+
+    async def snapshot(self, room_id: str) -> Snapshot:
+        """The room's sentences and the seq they reflect, read in one transaction (consistent)."""
+        return await self._run(self._snapshot, room_id)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._db is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
+        self._executor.shutdown(wait=True)
+
+    # ---- the store thread --------------------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreError("the transcript store is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"transcript store ({self.path}): {exc}") from exc
+
+    def _open(self) -> None:
+        if self.path != MEMORY:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; transactions are explicit
+        self._db = db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}; this server knows up to {SCHEMA_VERSION}")
+        if self.path != MEMORY:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA busy_timeout=5000")
+        if version < SCHEMA_VERSION:
+            # One script, one transaction: the tables and the version number appear together or not at all.
+            db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the transcript store is not open")
+        return self._db
+
+    def _create_room(self, record: RoomRecord) -> None:
+        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256) VALUES (?, ?, ?, ?)",
+                           (record.id, record.created_ms, record.title, record.viewer_token_sha256))
+
+    def _room(self, room_id: str) -> RoomRecord | None:
+        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256 FROM rooms WHERE id = ?",
+                                 (room_id,)).fetchone()
+        return RoomRecord(*row) if row else None
+
+    def _last_seq(self, room_id: str) -> int:
+        row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()
+        return int(row[0] or 0)
+
+    def _counters(self, room_id: str) -> tuple[int, int]:
+        row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
+        return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
+
+    def _append(self, room_id: str, seq: int, kind: str, body: dict[str, Any], sentences: list[SentenceRecord],
+                relabel: dict[int, int]) -> None:
+        db = self._conn
+        now = _now_ms()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
+                       (room_id, seq, kind, json.dumps(body, separators=(",", ":"), ensure_ascii=False), now))
+            db.executemany(
+                "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now) for s in sentences])
+            db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
+                           [(spk, room_id, sid) for sid, spk in relabel.items()])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+        rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
+                                  (room_id, after_seq)).fetchall()
+        return [(int(seq), json.loads(body)) for seq, body in rows]
+
+    def _snapshot(self, room_id: str) -> Snapshot:
+        db = self._conn
+        db.execute("BEGIN")
+        try:
+            seq = self._last_seq(room_id)
+            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk FROM sentences WHERE room = ? "
+                              "ORDER BY id", (room_id,)).fetchall()
+        finally:
+            db.execute("COMMIT")
+        return Snapshot(seq, [SentenceRecord(*row) for row in rows])
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

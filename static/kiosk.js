@@ -1,0 +1,104 @@
+/**
+ * Meeting-room kiosk: `/kiosk?room=<id>` shows the room's captions full-screen and needs no keyboard or mouse.
+ * It starts by itself, shows its connection state in plain words, reconnects by itself (the room's text is kept
+ * and the server replays what was missed), and shows a QR code that opens the room on a phone.
+ *
+ * URL parameters (display ones in js/display-options.js; defaults here: dark theme, 3 lines at the bottom,
+ * speaker names on, font about 1/14 of the screen height):
+ *   room=<id>      the room (required)         token=<viewer token>   for a private room
+ *   mic=1          also be the room's microphone (captions this device's microphone into the room)
+ *   key=<token>    the server's auth token, needed with mic=1 when the server has one
+ *   lang=<code>    language of the microphone session (default: the server's)
+ *   qr=0           hide the QR code
+ *
+ * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events);
+ * `window.liveCaptions.mic` is the microphone's CaptionController with mic=1, else null.
+ * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]`.
+ */
+
+import { CaptionLines } from "./js/caption-lines.js";
+import { CaptionController, State } from "./js/controller.js";
+import { applyOptions, readOptions } from "./js/display-options.js";
+import { FeedState, RoomFeed } from "./js/room-feed.js";
+
+const MIC_RETRY_MS = 10000;
+const query = new URLSearchParams(location.search);
+const options = readOptions(location.search, {
+  theme: "dark", font: null, lines: 3, position: "bottom", speakers: true,
+});
+if (options.theme === "transparent") options.theme = "dark";
+applyOptions(options);
+if (options.font === null) document.documentElement.style.removeProperty("--font");
+
+const $ = (id) => document.getElementById(id);
+const feed = new RoomFeed({ room: query.get("room") ?? "", token: query.get("token") ?? "", keep: 200 });
+const lines = new CaptionLines($("captions"), { speakers: options.speakers });
+const mic = query.get("mic") === "1" ? microphone() : null;
+
+feed.addEventListener("sentence", ({ detail }) => lines.add(detail));
+feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial));
+feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial));
+feed.addEventListener("state", showStatus);
+mic?.addEventListener("state", showStatus);
+
+if (query.get("qr") !== "0" && feed.room) {
+  $("qr").src = feed.url("/qr.svg");
+  $("qr").addEventListener("load", () => ($("qr-box").hidden = false));
+}
+
+function microphone() {
+  const token = query.get("key");
+  const controller = new CaptionController({
+    offerFields: { room: query.get("room") ?? "", ...(token ? { token } : {}) },
+    defaults: () => ({ language: query.get("lang") ?? "", hotwords: [], processing: false }),
+  });
+  // The controller reconnects by itself after a drop; a run that ends in error (no microphone, refused
+  // token, server down at start) is tried again a little later, for ever: nobody is there to press Start.
+  let timer = 0;
+  const run = () => {
+    timer = 0;
+    controller.start().catch(() => {}); // failures arrive as the `error` state below
+  };
+  controller.addEventListener("state", ({ detail }) => {
+    if (detail.state === State.ERROR && !timer) timer = setTimeout(run, MIC_RETRY_MS);
+  });
+  run();
+  return controller;
+}
+
+const FEED_TEXT = {
+  [FeedState.CONNECTING]: "Connecting…",
+  [FeedState.LIVE]: "Live",
+  [FeedState.WAITING]: "Connected · waiting for a speaker",
+  [FeedState.RECONNECTING]: "Connection lost · reconnecting…",
+  [FeedState.STOPPED]: "Stopped",
+  [FeedState.ERROR]: "Error",
+};
+
+function showStatus() {
+  let state = feed.state;
+  let text = feed.state === FeedState.ERROR ? feed.detail : FEED_TEXT[feed.state];
+  if (mic && feed.state !== FeedState.ERROR && feed.state !== FeedState.RECONNECTING) {
+    if (mic.state === State.IDLE || mic.state === State.STOPPING) {
+      text = `${text} · microphone off`;
+    } else if (mic.state === State.LIVE) {
+      state = FeedState.LIVE;
+      text = "Live · microphone on";
+    } else if (mic.state === State.ERROR) {
+      state = FeedState.ERROR;
+      text = `Microphone: ${mic.detail || "error"} Trying again shortly.`;
+    } else {
+      state = FeedState.CONNECTING;
+      text = mic.state === State.LOADING ? "Speech model loading…" : "Starting the microphone…";
+    }
+  }
+  const status = $("status");
+  status.dataset.state = state;
+  $("status-text").textContent = text;
+  document.body.dataset.state = state;
+}
+
+window.liveCaptions = feed;
+feed.mic = mic;
+showStatus();
+feed.start();

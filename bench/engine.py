@@ -27,6 +27,11 @@ from typing import Any
 import numpy as np
 import psutil
 
+if not __package__:
+    # Run as `python bench/engine.py`: this file's own folder comes first on sys.path and would shadow the
+    # `engine` package with this very module.
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine

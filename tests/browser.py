@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 import wave
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
 import playwright
+from playwright.async_api import Browser, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -48,3 +51,14 @@ def write_wav(path: Path, samples: np.ndarray, rate: int = 16_000) -> Path:
         w.setframerate(rate)
         w.writeframes(pcm.tobytes())
     return path
+
+
+@asynccontextmanager
+async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
+    """Debian's Chromium, headless, loopback only, ``fake_mic`` as the microphone."""
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(fake_mic), headless=True)
+        try:
+            yield browser
+        finally:
+            await browser.close()

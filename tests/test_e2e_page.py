@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from app.keys import PEERS
 from engine.hub import CaptionEngine
-from tests.browser import CHROMIUM, chromium_args, write_wav
+from tests.browser import chromium, write_wav
 from tests.servers import running_server
 from tests.speech import audio, pad, reference
 from tests.wer import word_errors
@@ -34,10 +34,8 @@ def fake_mic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def browser(fake_mic: Path) -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(fake_mic), headless=True)
+    async with chromium(fake_mic) as b:
         yield b
-        await b.close()
 
 
 async def caption_run(page: Page, url: str, app: Any) -> dict[str, Any]:

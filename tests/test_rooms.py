@@ -10,7 +10,6 @@ import itertools
 import json
 import re
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -19,8 +18,6 @@ import pytest
 from app import exports
 from app.rooms import Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
-from engine.config import EngineConfig
-from engine.fake import FakeTranscriber
 from engine.hub import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
@@ -29,14 +26,6 @@ from tests.sse import SseReader
 
 TOKEN = "s3cret-publisher-token"
 CLIP = "ls_1988-24833-0000"
-
-
-@pytest.fixture
-async def fake_engine() -> AsyncIterator[CaptionEngine]:
-    eng = CaptionEngine(EngineConfig(speakers=False), transcriber=FakeTranscriber(delay_s=0.1))
-    await eng.start()
-    yield eng
-    await eng.close()
 
 
 async def create_room(url: str, token: str | None = TOKEN, **body: object) -> tuple[int, dict]:  # type: ignore[type-arg]

@@ -20,11 +20,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from app.keys import ROOMS
 from engine.hub import CaptionEngine
-from tests.browser import CHROMIUM, chromium_args, write_wav
+from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad, reference
@@ -43,10 +43,8 @@ def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def browser(mic_file: Path) -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(mic_file), headless=True)
+    async with chromium(mic_file) as b:
         yield b
-        await b.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -19,14 +18,6 @@ from engine.protocol import MAX_CLIENT_MESSAGE_BYTES
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad
-
-
-@pytest.fixture
-async def fake_engine() -> AsyncIterator[CaptionEngine]:
-    eng = CaptionEngine(EngineConfig(speakers=False), transcriber=FakeTranscriber(delay_s=0.1))
-    await eng.start()
-    yield eng
-    await eng.close()
 
 
 async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict]:  # type: ignore[type-arg]

@@ -1,6 +1,6 @@
 """Engine bench: N concurrent live sessions against the real engine, paced at real time, no transport.
 
-    python bench/engine.py [--sessions 1 2 4] [--model whisper-base] [--preset balanced] [--json out.json]
+    python bench/engine_bench.py [--sessions 1 2 4] [--model whisper-base] [--preset balanced] [--json out.json]
 
 Each session streams a different sequence of three LibriSpeech utterances separated by 2.5 s pauses (so the
 balanced preset closes each one), in 60 ms chunks at real time, like a microphone. Per run it reports:
@@ -26,11 +26,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-
-if not __package__:
-    # Run as `python bench/engine.py`: this file's own folder comes first on sys.path and would shadow the
-    # `engine` package with this very module.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig

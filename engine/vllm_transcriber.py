@@ -116,8 +116,23 @@ class VllmTranscriber:
             log.exception("recognizer failed to start")
             raise EngineNotReady("failed", self._detail) from exc
         self._state = TranscriberState.READY
+        try:
+            await self._warm_up()
+        except Exception as exc:
+            self._state = TranscriberState.FAILED
+            self._detail = f"warm-up decode failed: {exc}"
+            raise EngineNotReady("failed", self._detail) from exc
         self._watch = asyncio.create_task(self._watch_engine(), name="vllm-watch")
         log.info("recognizer %s ready on %s in %.1f s", self.name, self.device, time.monotonic() - t0)
+
+    async def _warm_up(self) -> None:
+        """Decode a little audio twice before anyone waits for it: vLLM's first decodes after start are several
+        times slower than the rest, and the first speaker should not pay for that."""
+        import numpy as np
+
+        tone = (0.05 * np.sin(np.arange(16_000) * 2 * np.pi * 220 / 16_000)).astype(np.float32)
+        for i in range(2):
+            await self.transcribe(DecodeRequest(f"warm-up-{i}", tone, Priority.FINAL))
 
     def _cache_dir(self) -> Any:
         from pathlib import Path

@@ -1,0 +1,109 @@
+"""The serialized baseline: the decoding pattern of FunASR's realtime service and the per-session streaming
+servers built on Qwen3-ASR, run through the same model, VAD and endpointer as the real engine.
+
+What it models, exactly:
+
+- **One decode at a time in the whole server.** ``SerializedTranscriber`` wraps the shared recognizer in a
+  first-come-first-served lock: no two requests run together, so nothing is batched across sessions, and a
+  final waits behind whatever partials were queued before it (no priority).
+- **Partials on a fixed timer.** Each session asks for a partial every ``PARTIAL_INTERVAL_S`` (0.48 s, FunASR's
+  chunk cadence) of speech whatever the load: the interval does not stretch with the decode time
+  (``load_factor=0``), and there is no server-wide cap on partials waiting (``max_inflight`` large), so the
+  audio of a queued partial is the audio at the time it was asked for, not the newest audio at the time it runs.
+- **Each session's requests one at a time, and every sentence decoded once more at its end.** A session never
+  has two partials outstanding (the engine's scheduler keeps that rule for both modes); a segment's final
+  replaces its running partial and is always a fresh decode (``reuse_for_final=False``: the real engine instead
+  takes a partial that already covered all the speech as the final).
+
+Everything else (Silero VAD batch, endpointing, guard, speakers, WebRTC, the data channel) is the real code, so
+the difference measured is the decode policy alone. ``bench/serve.py --mode`` switches between the two at run
+time on one loaded model (``apply_mode``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from engine.config import PartialConfig
+from engine.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
+
+if TYPE_CHECKING:
+    from engine.hub import CaptionEngine
+
+PARTIAL_INTERVAL_S = 0.48
+MODES = ("engine", "baseline", "engine-noreuse")  # the last: the engine without partials reused as finals
+
+
+class SerializedTranscriber:
+    """A ``Transcriber`` that runs the wrapped one's requests one at a time, in arrival order, when ``serialized``.
+
+    With ``serialized`` False it passes every call straight through (the real engine's behaviour).
+    """
+
+    def __init__(self, inner: Transcriber) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.serialized = False
+        self._lock = asyncio.Lock()  # asyncio.Lock wakes waiters in FIFO order
+        self.waited_s = 0.0  # total time requests spent waiting for the lock
+        self.completed: list[tuple[int, float]] = []  # (priority, seconds from submit to result), for benches
+
+    @property
+    def state(self) -> TranscriberState:
+        return self.inner.state
+
+    @property
+    def detail(self) -> str:
+        return self.inner.detail
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self.inner, "device", "cpu"))
+
+    async def start(self) -> None:
+        await self.inner.start()
+        self.name = self.inner.name
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        if not self.serialized:
+            result = await self.inner.transcribe(request)
+        else:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            async with self._lock:
+                self.waited_s += loop.time() - t0
+                result = await self.inner.transcribe(request)
+            # Report the wall time from submit, lock wait included, like the unwrapped recognizer does.
+            result = replace(result, decode_s=loop.time() - t0)
+        self.completed.append((int(request.priority), result.decode_s))
+        return result
+
+    def load(self) -> dict[str, int]:
+        return self.inner.load()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
+               real_partial: PartialConfig, real_max_inflight: int) -> None:
+    """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
+
+    ``real_partial`` and ``real_max_inflight`` are the engine's own settings, read once after ``start``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if engine.sessions:
+        raise RuntimeError(f"cannot switch the decode mode with {len(engine.sessions)} sessions live")
+    baseline = mode == "baseline"
+    transcriber.serialized = baseline
+    partial = replace(real_partial, interval_s=PARTIAL_INTERVAL_S, load_factor=0.0, max_inflight=1024,
+                      reuse_for_final=False) if baseline else real_partial
+    if mode == "engine-noreuse":
+        partial = replace(real_partial, reuse_for_final=False)
+    engine.config = replace(engine.config, partial=partial)
+    engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
+    engine.scheduler.partial_decode_ema_s = 0.0
+    engine.scheduler.partials_done = 0

@@ -1,0 +1,125 @@
+"""A browserless load client: aiortc forwarding an Ogg Opus file's packets (no re-encoding) like a live microphone.
+
+``MediaPlayer(path, decode=False)`` paces the packets at real time; ``TimedTrack`` records when each packet left,
+so that any moment of the source audio maps to the wall-clock time it was sent (``sent_at``). Every data-channel
+message is kept with its arrival time (``time.monotonic()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.contrib.media import MediaPlayer
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+
+class TimedTrack(MediaStreamTrack):
+    """Forwards another track's encoded packets and logs (media seconds, monotonic send time) for each."""
+
+    kind = "audio"
+
+    def __init__(self, inner: MediaStreamTrack) -> None:
+        super().__init__()
+        self.inner = inner
+        self.media_s: list[float] = []
+        self.wall_s: list[float] = []
+        self.ended = asyncio.Event()
+
+    async def recv(self) -> Any:
+        try:
+            packet = await self.inner.recv()
+        except MediaStreamError:
+            self.ended.set()
+            raise
+        if packet.pts is not None and packet.time_base is not None:
+            self.media_s.append(max(0.0, float(packet.pts * packet.time_base)))
+            self.wall_s.append(time.monotonic())
+        return packet
+
+    def stop(self) -> None:
+        self.inner.stop()
+        super().stop()
+
+
+class BenchClient:
+    """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
+
+    def __init__(self, base_url: str, ogg: Path) -> None:
+        self.base_url = base_url
+        self.ogg = ogg
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.channel = self.pc.createDataChannel("captions")
+        self.player = MediaPlayer(str(ogg), decode=False)
+        if self.player.audio is None:
+            raise ValueError(f"{ogg} has no audio stream")
+        self.track = TimedTrack(self.player.audio)
+        self.messages: list[tuple[float, dict[str, Any]]] = []  # (monotonic arrival, message)
+        self.session = ""
+        self.error = ""
+        self._opened = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self.channel.on("open", self._opened.set)
+        self.channel.on("message", self._on_message)
+
+    def _on_message(self, raw: str) -> None:
+        msg = json.loads(raw)
+        self.messages.append((time.monotonic(), msg))
+        if msg["type"] == "stopped":
+            self._stopped.set()
+
+    async def connect(self, http: aiohttp.ClientSession, timeout_s: float = 30.0) -> None:
+        """Offer (non-trickle), answer, wait for the data channel, send ``start``. Raises on a refused offer."""
+        self.pc.addTrack(self.track)
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with http.post(f"{self.base_url}/offer",
+                             json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as resp:
+            body = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"offer refused: {resp.status} {body}")
+        self.session = body["session"]
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        await asyncio.wait_for(self._opened.wait(), timeout_s)
+        self.channel.send(json.dumps({"type": "start", "language": "en", "hotwords": []}))
+
+    async def play(self, duration_s: float, stop_timeout_s: float = 120.0) -> None:
+        """Wait for the file to finish playing, send ``stop``, wait for ``stopped`` (or the timeout), close.
+
+        Gives up if the file has not ended ``duration_s`` + 30 s after the start (a connection that died stops
+        pulling packets, so the end would never come)."""
+        try:
+            try:
+                await asyncio.wait_for(self.track.ended.wait(), duration_s + 30.0)
+            except TimeoutError:
+                self.error = f"the stream did not finish (connection {self.pc.connectionState})"
+                return
+            await asyncio.sleep(0.3)
+            self.channel.send(json.dumps({"type": "stop"}))
+            await asyncio.wait_for(self._stopped.wait(), stop_timeout_s)
+        except TimeoutError:
+            self.error = f"no 'stopped' within {stop_timeout_s:.0f} s of the stop"
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        self.track.stop()
+        await self.pc.close()
+
+    @property
+    def started_s(self) -> float | None:
+        """Monotonic time the first packet left, or None if none did."""
+        return self.track.wall_s[0] if self.track.wall_s else None
+
+    @property
+    def media_ended_s(self) -> float | None:
+        return self.track.wall_s[-1] if self.track.wall_s else None
+
+    def sent_at(self, media_s: float) -> float:
+        """Monotonic time at which the source audio at ``media_s`` seconds was sent (interpolated)."""
+        return float(np.interp(media_s, self.track.media_s, self.track.wall_s))

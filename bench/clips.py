@@ -1,0 +1,146 @@
+"""Bench audio: real read-speech clips joined into one "microphone" per session, encoded once to Opus.
+
+Each session plays its own sequence of real English utterances from ``../shared/data/speech`` (the clips with a
+human reference transcript), joined by pauses long enough for the balanced endpointer to close each one, with
+leading and trailing silence. Where the speech lies inside each utterance comes from Silero VAD run offline on the
+source file, so every utterance gives one reference sentence with speech onset, speech end and reference text.
+
+The Opus files (libopus, 48 kHz mono, Ogg) are written once per (session index, length, pause) into a cache
+folder; aiortc's ``MediaPlayer(path, decode=False)`` then forwards their packets without re-encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import av
+import numpy as np
+
+from engine.audio import SAMPLE_RATE, load_wav
+from engine.vad import WINDOW, BatchedVad
+
+SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+CACHE_DIR = Path(tempfile.gettempdir()) / "live-captions-bench"
+LEAD_S = 1.0  # leading silence: the first word is never cut by connection set-up
+TAIL_S = 3.5  # trailing silence: the last sentence closes by its endpoint, not by the stop
+OPUS_RATE = 48_000
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One reference sentence inside a session's audio; times in seconds of that audio."""
+
+    clip_id: str
+    text: str
+    speech_start_s: float
+    speech_end_s: float
+
+
+@dataclass(frozen=True)
+class SessionClip:
+    """What one bench session streams: the Opus file and the sentences it holds."""
+
+    index: int
+    ogg: Path
+    duration_s: float
+    utterances: tuple[Utterance, ...]
+
+    @property
+    def reference(self) -> str:
+        return " ".join(u.text for u in self.utterances)
+
+
+@cache
+def pool() -> tuple[tuple[str, str], ...]:
+    """(clip id, reference text) of every English read clip with a reference, in a fixed shuffled order."""
+    out = []
+    with open(SPEECH_DIR / "manifest.jsonl", encoding="utf-8") as f:
+        for line in f:
+            e = json.loads(line)
+            if e["lang"] == "en" and e["kind"] == "read" and e["text"] and e["duration_s"] >= 2.0:
+                out.append((e["id"], e["text"]))
+    order = np.random.default_rng(7).permutation(len(out))
+    return tuple(out[i] for i in order)
+
+
+@cache
+def _clip(clip_id: str) -> np.ndarray:
+    return load_wav(SPEECH_DIR / "wav" / f"{clip_id}.wav")
+
+
+@cache
+def speech_bounds(clip_id: str, threshold: float = 0.5) -> tuple[float, float]:
+    """(first, last) second of speech in a clip by Silero VAD (windows at or above ``threshold``)."""
+    audio = _clip(clip_id)
+    vad = BatchedVad(max_sessions=1)
+    k = audio.size // WINDOW
+    probs = vad.run({0: audio[: k * WINDOW].reshape(k, WINDOW)})[0]
+    idx = np.flatnonzero(probs >= threshold)
+    if idx.size == 0:
+        return 0.0, audio.size / SAMPLE_RATE
+    return idx[0] * WINDOW / SAMPLE_RATE, (idx[-1] + 1) * WINDOW / SAMPLE_RATE
+
+
+def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarray, tuple[Utterance, ...]]:
+    """Session ``index``'s audio (16 kHz float32) of at least ``seconds`` of speech and pauses, and its sentences.
+
+    Sessions start at different places in the pool, so sessions playing at the same time speak different clips.
+    """
+    clips = pool()
+    parts = [np.zeros(int(LEAD_S * SAMPLE_RATE), np.float32)]
+    pos = LEAD_S
+    utterances: list[Utterance] = []
+    k = index * 5
+    while pos < LEAD_S + seconds or not utterances:
+        clip_id, text = clips[k % len(clips)]
+        k += 1
+        audio = _clip(clip_id)
+        first, last = speech_bounds(clip_id)
+        utterances.append(Utterance(clip_id, text, pos + first, pos + last))
+        parts += [audio, np.zeros(int(pause_s * SAMPLE_RATE), np.float32)]
+        pos += audio.size / SAMPLE_RATE + pause_s
+    parts.append(np.zeros(int(max(0.0, TAIL_S - pause_s) * SAMPLE_RATE), np.float32))
+    return np.concatenate(parts), tuple(utterances)
+
+
+def encode_opus(audio: np.ndarray, path: Path) -> None:
+    """Write 16 kHz float32 mono audio as Ogg Opus (48 kHz mono, 20 ms frames)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.ogg")
+    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
+    with av.open(str(tmp), "w", format="ogg") as out:
+        stream = out.add_stream("libopus", rate=OPUS_RATE, layout="mono")
+        stream.bit_rate = 64_000
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
+        fifo = av.AudioFifo()
+        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        for f in [*resampler.resample(frame), *resampler.resample(None)]:
+            fifo.write(f)
+        pts = 0
+        while (chunk := fifo.read(960)) is not None:
+            chunk.pts = pts
+            pts += chunk.samples
+            for packet in stream.encode(chunk):
+                out.mux(packet)
+        rest = fifo.read()
+        if rest is not None:
+            rest.pts = pts
+            for packet in stream.encode(rest):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    tmp.replace(path)
+
+
+def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5) -> SessionClip:
+    """Session ``index``'s clip, encoding its Opus file on first use (cached across runs)."""
+    audio, utterances = build_session(index, seconds, pause_s)
+    ogg = CACHE_DIR / f"session{index:03d}-{seconds:g}s-p{pause_s:g}.ogg"
+    if not ogg.exists():
+        encode_opus(audio, ogg)
+    return SessionClip(index, ogg, audio.size / SAMPLE_RATE, utterances)

@@ -1,0 +1,108 @@
+"""Per-session caption metrics from what a client saw, against the reference sentences of its clip.
+
+Times are client wall-clock (``time.monotonic()``): when a piece of source audio left the client (the packet log
+of ``TimedTrack``) and when a data-channel message arrived. Session audio time on the server (a sentence's
+``start``/``end`` in ms) equals source media time: audio starts at the first packet and nothing is lost on
+loopback.
+
+- first partial: from the moment a sentence's first speech left the client to the first message showing new text
+  for it (a partial that was not on screen before the onset, or a locked sentence overlapping it);
+- lock: from the moment its last speech left the client to the arrival of the locked sentence(s) covering it;
+  ``lock_over_silence`` subtracts the endpoint silence the preset waits for at that sentence length, which is
+  the part of the lock latency that is policy, not processing;
+- display lag: the server's ``latency_ms`` on each partial update (how far the text being shown trails the live
+  audio while someone speaks); messages that lock sentences are left out, because their ``latency_ms`` runs from
+  the end of the sentence and so includes the endpoint's silence wait, which the lock latency already reports;
+- lost: reference sentences no locked sentence overlaps;
+- WER of all locked text against the reference (``tests.wer``'s normalisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.client import BenchClient
+from bench.clips import SessionClip
+from engine.config import EndpointConfig
+from tests.wer import word_errors
+
+_SLOP_S = 0.3  # VAD edges vs reference edges
+
+
+@dataclass
+class SessionMetrics:
+    first_partial_s: list[float] = field(default_factory=list)
+    lock_s: list[float] = field(default_factory=list)
+    lock_over_silence_s: list[float] = field(default_factory=list)
+    lag_s: list[float] = field(default_factory=list)
+    sentences: int = 0  # reference sentences
+    lost: int = 0
+    no_partial: int = 0  # sentences that showed no text before they locked (or never)
+    errors: int = 0  # word errors
+    words: int = 0  # reference words
+    overloaded: int = 0  # "overloaded" error messages (the server skipped audio)
+    failures: list[str] = field(default_factory=list)
+
+
+def _overlaps(s: dict[str, Any], start_s: float, end_s: float) -> bool:
+    return bool(s["start"] / 1000 < end_s + _SLOP_S and s["end"] / 1000 > start_s - _SLOP_S)
+
+
+def partial_lags(captions: list[dict[str, Any]]) -> list[float]:
+    """Display lag in seconds of every caption message that updates the partial text and locks nothing."""
+    return [msg["latency_ms"] / 1000 for msg in captions
+            if msg.get("latency_ms") is not None and msg["partial"] and not msg["sentences"]]
+
+
+def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig) -> SessionMetrics:
+    m = SessionMetrics(sentences=len(clip.utterances))
+    if client.error:
+        m.failures.append(client.error)
+    if not client.track.wall_s:
+        m.lost = m.sentences
+        m.failures.append("no audio was sent")
+        return m
+    captions = [(t, msg) for t, msg in client.messages if msg["type"] == "caption"]
+    locked = [(t, s) for t, msg in captions for s in msg["sentences"]]
+    m.overloaded = sum(1 for _, msg in client.messages if msg.get("code") == "overloaded")
+    m.lag_s = partial_lags([msg for _, msg in captions])
+    for u in clip.utterances:
+        onset = client.sent_at(u.speech_start_s)
+        before = [msg["partial"] for t, msg in captions if t < onset]
+        shown_before = before[-1] if before else ""
+        first = next((t for t, msg in captions if t >= onset and (
+            (msg["partial"] and msg["partial"] not in shown_before)
+            or any(_overlaps(s, u.speech_start_s, u.speech_end_s) for s in msg["sentences"]))), None)
+        if first is None:
+            m.no_partial += 1
+        else:
+            m.first_partial_s.append(first - onset)
+        covering = [t for t, s in locked if _overlaps(s, u.speech_start_s, u.speech_end_s)]
+        if not covering:
+            m.lost += 1
+            continue
+        lock = max(covering) - client.sent_at(u.speech_end_s)
+        m.lock_s.append(lock)
+        silence_s = endpoint.silence_for(int((u.speech_end_s - u.speech_start_s) * 1000)) / 1000
+        m.lock_over_silence_s.append(lock - silence_s)
+    text = " ".join(s["text"] for _, s in sorted(locked, key=lambda ts: ts[1]["id"]))
+    m.errors, m.words = word_errors(clip.reference, text)
+    return m
+
+
+def merge(items: list[SessionMetrics]) -> SessionMetrics:
+    out = SessionMetrics()
+    for m in items:
+        out.first_partial_s += m.first_partial_s
+        out.lock_s += m.lock_s
+        out.lock_over_silence_s += m.lock_over_silence_s
+        out.lag_s += m.lag_s
+        out.sentences += m.sentences
+        out.lost += m.lost
+        out.no_partial += m.no_partial
+        out.errors += m.errors
+        out.words += m.words
+        out.overloaded += m.overloaded
+        out.failures += m.failures
+    return out

@@ -1,0 +1,157 @@
+"""Pipeline bench: what everything but the model costs per live session.
+
+    python -m bench.pipeline [--sessions 1 16 64] [--seconds 60] [--json out.json]
+
+The real server runs as a subprocess (``bench/serve.py --recognizer fake --no-speakers``) with the recognizer
+replaced by the named ``FakeTranscriber`` (engine/fake.py: answers after 50 ms without computing anything), so
+what its process tree spends is the rest of the path: WebRTC receive (ICE, DTLS/SRTP, RTP), Opus decode, resample
+to 16 kHz, the batched Silero VAD, endpointing, partial/final scheduling, the mailbox and the data-channel send.
+Speaker embeddings are a model and are off.
+
+The N clients run in this process (aiortc forwarding Ogg Opus packets, no re-encoding) and are not measured. The
+CPU window is the span in which all N clients were streaming; the audio the server actually received in that
+window (``/bench/stats`` ingest totals) normalises it, so a client process that cannot keep 64 streams at real time
+does not flatter the result:
+
+- ``% core/session``: server CPU seconds / wall seconds / N, in % of one core;
+- ``% core/session RT``: server CPU seconds per second of audio received per session (the same at real time);
+- ``idle``: the server's own CPU with no session (subtracted in ``marginal``);
+- ``VAD busy``: wall time of the VAD worker's batches per session (an upper bound of its CPU: it includes waiting
+  for the GIL and for a core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import psutil
+
+from bench.clips import CACHE_DIR, session_clip
+from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
+from bench.metrics import partial_lags
+
+
+async def poll_stats(http: aiohttp.ClientSession, url: str, out: list[tuple[float, dict[str, Any]]]) -> None:
+    while True:
+        out.append((time.monotonic(), await get_json(http, url)))
+        await asyncio.sleep(1.0)
+
+
+def _interp(points: list[tuple[float, float]], t: float) -> float:
+    return float(np.interp(t, [p[0] for p in points], [p[1] for p in points]))
+
+
+async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n: int, idle_pct: float,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+    polled: list[tuple[float, dict[str, Any]]] = []
+    me = psutil.Process()
+    client_cpu0 = sum(me.cpu_times()[:2])
+    poller = asyncio.create_task(poll_stats(http, f"{server.base_url}/bench/stats", polled))
+    try:
+        run = await run_clients(server.base_url, [c.ogg for c in clips], connect_concurrency=args.connect_concurrency)
+    finally:
+        poller.cancel()
+    client_cpu = sum(me.cpu_times()[:2]) - client_cpu0
+    t0, t1 = run.all_live_s, run.first_done_s
+    window = t1 - t0
+    cpu = trace.cpu_between(t0, t1)
+    live = [(t, float(s["ingest_audio_s"])) for t, s in polled if s["peers"] == n]
+    received = _interp(live, t1) - _interp(live, t0) if len(live) >= 2 else float("nan")
+    vad = [(t, float(s["engine"]["vad_busy_s"])) for t, s in polled]
+    vad_s = _interp(vad, t1) - _interp(vad, t0) if len(vad) >= 2 else float("nan")
+    lags = partial_lags([msg for c in run.clients for _, msg in c.messages if msg["type"] == "caption"])
+    overloaded = sum(1 for c in run.clients for _, msg in c.messages if msg.get("code") == "overloaded")
+    failures = [c.error for c in run.clients if c.error]
+    per_session = 100 * cpu / window / n if window > 0 else float("nan")
+    return {
+        "sessions": n, "window_s": round(window, 1), "connect_s": round(t0 - run.t0, 1),
+        "server_cpu_pct": 100 * cpu / window if window > 0 else float("nan"),
+        "cpu_pct_per_session": per_session,
+        "marginal_pct_per_session": (100 * cpu / window - idle_pct) / n if window > 0 else float("nan"),
+        "realtime_factor": received / window / n if window > 0 else float("nan"),
+        "cpu_pct_per_session_rt": 100 * cpu / (received / n) / n if received and received > 0 else float("nan"),
+        "vad_wall_pct_per_session": 100 * vad_s / window / n if window > 0 else float("nan"),
+        "lag_s_p95": pct(lags, 95), "overloaded_msgs": overloaded, "failures": failures[:5],
+        "rss_gb": trace.peak_rss(run.t0, run.t1) / 1e9,
+        "client_cpu_pct": 100 * client_cpu / (run.t1 - run.t0),
+    }
+
+
+COLUMNS = [("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
+           ("server_cpu_pct", "server % core", "{:.1f}"), ("cpu_pct_per_session", "% core/session", "{:.2f}"),
+           ("marginal_pct_per_session", "marginal", "{:.2f}"), ("realtime_factor", "audio rx/real time", "{:.2f}"),
+           ("cpu_pct_per_session_rt", "% core/session RT", "{:.2f}"),
+           ("vad_wall_pct_per_session", "VAD busy %/session", "{:.2f}"), ("lag_s_p95", "lag p95 s", "{:.2f}"),
+           ("overloaded_msgs", "skips", "{:d}"), ("rss_gb", "RSS GB", "{:.2f}"),
+           ("client_cpu_pct", "clients % core", "{:.0f}")]
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for r in rows:
+        print("| " + " | ".join("-" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
+                                for k, _, f in COLUMNS) + " |")
+
+
+async def main(args: argparse.Namespace) -> int:
+    print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
+    for i in range(max(args.sessions)):
+        session_clip(i, args.seconds, args.pause_s)
+    server_args = ["--recognizer", "fake", "--fake-delay-s", str(args.fake_delay_s), "--no-speakers"]
+    rows: list[dict[str, Any]] = []
+    async with bench_server(server_args, CACHE_DIR / "pipeline-server.log") as server:
+        trace = CpuTrace(server.ps)
+        sampler = asyncio.create_task(trace.run())
+        try:
+            async with aiohttp.ClientSession() as http:
+                await asyncio.sleep(2.0)
+                t0 = time.monotonic()
+                await asyncio.sleep(args.idle_s)
+                idle_pct = 100 * trace.cpu_between(t0, time.monotonic()) / (time.monotonic() - t0)
+                print(f"idle server: {idle_pct:.2f} % of one core", file=sys.stderr)
+                for n in args.sessions:
+                    await asyncio.sleep(3.0)
+                    row = await run_step(server, http, trace, n, idle_pct, args)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+        finally:
+            sampler.cancel()
+    print(f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), {args.seconds:g} s per session; "
+          f"idle server {idle_pct:.2f} % of one core\n")
+    print_table(rows)
+    if args.json:
+        report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "idle_pct": idle_pct,
+                  "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
+                              "load_avg": psutil.getloadavg()},
+                  "rows": rows, "args": vars(args)}
+        await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2, default=str), "utf-8")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--seconds", type=float, default=60.0, help="speech + pauses per session")
+    p.add_argument("--pause-s", type=float, default=2.5)
+    p.add_argument("--fake-delay-s", type=float, default=0.05)
+    p.add_argument("--idle-s", type=float, default=10.0, help="how long to measure the idle server first")
+    p.add_argument("--connect-concurrency", type=int, default=8)
+    p.add_argument("--json", default=None)
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(build_parser().parse_args())))

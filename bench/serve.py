@@ -1,0 +1,143 @@
+"""The bench server: the real app (``create_app``) in its own process, so its CPU is measured apart from the
+clients', with the recognizer chosen by flag and a small stats route for the benches.
+
+    python -m bench.serve --recognizer vllm [--model whisper-tiny.en] [--no-speakers] [--port 0]
+    python -m bench.serve --recognizer fake [--fake-delay-s 0.05]
+
+It prints one JSON line ``{"port": P, "model": ..., "pid": ...}`` on stdout once the model is loaded and the
+server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SIGTERM/SIGINT. Routes added:
+
+- ``GET /bench/stats``: engine stats, ingest totals of live peers, and the engine queue depth sampled every
+  100 ms since the previous call (``depth``: finals + partials in the recognizer + partials waiting).
+- ``POST /bench/mode?mode=engine|baseline``: the real decode policy or the serialized baseline
+  (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live.
+
+``--recognizer fake`` uses the named ``FakeTranscriber`` (no model at all) for ``bench/pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from app.config import IceConfig, ServerConfig
+from app.keys import PEERS
+from app.server import create_app, engine_config
+from bench.baseline import SerializedTranscriber, apply_mode
+from engine.config import ENDPOINT_PRESETS
+from engine.fake import FakeTranscriber
+from engine.hub import CaptionEngine
+from engine.transcriber import Priority, Transcriber
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm")
+    p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
+    p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
+    p.add_argument("--no-speakers", action="store_true")
+    p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
+    p.add_argument("--max-sessions", type=int, default=256)
+    p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
+                          ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
+                          max_lag_s=2.0)
+    inner: Transcriber
+    if args.recognizer == "fake":
+        inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")
+    else:
+        from engine.config import TranscriberConfig
+        from engine.vllm_transcriber import VllmTranscriber
+
+        inner = VllmTranscriber(TranscriberConfig(model=args.model))
+    transcriber = SerializedTranscriber(inner)
+    engine = CaptionEngine(engine_config(config), transcriber)
+    t0 = time.monotonic()
+    await engine.start()
+    real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
+    app = create_app(config, engine=engine)
+    depth: list[tuple[float, int]] = []
+    mode = {"mode": "engine"}
+
+    async def stats(request: web.Request) -> web.Response:
+        peers = list(request.app[PEERS].values())
+        samples = list(depth)
+        depth.clear()
+        done = list(transcriber.completed)
+        transcriber.completed.clear()
+        body: dict[str, Any] = {
+            "engine": engine.stats(), "mode": mode["mode"], "peers": len(peers),
+            "ingest_audio_s": sum(p.ingest.audio_s for p in peers),
+            "ingest_skipped_s": sum(p.ingest.skipped_s for p in peers),
+            "lock_wait_s": round(transcriber.waited_s, 3),
+            "depth": [d for _, d in samples],
+            # seconds from submit to result of each request completed since the previous call, by kind
+            "final_s": [round(s, 3) for p, s in done if p == Priority.FINAL],
+            "partial_s": [round(s, 3) for p, s in done if p == Priority.PARTIAL],
+        }
+        return web.json_response(body)
+
+    async def set_mode(request: web.Request) -> web.Response:
+        try:
+            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight)
+        except (ValueError, RuntimeError) as exc:
+            return web.json_response({"error": str(exc)}, status=409)
+        mode["mode"] = request.query["mode"]
+        return web.json_response(mode)
+
+    app.router.add_get("/bench/stats", stats)
+    app.router.add_post("/bench/mode", set_mode)
+
+    async def sample() -> None:
+        while True:
+            s = engine.stats()
+            depth.append((time.monotonic(), s["queue_final"] + s["queue_partial"] + s["partials_waiting"]))
+            del depth[:-20_000]
+            await asyncio.sleep(0.1)
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port)
+    await site.start()
+    sampler = asyncio.create_task(sample())
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, done.set)
+    print(json.dumps({"port": runner.addresses[0][1], "model": engine.model_name, "pid": os.getpid(),
+                      "start_s": round(time.monotonic() - t0, 1)}), flush=True)
+    try:
+        await done.wait()
+    finally:
+        sampler.cancel()
+        await runner.cleanup()
+        await engine.close()
+
+
+def main() -> int:
+    faulthandler.enable()  # a crash in native code (codecs, ONNX, SRTP) leaves a trace in the log
+    args = build_parser().parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("app.peer").setLevel(logging.INFO)  # connect/close per session, for the record
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

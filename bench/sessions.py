@@ -1,0 +1,240 @@
+"""End-to-end sessions bench: the real server, N WebRTC clients on loopback, the real engine against the
+serialized baseline on the same model in the same run.
+
+    python -m bench.sessions [--sessions 1 2 3 4 6 8] [--model whisper-tiny.en] [--seconds 40] [--json out.json]
+
+The server runs as a subprocess (``bench/serve.py``) so that its CPU (vLLM's EngineCore child included) is
+measured apart from the clients'. All clients share this process: each is an aiortc peer forwarding a different
+session's Ogg Opus file (``bench/clips.py``: real read English utterances separated by 2.5 s pauses, ~40 s) at
+real time, without re-encoding. For each N the bench runs the real decode policy ("engine") and the serialized
+baseline ("baseline", ``bench/baseline.py``) one after the other on the same loaded model, and stops sweeping a
+mode once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
+
+A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`` (1 s), lock latency p95 <=
+endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. Metrics: see
+``bench/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
+streaming, divided by N, in % of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from bench.baseline import MODES
+from bench.clips import CACHE_DIR, session_clip
+from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
+from bench.metrics import merge, session_metrics
+from engine.config import ENDPOINT_PRESETS
+
+
+def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss: int, depth: list[int],
+            args: argparse.Namespace) -> dict[str, Any]:
+    m = metrics
+    lag95 = pct(m.lag_s, 95)
+    lock_over95 = pct(m.lock_over_silence_s, 95)
+    row = {
+        "mode": mode, "sessions": n, "ref_sentences": m.sentences, "lost": m.lost, "no_partial": m.no_partial,
+        "first_partial_s_p50": pct(m.first_partial_s, 50), "first_partial_s_p95": pct(m.first_partial_s, 95),
+        "lock_s_p50": pct(m.lock_s, 50), "lock_s_p95": pct(m.lock_s, 95),
+        "lock_over_silence_s_p95": lock_over95,
+        "lag_s_p50": pct(m.lag_s, 50), "lag_s_p95": lag95, "lag_s_max": max(m.lag_s, default=float("nan")),
+        "wer": m.errors / m.words if m.words else float("nan"),
+        "cpu_pct_per_session": 100 * cpu_s / window_s / n if window_s > 0 else float("nan"),
+        "server_cpu_pct": 100 * cpu_s / window_s if window_s > 0 else float("nan"),
+        "rss_gb": rss / 1e9,
+        "queue_p50": pct([float(d) for d in depth], 50), "queue_max": max(depth, default=0),
+        "overloaded_msgs": m.overloaded, "failures": m.failures[:5],
+    }
+    reasons = []
+    if not lag95 <= args.lag_limit_s:
+        reasons.append(f"lag p95 {lag95:.2f} s > {args.lag_limit_s} s")
+    if not lock_over95 <= args.lock_limit_s:
+        reasons.append(f"lock p95 {lock_over95:+.2f} s over silence > {args.lock_limit_s} s")
+    if m.lost:
+        reasons.append(f"{m.lost} sentences lost")
+    if m.overloaded:
+        reasons.append("audio skipped")
+    if m.failures:
+        reasons.append("client failures")
+    row["held"] = not reasons
+    row["why_not"] = "; ".join(reasons)
+    return row
+
+
+async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mode: str, n: int,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
+    clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+    await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
+    run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s)
+    stats = await get_json(http, f"{server.base_url}/bench/stats")
+    endpoint = ENDPOINT_PRESETS[args.preset]
+    metrics = merge([session_metrics(cl, clip, endpoint) for cl, clip in zip(run.clients, clips, strict=True)])
+    window = max(0.0, run.first_done_s - run.all_live_s)
+    row = row_for(mode, n, metrics, trace.cpu_between(run.all_live_s, run.first_done_s), window,
+                  trace.peak_rss(run.t0, run.t1), stats["depth"], args)
+    row["window_s"] = round(window, 1)
+    row["wall_s"] = round(run.t1 - run.t0, 1)
+    row["lock_wait_s_total"] = stats["lock_wait_s"]
+    row["final_decode_s_p50"] = pct(stats["final_s"], 50)
+    row["partial_decode_s_p50"] = pct(stats["partial_s"], 50)
+    row["decodes"] = len(stats["final_s"]) + len(stats["partial_s"])
+    if args.dump:
+        await asyncio.to_thread(dump_step, Path(args.dump) / f"{mode}-n{n}-{time.strftime('%H%M%S')}.json",
+                                run.clients, clips)
+    return row
+
+
+def dump_step(path: Path, clients: list[Any], clips: list[Any]) -> None:
+    """Every message of every client with its time since the client's first packet, and the reference times."""
+    out = []
+    for c, clip in zip(clients, clips, strict=True):
+        t0 = c.started_s or 0.0
+        out.append({"ogg": str(clip.ogg), "error": c.error,
+                    "utterances": [{"start_s": u.speech_start_s, "end_s": u.speech_end_s, "text": u.text,
+                                    "sent_start_s": c.sent_at(u.speech_start_s) - t0 if c.started_s else None,
+                                    "sent_end_s": c.sent_at(u.speech_end_s) - t0 if c.started_s else None}
+                                   for u in clip.utterances],
+                    "messages": [[round(t - t0, 3), m] for t, m in c.messages]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1), encoding="utf-8")
+
+
+COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", "sent", "{:d}"),
+           ("lost", "lost", "{:d}"), ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
+           ("first_partial_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
+           ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
+           ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
+           ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
+           ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
+           ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
+           ("held", "held", "{}")]
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print("| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for r in rows:
+        cells = []
+        for key, _, fmt in COLUMNS:
+            v = r[key]
+            cells.append("-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
+        print("| " + " | ".join(cells) + " |")
+
+
+def held(rows: list[dict[str, Any]], mode: str) -> int:
+    """The largest N such that this mode held every N swept up to it."""
+    best = 0
+    for r in sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["sessions"]):
+        if not r["held"]:
+            break
+        best = r["sessions"]
+    return best
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {f"held_{mode}": held(rows, mode) for mode in MODES}
+    b = out["held_baseline"]
+    out["ratio"] = out["held_engine"] / b if b else None
+    ones = {r["mode"]: r for r in rows if r["sessions"] == 1}
+    if "engine" in ones:
+        e = ones["engine"]
+        out["one_session"] = {"first_partial_s_p95": e["first_partial_s_p95"],
+                              "lock_over_silence_s_p95": e["lock_over_silence_s_p95"]}
+    return out
+
+
+async def main(args: argparse.Namespace) -> int:
+    print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
+    for i in range(max(args.sessions)):
+        session_clip(i, args.seconds, args.pause_s)
+    server_args = ["--recognizer", args.recognizer, "--preset", args.preset]
+    if args.model:
+        server_args += ["--model", args.model]
+    if args.no_speakers:
+        server_args.append("--no-speakers")
+    rows: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+    async with bench_server(server_args, CACHE_DIR / "sessions-server.log") as server:
+        print(f"server ready: {server.info}", file=sys.stderr)
+        trace = CpuTrace(server.ps)
+        sampler = asyncio.create_task(trace.run())
+        active = list(args.modes)
+        try:
+            async with aiohttp.ClientSession() as http:
+                if args.warmup:
+                    # vLLM's first decodes after start are several times slower: keep them out of the table.
+                    print("warm-up session (not measured) ...", file=sys.stderr)
+                    await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s).ogg])
+                for step, n in enumerate(args.sessions):
+                    # Alternate which mode goes first, so that neither always follows the other's backlog.
+                    for mode in (list(active) if step % 2 == 0 else list(reversed(active))):
+                        await asyncio.sleep(args.settle_s)  # the engine core busy-waits ~1 s after activity
+                        row = await run_step(server, http, trace, mode, n, args)
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr)
+                        lost = [r for r in rows if r["mode"] == mode][-2:]
+                        if len(lost) == 2 and all(not r["lag_s_p95"] <= args.give_up_lag_s for r in lost):
+                            active.remove(mode)  # two steps in a row far past real time
+                    if not active:
+                        break
+        finally:
+            sampler.cancel()
+        model = server.info.get("model")
+    print(f"\nmodel {model}, preset {args.preset}, {args.seconds:g} s per session, "
+          f"{time.monotonic() - t_start:.0f} s in all\n")
+    print_table(rows)
+    s = summary(rows)
+    ratio = f"{s['ratio']:.1f}x" if s["ratio"] else "n/a (baseline held none)"
+    print(f"\nheld in real time: engine {s['held_engine']}, baseline {s['held_baseline']}, ratio {ratio}")
+    for r in rows:
+        if not r["held"]:
+            print(f"  {r['mode']} N={r['sessions']}: {r['why_not']}")
+    if args.json:
+        report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": model,
+                  "preset": args.preset, "seconds": args.seconds, "speakers": not args.no_speakers,
+                  "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
+                              "load_avg": psutil.getloadavg()},
+                  "limits": {"lag_s": args.lag_limit_s, "lock_over_silence_s": args.lock_limit_s},
+                  "summary": s, "rows": rows, "args": vars(args)}
+        await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2, default=str), "utf-8")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.sessions", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
+    p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "baseline"],
+                   help="engine-noreuse: the engine without partials reused as finals (diagnosis)")
+    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
+                   help="fake: the named FakeTranscriber, to check the harness only (no model)")
+    p.add_argument("--model", default="whisper-tiny.en", help="server --model (whisper-base is ~4x the compute)")
+    p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
+    p.add_argument("--no-speakers", action="store_true")
+    p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
+    p.add_argument("--pause-s", type=float, default=2.5, help="pause between sentences")
+    p.add_argument("--lag-limit-s", type=float, default=1.0)
+    p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
+    p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")
+    p.add_argument("--stop-timeout-s", type=float, default=120.0)
+    p.add_argument("--settle-s", type=float, default=3.0)
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured first session")
+    p.add_argument("--json", default=None, help="also write every row to this JSON file")
+    p.add_argument("--dump", default=None, help="folder: write every client's messages per step (diagnosis)")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(build_parser().parse_args())))

@@ -61,12 +61,20 @@ class PeerSession:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
         self._log = SessionLog(log, self.id)
-        self.publisher: RoomPublisher | None = room.join(self.id) if room is not None else None
+        self.publisher: RoomPublisher | None = None
+        if room is not None:
+            self.join(room)
         registry[self.id] = self
         self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
         self._spawn(self._send_loop(), "send")
+
+    def join(self, room: Room) -> None:
+        """Publish into ``room`` from now on. Call before the client can send ``start`` (i.e. right after
+        ``accept``): no message exists before that, so the room misses nothing."""
+        if self.publisher is None:
+            self.publisher = room.join(self.id)
 
     async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
         """Apply the client's offer and return the answer (non-trickle: candidates included).

@@ -86,11 +86,11 @@ async def offer(request: web.Request) -> web.Response:
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
     if len(peers) >= config.max_sessions:
         return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")
-    room = await app[ROOMS].get(room_id) if room_id else (await app[ROOMS].create())[0]
-    if room is None:
+    room = await app[ROOMS].get(room_id) if room_id else None
+    if room_id and room is None:
         return json_error(404, "no_room", "there is no such room")
     try:
-        peer = PeerSession(engine, config, peers, room)
+        peer = PeerSession(engine, config, peers)
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
     except EngineError as exc:
@@ -101,4 +101,8 @@ async def offer(request: web.Request) -> web.Response:
         await peer.close()
         log.info("rejected offer: %s", exc)
         return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
+    # A room of its own only for an offer that was accepted: rejected offers leave nothing behind.
+    if room is None:
+        room = (await app[ROOMS].create())[0]
+    peer.join(room)
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id})

@@ -10,7 +10,7 @@ import time
 import aiohttp
 import pytest
 
-from app.keys import PEERS
+from app.keys import PEERS, ROOMS
 from engine.config import EngineConfig
 from engine.fake import FakeTranscriber
 from engine.hub import CaptionEngine
@@ -41,6 +41,7 @@ async def test_bad_offers_get_clear_errors(fake_engine: CaptionEngine, body: byt
         got_status, got = await post(url, body, content_type)
         assert got_status == status and got["error"]["code"] == code and got["error"]["message"]
         assert not app[PEERS] and not fake_engine.sessions
+        assert not app[ROOMS]._rooms, "a rejected offer left a room behind"
         async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as r:
             assert r.status == 200  # still up
 

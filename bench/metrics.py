@@ -19,6 +19,7 @@ loopback.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,3 +107,15 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
         out.overloaded += m.overloaded
         out.failures += m.failures
     return out
+
+
+Column = tuple[str, str, str]  # (row key, header, format spec); a NaN value prints as "-"
+
+
+def print_markdown_table(columns: list[Column], rows: list[dict[str, Any]]) -> None:
+    """Print ``rows`` as a Markdown table with the given columns."""
+    print("| " + " | ".join(h for _, h, _ in columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join("-" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
+                                for k, _, f in columns) + " |")

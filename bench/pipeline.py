@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import platform
 import sys
 import time
@@ -38,7 +37,7 @@ import psutil
 
 from bench.clips import CACHE_DIR, session_clip
 from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
-from bench.metrics import partial_lags
+from bench.metrics import partial_lags, print_markdown_table
 
 
 async def poll_stats(http: aiohttp.ClientSession, url: str, out: list[tuple[float, dict[str, Any]]]) -> None:
@@ -98,11 +97,7 @@ COLUMNS = [("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print("| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for r in rows:
-        print("| " + " | ".join("-" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
-                                for k, _, f in COLUMNS) + " |")
+    print_markdown_table(COLUMNS, rows)
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import platform
 import sys
 import time
@@ -34,7 +33,7 @@ import psutil
 from bench.baseline import MODES
 from bench.clips import CACHE_DIR, session_clip
 from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
-from bench.metrics import merge, session_metrics
+from bench.metrics import merge, print_markdown_table, session_metrics
 from engine.config import ENDPOINT_PRESETS
 
 
@@ -123,14 +122,7 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print("| " + " | ".join(h for _, h, _ in COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for r in rows:
-        cells = []
-        for key, _, fmt in COLUMNS:
-            v = r[key]
-            cells.append("-" if isinstance(v, float) and math.isnan(v) else fmt.format(v))
-        print("| " + " | ".join(cells) + " |")
+    print_markdown_table(COLUMNS, rows)
 
 
 def held(rows: list[dict[str, Any]], mode: str) -> int:

@@ -343,8 +343,7 @@ class Session:
     def _post(self, sentences: list[dict[str, Any]], covered_end: int, is_final: bool = False) -> None:
         latency = None
         if covered_end and self._arrivals and self.state is SessionState.LIVE:
-            ends = [e for e, _ in self._arrivals]
-            i = min(bisect.bisect_left(ends, covered_end), len(ends) - 1)
+            i = min(bisect.bisect_left(self._arrivals, covered_end, key=lambda a: a[0]), len(self._arrivals) - 1)
             latency = max(0, int((time.monotonic() - self._arrivals[i][1]) * 1000))
         self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
                                   latency_ms=latency)

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from .config import TranscriberConfig
@@ -134,9 +135,7 @@ class VllmTranscriber:
         for i in range(2):
             await self.transcribe(DecodeRequest(f"warm-up-{i}", tone, Priority.FINAL))
 
-    def _cache_dir(self) -> Any:
-        from pathlib import Path
-
+    def _cache_dir(self) -> Path | None:
         return Path(self.config.cache_dir) if self.config.cache_dir else None
 
     def _build_engine(self, spec: ModelSpec, device: str) -> Any:

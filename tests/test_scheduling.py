@@ -10,7 +10,7 @@ import numpy as np
 from engine.config import EngineConfig, PartialConfig
 from engine.fake import FakeTranscriber
 from engine.hub import CaptionEngine
-from engine.runner import stream_audio
+from engine.runner import StreamResult, stream_audio
 from engine.transcriber import Priority
 from tests.speech import audio, pad
 
@@ -19,6 +19,15 @@ async def started_engine(fake: FakeTranscriber, **partial: object) -> CaptionEng
     engine = CaptionEngine(EngineConfig(speakers=False, partial=PartialConfig(**partial)), transcriber=fake)  # type: ignore[arg-type]
     await engine.start()
     return engine
+
+
+async def stream_once(fake: FakeTranscriber, samples: np.ndarray, **partial: object) -> StreamResult:
+    """Stream one clip at real time through an engine whose recognizer is ``fake``."""
+    engine = await started_engine(fake, **partial)
+    try:
+        return await stream_audio(engine, samples, realtime=True)
+    finally:
+        await engine.close()
 
 
 def per_session_max_concurrency(fake: FakeTranscriber, priority: Priority) -> dict[str, int]:
@@ -42,11 +51,7 @@ def per_session_max_concurrency(fake: FakeTranscriber, priority: Priority) -> di
 async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None:
     # Partials take 1.2 s but the cadence asks for one every 0.5 s: they must neither pile up nor be aborted.
     fake = FakeTranscriber(delay_s=1.2, final_delay_s=0.1)
-    engine = await started_engine(fake)
-    try:
-        result = await stream_audio(engine, pad(audio("ls_1988-24833-0001"), 0.5, 2.5), realtime=True)
-    finally:
-        await engine.close()
+    result = await stream_once(fake, pad(audio("ls_1988-24833-0001"), 0.5, 2.5))
     partials = [(rid, n) for rid, prio, n in fake.started if prio is Priority.PARTIAL]
     assert len(partials) >= 4
     assert max(per_session_max_concurrency(fake, Priority.PARTIAL).values()) == 1
@@ -63,11 +68,7 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
 async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
     # A 5 s partial starts early in a 3 s utterance: at the endpoint it is still running on old audio.
     fake = FakeTranscriber(delay_s=5.0, final_delay_s=0.2)
-    engine = await started_engine(fake)
-    try:
-        await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
-    finally:
-        await engine.close()
+    await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0))
     kinds = [(e, rid) for e, rid, _, _ in fake.log]
     cancelled_partials = [rid for e, rid in kinds if e == "cancel" and "-p" in rid]
     assert cancelled_partials, "the partial still running at the endpoint should have been cancelled"
@@ -102,11 +103,7 @@ async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
     # Partials are quick, finals would be slow: the sentence must lock from the partial decode of its whole
     # speech, without a second decode of the same audio.
     fake = FakeTranscriber(delay_s=0.4, final_delay_s=4.0)
-    engine = await started_engine(fake)
-    try:
-        result = await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
-    finally:
-        await engine.close()
+    result = await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0))
     assert [s["text"] for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
     lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
                    if m["type"] == "caption" and m["sentences"])

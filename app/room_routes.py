@@ -21,6 +21,7 @@ from aiohttp import web
 
 from . import exports
 from .auth import presented_token
+from .bodies import BodyError, read_json_object
 from .keys import CONFIG, ROOMS, STORE, TEMPLATES
 from .rooms import ROOM_ID_PATTERN, Room, Viewer, token_matches
 from .routes import json_error
@@ -66,15 +67,10 @@ async def create_room(request: web.Request) -> web.Response:
     Needs the server's auth token when one is configured. ``viewer_token`` (private rooms only) is shown once."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
         return json_error(401, "unauthorized", "creating a room needs the server's token")
-    params: dict[str, Any] = {}
-    if request.can_read_body:
-        raw = await request.content.read(MAX_ROOM_BODY_BYTES + 1)
-        try:
-            params = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return json_error(400, "bad_message", "body is not valid JSON")
-        if len(raw) > MAX_ROOM_BODY_BYTES or not isinstance(params, dict):
-            return json_error(400, "bad_message", 'expected {"title": "...", "private": true|false}')
+    try:
+        params = await read_json_object(request, MAX_ROOM_BODY_BYTES, empty_ok=True)
+    except BodyError as exc:
+        return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
     title = params.get("title", "")
     room, viewer_token = await request.app[ROOMS].create(title if isinstance(title, str) else "",
                                                          private=params.get("private") is True)

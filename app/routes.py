@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -13,6 +12,7 @@ from engine.hub import EngineState
 from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
 
 from .auth import presented_token
+from .bodies import BodyError, read_json_object
 from .keys import CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
 from .rooms import token_matches
@@ -60,15 +60,11 @@ async def offer(request: web.Request) -> web.Response:
     "room"}``. The session publishes into ``room`` (which must exist), or into a new room of its own."""
     if request.content_type != "application/json":
         return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
-    if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
-        return json_error(413, ErrorCode.TOO_LARGE, f"offer over {MAX_OFFER_BYTES} bytes")
     try:
-        raw = await request.content.read(MAX_OFFER_BYTES + 1)
-        if len(raw) > MAX_OFFER_BYTES:
-            return json_error(413, ErrorCode.TOO_LARGE, f"offer over {MAX_OFFER_BYTES} bytes")
-        params = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return json_error(400, ErrorCode.BAD_MESSAGE, "body is not valid JSON")
+        params = await read_json_object(request, MAX_OFFER_BYTES)
+    except BodyError as exc:
+        code = ErrorCode.TOO_LARGE if exc.status == 413 else ErrorCode.BAD_MESSAGE
+        return json_error(exc.status, code, f"offer {exc.message}" if exc.status == 413 else exc.message)
     if not isinstance(params, dict) or not isinstance(params.get("sdp"), str) or params.get("type") != "offer":
         return json_error(400, ErrorCode.BAD_MESSAGE, 'expected {"sdp": "...", "type": "offer"}')
 

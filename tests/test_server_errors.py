@@ -119,3 +119,51 @@ async def test_health_answers_in_milliseconds_while_sessions_stream(fake_engine:
         for c in clients:
             await c.close()
     assert sorted(times)[len(times) // 2] < 0.05
+
+
+async def _raw_post(url: str, path: str, body: bytes, pieces: int, pause_s: float) -> tuple[int, dict]:  # type: ignore[type-arg]
+    """POST ``body`` over a raw socket in ``pieces`` writes ``pause_s`` apart, as a slow network delivers it."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+    step = -(-len(body) // pieces)
+    for i in range(0, len(body), step):
+        writer.write(body[i:i + step])
+        await writer.drain()
+        await asyncio.sleep(pause_s)
+    response = await reader.read()
+    writer.close()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    if b"chunked" in head.lower():  # aiohttp may chunk the JSON reply
+        size, _, rest = payload.partition(b"\r\n")
+        payload = rest[:int(size, 16)]
+    return status, json.loads(payload)
+
+
+async def test_bodies_that_arrive_in_pieces_are_read_whole(fake_engine: CaptionEngine) -> None:
+    from aiortc import RTCPeerConnection
+
+    pc = RTCPeerConnection()
+    pc.addTransceiver("audio", direction="sendonly")
+    pc.createDataChannel("captions")
+    await pc.setLocalDescription(await pc.createOffer())
+    offer = json.dumps({"sdp": pc.localDescription.sdp, "type": "offer"}).encode()
+    await pc.close()
+    async with running_server(fake_engine) as (url, app):
+        status, answer = await _raw_post(url, "/offer", offer, pieces=3, pause_s=0.2)
+        assert status == 200 and answer["type"] == "answer" and answer["sdp"].startswith("v=0"), answer
+        room = json.dumps({"title": "Planning " + "x" * 580}).encode()
+        status, created = await _raw_post(url, "/rooms", room, pieces=2, pause_s=0.2)
+        assert status == 201 and created["room"], created
+        for peer in list(app[PEERS].values()):
+            await peer.close()
+
+
+@pytest.mark.parametrize(("path", "depth"), [("/offer", 20_000), ("/rooms", 2_000)])
+async def test_deeply_nested_json_is_a_clear_400(fake_engine: CaptionEngine, path: str, depth: int) -> None:
+    async with running_server(fake_engine) as (url, _):
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{url}{path}", data=b"[" * depth + b"]" * depth, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "bad_message"

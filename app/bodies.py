@@ -1,0 +1,49 @@
+"""Reading JSON request bodies: whole, bounded, and with a clear error for anything that is not a JSON object.
+
+A body may arrive in several TCP segments (a browser's 4-6 KB SDP offer across the internet always does), so it
+is read to its end with aiohttp's ``request.read()``, never with one ``content.read(n)`` (that returns whatever
+bytes have arrived so far). The application's ``client_max_size`` bounds every body; ``limit`` narrows it per
+route.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+
+class BodyError(Exception):
+    """The body cannot be used: ``status`` 400 (not a JSON object) or 413 (too large), ``message`` says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def read_json_object(request: web.Request, limit: int, *, empty_ok: bool = False) -> dict[str, Any]:
+    """The request body parsed as a JSON object of at most ``limit`` bytes.
+
+    ``empty_ok``: an empty (or all-whitespace) body is ``{}`` rather than an error. Raises ``BodyError``.
+    """
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyError(413, f"body over {limit} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise BodyError(413, f"body over {limit} bytes") from exc
+    if len(raw) > limit:
+        raise BodyError(413, f"body over {limit} bytes")
+    if empty_ok and not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BodyError(400, "body is not valid JSON") from exc
+    except RecursionError as exc:  # thousands of nested brackets: json's C parser recurses
+        raise BodyError(400, "body is not valid JSON: nested too deeply") from exc
+    if not isinstance(value, dict):
+        raise BodyError(400, "body must be a JSON object")
+    return value

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import ENDPOINT_PRESETS
+from engine.config import ENDPOINT_PRESETS, TranscriberConfig
+from engine.windows import WINDOW_MODES
 
 
 def default_db() -> Path:
@@ -38,6 +39,8 @@ class ServerConfig:
     model: str | None = None
     language: str | None = "en"
     preset: str = "balanced"
+    window: str = "fit"  # encoder window: "fit" (per request, engine.windows) or "stock" (always 30 s)
+    cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
     device: str = "auto"
     speakers: bool = True
     tls_cert: str | None = None
@@ -82,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--language", default=_env("LANGUAGE", "en"), help="default caption language, or 'auto'")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default=_env("PRESET", "balanced"),
                    help="endpointing preset: how long a pause closes a sentence")
+    p.add_argument("--window", choices=sorted(WINDOW_MODES), default=_env("WINDOW", "fit"),
+                   help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast), "
+                        "'stock' always to 30 s")
+    p.add_argument("--cpu-threads", type=int, default=int(_env("CPU_THREADS", str(TranscriberConfig.cpu_threads)) or 0),
+                   help="threads of the CPU speech engine, bound to the first N cores (0: vLLM's own choice, "
+                        "every core but one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
     p.add_argument("--no-speakers", action="store_true", default=_env("NO_SPEAKERS") == "1",
                    help="skip speaker labels")
@@ -124,6 +133,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     language = None if args.language in ("auto", "") else args.language
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
+        window=args.window, cpu_threads=args.cpu_threads,
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
                       loopback_only=args.loopback_only),

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def engine_config(config: ServerConfig) -> EngineConfig:
     return EngineConfig(
-        transcriber=TranscriberConfig(model=config.model, device=config.device),
+        transcriber=TranscriberConfig(model=config.model, device=config.device, window=config.window,
+                                      cpu_threads=config.cpu_threads),
         endpoint=ENDPOINT_PRESETS[config.preset],
         speakers=config.speakers,
         default_language=config.language,

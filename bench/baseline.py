@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.config import PartialConfig
 from engine.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
+from engine.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 
 if TYPE_CHECKING:
     from engine.hub import CaptionEngine
 
 PARTIAL_INTERVAL_S = 0.48
-MODES = ("engine", "baseline", "engine-noreuse")  # the last: the engine without partials reused as finals
+# engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for
+# every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals.
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse")
 
 
 class SerializedTranscriber:
@@ -83,15 +86,19 @@ class SerializedTranscriber:
     def load(self) -> dict[str, int]:
         return self.inner.load()
 
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()
+
     async def close(self) -> None:
         await self.inner.close()
 
 
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
-               real_partial: PartialConfig, real_max_inflight: int) -> None:
+               real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
-    ``real_partial`` and ``real_max_inflight`` are the engine's own settings, read once after ``start``.
+    ``real_partial``, ``real_max_inflight`` and ``real_window`` are the engine's own settings, read once after
+    ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s window.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -107,3 +114,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
+    inner: Any = transcriber.inner
+    if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
+        windowed = mode in ("engine", "engine-noreuse")
+        inner.window_policy = real_window if windowed else STOCK_WINDOW
+        inner.windows = WindowStats()

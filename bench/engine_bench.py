@@ -1,6 +1,6 @@
 """Engine bench: N concurrent live sessions against the real engine, paced at real time, no transport.
 
-    python bench/engine_bench.py [--sessions 1 2 4] [--model whisper-base] [--preset balanced] [--json out.json]
+    python -m bench.engine_bench [--sessions 1 2 4] [--windows fit stock] [--model whisper-base] [--json out.json]
 
 Each session streams a different sequence of three LibriSpeech utterances separated by 2.5 s pauses (so the
 balanced preset closes each one), in 60 ms chunks at real time, like a microphone. Per run it reports:
@@ -10,7 +10,13 @@ balanced preset closes each one), in 60 ms chunks at real time, like a microphon
 - lock: from the moment the sentence's last speech audio was fed to its locked sentence (p50/p95 over all
   sentences); this includes the endpoint's silence wait, so it is also shown minus that silence;
 - queue: requests in the recognizer (finals + partials) plus partials waiting, sampled every 100 ms;
-- CPU seconds (this process and its children, i.e. the vLLM engine core) per second of audio streamed, and RSS.
+- CPU seconds (this process and its children, i.e. the vLLM engine core) per second of audio streamed, and RSS;
+- churn: words shown in partials that the locked text then changed, over words shown (``bench/churn.py``).
+
+Each N runs once per encoder window mode (``--windows``: ``fit`` = the shipped per-request windows, ``stock`` =
+Whisper's 30 s window for every request) on the same loaded engine, back to back, alternating which goes first.
+A second table gives, per mode and window size, the engine's own counters: encoder positions, decodes, decode time
+p50/p95 (submit to result), generated tokens per second of decode time, and fallbacks (loops redone larger).
 """
 
 from __future__ import annotations
@@ -27,10 +33,13 @@ from typing import Any
 import numpy as np
 import psutil
 
+from bench.churn import partial_churn
+from bench.metrics import print_markdown_table
 from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine
 from engine.runner import StreamResult, stream_audio
+from engine.windows import WINDOW_MODES, WindowStats
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "wav"
 UTTERANCES = ["ls_1988-24833-0001", "ls_2412-153948-0000", "ls_3752-4944-0000", "ls_1995-1837-0001",
@@ -87,7 +96,10 @@ def tree_cpu_rss(proc: psutil.Process) -> tuple[float, int]:
     return cpu, rss
 
 
-async def run_n(engine: CaptionEngine, n: int) -> dict[str, Any]:
+async def run_n(engine: CaptionEngine, n: int, mode: str) -> dict[str, Any]:
+    transcriber: Any = engine.transcriber
+    transcriber.window_policy = WINDOW_MODES[mode]
+    transcriber.windows = WindowStats()
     proc = psutil.Process()
     clips = [session_audio(i) for i in range(n)]
     depth: list[int] = []
@@ -117,7 +129,9 @@ async def run_n(engine: CaptionEngine, n: int) -> dict[str, Any]:
         locks += lk
     audio_s = sum(c.size for c in clips) / SAMPLE_RATE
     silence_s = engine.config.endpoint.silence_for(5_000) / 1000
+    churn = [partial_churn(m for m in r.messages if m["type"] == "caption") for r in results]
     return {
+        "mode": mode,
         "sessions": n,
         "sentences": len(locks),
         "expected_sentences": 3 * n,
@@ -129,21 +143,30 @@ async def run_n(engine: CaptionEngine, n: int) -> dict[str, Any]:
         "cpu_s_per_audio_s": (cpu1 - cpu0) / audio_s,
         "rss_gb": peak_rss / 1e9,
         "wall_s": max(r.wall_s for r in results),
+        "churn": sum(c for c, _ in churn) / max(1, sum(w for _, w in churn)),
+        "windows": transcriber.windows.as_list(),
     }
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = [("sessions", "N", "{:d}"), ("sentences", "sent", "{:d}"),
-            ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
-            ("first_partial_s_max", "max", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
-            ("lock_s_p95", "lock p95", "{:.2f}"), ("lock_minus_silence_s_p95", "p95-silence", "{:.2f}"),
-            ("display_lag_s_p50", "lag p50", "{:.2f}"), ("queue_p50", "queue p50", "{:.0f}"),
-            ("queue_max", "max", "{:d}"), ("cpu_s_per_audio_s", "CPU s/audio s", "{:.2f}"),
-            ("rss_gb", "RSS GB", "{:.2f}")]
-    print(" | ".join(h for _, h, _ in cols))
-    print(" | ".join("---" for _ in cols))
-    for r in rows:
-        print(" | ".join(f.format(r[k]) for k, _, f in cols))
+    print_markdown_table([
+        ("mode", "window", "{}"), ("sessions", "N", "{:d}"), ("sentences", "sent", "{:d}"),
+        ("first_partial_s_p50", "1st partial p50", "{:.2f}"), ("first_partial_s_max", "max", "{:.2f}"),
+        ("lock_s_p50", "lock p50", "{:.2f}"), ("lock_s_p95", "lock p95", "{:.2f}"),
+        ("lock_minus_silence_s_p95", "p95-silence", "{:.2f}"), ("display_lag_s_p50", "lag p50", "{:.2f}"),
+        ("display_lag_s_p95", "p95", "{:.2f}"), ("churn", "churn", "{:.1%}"), ("queue_p50", "queue p50", "{:.0f}"),
+        ("queue_max", "max", "{:d}"), ("cpu_s_per_audio_s", "CPU s/audio s", "{:.2f}"), ("rss_gb", "RSS GB", "{:.2f}"),
+    ], rows)
+    print()
+    window_rows = [{"mode": r["mode"], "sessions": r["sessions"], **w,
+                    "tokens_per_s": w["tokens"] / w["decode_s"] if w["decode_s"] else float("nan")}
+                   for r in rows for w in r["windows"]]
+    print_markdown_table([
+        ("mode", "window mode", "{}"), ("sessions", "N", "{:d}"), ("window_s", "window s", "{:g}"),
+        ("encoder_positions", "encoder positions", "{:d}"), ("decodes", "decodes", "{:d}"),
+        ("decode_s_p50", "decode s p50", "{:.3f}"), ("decode_s_p95", "p95", "{:.3f}"),
+        ("tokens_per_s", "tokens/s", "{:.0f}"), ("fallbacks", "fallbacks", "{:d}"),
+    ], window_rows)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -158,15 +181,16 @@ async def main(args: argparse.Namespace) -> int:
     try:
         # vLLM's first decodes after start are several times slower than the rest: warm up, unmeasured.
         await stream_audio(engine, session_audio(len(UTTERANCES))[: 8 * SAMPLE_RATE], realtime=False)
-        for n in args.sessions:
-            row = await run_n(engine, n)
-            rows.append(row)
-            print(f"N={n}: {json.dumps(row)}", file=sys.stderr)
+        for i, n in enumerate(args.sessions):
+            for mode in args.windows if i % 2 == 0 else args.windows[::-1]:
+                row = await run_n(engine, n, mode)
+                rows.append(row)
+                print(f"N={n} {mode}: {json.dumps(row)}", file=sys.stderr)
     finally:
         await engine.close()
     print_table(rows)
     if args.json:
-        report = {"model": engine.model_name, "preset": args.preset, "rows": rows,
+        report = {"model": engine.model_name, "preset": args.preset, "rows": rows, "windows": args.windows,
                   "machine": {"cpus": psutil.cpu_count()},
                   "median_lock_s": statistics.median(r["lock_s_p50"] for r in rows)}
         with open(args.json, "w", encoding="utf-8") as f:  # noqa: ASYNC230 (once, after the measurement)
@@ -179,6 +203,8 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--model", default=None)
     parser.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
+    parser.add_argument("--windows", nargs="+", choices=sorted(WINDOW_MODES), default=["fit", "stock"],
+                        help="encoder window modes to compare on the same engine (default: fit stock)")
     parser.add_argument("--no-speakers", action="store_true")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     sys.exit(asyncio.run(main(parser.parse_args())))

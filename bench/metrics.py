@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.churn import partial_churn
 from bench.client import BenchClient
 from bench.clips import SessionClip
 from engine.config import EndpointConfig
@@ -43,6 +44,8 @@ class SessionMetrics:
     errors: int = 0  # word errors
     words: int = 0  # reference words
     overloaded: int = 0  # "overloaded" error messages (the server skipped audio)
+    churned: int = 0  # words shown in partials that the locked text then changed (bench.churn)
+    partial_words: int = 0  # words shown in partials
     failures: list[str] = field(default_factory=list)
 
 
@@ -68,6 +71,7 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
     locked = [(t, s) for t, msg in captions for s in msg["sentences"]]
     m.overloaded = sum(1 for _, msg in client.messages if msg.get("code") == "overloaded")
     m.lag_s = partial_lags([msg for _, msg in captions])
+    m.churned, m.partial_words = partial_churn(msg for _, msg in captions)
     for u in clip.utterances:
         onset = client.sent_at(u.speech_start_s)
         before = [msg["partial"] for t, msg in captions if t < onset]
@@ -105,6 +109,8 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
         out.errors += m.errors
         out.words += m.words
         out.overloaded += m.overloaded
+        out.churned += m.churned
+        out.partial_words += m.partial_words
         out.failures += m.failures
     return out
 

@@ -38,6 +38,7 @@ from engine.config import ENDPOINT_PRESETS
 from engine.fake import FakeTranscriber
 from engine.hub import CaptionEngine
 from engine.transcriber import Priority, Transcriber
+from engine.windows import WindowPolicy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +71,7 @@ async def serve(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     await engine.start()
     real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
+    real_window = getattr(inner, "window_policy", WindowPolicy())
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
     mode = {"mode": "engine"}
@@ -94,7 +96,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     async def set_mode(request: web.Request) -> web.Response:
         try:
-            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight)
+            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
         mode["mode"] = request.query["mode"]

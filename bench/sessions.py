@@ -1,14 +1,16 @@
 """End-to-end sessions bench: the real server, N WebRTC clients on loopback, the real engine against the
 serialized baseline on the same model in the same run.
 
-    python -m bench.sessions [--sessions 1 2 3 4 6 8] [--model whisper-tiny.en] [--seconds 40] [--json out.json]
+    python -m bench.sessions [--sessions 1 2 3 4 6 8] [--modes engine engine-stock baseline] [--json out.json]
 
 The server runs as a subprocess (``bench/serve.py``) so that its CPU (vLLM's EngineCore child included) is
 measured apart from the clients'. All clients share this process: each is an aiortc peer forwarding a different
 session's Ogg Opus file (``bench/clips.py``: real read English utterances separated by 2.5 s pauses, ~40 s) at
-real time, without re-encoding. For each N the bench runs the real decode policy ("engine") and the serialized
-baseline ("baseline", ``bench/baseline.py``) one after the other on the same loaded model, and stops sweeping a
-mode once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
+real time, without re-encoding. For each N the bench runs the shipped decode policy ("engine", per-request
+encoder windows), the same policy with Whisper's stock 30 s window for every request ("engine-stock") and the
+serialized baseline ("baseline", ``bench/baseline.py``, 30 s window) one after the other on the same loaded model
+(default: the embedded whisper-base, as the server ships), alternating their order from step to step, and stops
+sweeping a mode once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
 
 A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`` (1 s), lock latency p95 <=
 endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. Metrics: see
@@ -49,6 +51,7 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
         "lock_over_silence_s_p95": lock_over95,
         "lag_s_p50": pct(m.lag_s, 50), "lag_s_p95": lag95, "lag_s_max": max(m.lag_s, default=float("nan")),
         "wer": m.errors / m.words if m.words else float("nan"),
+        "churn": m.churned / m.partial_words if m.partial_words else float("nan"),
         "cpu_pct_per_session": 100 * cpu_s / window_s / n if window_s > 0 else float("nan"),
         "server_cpu_pct": 100 * cpu_s / window_s if window_s > 0 else float("nan"),
         "rss_gb": rss / 1e9,
@@ -115,6 +118,7 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
            ("first_partial_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
            ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
            ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
+           ("churn", "churn", "{:.1%}"),
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
            ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
@@ -137,12 +141,14 @@ def held(rows: list[dict[str, Any]], mode: str) -> int:
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {f"held_{mode}": held(rows, mode) for mode in MODES}
-    b = out["held_baseline"]
-    out["ratio"] = out["held_engine"] / b if b else None
+    for other in ("baseline", "engine-stock"):
+        b = out[f"held_{other}"]
+        out[f"ratio_vs_{other}"] = out["held_engine"] / b if b else None
     ones = {r["mode"]: r for r in rows if r["sessions"] == 1}
     if "engine" in ones:
         e = ones["engine"]
-        out["one_session"] = {"first_partial_s_p95": e["first_partial_s_p95"],
+        out["one_session"] = {"first_partial_s_p50": e["first_partial_s_p50"],
+                              "first_partial_s_p95": e["first_partial_s_p95"],
                               "lock_over_silence_s_p95": e["lock_over_silence_s_p95"]}
     return out
 
@@ -188,8 +194,10 @@ async def main(args: argparse.Namespace) -> int:
           f"{time.monotonic() - t_start:.0f} s in all\n")
     print_table(rows)
     s = summary(rows)
-    ratio = f"{s['ratio']:.1f}x" if s["ratio"] else "n/a (baseline held none)"
-    print(f"\nheld in real time: engine {s['held_engine']}, baseline {s['held_baseline']}, ratio {ratio}")
+    held_line = ", ".join(f"{mode} {s[f'held_{mode}']}" for mode in args.modes)
+    ratios = ", ".join(f"vs {o} {s[f'ratio_vs_{o}']:.1f}x" if s[f"ratio_vs_{o}"] else f"vs {o} n/a (held none)"
+                       for o in ("engine-stock", "baseline") if o in args.modes)
+    print(f"\nheld in real time: {held_line}; engine {ratios}")
     for r in rows:
         if not r["held"]:
             print(f"  {r['mode']} N={r['sessions']}: {r['why_not']}")
@@ -208,11 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.sessions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
-    p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "baseline"],
+    p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "engine-stock", "baseline"],
                    help="engine-noreuse: the engine without partials reused as finals (diagnosis)")
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
                    help="fake: the named FakeTranscriber, to check the harness only (no model)")
-    p.add_argument("--model", default="whisper-tiny.en", help="server --model (whisper-base is ~4x the compute)")
+    p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")

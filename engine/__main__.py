@@ -18,6 +18,7 @@ from .config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberC
 from .hub import CaptionEngine
 from .protocol import dumps
 from .runner import stream_audio
+from .windows import WINDOW_MODES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hotword", action="append", default=[], help="a word or name to prefer (repeatable)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced",
                    help="endpointing preset: how long a pause closes a sentence (default: balanced)")
+    p.add_argument("--window", choices=sorted(WINDOW_MODES), default="fit",
+                   help="Whisper encoder window: 'fit' (per request, default) or 'stock' (always 30 s)")
     p.add_argument("--no-speakers", action="store_true", help="skip speaker labels")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -50,7 +53,7 @@ async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> 
     own = engine is None
     if engine is None:
         engine = CaptionEngine(EngineConfig(
-            transcriber=TranscriberConfig(model=args.model, device=args.device),
+            transcriber=TranscriberConfig(model=args.model, device=args.device, window=args.window),
             endpoint=ENDPOINT_PRESETS[args.preset],
             speakers=not args.no_speakers,
             default_language=language,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .windows import STOCK_WINDOW, WINDOW_MODES, WindowPolicy
+
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
     (5_000, 2_000),
@@ -96,9 +98,23 @@ class TranscriberConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
-    max_tokens: int = 220  # per segment; Whisper's decoder context is 448 tokens
+    max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.windows.max_tokens_for)
+    window: str = "fit"  # "fit": encoder window per request (engine.windows); "stock": always Whisper's 30 s
+    window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
+    window_margin_s: float = WindowPolicy().margin_s
+    # OpenMP threads of the CPU engine, bound to cores 0..n-1; 0 = vLLM's own binding (every core but one, which it
+    # leaves to the server process: one thread on 2 cores). Measured in docs/benchmarks.md ("CPU threads").
+    cpu_threads: int = 0
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
+
+    def window_policy(self) -> WindowPolicy:
+        """The window policy of ``window``; raises ``ValueError`` for an unknown mode or bad buckets."""
+        if self.window == "stock":
+            return STOCK_WINDOW
+        if self.window != "fit":
+            raise ValueError(f"unknown window mode {self.window!r}: use one of {', '.join(WINDOW_MODES)}")
+        return WindowPolicy(self.window_buckets_s, self.window_margin_s)
 
 
 @dataclass(frozen=True)

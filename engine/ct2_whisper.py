@@ -27,7 +27,7 @@ import numpy as np
 from .ct2 import Ct2FormatError, Ct2Model
 
 # Bump whenever the files written here change, so cached conversions are rebuilt.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: config names the windowed vLLM architecture
 
 WEIGHTS_FILE = "model.safetensors"
 OUTPUT_FILES = (

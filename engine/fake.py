@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .audio import SAMPLE_RATE
 from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
@@ -48,6 +49,9 @@ class FakeTranscriber:
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
         return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL)}
+
+    def stats(self) -> dict[str, Any]:
+        return {"finished": len(self.finished), "cancelled": len(self.cancelled)}
 
     async def _slot(self, priority: Priority) -> None:
         if self._running < self.capacity:

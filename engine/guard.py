@@ -9,10 +9,10 @@ too well (loops), and a known silence-phrase on quiet audio.
 from __future__ import annotations
 
 import re
-import zlib
 
 from .config import GuardConfig
 from .transcriber import Transcript
+from .windows import compression_ratio
 
 # Phrases Whisper is known to produce from silence or noise (subtitle credits and stock closers), normalised.
 SILENCE_PHRASES = frozenset(
@@ -36,17 +36,18 @@ SILENCE_PHRASES = frozenset(
 )
 
 _NORMALISE = re.compile(r"[^\w' ]+")
+# Whisper's non-speech tags: [BLANK_AUDIO], [Music], (music), (laughs), *applause*, ♪ ... ♪. Captions show words.
+_NONSPEECH = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*|[♪♫]+")
+
+
+def strip_nonspeech(text: str) -> str:
+    """``text`` without Whisper's non-speech tags and with spaces folded: what may reach the screen."""
+    return " ".join(_NONSPEECH.sub(" ", text).split())
 
 
 def normalise(text: str) -> str:
     """Lower case, punctuation dropped, spaces folded (the form WER and phrase matching use)."""
     return " ".join(_NORMALISE.sub(" ", text.lower()).split())
-
-
-def compression_ratio(text: str) -> float:
-    """Bytes over zlib-compressed bytes: Whisper's loop detector (above ~2.4 the text repeats itself)."""
-    raw = text.encode("utf-8")
-    return len(raw) / max(1, len(zlib.compress(raw)))
 
 
 def reject_reason(t: Transcript, level_dbfs: float, speech_ms: int, cfg: GuardConfig) -> str | None:

@@ -159,6 +159,7 @@ class CaptionEngine:
             "partials_waiting": self.scheduler.waiting,
             "vad_calls": self.vad_calls,
             "vad_busy_s": round(self.vad_busy_s, 3),
+            "recognizer": self.transcriber.stats(),
         }
 
     # ---- VAD tick -------------------------------------------------------------------------------------------

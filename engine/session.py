@@ -232,6 +232,10 @@ class Session:
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
+        if not self._partial_text:
+            # Nothing on screen yet for this segment (the first words were too short to decode, or only a
+            # non-speech tag came back): try again as soon as there is new speech, so the first words show early.
+            interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self.endpointer.speech_end > self._partial_audio_end
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,7 +51,10 @@ class Transcript:
     language: str | None
     avg_logprob: float  # mean log-probability per generated token (0 when no token)
     tokens: int
-    decode_s: float  # wall time from submit to result
+    decode_s: float  # wall time from submit to result, fallbacks included
+    window_s: float = 30.0  # encoder window the accepted decode ran in (engine.windows)
+    encoder_positions: int = 1500  # encoder positions of that window (1500 = Whisper's stock 30 s)
+    fallbacks: int = 0  # decodes thrown away as loops and redone in a larger window
 
 
 class Transcriber(Protocol):
@@ -77,6 +80,10 @@ class Transcriber(Protocol):
 
     def load(self) -> dict[str, int]:
         """Requests in flight by priority name (``{"final": n, "partial": m}``): the engine's queue depth."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for ``/ready``, logs and benches (e.g. decodes and fallbacks per encoder window)."""
         ...
 
     async def close(self) -> None:

@@ -17,13 +17,26 @@ from typing import Any
 
 from .config import TranscriberConfig
 from .errors import EngineNotReady, ModelError
+from .guard import strip_nonspeech
 from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
+from .vllm_plugin import whisper_overrides
 from .weights import ModelSpec, resolve_model
+from .windows import (
+    SAMPLE_RATE,
+    WindowPolicy,
+    WindowStats,
+    encoder_positions,
+    loop_reason,
+    max_tokens_for,
+    tandem_repeat,
+    window_samples,
+)
 
 log = logging.getLogger(__name__)
 
 _MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 _WATCH_INTERVAL_S = 1.0
+_LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop while a decode streams
 
 
 def detect_device(requested: str) -> str:
@@ -82,6 +95,9 @@ class VllmTranscriber:
         self._inflight: dict[str, Priority] = {}
         self._lang_tokens: dict[int, str] = {}
         self._watch: asyncio.Task[None] | None = None
+        self._first_special_id = 1 << 30  # ids from here up are Whisper's special tokens (set once loaded)
+        self.window_policy = config.window_policy()  # may be swapped at run time (benches compare modes)
+        self.windows = WindowStats()
 
     @property
     def state(self) -> TranscriberState:
@@ -106,6 +122,7 @@ class VllmTranscriber:
             self.device = await asyncio.to_thread(detect_device, self.config.device)
             self._llm = await asyncio.to_thread(self._build_engine, self.spec, self.device)
             self._lang_tokens = await asyncio.to_thread(self._language_tokens)
+            self._first_special_id = await asyncio.to_thread(self._eot_id)
         except asyncio.CancelledError:
             self._state = TranscriberState.FAILED
             self._detail = "start cancelled"
@@ -127,13 +144,16 @@ class VllmTranscriber:
         log.info("recognizer %s ready on %s in %.1f s", self.name, self.device, time.monotonic() - t0)
 
     async def _warm_up(self) -> None:
-        """Decode a little audio twice before anyone waits for it: vLLM's first decodes after start are several
-        times slower than the rest, and the first speaker should not pay for that."""
+        """Decode a little audio in every window before anyone waits for it: vLLM's first decodes after start,
+        and the first in each new encoder shape, are several times slower than the rest, and the first speaker
+        should not pay for that."""
         import numpy as np
 
-        tone = (0.05 * np.sin(np.arange(16_000) * 2 * np.pi * 220 / 16_000)).astype(np.float32)
-        for i in range(2):
-            await self.transcribe(DecodeRequest(f"warm-up-{i}", tone, Priority.FINAL))
+        tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
+        request = DecodeRequest("warm-up", tone, Priority.FINAL)
+        windows = WindowPolicy(self.config.window_buckets_s).buckets_s  # both modes may run: warm every window
+        for i, window in enumerate((windows[0], *windows)):
+            await self._generate(request, f"warm-up-{i}", window, max_tokens=8)
 
     def _cache_dir(self) -> Path | None:
         return Path(self.config.cache_dir) if self.config.cache_dir else None
@@ -149,12 +169,17 @@ class VllmTranscriber:
             # worker saves ~0.8 GB.
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if self.config.cpu_threads > 0:  # else vLLM's own binding: all cores but one (one on 2 cores)
+                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{self.config.cpu_threads - 1}")
         importlib.import_module("vllm")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs: dict[str, Any] = dict(
             model=spec.path,
+            hf_overrides=whisper_overrides,  # any Whisper runs as the windowed variant (engine/vllm_plugin.py)
+            # Live audio never repeats: caching processed features would only cost memory and hashing.
+            mm_processor_cache_gb=0,
             max_model_len=448,
             max_num_seqs=self.config.max_num_seqs,
             limit_mm_per_prompt={"audio": 1},
@@ -181,6 +206,12 @@ class VllmTranscriber:
                 out[token_id] = code
         return out
 
+    def _eot_id(self) -> int:
+        """Whisper's ``<|endoftext|>`` id: every special token (language, task, timestamps) comes after it."""
+        tok = getattr(self._llm, "tokenizer", None)
+        eot = tok.convert_tokens_to_ids("<|endoftext|>") if tok is not None else None
+        return int(eot) if isinstance(eot, int) and eot > 0 else 1 << 30
+
     async def _watch_engine(self) -> None:
         """Notice the death of the engine core process and make it visible as FAILED."""
         while self._state is TranscriberState.READY:
@@ -190,39 +221,86 @@ class VllmTranscriber:
                 self._detail = f"engine process died: {self._llm.dead_error}"
                 log.error("recognizer %s", self._detail)
 
+    def stats(self) -> dict[str, Any]:
+        return {"window_mode": "stock" if self.window_policy.stock else "fit", "windows": self.windows.as_list()}
+
     async def transcribe(self, request: DecodeRequest) -> Transcript:
+        """Decode in the smallest window that fits; a decode that loops is redone in the next larger window,
+        up to Whisper's full 30 s, whose output is returned as it is (the session's guard judges it)."""
         if self._state is not TranscriberState.READY or self.spec is None:
             raise EngineNotReady(self._state.value, self._detail)
+        policy = self.window_policy
+        audio_s = request.audio.size / SAMPLE_RATE
+        window = policy.window_for(audio_s)
+        t0 = time.monotonic()
+        self._inflight[request.request_id] = request.priority
+        fallbacks = 0
+        try:
+            while True:
+                t1 = time.monotonic()
+                request_id = request.request_id if not fallbacks else f"{request.request_id}-w{window:g}"
+                completion = await self._generate(request, request_id, window,
+                                                  max_tokens_for(audio_s, self.config.max_tokens),
+                                                  stop_on_loop=policy.next_window(window) is not None)
+                ids = [] if completion is None else list(completion.token_ids)
+                text_ids = [t for t in ids if t < self._first_special_id]
+                text = "" if completion is None else completion.text
+                reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
+                larger = policy.next_window(window) if reason else None
+                self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
+                if larger is None:
+                    break
+                log.info("request %s looped in a %g s window (%s): decoding again in %g s", request.request_id,
+                         window, reason, larger)
+                fallbacks += 1
+                window = larger
+        finally:
+            self._inflight.pop(request.request_id, None)
+        decode_s = time.monotonic() - t0
+        if completion is None or not ids:
+            return Transcript("", request.language, 0.0, 0, decode_s, window, encoder_positions(window), fallbacks)
+        avg = (completion.cumulative_logprob or 0.0) / len(ids)
+        language = request.language
+        if language is None:
+            language = self._lang_tokens.get(ids[0])
+        return Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
+                          encoder_positions(window), fallbacks)
+
+    async def _generate(self, request: DecodeRequest, request_id: str, window_s: float, max_tokens: int,
+                        stop_on_loop: bool = False) -> Any:
+        """One vLLM request in a ``window_s`` window: its completion (``CompletionOutput``), or None.
+
+        ``stop_on_loop``: end the request as soon as its tokens repeat themselves (there is a larger window to
+        decode in); the completion then holds what came until then."""
         from vllm import SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        params = SamplingParams(temperature=0.0, max_tokens=self.config.max_tokens, logprobs=0,
-                                skip_special_tokens=True)
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, skip_special_tokens=True)
         prompt = {
-            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, 16_000)}},
-            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context),
+            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
+                               "mm_processor_kwargs": {"max_length": window_samples(window_s)}},
+            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context),  # type: ignore[arg-type]
         }
-        t0 = time.monotonic()
-        self._inflight[request.request_id] = request.priority
         final = None
+        checked = 0
+        stream = self._llm.generate(prompt, params, request_id, priority=int(request.priority))
         try:
-            async for out in self._llm.generate(prompt, params, request.request_id, priority=int(request.priority)):
+            async for out in stream:
                 final = out
+                # A loop is stopped as soon as it shows, not left to run to the token cap: the caller sees the
+                # repetition in what came so far and decodes again in a larger window.
+                ids = out.outputs[0].token_ids if out.outputs else ()
+                if stop_on_loop and len(ids) >= checked + _LOOP_CHECK_EVERY:
+                    checked = len(ids)
+                    if tandem_repeat([t for t in ids if t < self._first_special_id]) is not None:
+                        break
         except EngineDeadError as exc:
             self._state = TranscriberState.FAILED
             self._detail = f"engine process died: {exc}"
             raise EngineNotReady("failed", self._detail) from exc
         finally:
-            self._inflight.pop(request.request_id, None)
-        if final is None or not final.outputs:
-            return Transcript("", request.language, 0.0, 0, time.monotonic() - t0)
-        completion = final.outputs[0]
-        n = len(completion.token_ids)
-        avg = (completion.cumulative_logprob or 0.0) / n if n else 0.0
-        language = request.language
-        if language is None and n:
-            language = self._lang_tokens.get(completion.token_ids[0])
-        return Transcript(completion.text.strip(), language, avg, n, time.monotonic() - t0)
+            await stream.aclose()  # after a break this aborts the request in the engine
+        return final.outputs[0] if final is not None and final.outputs else None
 
     async def close(self) -> None:
         if self._state is TranscriberState.CLOSED:

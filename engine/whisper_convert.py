@@ -30,6 +30,7 @@ from .ct2_whisper import (
     hf_state_dict,
     whisper_dims,
 )
+from .vllm_plugin import ARCHITECTURE
 
 _EOT = "<|endoftext|>"
 
@@ -67,7 +68,9 @@ def model_config(dims: WhisperDims, tokens: WhisperTokens) -> dict[str, Any]:
     """``config.json`` for ``WhisperForConditionalGeneration`` (decoding options: generation config)."""
     eot = tokens.id(_EOT)
     return {
-        "architectures": ["WhisperForConditionalGeneration"],
+        # The windowed variant (engine/vllm_plugin.py): vLLM then pads each request only to its own window.
+        # transformers reads model_type and loads it as plain WhisperForConditionalGeneration.
+        "architectures": [ARCHITECTURE],
         "model_type": "whisper",
         "vocab_size": dims.vocab_size,
         "num_mel_bins": dims.n_mels,

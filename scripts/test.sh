@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 .venv/bin/ruff check .
 .venv/bin/mypy engine app
+.venv/bin/mypy --explicit-package-bases bench
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,221 @@
+"""Window bench: the same clips decoded in Whisper's stock 30 s window and under window policies, one engine.
+
+    python -m bench.windows [--policies stock fit:4,8,15,30:1.0 fit:2,4,8,15,30:0.5] [--prefixes] [--json out.json]
+    python -m bench.windows --stream [--policies stock fit:4,8,15,30:1.0]
+
+A policy is ``stock`` or ``fit:<buckets, s>:<margin, s>``. Every English clip of ``shared/data/speech`` with a
+reference transcript and at most 25 s long (read, noisy and conversational) is decoded whole, as a final would be,
+under each policy; the order of the policies rotates from clip to clip so that a load change does not favour one.
+With ``--prefixes`` each clip is also decoded as the partials of a live session would see it: its first 1, 1.5,
+2, ... s (every 0.5 s), and each prefix's text is compared with the stock window's text of the same prefix.
+
+With ``--stream`` the clips instead go through the whole live pipeline (Silero VAD, endpointing, partials,
+finals; speaker labels off) as fast as the engine takes them, every English clip with a reference of any length
+(the 40-64 s multi-speaker dialogues and meetings included), and the WER is that of the locked captions.
+
+Per policy it reports WER against the references (locked-text quality), clips whose first decode looped (and
+were decoded again in a larger window), texts that differ from stock, decode time summed and per clip, and the
+per-window counters of the engine (encoder positions, decodes, fallbacks, decode time, tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.config import EngineConfig, TranscriberConfig
+from engine.hub import CaptionEngine
+from engine.runner import stream_audio
+from engine.transcriber import DecodeRequest, Priority
+from engine.vllm_transcriber import VllmTranscriber
+from engine.windows import STOCK_WINDOW, WindowPolicy, WindowStats
+from tests.speech import audio, manifest, pad
+from tests.wer import word_errors
+
+MAX_CLIP_S = 25.0
+
+
+def parse_policy(text: str) -> WindowPolicy:
+    """``stock`` or ``fit:4,8,15,30:1.0`` (buckets in s, margin in s)."""
+    if text == "stock":
+        return STOCK_WINDOW
+    kind, buckets, margin = text.split(":")
+    if kind != "fit":
+        raise ValueError(f"unknown policy {text!r}")
+    return WindowPolicy(tuple(float(b) for b in buckets.split(",")), float(margin))
+
+
+def bench_clips(kinds: list[str]) -> list[str]:
+    return [c for c, e in manifest().items()
+            if e["lang"] == "en" and e["text"] and e["duration_s"] <= MAX_CLIP_S and e["kind"] in kinds]
+
+
+async def decode(t: VllmTranscriber, policy: WindowPolicy, request_id: str, samples: Any) -> tuple[str, float, int]:
+    t.window_policy = policy
+    r = await t.transcribe(DecodeRequest(request_id, samples, Priority.FINAL))
+    return r.text, r.decode_s, r.fallbacks
+
+
+async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
+    """Locked-caption WER per policy, every clip streamed through the live pipeline once per policy."""
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=False))
+    await engine.start()
+    t: Any = engine.transcriber
+    names = list(args.policies)
+    policies = {n: parse_policy(n) for n in names}
+    stats = {n: WindowStats() for n in names}
+    totals: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "wall_s": 0.0, "by_kind": {}} for n in names}
+    texts: dict[str, dict[str, str]] = {n: {} for n in names}
+    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds]
+    try:
+        for k, clip in enumerate(clips):
+            samples = pad(audio(clip), 0.5, 2.5)
+            for n in names[k % len(names):] + names[:k % len(names)]:
+                t.window_policy, t.windows = policies[n], stats[n]
+                result = await stream_audio(engine, samples, realtime=False)
+                e, w = word_errors(manifest()[clip]["text"], result.text())
+                kind = manifest()[clip]["kind"]
+                row = totals[n]
+                row["errors"] += e
+                row["words"] += w
+                row["wall_s"] += result.wall_s
+                by = row["by_kind"].setdefault(kind, [0, 0])
+                by[0] += e
+                by[1] += w
+                texts[n][clip] = result.text()
+            print(f"{clip}: " + ", ".join(f"{n} {word_errors(manifest()[clip]['text'], texts[n][clip])[0]} err"
+                                          for n in names), flush=True)
+    finally:
+        await engine.close()
+    return {"clips": len(clips), "stream": True, "texts": texts, "policies": {
+        n: {"wer": r["errors"] / max(1, r["words"]), "wall_s": r["wall_s"],
+            "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
+            "windows": stats[n].as_list()} for n, r in totals.items()}}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.stream:
+        return await run_stream(args)
+    t = VllmTranscriber(TranscriberConfig(model=args.model))
+    await t.start()
+    names = list(args.policies)
+    policies = {n: parse_policy(n) for n in names}
+    stats = {n: WindowStats() for n in names}
+    rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": [], "texts": {}}
+                                       for n in names}
+    prefix_rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": 0}
+                                              for n in names}
+    clips = bench_clips(args.kinds)
+    for k, clip in enumerate(clips):
+        samples = audio(clip)
+        order = names[k % len(names):] + names[:k % len(names)]
+        for n in order:
+            t.windows = stats[n]
+            text, secs, fallbacks = await decode(t, policies[n], f"{clip}-{n}", samples)
+            e, w = word_errors(manifest()[clip]["text"], text)
+            row = rows[n]
+            row["errors"] += e
+            row["words"] += w
+            row["decode_s"].append(secs)
+            row["texts"][clip] = text
+            if fallbacks:
+                row["looped"].append(clip)
+        if args.prefixes:
+            ends = [s / 2 for s in range(2, int(2 * min(args.max_prefix_s, len(samples) / 16_000)) + 1)]
+            for end_s in ends:
+                part = samples[: int(end_s * 16_000)]
+                texts = {}
+                for n in order:
+                    t.windows = stats[n]
+                    texts[n], secs, fallbacks = await decode(t, policies[n], f"{clip}-{n}-{end_s}", part)
+                    prefix_rows[n]["decode_s"].append(secs)
+                    prefix_rows[n]["looped"] += int(fallbacks > 0)
+                ref = texts.get("stock")
+                if ref is not None:
+                    for n in names:
+                        e, w = word_errors(ref, texts[n])
+                        prefix_rows[n]["errors"] += e
+                        prefix_rows[n]["words"] += w
+        print(f"{clip}: " + ", ".join(f"{n} {rows[n]['decode_s'][-1]:.2f}s" for n in names), flush=True)
+    await t.close()
+    out: dict[str, Any] = {"clips": len(clips), "policies": {}}
+    stock_texts = rows.get("stock", {}).get("texts", {})
+    for n in names:
+        row = rows[n]
+        changed = [c for c, x in row["texts"].items() if stock_texts and x != stock_texts.get(c)]
+        out["policies"][n] = {
+            "wer": row["errors"] / max(1, row["words"]),
+            "decode_s_total": sum(row["decode_s"]),
+            "decode_s_p50": statistics.median(row["decode_s"]),
+            "looped": row["looped"],
+            "differs_from_stock": changed,
+            "windows": stats[n].as_list(),
+        }
+        if args.prefixes:
+            p = prefix_rows[n]
+            out["policies"][n]["prefix"] = {"decodes": len(p["decode_s"]),
+                                            "wer_vs_stock": p["errors"] / max(1, p["words"]),
+                                            "decode_s_total": sum(p["decode_s"]), "looped": p["looped"]}
+    out["texts"] = {n: rows[n]["texts"] for n in names}
+    return out
+
+
+def print_tables(out: dict[str, Any]) -> None:
+    print(f"\n{out['clips']} clips\n")
+    if out.get("stream"):
+        kinds = sorted({k for p in out["policies"].values() for k in p["wer_by_kind"]})
+        print("| policy | locked WER | " + " | ".join(kinds) + " | wall s |")
+        print("|---|---|" + "---|" * len(kinds) + "---|")
+        for n, p in out["policies"].items():
+            print(f"| {n} | {100 * p['wer']:.2f}% | "
+                  + " | ".join(f"{100 * p['wer_by_kind'].get(k, float('nan')):.2f}%" for k in kinds)
+                  + f" | {p['wall_s']:.0f} |")
+        print_windows(out)
+        return
+    print("| policy | WER | decode s total | p50 | looped (redone) | texts differing from stock | prefix WER vs stock "
+          "| prefix decode s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, p in out["policies"].items():
+        pre = p.get("prefix")
+        prefix = f"{100 * pre['wer_vs_stock']:.2f}% | {pre['decode_s_total']:.1f}" if pre else "- | -"
+        print(f"| {n} | {100 * p['wer']:.2f}% | {p['decode_s_total']:.1f} | {p['decode_s_p50']:.2f} | "
+              f"{len(p['looped'])} | {len(p['differs_from_stock'])} | {prefix} |")
+    print_windows(out)
+
+
+def print_windows(out: dict[str, Any]) -> None:
+    print("\n| policy | window s | encoder positions | decodes | fallbacks | decode s mean | tokens/s |")
+    print("|---|---|---|---|---|---|---|")
+    for n, p in out["policies"].items():
+        for w in p["windows"]:
+            mean = w["decode_s"] / max(1, w["decodes"])
+            print(f"| {n} | {w['window_s']:g} | {w['encoder_positions']} | {w['decodes']} | {w['fallbacks']} | "
+                  f"{mean:.3f} | {w['tokens'] / max(1e-9, w['decode_s']):.0f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--policies", nargs="+", default=["stock", "fit:4,8,15,30:1.0", "fit:2,4,8,15,30:1.0",
+                                                      "fit:4,8,15,30:2.0"])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--prefixes", action="store_true", help="also decode 0.5 s-step prefixes (as partials)")
+    ap.add_argument("--stream", action="store_true", help="locked-caption WER through the live pipeline")
+    ap.add_argument("--max-prefix-s", type=float, default=6.0, help="longest prefix decoded with --prefixes")
+    ap.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"], help="clip kinds to use")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    out = asyncio.run(run(args))
+    out["wall_s"] = time.monotonic() - t0
+    print_tables(out)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

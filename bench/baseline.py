@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 
 PARTIAL_INTERVAL_S = 0.48
 # engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for
-# every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals.
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse")
+# every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
+# engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode.
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix")
 
 
 class SerializedTranscriber:
@@ -107,15 +108,17 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     baseline = mode == "baseline"
     transcriber.serialized = baseline
     partial = replace(real_partial, interval_s=PARTIAL_INTERVAL_S, load_factor=0.0, max_inflight=1024,
-                      reuse_for_final=False) if baseline else real_partial
+                      reuse_for_final=False, agreed_prefix=False) if baseline else real_partial
     if mode == "engine-noreuse":
         partial = replace(real_partial, reuse_for_final=False)
+    if mode == "engine-prefix":
+        partial = replace(real_partial, agreed_prefix=True)
     engine.config = replace(engine.config, partial=partial)
     engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
-        windowed = mode in ("engine", "engine-noreuse")
+        windowed = mode in ("engine", "engine-noreuse", "engine-prefix")
         inner.window_policy = real_window if windowed else STOCK_WINDOW
         inner.windows = WindowStats()

@@ -1,7 +1,7 @@
 """Window bench: the same clips decoded in Whisper's stock 30 s window and under window policies, one engine.
 
     python -m bench.windows [--policies stock fit:4,8,15,30:1.0 fit:2,4,8,15,30:0.5] [--prefixes] [--json out.json]
-    python -m bench.windows --stream [--policies stock fit:4,8,15,30:1.0]
+    python -m bench.windows --stream [--realtime --parallel 5] [--policies stock fit:4,8,15,30:1.0/prefix]
 
 A policy is ``stock`` or ``fit:<buckets, s>:<margin, s>``. Every English clip of ``shared/data/speech`` with a
 reference transcript and at most 25 s long (read, noisy and conversational) is decoded whole, as a final would be,
@@ -25,6 +25,7 @@ import asyncio
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,14 @@ MAX_CLIP_S = 25.0
 
 
 def parse_policy(text: str) -> WindowPolicy:
-    """``stock`` or ``fit:4,8,15,30:1.0`` (buckets in s, margin in s)."""
+    """``stock`` or ``fit:4,8,15,30:1.0[:0.15]`` (buckets in s, margin in s, optional margin fraction)."""
     if text == "stock":
         return STOCK_WINDOW
-    kind, buckets, margin = text.split(":")
+    kind, buckets, margin, *fraction = text.split(":")
     if kind != "fit":
         raise ValueError(f"unknown policy {text!r}")
-    return WindowPolicy(tuple(float(b) for b in buckets.split(",")), float(margin))
+    return WindowPolicy(tuple(float(b) for b in buckets.split(",")), float(margin),
+                        float(fraction[0]) if fraction else 0.0)
 
 
 def bench_clips(kinds: list[str]) -> list[str]:
@@ -62,40 +64,48 @@ async def decode(t: VllmTranscriber, policy: WindowPolicy, request_id: str, samp
 
 
 async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
-    """Locked-caption WER per policy, every clip streamed through the live pipeline once per policy."""
+    """Locked-caption WER per policy: every clip streamed through the live pipeline once per policy, ``--parallel``
+    clips at a time (a round), the policies' order rotating from round to round. A policy name ending in
+    ``/prefix`` turns on the agreed-prefix forcing of partials (``PartialConfig.agreed_prefix``)."""
     engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=False))
     await engine.start()
     t: Any = engine.transcriber
+    base_partial = engine.config.partial
     names = list(args.policies)
-    policies = {n: parse_policy(n) for n in names}
+    policies = {n: parse_policy(n.removesuffix("/prefix")) for n in names}
     stats = {n: WindowStats() for n in names}
     totals: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "wall_s": 0.0, "by_kind": {}} for n in names}
     texts: dict[str, dict[str, str]] = {n: {} for n in names}
-    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds]
+    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds
+             and c.startswith(tuple(args.clip_prefix))]
+    rounds = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
     try:
-        for k, clip in enumerate(clips):
-            samples = pad(audio(clip), 0.5, 2.5)
+        for k, group in enumerate(rounds):
             for n in names[k % len(names):] + names[:k % len(names)]:
                 t.window_policy, t.windows = policies[n], stats[n]
-                result = await stream_audio(engine, samples, realtime=False)
-                e, w = word_errors(manifest()[clip]["text"], result.text())
-                kind = manifest()[clip]["kind"]
-                row = totals[n]
-                row["errors"] += e
-                row["words"] += w
-                row["wall_s"] += result.wall_s
-                by = row["by_kind"].setdefault(kind, [0, 0])
-                by[0] += e
-                by[1] += w
-                texts[n][clip] = result.text()
-            print(f"{clip}: " + ", ".join(f"{n} {word_errors(manifest()[clip]['text'], texts[n][clip])[0]} err"
-                                          for n in names), flush=True)
+                partial = replace(base_partial, agreed_prefix=n.endswith("/prefix"))
+                engine.config = replace(engine.config, partial=partial)
+                results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5),
+                                                              realtime=args.realtime) for c in group))
+                for clip, result in zip(group, results, strict=True):
+                    e, w = word_errors(manifest()[clip]["text"], result.text())
+                    row = totals[n]
+                    row["errors"] += e
+                    row["words"] += w
+                    row["wall_s"] += result.wall_s
+                    by = row["by_kind"].setdefault(manifest()[clip]["kind"], [0, 0])
+                    by[0] += e
+                    by[1] += w
+                    texts[n][clip] = result.text()
+            print(f"round {k + 1}/{len(rounds)}: " + ", ".join(
+                f"{n} {totals[n]['errors'] / max(1, totals[n]['words']):.2%}" for n in names), flush=True)
     finally:
         await engine.close()
-    return {"clips": len(clips), "stream": True, "texts": texts, "policies": {
-        n: {"wer": r["errors"] / max(1, r["words"]), "wall_s": r["wall_s"],
-            "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
-            "windows": stats[n].as_list()} for n, r in totals.items()}}
+    return {"clips": len(clips), "stream": True, "realtime": args.realtime, "parallel": args.parallel,
+            "texts": texts, "policies": {
+                n: {"wer": r["errors"] / max(1, r["words"]), "wall_s": r["wall_s"],
+                    "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
+                    "windows": stats[n].as_list()} for n, r in totals.items()}}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -205,6 +215,9 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--prefixes", action="store_true", help="also decode 0.5 s-step prefixes (as partials)")
     ap.add_argument("--stream", action="store_true", help="locked-caption WER through the live pipeline")
+    ap.add_argument("--realtime", action="store_true", help="with --stream: pace the audio like a microphone")
+    ap.add_argument("--clip-prefix", nargs="+", default=[""], help="with --stream: only clips whose id starts so")
+    ap.add_argument("--parallel", type=int, default=1, help="with --stream: sessions streaming at once")
     ap.add_argument("--max-prefix-s", type=float, default=6.0, help="longest prefix decoded with --prefixes")
     ap.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"], help="clip kinds to use")
     ap.add_argument("--json", type=Path)

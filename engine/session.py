@@ -30,7 +30,7 @@ from .audio import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
 from .config import SessionOptions
 from .endpoint import Endpointer, SegmentClosed, SegmentOpened
 from .errors import EngineNotReady, IllegalTransition
-from .guard import reject_reason
+from .guard import normalise, reject_reason
 from .logs import SessionLog
 from .mailbox import Mailbox
 from .transcriber import DecodeRequest, Priority, Transcript
@@ -71,6 +71,18 @@ class SessionStats:
     final_decode_s: list[float] = field(default_factory=list)
 
 
+def agreed_prefix(older: str, newer: str, holdback_words: int = 1) -> str:
+    """The leading words of ``newer`` that ``older`` also starts with (compared without case or punctuation),
+    less the last ``holdback_words`` of them: text two consecutive partials agree on is settled enough to be
+    forced as the next partial's start (LocalAgreement, as in whisper_streaming), so that decode generates only
+    the words after it. The last agreed word is held back because the audio may have cut it short."""
+    a, b = older.split(), newer.split()
+    n = 0
+    while n < min(len(a), len(b)) and normalise(a[n]) == normalise(b[n]) and normalise(b[n]):
+        n += 1
+    return " ".join(b[: max(0, n - holdback_words)])
+
+
 class Session:
     """Per-session state; created by ``CaptionEngine.open_session``."""
 
@@ -94,6 +106,7 @@ class Session:
         self._partial_text = ""
         self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
+        self._agreed = ""  # leading words the open segment's last two partials agreed on (see ``agreed_prefix``)
         self._pending: deque[_Pending] = deque()
         self._next_sentence = 0
         self._sentence_segments: dict[int, int] = {}  # sentence id -> segment index (for logs)
@@ -181,6 +194,7 @@ class Session:
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._partial_text = ""
+        self._agreed = ""
         self._partial_audio_end = event.start
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
@@ -188,6 +202,7 @@ class Session:
         prior, adopted = self._reusable_decode(event)
         self.engine.scheduler.cancel_partial(self)
         self._last_partial = None
+        self._agreed = ""
         audio = self.audio.slice(event.start, event.end)
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
         task = asyncio.create_task(self._finalize(event, audio, speech_s, prior, adopted),
@@ -251,15 +266,19 @@ class Session:
         self.stats.partials += 1
         request_id = f"{self.session_id}-p{self.stats.partials}"
         self._partial_meta[request_id] = (opened.index, end)
+        prefix = self._agreed if self.engine.config.partial.agreed_prefix else ""
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
-                             self.options.language, self._context)
+                             self.options.language, self._context, prefix=prefix)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
         index, end = self._partial_meta.pop(request.request_id, (-1, 0))
         opened = self.endpointer.open_segment
         if opened is None or opened.index != index or self.state is not SessionState.LIVE:
             return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
+        previous = self._last_partial
         self._last_partial = (index, end, result)
+        if previous is not None and previous[0] == index:
+            self._agreed = agreed_prefix(previous[2].text, result.text)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
         text = "" if reject_reason(result, level, speech_ms, self.engine.config.guard) else result.text

@@ -41,6 +41,10 @@ class DecodeRequest:
     priority: Priority
     language: str | None = "en"  # None = let the model detect it
     context: str = ""  # hotwords / prompt text shown to the model before the segment
+    # Text the transcript must begin with: the words earlier partials of this segment agreed on. The recognizer
+    # forces them as decoder tokens (one prefill step) and generates only what follows; the result's text
+    # includes them. Empty for finals.
+    prefix: str = ""
 
 
 @dataclass(frozen=True)

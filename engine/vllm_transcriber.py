@@ -64,21 +64,23 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
     return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
-def decoder_prompt(spec: ModelSpec, language: str | None, context: str) -> str:
-    """Whisper's decoder prompt: optional previous-text context, then the task tokens.
+def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "") -> str:
+    """Whisper's decoder prompt: optional previous-text context, the task tokens, then ``forced`` text the
+    transcript must start with.
 
     English-only checkpoints take no language or task token. With ``language=None`` a multilingual model writes
-    the language token itself (detection), then the task token.
+    the language token itself (detection), then the task token; no text can be forced then.
     """
     prefix = ""
     context = " ".join(context.split())[:_MAX_CONTEXT_CHARS]
     if context:
         prefix = "<|startofprev|> " + context
+    forced = f" {forced.strip()}" if forced.strip() else ""
     if not spec.multilingual:
-        return prefix + "<|startoftranscript|><|notimestamps|>"
+        return prefix + "<|startoftranscript|><|notimestamps|>" + forced
     if language is None:
         return prefix + "<|startoftranscript|>"
-    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|><|notimestamps|>"
+    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|><|notimestamps|>" + forced
 
 
 class VllmTranscriber:
@@ -232,6 +234,8 @@ class VllmTranscriber:
         policy = self.window_policy
         audio_s = request.audio.size / SAMPLE_RATE
         window = policy.window_for(audio_s)
+        forced = request.prefix.strip() if request.language is not None or not self.spec.multilingual else ""
+        forced_ids = self._text_ids(forced)
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         fallbacks = 0
@@ -241,10 +245,11 @@ class VllmTranscriber:
                 request_id = request.request_id if not fallbacks else f"{request.request_id}-w{window:g}"
                 completion = await self._generate(request, request_id, window,
                                                   max_tokens_for(audio_s, self.config.max_tokens),
-                                                  stop_on_loop=policy.next_window(window) is not None)
+                                                  stop_on_loop=policy.next_window(window) is not None,
+                                                  forced=forced, forced_ids=forced_ids)
                 ids = [] if completion is None else list(completion.token_ids)
-                text_ids = [t for t in ids if t < self._first_special_id]
-                text = "" if completion is None else completion.text
+                text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
+                text = " ".join(filter(None, (forced, "" if completion is None else completion.text.strip())))
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
                 larger = policy.next_window(window) if reason else None
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
@@ -258,7 +263,8 @@ class VllmTranscriber:
             self._inflight.pop(request.request_id, None)
         decode_s = time.monotonic() - t0
         if completion is None or not ids:
-            return Transcript("", request.language, 0.0, 0, decode_s, window, encoder_positions(window), fallbacks)
+            return Transcript(strip_nonspeech(forced), request.language, 0.0, 0, decode_s, window,
+                              encoder_positions(window), fallbacks)
         avg = (completion.cumulative_logprob or 0.0) / len(ids)
         language = request.language
         if language is None:
@@ -266,8 +272,15 @@ class VllmTranscriber:
         return Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
                           encoder_positions(window), fallbacks)
 
+    def _text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` as Whisper writes it after the task tokens (leading space included)."""
+        tok = getattr(self._llm, "tokenizer", None)
+        if not text or tok is None:
+            return []
+        return list(tok.encode(" " + text, add_special_tokens=False))
+
     async def _generate(self, request: DecodeRequest, request_id: str, window_s: float, max_tokens: int,
-                        stop_on_loop: bool = False) -> Any:
+                        stop_on_loop: bool = False, forced: str = "", forced_ids: list[int] | None = None) -> Any:
         """One vLLM request in a ``window_s`` window: its completion (``CompletionOutput``), or None.
 
         ``stop_on_loop``: end the request as soon as its tokens repeat themselves (there is a larger window to
@@ -279,7 +292,7 @@ class VllmTranscriber:
         prompt = {
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
                                "mm_processor_kwargs": {"max_length": window_samples(window_s)}},
-            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context),  # type: ignore[arg-type]
+            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context, forced),  # type: ignore[arg-type]
         }
         final = None
         checked = 0
@@ -292,7 +305,8 @@ class VllmTranscriber:
                 ids = out.outputs[0].token_ids if out.outputs else ()
                 if stop_on_loop and len(ids) >= checked + _LOOP_CHECK_EVERY:
                     checked = len(ids)
-                    if tandem_repeat([t for t in ids if t < self._first_special_id]) is not None:
+                    text_ids = [*(forced_ids or ()), *(t for t in ids if t < self._first_special_id)]
+                    if tandem_repeat(text_ids) is not None:
                         break
         except EngineDeadError as exc:
             self._state = TranscriberState.FAILED

@@ -55,7 +55,8 @@ def window_samples(window_s: float) -> int:
 
 @dataclass(frozen=True)
 class WindowPolicy:
-    """Which window a request runs in: the smallest of ``buckets_s`` that holds its audio plus ``margin_s``.
+    """Which window a request runs in: the smallest of ``buckets_s`` that holds its audio plus a margin of
+    ``margin_s`` or ``margin_fraction`` of the audio, whichever is larger.
 
     ``buckets_s`` ascend and end with ``FULL_WINDOW_S``. A few fixed sizes rather than exact lengths keep the
     shapes the encoder sees (and vLLM's batches) few, and leave every request some silence after its speech, as
@@ -64,13 +65,14 @@ class WindowPolicy:
 
     buckets_s: tuple[float, ...] = (4.0, 8.0, 15.0, FULL_WINDOW_S)
     margin_s: float = 1.0
+    margin_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.buckets_s or list(self.buckets_s) != sorted(set(self.buckets_s)):
             raise ValueError(f"window buckets must be distinct and ascending, got {self.buckets_s}")
         if self.buckets_s[-1] != FULL_WINDOW_S or self.buckets_s[0] <= 0:
             raise ValueError(f"window buckets must be positive and end with {FULL_WINDOW_S:g} s")
-        if self.margin_s < 0:
+        if self.margin_s < 0 or self.margin_fraction < 0:
             raise ValueError("window margin must be >= 0")
 
     @property
@@ -80,7 +82,7 @@ class WindowPolicy:
 
     def window_for(self, audio_s: float) -> float:
         """The window for ``audio_s`` seconds of audio (longer audio than the largest window gets the largest)."""
-        need = audio_s + self.margin_s
+        need = audio_s + max(self.margin_s, self.margin_fraction * audio_s)
         for bucket in self.buckets_s:
             if bucket >= need:
                 return bucket

@@ -31,6 +31,13 @@ def test_the_smallest_window_that_holds_audio_and_margin() -> None:
     assert [policy.next_window(w) for w in (2.0, 4.0, 15.0, 30.0)] == [4.0, 8.0, 30.0, None]
 
 
+def test_a_margin_fraction_gives_long_audio_more_room() -> None:
+    policy = WindowPolicy((4.0, 8.0, 15.0, 30.0), margin_s=1.0, margin_fraction=0.15)
+    assert policy.window_for(2.5) == 4.0  # 1 s is the larger margin
+    assert policy.window_for(12.0) == 15.0  # 13.8 s
+    assert policy.window_for(13.5) == 30.0  # 15.5 s
+
+
 def test_stock_is_always_thirty_seconds_and_has_nowhere_to_fall_back() -> None:
     assert STOCK_WINDOW.stock and not WindowPolicy().stock
     assert {STOCK_WINDOW.window_for(s) for s in (0.1, 3.0, 29.0)} == {FULL_WINDOW_S}
@@ -116,3 +123,16 @@ def test_window_counters() -> None:
 ])
 def test_non_speech_tags_never_reach_the_screen(raw: str, shown: str) -> None:
     assert strip_nonspeech(raw) == shown
+
+
+@pytest.mark.parametrize(("older", "newer", "agreed"), [
+    ("Somehow or other, Cat has", "somehow or other cat has taught them", "somehow or other cat"),
+    ("If the reader will accept", "If the reader will excuse me,", "If the reader"),
+    ("Hey, what's up?", "It was the first group.", ""),
+    ("", "It was the first", ""),
+    ("Mr. Quilter is the apostle", "Mr. Quilter is the apostle of the middle class.", "Mr. Quilter is the"),
+])
+def test_partials_force_only_the_words_two_decodes_agreed_on(older: str, newer: str, agreed: str) -> None:
+    from engine.session import agreed_prefix
+
+    assert agreed_prefix(older, newer) == agreed

@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 PARTIAL_INTERVAL_S = 0.48
 # engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for
 # every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
-# engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode.
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix")
+# engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode;
+# engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2).
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1")
 
 
 class SerializedTranscriber:
@@ -115,10 +116,12 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
         partial = replace(real_partial, agreed_prefix=True)
     engine.config = replace(engine.config, partial=partial)
     engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
+    if mode == "engine-p1":
+        engine.scheduler.max_inflight_partials = 1
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
-        windowed = mode in ("engine", "engine-noreuse", "engine-prefix")
+        windowed = mode in ("engine", "engine-noreuse", "engine-prefix", "engine-p1")
         inner.window_policy = real_window if windowed else STOCK_WINDOW
         inner.windows = WindowStats()

@@ -37,8 +37,9 @@ PARTIAL_INTERVAL_S = 0.48
 # engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for
 # every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
 # engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode;
-# engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2).
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1")
+# engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2);
+# engine-noclose: the engine without the closing partial (a pause does not jump the partial queue).
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose")
 
 
 class SerializedTranscriber:
@@ -109,11 +110,13 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     baseline = mode == "baseline"
     transcriber.serialized = baseline
     partial = replace(real_partial, interval_s=PARTIAL_INTERVAL_S, load_factor=0.0, max_inflight=1024,
-                      reuse_for_final=False, agreed_prefix=False) if baseline else real_partial
+                      reuse_for_final=False, agreed_prefix=False, closing_after_ms=0) if baseline else real_partial
     if mode == "engine-noreuse":
         partial = replace(real_partial, reuse_for_final=False)
     if mode == "engine-prefix":
         partial = replace(real_partial, agreed_prefix=True)
+    if mode == "engine-noclose":
+        partial = replace(real_partial, closing_after_ms=0)
     engine.config = replace(engine.config, partial=partial)
     engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
     if mode == "engine-p1":
@@ -122,6 +125,6 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     engine.scheduler.partials_done = 0
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
-        windowed = mode in ("engine", "engine-noreuse", "engine-prefix", "engine-p1")
+        windowed = mode in ("engine", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose")
         inner.window_policy = real_window if windowed else STOCK_WINDOW
         inner.windows = WindowStats()

@@ -78,6 +78,9 @@ class PartialConfig:
     load_factor: float = 1.0
     max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)
     reuse_for_final: bool = True  # a partial that covers all of a sentence's speech is its final decode
+    # Once this much silence follows the open segment's speech, its next partial skips the interval and the queue:
+    # it covers all the speech, so it becomes the final, decoded during the endpoint's wait. 0 = off.
+    closing_after_ms: int = 300
     # Force the words the last two partials agreed on as the next partial's start: its decode then generates only
     # the new words (the decoder, not the encoder, is most of a long partial's cost once windows fit the audio).
     # Off by default: measured (docs/benchmarks.md), it cut lock latency at 5 sessions by ~1 s but cost +0.7 WER

@@ -2,8 +2,9 @@
 
 Policy (DESIGN.md, Engine): a session that wants a partial joins a waiting set; it is not given a request id
 yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
-pile up). Partials run at most ``max_inflight`` at a time across sessions, least recently served session first,
-and none starts while a final is in flight. A running partial is never aborted for newer audio (on CPU that
+pile up). Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
+first (that partial is about to become a final), then the least recently served; none starts while a final is
+in flight. A running partial is never aborted for newer audio (on CPU that
 starved partials entirely); when its segment ends it is cancelled so that the final goes first, unless it
 already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
 starting the same work again (``adopt_partial``).
@@ -27,6 +28,7 @@ class PartialClient(Protocol):
 
     session_id: str
     last_partial_started: float  # monotonic seconds; 0 if never
+    closing: bool  # its speaker paused: the next partial is probably its final, so it goes first
 
     def partial_request(self) -> DecodeRequest | None:
         """The request for the session's newest audio, or None if a partial is no longer wanted."""
@@ -113,7 +115,7 @@ class DecodeScheduler:
 
     def _pump(self) -> None:
         while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
-            client = min(self._waiting.values(), key=lambda c: c.last_partial_started)
+            client = min(self._waiting.values(), key=lambda c: (not c.closing, c.last_partial_started))
             del self._waiting[client.session_id]
             request = client.partial_request()
             if request is None:

@@ -102,6 +102,7 @@ class Session:
         self.vad_idle.set()
         self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, monotonic arrival time)
         self.last_partial_started = 0.0
+        self.closing = False  # in a pause after speech: the next partial is probably the final (scheduler: first)
         self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
         self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
@@ -247,7 +248,14 @@ class Session:
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
-        if not self._partial_text:
+        pause_ms = samples_to_ms(self.endpointer.position - self.endpointer.speech_end)
+        self.closing = 0 < cfg.closing_after_ms <= pause_ms
+        if self.closing:
+            # The speaker has paused: a decode of everything up to now is most likely this sentence's final (a
+            # partial that covers all the speech is reused as the final), so run it now, first in line, during
+            # the endpoint's silence wait rather than after it.
+            interval = 0.0
+        elif not self._partial_text:
             # Nothing on screen yet for this segment (the first words were too short to decode, or only a
             # non-speech tag came back): try again as soon as there is new speech, so the first words show early.
             interval = 0.0

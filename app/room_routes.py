@@ -71,9 +71,14 @@ async def create_room(request: web.Request) -> web.Response:
         params = await read_json_object(request, MAX_ROOM_BODY_BYTES, empty_ok=True)
     except BodyError as exc:
         return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
-    title = params.get("title", "")
-    room, viewer_token = await request.app[ROOMS].create(title if isinstance(title, str) else "",
-                                                         private=params.get("private") is True)
+    title, private = params.get("title", ""), params.get("private", False)
+    # A wrong type is an error, never a default: "private": "true" must not quietly create an open room.
+    if not isinstance(title, str) or not isinstance(private, bool):
+        return json_error(400, "bad_message", '"title" must be a string and "private" true or false')
+    unknown = sorted(set(params) - {"title", "private"})
+    if unknown:
+        return json_error(400, "bad_message", f"unknown field {unknown[0]!r}: expected title, private")
+    room, viewer_token = await request.app[ROOMS].create(title, private=private)
     return web.json_response({"room": room.id, "viewer_token": viewer_token,
                               "links": room_links(request, room.id, viewer_token)}, status=201)
 

@@ -38,7 +38,9 @@ async def index(request: web.Request) -> web.Response:
     html = app[TEMPLATES].get_template("index.html").render(
         model=engine.model_name, languages=languages, default_language=config.language or "",
         static="/static", max_hotwords=MAX_HOTWORDS)
-    return web.Response(text=html, content_type="text/html")
+    # The microphone page is never framed by another site (clickjacking); only /embed follows --embed-origin.
+    return web.Response(text=html, content_type="text/html",
+                        headers={"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"})
 
 
 async def health(request: web.Request) -> web.Response:

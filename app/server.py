@@ -14,7 +14,7 @@ from aiohttp import web
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine
 
-from . import ice, room_routes, routes
+from . import access_log, ice, room_routes, routes
 from .config import ServerConfig
 from .keys import CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
 from .rooms import RoomRegistry
@@ -45,6 +45,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
+    access_log.install()
     app.router.add_get("/", routes.index)
     app.router.add_get("/health", routes.health)
     app.router.add_get("/ready", routes.ready)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import re
 import sqlite3
 from pathlib import Path
@@ -16,6 +17,7 @@ import aiohttp
 import pytest
 
 from app import exports
+from app.keys import ROOMS
 from app.rooms import Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
 from engine.hub import CaptionEngine
@@ -143,6 +145,33 @@ async def test_pages_allow_framing_only_where_configured(fake_engine: CaptionEng
             assert r.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
         async with http.get(f"{url}/embed.js") as r:
             assert r.status == 200 and "javascript" in r.headers["Content-Type"]
+        async with http.get(f"{url}/") as r:  # the microphone page: never framed by another site
+            assert r.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
+            assert r.headers["X-Frame-Options"] == "SAMEORIGIN"
+
+
+@pytest.mark.parametrize("body", [{"private": "true"}, {"private": 1}, {"private": None}, {"title": 5},
+                                  {"title": "Board", "privte": True}])
+async def test_a_room_body_of_the_wrong_shape_is_refused_not_defaulted(fake_engine: CaptionEngine,
+                                                                       body: dict) -> None:  # type: ignore[type-arg]
+    async with running_server(fake_engine, auth_token=TOKEN) as (url, app):
+        status, answer = await create_room(url, **body)
+        assert status == 400 and answer["error"]["code"] == "bad_message", answer
+        assert not app[ROOMS]._rooms, "a refused body created a room"
+        status, answer = await create_room(url, title="Board", private=True)
+        assert status == 201 and answer["viewer_token"], "a private room must come with its viewer token"
+
+
+async def test_tokens_never_reach_the_access_log(fake_engine: CaptionEngine,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    async with running_server(fake_engine, auth_token=TOKEN) as (url, _):
+        await get(f"{url}/view?room=abc&token=viewer-secret-1")
+        await get(f"{url}/?key={TOKEN}&lang=en")
+    lines = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert any("/view?room=abc&token=REDACTED" in line for line in lines), lines
+    assert any("/?key=REDACTED&lang=en" in line for line in lines), lines
+    assert not any("viewer-secret-1" in line or TOKEN in line for line in lines)
 
 
 async def test_store_commits_survive_reopening(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@
  *
  *   theme     "transparent" | "dark" | "light" (kiosk: "dark" | "light")
  *   font      caption font size in CSS px (10-200)
- *   fg, bg    text and background colours: any CSS colour; "#" may be left out of hex ("ffcc00")
+ *   fg, bg    text and background colours: hex ("#" may be left out: "ffcc00"), rgb()/rgba()/hsl()/hsla() of
+ *             numbers, or a colour name; nothing else (no var(), url() or ";")
  *   lines     how many lines of text are visible (1-20)
  *   position  "bottom" | "top": where the text sits
  *   speakers  "1" names speakers where they change, "0" does not
@@ -42,8 +43,15 @@ function clampNumber(raw, low, high, fallback) {
   return raw !== null && raw !== "" && Number.isFinite(value) ? Math.min(high, Math.max(low, value)) : fallback;
 }
 
+// Colours by an allowlist grammar, never by "whatever CSS accepts": CSS.supports("color", ...) also accepts
+// var(--x, url(...)) and the like, which would make every embedding page load a foreign URL.
+const HEX = /^#(?:[0-9a-f]{3,4}|[0-9a-f]{6}|[0-9a-f]{8})$/i;
+const FUNCTION = /^(?:rgba?|hsla?)\([0-9.%,\/\s+-]*(?:deg|grad|rad|turn)?[0-9.%,\/\s+-]*\)$/i;
+const NAME = /^[a-z]{3,24}$/i; // named colours: letters only (red, rebeccapurple, transparent)
+
 function colour(raw) {
-  if (!raw) return null;
-  const value = /^[0-9a-f]{3,8}$/i.test(raw) ? `#${raw}` : raw;
+  if (!raw || raw.length > 64) return null;
+  const value = /^[0-9a-f]{3,8}$/i.test(raw) ? `#${raw}` : raw.trim();
+  if (!HEX.test(value) && !FUNCTION.test(value) && !NAME.test(value)) return null;
   return CSS.supports("color", value) ? value : null;
 }

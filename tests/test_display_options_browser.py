@@ -1,0 +1,67 @@
+"""Colour options of the widget and the kiosk in real Chromium: hostile values never make the page fetch a foreign
+URL, and ordinary colours still apply. The recognizer is the named fake: no caption is judged here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+
+from engine.hub import CaptionEngine
+from tests.browser import chromium, write_wav
+from tests.servers import running_server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def tracker() -> AsyncIterator[tuple[str, list[str]]]:
+    """Another origin on loopback that records every request made to it (a stand-in for a tracking pixel host)."""
+    hits: list[str] = []
+
+    async def any_request(request: web.Request) -> web.Response:
+        hits.append(request.path_qs)
+        return web.Response(body=b"", content_type="image/png")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_request)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", hits
+    finally:
+        await runner.cleanup()
+
+
+async def test_hostile_colours_load_nothing_and_plain_colours_apply(fake_engine: CaptionEngine, tmp_path: Path,
+                                                                    tracker: tuple[str, list[str]]) -> None:
+    other, hits = tracker
+    silence = write_wav(tmp_path / "silence.wav", np.zeros(16_000, np.float32))
+    hostile = [f"var(--x, url({other}/pixel.png))", f"red;background:url({other}/p2.png)",
+               f"rgb(var(--a, url({other}/p3.png)))", f"url({other}/p4.png)"]
+    async with running_server(fake_engine) as (url, _), aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/rooms", json={"title": "Colours"}) as r:
+            room = (await r.json())["room"]
+        async with chromium(silence) as browser:
+            page = await browser.new_page()
+            for path in ("embed", "kiosk"):
+                for value in hostile:
+                    query = aiohttp.helpers.quote(value, safe="")
+                    await page.goto(f"{url}/{path}?room={room}&bg={query}&fg={query}")
+                    await asyncio.sleep(0.5)
+                    bg = await page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--bg')")
+                    assert "url" not in bg and "var" not in bg, (path, value, bg)
+                await page.goto(f"{url}/{path}?room={room}&bg=1d5fb8&fg=rgb(255,%20204,%200)")
+                await asyncio.sleep(0.3)
+                style = await page.evaluate("[document.documentElement.style.getPropertyValue('--bg'),"
+                                            " document.documentElement.style.getPropertyValue('--fg')]")
+                assert style == ["#1d5fb8", "rgb(255, 204, 0)"], (path, style)
+            await asyncio.sleep(1.0)  # anything in flight would have arrived by now
+    assert hits == [], f"the page fetched from another origin: {hits}"

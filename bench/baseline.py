@@ -40,6 +40,14 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2);
 # engine-noclose: the engine without the closing partial (a pause does not jump the partial queue).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose")
+# How each mode's partial policy differs from the engine's own.
+_PARTIAL_CHANGES: dict[str, dict[str, object]] = {
+    "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
+                 "reuse_for_final": False, "agreed_prefix": False, "closing_after_ms": 0},
+    "engine-noreuse": {"reuse_for_final": False},
+    "engine-prefix": {"agreed_prefix": True},
+    "engine-noclose": {"closing_after_ms": 0},
+}
 
 
 class SerializedTranscriber:
@@ -109,22 +117,13 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
         raise RuntimeError(f"cannot switch the decode mode with {len(engine.sessions)} sessions live")
     baseline = mode == "baseline"
     transcriber.serialized = baseline
-    partial = replace(real_partial, interval_s=PARTIAL_INTERVAL_S, load_factor=0.0, max_inflight=1024,
-                      reuse_for_final=False, agreed_prefix=False, closing_after_ms=0) if baseline else real_partial
-    if mode == "engine-noreuse":
-        partial = replace(real_partial, reuse_for_final=False)
-    if mode == "engine-prefix":
-        partial = replace(real_partial, agreed_prefix=True)
-    if mode == "engine-noclose":
-        partial = replace(real_partial, closing_after_ms=0)
+    partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     engine.config = replace(engine.config, partial=partial)
-    engine.scheduler.max_inflight_partials = partial.max_inflight if baseline else real_max_inflight
-    if mode == "engine-p1":
-        engine.scheduler.max_inflight_partials = 1
+    engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
+        mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
-        windowed = mode in ("engine", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose")
-        inner.window_policy = real_window if windowed else STOCK_WINDOW
+        inner.window_policy = STOCK_WINDOW if mode in ("baseline", "engine-stock") else real_window
         inner.windows = WindowStats()

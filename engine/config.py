@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .windows import STOCK_WINDOW, WINDOW_MODES, WindowPolicy
+from .windows import MAX_COMPRESSION_RATIO, STOCK_WINDOW, WINDOW_MODES, WindowPolicy
 
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
@@ -93,7 +93,7 @@ class GuardConfig:
     """Hallucination guard thresholds (see ``engine.guard``)."""
 
     min_avg_logprob: float = -1.0  # Whisper's own fallback threshold
-    max_compression_ratio: float = 2.4  # repeated text compresses too well
+    max_compression_ratio: float = MAX_COMPRESSION_RATIO  # repeated text compresses too well
     quiet_dbfs: float = -42.0  # below this a known silence-phrase is dropped
     min_speech_ms: int = 200
 

@@ -28,7 +28,11 @@ class PartialClient(Protocol):
 
     session_id: str
     last_partial_started: float  # monotonic seconds; 0 if never
-    closing: bool  # its speaker paused: the next partial is probably its final, so it goes first
+
+    @property
+    def closing(self) -> bool:
+        """Its speaker paused: the next partial is probably its final, so it goes first."""
+        ...
 
     def partial_request(self) -> DecodeRequest | None:
         """The request for the session's newest audio, or None if a partial is no longer wanted."""

@@ -102,7 +102,6 @@ class Session:
         self.vad_idle.set()
         self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, monotonic arrival time)
         self.last_partial_started = 0.0
-        self.closing = False  # in a pause after speech: the next partial is probably the final (scheduler: first)
         self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
         self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
@@ -195,7 +194,6 @@ class Session:
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._partial_text = ""
-        self._agreed = ""
         self._partial_audio_end = event.start
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
@@ -240,6 +238,13 @@ class Session:
             self._arrivals.popleft()
 
     # ---- partials -------------------------------------------------------------------------------------------
+    @property
+    def closing(self) -> bool:
+        """True in a pause of ``PartialConfig.closing_after_ms`` or more after the open segment's speech: the next
+        partial covers all of it and will most likely be reused as the final (the scheduler runs it first)."""
+        after_ms = self.engine.config.partial.closing_after_ms
+        return 0 < after_ms <= samples_to_ms(self.endpointer.position - self.endpointer.speech_end)
+
     def _maybe_want_partial(self) -> None:
         opened = self.endpointer.open_segment
         if opened is None or self.state is not SessionState.LIVE:
@@ -248,16 +253,11 @@ class Session:
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
-        pause_ms = samples_to_ms(self.endpointer.position - self.endpointer.speech_end)
-        self.closing = 0 < cfg.closing_after_ms <= pause_ms
-        if self.closing:
-            # The speaker has paused: a decode of everything up to now is most likely this sentence's final (a
-            # partial that covers all the speech is reused as the final), so run it now, first in line, during
-            # the endpoint's silence wait rather than after it.
-            interval = 0.0
-        elif not self._partial_text:
-            # Nothing on screen yet for this segment (the first words were too short to decode, or only a
-            # non-speech tag came back): try again as soon as there is new speech, so the first words show early.
+        if self.closing or not self._partial_text:
+            # No waiting for the interval when the speaker has paused (a decode of everything up to now is most
+            # likely the sentence's final: run it during the endpoint's silence wait, not after it), or when nothing
+            # is on screen yet for this segment (the first words were too short or only a non-speech tag came
+            # back: the first words should show as soon as there is more speech).
             interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self.endpointer.speech_end > self._partial_audio_end
@@ -274,9 +274,8 @@ class Session:
         self.stats.partials += 1
         request_id = f"{self.session_id}-p{self.stats.partials}"
         self._partial_meta[request_id] = (opened.index, end)
-        prefix = self._agreed if self.engine.config.partial.agreed_prefix else ""
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
-                             self.options.language, self._context, prefix=prefix)
+                             self.options.language, self._context, prefix=self._agreed)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
         index, end = self._partial_meta.pop(request.request_id, (-1, 0))
@@ -285,7 +284,7 @@ class Session:
             return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
         previous = self._last_partial
         self._last_partial = (index, end, result)
-        if previous is not None and previous[0] == index:
+        if self.engine.config.partial.agreed_prefix and previous is not None and previous[0] == index:
             self._agreed = agreed_prefix(previous[2].text, result.text)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)

@@ -37,19 +37,38 @@ def window_policy(engine: CaptionEngine, policy: WindowPolicy) -> Iterator[Any]:
         transcriber.window_policy, transcriber.windows = saved
 
 
-async def test_short_segments_run_short_windows_with_the_stock_text(engine: CaptionEngine) -> None:
+async def test_short_segments_run_short_windows_with_the_stock_text(engine: CaptionEngine,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.vllm_whisper import WindowedWhisperMultiModalProcessor  # imports vLLM: only in the heavy tier
+
+    # What vLLM itself made of each request: the mel frames its multimodal processor produced (it runs in this,
+    # the front process), from which the encoder's placeholder count follows. Not what our own code reports.
+    frames: list[int] = []
+    real_updates = WindowedWhisperMultiModalProcessor._get_prompt_updates
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out_mm_kwargs = kwargs["out_mm_kwargs"] if "out_mm_kwargs" in kwargs else args[-1]
+        frames.extend(int(f.shape[-1]) for f in out_mm_kwargs.get_data()["input_features"])
+        return real_updates(self, *args, **kwargs)
+
+    monkeypatch.setattr(WindowedWhisperMultiModalProcessor, "_get_prompt_updates", spy)
     assert len(SHORT_CLIPS) >= 15
     fit_err = stock_err = words = diff_err = diff_words = 0
     for clip in SHORT_CLIPS:
         samples = audio(clip)
+        frames.clear()
         with window_policy(engine, WindowPolicy()) as t:
             fit = await t.transcribe(DecodeRequest(f"fit-{clip}", samples, Priority.FINAL))
+        fit_frames = list(frames)
+        frames.clear()
         with window_policy(engine, STOCK_WINDOW) as t:
             stock = await t.transcribe(DecodeRequest(f"stock-{clip}", samples, Priority.FINAL))
-        assert stock.window_s == 30.0 and stock.encoder_positions == 1500
-        if not fit.fallbacks:  # the window fits the audio plus the margin, and the encoder ran that many positions
-            assert fit.window_s == WindowPolicy().window_for(samples.size / 16_000) < 30.0
-            assert fit.encoder_positions == encoder_positions(fit.window_s) < 1500
+        assert stock.window_s == 30.0 and stock.encoder_positions == 1500 and frames == [3000]
+        first = WindowPolicy().window_for(samples.size / 16_000)
+        assert first < 30.0 and fit_frames[0] == 2 * encoder_positions(first), (clip, fit_frames)
+        assert fit_frames[-1] == 2 * fit.encoder_positions  # the accepted decode ran the window it reports
+        if not fit.fallbacks:
+            assert fit.window_s == first and len(fit_frames) == 1
         e_f, n = word_errors(reference(clip), fit.text)
         e_s, _ = word_errors(reference(clip), stock.text)
         e_d, n_d = word_errors(stock.text, fit.text)

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from engine.hub import CaptionEngine
 
+from .admission import Admission
 from .config import ServerConfig
 from .rooms import RoomRegistry
 from .store import TranscriptStore
@@ -20,3 +21,4 @@ TEMPLATES = web.AppKey("templates", jinja2.Environment)
 ENGINE_START = web.AppKey("engine_start", asyncio.Task)
 STORE = web.AppKey("store", TranscriptStore)
 ROOMS = web.AppKey("rooms", RoomRegistry)
+ADMISSION = web.AppKey("admission", Admission)  # the --max-sessions cap

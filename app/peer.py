@@ -24,6 +24,7 @@ from engine.hub import CaptionEngine
 from engine.logs import SessionLog
 from engine.session import Session, SessionState
 
+from .admission import Slot
 from .config import ServerConfig
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
@@ -47,11 +48,18 @@ class PeerSession:
     sent to the client is first published to the room (durable parts committed before the client sees them)."""
 
     def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
-                 room: Room | None = None) -> None:
+                 room: Room | None = None, slot: Slot | None = None) -> None:
+        """``slot``: the admission place this session holds; released when it closes (or if opening fails)."""
         self.engine = engine
         self.config = config
         self.registry = registry
-        self.session: Session = engine.open_session(SessionOptions(language=config.language))
+        try:
+            self.session: Session = engine.open_session(SessionOptions(language=config.language))
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
+        self._slot = slot
         self.id = self.session.session_id
         self.state = PeerState.NEW
         self.pc = RTCPeerConnection(rtc_configuration(config.ice.servers))
@@ -60,6 +68,7 @@ class PeerSession:
         self._channel_open = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
+        self._ingesting = False
         self._log = SessionLog(log, self.id)
         self.publisher: RoomPublisher | None = None
         if room is not None:
@@ -83,8 +92,11 @@ class PeerSession:
         """
         offer = RTCSessionDescription(sdp=filter_remote_candidates(sdp, self.config.ice.loopback_only), type=kind)
         await self.pc.setRemoteDescription(offer)
-        if not any(t.kind == "audio" for t in self.pc.getTransceivers()):
-            raise ValueError("the offer has no audio track")
+        audio = sum(1 for t in self.pc.getTransceivers() if t.kind == "audio")
+        if audio != 1:
+            # One session is one voice source: a second track's audio would be interleaved into the same stream.
+            raise ValueError("the offer has no audio track" if audio == 0 else
+                             f"the offer has {audio} audio tracks; send exactly one")
         answer = await self.pc.createAnswer()
         await self.pc.setLocalDescription(answer)
         self.state = PeerState.LIVE
@@ -104,8 +116,9 @@ class PeerSession:
             channel.on("open", self._channel_open.set)
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        if track.kind != "audio":
-            return
+        if track.kind != "audio" or self._ingesting:
+            return  # only one audio track is ever accepted; this guards the invariant, not the offer check
+        self._ingesting = True
         self._spawn(self._ingest(track), "ingest")
 
     async def _on_connection_state(self) -> None:
@@ -202,6 +215,8 @@ class PeerSession:
             return
         self.state = PeerState.CLOSED
         self.registry.pop(self.id, None)
+        if self._slot is not None:
+            self._slot.release()
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current]
         for t in tasks:

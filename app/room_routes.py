@@ -64,7 +64,7 @@ def room_links(request: web.Request, room_id: str, viewer_token: str | None) -> 
 
 async def create_room(request: web.Request) -> web.Response:
     """``POST /rooms`` ``{"title"?: str, "private"?: bool}`` -> 201 ``{"room", "viewer_token", "links"}``.
-    Needs the server's auth token when one is configured. ``viewer_token`` (private rooms only) is shown once."""
+    Needs the server's auth token when one is configured. ``viewer_token``: private rooms only."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
         return json_error(401, "unauthorized", "creating a room needs the server's token")
     try:
@@ -114,9 +114,18 @@ async def room_transcript(request: web.Request) -> web.Response:
 
 
 async def room_qr(request: web.Request) -> web.Response:
-    """An SVG QR code of the room's phone viewer URL (made here: no outside service)."""
+    """An SVG QR code of the room's phone viewer URL (made here: no outside service).
+
+    A private room's URL carries the room's *viewer* token, however the request was authorised: never the server's
+    token (the code is shown on screens in meeting rooms), and never nothing (the code must open the room)."""
     room = await viewable_room(request)
-    token = request.query.get("token") if room.private else None
+    token = None
+    if room.private:
+        presented = presented_token(request)
+        token = room.record.viewer_token or (presented if room.may_view(presented) else None)
+        if token is None:  # a room made before viewer tokens were kept, asked for with the server's token
+            raise _http_error(web.HTTPConflict, "no_viewer_token",
+                              "this room's viewer token was not kept; ask with the viewer token itself")
     url = room_links(request, room.id, token)["view"]
     buffer = io.BytesIO()
     # Black on white with a quiet zone, whatever the page's theme: phone cameras read that best.

@@ -250,11 +250,12 @@ class RoomRegistry:
         self._loading = asyncio.Lock()
 
     async def create(self, title: str = "", private: bool = False) -> tuple[Room, str | None]:
-        """A new room with an unguessable id; ``private`` rooms get a viewer token (returned here, once; only its
-        SHA-256 is stored)."""
+        """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
+        and links carry it)."""
         viewer_token = new_token() if private else None
         record = await self.store.create_room(secrets.token_urlsafe(ROOM_ID_BYTES), title[:200],
-                                              token_digest(viewer_token) if viewer_token else None)
+                                              token_digest(viewer_token) if viewer_token else None,
+                                              viewer_token=viewer_token)
         room = Room(record, self.store, 0, 0)
         self._rooms[room.id] = room
         log.info("room %s created%s", room.id, " (viewer token required)" if private else "")

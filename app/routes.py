@@ -13,7 +13,7 @@ from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
 
 from .auth import presented_token
 from .bodies import BodyError, read_json_object
-from .keys import CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
+from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
 from .rooms import token_matches
 
@@ -82,13 +82,19 @@ async def offer(request: web.Request) -> web.Response:
         loading = engine.state in (EngineState.NEW, EngineState.LOADING)
         status, code = (503, ErrorCode.LOADING) if loading else (503, ErrorCode.ENGINE)
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
-    if len(peers) >= config.max_sessions:
+    slot = app[ADMISSION].try_acquire()  # taken before the first await: concurrent offers cannot overshoot
+    if slot is None:
         return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")
-    room = await app[ROOMS].get(room_id) if room_id else None
+    try:
+        room = await app[ROOMS].get(room_id) if room_id else None
+    except BaseException:
+        slot.release()
+        raise
     if room_id and room is None:
+        slot.release()
         return json_error(404, "no_room", "there is no such room")
     try:
-        peer = PeerSession(engine, config, peers)
+        peer = PeerSession(engine, config, peers, slot=slot)  # owns the slot from here (released on close)
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
     except EngineError as exc:

@@ -15,8 +15,9 @@ from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine
 
 from . import access_log, ice, room_routes, routes
+from .admission import Admission
 from .config import ServerConfig
-from .keys import CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
+from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
 from .rooms import RoomRegistry
 from .store import MEMORY, TranscriptStore
 
@@ -42,6 +43,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app = web.Application(client_max_size=routes.MAX_OFFER_BYTES)
     app[CONFIG] = config
     app[PEERS] = {}
+    app[ADMISSION] = Admission(config.max_sessions)
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)

@@ -11,7 +11,10 @@ backup, ``sqlite3`` on the command line) read while the server writes.
 
 Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated):
 - ``rooms``: id, created_ms (wall clock, ms since the Unix epoch: the room's timeline starts there), title,
-  viewer_token_sha256 (NULL = open to anyone who knows the id).
+  viewer_token_sha256 (NULL = open to anyone who knows the id; tokens are checked against this digest) and, since
+  version 2, viewer_token itself: the room's QR code and viewer links must carry it whoever asks for them (the
+  server's admin included). Keeping it adds no exposure: whoever can read this file can read the transcripts it
+  protects. Rooms made by version 1 have NULL there; their QR code needs the viewer token presented.
 - ``events``: (room, seq) -> kind ("caption" | "speakers") and the message as sent to viewers (JSON). ``seq`` is
   the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
 - ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels).
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MEMORY = ":memory:"
 
 _SCHEMA = """
@@ -37,7 +40,8 @@ CREATE TABLE IF NOT EXISTS rooms (
     id TEXT PRIMARY KEY,
     created_ms INTEGER NOT NULL,
     title TEXT NOT NULL DEFAULT '',
-    viewer_token_sha256 TEXT
+    viewer_token_sha256 TEXT,
+    viewer_token TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     room TEXT NOT NULL REFERENCES rooms(id),
@@ -59,6 +63,10 @@ CREATE TABLE IF NOT EXISTS sentences (
     PRIMARY KEY (room, id)
 ) WITHOUT ROWID;
 """
+# Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
+_MIGRATIONS = [
+    "ALTER TABLE rooms ADD COLUMN viewer_token TEXT;",
+]
 
 T = TypeVar("T")
 
@@ -73,6 +81,7 @@ class RoomRecord:
     created_ms: int
     title: str
     viewer_token_sha256: str | None
+    viewer_token: str | None = None  # None for open rooms, and for private rooms made before schema version 2
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,9 @@ class TranscriptStore:
 
     # ---- public API (async; every call runs on the store's thread) -------------------------------------------
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None) -> RoomRecord:
-        record = RoomRecord(room_id, created_ms if created_ms is not None else _now_ms(), title, viewer_token_sha256)
+                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+        record = RoomRecord(room_id, created_ms if created_ms is not None else _now_ms(), title, viewer_token_sha256,
+                            viewer_token)
         await self._run(self._create_room, record)
         return record
 
@@ -179,9 +189,12 @@ class TranscriptStore:
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA busy_timeout=5000")
-        if version < SCHEMA_VERSION:
+        if version == 0:
             # One script, one transaction: the tables and the version number appear together or not at all.
             db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+        elif version < SCHEMA_VERSION:
+            steps = "".join(_MIGRATIONS[version - 1:])
+            db.executescript(f"BEGIN IMMEDIATE;{steps}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
 
     def _close_db(self) -> None:
         if self._db is not None:
@@ -195,12 +208,13 @@ class TranscriptStore:
         return self._db
 
     def _create_room(self, record: RoomRecord) -> None:
-        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256) VALUES (?, ?, ?, ?)",
-                           (record.id, record.created_ms, record.title, record.viewer_token_sha256))
+        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
+                           "VALUES (?, ?, ?, ?, ?)", (record.id, record.created_ms, record.title,
+                                                      record.viewer_token_sha256, record.viewer_token))
 
     def _room(self, room_id: str) -> RoomRecord | None:
-        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256 FROM rooms WHERE id = ?",
-                                 (room_id,)).fetchone()
+        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
+                                 "WHERE id = ?", (room_id,)).fetchone()
         return RoomRecord(*row) if row else None
 
     def _last_seq(self, room_id: str) -> int:

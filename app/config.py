@@ -49,6 +49,7 @@ class ServerConfig:
     max_sessions: int = 16
     max_lag_s: float = 2.0  # a stream further behind real time than this sheds audio
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
+    room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
     db_path: str | None = None  # SQLite transcript store; None keeps transcripts in memory only (tests)
     auth_token: str | None = None  # when set, creating rooms and publishing (POST /offer) need this token
     embed_origins: tuple[str, ...] = ()  # host page origins allowed to frame /embed (CSP frame-ancestors)

@@ -84,6 +84,15 @@ class PeerSession:
         ``accept``): no message exists before that, so the room misses nothing."""
         if self.publisher is None:
             self.publisher = room.join(self.id)
+            self.publisher.on_saving = self._on_saving
+            if not room.saving:
+                self._on_saving(False, room.store_error)
+
+    def _on_saving(self, saving: bool, why: str) -> None:
+        text = ("captions are saved again; nothing was lost" if saving else
+                "captions are not being saved (the server's transcript store fails: "
+                f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers")
+        self.session.mailbox.post(protocol.storage(saving, text))
 
     async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
         """Apply the client's offer and return the answer (non-trickle: candidates included).

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0  # a `ping` event this often keeps proxies from closing an idle stream and finds dead clients
 RETRY_MS = 2000  # EventSource's reconnect delay after a drop
 MAX_ROOM_BODY_BYTES = 4096
+SSE_SEND_BUFFER_BYTES = 32 * 1024  # kernel send buffer per viewer stream (see _small_send_buffer)
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
 
@@ -83,10 +85,10 @@ async def create_room(request: web.Request) -> web.Response:
                               "links": room_links(request, room.id, viewer_token)}, status=201)
 
 
-async def viewable_room(request: web.Request) -> Room:
+async def viewable_room(request: web.Request, keep: bool = False) -> Room:
     """The room named in the path, if this request may view it; raises 404 / 403 as JSON otherwise. Holders of
-    the server's auth token may view every room."""
-    room = await request.app[ROOMS].get(request.match_info["room"])
+    the server's auth token may view every room. ``keep``: see ``RoomRegistry.get`` (only subscribers keep)."""
+    room = await request.app[ROOMS].get(request.match_info["room"], keep=keep)
     if room is None:
         raise _http_error(web.HTTPNotFound, "no_room", "there is no such room")
     token = presented_token(request)
@@ -106,7 +108,8 @@ async def room_transcript(request: web.Request) -> web.Response:
     """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store."""
     room = await viewable_room(request)
     fmt = request.match_info["fmt"]
-    snapshot = await request.app[STORE].snapshot(room.id)
+    pending = room.pending()
+    snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
     text = exports.render(fmt, snapshot.sentences, room.record)
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
@@ -142,9 +145,12 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     it, the stored events after that seq are replayed. Then a ``room`` status, the current partial, and live
     updates. Durable events carry ``id: <seq>``; partials and status carry none (they are never replayed).
     """
-    room = await viewable_room(request)
+    room = await viewable_room(request, keep=True)
     after = _after_seq(request)
-    viewer = room.subscribe()  # before reading the store: nothing committed meanwhile can be missed
+    # Subscribe before reading the store: nothing committed meanwhile can be missed. A viewer that stops reading
+    # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
+    viewer = room.subscribe(on_overflow=lambda: _abort(request))
+    _small_send_buffer(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})
     try:
@@ -156,20 +162,36 @@ async def room_events(request: web.Request) -> web.StreamResponse:
             await _send(response, room.partial_message(), None)
         await _follow(response, viewer, last)
     except ConnectionResetError:
-        pass  # the viewer went away: nothing to clean but the subscription
+        pass  # the viewer went away (or was cut off): nothing to clean but the subscription
     finally:
         room.unsubscribe(viewer)
     return response
 
 
+def _small_send_buffer(request: web.Request) -> None:
+    """Keep at most ``SSE_SEND_BUFFER_BYTES`` per viewer in the kernel. Otherwise the kernel absorbs megabytes for
+    a client that stopped reading (Linux grows send buffers by itself), the viewer's queue never fills, and the
+    server never notices that the client is thousands of events behind."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SSE_SEND_BUFFER_BYTES)
+
+
+def _abort(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
+
+
 async def _catch_up(response: web.StreamResponse, room: Room, after: int | None) -> int:
     store = room.store
+    pending = room.pending()  # what a full disk holds back is replayed from memory
     if after is not None and after <= room.seq:
-        events = await store.events_after(room.id, after)
+        events = room.events_with(await store.events_after(room.id, after), pending, after)
         for seq, message in events:
             await _send(response, message, seq)
         return events[-1][0] if events else after
-    snapshot = await store.snapshot(room.id)
+    snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
     await _send(response, {"type": "caption", "seq": snapshot.seq, "sentences": [s.wire() for s in snapshot.sentences],
                            "partial": "", "is_final": False}, snapshot.seq)
     return snapshot.seq

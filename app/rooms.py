@@ -15,22 +15,26 @@ from the store when it reconnects, so the server never buffers without bound.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from engine.logs import SessionLog
 
-from .store import RoomRecord, SentenceRecord, TranscriptStore
+from .store import RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
 _VIEWER_QUEUE_MAX = 512
+_UNSAVED_MAX = 20_000  # durable events a room keeps in memory while the store refuses writes (~300 B each)
 ROOM_ID_BYTES = 12  # 96 random bits, 16 URL-safe characters: not guessable, short enough for a QR code
 ROOM_ID_PATTERN = r"[A-Za-z0-9_-]{8,64}"
 
@@ -55,11 +59,25 @@ class ViewerState(str, Enum):
     ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 
 
-class Viewer:
-    """One subscriber's queue of ``(seq, message, durable)``. ``get`` returns ``None`` once the stream must end."""
+@dataclass
+class RoomStats:
+    """Counters over every room of a server (shown by ``/ready``)."""
 
-    def __init__(self) -> None:
+    viewers_dropped: int = 0  # cut off for falling _VIEWER_QUEUE_MAX durable events behind
+    rooms_loaded: int = 0  # rooms brought into memory (created or loaded from the store)
+    rooms_evicted: int = 0  # idle rooms that left memory
+
+
+class Viewer:
+    """One subscriber's queue of ``(seq, message, durable)``. ``get`` returns ``None`` once the stream must end.
+
+    ``on_overflow`` runs once if the viewer falls too far behind. A reader that stopped reading is blocked in a
+    socket write, not in ``get``, so ending the queue alone would not free it: the stream's handler sets this to
+    abort its connection (the client's ``EventSource`` reconnects and resumes from the store)."""
+
+    def __init__(self, on_overflow: Callable[[], None] | None = None) -> None:
         self.state = ViewerState.OPEN
+        self.on_overflow = on_overflow
         self._items: deque[tuple[int, dict[str, Any], bool]] = deque()
         self._wake = asyncio.Event()
 
@@ -71,6 +89,8 @@ class Viewer:
             self._items[-1] = (seq, message, durable)  # the newer partial or status replaces the unsent one
         elif len(self._items) >= _VIEWER_QUEUE_MAX:
             self.end()  # too far behind: the client resumes from the store on reconnect
+            if self.on_overflow is not None:
+                self.on_overflow()
             return
         else:
             self._items.append((seq, message, durable))
@@ -93,38 +113,81 @@ class Viewer:
         return self._items.popleft()
 
 
-class Room:
-    """In-memory side of one room; created by ``RoomRegistry`` from its stored record."""
+@dataclass
+class _Event:
+    """A durable event the store could not take yet (kept in order until it can)."""
 
-    def __init__(self, record: RoomRecord, store: TranscriptStore, last_seq: int, next_sentence: int) -> None:
+    seq: int
+    kind: str
+    body: dict[str, Any]
+    records: list[SentenceRecord] = field(default_factory=list)
+    relabel: dict[int, int] = field(default_factory=dict)
+
+
+class Room:
+    """In-memory side of one room; created by ``RoomRegistry`` from its stored record.
+
+    Store failures (a full disk) never hold captions back from viewers: an event the store refuses is broadcast
+    all the same, kept in memory in order (``unsaved``), replayed to viewers who (re)connect meanwhile, and written
+    as soon as the store takes writes again (the next event, or the registry's sweep). Publishers are told when
+    saving stops and when it resumes (``RoomPublisher.on_saving``)."""
+
+    def __init__(self, record: RoomRecord, store: TranscriptStore, last_seq: int, next_sentence: int,
+                 stats: RoomStats | None = None) -> None:
         self.record = record
         self.id = record.id
         self.store = store
-        self.seq = last_seq  # the newest event committed *and* broadcast
+        self.stats = stats or RoomStats()
+        self.seq = last_seq  # the newest event committed (or kept unsaved) *and* broadcast
         self._next_sentence = next_sentence
         self._lock = asyncio.Lock()  # one durable event at a time: seq order = commit order = broadcast order
         self.viewers: set[Viewer] = set()
         self.publishers: dict[str, RoomPublisher] = {}
+        self.unsaved: list[_Event] = []
+        self.store_error = ""  # why the store refused the last write ("" = saving)
+        self.last_active = time.monotonic()
 
     @property
     def private(self) -> bool:
         return self.record.viewer_token_sha256 is not None
+
+    @property
+    def saving(self) -> bool:
+        return not self.store_error
+
+    def idle(self, now: float, idle_s: float) -> bool:
+        """Nobody here, nothing unsaved, nothing being written, and no activity for ``idle_s`` seconds."""
+        return (not self.viewers and not self.publishers and not self.unsaved and not self._lock.locked()
+                and now - self.last_active >= idle_s)
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
 
     def may_view(self, token: str | None) -> bool:
         expected = self.record.viewer_token_sha256
         return expected is None or (token is not None and hmac.compare_digest(token_digest(token), expected))
 
     # ---- viewers ---------------------------------------------------------------------------------------------
-    def subscribe(self) -> Viewer:
-        """Register a viewer. Register *before* reading the store, then skip queued events the read covered."""
-        viewer = Viewer()
+    def subscribe(self, on_overflow: Callable[[], None] | None = None) -> Viewer:
+        """Register a viewer. Register *before* reading the store, then skip queued events the read covered.
+        ``on_overflow``: see ``Viewer``."""
+
+        def dropped() -> None:
+            self.stats.viewers_dropped += 1
+            log.info("room %s: a viewer fell %d events behind and was cut off", self.id, _VIEWER_QUEUE_MAX)
+            if on_overflow is not None:
+                on_overflow()
+
+        viewer = Viewer(on_overflow=dropped)
         self.viewers.add(viewer)
+        self.touch()
         self._broadcast_status()
         return viewer
 
     def unsubscribe(self, viewer: Viewer) -> None:
         self.viewers.discard(viewer)
         viewer.end()
+        self.touch()
         self._broadcast_status()
 
     def partial(self) -> str:
@@ -133,7 +196,7 @@ class Room:
 
     def status(self) -> dict[str, Any]:
         return {"type": "room", "seq": self.seq, "room": self.id, "live": bool(self.publishers),
-                "publishers": len(self.publishers), "viewers": len(self.viewers)}
+                "publishers": len(self.publishers), "viewers": len(self.viewers), "saving": self.saving}
 
     def partial_message(self) -> dict[str, Any]:
         return {"type": "caption", "seq": self.seq, "sentences": [], "partial": self.partial(), "is_final": False}
@@ -151,6 +214,33 @@ class Room:
             message["latency_ms"] = latency_ms
         self._broadcast(message, durable=False)
 
+    # ---- what the store does not have yet (read paths add it to what they read) -----------------------------------
+    # Take ``pending()`` *before* reading the store: an event written while the read runs is then in one or the other.
+    def pending(self) -> list[_Event]:
+        return list(self.unsaved)
+
+    @staticmethod
+    def events_with(events: list[tuple[int, dict[str, Any]]], pending: list[_Event],
+                    after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Stored ``events`` (seq > ``after_seq``) followed by the pending ones the store did not have."""
+        stored = events[-1][0] if events else after_seq
+        return events + [(e.seq, e.body) for e in pending if e.seq > stored]
+
+    @staticmethod
+    def snapshot_with(snapshot: Snapshot, pending: list[_Event]) -> Snapshot:
+        """``snapshot`` (read from the store) completed with the ``pending`` events it did not have."""
+        pending = [e for e in pending if e.seq > snapshot.seq]
+        if not pending:
+            return snapshot
+        sentences = {s.id: s for s in snapshot.sentences}
+        for event in pending:
+            for r in event.records:
+                sentences[r.id] = r
+            for sid, spk in event.relabel.items():
+                if sid in sentences:
+                    sentences[sid] = dataclasses.replace(sentences[sid], spk=spk)
+        return Snapshot(pending[-1].seq, [sentences[k] for k in sorted(sentences)])
+
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None]],
                                latency_ms: Any = None) -> list[SentenceRecord]:
@@ -162,7 +252,7 @@ class Room:
             seq = self.seq + 1
             body = {"type": "caption", "seq": seq, "sentences": [r.wire() for r in records], "partial": "",
                     "is_final": False}
-            await self.store.append(self.id, seq, "caption", body, records)
+            await self._save(_Event(seq, "caption", body, records))
             self._next_sentence = first + len(records)
             self.seq = seq
             live = dict(body, partial=self.partial())
@@ -178,19 +268,65 @@ class Room:
         async with self._lock:
             seq = self.seq + 1
             body = {"type": "speakers", "seq": seq, "relabel": {str(k): v for k, v in sorted(relabel.items())}}
-            await self.store.append(self.id, seq, "speakers", body, relabel=relabel)
+            await self._save(_Event(seq, "speakers", body, relabel=dict(relabel)))
             self.seq = seq
             self._broadcast(body, durable=True)
+
+    async def retry_unsaved(self) -> None:
+        """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
+        if self.unsaved and not self._lock.locked():
+            async with self._lock:
+                was_saving = self.saving
+                await self._flush()
+                if was_saving != self.saving:
+                    self._saving_changed()
+
+    async def _save(self, event: _Event) -> None:
+        """Write ``event`` after everything unsaved before it; keep it in memory if the store refuses. The caller
+        holds ``_lock``. Never raises for a store failure: captions go on, the publishers are told."""
+        self.touch()
+        was_saving = self.saving
+        self.unsaved.append(event)
+        if len(self.unsaved) > _UNSAVED_MAX:
+            lost = self.unsaved.pop(0)
+            log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
+                      self.id, _UNSAVED_MAX, lost.seq)
+        await self._flush()
+        if was_saving != self.saving:
+            self._saving_changed()
+
+    async def _flush(self) -> None:
+        while self.unsaved:
+            e = self.unsaved[0]
+            try:
+                await self.store.append(self.id, e.seq, e.kind, e.body, e.records, e.relabel)
+            except StoreError as exc:
+                if not self.store_error:
+                    log.error("room %s: %s; captions are kept in memory until it recovers", self.id, exc)
+                self.store_error = str(exc)
+                return
+            self.unsaved.pop(0)
+        if self.store_error:
+            log.warning("room %s: the transcript store takes writes again; every caption is saved", self.id)
+        self.store_error = ""
+
+    def _saving_changed(self) -> None:
+        for publisher in list(self.publishers.values()):
+            if publisher.on_saving is not None:
+                publisher.on_saving(self.saving, self.store_error)
+        self._broadcast_status()
 
     # ---- publishers --------------------------------------------------------------------------------------------
     def join(self, session_id: str) -> RoomPublisher:
         publisher = RoomPublisher(self, session_id)
         self.publishers[session_id] = publisher
+        self.touch()
         self._broadcast_status()
         return publisher
 
     def leave(self, session_id: str) -> None:
         if self.publishers.pop(session_id, None) is not None:
+            self.touch()
             self.broadcast_partial()
             self._broadcast_status()
 
@@ -214,6 +350,7 @@ class RoomPublisher:
         # Session audio time 0 is (about) now: shift its times onto the room's timeline.
         self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
         self.partial = ""
+        self.on_saving: Callable[[bool, str], None] | None = None  # (saving, why not) when the store fails/recovers
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._log = SessionLog(log, session_id)
 
@@ -242,28 +379,42 @@ class RoomPublisher:
 
 
 class RoomRegistry:
-    """The rooms this server knows: loaded from the store on first use, kept in memory (a few hundred bytes each)."""
+    """The rooms this server knows. A room is in memory while someone uses it (a publisher, a viewer, unsaved
+    events) and for ``idle_s`` after; then a sweep every ``sweep_s`` lets it go, and it loads again from the store
+    on demand. Reads that only look (status, transcript, QR code) get a detached copy and load nothing."""
 
-    def __init__(self, store: TranscriptStore) -> None:
+    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0) -> None:
         self.store = store
+        self.idle_s = idle_s
+        self.sweep_s = sweep_s
+        self.stats = RoomStats()
         self._rooms: dict[str, Room] = {}
         self._loading = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the sweep (needs the running event loop)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
 
     async def create(self, title: str = "", private: bool = False) -> tuple[Room, str | None]:
         """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
-        and links carry it)."""
+        and links carry it). Raises ``StoreError`` if the store cannot take it."""
         viewer_token = new_token() if private else None
         record = await self.store.create_room(secrets.token_urlsafe(ROOM_ID_BYTES), title[:200],
                                               token_digest(viewer_token) if viewer_token else None,
                                               viewer_token=viewer_token)
-        room = Room(record, self.store, 0, 0)
-        self._rooms[room.id] = room
+        room = self._add(Room(record, self.store, 0, 0, self.stats))
         log.info("room %s created%s", room.id, " (viewer token required)" if private else "")
         return room, viewer_token
 
-    async def get(self, room_id: str) -> Room | None:
+    async def get(self, room_id: str, keep: bool = True) -> Room | None:
+        """The room, or ``None`` if there is none. ``keep=False`` (a read that only looks): a room not in memory
+        comes back detached (never registered, not to be joined or subscribed to), so reads never pin rooms."""
         room = self._rooms.get(room_id)
         if room is not None:
+            if keep:
+                room.touch()
             return room
         async with self._loading:  # two first requests for one stored room must not build two Room objects
             room = self._rooms.get(room_id)
@@ -272,10 +423,43 @@ class RoomRegistry:
                 if record is None:
                     return None
                 last_seq, next_id = await self.store.counters(room_id)
-                room = Room(record, self.store, last_seq, next_id)
-                self._rooms[room_id] = room
+                room = Room(record, self.store, last_seq, next_id, self.stats)
+                if keep:
+                    self._add(room)
             return room
 
+    def _add(self, room: Room) -> Room:
+        self._rooms[room.id] = room
+        self.stats.rooms_loaded += 1
+        return room
+
+    async def sweep(self) -> int:
+        """Let idle rooms go and retry unsaved events; returns how many rooms left memory."""
+        now = time.monotonic()
+        for room in [r for r in self._rooms.values() if r.unsaved]:
+            await room.retry_unsaved()
+        idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
+        for room_id in idle:
+            del self._rooms[room_id]
+        self.stats.rooms_evicted += len(idle)
+        return len(idle)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except Exception:  # a sweep must never end the sweeping
+                log.exception("room sweep failed")
+
+    def snapshot_stats(self) -> dict[str, Any]:
+        return {"in_memory": len(self._rooms), "loaded": self.stats.rooms_loaded,
+                "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
+                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values())}
+
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for room in self._rooms.values():
             room.close()

@@ -16,6 +16,7 @@ from .bodies import BodyError, read_json_object
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
 from .rooms import token_matches
+from .store import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ async def health(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     body: dict[str, Any] = {"ready": engine.state is EngineState.READY, "state": engine.state.value,
-                            "model": engine.model_name, "sessions": len(request.app[PEERS])}
+                            "model": engine.model_name, "sessions": len(request.app[PEERS]),
+                            "rooms": request.app[ROOMS].snapshot_stats()}
     if engine.state is not EngineState.READY and engine.detail:
         body["detail"] = engine.detail
     return web.json_response(body, status=200 if body["ready"] else 503)
@@ -105,8 +107,15 @@ async def offer(request: web.Request) -> web.Response:
         await peer.close()
         log.info("rejected offer: %s", exc)
         return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
-    # A room of its own only for an offer that was accepted: rejected offers leave nothing behind.
-    if room is None:
-        room = (await app[ROOMS].create())[0]
+    try:
+        if room is None:
+            # A room of its own only for an offer that was accepted: rejected offers leave nothing behind.
+            room = (await app[ROOMS].create())[0]
+        else:
+            # The same room again: the object fetched before the await may have left memory meanwhile.
+            room = await app[ROOMS].get(room.id) or room
+    except StoreError as exc:
+        await peer.close()
+        return json_error(503, "storage", f"the transcript store fails: {exc}")
     peer.join(room)
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id})

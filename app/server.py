@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.hub import CaptionEngine
@@ -19,7 +20,7 @@ from .admission import Admission
 from .config import ServerConfig
 from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
 from .rooms import RoomRegistry
-from .store import MEMORY, TranscriptStore
+from .store import MEMORY, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     """The server. With ``engine`` given (already started, e.g. shared by tests) the app uses it and leaves its
     lifecycle to the caller; otherwise the app creates one and starts it in the background on startup (the page
     shows "loading model" until ``/ready`` says so) and closes it on cleanup."""
-    app = web.Application(client_max_size=routes.MAX_OFFER_BYTES)
+    app = web.Application(client_max_size=routes.MAX_OFFER_BYTES, middlewares=[store_errors])
     app[CONFIG] = config
     app[PEERS] = {}
     app[ADMISSION] = Admission(config.max_sessions)
@@ -58,7 +59,8 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
         # Opened before the engine and closed after every session: no locked sentence finds the store closed.
         app[STORE] = await TranscriptStore.open(config.db_path or MEMORY)
-        app[ROOMS] = RoomRegistry(app[STORE])
+        app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
+        app[ROOMS].start()
         log.info("transcripts kept in %s", app[STORE].path)
         yield
         app[ROOMS].close()
@@ -88,6 +90,16 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+@web.middleware
+async def store_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A failing transcript store (a full disk) is a JSON 503 on any API call, never a bare 500."""
+    try:
+        return await handler(request)
+    except StoreError as exc:
+        log.error("%s %s: %s", request.method, request.path, exc)
+        return routes.json_error(503, "storage", f"the transcript store fails: {exc}; try again later")
 
 
 async def _start_engine(engine: CaptionEngine) -> None:

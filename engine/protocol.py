@@ -14,6 +14,9 @@ increasing ``seq``):
 - After a stop: ``{"type":"caption",...,"is_final":true}`` (the last sentences, empty partial), then
   ``{"type":"stopped","seq":N}``.
 - ``{"type":"error","seq":N,"code":C,"message":M}`` for anything the client must know; see ``ErrorCode``.
+- ``{"type":"storage","seq":N,"saving":false,"message":M}`` when the server cannot save this session's captions
+  (a full disk: live captions and viewers go on, the transcript file misses them until space returns), and
+  ``{"type":"storage","seq":N,"saving":true,"message":M}`` once everything held back has been saved.
 
 Client -> server: ``{"type":"start","language":"en"|null,"hotwords":[...]}`` (optional; defaults apply if audio
 simply flows) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
@@ -118,6 +121,10 @@ def stopped() -> dict[str, Any]:
 
 def error(code: ErrorCode, message: str) -> dict[str, Any]:
     return {"type": "error", "code": code.value, "message": message}
+
+
+def storage(saving: bool, message: str) -> dict[str, Any]:
+    return {"type": "storage", "saving": saving, "message": message}
 
 
 def dumps(message: dict[str, Any]) -> str:

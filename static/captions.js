@@ -103,6 +103,13 @@ controller.addEventListener("error", ({ detail }) => {
   if (controller.state !== State.ERROR) showNotice(detail.detail, "warn");
 });
 
+controller.addEventListener("storage", ({ detail }) => {
+  // Captions keep coming either way; what changes is whether the server keeps them.
+  if (detail.saving) showNotice("Captions are being saved again; nothing was lost.", "info");
+  else showNotice("Captions are not being saved on the server right now (its storage fails). They still appear " +
+    "here and for viewers; download them to keep a copy.", "warn");
+});
+
 ui.form.addEventListener("submit", (event) => {
   event.preventDefault();
   if (controller.running) controller.stop();

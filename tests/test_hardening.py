@@ -5,19 +5,27 @@ the transport, the rooms and the store, not the model."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 from aiortc import RTCPeerConnection
 
-from app.keys import ADMISSION, PEERS
+from app.keys import ADMISSION, PEERS, ROOMS, STORE
 from app.store import SCHEMA_VERSION, TranscriptStore
 from engine.hub import CaptionEngine
+from tests.rtc_client import CaptionClient
 from tests.servers import running_server
+from tests.speech import audio, pad
+from tests.sse import SseReader
 
 TOKEN = "s3cret-server-token"
+CLIP = "ls_1988-24833-0000"
 
 
 async def offer_sdp(audio_tracks: int = 1) -> str:
@@ -36,6 +44,13 @@ async def post_json(url: str, body: object, token: str | None = None) -> tuple[i
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as r:
         return r.status, await r.json()
+
+
+async def until(condition: Callable[[], bool], why: str = "", timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, why or "timed out"
+        await asyncio.sleep(0.05)
 
 
 async def close_peers(app: object) -> None:
@@ -112,3 +127,109 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     json.dumps(record.__dict__)  # plain data
+
+
+async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_untouched(
+        fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, app):
+        room, _ = await app[ROOMS].create()
+        host, port = url.removeprefix("http://").split(":")
+        stuck = []
+        for _ in range(20):  # ask for the stream, then never read a byte
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(f"GET /rooms/{room.id}/events HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            stuck.append((reader, writer))
+        async with SseReader(f"{url}/rooms/{room.id}/events") as reading:
+            await until(lambda: len(room.viewers) == 21)
+            for i in range(3000):
+                await room.commit_sentences([("s", f"Sentence {i} of a long meeting, as long as captions are.",
+                                              i * 1000, i * 1000 + 900, 0)])
+                room.broadcast_partial()
+            await reading.wait_for(lambda r: len(r.sentences()) == 3000, timeout_s=30)
+            await until(lambda: len(room.viewers) == 1, "viewers far behind must be cut off")
+            assert app[ROOMS].stats.viewers_dropped == 20
+            assert [m for _, m in reading.events if m["type"] == "caption" and m["sentences"]], "reader untouched"
+            assert not reading.ended.is_set()
+        for reader, writer in stuck:  # their connections were closed: reading ends instead of waiting forever
+            with contextlib.suppress(ConnectionResetError):
+                while await asyncio.wait_for(reader.read(1 << 20), 5):
+                    pass
+            writer.close()
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/ready") as r:
+            assert (await r.json())["rooms"]["viewers_dropped"] == 20
+
+
+async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: CaptionEngine,
+                                                                   tmp_path: Path) -> None:
+    db = str(tmp_path / "rooms.db")
+    async with running_server(fake_engine, db_path=db, room_idle_s=0.0) as (url, app):
+        rooms = app[ROOMS]
+        ids = [(await rooms.create())[0].id for _ in range(2000)]
+        busy = await rooms.get(ids[0])
+        assert busy is not None
+        async with SseReader(f"{url}/rooms/{ids[1]}/events") as viewer:
+            await viewer.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
+            await rooms.sweep()
+            assert set(rooms._rooms) == {ids[1]}, "only the room with a viewer stays in memory"
+        # (the closed stream leaves its room at its next heartbeat write: the server learns of a gone reader then)
+        viewed = set(rooms._rooms)
+        async with aiohttp.ClientSession() as http:
+            for room_id in ids[:500]:  # status, transcript and QR code reads load nothing
+                for path in ("", "/transcript.txt", "/qr.svg"):
+                    async with http.get(f"{url}/rooms/{room_id}{path}") as r:
+                        assert r.status == 200
+        assert set(rooms._rooms) <= viewed, "reads must not load rooms into memory"
+        # An evicted room comes back on demand with its numbering intact.
+        room = await rooms.get(ids[2])
+        assert room is not None
+        await room.commit_sentences([("s", "Back again.", 0, 500, None)])
+        await rooms.sweep()
+        again = await rooms.get(ids[2])
+        assert again is not None and again is not room and again.seq == 1
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{ids[2]}/transcript.txt") as r:
+            assert "Back again." in await r.text()
+
+
+def disk_full(store: TranscriptStore, full: bool) -> None:
+    """Make the store's writes fail as SQLite fails on a full disk (``SQLITE_FULL``), or work again. (A real tiny
+    file system needs root to mount; this injects the same error at the same place.)"""
+    def refuse(*_: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    for name in ("_append", "_create_room"):
+        if full:
+            setattr(store, name, refuse)
+        else:
+            store.__dict__.pop(name, None)
+
+
+async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_space_returns(
+        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    two_sentences = np.concatenate([pad(audio(CLIP), 0.3, 2.0), pad(audio(CLIP), 0.0, 2.5)])
+    async with running_server(fake_engine, db_path=str(tmp_path / "full.db")) as (url, app):
+        store = app[STORE]
+        room = (await post_json(f"{url}/rooms", {}))[1]["room"]
+        disk_full(store, True)
+        status, body = await post_json(f"{url}/rooms", {"title": "x" * 200})
+        assert status == 503 and body["error"]["code"] == "storage", body
+        async with SseReader(f"{url}/rooms/{room}/events") as viewer:
+            client = CaptionClient(url, two_sentences)
+            await client.connect(offer={"room": room})
+            await viewer.wait_for(lambda r: len(r.sentences()) >= 1, timeout_s=30)
+            assert any(m["type"] == "storage" and m["saving"] is False for m in client.messages)
+            status_msgs = [m for _, m in viewer.events if m["type"] == "room"]
+            assert status_msgs and status_msgs[-1]["saving"] is False
+            # A viewer that (re)connects now still gets what the store could not take.
+            async with SseReader(f"{url}/rooms/{room}/events") as late:
+                await late.wait_for(lambda r: len(r.sentences()) >= 1)
+            disk_full(store, False)
+            await asyncio.sleep(two_sentences.size / 16000 - 3)
+            await client.stop()
+            await client.close()
+            await viewer.wait_for(lambda r: len(r.sentences()) == len(client.sentences()))
+        assert len(client.sentences()) >= 2
+        assert any(m["type"] == "storage" and m["saving"] is True for m in client.messages), "told of recovery"
+        await app[ROOMS].sweep()
+        assert app[ROOMS].snapshot_stats()["unsaved_events"] == 0
+        snapshot = await store.snapshot(room)
+        assert [s.text for s in snapshot.sentences] == [s["text"] for s in client.sentences()], "nothing lost"

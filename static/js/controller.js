@@ -47,6 +47,7 @@ const STABLE_LIVE_MS = 20000;
  *   speakers  {seq, changed: [records]}   after a relabel was applied
  *   stopped   {session}
  *   error     {code, message, detail}     from the server, or a failure that ended the run
+ *   storage   {saving, message}            the server stopped (false) or resumed (true) saving the captions
  */
 export class CaptionController extends EventTarget {
   /** Every message received from the server, in order, as decoded JSON (or the raw data if not JSON). */
@@ -354,6 +355,9 @@ export class CaptionController extends EventTarget {
         this.#emit("error", { code: message.code, message: message.message, detail });
         break;
       }
+      case "storage":
+        this.#emit("storage", { saving: message.saving, message: message.message });
+        break;
       default:
         break;
     }

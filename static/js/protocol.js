@@ -48,6 +48,7 @@ export class ProtocolError extends Error {
  *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
  *   {type: "stopped", seq}
  *   {type: "error", seq, code, message}
+ *   {type: "storage", seq, saving, message}: the server stopped (saving false) or resumed saving captions
  *   {type: "unknown", seq}: a message type this page does not know, so a newer server cannot break it.
  * Times are milliseconds from the start of the session's audio; `spk` is a 0-based speaker index or null
  * (not known yet); `latencyMs` is null when the server did not say. Throws ProtocolError on non-JSON or
@@ -107,6 +108,8 @@ export function decodeServerMessage(data) {
           message: textOr(raw.message, ""),
         },
       };
+    case "storage":
+      return { raw, message: { type: "storage", seq, saving: raw.saving !== false, message: textOr(raw.message, "") } };
     default:
       return { raw, message: { type: "unknown", seq } };
   }

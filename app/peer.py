@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from enum import Enum
 from typing import Any
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 CAPTIONS_CHANNEL = "captions"
 _SEND_HIGH_WATER_BYTES = 256 * 1024  # past this, let the mailbox coalesce partials instead of queuing more
+_BAD_REPLY_BURST = 10  # error replies to bad client messages: at most this many at once...
+_BAD_REPLY_PER_S = 1.0  # ...then this many per second; the rest are counted and summarised
+_BAD_SUMMARY_AFTER_S = 2.0
 
 
 class PeerState(str, Enum):
@@ -69,6 +73,10 @@ class PeerSession:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
         self._ingesting = False
+        self._bad_tokens = float(_BAD_REPLY_BURST)  # see _reply_to_bad_message
+        self._bad_refill_at = time.monotonic()
+        self._bad_ignored = 0
+        self._bad_summary: asyncio.TimerHandle | None = None
         self._log = SessionLog(log, self.id)
         self.publisher: RoomPublisher | None = None
         if room is not None:
@@ -140,7 +148,7 @@ class PeerSession:
         try:
             msg = protocol.parse_client_message(raw)
         except protocol.ProtocolError as exc:
-            self._send_error(exc.code, str(exc))
+            self._reply_to_bad_message(exc)
             return
         if isinstance(msg, protocol.StopMessage):
             self.request_stop()
@@ -189,6 +197,29 @@ class PeerSession:
             with contextlib.suppress(Exception):  # a channel closing under us is the peer going away
                 channel.send(protocol.dumps(msg))
 
+    def _reply_to_bad_message(self, exc: protocol.ProtocolError) -> None:
+        """An error reply per bad message, within ``_BAD_REPLY_BUDGET``: a client flooding the channel would
+        otherwise queue its own replies ahead of its captions and its ``stopped``. Past the budget, bad messages
+        are counted and one summary says how many were ignored."""
+        now = time.monotonic()
+        self._bad_tokens = min(_BAD_REPLY_BURST, self._bad_tokens + (now - self._bad_refill_at) * _BAD_REPLY_PER_S)
+        self._bad_refill_at = now
+        if self._bad_tokens >= 1:
+            self._bad_tokens -= 1
+            self._send_error(exc.code, str(exc))
+            return
+        self._bad_ignored += 1
+        if self._bad_summary is None:
+            self._bad_summary = asyncio.get_running_loop().call_later(_BAD_SUMMARY_AFTER_S, self._summarise_bad)
+
+    def _summarise_bad(self) -> None:
+        self._bad_summary = None
+        if self._bad_ignored:
+            self._log.warning("ignored %d bad channel messages", self._bad_ignored)
+            self._send_error(protocol.ErrorCode.BAD_MESSAGE,
+                             f"{self._bad_ignored} more bad messages were ignored (too many, too fast)")
+            self._bad_ignored = 0
+
     def _send_error(self, code: protocol.ErrorCode, message: str) -> None:
         self.session.mailbox.post(protocol.error(code, message))
 
@@ -224,6 +255,8 @@ class PeerSession:
             return
         self.state = PeerState.CLOSED
         self.registry.pop(self.id, None)
+        if self._bad_summary is not None:
+            self._bad_summary.cancel()
         if self._slot is not None:
             self._slot.release()
         current = asyncio.current_task()

@@ -233,3 +233,21 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
         assert app[ROOMS].snapshot_stats()["unsaved_events"] == 0
         snapshot = await store.snapshot(room)
         assert [s.text for s in snapshot.sentences] == [s["text"] for s in client.sentences()], "nothing lost"
+
+
+async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_survives(
+        fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, _):
+        client = CaptionClient(url, pad(audio(CLIP), 0.3, 2.5))
+        await client.connect()
+        for burst in range(40):  # 12,800 malformed messages in about 4 s
+            for i in range(320):
+                client.send(f"{{not json {burst} {i}")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(max(0.0, client.track._pcm.size / 16000 - 4.0))
+        await client.stop()
+        await client.close()
+    errors = [m for m in client.messages if m["type"] == "error"]
+    assert 1 <= len(errors) <= 40, f"{len(errors)} error replies to a flood"
+    assert any("ignored" in m["message"] for m in errors), "the client is told that more were ignored"
+    assert client.sentences(), "the session's captions survive the flood"

@@ -9,6 +9,7 @@ import sys
 from aiohttp import web
 
 from .config import build_parser, config_from_args
+from .keys import EXIT_STATUS
 from .server import create_app
 
 
@@ -25,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
     scheme = "https" if ssl_context else "http"
     print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)
-    web.run_app(create_app(config), host=config.host, port=config.port, ssl_context=ssl_context, print=None)
-    return 0
+    app = create_app(config)
+    web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None)
+    return app.get(EXIT_STATUS, 0)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,12 @@ class ServerConfig:
     auth_token: str | None = None  # when set, creating rooms and publishing (POST /offer) need this token
     embed_origins: tuple[str, ...] = ()  # host page origins allowed to frame /embed (CSP frame-ancestors)
     public_url: str | None = None  # base URL phones use (QR codes); default: the URL the request came to
+    # When the speech engine dies after loading, end the process with EXIT_ENGINE_FAILED (after ending every
+    # session with the reason) so a supervisor starts a fresh one. Off for apps embedded in another process.
+    exit_on_engine_failure: bool = False
+
+
+EXIT_ENGINE_FAILED = 3  # the process exit status after the speech engine died (see exit_on_engine_failure)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -140,4 +146,5 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                       loopback_only=args.loopback_only),
         max_sessions=args.max_sessions, db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
+        exit_on_engine_failure=True,
     )

@@ -22,3 +22,4 @@ ENGINE_START = web.AppKey("engine_start", asyncio.Task)
 STORE = web.AppKey("store", TranscriptStore)
 ROOMS = web.AppKey("rooms", RoomRegistry)
 ADMISSION = web.AppKey("admission", Admission)  # the --max-sessions cap
+EXIT_STATUS = web.AppKey("exit_status", int)  # what ``python -m app`` exits with (set when the engine died)

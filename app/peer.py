@@ -196,6 +196,8 @@ class PeerSession:
                     await asyncio.wait_for(drained.wait(), 5.0)
             with contextlib.suppress(Exception):  # a channel closing under us is the peer going away
                 channel.send(protocol.dumps(msg))
+        # The session has nothing more to say: stopped, or ended by the engine. Either way the peer is done.
+        self.request_stop()
 
     def _reply_to_bad_message(self, exc: protocol.ProtocolError) -> None:
         """An error reply per bad message, within ``_BAD_REPLY_BUDGET``: a client flooding the channel would

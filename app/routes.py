@@ -45,7 +45,11 @@ async def index(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """Liveness: answers at once whatever the engine is doing (no engine call, no I/O)."""
+    """Liveness: answers at once (no engine call, no I/O). 200 while the server can serve or is loading; 503 once
+    its speech engine failed (it failed to load, or died: then the process is on its way out)."""
+    engine = request.app[ENGINE]
+    if engine.state is EngineState.FAILED:
+        return web.json_response({"status": "failed", "engine": "failed", "detail": engine.detail}, status=503)
     return web.json_response({"status": "ok"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,14 +18,15 @@ from engine.hub import CaptionEngine
 
 from . import access_log, ice, room_routes, routes
 from .admission import Admission
-from .config import ServerConfig
-from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, PEERS, ROOMS, STORE, TEMPLATES
+from .config import EXIT_ENGINE_FAILED, ServerConfig
+from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, PEERS, ROOMS, STORE, TEMPLATES
 from .rooms import RoomRegistry
 from .store import MEMORY, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
+_DRAIN_BEFORE_EXIT_S = 5.0  # after the engine died: time for ended sessions to reach their clients
 
 
 def engine_config(config: ServerConfig) -> EngineConfig:
@@ -76,9 +78,15 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         own = engine is None
         app[ENGINE] = engine or CaptionEngine(engine_config(config))
+        app[EXIT_STATUS] = 0
+        watch = None
         if own:
             app[ENGINE_START] = asyncio.create_task(_start_engine(app[ENGINE]), name="engine-start")
+            if config.exit_on_engine_failure:
+                watch = asyncio.create_task(_exit_when_engine_dies(app), name="engine-death")
         yield
+        if watch is not None:
+            watch.cancel()
         for peer in list(app[PEERS].values()):
             peer.request_stop()
         for peer in list(app[PEERS].values()):
@@ -100,6 +108,20 @@ async def store_errors(request: web.Request, handler: Handler) -> web.StreamResp
     except StoreError as exc:
         log.error("%s %s: %s", request.method, request.path, exc)
         return routes.json_error(503, "storage", f"the transcript store fails: {exc}; try again later")
+
+
+async def _exit_when_engine_dies(app: web.Application) -> None:
+    """The engine has ended every session with the reason; let their last messages go out, then stop the server
+    as SIGTERM would, with EXIT_ENGINE_FAILED for the supervisor (systemd ``Restart=on-failure``, Docker
+    ``--restart``, ``scripts/serve.sh``). /health answers 503 meanwhile."""
+    await app[ENGINE].failed.wait()
+    deadline = asyncio.get_running_loop().time() + _DRAIN_BEFORE_EXIT_S
+    while app[PEERS] and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 (peers close themselves)
+        await asyncio.sleep(0.1)
+    log.critical("the speech engine died (%s): exiting with status %d so a supervisor restarts the server",
+                 app[ENGINE].detail, EXIT_ENGINE_FAILED)
+    app[EXIT_STATUS] = EXIT_ENGINE_FAILED
+    signal.raise_signal(signal.SIGTERM)  # aiohttp's run_app turns it into a graceful shutdown
 
 
 async def _start_engine(engine: CaptionEngine) -> None:

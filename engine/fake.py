@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .audio import SAMPLE_RATE
+from .errors import EngineNotReady
 from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 
 
@@ -34,6 +35,7 @@ class FakeTranscriber:
     _inflight: dict[str, Priority] = field(default_factory=dict)
     _waiting: list[tuple[int, float, asyncio.Future[None]]] = field(default_factory=list)
     _running: int = 0
+    _detail: str = ""
 
     @property
     def state(self) -> TranscriberState:
@@ -41,7 +43,12 @@ class FakeTranscriber:
 
     @property
     def detail(self) -> str:
-        return ""
+        return self._detail
+
+    def die(self, detail: str = "fake engine process killed") -> None:
+        """Fail as an engine whose process died: FAILED, and every request from now on raises."""
+        self._state = TranscriberState.FAILED
+        self._detail = detail
 
     async def start(self) -> None:
         self._state = TranscriberState.READY
@@ -78,6 +85,8 @@ class FakeTranscriber:
         self._running -= 1
 
     async def transcribe(self, request: DecodeRequest) -> Transcript:
+        if self._state is TranscriberState.FAILED:
+            raise EngineNotReady("failed", self._detail)
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         self.log.append(("submit", request.request_id, request.priority, t0))

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import protocol
 from .audio import SAMPLE_RATE
 from .config import EngineConfig, SessionOptions
 from .errors import EngineNotReady, IllegalTransition
@@ -28,6 +29,7 @@ from .vad import BatchedVad
 log = logging.getLogger(__name__)
 
 _VAD_WINDOWS_PER_TICK = 32  # per session (~1 s of audio): bounds one tick when a session has a backlog
+_FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
 
 
 class EngineState(str, Enum):
@@ -59,6 +61,8 @@ class CaptionEngine:
         self._embed_pool = ThreadPoolExecutor(1, thread_name_prefix="speaker")
         self._wake = asyncio.Event()
         self._vad_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self.failed = asyncio.Event()  # set when the recognizer dies after READY (sessions already ended)
         self._embed_task: asyncio.Task[None] | None = None
         self._embed_queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
         self._embed_wake = asyncio.Event()
@@ -114,7 +118,27 @@ class CaptionEngine:
         if self.config.partial.max_inflight == 0 and getattr(self.transcriber, "device", "cpu") == "cuda":
             self.scheduler.max_inflight_partials = 32  # a GPU batches partials almost for free
         self._state = EngineState.READY
+        self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         log.info("engine ready: model %s", self.model_name)
+
+    async def _watch_recognizer(self) -> None:
+        """A recognizer that dies (vLLM's engine-core process killed, out of memory) cannot come back in this
+        process: end every session with the reason, then set ``failed`` for the owner (the server exits so its
+        supervisor starts a fresh process)."""
+        while self._state is EngineState.READY:
+            await asyncio.sleep(_FAILURE_POLL_S)
+            if self._state is EngineState.READY and self.transcriber.state is TranscriberState.FAILED:
+                await self._fail(self.transcriber.detail or "the recognizer stopped")
+
+    async def _fail(self, detail: str) -> None:
+        self._state = EngineState.FAILED
+        self._detail = detail
+        log.error("speech engine failed: %s; ending %d sessions", detail, len(self.sessions))
+        reason = "the speech engine stopped unexpectedly; this session has ended (the server restarts: start again " \
+                 "in a minute)"
+        await asyncio.gather(*(s.end(protocol.ErrorCode.ENGINE, reason) for s in list(self.sessions.values())),
+                             return_exceptions=True)
+        self.failed.set()
 
     def open_session(self, options: SessionOptions | None = None, session_id: str | None = None) -> Session:
         """A new live session. Raises ``EngineNotReady`` unless READY, ``EngineError`` if no VAD row is free."""
@@ -137,7 +161,7 @@ class CaptionEngine:
         self._state = EngineState.CLOSED
         for session in list(self.sessions.values()):
             await session.close()
-        for task in (self._vad_task, self._embed_task):
+        for task in (self._vad_task, self._embed_task, self._watch_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

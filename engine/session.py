@@ -410,6 +410,16 @@ class Session:
         self._log.info("stopped: %.1f s audio, %d sentences, dropped %s", self.audio_s, self.stats.sentences,
                        self.stats.dropped)
 
+    async def end(self, code: protocol.ErrorCode, reason: str) -> None:
+        """End at once (the engine cannot finish it): the client gets an ``error`` with ``reason``, then
+        ``stopped``; sentences already locked were sent before. Then as ``close``."""
+        if self.state is SessionState.CLOSED:
+            return
+        self._log.warning("ended: %s", reason)
+        self.mailbox.post(protocol.error(code, reason))
+        self.mailbox.post(protocol.stopped())
+        await self.close()
+
     async def close(self) -> None:
         """Drop the session: cancel its decodes, free its VAD row. Safe to call twice, from any state."""
         if self.state is SessionState.CLOSED:

@@ -18,6 +18,8 @@ from aiortc import RTCPeerConnection
 
 from app.keys import ADMISSION, PEERS, ROOMS, STORE
 from app.store import SCHEMA_VERSION, TranscriptStore
+from engine.config import EngineConfig
+from engine.fake import FakeTranscriber
 from engine.hub import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
@@ -251,3 +253,29 @@ async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_
     assert 1 <= len(errors) <= 40, f"{len(errors)} error replies to a flood"
     assert any("ignored" in m["message"] for m in errors), "the client is told that more were ignored"
     assert client.sentences(), "the session's captions survive the flood"
+
+
+async def test_when_the_engine_dies_sessions_end_with_the_reason_and_health_says_so() -> None:
+    recognizer = FakeTranscriber(delay_s=0.1)
+    engine = CaptionEngine(EngineConfig(speakers=False), transcriber=recognizer)
+    await engine.start()
+    try:
+        async with running_server(engine) as (url, app), aiohttp.ClientSession() as http:
+            client = CaptionClient(url, pad(audio(CLIP), 0.3, 30.0))
+            await client.connect()
+            await asyncio.sleep(4.0)
+            recognizer.die("engine core process killed")
+            await asyncio.wait_for(client.stopped.wait(), 10)
+            ended = [m for m in client.messages if m["type"] == "error" and m["code"] == "engine"]
+            assert ended and "engine stopped" in ended[-1]["message"]
+            await until(lambda: not app[PEERS] and not engine.sessions, "the ended session must be torn down")
+            assert engine.failed.is_set()
+            async with http.get(f"{url}/health") as r:
+                health = await r.json()
+                assert r.status == 503 and health["status"] == "failed", health
+                assert "engine core process killed" in health["detail"]
+            status, body = await post_json(f"{url}/offer", {"sdp": await offer_sdp(), "type": "offer"})
+            assert status == 503 and body["error"]["code"] == "engine"
+            await client.close()
+    finally:
+        await engine.close()

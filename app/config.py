@@ -47,7 +47,7 @@ class ServerConfig:
     tls_key: str | None = None
     ice: IceConfig = field(default_factory=IceConfig)
     max_sessions: int = 16
-    max_lag_s: float = 2.0  # a stream further behind real time than this sheds audio
+    max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
     db_path: str | None = None  # SQLite transcript store; None keeps transcripts in memory only (tests)

@@ -1,13 +1,21 @@
 """Microphone audio from a WebRTC track into an engine session: decode, resample to 16 kHz mono, 60 ms chunks.
 
 aiortc hands over 20 ms frames (s16, usually stereo 48 kHz); PyAV's resampler turns them into 16 kHz mono. Its
-receive queues are unbounded, so when the machine falls behind, audio piles up and captions drift further and
-further from the speaker. ``LagMeter`` compares media time with wall time and, past ``max_lag_s``, the ingest skips
-audio until it is back within half of it (captions with a gap beat captions a minute late).
+receive queues are unbounded, so when this server falls behind, audio piles up and captions drift further and
+further from the speaker. ``Backlog`` watches the audio waiting in the track's receive queue: when more than
+``max_lag_s`` of it has waited for longer than ``max_lag_s``, the ingest skips audio until less than half of that
+waits (captions with a gap beat captions a minute late).
+
+Why the server's own queue and not wall time against media time: a sender that stalls and then catches up (a busy
+client, a congested network) delivers late audio in a burst, which this server drains in milliseconds. Wall-clock
+lag counts that delay as the server's and sheds audio the server could have used: under concurrent load, near the
+end of streams, it shed speech while the server kept up. The queue only grows when this server cannot keep up, and
+a burst that drains at once never lasts ``max_lag_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -28,19 +36,37 @@ class IngestStats:
     audio_s: float = 0.0
     skipped_s: float = 0.0
     energy: float = 0.0  # sum of squares of received samples (tests check that sound arrived)
+    max_waiting_s: float = 0.0  # the most audio ever waiting in the receive queue
 
 
-class LagMeter:
-    """How far behind real time the consumption of a stream is, in seconds (0 when keeping up)."""
+def queued_frames(track: MediaStreamTrack) -> int:
+    """Frames received but not yet taken from ``track``. aiortc's ``RemoteStreamTrack`` keeps them in an
+    ``asyncio.Queue`` at ``_queue`` (aiortc 1.x; the ingest tests fail if that changes); other tracks: 0."""
+    queue = getattr(track, "_queue", None)
+    return queue.qsize() if isinstance(queue, asyncio.Queue) else 0
 
-    def __init__(self) -> None:
-        self._origin: float | None = None  # wall time minus media time, at its smallest (the on-time baseline)
 
-    def update(self, media_s: float, now: float | None = None) -> float:
-        offset = (time.monotonic() if now is None else now) - media_s
-        if self._origin is None or offset < self._origin:
-            self._origin = offset
-        return offset - self._origin
+class Backlog:
+    """Decides when to shed: audio waiting in this server's receive queue, above ``limit_s`` for ``limit_s``."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.shedding = False
+        self._above_since: float | None = None
+
+    def update(self, waiting_s: float, now: float | None = None) -> bool:
+        """Feed the audio waiting now (seconds); returns True while the ingest should skip audio."""
+        now = time.monotonic() if now is None else now
+        if waiting_s > self.limit_s:
+            if self._above_since is None:
+                self._above_since = now
+            if now - self._above_since >= self.limit_s:
+                self.shedding = True
+        else:
+            self._above_since = None
+            if waiting_s < self.limit_s / 2:
+                self.shedding = False
+        return self.shedding
 
 
 class Chunker:
@@ -61,12 +87,11 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
                      max_lag_s: float, on_overload: Callable[[float], None]) -> None:
     """Read ``track`` until it ends, feeding 60 ms int16 chunks. Returns when the track ends.
 
-    ``on_overload(lag_s)`` is called once each time shedding starts.
+    ``on_overload(waiting_s)`` is called once each time shedding starts.
     """
     resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
     chunker = Chunker()
-    lag = LagMeter()
-    media_s = 0.0
+    backlog = Backlog(max_lag_s)
     shedding = False
     while True:
         try:
@@ -77,15 +102,11 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
             continue
         stats.frames += 1
         duration = frame.samples / frame.sample_rate
-        # RTP timestamps keep counting across a sender's pauses; a plain sample count would read a pause as lag.
-        media_s = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else (
-            media_s + duration)
-        behind = lag.update(media_s)
-        if behind > max_lag_s and not shedding:
-            shedding = True
-            on_overload(behind)
-        elif shedding and behind < max_lag_s / 2:
-            shedding = False
+        waiting_s = queued_frames(track) * duration
+        stats.max_waiting_s = max(stats.max_waiting_s, waiting_s)
+        if backlog.update(waiting_s) and not shedding:
+            on_overload(waiting_s)
+        shedding = backlog.shedding
         if shedding:
             stats.skipped_s += duration
             continue

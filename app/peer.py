@@ -165,7 +165,7 @@ class PeerSession:
                 self.session.feed(chunk)
 
         def overloaded(lag_s: float) -> None:
-            self._log.warning("audio %.1f s behind real time: skipping audio to catch up", lag_s)
+            self._log.warning("%.1f s of audio waiting to be processed: skipping audio to catch up", lag_s)
             self._send_error(protocol.ErrorCode.OVERLOADED,
                              f"the server fell {lag_s:.1f} s behind; some audio was skipped to catch up")
 

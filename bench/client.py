@@ -51,9 +51,11 @@ class TimedTrack(MediaStreamTrack):
 class BenchClient:
     """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
 
-    def __init__(self, base_url: str, ogg: Path) -> None:
+    def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None) -> None:
+        """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``."""
         self.base_url = base_url
         self.ogg = ogg
+        self.offer_fields = dict(offer_fields or {})
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.channel = self.pc.createDataChannel("captions")
         self.player = MediaPlayer(str(ogg), decode=False)
@@ -79,7 +81,8 @@ class BenchClient:
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
         async with http.post(f"{self.base_url}/offer",
-                             json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as resp:
+                             json={"sdp": self.pc.localDescription.sdp, "type": "offer",
+                                   **self.offer_fields}) as resp:
             body = await resp.json()
             if resp.status != 200:
                 raise RuntimeError(f"offer refused: {resp.status} {body}")

@@ -51,13 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
     p.add_argument("--max-sessions", type=int, default=256)
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
+    p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
     return p
 
 
 async def serve(args: argparse.Namespace) -> None:
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
                           ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
-                          max_lag_s=2.0)
+                          max_lag_s=2.0, db_path=args.db)
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")

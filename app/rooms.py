@@ -145,6 +145,7 @@ class Room:
         self.publishers: dict[str, RoomPublisher] = {}
         self.unsaved: list[_Event] = []
         self.store_error = ""  # why the store refused the last write ("" = saving)
+        self.record_saved = True  # False for a room made while the store refused writes (see RoomRegistry.create)
         self.last_active = time.monotonic()
 
     @property
@@ -155,9 +156,14 @@ class Room:
     def saving(self) -> bool:
         return not self.store_error
 
+    @property
+    def needs_saving(self) -> bool:
+        """Something the store has not taken yet: the room itself, or events."""
+        return bool(self.unsaved) or not self.record_saved
+
     def idle(self, now: float, idle_s: float) -> bool:
         """Nobody here, nothing unsaved, nothing being written, and no activity for ``idle_s`` seconds."""
-        return (not self.viewers and not self.publishers and not self.unsaved and not self._lock.locked()
+        return (not self.viewers and not self.publishers and not self.needs_saving and not self._lock.locked()
                 and now - self.last_active >= idle_s)
 
     def touch(self) -> None:
@@ -274,7 +280,7 @@ class Room:
 
     async def retry_unsaved(self) -> None:
         """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
-        if self.unsaved and not self._lock.locked():
+        if self.needs_saving and not self._lock.locked():
             async with self._lock:
                 was_saving = self.saving
                 await self._flush()
@@ -296,9 +302,14 @@ class Room:
             self._saving_changed()
 
     async def _flush(self) -> None:
-        while self.unsaved:
-            e = self.unsaved[0]
+        while self.needs_saving:
             try:
+                if not self.record_saved:
+                    r = self.record
+                    await self.store.create_room(r.id, r.title, r.viewer_token_sha256, r.created_ms, r.viewer_token)
+                    self.record_saved = True
+                    continue
+                e = self.unsaved[0]
                 await self.store.append(self.id, e.seq, e.kind, e.body, e.records, e.relabel)
             except StoreError as exc:
                 if not self.store_error:
@@ -397,14 +408,26 @@ class RoomRegistry:
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
 
-    async def create(self, title: str = "", private: bool = False) -> tuple[Room, str | None]:
+    async def create(self, title: str = "", private: bool = False,
+                     unsaved_ok: bool = False) -> tuple[Room, str | None]:
         """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
-        and links carry it). Raises ``StoreError`` if the store cannot take it."""
+        and links carry it). Raises ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the
+        room lives in memory and is written with its events once the store takes writes again (a microphone
+        session's own room: captions must not wait for a disk)."""
         viewer_token = new_token() if private else None
-        record = await self.store.create_room(secrets.token_urlsafe(ROOM_ID_BYTES), title[:200],
-                                              token_digest(viewer_token) if viewer_token else None,
-                                              viewer_token=viewer_token)
-        room = self._add(Room(record, self.store, 0, 0, self.stats))
+        record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
+                            token_digest(viewer_token) if viewer_token else None, viewer_token)
+        room = Room(record, self.store, 0, 0, self.stats)
+        try:
+            await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
+                                         record.viewer_token)
+        except StoreError as exc:
+            if not unsaved_ok:
+                raise
+            room.record_saved = False
+            room.store_error = str(exc)
+            log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
+        self._add(room)
         log.info("room %s created%s", room.id, " (viewer token required)" if private else "")
         return room, viewer_token
 
@@ -436,7 +459,7 @@ class RoomRegistry:
     async def sweep(self) -> int:
         """Let idle rooms go and retry unsaved events; returns how many rooms left memory."""
         now = time.monotonic()
-        for room in [r for r in self._rooms.values() if r.unsaved]:
+        for room in [r for r in self._rooms.values() if r.needs_saving]:
             await room.retry_unsaved()
         idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
         for room_id in idle:
@@ -455,7 +478,8 @@ class RoomRegistry:
     def snapshot_stats(self) -> dict[str, Any]:
         return {"in_memory": len(self._rooms), "loaded": self.stats.rooms_loaded,
                 "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
-                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values())}
+                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
+                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values())}
 
     def close(self) -> None:
         if self._sweeper is not None:

@@ -113,12 +113,13 @@ async def offer(request: web.Request) -> web.Response:
         return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
     try:
         if room is None:
-            # A room of its own only for an offer that was accepted: rejected offers leave nothing behind.
-            room = (await app[ROOMS].create())[0]
+            # A room of its own only for an offer that was accepted: rejected offers leave nothing behind. A
+            # failing store does not stop the captions: the room is written when the store recovers.
+            room = (await app[ROOMS].create(unsaved_ok=True))[0]
         else:
             # The same room again: the object fetched before the await may have left memory meanwhile.
             room = await app[ROOMS].get(room.id) or room
-    except StoreError as exc:
+    except StoreError as exc:  # the stored room could not be read again
         await peer.close()
         return json_error(503, "storage", f"the transcript store fails: {exc}")
     peer.join(room)

@@ -9,8 +9,9 @@ viewers follow the room. The server is the real app with the real engine in its 
 real time (``bench.sessions``, docs/benchmarks.md).
 
 Measured, after a warm-up (``--warmup-min``, not counted in the slopes):
-- RSS of the server process tree and open file descriptors of the server process every 10 s; their slope by
-  least squares (MB/hour, fds/hour) and their range;
+- RSS of the server process tree (and of the server process alone, without vLLM's engine core) and open file
+  descriptors of the server process every 10 s; their slope by least squares (MB/hour, fds/hour; RSS also over
+  the second half alone, to tell a settling heap from a leak) and their range;
 - ``/health`` latency, one request every 0.5 s (p50, p99, max);
 - lost sentences: every sentence any viewer saw must be in the room's ``transcript.json`` at the end with the same
   text, and every viewer must have seen every sentence of the export;
@@ -126,6 +127,7 @@ async def main(args: argparse.Namespace) -> int:
         pubs = [asyncio.create_task(publisher(base, room, i, until, counts)) for i in range(args.sessions)]
         proc = server.ps
         memory: list[tuple[float, float]] = []
+        server_memory: list[tuple[float, float]] = []  # the server process alone (the engine core excluded)
         fds: list[tuple[float, float]] = []
         health_ms: list[float] = []
 
@@ -136,6 +138,7 @@ async def main(args: argparse.Namespace) -> int:
                 memory.append((now, rss / 1e6))
                 with contextlib.suppress(psutil.Error):
                     fds.append((now, float(proc.num_fds())))
+                    server_memory.append((now, proc.memory_info().rss / 1e6))
                 await asyncio.sleep(10.0)
 
         async def sample_health() -> None:
@@ -167,6 +170,8 @@ async def main(args: argparse.Namespace) -> int:
         await asyncio.gather(*viewer_tasks, *samplers, return_exceptions=True)
     warm = args.warmup_min * 60
     mem_w = [m for m in memory if m[0] >= warm]
+    half = (warm + memory[-1][0]) / 2 if memory else 0.0
+    server_w = [m for m in server_memory if m[0] >= warm]
     fds_w = [f for f in fds if f[0] >= warm]
     seen = {sid: text for v in viewers for sid, text in v.sentences.items()}
     lost = [sid for sid, text in seen.items() if exported.get(sid) != text]
@@ -181,6 +186,10 @@ async def main(args: argparse.Namespace) -> int:
         "rss_mb_start": mem_w[0][1] if mem_w else None, "rss_mb_end": mem_w[-1][1] if mem_w else None,
         "rss_mb_range": (max(m[1] for m in mem_w) - min(m[1] for m in mem_w)) if mem_w else None,
         "rss_mb_per_hour": slope_per_hour(mem_w),
+        "rss_mb_per_hour_second_half": slope_per_hour([m for m in mem_w if m[0] >= half]),
+        "server_rss_mb_start": server_w[0][1] if server_w else None,
+        "server_rss_mb_end": server_w[-1][1] if server_w else None,
+        "server_rss_mb_per_hour": slope_per_hour(server_w),
         "fds_start": fds_w[0][1] if fds_w else None, "fds_end": fds_w[-1][1] if fds_w else None,
         "fds_per_hour": slope_per_hour(fds_w),
         "health_ms_p50": pct(health_ms, 50), "health_ms_p99": pct(health_ms, 99),
@@ -206,7 +215,10 @@ def print_table(r: dict[str, Any]) -> None:
         ("viewer reconnects", str(r["viewer_reconnects"])),
         ("audio-skipped messages", str(r["overloaded_msgs"])),
         ("RSS MB start -> end (range)", f"{r['rss_mb_start']:.0f} -> {r['rss_mb_end']:.0f} ({r['rss_mb_range']:.0f})"),
-        ("RSS slope MB/hour", f"{r['rss_mb_per_hour']:+.1f}"),
+        ("RSS slope MB/hour (whole run / second half)",
+         f"{r['rss_mb_per_hour']:+.1f} / {r['rss_mb_per_hour_second_half']:+.1f}"),
+        ("server process alone: RSS MB start -> end, slope MB/hour",
+         f"{r['server_rss_mb_start']:.0f} -> {r['server_rss_mb_end']:.0f}, {r['server_rss_mb_per_hour']:+.1f}"),
         ("open fds start -> end", f"{r['fds_start']:.0f} -> {r['fds_end']:.0f}"),
         ("fds slope per hour", f"{r['fds_per_hour']:+.1f}"),
         ("/health ms p50 / p99 / max", f"{r['health_ms_p50']:.1f} / {r['health_ms_p99']:.1f} / "

@@ -70,6 +70,7 @@ const ui = {
   clear: $("clear"),
 };
 const config = document.body.dataset;
+let storageWarning = ""; // set while the server cannot save the captions (see the "storage" listener)
 // `/?room=<id>&key=<server token>` publishes this page's captions into that room (see README, Rooms).
 const pageQuery = new URLSearchParams(location.search);
 const offerFields = Object.fromEntries(
@@ -103,11 +104,13 @@ controller.addEventListener("error", ({ detail }) => {
   if (controller.state !== State.ERROR) showNotice(detail.detail, "warn");
 });
 
+// Captions keep coming either way; what changes is whether the server keeps them. The warning stays up (state
+// changes do not clear it) until the server says everything was saved.
 controller.addEventListener("storage", ({ detail }) => {
-  // Captions keep coming either way; what changes is whether the server keeps them.
+  storageWarning = detail.saving ? "" : "Captions are not being saved on the server right now (its storage " +
+    "fails). They still appear here and for viewers; download them to keep a copy.";
   if (detail.saving) showNotice("Captions are being saved again; nothing was lost.", "info");
-  else showNotice("Captions are not being saved on the server right now (its storage fails). They still appear " +
-    "here and for viewers; download them to keep a copy.", "warn");
+  else showNotice(storageWarning, "warn");
 });
 
 ui.form.addEventListener("submit", (event) => {
@@ -150,7 +153,8 @@ function showState(state, detail) {
   // Language and hotwords are sent once, when a session starts: lock them while captioning.
   for (const input of [ui.language, ui.hotwords, ui.processing]) if (input) input.disabled = running;
 
-  showNotice(detail, state === State.ERROR ? "error" : "info");
+  if (!detail && storageWarning) showNotice(storageWarning, "warn");
+  else showNotice(detail, state === State.ERROR ? "error" : "info");
   showLatency();
 }
 

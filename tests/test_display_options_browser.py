@@ -40,6 +40,7 @@ async def tracker() -> AsyncIterator[tuple[str, list[str]]]:
         await runner.cleanup()
 
 
+@pytest.mark.slow
 async def test_hostile_colours_load_nothing_and_plain_colours_apply(fake_engine: CaptionEngine, tmp_path: Path,
                                                                     tracker: tuple[str, list[str]]) -> None:
     other, hits = tracker

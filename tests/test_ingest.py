@@ -12,6 +12,7 @@ import time
 
 import av
 import numpy as np
+import pytest
 from aiortc.rtcrtpreceiver import RemoteStreamTrack
 
 from app.ingest import IngestStats, pump_track, queued_frames
@@ -67,13 +68,13 @@ async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None,
 
 
 async def test_a_sender_that_stalls_and_catches_up_is_not_shed() -> None:
-    stats, overloads = await pump(6.0, feed_s=0.001, stall_at_s=1.0, stall_s=3.0)  # 3 s late, then all at once
+    stats, overloads = await pump(3.0, feed_s=0.001, stall_at_s=0.5, stall_s=2.5)  # 3 s late, then all at once
     assert not overloads and stats.skipped_s == 0.0
     assert stats.max_waiting_s > 1.0, "the burst did wait in the queue (else this test tests nothing)"
 
 
 async def test_a_server_slower_than_real_time_sheds_and_says_so() -> None:
-    stats, overloads = await pump(6.0, feed_s=0.09)  # 90 ms of work per 60 ms of audio: falls behind
+    stats, overloads = await pump(4.0, feed_s=0.15)  # 150 ms of work per 60 ms of audio: falls behind
     assert overloads and stats.skipped_s > 0.5
 
 
@@ -97,6 +98,7 @@ class StallingTrack(ArrayAudioTrack):
         return await super().recv()
 
 
+@pytest.mark.slow
 async def test_concurrent_paced_streams_are_never_shed_even_when_a_sender_stalls(
         fake_engine: CaptionEngine) -> None:
     clip = pad(audio("ls_1988-24833-0000"), 0.3, 2.0)

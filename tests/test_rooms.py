@@ -87,6 +87,7 @@ async def test_viewers_get_the_publishers_sentences_late_joiners_too(fake_engine
             assert [i for i, _ in resumed.events if i is not None] == durable[1:]
 
 
+@pytest.mark.slow
 async def test_transcript_survives_a_restart_and_exports_are_correct(fake_engine: CaptionEngine,
                                                                      tmp_path: Path) -> None:
     db = str(tmp_path / "captions.db")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from engine.config import EngineConfig, PartialConfig
 from engine.fake import FakeTranscriber
@@ -48,6 +49,7 @@ def per_session_max_concurrency(fake: FakeTranscriber, priority: Priority) -> di
     return peak
 
 
+@pytest.mark.slow
 async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None:
     # Partials take 1.2 s but the cadence asks for one every 0.5 s: they must neither pile up nor be aborted.
     fake = FakeTranscriber(delay_s=1.2, final_delay_s=0.1)
@@ -78,6 +80,7 @@ async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -
     assert any(e == "finish" and "-f" in rid for e, rid in kinds)
 
 
+@pytest.mark.slow
 async def test_finals_outrank_partials_under_load() -> None:
     # One decode slot for four talking sessions: every final must start before any partial submitted after it.
     fake = FakeTranscriber(delay_s=0.4, final_delay_s=0.3, capacity=1)

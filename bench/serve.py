@@ -9,6 +9,8 @@ server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SI
 
 - ``GET /bench/stats``: engine stats, ingest totals of live peers, and the engine queue depth sampled every
   100 ms since the previous call (``depth``: finals + partials in the recognizer + partials waiting).
+- ``GET /bench/memory`` (with ``--tracemalloc``): the source lines whose Python allocations grew most since the
+  first call (leak hunting: call once after warm-up, again later).
 - ``POST /bench/mode?mode=engine|baseline``: the real decode policy or the serialized baseline
   (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live.
 
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions", type=int, default=256)
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
+    p.add_argument("--tracemalloc", action="store_true",
+                   help="trace Python allocations; GET /bench/memory shows the growth since its first call")
     return p
 
 
@@ -103,7 +107,27 @@ async def serve(args: argparse.Namespace) -> None:
         mode["mode"] = request.query["mode"]
         return web.json_response(mode)
 
+    baseline: list[Any] = []
+
+    async def memory(request: web.Request) -> web.Response:
+        """The 20 source lines whose live Python allocations grew most since the first call (``--tracemalloc``)."""
+        import gc
+        import tracemalloc
+
+        if not tracemalloc.is_tracing():
+            return web.json_response({"error": "start the bench server with --tracemalloc"}, status=409)
+        gc.collect()
+        snap = tracemalloc.take_snapshot()
+        if not baseline:
+            baseline.append(snap)
+            return web.json_response({"baseline": True, "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6})
+        top = snap.compare_to(baseline[0], "lineno")[:20]
+        return web.json_response({"traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
+                                  "top": [{"where": str(t.traceback), "size_diff_kb": round(t.size_diff / 1e3, 1),
+                                           "count_diff": t.count_diff} for t in top]})
+
     app.router.add_get("/bench/stats", stats)
+    app.router.add_get("/bench/memory", memory)
     app.router.add_post("/bench/mode", set_mode)
 
     async def sample() -> None:
@@ -135,6 +159,10 @@ async def serve(args: argparse.Namespace) -> None:
 def main() -> int:
     faulthandler.enable()  # a crash in native code (codecs, ONNX, SRTP) leaves a trace in the log
     args = build_parser().parse_args()
+    if args.tracemalloc:
+        import tracemalloc
+
+        tracemalloc.start(1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("app.peer").setLevel(logging.INFO)  # connect/close per session, for the record

@@ -77,9 +77,10 @@ class Viewer:
             self.last_id = event_id
 
 
-async def publisher(base_url: str, room: str, index: int, until: float, counts: dict[str, int]) -> None:
-    """Caption into ``room`` session after session until ``until`` (monotonic)."""
-    ogg = session_clip(index, 60.0, 2.5).ogg
+async def publisher(base_url: str, room: str, index: int, until: float, counts: dict[str, int],
+                    seconds: float = 60.0) -> None:
+    """Caption into ``room`` session after session (each ``seconds`` of speech) until ``until`` (monotonic)."""
+    ogg = session_clip(index, seconds, 2.5).ogg
     duration = ogg_duration_s(ogg)
     while time.monotonic() + duration < until:
         client = BenchClient(base_url, ogg, {"room": room})
@@ -107,13 +108,15 @@ def slope_per_hour(samples: list[tuple[float, float]]) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     for i in range(args.sessions):
-        session_clip(i, 60.0, 2.5)
+        session_clip(i, args.session_seconds, 2.5)
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))
     db = CACHE_DIR / "soak.db"
     db.unlink(missing_ok=True)
-    server_args = ["--recognizer", "vllm", "--db", str(db)]
+    server_args = ["--recognizer", args.recognizer, "--db", str(db)]
     if args.model:
         server_args += ["--model", args.model]
+    if args.tracemalloc:
+        server_args.append("--tracemalloc")
     async with bench_server(server_args, CACHE_DIR / "soak-server.log") as server, aiohttp.ClientSession() as http:
         base = server.base_url
         print(f"server ready: {server.info}", file=sys.stderr)
@@ -124,7 +127,8 @@ async def main(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         until = t0 + args.minutes * 60
         counts = {"completed": 0, "failed": 0, "overloaded": 0}
-        pubs = [asyncio.create_task(publisher(base, room, i, until, counts)) for i in range(args.sessions)]
+        pubs = [asyncio.create_task(publisher(base, room, i, until, counts, args.session_seconds))
+                for i in range(args.sessions)]
         proc = server.ps
         memory: list[tuple[float, float]] = []
         server_memory: list[tuple[float, float]] = []  # the server process alone (the engine core excluded)
@@ -150,7 +154,18 @@ async def main(args: argparse.Namespace) -> int:
                         health_ms.append((time.perf_counter() - start) * 1000)
                 await asyncio.sleep(0.5)
 
+        growth: dict[str, Any] = {}
+
+        async def python_heap() -> None:
+            await asyncio.sleep(args.warmup_min * 60)
+            await get_json(http, f"{base}/bench/memory")  # the baseline
+            while True:
+                await asyncio.sleep(30.0)
+                growth.update(await get_json(http, f"{base}/bench/memory"))
+
         samplers = [asyncio.create_task(sample_resources()), asyncio.create_task(sample_health())]
+        if args.tracemalloc:
+            samplers.append(asyncio.create_task(python_heap()))
         last_report = t0
         while not all(p.done() for p in pubs):
             await asyncio.sleep(5.0)
@@ -194,11 +209,15 @@ async def main(args: argparse.Namespace) -> int:
         "fds_per_hour": slope_per_hour(fds_w),
         "health_ms_p50": pct(health_ms, 50), "health_ms_p99": pct(health_ms, 99),
         "health_ms_max": max(health_ms, default=float("nan")), "health_requests": len(health_ms),
-        "rooms": ready.get("rooms"),
+        "rooms": ready.get("rooms"), "python_heap_growth": growth,
         "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
                     "load_avg": psutil.getloadavg()},
     }
     print_table(result)
+    if growth:
+        print(f"\nPython heap traced: {growth['traced_mb']:.1f} MB; largest growth since the warm-up:")
+        for t in growth["top"][:10]:
+            print(f"  {t['size_diff_kb']:+9.1f} kB {t['count_diff']:+7d} blocks  {t['where']}")
     if args.json:
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(result, indent=2), "utf-8")
     held = not lost and not missed and not counts["failed"] and result["health_ms_p99"] < 50
@@ -237,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--viewers", type=int, default=50)
     p.add_argument("--warmup-min", type=float, default=3.0, help="left out of the slopes")
     p.add_argument("--model", default=None)
+    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
+                   help="fake: the named FakeTranscriber (no model), to look for leaks in everything else fast")
+    p.add_argument("--tracemalloc", action="store_true", help="also report the Python heap's growth by source line")
+    p.add_argument("--session-seconds", type=float, default=60.0, help="speech per session before it reconnects")
     p.add_argument("--json", default=None)
     return p
 

@@ -282,26 +282,22 @@ class Room:
         """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
         if self.needs_saving and not self._lock.locked():
             async with self._lock:
-                was_saving = self.saving
                 await self._flush()
-                if was_saving != self.saving:
-                    self._saving_changed()
 
     async def _save(self, event: _Event) -> None:
         """Write ``event`` after everything unsaved before it; keep it in memory if the store refuses. The caller
         holds ``_lock``. Never raises for a store failure: captions go on, the publishers are told."""
         self.touch()
-        was_saving = self.saving
         self.unsaved.append(event)
         if len(self.unsaved) > _UNSAVED_MAX:
             lost = self.unsaved.pop(0)
             log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
                       self.id, _UNSAVED_MAX, lost.seq)
         await self._flush()
-        if was_saving != self.saving:
-            self._saving_changed()
 
     async def _flush(self) -> None:
+        """Write everything the store does not have yet, in order; stop at the first refusal. Publishers and
+        viewers hear of it when saving stops or resumes (only then)."""
         while self.needs_saving:
             try:
                 if not self.record_saved:
@@ -312,14 +308,17 @@ class Room:
                 e = self.unsaved[0]
                 await self.store.append(self.id, e.seq, e.kind, e.body, e.records, e.relabel)
             except StoreError as exc:
-                if not self.store_error:
-                    log.error("room %s: %s; captions are kept in memory until it recovers", self.id, exc)
+                stopped = not self.store_error
                 self.store_error = str(exc)
+                if stopped:
+                    log.error("room %s: %s; captions are kept in memory until it recovers", self.id, exc)
+                    self._saving_changed()
                 return
             self.unsaved.pop(0)
         if self.store_error:
+            self.store_error = ""
             log.warning("room %s: the transcript store takes writes again; every caption is saved", self.id)
-        self.store_error = ""
+            self._saving_changed()
 
     def _saving_changed(self) -> None:
         for publisher in list(self.publishers.values()):

@@ -11,6 +11,9 @@ server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SI
   100 ms since the previous call (``depth``: finals + partials in the recognizer + partials waiting).
 - ``GET /bench/memory`` (with ``--tracemalloc``): the source lines whose Python allocations grew most since the
   first call (leak hunting: call once after warm-up, again later).
+- ``GET /bench/heap[?trim=1]``: the C heap as glibc sees it (bytes in use, bytes free but kept, RSS); with
+  ``trim=1`` it first returns free memory to the system (``malloc_trim``) and reports RSS before and after. Growth
+  that trimming gives back is fragmentation, not a leak.
 - ``POST /bench/mode?mode=engine|baseline``: the real decode policy or the serialized baseline
   (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live.
 
@@ -126,7 +129,17 @@ async def serve(args: argparse.Namespace) -> None:
                                   "top": [{"where": str(t.traceback), "size_diff_kb": round(t.size_diff / 1e3, 1),
                                            "count_diff": t.count_diff} for t in top]})
 
+    async def heap(request: web.Request) -> web.Response:
+        from bench.heap import glibc_heap, trim
+
+        body: dict[str, Any] = {"before": glibc_heap()}
+        if request.query.get("trim") == "1":
+            trim()
+            body["after_trim"] = glibc_heap()
+        return web.json_response(body)
+
     app.router.add_get("/bench/stats", stats)
+    app.router.add_get("/bench/heap", heap)
     app.router.add_get("/bench/memory", memory)
     app.router.add_post("/bench/mode", set_mode)
 

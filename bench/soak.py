@@ -12,6 +12,9 @@ Measured, after a warm-up (``--warmup-min``, not counted in the slopes):
 - RSS of the server process tree (and of the server process alone, without vLLM's engine core) and open file
   descriptors of the server process every 10 s; their slope by least squares (MB/hour, fds/hour; RSS also over
   the second half alone, to tell a settling heap from a leak) and their range;
+- the server process's C heap every 60 s (``bench.serve``'s ``/bench/heap``: glibc bytes in use and free but
+  kept), and at the end how much RSS ``malloc_trim`` gives back: memory in use that keeps growing is a leak,
+  free memory glibc keeps is fragmentation (it is reused, and a trim returns most of it);
 - ``/health`` latency, one request every 0.5 s (p50, p99, max);
 - lost sentences: every sentence any viewer saw must be in the room's ``transcript.json`` at the end with the same
   text, and every viewer must have seen every sentence of the export;
@@ -154,6 +157,13 @@ async def main(args: argparse.Namespace) -> int:
                         health_ms.append((time.perf_counter() - start) * 1000)
                 await asyncio.sleep(0.5)
 
+        heap: list[tuple[float, dict[str, float]]] = []
+
+        async def sample_heap() -> None:
+            while True:
+                heap.append((time.monotonic() - t0, (await get_json(http, f"{base}/bench/heap"))["before"]))
+                await asyncio.sleep(60.0)
+
         growth: dict[str, Any] = {}
 
         async def python_heap() -> None:
@@ -163,7 +173,8 @@ async def main(args: argparse.Namespace) -> int:
                 await asyncio.sleep(30.0)
                 growth.update(await get_json(http, f"{base}/bench/memory"))
 
-        samplers = [asyncio.create_task(sample_resources()), asyncio.create_task(sample_health())]
+        samplers = [asyncio.create_task(sample_resources()), asyncio.create_task(sample_health()),
+                    asyncio.create_task(sample_heap())]
         if args.tracemalloc:
             samplers.append(asyncio.create_task(python_heap()))
         last_report = t0
@@ -180,6 +191,7 @@ async def main(args: argparse.Namespace) -> int:
         async with http.get(f"{base}/rooms/{room}/transcript.json") as r:
             exported = {int(s["id"]): s["text"] for s in (await r.json())["sentences"]}
         ready = await get_json(http, f"{base}/ready")
+        trimmed = await get_json(http, f"{base}/bench/heap?trim=1")
         for task in viewer_tasks:
             task.cancel()
         await asyncio.gather(*viewer_tasks, *samplers, return_exceptions=True)
@@ -188,6 +200,7 @@ async def main(args: argparse.Namespace) -> int:
     half = (warm + memory[-1][0]) / 2 if memory else 0.0
     server_w = [m for m in server_memory if m[0] >= warm]
     fds_w = [f for f in fds if f[0] >= warm]
+    heap_w = [h for h in heap if h[0] >= warm and "in_use" in h[1]]
     seen = {sid: text for v in viewers for sid, text in v.sentences.items()}
     lost = [sid for sid, text in seen.items() if exported.get(sid) != text]
     missed = sum(len(set(exported) - set(v.sentences)) for v in viewers)
@@ -209,6 +222,12 @@ async def main(args: argparse.Namespace) -> int:
         "fds_per_hour": slope_per_hour(fds_w),
         "health_ms_p50": pct(health_ms, 50), "health_ms_p99": pct(health_ms, 99),
         "health_ms_max": max(health_ms, default=float("nan")), "health_requests": len(health_ms),
+        "heap_in_use_mb_start": heap_w[0][1]["in_use"] if heap_w else None,
+        "heap_in_use_mb_end": heap_w[-1][1]["in_use"] if heap_w else None,
+        "heap_in_use_mb_per_hour": slope_per_hour([(h[0], h[1]["in_use"]) for h in heap_w]),
+        "heap_free_kept_mb_end": heap_w[-1][1]["free_kept"] if heap_w else None,
+        "server_rss_mb_before_trim": trimmed["before"]["rss"],
+        "server_rss_mb_after_trim": trimmed.get("after_trim", {}).get("rss"),
         "rooms": ready.get("rooms"), "python_heap_growth": growth,
         "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
                     "load_avg": psutil.getloadavg()},
@@ -240,6 +259,11 @@ def print_table(r: dict[str, Any]) -> None:
          f"{r['server_rss_mb_start']:.0f} -> {r['server_rss_mb_end']:.0f}, {r['server_rss_mb_per_hour']:+.1f}"),
         ("open fds start -> end", f"{r['fds_start']:.0f} -> {r['fds_end']:.0f}"),
         ("fds slope per hour", f"{r['fds_per_hour']:+.1f}"),
+        ("server C heap in use MB start -> end, slope MB/hour",
+         f"{r['heap_in_use_mb_start']} -> {r['heap_in_use_mb_end']}, {r['heap_in_use_mb_per_hour']:+.1f}"),
+        ("server C heap free but kept at the end MB", f"{r['heap_free_kept_mb_end']}"),
+        ("server RSS MB before -> after malloc_trim",
+         f"{r['server_rss_mb_before_trim']} -> {r['server_rss_mb_after_trim']}"),
         ("/health ms p50 / p99 / max", f"{r['health_ms_p50']:.1f} / {r['health_ms_p99']:.1f} / "
                                        f"{r['health_ms_max']:.1f} ({r['health_requests']} requests)"),
     ]

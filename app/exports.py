@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .store import RoomRecord, SentenceRecord
 
@@ -69,8 +69,8 @@ def to_json(sentences: Sequence[SentenceRecord], room: RoomRecord) -> str:
     document = {
         "room": room.id,
         "title": room.title,
-        "room_created": datetime.fromtimestamp(room.created_ms / 1000, timezone.utc).isoformat(),
-        "exported_at": datetime.now(timezone.utc).isoformat(),
+        "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat(),
+        "exported_at": datetime.now(UTC).isoformat(),
         "sentences": [{"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
                        "speaker": None if s.spk is None else speaker_name(s.spk), "text": s.text}
                       for s in sentences],

@@ -12,18 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from engine import protocol
-from engine.config import SessionOptions
-from engine.errors import IllegalTransition
-from engine.hub import CaptionEngine
-from engine.logs import SessionLog
-from engine.session import Session, SessionState
+from engine import CaptionEngine, IllegalTransition, Session, SessionLog, SessionOptions, SessionState, protocol
 
 from .admission import Slot
 from .config import ServerConfig
@@ -40,7 +35,7 @@ _BAD_REPLY_PER_S = 1.0  # ...then this many per second; the rest are counted and
 _BAD_SUMMARY_AFTER_S = 2.0
 
 
-class PeerState(str, Enum):
+class PeerState(StrEnum):
     NEW = "new"
     LIVE = "live"
     STOPPING = "stopping"

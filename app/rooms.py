@@ -24,10 +24,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
-from engine.logs import SessionLog
+from engine import SessionLog
 
 from .store import RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
@@ -54,7 +54,7 @@ def token_matches(given: str | None, expected: str | None) -> bool:
     return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
-class ViewerState(str, Enum):
+class ViewerState(StrEnum):
     OPEN = "open"
     ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 

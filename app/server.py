@@ -13,8 +13,7 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
-from engine.hub import CaptionEngine
+from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
 from . import access_log, ice, room_routes, routes
 from .admission import Admission

@@ -35,11 +35,11 @@ import psutil
 
 from bench.churn import partial_churn
 from bench.metrics import print_markdown_table
-from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
+from engine.asr.windows import WINDOW_MODES, WindowStats
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.windows import WINDOW_MODES, WindowStats
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "wav"
 UTTERANCES = ["ls_1988-24833-0001", "ls_2412-153948-0000", "ls_3752-4944-0000", "ls_1995-1837-0001",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 MAX_CLIENT_MESSAGE_BYTES = 4096
@@ -39,7 +39,7 @@ LANGUAGE_CODES = frozenset(
 )
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Machine-readable error codes on the wire (HTTP error bodies use the same codes)."""
 
     BAD_MESSAGE = "bad_message"  # not JSON, not an object, unknown type, bad field

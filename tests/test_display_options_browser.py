@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
 

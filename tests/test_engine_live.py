@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from engine.__main__ import build_parser, run
-from engine.guard import SILENCE_PHRASES, compression_ratio, normalise
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.transcriber import DecodeRequest, Priority
+from engine.asr.guard import SILENCE_PHRASES, compression_ratio, normalise
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 from tests.speech import audio, manifest, pad, reference, wav_path
 from tests.wer import word_errors
 

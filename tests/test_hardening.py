@@ -17,9 +17,9 @@ from aiortc import RTCPeerConnection
 
 from app.keys import ADMISSION, PEERS, ROOMS, STORE
 from app.store import SCHEMA_VERSION, TranscriptStore
+from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from engine import protocol
+from engine.asr.guard import reject_reason
+from engine.asr.transcriber import Transcript
 from engine.config import GuardConfig
-from engine.guard import reject_reason
-from engine.mailbox import Mailbox
 from engine.protocol import ErrorCode, ProtocolError, StartMessage, StopMessage, parse_client_message
-from engine.transcriber import Transcript
+from engine.stream.mailbox import Mailbox
 
 
 def test_start_and_stop_parse() -> None:

@@ -20,7 +20,7 @@ from app import exports
 from app.keys import ROOMS
 from app.rooms import Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad

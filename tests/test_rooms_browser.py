@@ -23,7 +23,7 @@ from aiohttp import web
 from playwright.async_api import Browser, Page
 
 from app.keys import ROOMS
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server

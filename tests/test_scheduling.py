@@ -8,11 +8,11 @@ import asyncio
 import numpy as np
 import pytest
 
+from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import Priority
 from engine.config import EngineConfig, PartialConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.transcriber import Priority
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 from tests.speech import audio, pad
 
 

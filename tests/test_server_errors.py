@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from app.keys import PEERS, ROOMS
+from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
 from engine.protocol import MAX_CLIENT_MESSAGE_BYTES
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from app.keys import PEERS
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad, reference

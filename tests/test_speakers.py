@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.audio import SAMPLE_RATE, load_wav
-from engine.speaker_embed import SpeakerEmbedder
-from engine.speakers import SpeakerConfig, SpeakerTracker
+from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 BENCH_FILE = Path(__file__).resolve().parents[1] / "bench" / "speakers.py"

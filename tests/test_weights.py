@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from engine import weights
-from engine.weights import (
+from engine.models import resolve as weights
+from engine.models.resolve import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
     MARKER_FILE,

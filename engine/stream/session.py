@@ -20,29 +20,29 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import protocol
-from .audio import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
-from .config import SessionOptions
-from .endpoint import Endpointer, SegmentClosed, SegmentOpened
-from .errors import EngineNotReady, IllegalTransition
-from .guard import normalise, reject_reason
-from .logs import SessionLog
-from .mailbox import Mailbox
-from .transcriber import DecodeRequest, Priority, Transcript
-from .vad import WINDOW, VadStream
+import engine.protocol as protocol
+from engine.asr.guard import normalise, reject_reason
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
+from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
+from engine.audio.vad import WINDOW, VadStream
+from engine.config import SessionOptions
+from engine.errors import EngineNotReady, IllegalTransition
+from engine.logs import SessionLog
+from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
+from engine.stream.mailbox import Mailbox
 
 if TYPE_CHECKING:
-    from .hub import CaptionEngine
+    from engine.stream.engine import CaptionEngine
 
 log = logging.getLogger(__name__)
 
 
-class SessionState(str, Enum):
+class SessionState(StrEnum):
     LIVE = "live"
     STOPPING = "stopping"
     STOPPED = "stopped"

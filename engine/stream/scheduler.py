@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from .transcriber import DecodeRequest, Transcriber, Transcript
+from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .ct2_whisper import CONVERTER_VERSION, ENGLISH_ONLY_VOCAB_SIZE, OUTPUT_FILES, WEIGHTS_FILE
-from .errors import ModelError
-from .whisper_convert import convert_ct2_whisper
+from engine.errors import ModelError
+from engine.models.convert import convert_ct2_whisper
+from engine.models.ct2_whisper import CONVERTER_VERSION, ENGLISH_ONLY_VOCAB_SIZE, OUTPUT_FILES, WEIGHTS_FILE
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -372,8 +372,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.weights [MODEL]``: resolve a model, converting it if needed; print its spec."""
-    parser = argparse.ArgumentParser(prog="python -m engine.weights", description=main.__doc__)
+    """``python -m engine.models.resolve [MODEL]``: resolve a model, converting it if needed; print its spec."""
+    parser = argparse.ArgumentParser(prog="python -m engine.models.resolve", description=main.__doc__)
     names = ", ".join(EMBEDDED_MODELS)
     parser.add_argument("model", nargs="?", help=f"embedded name ({names}), model folder or hub id")
     parser.add_argument("--cache-dir", type=Path, help=f"cache root (default: ${CACHE_ENV} or ~/.cache/...)")

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .audio import CHUNK_SAMPLES, SAMPLE_RATE
-from .config import SessionOptions
-from .hub import CaptionEngine
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
+from engine.config import SessionOptions
+from engine.stream.engine import CaptionEngine
 
 
 @dataclass

@@ -12,19 +12,19 @@ import logging
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from . import protocol
-from .audio import SAMPLE_RATE
-from .config import EngineConfig, SessionOptions
-from .errors import EngineNotReady, IllegalTransition
-from .scheduler import DecodeScheduler
-from .session import Session
-from .transcriber import Transcriber, TranscriberState
-from .vad import BatchedVad
+import engine.protocol as protocol
+from engine.asr.transcriber import Transcriber, TranscriberState
+from engine.audio.pcm import SAMPLE_RATE
+from engine.audio.vad import BatchedVad
+from engine.config import EngineConfig, SessionOptions
+from engine.errors import EngineNotReady, IllegalTransition
+from engine.stream.scheduler import DecodeScheduler
+from engine.stream.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ _VAD_WINDOWS_PER_TICK = 32  # per session (~1 s of audio): bounds one tick when 
 _FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
 
 
-class EngineState(str, Enum):
+class EngineState(StrEnum):
     NEW = "new"
     LOADING = "loading"
     READY = "ready"
@@ -46,7 +46,7 @@ class CaptionEngine:
     def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None) -> None:
         self.config = config
         if transcriber is None:
-            from .vllm_transcriber import VllmTranscriber
+            from engine.asr.vllm_backend import VllmTranscriber
 
             transcriber = VllmTranscriber(config.transcriber)
         self.transcriber = transcriber
@@ -67,9 +67,9 @@ class CaptionEngine:
         self._embed_queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
         self._embed_wake = asyncio.Event()
         self._embedder: Any = None
-        self.speaker_config: Any = None  # engine.speakers.SpeakerConfig when labels are on
+        self.speaker_config: Any = None  # engine.speakers.tracker.SpeakerConfig when labels are on
         if config.speakers:
-            from .speakers import SpeakerConfig
+            from engine.speakers.tracker import SpeakerConfig
 
             self.speaker_config = SpeakerConfig()
         self.vad_busy_s = 0.0  # CPU-side wall time spent in VAD batches (for benches)
@@ -102,7 +102,7 @@ class CaptionEngine:
         self._vad_task = asyncio.create_task(self._vad_loop(), name="vad-tick")
         try:
             if self.config.speakers:
-                from .speaker_embed import SpeakerEmbedder
+                from engine.speakers.embedder import SpeakerEmbedder
 
                 self._embedder = await asyncio.get_running_loop().run_in_executor(self._embed_pool,
                                                                                   SpeakerEmbedder)
@@ -223,7 +223,7 @@ class CaptionEngine:
         """A per-session speaker tracker, or None when speaker labels are off."""
         if self.speaker_config is None:
             return None
-        from .speakers import SpeakerTracker
+        from engine.speakers.tracker import SpeakerTracker
 
         return SpeakerTracker(self.speaker_config)
 

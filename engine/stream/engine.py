@@ -11,24 +11,21 @@ import asyncio
 import logging
 import secrets
 import time
-from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
-
 import engine.protocol as protocol
 from engine.asr.transcriber import Transcriber, TranscriberState
-from engine.audio.pcm import SAMPLE_RATE
 from engine.audio.vad import BatchedVad
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
+from engine.speakers.service import SpeakerService
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
+from engine.stream.vad_batch import VadBatcher, VadModel
 
 log = logging.getLogger(__name__)
 
-_VAD_WINDOWS_PER_TICK = 32  # per session (~1 s of audio): bounds one tick when a session has a backlog
 _FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
 
 
@@ -43,37 +40,25 @@ class EngineState(StrEnum):
 class CaptionEngine:
     """Create once per process, ``await start()``, then ``open_session()`` per caller; ``await close()`` at exit."""
 
-    def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None) -> None:
+    def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
+                 vad: VadModel | None = None, speakers: SpeakerService | None = None) -> None:
+        """``transcriber`` defaults to vLLM in this process, ``vad`` to Silero, ``speakers`` to Resemblyzer when
+        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given)."""
         self.config = config
         if transcriber is None:
             from engine.asr.vllm_backend import VllmTranscriber
 
             transcriber = VllmTranscriber(config.transcriber)
         self.transcriber = transcriber
-        self.vad = BatchedVad(config.vad.max_sessions)
+        self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions))
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
         self.scheduler = DecodeScheduler(transcriber, max_inflight)
-        self.preroll_samples = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
+        self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
         self.sessions: dict[str, Session] = {}
         self._state = EngineState.NEW
         self._detail = ""
-        self._vad_pool = ThreadPoolExecutor(1, thread_name_prefix="vad")
-        self._embed_pool = ThreadPoolExecutor(1, thread_name_prefix="speaker")
-        self._wake = asyncio.Event()
-        self._vad_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self.failed = asyncio.Event()  # set when the recognizer dies after READY (sessions already ended)
-        self._embed_task: asyncio.Task[None] | None = None
-        self._embed_queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
-        self._embed_wake = asyncio.Event()
-        self._embedder: Any = None
-        self.speaker_config: Any = None  # engine.speakers.tracker.SpeakerConfig when labels are on
-        if config.speakers:
-            from engine.speakers.tracker import SpeakerConfig
-
-            self.speaker_config = SpeakerConfig()
-        self.vad_busy_s = 0.0  # CPU-side wall time spent in VAD batches (for benches)
-        self.vad_calls = 0
         self.started_at = time.monotonic()
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -99,14 +84,10 @@ class CaptionEngine:
         if self._state is not EngineState.NEW:
             raise IllegalTransition("start the engine", self._state)
         self._state = EngineState.LOADING
-        self._vad_task = asyncio.create_task(self._vad_loop(), name="vad-tick")
+        self.vad.start()
         try:
-            if self.config.speakers:
-                from engine.speakers.embedder import SpeakerEmbedder
-
-                self._embedder = await asyncio.get_running_loop().run_in_executor(self._embed_pool,
-                                                                                  SpeakerEmbedder)
-                self._embed_task = asyncio.create_task(self._embed_loop(), name="speaker-embed")
+            if self.speakers is not None:
+                await self.speakers.start()
             await self.transcriber.start()
         except asyncio.CancelledError:
             self._state = EngineState.FAILED
@@ -141,18 +122,23 @@ class CaptionEngine:
         self.failed.set()
 
     def open_session(self, options: SessionOptions | None = None, session_id: str | None = None) -> Session:
-        """A new live session. Raises ``EngineNotReady`` unless READY, ``EngineError`` if no VAD row is free."""
+        """A new live session. Raises ``EngineNotReady`` unless READY, ``EngineError`` if no VAD row is free.
+
+        The engine owns the session's VAD lane: it opens it here and closes it when the session closes."""
         if self.state is not EngineState.READY:
             raise EngineNotReady(self.state.value, self.detail)
         sid = session_id or secrets.token_urlsafe(9)
-        session = Session(self, sid, options or SessionOptions(language=self.config.default_language))
+        lane = self.vad.open()
+        session = Session(sid, options or SessionOptions(language=self.config.default_language),
+                          config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
+                          model_name=self.model_name, on_closed=self._forget)
         self.sessions[sid] = session
         return session
 
-    def release(self, session: Session) -> None:
-        """Called by ``Session.close``: forget the session and free its VAD row."""
+    def _forget(self, session: Session) -> None:
+        """``Session.close`` calls this: forget the session and free its VAD lane."""
         if self.sessions.pop(session.session_id, None) is not None:
-            self.vad.release(session.vad_slot)
+            session.vad.close()
 
     async def close(self) -> None:
         """Close every session, stop the workers and the recognizer. Safe to call twice."""
@@ -161,15 +147,13 @@ class CaptionEngine:
         self._state = EngineState.CLOSED
         for session in list(self.sessions.values()):
             await session.close()
-        for task in (self._vad_task, self._embed_task, self._watch_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        for fut in (f for _, f in self._embed_queue):
-            fut.cancel()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
+        await self.vad.close()
+        if self.speakers is not None:
+            await self.speakers.close()
         await self.transcriber.close()
-        self._vad_pool.shutdown(wait=False, cancel_futures=True)
-        self._embed_pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:
         """Numbers for /ready, metrics and benches."""
@@ -181,84 +165,7 @@ class CaptionEngine:
             "queue_final": load["final"],
             "queue_partial": load["partial"],
             "partials_waiting": self.scheduler.waiting,
-            "vad_calls": self.vad_calls,
-            "vad_busy_s": round(self.vad_busy_s, 3),
+            "vad_calls": self.vad.calls,
+            "vad_busy_s": round(self.vad.busy_s, 3),
             "recognizer": self.transcriber.stats(),
         }
-
-    # ---- VAD tick -------------------------------------------------------------------------------------------
-    def wake_vad(self) -> None:
-        self._wake.set()
-
-    async def _vad_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while True:
-                batch = {s.vad_slot: (s, s.take_windows(_VAD_WINDOWS_PER_TICK))
-                         for s in list(self.sessions.values()) if s.has_windows}
-                if not batch:
-                    for s in self.sessions.values():
-                        s.vad_idle.set()
-                    break
-                work = {slot: w for slot, (_, w) in batch.items()}
-                t0 = time.perf_counter()
-                try:
-                    probs = await loop.run_in_executor(self._vad_pool, self.vad.run, work)
-                except RuntimeError as exc:  # pool shut down while closing
-                    log.warning("VAD tick stopped: %s", exc)
-                    return
-                self.vad_busy_s += time.perf_counter() - t0
-                self.vad_calls += 1
-                for slot, (session, _) in batch.items():
-                    if session.session_id in self.sessions:
-                        try:
-                            session.on_vad(probs[slot])
-                        except Exception:
-                            log.exception("session %s: VAD result handling failed", session.session_id)
-
-    # ---- speakers -------------------------------------------------------------------------------------------
-    def new_speaker_tracker(self) -> Any:
-        """A per-session speaker tracker, or None when speaker labels are off."""
-        if self.speaker_config is None:
-            return None
-        from engine.speakers.tracker import SpeakerTracker
-
-        return SpeakerTracker(self.speaker_config)
-
-    def embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
-        """Speaker embedding of one segment, batched with whatever else is waiting; None if too short or off."""
-        fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
-        if self._embedder is None or speech_s < self.speaker_config.min_embed_speech_s:
-            fut.set_result(None)
-            return fut
-        self._embed_queue.append((audio, fut))
-        self._embed_wake.set()
-        return fut
-
-    async def _embed_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._embed_wake.wait()
-            self._embed_wake.clear()
-            batch = [(a, f) for a, f in self._embed_queue if not f.done()]
-            self._embed_queue.clear()
-            if not batch:
-                continue
-            try:
-                vectors = await loop.run_in_executor(self._embed_pool, self._embedder.embed, [a for a, _ in batch])
-            except Exception as exc:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, fut), vec in zip(batch, vectors, strict=True):
-                if not fut.done():
-                    fut.set_result(vec)
-
-    async def recluster(self, tracker: Any) -> dict[int, int]:
-        """Global re-clustering of one session's speakers, in the speaker worker thread."""
-        loop = asyncio.get_running_loop()
-        result: dict[int, int] = await loop.run_in_executor(self._embed_pool, tracker.recluster)
-        return result

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,7 +26,7 @@ class PartialClient(Protocol):
     """What the scheduler needs from a session."""
 
     session_id: str
-    last_partial_started: float  # monotonic seconds; 0 if never
+    last_partial_started: float  # when its last partial request was made (the client's clock); 0 if never
 
     @property
     def closing(self) -> bool:
@@ -35,7 +34,8 @@ class PartialClient(Protocol):
         ...
 
     def partial_request(self) -> DecodeRequest | None:
-        """The request for the session's newest audio, or None if a partial is no longer wanted."""
+        """The request for the session's newest audio (the client sets ``last_partial_started``), or None if a
+        partial is no longer wanted."""
         ...
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None: ...
@@ -124,7 +124,6 @@ class DecodeScheduler:
             request = client.partial_request()
             if request is None:
                 continue
-            client.last_partial_started = time.monotonic()
             self.partials_started += 1
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)

@@ -22,7 +22,7 @@ from engine.errors import EngineNotReady, IllegalTransition
 from engine.speakers.service import SpeakerService
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
-from engine.stream.vad_batch import VadBatcher, VadModel
+from engine.stream.vad_batch import VadBatcher, VadLane, VadModel
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class CaptionEngine:
         self.scheduler = DecodeScheduler(transcriber, max_inflight)
         self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
         self.sessions: dict[str, Session] = {}
+        self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
         self._state = EngineState.NEW
         self._detail = ""
         self._watch_task: asyncio.Task[None] | None = None
@@ -129,16 +130,23 @@ class CaptionEngine:
             raise EngineNotReady(self.state.value, self.detail)
         sid = session_id or secrets.token_urlsafe(9)
         lane = self.vad.open()
-        session = Session(sid, options or SessionOptions(language=self.config.default_language),
-                          config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
-                          model_name=self.model_name, on_closed=self._forget)
+        try:
+            session = Session(sid, options or SessionOptions(language=self.config.default_language),
+                              config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
+                              model_name=self.model_name, on_closed=self._forget)
+        except BaseException:
+            lane.close()
+            raise
         self.sessions[sid] = session
+        self._lanes[sid] = lane
         return session
 
     def _forget(self, session: Session) -> None:
         """``Session.close`` calls this: forget the session and free its VAD lane."""
-        if self.sessions.pop(session.session_id, None) is not None:
-            session.vad.close()
+        self.sessions.pop(session.session_id, None)
+        lane = self._lanes.pop(session.session_id, None)
+        if lane is not None:
+            lane.close()
 
     async def close(self) -> None:
         """Close every session, stop the workers and the recognizer. Safe to call twice."""

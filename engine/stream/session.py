@@ -40,7 +40,7 @@ from engine.speakers.service import SpeakerService
 from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
 from engine.stream.mailbox import Mailbox
 from engine.stream.scheduler import DecodeScheduler
-from engine.stream.vad_batch import VadLane
+from engine.stream.vad_batch import VadFeed
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Session:
     """Per-session state; created by ``CaptionEngine.open_session``."""
 
     def __init__(self, session_id: str, options: SessionOptions, *, config: EngineConfig,
-                 scheduler: DecodeScheduler, vad: VadLane, speakers: SpeakerService | None, model_name: str,
+                 scheduler: DecodeScheduler, vad: VadFeed, speakers: SpeakerService | None, model_name: str,
                  on_closed: Callable[[Session], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Normally built by ``CaptionEngine.open_session``. ``vad`` is this session's lane (its probabilities come

@@ -39,6 +39,22 @@ class VadModel(Protocol):
         ...
 
 
+class VadFeed(Protocol):
+    """What a session needs of its VAD: push audio in, get probabilities back, wait for the backlog to clear."""
+
+    def bind(self, consumer: Callable[[np.ndarray], None]) -> None:
+        """Where probabilities go: one call per batch with the speech probabilities ``[k]`` of the next k windows."""
+        ...
+
+    def push(self, audio: np.ndarray) -> None:
+        """Float32 16 kHz audio of any length. Never blocks."""
+        ...
+
+    async def drained(self) -> None:
+        """Return once everything pushed so far has been delivered."""
+        ...
+
+
 class VadLane:
     """One session's place in the VAD batch. ``push`` audio; probabilities arrive at the consumer set by
     ``bind``, in order, on the event loop. ``drained`` waits until everything pushed has been through the VAD."""

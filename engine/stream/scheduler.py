@@ -1,6 +1,6 @@
 """Decode scheduling across all sessions: finals first, at most one partial per session, latest audio wins.
 
-Policy (DESIGN.md, Engine): a session that wants a partial joins a waiting set; it is not given a request id
+Policy: a session that wants a partial joins a waiting set; it is not given a request id
 yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
 pile up). Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
 first (that partial is about to become a final), then the least recently served; none starts while a final is

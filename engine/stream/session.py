@@ -2,7 +2,7 @@
 
 ``feed`` is synchronous and cheap (it buffers audio and pushes it into the session's VAD lane); the VAD tick
 hands back speech probabilities (``on_vad``); segment ends start final decodes; partials are requested from the
-shared scheduler. Messages (DESIGN.md wire protocol) come out of ``next_message``/``messages`` through a coalescing
+shared scheduler. Messages (docs/protocol.md) come out of ``next_message``/``messages`` through a coalescing
 mailbox. ``stop`` finishes the open segment and sends the final messages; ``close`` drops everything and is safe
 to call twice.
 

@@ -20,7 +20,7 @@ from app import exports
 from app.keys import ROOMS
 from app.rooms import Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
-from engine.stream.engine import CaptionEngine
+from engine import CaptionEngine, protocol
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad
@@ -179,15 +179,15 @@ async def test_store_commits_survive_reopening(tmp_path: Path) -> None:
     path = str(tmp_path / "s.db")
     store = await TranscriptStore.open(path)
     await store.create_room("room-one-abcdef", "t")
-    await store.append("room-one-abcdef", 1, "caption", {"type": "caption"},
-                       [SentenceRecord(0, "s", "Hello there.", 0, 999, 0)])
-    await store.append("room-one-abcdef", 2, "speakers", {"type": "speakers"}, relabel={0: 1})
+    first = SentenceRecord(0, "s", "Hello there.", 0, 999, 0)
+    await store.append("room-one-abcdef", protocol.Caption([first.sentence()], "", seq=1), [first])
+    await store.append("room-one-abcdef", protocol.Speakers({0: 1}, seq=2), relabel={0: 1})
     await store.close()
     await store.close()  # idempotent
     again = await TranscriptStore.open(path)
     snap = await again.snapshot("room-one-abcdef")
     assert snap.seq == 2 and snap.sentences == [SentenceRecord(0, "s", "Hello there.", 0, 999, 1)]
-    assert [seq for seq, _ in await again.events_after("room-one-abcdef", 1)] == [2]
+    assert await again.events_after("room-one-abcdef", 1) == [(2, protocol.Speakers({0: 1}, seq=2))]
     await again.close()
 
 

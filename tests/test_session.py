@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import SessionOptions, SessionState
+from engine import SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.audio.vad import WINDOW, VadStream
 from engine.config import EngineConfig
+from engine.protocol import Caption, Ready, Stopped
 from engine.speakers.service import SpeakerService
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
@@ -93,7 +94,7 @@ def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
     return stream, [(a0, a0 + a.size), (b0, b0 + b.size)]
 
 
-async def _run(speakers: SpeakerService | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def _run(speakers: SpeakerService | None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
@@ -103,7 +104,7 @@ async def _run(speakers: SpeakerService | None) -> tuple[list[dict[str, Any]], d
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock)
     session.configure(SessionOptions(language="en"))
-    messages: list[dict[str, Any]] = []
+    messages: list[protocol.ServerMessage] = []
 
     async def read() -> None:
         async for m in session.messages():
@@ -122,34 +123,34 @@ async def _run(speakers: SpeakerService | None) -> tuple[list[dict[str, Any]], d
     return messages, {"speech": speech}
 
 
-def _sentences(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for m in messages if m["type"] == "caption" for s in m["sentences"]]
+def _sentences(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]:
+    return [s for m in messages if isinstance(m, Caption) for s in m.sentences]
 
 
 @pytest.mark.asyncio
 async def test_session_locks_each_voice_as_a_sentence_with_its_times_and_partials_first() -> None:
     messages, info = await _run(speakers=None)
-    kinds = [m["type"] for m in messages]
-    assert kinds[0] == "ready" and kinds[-1] == "stopped", kinds
+    assert isinstance(messages[0], Ready) and isinstance(messages[-1], Stopped), messages
     sentences = _sentences(messages)
-    assert [s["id"] for s in sentences] == [0, 1], sentences
+    assert [s.id for s in sentences] == [0, 1], sentences
     for s, (a, b) in zip(sentences, info["speech"], strict=True):
         # Times are the scripted speech, to the VAD's window (32 ms) at each end.
-        assert abs(s["start"] - a * 1000 / SAMPLE_RATE) <= 64 and abs(s["end"] - b * 1000 / SAMPLE_RATE) <= 64, s
+        assert abs(s.start - a * 1000 / SAMPLE_RATE) <= 64 and abs(s.end - b * 1000 / SAMPLE_RATE) <= 64, s
         # The fake recognizer says how much audio it decoded: the speech plus pre- and post-roll (0.5 s).
-        seconds = float(s["text"].split()[2])
+        seconds = float(s.text.split()[2])
         assert 0 <= seconds - (b - a) / SAMPLE_RATE <= 0.7, s
-        assert s["spk"] is None  # speaker labels off
-    first_lock = next(i for i, m in enumerate(messages) if m["type"] == "caption" and m["sentences"])
-    assert any(m["type"] == "caption" and m["partial"].startswith("audio of") for m in messages[:first_lock]), \
+        assert s.spk is None  # speaker labels off
+    first_lock = next(i for i, m in enumerate(messages) if isinstance(m, Caption) and m.sentences)
+    assert any(isinstance(m, Caption) and m.partial.startswith("audio of") for m in messages[:first_lock]), \
         "partials show the open sentence before it locks"
-    assert messages[-2]["type"] == "caption" and messages[-2]["is_final"]
+    last = messages[-2]
+    assert isinstance(last, Caption) and last.is_final
 
 
 @pytest.mark.asyncio
 async def test_session_latency_is_measured_on_its_clock() -> None:
     messages, _ = await _run(speakers=None)
-    latencies = [m["latency_ms"] for m in messages if m["type"] == "caption" and "latency_ms" in m]
+    latencies = [m.latency_ms for m in messages if isinstance(m, Caption) and m.latency_ms is not None]
     assert latencies, "captions carry the latency of the audio they cover"
     # The test's clock moves in whole chunks (60 ms) and nothing else: a latency read off the wall clock would not
     # be a multiple of 60 ms. The largest is a sentence locked after the endpoint's silence wait.
@@ -165,7 +166,7 @@ async def test_session_labels_each_voice_through_the_speaker_service() -> None:
         messages, _ = await _run(speakers=service)
     finally:
         await service.close()
-    assert [s["spk"] for s in _sentences(messages)] == [0, 1]
+    assert [s.spk for s in _sentences(messages)] == [0, 1]
 
 
 @pytest.mark.asyncio
@@ -178,10 +179,8 @@ async def test_session_errors_from_the_transport_reach_the_client_and_the_sessio
 
     session.post_error(ErrorCode.BAD_MESSAGE, "not JSON")
     session.post_storage(False, "not saved")
-    message = await session.next_message()
-    assert message is not None and message["type"] == "error" and message["code"] == "bad_message"
-    message = await session.next_message()
-    assert message is not None and message["type"] == "storage" and message["saving"] is False
+    assert await session.next_message() == protocol.Error(ErrorCode.BAD_MESSAGE, "not JSON", seq=1)
+    assert await session.next_message() == protocol.Storage(False, "not saved", seq=2)
     session.feed(stream[:CHUNK_SAMPLES])
     assert session.state is SessionState.LIVE
     await session.close()

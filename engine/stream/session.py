@@ -25,7 +25,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 
@@ -137,7 +136,7 @@ class Session:
         self.options = options
         self._context = " ".join([*options.hotwords, options.prompt]).strip()
         self.configured = True
-        self.mailbox.post(protocol.ready(self.session_id, self.model_name, options.language))
+        self.mailbox.post(protocol.Ready(self.session_id, self.model_name, options.language))
 
     # ---- audio in -------------------------------------------------------------------------------------------
     def feed(self, pcm: np.ndarray) -> None:
@@ -306,7 +305,7 @@ class Session:
             if result is None:
                 result = await self.scheduler.final(request)
         except EngineNotReady as exc:
-            self.mailbox.post(protocol.error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
+            self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
             return None, None
         if prior is None:
@@ -336,7 +335,7 @@ class Session:
 
     def _lock_ready(self) -> None:
         """Lock every finished segment at the head of the queue, in order, and send them."""
-        sentences: list[dict[str, Any]] = []
+        sentences: list[protocol.Sentence] = []
         covered = 0
         while self._pending and self._pending[0].task.done():
             item = self._pending.popleft()
@@ -353,7 +352,7 @@ class Session:
             sid = self._next_sentence
             self._next_sentence += 1
             spk = self.speakers.assign(sid, embedding, item.speech_s) if self.speakers else None
-            sentences.append(protocol.sentence(sid, text, samples_to_ms(item.closed.speech_start),
+            sentences.append(protocol.Sentence(sid, text, samples_to_ms(item.closed.speech_start),
                                                samples_to_ms(item.closed.speech_end), spk))
         self.stats.sentences += len(sentences)
         if sentences or covered:
@@ -364,7 +363,7 @@ class Session:
         parts = [p.preview for p in self._pending if p.preview] + ([self._partial_text] if self._partial_text else [])
         return " ".join(parts)
 
-    def _post(self, sentences: list[dict[str, Any]], covered_end: int, is_final: bool = False) -> None:
+    def _post(self, sentences: list[protocol.Sentence], covered_end: int, is_final: bool = False) -> None:
         latency = None
         if covered_end and self._arrivals and self.state is SessionState.LIVE:
             i = min(bisect.bisect_left(self._arrivals, covered_end, key=lambda a: a[0]), len(self._arrivals) - 1)
@@ -394,10 +393,10 @@ class Session:
         if self.speakers and self._speakers is not None:
             relabel = await self._speakers.recluster(self.speakers)
             if relabel:
-                self.mailbox.post(protocol.speakers(relabel))
+                self.mailbox.post(protocol.Speakers(relabel))
         if self.state is SessionState.CLOSED:
             return
-        self.mailbox.post(protocol.stopped())
+        self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()
         self._log.info("stopped: %.1f s audio, %d sentences, dropped %s", self.audio_s, self.stats.sentences,
@@ -409,8 +408,8 @@ class Session:
         if self.state is SessionState.CLOSED:
             return
         self._log.warning("ended: %s", reason)
-        self.mailbox.post(protocol.error(code, reason))
-        self.mailbox.post(protocol.stopped())
+        self.mailbox.post(protocol.Error(code, reason))
+        self.mailbox.post(protocol.Stopped())
         await self.close()
 
     async def close(self) -> None:
@@ -431,16 +430,16 @@ class Session:
 
     def post_error(self, code: protocol.ErrorCode, message: str) -> None:
         """Send the client an ``error`` (the transport's own faults, e.g. a bad message); the session goes on."""
-        self.mailbox.post(protocol.error(code, message))
+        self.mailbox.post(protocol.Error(code, message))
 
     def post_storage(self, saving: bool, message: str) -> None:
         """Tell the client whether its captions are being saved (``storage``, see docs/protocol.md)."""
-        self.mailbox.post(protocol.storage(saving, message))
+        self.mailbox.post(protocol.Storage(saving, message))
 
-    async def next_message(self) -> dict[str, Any] | None:
+    async def next_message(self) -> protocol.ServerMessage | None:
         """The next outgoing message, or None when the session has nothing more to say."""
         return await self.mailbox.get()
 
-    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+    async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
         while (msg := await self.mailbox.get()) is not None:
             yield msg

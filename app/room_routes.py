@@ -112,7 +112,7 @@ async def room_transcript(request: web.Request) -> web.Response:
     fmt = request.match_info["fmt"]
     pending = room.pending()
     snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = exports.render(fmt, snapshot.sentences, room.record)
+    text = exports.render(fmt, snapshot.sentences, exports.room_header(room.record))
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
                                  "Cache-Control": "no-store"})

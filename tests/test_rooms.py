@@ -194,7 +194,7 @@ async def test_store_commits_survive_reopening(tmp_path: Path) -> None:
 def test_export_timing_and_speakers() -> None:
     assert exports.clock_time(999.6, ",") == "00:00:01,000"
     assert exports.clock_time(3_723_004, ".") == "01:02:03.004"
-    room = RoomRecord("r", 0, "", None)
+    room = exports.room_header(RoomRecord("r", 0, "", None))
     assert exports.render("vtt", [], room) == "WEBVTT\n"
     sentences = [SentenceRecord(0, "a", "Hi -->\nthere <b>", 59_999.7, 60_000, 1),  # type: ignore[arg-type]
                  SentenceRecord(1, "a", "Bye.", 61_000, 62_500, None)]

@@ -82,6 +82,7 @@ async def test_bad_export_requests_get_a_clear_error(fake_engine: CaptionEngine,
         assert ok == 200  # the same route takes a well-formed body
 
 
+@pytest.mark.slow  # ~10 s: tens of megabytes of JSON each way
 async def test_a_long_transcript_exports_and_an_oversized_one_is_refused(fake_engine: CaptionEngine) -> None:
     """A day of captions (far over the server's default body limit for offers) exports; past the limits, 413."""
     day = [{"id": i, "text": f"Sentence {i} of a long day of meetings.", "start": i * 3000, "end": i * 3000 + 2500,

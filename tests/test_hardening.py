@@ -245,7 +245,7 @@ async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_
             for i in range(320):
                 client.send(f"{{not json {burst} {i}")
             await asyncio.sleep(0.1)
-        await asyncio.sleep(max(0.0, client.track._pcm.size / 16000 - 4.0))
+        await client.until_played()
         await client.stop()
         await client.close()
     errors = [m for m in client.messages if m["type"] == "error"]

@@ -5,7 +5,6 @@ case)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
@@ -45,7 +44,7 @@ async def publish(url: str, room: str) -> CaptionClient:
     """Stream a clip into ``room`` to its end, stop, and return the publisher's client."""
     client = CaptionClient(url, pad(audio(CLIP), 0.3, 2.5))
     await client.connect(offer={"room": room, "token": TOKEN})
-    await asyncio.sleep(client.track._pcm.size / 16000)
+    await client.until_played()
     await client.stop()
     await client.close()
     return client

@@ -64,7 +64,7 @@ async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: Capt
         with pytest.raises(RuntimeError, match=r"503.*busy"):
             await second.connect()
         await second.close()
-        await asyncio.sleep(first.track._pcm.size / 16000)
+        await first.until_played()
         await first.stop()
         await first.close()
         assert first.sentences(), "the admitted session was disturbed by the rejected one"
@@ -79,7 +79,7 @@ async def test_bad_channel_messages_get_errors_and_the_session_goes_on(fake_engi
         client.send(json.dumps({"type": "start", "language": "klingon"}))
         client.send(json.dumps({"type": "start", "language": "en"}))  # a second start
         client.send("x" * (MAX_CLIENT_MESSAGE_BYTES + 10))
-        await asyncio.sleep(client.track._pcm.size / 16000)
+        await client.until_played()
         await client.stop()
         await client.close()
     codes = [m["code"] for m in client.messages if m["type"] == "error"]

@@ -22,7 +22,7 @@ async def test_streamed_wav_becomes_live_captions(engine: CaptionEngine) -> None
     async with running_server(engine) as (url, app):
         client = CaptionClient(url, samples)
         await client.connect()
-        await asyncio.sleep(samples.size / 16000)
+        await client.until_played()
         await client.stop()
         await client.close()
         for _ in range(50):

@@ -58,7 +58,7 @@ async def test_offer_while_the_model_loads_is_503_loading() -> None:
 
 async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, max_sessions=1) as (url, _):
-        first = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 3.0))
+        first = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
         await first.connect()
         second = CaptionClient(url, audio("ls_1988-24833-0000"))
         with pytest.raises(RuntimeError, match=r"503.*busy"):
@@ -72,7 +72,7 @@ async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: Capt
 
 async def test_bad_channel_messages_get_errors_and_the_session_goes_on(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, _):
-        client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 3.0))
+        client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
         await client.connect()
         client.send("{oops")
         client.send(json.dumps({"type": "dance"}))

@@ -1,9 +1,10 @@
 """Reading JSON request bodies: whole, bounded, and with a clear error for anything that is not a JSON object.
 
 A body may arrive in several TCP segments (a browser's 4-6 KB SDP offer across the internet always does), so it
-is read to its end with aiohttp's ``request.read()``, never with one ``content.read(n)`` (that returns whatever
-bytes have arrived so far). The application's ``client_max_size`` bounds every body; ``limit`` narrows it per
-route.
+is read to its end, chunk by chunk, never with one ``content.read(n)`` (that returns whatever bytes have arrived
+so far). Each route sets its own ``limit``, enforced while reading: a body is refused as soon as it passes the
+limit, whatever its declared length, and the limit may exceed the application's ``client_max_size`` (which bounds
+``request.read()`` elsewhere).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ async def read_json_object(request: web.Request, limit: int, *, empty_ok: bool =
     """
     if request.content_length is not None and request.content_length > limit:
         raise BodyError(413, f"body over {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise BodyError(413, f"body over {limit} bytes") from exc
-    if len(raw) > limit:
-        raise BodyError(413, f"body over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BodyError(413, f"body over {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if empty_ok and not raw.strip():
         return {}
     try:

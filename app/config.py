@@ -7,8 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.config import ENDPOINT_PRESETS, TranscriberConfig
-from engine.windows import WINDOW_MODES
+from engine import ENDPOINT_PRESETS, WINDOW_MODES, TranscriberConfig
 
 
 def default_db() -> Path:
@@ -39,7 +38,7 @@ class ServerConfig:
     model: str | None = None
     language: str | None = "en"
     preset: str = "balanced"
-    window: str = "fit"  # encoder window: "fit" (per request, engine.windows) or "stock" (always 30 s)
+    window: str = "fit"  # encoder window: "fit" (per request, engine.asr.windows) or "stock" (always 30 s)
     cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
     device: str = "auto"
     speakers: bool = True

@@ -1,12 +1,15 @@
-"""A room's transcript as TXT, SRT, WebVTT or JSON: the same text the page's download buttons produce
-(``static/js/formats.js``), from the stored sentences. Times are milliseconds on the room's timeline."""
+"""Transcripts as TXT, SRT, WebVTT or JSON: the one formatter of the project. A room's transcript files
+(``GET /rooms/{id}/transcript.{fmt}``) and the caption page's download buttons (``POST /exports/transcript.{fmt}``
+with the sentences the page shows) both come from here. Times are milliseconds (the room's timeline for a room,
+the session's for the page)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from .store import RoomRecord, SentenceRecord
 
@@ -65,12 +68,18 @@ def to_vtt(sentences: Sequence[SentenceRecord]) -> str:
     return "\n".join(cues)
 
 
-def to_json(sentences: Sequence[SentenceRecord], room: RoomRecord) -> str:
+def room_header(room: RoomRecord) -> dict[str, Any]:
+    """The JSON export's leading fields for a room's transcript."""
+    return {"room": room.id, "title": room.title,
+            "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat()}
+
+
+def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any]) -> str:
+    """``header`` fields first (``room_header``, or the page's model and language), then ``exported_at`` and the
+    sentences."""
     document = {
-        "room": room.id,
-        "title": room.title,
-        "room_created": datetime.fromtimestamp(room.created_ms / 1000, timezone.utc).isoformat(),
-        "exported_at": datetime.now(timezone.utc).isoformat(),
+        **header,
+        "exported_at": datetime.now(UTC).isoformat(),
         "sentences": [{"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
                        "speaker": None if s.spk is None else speaker_name(s.spk), "text": s.text}
                       for s in sentences],
@@ -78,11 +87,11 @@ def to_json(sentences: Sequence[SentenceRecord], room: RoomRecord) -> str:
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
-def render(fmt: str, sentences: Sequence[SentenceRecord], room: RoomRecord) -> str:
-    """Raises ``KeyError`` for a format not in ``MIME``."""
+def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any]) -> str:
+    """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json`` (other formats ignore it)."""
     renderers: dict[str, Callable[[], str]] = {
         "txt": lambda: to_txt(sentences), "srt": lambda: to_srt(sentences), "vtt": lambda: to_vtt(sentences),
-        "json": lambda: to_json(sentences, room)}
+        "json": lambda: to_json(sentences, header)}
     return renderers[fmt]()
 
 

@@ -57,7 +57,7 @@ def _ranged_candidates(low: int, high: int) -> Callable[..., Awaitable[list[Cand
     """Host candidates bound within [low, high]; server-reflexive/relayed gathering is left to aioice."""
 
     async def gather(self: aioice.ice.Connection, component: int, addresses: list[str],
-                     timeout: int = 5) -> list[Candidate]:
+                     timeout: int = 5) -> list[Candidate]:  # noqa: ASYNC109 (aioice's own signature)
         loop = asyncio.get_running_loop()
         candidates: list[Candidate] = []
         for address in addresses:

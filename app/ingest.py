@@ -25,7 +25,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE
+from engine import CHUNK_SAMPLES, SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import asyncio
 import jinja2
 from aiohttp import web
 
-from engine.hub import CaptionEngine
+from engine import CaptionEngine
 
 from .admission import Admission
 from .config import ServerConfig

@@ -12,18 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from engine import protocol
-from engine.config import SessionOptions
-from engine.errors import IllegalTransition
-from engine.hub import CaptionEngine
-from engine.logs import SessionLog
-from engine.session import Session, SessionState
+from engine import CaptionEngine, IllegalTransition, Session, SessionLog, SessionOptions, SessionState, protocol
 
 from .admission import Slot
 from .config import ServerConfig
@@ -40,7 +35,7 @@ _BAD_REPLY_PER_S = 1.0  # ...then this many per second; the rest are counted and
 _BAD_SUMMARY_AFTER_S = 2.0
 
 
-class PeerState(str, Enum):
+class PeerState(StrEnum):
     NEW = "new"
     LIVE = "live"
     STOPPING = "stopping"
@@ -85,7 +80,7 @@ class PeerSession:
         self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
-        self._spawn(self._send_loop(), "send")
+        self._sender = self._spawn(self._send_loop(), "send")
 
     def join(self, room: Room) -> None:
         """Publish into ``room`` from now on. Call before the client can send ``start`` (i.e. right after
@@ -100,7 +95,7 @@ class PeerSession:
         text = ("captions are saved again; nothing was lost" if saving else
                 "captions are not being saved (the server's transcript store fails: "
                 f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers")
-        self.session.mailbox.post(protocol.storage(saving, text))
+        self.session.post_storage(saving, text)
 
     async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
         """Apply the client's offer and return the answer (non-trickle: candidates included).
@@ -223,7 +218,7 @@ class PeerSession:
             self._bad_ignored = 0
 
     def _send_error(self, code: protocol.ErrorCode, message: str) -> None:
-        self.session.mailbox.post(protocol.error(code, message))
+        self.session.post_error(code, message)
 
     def request_stop(self) -> None:
         """Finish the session (last sentence, final message), then close. Safe to call any number of times."""
@@ -236,9 +231,7 @@ class PeerSession:
             if self.session.state is SessionState.LIVE:
                 await asyncio.wait_for(self.session.stop(), self.config.stop_timeout_s)
             # Let the last messages reach a client that is still there.
-            sender = next((t for t in self._tasks if t.get_name().endswith("-send")), None)
-            if sender is not None:
-                await asyncio.wait({sender}, timeout=2.0)
+            await asyncio.wait({self._sender}, timeout=2.0)
         except TimeoutError:
             self._log.warning("stop took over %.0f s; closing anyway", self.config.stop_timeout_s)
         except Exception:
@@ -246,10 +239,11 @@ class PeerSession:
         finally:
             await self.close()
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"{self.id}-{name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def close(self) -> None:
         """Tear everything down. Idempotent."""

@@ -20,6 +20,8 @@ from typing import Any
 import segno
 from aiohttp import web
 
+from engine import protocol
+
 from . import exports
 from .auth import presented_token
 from .bodies import BodyError, read_json_object
@@ -100,7 +102,7 @@ async def viewable_room(request: web.Request, keep: bool = False) -> Room:
 
 async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
-    return web.json_response({**room.status(), "title": room.record.title, "created_ms": room.record.created_ms,
+    return web.json_response({**room.status().wire(), "title": room.record.title, "created_ms": room.record.created_ms,
                               "private": room.private})
 
 
@@ -110,7 +112,7 @@ async def room_transcript(request: web.Request) -> web.Response:
     fmt = request.match_info["fmt"]
     pending = room.pending()
     snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = exports.render(fmt, snapshot.sentences, room.record)
+    text = exports.render(fmt, snapshot.sentences, exports.room_header(room.record))
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
                                  "Cache-Control": "no-store"})
@@ -192,8 +194,8 @@ async def _catch_up(response: web.StreamResponse, room: Room, after: int | None)
             await _send(response, message, seq)
         return events[-1][0] if events else after
     snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
-    await _send(response, {"type": "caption", "seq": snapshot.seq, "sentences": [s.wire() for s in snapshot.sentences],
-                           "partial": "", "is_final": False}, snapshot.seq)
+    await _send(response, protocol.Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),
+                snapshot.seq)
     return snapshot.seq
 
 
@@ -214,8 +216,8 @@ async def _follow(response: web.StreamResponse, viewer: Viewer, last: int) -> No
         await _send(response, message, seq if durable else None)
 
 
-async def _send(response: web.StreamResponse, message: dict[str, Any], event_id: int | None) -> None:
-    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+async def _send(response: web.StreamResponse, message: protocol.ServerMessage, event_id: int | None) -> None:
+    data = protocol.dumps(message)
     head = f"id: {event_id}\n" if event_id is not None else ""
     await response.write(f"{head}data: {data}\n\n".encode())
 

@@ -24,10 +24,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
-from engine.logs import SessionLog
+from engine import SessionLog
+from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers
 
 from .store import RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
@@ -54,7 +55,7 @@ def token_matches(given: str | None, expected: str | None) -> bool:
     return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
-class ViewerState(str, Enum):
+class ViewerState(StrEnum):
     OPEN = "open"
     ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 
@@ -78,14 +79,13 @@ class Viewer:
     def __init__(self, on_overflow: Callable[[], None] | None = None) -> None:
         self.state = ViewerState.OPEN
         self.on_overflow = on_overflow
-        self._items: deque[tuple[int, dict[str, Any], bool]] = deque()
+        self._items: deque[tuple[int, ServerMessage, bool]] = deque()
         self._wake = asyncio.Event()
 
-    def put(self, seq: int, message: dict[str, Any], durable: bool) -> None:
+    def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
         if self.state is ViewerState.ENDED:
             return
-        if not durable and self._items and not self._items[-1][2] and \
-                self._items[-1][1].get("type") == message.get("type"):
+        if not durable and self._items and not self._items[-1][2] and type(self._items[-1][1]) is type(message):
             self._items[-1] = (seq, message, durable)  # the newer partial or status replaces the unsent one
         elif len(self._items) >= _VIEWER_QUEUE_MAX:
             self.end()  # too far behind: the client resumes from the store on reconnect
@@ -101,7 +101,7 @@ class Viewer:
         self._items.clear()
         self._wake.set()
 
-    async def get(self, timeout_s: float) -> tuple[int, dict[str, Any], bool] | None:
+    async def get(self, timeout_s: float) -> tuple[int, ServerMessage, bool] | None:
         """The next item; raises ``TimeoutError`` after ``timeout_s`` with nothing to send (time for a heartbeat)."""
         while not self._items:
             if self.state is ViewerState.ENDED:
@@ -118,8 +118,7 @@ class _Event:
     """A durable event the store could not take yet (kept in order until it can)."""
 
     seq: int
-    kind: str
-    body: dict[str, Any]
+    body: Caption | Speakers
     records: list[SentenceRecord] = field(default_factory=list)
     relabel: dict[int, int] = field(default_factory=dict)
 
@@ -200,25 +199,22 @@ class Room:
         """The open text of every live publisher, in the order they joined."""
         return " ".join(p.partial for p in self.publishers.values() if p.partial)
 
-    def status(self) -> dict[str, Any]:
-        return {"type": "room", "seq": self.seq, "room": self.id, "live": bool(self.publishers),
-                "publishers": len(self.publishers), "viewers": len(self.viewers), "saving": self.saving}
+    def status(self) -> RoomStatus:
+        return RoomStatus(self.id, bool(self.publishers), len(self.publishers), len(self.viewers), self.saving,
+                          seq=self.seq)
 
-    def partial_message(self) -> dict[str, Any]:
-        return {"type": "caption", "seq": self.seq, "sentences": [], "partial": self.partial(), "is_final": False}
+    def partial_message(self, latency_ms: int | None = None) -> Caption:
+        return Caption([], self.partial(), latency_ms=latency_ms, seq=self.seq)
 
-    def _broadcast(self, message: dict[str, Any], durable: bool) -> None:
+    def _broadcast(self, message: ServerMessage, durable: bool) -> None:
         for viewer in list(self.viewers):
             viewer.put(self.seq, message, durable)
 
     def _broadcast_status(self) -> None:
         self._broadcast(self.status(), durable=False)
 
-    def broadcast_partial(self, latency_ms: Any = None) -> None:
-        message = self.partial_message()
-        if latency_ms is not None:
-            message["latency_ms"] = latency_ms
-        self._broadcast(message, durable=False)
+    def broadcast_partial(self, latency_ms: int | None = None) -> None:
+        self._broadcast(self.partial_message(latency_ms), durable=False)
 
     # ---- what the store does not have yet (read paths add it to what they read) -----------------------------------
     # Take ``pending()`` *before* reading the store: an event written while the read runs is then in one or the other.
@@ -226,8 +222,8 @@ class Room:
         return list(self.unsaved)
 
     @staticmethod
-    def events_with(events: list[tuple[int, dict[str, Any]]], pending: list[_Event],
-                    after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+    def events_with(events: list[tuple[int, ServerMessage]], pending: list[_Event],
+                    after_seq: int) -> list[tuple[int, ServerMessage]]:
         """Stored ``events`` (seq > ``after_seq``) followed by the pending ones the store did not have."""
         stored = events[-1][0] if events else after_seq
         return events + [(e.seq, e.body) for e in pending if e.seq > stored]
@@ -249,22 +245,19 @@ class Room:
 
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None]],
-                               latency_ms: Any = None) -> list[SentenceRecord]:
+                               latency_ms: int | None = None) -> list[SentenceRecord]:
         """Give each new sentence ``(session, text, start_ms, end_ms, spk)`` a room id, commit, then broadcast.
         Returns the records (with their room ids)."""
         async with self._lock:
             first = self._next_sentence
             records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
             seq = self.seq + 1
-            body = {"type": "caption", "seq": seq, "sentences": [r.wire() for r in records], "partial": "",
-                    "is_final": False}
-            await self._save(_Event(seq, "caption", body, records))
+            body = Caption([r.sentence() for r in records], "", seq=seq)
+            await self._save(_Event(seq, body, records))
             self._next_sentence = first + len(records)
             self.seq = seq
-            live = dict(body, partial=self.partial())
-            if latency_ms is not None:
-                live["latency_ms"] = latency_ms
-            self._broadcast(live, durable=True)
+            # Viewers get the stored event with the room's live partial text (never stored) and the latency.
+            self._broadcast(dataclasses.replace(body, partial=self.partial(), latency_ms=latency_ms), durable=True)
             return records
 
     async def commit_relabel(self, relabel: dict[int, int]) -> None:
@@ -273,8 +266,8 @@ class Room:
             return
         async with self._lock:
             seq = self.seq + 1
-            body = {"type": "speakers", "seq": seq, "relabel": {str(k): v for k, v in sorted(relabel.items())}}
-            await self._save(_Event(seq, "speakers", body, relabel=dict(relabel)))
+            body = Speakers(dict(relabel), seq=seq)
+            await self._save(_Event(seq, body, relabel=dict(relabel)))
             self.seq = seq
             self._broadcast(body, durable=True)
 
@@ -306,7 +299,7 @@ class Room:
                     self.record_saved = True
                     continue
                 e = self.unsaved[0]
-                await self.store.append(self.id, e.seq, e.kind, e.body, e.records, e.relabel)
+                await self.store.append(self.id, e.body, e.records, e.relabel)
             except StoreError as exc:
                 stopped = not self.store_error
                 self.store_error = str(exc)
@@ -364,24 +357,20 @@ class RoomPublisher:
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._log = SessionLog(log, session_id)
 
-    async def publish(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        if kind == "caption":
-            self.partial = "" if message.get("is_final") else str(message.get("partial") or "")
-            latency = message.get("latency_ms")
-            new = [s for s in message.get("sentences") or [] if s.get("id") not in self._ids]
+    async def publish(self, message: ServerMessage) -> None:
+        if isinstance(message, Caption):
+            self.partial = "" if message.is_final else message.partial
+            new = [s for s in message.sentences if s.id not in self._ids]
             if not new:
-                self.room.broadcast_partial(latency)
+                self.room.broadcast_partial(message.latency_ms)
                 return
             records = await self.room.commit_sentences(
-                [(self.session_id, str(s["text"]), int(s["start"]) + self.offset_ms,
-                  int(s["end"]) + self.offset_ms, s.get("spk")) for s in new], latency)
+                [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk) for s in new],
+                message.latency_ms)
             for s, r in zip(new, records, strict=True):
-                self._ids[s["id"]] = r.id
-        elif kind == "speakers":
-            relabel = {self._ids[int(k)]: v for k, v in (message.get("relabel") or {}).items()
-                       if int(k) in self._ids}
-            await self.room.commit_relabel(relabel)
+                self._ids[s.id] = r.id
+        elif isinstance(message, Speakers):
+            await self.room.commit_relabel({self._ids[k]: v for k, v in message.relabel.items() if k in self._ids})
 
     def leave(self) -> None:
         self.room.leave(self.session_id)

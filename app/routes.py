@@ -7,9 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engine.errors import EngineError, EngineNotReady
-from engine.hub import EngineState
-from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
+from engine import LANGUAGE_CODES, MAX_HOTWORDS, EngineError, EngineNotReady, EngineState, ErrorCode
 
 from .auth import presented_token
 from .bodies import BodyError, read_json_object

@@ -13,10 +13,9 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
-from engine.hub import CaptionEngine
+from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, ice, room_routes, routes
+from . import access_log, export_routes, ice, room_routes, routes
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
 from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, PEERS, ROOMS, STORE, TEMPLATES
@@ -56,6 +55,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app.router.add_get("/ready", routes.ready)
     app.router.add_post("/offer", routes.offer)
     room_routes.add_routes(app)
+    export_routes.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:

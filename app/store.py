@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine import protocol
+
 SCHEMA_VERSION = 2
 MEMORY = ":memory:"
 
@@ -95,10 +97,9 @@ class SentenceRecord:
     end_ms: int
     spk: int | None
 
-    def wire(self) -> dict[str, Any]:
+    def sentence(self) -> protocol.Sentence:
         """As it appears in a viewer's ``caption.sentences``."""
-        return {"id": self.id, "text": self.text, "start": self.start_ms, "end": self.end_ms, "spk": self.spk,
-                "session": self.session}
+        return protocol.Sentence(self.id, self.text, self.start_ms, self.end_ms, self.spk, self.session)
 
 
 @dataclass(frozen=True)
@@ -144,12 +145,14 @@ class TranscriptStore:
         """``(last event seq, next sentence id)`` of a room: where its numbering continues after a restart."""
         return await self._run(self._counters, room_id)
 
-    async def append(self, room_id: str, seq: int, kind: str, body: dict[str, Any],
+    async def append(self, room_id: str, event: protocol.Caption | protocol.Speakers,
                      sentences: Sequence[SentenceRecord] = (), relabel: dict[int, int] | None = None) -> None:
-        """Commit one room event atomically: the event row, its new sentences and any speaker relabels."""
-        await self._run(self._append, room_id, seq, kind, body, list(sentences), dict(relabel or {}))
+        """Commit one room event (its ``seq`` is the event's) atomically: the event as viewers get it, its new
+        sentences and any speaker relabels."""
+        body = event.wire()
+        await self._run(self._append, room_id, event.seq, body["type"], body, list(sentences), dict(relabel or {}))
 
-    async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+    async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         """Events with ``seq > after_seq`` in order, as ``(seq, message)``."""
         return await self._run(self._events_after, room_id, after_seq)
 
@@ -244,10 +247,10 @@ class TranscriptStore:
             db.execute("ROLLBACK")
             raise
 
-    def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, dict[str, Any]]]:
+    def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
                                   (room_id, after_seq)).fetchall()
-        return [(int(seq), json.loads(body)) for seq, body in rows]
+        return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
     def _snapshot(self, room_id: str) -> Snapshot:
         db = self._conn

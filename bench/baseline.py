@@ -26,12 +26,12 @@ import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from engine.asr.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
+from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 from engine.config import PartialConfig
-from engine.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
-from engine.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 
 if TYPE_CHECKING:
-    from engine.hub import CaptionEngine
+    from engine.stream.engine import CaptionEngine
 
 PARTIAL_INTERVAL_S = 0.48
 # engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for

@@ -20,8 +20,8 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.audio import SAMPLE_RATE, load_wav
-from engine.vad import WINDOW, BatchedVad
+from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.vad import WINDOW, BatchedVad
 
 SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CACHE_DIR = Path(tempfile.gettempdir()) / "live-captions-bench"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.windows import WindowPolicy, encoder_positions
+from engine.asr.windows import WindowPolicy, encoder_positions
 
 
 def encoder_flops(t: int, d: int, layers: int, mels: int) -> float:

@@ -35,11 +35,12 @@ import psutil
 
 from bench.churn import partial_churn
 from bench.metrics import print_markdown_table
-from engine.audio import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
+from engine.asr.windows import WINDOW_MODES, WindowStats
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.windows import WINDOW_MODES, WindowStats
+from engine.protocol import Caption
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "wav"
 UTTERANCES = ["ls_1988-24833-0001", "ls_2412-153948-0000", "ls_3752-4944-0000", "ls_1995-1837-0001",
@@ -70,16 +71,16 @@ def latencies(result: StreamResult) -> tuple[list[float], list[float]]:
     """(first-partial latency of the session's first sentence, lock latency of each sentence), seconds."""
     first_partial: list[float] = []
     locks: list[float] = []
-    captions = [(m, t) for m, t in zip(result.messages, result.arrivals_s, strict=True) if m["type"] == "caption"]
+    captions = [(m, t) for m, t in zip(result.messages, result.arrivals_s, strict=True) if isinstance(m, Caption)]
     sentences = result.sentences()
     if sentences:
-        onset = fed_time(result, sentences[0]["start"] * SAMPLE_RATE // 1000)
-        shown = [t for m, t in captions if m["partial"] or m["sentences"]]
+        onset = fed_time(result, sentences[0].start * SAMPLE_RATE // 1000)
+        shown = [t for m, t in captions if m.partial or m.sentences]
         if shown:
             first_partial.append(shown[0] - onset)
     for m, t in captions:
-        for s in m["sentences"]:
-            locks.append(t - fed_time(result, s["end"] * SAMPLE_RATE // 1000))
+        for s in m.sentences:
+            locks.append(t - fed_time(result, s.end * SAMPLE_RATE // 1000))
     return first_partial, locks
 
 
@@ -122,14 +123,14 @@ async def run_n(engine: CaptionEngine, n: int, mode: str) -> dict[str, Any]:
     cpu1, _ = tree_cpu_rss(proc)
     first: list[float] = []
     locks: list[float] = []
-    lags = [m["latency_ms"] / 1000 for r in results for m in r.messages if m.get("latency_ms") is not None]
+    lags = [m.latency_ms / 1000 for r in results for m in r.captions() if m.latency_ms is not None]
     for r in results:
         f, lk = latencies(r)
         first += f
         locks += lk
     audio_s = sum(c.size for c in clips) / SAMPLE_RATE
     silence_s = engine.config.endpoint.silence_for(5_000) / 1000
-    churn = [partial_churn(m for m in r.messages if m["type"] == "caption") for r in results]
+    churn = [partial_churn(m.wire() for m in r.captions()) for r in results]  # churn reads the wire form
     return {
         "mode": mode,
         "sessions": n,

@@ -3,7 +3,7 @@
     python -m bench.pipeline [--sessions 1 16 64] [--seconds 60] [--json out.json]
 
 The real server runs as a subprocess (``bench/serve.py --recognizer fake --no-speakers``) with the recognizer
-replaced by the named ``FakeTranscriber`` (engine/fake.py: answers after 50 ms without computing anything), so
+replaced by the named ``FakeTranscriber`` (engine/asr/fake.py: answers after 50 ms without computing anything), so
 what its process tree spends is the rest of the path: WebRTC receive (ICE, DTLS/SRTP, RTP), Opus decode, resample
 to 16 kHz, the batched Silero VAD, endpointing, partial/final scheduling, the mailbox and the data-channel send.
 Speaker embeddings are a model and are off.

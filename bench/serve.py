@@ -39,11 +39,11 @@ from app.config import IceConfig, ServerConfig
 from app.keys import PEERS
 from app.server import create_app, engine_config
 from bench.baseline import SerializedTranscriber, apply_mode
+from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import Priority, Transcriber
+from engine.asr.windows import WindowPolicy
 from engine.config import ENDPOINT_PRESETS
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
-from engine.transcriber import Priority, Transcriber
-from engine.windows import WindowPolicy
+from engine.stream.engine import CaptionEngine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,8 +70,8 @@ async def serve(args: argparse.Namespace) -> None:
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")
     else:
+        from engine.asr.vllm_backend import VllmTranscriber
         from engine.config import TranscriberConfig
-        from engine.vllm_transcriber import VllmTranscriber
 
         inner = VllmTranscriber(TranscriberConfig(model=args.model))
     transcriber = SerializedTranscriber(inner)

@@ -4,10 +4,10 @@
                              [--similarity-threshold X] [--recluster-distance X] ...
 
 For each clip with reference speaker turns (RTTM) it runs what a live session runs: Silero VAD and the
-endpointer (``engine.segmenter.segment_audio`` when that module exists, else ``engine.vad`` + ``engine.endpoint``
-directly) cut the clip into segments, ``SpeakerEmbedder`` embeds those with enough speech, ``SpeakerTracker``
-labels them in arrival order, and ``recluster`` relabels at the end. Two scores, each after the optimal
-one-to-one mapping of labels onto reference speakers (Hungarian on overlap time), on 10 ms frames, no collar:
+endpointer (``engine.audio.vad`` + ``engine.stream.endpoint``) cut the clip into segments, ``SpeakerEmbedder``
+embeds those with enough speech, ``SpeakerTracker`` labels them in arrival order, and ``recluster`` relabels
+at the end. Two scores, each after the optimal one-to-one mapping of labels onto reference speakers (Hungarian
+on overlap time), on 10 ms frames, no collar:
 
 - speaker error: share of reference speech time covered by a segment whose label is wrong (a frame where any
   of several overlapping reference speakers matches counts as right). Speech the VAD missed is not counted:
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio import SAMPLE_RATE, load_wav
-from engine.speaker_embed import SpeakerEmbedder
-from engine.speakers import SpeakerConfig, SpeakerTracker
+from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CLIPS: tuple[str, ...] = (
@@ -107,17 +107,9 @@ def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     """Cut 16 kHz audio into segments the way a live session does (Silero VAD + the endpointer ``preset``)."""
     if preset not in ENDPOINTER_PRESETS:
         raise ValueError(f"unknown endpointer preset {preset!r}")
-    try:
-        from engine.segmenter import segment_audio  # type: ignore[import-not-found]
-    except ImportError:
-        return _segment_with_endpointer(audio, preset)
-    return [Segment(a / SAMPLE_RATE, b / SAMPLE_RATE, a, b) for a, b in segment_audio(audio)]
-
-
-def _segment_with_endpointer(audio: np.ndarray, preset: str) -> list[Segment]:
+    from engine.audio.vad import BatchedVad, VadStream
     from engine.config import ENDPOINT_PRESETS, VadConfig
-    from engine.endpoint import Endpointer, SegmentClosed
-    from engine.vad import BatchedVad, VadStream
+    from engine.stream.endpoint import Endpointer, SegmentClosed
 
     vad = BatchedVad(max_sessions=1)
     slot = vad.acquire()

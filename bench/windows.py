@@ -29,12 +29,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.asr.vllm_backend import VllmTranscriber
+from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 from engine.config import EngineConfig, TranscriberConfig
-from engine.hub import CaptionEngine
-from engine.runner import stream_audio
-from engine.transcriber import DecodeRequest, Priority
-from engine.vllm_transcriber import VllmTranscriber
-from engine.windows import STOCK_WINDOW, WindowPolicy, WindowStats
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import stream_audio
 from tests.speech import audio, manifest, pad
 from tests.wer import word_errors
 

@@ -1,4 +1,44 @@
 """Speech half of live captions: framing, VAD, endpointing, speakers, transcription and session state.
 
 Nothing here imports web code. Drive it from a file (``python -m engine``), a test, a benchmark or the server.
+
+This module is the engine's public API, and the only part of it the transport (``app/``) imports: create one
+``CaptionEngine`` per process from an ``EngineConfig``, ``open_session`` per caller (a ``Session`` handle: feed
+audio, read messages, stop), and speak the wire protocol (``protocol``: message types and their JSON form).
+The subpackages are the data path in order: ``audio`` -> ``stream`` -> ``asr`` / ``speakers``; ``models``
+prepares weights offline.
 """
+
+from engine import protocol
+from engine.asr.windows import WINDOW_MODES
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
+from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
+from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
+from engine.logs import SessionLog
+from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
+from engine.stream.engine import CaptionEngine, EngineState
+from engine.stream.session import Session, SessionState
+
+__all__ = [
+    "CHUNK_SAMPLES",
+    "ENDPOINT_PRESETS",
+    "LANGUAGE_CODES",
+    "MAX_HOTWORDS",
+    "SAMPLE_RATE",
+    "WINDOW_MODES",
+    "BadAudio",
+    "CaptionEngine",
+    "EngineConfig",
+    "EngineError",
+    "EngineNotReady",
+    "EngineState",
+    "ErrorCode",
+    "IllegalTransition",
+    "ModelError",
+    "Session",
+    "SessionLog",
+    "SessionOptions",
+    "SessionState",
+    "TranscriberConfig",
+    "protocol",
+]

@@ -13,12 +13,12 @@ import logging
 import sys
 from dataclasses import replace
 
-from .audio import load_wav
-from .config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
-from .hub import CaptionEngine
-from .protocol import dumps
-from .runner import stream_audio
-from .windows import WINDOW_MODES
+from engine.asr.windows import WINDOW_MODES
+from engine.audio.pcm import load_wav
+from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
+from engine.protocol import dumps
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import stream_audio
 
 
 def build_parser() -> argparse.ArgumentParser:

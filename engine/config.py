@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .windows import MAX_COMPRESSION_RATIO, STOCK_WINDOW, WINDOW_MODES, WindowPolicy
+from engine.asr.windows import MAX_COMPRESSION_RATIO, STOCK_WINDOW, WINDOW_MODES, WindowPolicy
 
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
@@ -90,7 +90,7 @@ class PartialConfig:
 
 @dataclass(frozen=True)
 class GuardConfig:
-    """Hallucination guard thresholds (see ``engine.guard``)."""
+    """Hallucination guard thresholds (see ``engine.asr.guard``)."""
 
     min_avg_logprob: float = -1.0  # Whisper's own fallback threshold
     max_compression_ratio: float = MAX_COMPRESSION_RATIO  # repeated text compresses too well
@@ -106,8 +106,8 @@ class TranscriberConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
-    max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.windows.max_tokens_for)
-    window: str = "fit"  # "fit": encoder window per request (engine.windows); "stock": always Whisper's 30 s
+    max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.asr.windows.max_tokens_for)
+    window: str = "fit"  # "fit": encoder window per request (engine.asr.windows); "stock": always Whisper's 30 s
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
     # OpenMP threads of the CPU engine, bound to cores 0..n-1; 0 = vLLM's own binding (every core but one, which it

@@ -20,13 +20,21 @@ increasing ``seq``):
 
 Client -> server: ``{"type":"start","language":"en"|null,"hotwords":[...]}`` (optional; defaults apply if audio
 simply flows) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
+
+Room viewers (server-sent events) get the same ``caption`` and ``speakers`` messages with room-wide sentence ids
+(each sentence names its ``session``) and ``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,
+"saving":B}`` status messages.
+
+Every server message is one class below (``ServerMessage``): the engine posts them, the transport and the room
+stream send ``wire()``, clients and tests read JSON back with ``parse_server_message``. docs/protocol.md is the
+reference for clients.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 MAX_CLIENT_MESSAGE_BYTES = 4096
@@ -39,7 +47,7 @@ LANGUAGE_CODES = frozenset(
 )
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Machine-readable error codes on the wire (HTTP error bodies use the same codes)."""
 
     BAD_MESSAGE = "bad_message"  # not JSON, not an object, unknown type, bad field
@@ -102,31 +110,151 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()))
 
 
-def sentence(sentence_id: int, text: str, start_ms: int, end_ms: int, spk: int | None) -> dict[str, Any]:
-    """One locked sentence as it appears in ``caption.sentences``."""
-    return {"id": sentence_id, "text": text, "start": start_ms, "end": end_ms, "spk": spk}
+@dataclass(frozen=True)
+class Sentence:
+    """One locked sentence: ``start``/``end`` in ms of session audio (room timeline in a room), ``spk`` its speaker
+    label (None when labels are off), ``session`` the publishing session (room messages only)."""
+
+    id: int
+    text: str
+    start: int
+    end: int
+    spk: int | None
+    session: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "text": self.text, "start": self.start, "end": self.end, "spk": self.spk}
+        if self.session is not None:
+            out["session"] = self.session
+        return out
 
 
-def ready(session: str, model: str, language: str | None) -> dict[str, Any]:
-    return {"type": "ready", "session": session, "model": model, "language": language}
+@dataclass(frozen=True)
+class Ready:
+    session: str
+    model: str
+    language: str | None
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "ready", "seq": self.seq, "session": self.session, "model": self.model,
+                "language": self.language}
 
 
-def speakers(relabel: dict[int, int]) -> dict[str, Any]:
-    return {"type": "speakers", "relabel": {str(k): v for k, v in sorted(relabel.items())}}
+@dataclass
+class Caption:
+    """Newly locked ``sentences`` (each sent once) and the whole current ``partial`` text. Mutable: a waiting
+    caption absorbs the next one (``engine.stream.mailbox``)."""
+
+    sentences: list[Sentence]
+    partial: str
+    is_final: bool = False
+    latency_ms: int | None = None
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "caption", "seq": self.seq, "sentences": [s.wire() for s in self.sentences],
+                               "partial": self.partial, "is_final": self.is_final}
+        if self.latency_ms is not None:
+            out["latency_ms"] = self.latency_ms
+        return out
 
 
-def stopped() -> dict[str, Any]:
-    return {"type": "stopped"}
+@dataclass(frozen=True)
+class Speakers:
+    """Corrected labels: sentence id -> speaker label."""
+
+    relabel: dict[int, int]
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "speakers", "seq": self.seq, "relabel": {str(k): v for k, v in sorted(self.relabel.items())}}
 
 
-def error(code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"type": "error", "code": code.value, "message": message}
+@dataclass(frozen=True)
+class Stopped:
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "stopped", "seq": self.seq}
 
 
-def storage(saving: bool, message: str) -> dict[str, Any]:
-    return {"type": "storage", "saving": saving, "message": message}
+@dataclass(frozen=True)
+class Error:
+    code: ErrorCode
+    message: str
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "error", "seq": self.seq, "code": self.code.value, "message": self.message}
 
 
-def dumps(message: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Storage:
+    """Whether the session's captions are being saved (a full disk: they are not, until it recovers)."""
+
+    saving: bool
+    message: str
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "storage", "seq": self.seq, "saving": self.saving, "message": self.message}
+
+
+@dataclass(frozen=True)
+class RoomStatus:
+    """A room's state for its viewers (never stored; ``seq`` repeats the room's newest event)."""
+
+    room: str
+    live: bool
+    publishers: int
+    viewers: int
+    saving: bool
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "room", "seq": self.seq, "room": self.room, "live": self.live, "publishers": self.publishers,
+                "viewers": self.viewers, "saving": self.saving}
+
+
+ServerMessage = Ready | Caption | Speakers | Stopped | Error | Storage | RoomStatus
+
+
+def parse_server_message(data: dict[str, Any]) -> ServerMessage:
+    """A server message from its JSON form (``wire()``). Raises ``ValueError`` (``KeyError``/``TypeError`` as
+    ``ValueError``) for anything that is not one."""
+    try:
+        kind, seq = data["type"], int(data["seq"])
+        if kind == "caption":
+            return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
+                           _int_or_none(data.get("latency_ms")), seq)
+        if kind == "ready":
+            return Ready(str(data["session"]), str(data["model"]), data["language"], seq)
+        if kind == "speakers":
+            return Speakers({int(k): int(v) for k, v in data["relabel"].items()}, seq)
+        if kind == "stopped":
+            return Stopped(seq)
+        if kind == "error":
+            return Error(ErrorCode(data["code"]), str(data["message"]), seq)
+        if kind == "storage":
+            return Storage(bool(data["saving"]), str(data["message"]), seq)
+        if kind == "room":
+            return RoomStatus(str(data["room"]), bool(data["live"]), int(data["publishers"]), int(data["viewers"]),
+                              bool(data["saving"]), seq)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed {data.get('type')!r} message: {exc!r}") from None
+    raise ValueError(f"unknown message type {kind!r}")
+
+
+def _sentence(s: dict[str, Any]) -> Sentence:
+    return Sentence(int(s["id"]), str(s["text"]), int(s["start"]), int(s["end"]), _int_or_none(s["spk"]),
+                    s.get("session"))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def dumps(message: ServerMessage) -> str:
     """Serialise a message compactly (no NaN: the browser's JSON.parse would reject it)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(message.wire(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)

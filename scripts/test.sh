@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 .venv/bin/ruff check .
+.venv/bin/lint-imports --no-cache  # layer contracts: pyproject.toml [tool.importlinter]
 .venv/bin/mypy engine app
 .venv/bin/mypy --explicit-package-bases bench
 exec .venv/bin/python -m pytest "$@"

@@ -19,7 +19,8 @@
  *   .stop()                send `stop`, wait for the final caption and `stopped`; resolves once idle
  *   .messages              every server message received, in order, as decoded JSON
  *   .receive(message)      handle a server message as if it came from the data channel (object or JSON text)
- *   .exportAs(format)      the transcript as "txt" | "srt" | "vtt" | "json" text, as the download buttons save it
+ *   .exportAs(format)      Promise of the transcript as "txt" | "srt" | "vtt" | "json" text, as the download
+ *                          buttons save it (rendered by the server)
  *   .session, .model, .language, .latencyMs   from the latest `ready` / `caption` messages
  *   events (CustomEvent, read event.detail):
  *     "state"     {state, previous, detail}
@@ -36,7 +37,6 @@
 
 import { CaptionController, State } from "./js/controller.js";
 import { Follow } from "./js/follow.js";
-import { FORMATS } from "./js/formats.js";
 import { TranscriptView } from "./js/view.js";
 
 const BADGE_TEXT = {
@@ -173,9 +173,14 @@ function showLatency() {
   if (visible) ui.latencyValue.textContent = `${(ms / 1000).toFixed(1)} s`;
 }
 
-function download(format) {
-  const text = controller.exportAs(format);
-  const blob = new Blob([text], { type: `${FORMATS[format].mime};charset=utf-8` });
+async function download(format) {
+  let blob;
+  try {
+    blob = await controller.exportFile(format);
+  } catch (err) {
+    showNotice(`Could not prepare the download: ${err.message}. The captions are still on this page.`, "error");
+    return;
+  }
   const url = URL.createObjectURL(blob);
   const link = Object.assign(document.createElement("a"), { href: url, download: fileName(format) });
   document.body.append(link);

@@ -28,7 +28,7 @@ def playwright_disabled_features() -> list[str]:
 
 
 def chromium_args(fake_mic: Path) -> list[str]:
-    """NOTES-machine flags: headless, no background networking, host resolution off except loopback, fake
+    """Chromium as the tests need it: headless, no background networking, host resolution off except loopback, fake
     microphone playing ``fake_mic`` once, loopback ICE candidates allowed, no mDNS-hidden local addresses."""
     features = [*playwright_disabled_features(), "WebRtcHideLocalIpsWithMdns"]
     return [

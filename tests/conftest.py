@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 
 
 @pytest.fixture(scope="session")

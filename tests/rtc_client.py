@@ -32,6 +32,7 @@ class ArrayAudioTrack(MediaStreamTrack):
         self._pos = 0
         self._start: float | None = None
         self.played_s = 0.0
+        self.played = asyncio.Event()  # set once the whole clip has been sent (silence follows)
 
     async def recv(self) -> av.AudioFrame:
         if self._start is None:
@@ -49,6 +50,8 @@ class ArrayAudioTrack(MediaStreamTrack):
         frame.time_base = fractions.Fraction(1, RATE)
         self._pos += FRAME
         self.played_s = self._pos / RATE
+        if self._pos >= self._pcm.size:
+            self.played.set()
         return frame
 
 
@@ -76,6 +79,10 @@ class CaptionClient:
         self.arrivals.append(time.monotonic() - self.t0)
         if msg["type"] == "stopped":
             self.stopped.set()
+
+    async def until_played(self, timeout_s: float = 120.0) -> None:
+        """Return once the microphone has sent the whole clip (it is paced at real time)."""
+        await asyncio.wait_for(self.track.played.wait(), timeout_s)
 
     async def connect(self, start: dict[str, Any] | None = None, offer: dict[str, Any] | None = None) -> None:
         """``offer``: extra fields for the ``POST /offer`` body, e.g. ``{"room": ..., "token": ...}``."""

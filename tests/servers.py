@@ -10,7 +10,7 @@ from aiohttp import web
 
 from app.config import IceConfig, ServerConfig
 from app.server import create_app
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 
 LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True))
 

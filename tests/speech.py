@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.audio import load_wav
+from engine.audio.pcm import load_wav
 
 SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from app.keys import PEERS
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
 from tests.speech import audio, pad, reference

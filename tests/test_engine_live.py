@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from engine.__main__ import build_parser, run
-from engine.guard import SILENCE_PHRASES, compression_ratio, normalise
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.transcriber import DecodeRequest, Priority
+from engine.asr.guard import SILENCE_PHRASES, compression_ratio, normalise
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.protocol import Caption, Ready, Speakers, Stopped
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 from tests.speech import audio, manifest, pad, reference, wav_path
 from tests.wer import word_errors
 
@@ -26,13 +27,13 @@ CLEAN_READ = sorted(c for c, e in manifest().items()
 
 def check_protocol(result: StreamResult) -> None:
     """What every stream must satisfy: seq increases by one, each sentence is sent once, the end is final+stopped."""
-    seqs = [m["seq"] for m in result.messages]
+    seqs = [m.seq for m in result.messages]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert result.messages[0]["type"] == "ready"
-    ids = [s["id"] for m in result.messages if m["type"] == "caption" for s in m["sentences"]]
+    assert isinstance(result.messages[0], Ready)
+    ids = [s.id for m in result.messages if isinstance(m, Caption) for s in m.sentences]
     assert ids == sorted(set(ids)), "a locked sentence was sent twice or out of order"
-    tail = [m["type"] for m in result.messages if m["type"] != "speakers"][-2:]
-    assert tail == ["caption", "stopped"] and [m for m in result.messages if m["type"] == "caption"][-1]["is_final"]
+    tail = [m for m in result.messages if not isinstance(m, Speakers)][-2:]
+    assert isinstance(tail[0], Caption) and tail[0].is_final and isinstance(tail[1], Stopped), tail
 
 
 async def test_locked_text_is_as_accurate_as_offline_decoding(engine: CaptionEngine) -> None:
@@ -73,7 +74,7 @@ async def test_noise_and_silence_never_become_captions(engine: CaptionEngine, ki
     result = await stream_audio(engine, NOISES[kind](), realtime=False)
     check_protocol(result)
     assert result.sentences() == []
-    assert all(m["partial"] == "" for m in result.messages if m["type"] == "caption")
+    assert all(m.partial == "" for m in result.messages if isinstance(m, Caption))
 
 
 async def test_street_recording_gives_no_stock_phrases_or_loops(engine: CaptionEngine) -> None:
@@ -82,8 +83,8 @@ async def test_street_recording_gives_no_stock_phrases_or_loops(engine: CaptionE
     result = await stream_audio(engine, audio("dns_street_mobile_A1CIM28ZUCA8RX"), realtime=False)
     check_protocol(result)
     for s in result.sentences():
-        assert normalise(s["text"]) not in SILENCE_PHRASES
-        assert compression_ratio(s["text"]) < 2.4
+        assert normalise(s.text) not in SILENCE_PHRASES
+        assert compression_ratio(s.text) < 2.4
 
 
 async def test_live_stream_partials_come_first_and_locked_sentences_never_change(engine: CaptionEngine) -> None:
@@ -94,19 +95,19 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
     check_protocol(result)
     sentences = result.sentences()
     assert len(sentences) == 2
-    first_lock = next(i for i, m in enumerate(result.messages) if m["type"] == "caption" and m["sentences"])
-    partials_before = [m["partial"] for m in result.messages[:first_lock] if m["type"] == "caption" and m["partial"]]
+    first_lock = next(i for i, m in enumerate(result.messages) if isinstance(m, Caption) and m.sentences)
+    partials_before = [m.partial for m in result.messages[:first_lock] if isinstance(m, Caption) and m.partial]
     assert partials_before, "no partial text was shown before the first sentence locked"
     # The partial shown was on its way to the locked text: most of its words appear in it.
     last_words = set(partials_before[-1].lower().split())
-    assert len(last_words & set(sentences[0]["text"].lower().split())) >= 0.5 * len(last_words)
+    assert len(last_words & set(sentences[0].text.lower().split())) >= 0.5 * len(last_words)
     for s, clip in zip(sentences, (first, second), strict=True):
-        errors, n = word_errors(reference(clip), s["text"])
+        errors, n = word_errors(reference(clip), s.text)
         assert errors / n < 0.2
-        assert s["spk"] is not None
+        assert s.spk is not None
     # Times are session milliseconds around the real speech.
-    assert 300 <= sentences[0]["start"] <= 1200 and sentences[0]["end"] <= 12_600
-    assert sentences[1]["start"] >= 14_000
+    assert 300 <= sentences[0].start <= 1200 and sentences[0].end <= 12_600
+    assert sentences[1].start >= 14_000
 
 
 async def test_the_event_loop_never_stalls_while_four_sessions_stream(engine: CaptionEngine) -> None:

@@ -17,7 +17,7 @@ from aiortc.rtcrtpreceiver import RemoteStreamTrack
 
 from app.ingest import IngestStats, pump_track, queued_frames
 from app.keys import PEERS
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import ArrayAudioTrack, CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad

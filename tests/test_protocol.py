@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from engine import protocol
+from engine.asr.guard import reject_reason
+from engine.asr.transcriber import Transcript
 from engine.config import GuardConfig
-from engine.guard import reject_reason
-from engine.mailbox import Mailbox
 from engine.protocol import ErrorCode, ProtocolError, StartMessage, StopMessage, parse_client_message
-from engine.transcriber import Transcript
+from engine.stream.mailbox import Mailbox
 
 
 def test_start_and_stop_parse() -> None:
@@ -41,29 +40,32 @@ def test_bad_client_messages_name_the_problem(raw: str | bytes, code: ErrorCode)
 
 async def test_mailbox_merges_partials_but_never_drops_sentences() -> None:
     box = Mailbox()
-    box.post(protocol.ready("s", "m", "en"))
-    box.post_caption([protocol.sentence(0, "one", 0, 10, 0)], "two thr")
+    box.post(protocol.Ready("s", "m", "en"))
+    box.post_caption([protocol.Sentence(0, "one", 0, 10, 0)], "two thr")
     box.post_caption([], "two three")
-    box.post_caption([protocol.sentence(1, "two three", 20, 30, 1)], "")
-    box.post(protocol.stopped())
+    box.post_caption([protocol.Sentence(1, "two three", 20, 30, 1)], "")
+    box.post(protocol.Stopped())
     box.close()
     got = [m async for m in _drain(box)]
-    assert [m["type"] for m in got] == ["ready", "caption", "stopped"]
-    assert [s["id"] for s in got[1]["sentences"]] == [0, 1] and got[1]["partial"] == ""
-    assert [m["seq"] for m in got] == [1, 2, 3]
+    assert [m.wire()["type"] for m in got] == ["ready", "caption", "stopped"]
+    caption = got[1]
+    assert isinstance(caption, protocol.Caption)
+    assert [s.id for s in caption.sentences] == [0, 1] and caption.partial == ""
+    assert [m.seq for m in got] == [1, 2, 3]
 
 
 async def test_mailbox_keeps_order_around_other_messages() -> None:
     box = Mailbox()
     box.post_caption([], "a")
-    box.post(protocol.error(ErrorCode.OVERLOADED, "behind"))
+    box.post(protocol.Error(ErrorCode.OVERLOADED, "behind"))
     box.post_caption([], "a b")
     box.close()
     got = [m async for m in _drain(box)]
-    assert [(m["type"], m.get("partial")) for m in got] == [("caption", "a"), ("error", None), ("caption", "a b")]
+    assert [(m.wire()["type"], m.wire().get("partial")) for m in got] == [("caption", "a"), ("error", None),
+                                                                           ("caption", "a b")]
 
 
-async def _drain(box: Mailbox) -> AsyncIterator[dict[str, Any]]:
+async def _drain(box: Mailbox) -> AsyncIterator[protocol.ServerMessage]:
     while (m := await box.get()) is not None:
         yield m
 
@@ -84,3 +86,27 @@ def _t(text: str, logprob: float = -0.2, tokens: int = 8) -> Transcript:
 ])
 def test_guard(transcript: Transcript, level: float, speech_ms: int, rejected: bool) -> None:
     assert (reject_reason(transcript, level, speech_ms, GuardConfig()) is not None) is rejected
+
+
+@pytest.mark.parametrize("message", [
+    protocol.Ready("s1", "whisper-base", None, seq=1),
+    protocol.Caption([protocol.Sentence(0, "Hello.", 300, 900, 1), protocol.Sentence(1, "Bye.", 1000, 1400, None)],
+                     "and th", latency_ms=420, seq=2),
+    protocol.Caption([protocol.Sentence(7, "In a room.", 0, 10, 0, session="abc")], "", is_final=True, seq=3),
+    protocol.Speakers({0: 1, 3: 0}, seq=4),
+    protocol.Stopped(seq=5),
+    protocol.Error(ErrorCode.ENGINE, "the recognizer stopped", seq=6),
+    protocol.Storage(False, "not saved", seq=7),
+    protocol.RoomStatus("room1", True, 1, 3, True, seq=8),
+])
+def test_every_server_message_round_trips_through_its_json_form(message: protocol.ServerMessage) -> None:
+    wire = json.loads(protocol.dumps(message))
+    assert wire["type"] and wire["seq"] == message.seq
+    assert protocol.parse_server_message(wire) == message
+
+
+def test_a_malformed_server_message_is_a_value_error() -> None:
+    for bad in ({"type": "caption", "seq": 1}, {"type": "nope", "seq": 1}, {"seq": 1}, {"type": "error", "seq": 1,
+                                                                                        "code": "x", "message": ""}):
+        with pytest.raises(ValueError):
+            protocol.parse_server_message(bad)

@@ -5,7 +5,6 @@ case)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
@@ -20,7 +19,7 @@ from app import exports
 from app.keys import ROOMS
 from app.rooms import Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
-from engine.hub import CaptionEngine
+from engine import CaptionEngine, protocol
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad
@@ -45,7 +44,7 @@ async def publish(url: str, room: str) -> CaptionClient:
     """Stream a clip into ``room`` to its end, stop, and return the publisher's client."""
     client = CaptionClient(url, pad(audio(CLIP), 0.3, 2.5))
     await client.connect(offer={"room": room, "token": TOKEN})
-    await asyncio.sleep(client.track._pcm.size / 16000)
+    await client.until_played()
     await client.stop()
     await client.close()
     return client
@@ -179,22 +178,22 @@ async def test_store_commits_survive_reopening(tmp_path: Path) -> None:
     path = str(tmp_path / "s.db")
     store = await TranscriptStore.open(path)
     await store.create_room("room-one-abcdef", "t")
-    await store.append("room-one-abcdef", 1, "caption", {"type": "caption"},
-                       [SentenceRecord(0, "s", "Hello there.", 0, 999, 0)])
-    await store.append("room-one-abcdef", 2, "speakers", {"type": "speakers"}, relabel={0: 1})
+    first = SentenceRecord(0, "s", "Hello there.", 0, 999, 0)
+    await store.append("room-one-abcdef", protocol.Caption([first.sentence()], "", seq=1), [first])
+    await store.append("room-one-abcdef", protocol.Speakers({0: 1}, seq=2), relabel={0: 1})
     await store.close()
     await store.close()  # idempotent
     again = await TranscriptStore.open(path)
     snap = await again.snapshot("room-one-abcdef")
     assert snap.seq == 2 and snap.sentences == [SentenceRecord(0, "s", "Hello there.", 0, 999, 1)]
-    assert [seq for seq, _ in await again.events_after("room-one-abcdef", 1)] == [2]
+    assert await again.events_after("room-one-abcdef", 1) == [(2, protocol.Speakers({0: 1}, seq=2))]
     await again.close()
 
 
 def test_export_timing_and_speakers() -> None:
     assert exports.clock_time(999.6, ",") == "00:00:01,000"
     assert exports.clock_time(3_723_004, ".") == "01:02:03.004"
-    room = RoomRecord("r", 0, "", None)
+    room = exports.room_header(RoomRecord("r", 0, "", None))
     assert exports.render("vtt", [], room) == "WEBVTT\n"
     sentences = [SentenceRecord(0, "a", "Hi -->\nthere <b>", 59_999.7, 60_000, 1),  # type: ignore[arg-type]
                  SentenceRecord(1, "a", "Bye.", 61_000, 62_500, None)]

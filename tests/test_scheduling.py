@@ -8,11 +8,12 @@ import asyncio
 import numpy as np
 import pytest
 
+from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import Priority
 from engine.config import EngineConfig, PartialConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
-from engine.runner import StreamResult, stream_audio
-from engine.transcriber import Priority
+from engine.protocol import Caption
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import StreamResult, stream_audio
 from tests.speech import audio, pad
 
 
@@ -62,7 +63,7 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
     gaps_s = np.diff(sizes) / 16000
     assert gaps_s.min() >= 1.0  # audio that arrived during a 1.2 s decode coalesced into the next request
     assert len([rid for rid in fake.cancelled if "-p" in rid]) <= 1  # only the one running at the endpoint
-    shown = [m["partial"] for m in result.messages if m["type"] == "caption" and m["partial"]]
+    shown = [m.partial for m in result.messages if isinstance(m, Caption) and m.partial]
     assert len(shown) >= 3
     assert result.sentences()  # the segment locked
 
@@ -107,8 +108,8 @@ async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
     # speech, without a second decode of the same audio.
     fake = FakeTranscriber(delay_s=0.4, final_delay_s=4.0)
     result = await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0))
-    assert [s["text"] for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
+    assert [s.text for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
     lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
-                   if m["type"] == "caption" and m["sentences"])
-    speech_end_s = result.sentences()[0]["end"] / 1000
+                   if isinstance(m, Caption) and m.sentences)
+    speech_end_s = result.sentences()[0].end / 1000
     assert lock_at < speech_end_s + 2.0 + 1.0  # the balanced preset's 2 s pause, and no 4 s final decode

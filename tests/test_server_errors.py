@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from app.keys import PEERS, ROOMS
+from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
-from engine.fake import FakeTranscriber
-from engine.hub import CaptionEngine
 from engine.protocol import MAX_CLIENT_MESSAGE_BYTES
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad
@@ -58,13 +58,13 @@ async def test_offer_while_the_model_loads_is_503_loading() -> None:
 
 async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, max_sessions=1) as (url, _):
-        first = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 3.0))
+        first = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
         await first.connect()
         second = CaptionClient(url, audio("ls_1988-24833-0000"))
         with pytest.raises(RuntimeError, match=r"503.*busy"):
             await second.connect()
         await second.close()
-        await asyncio.sleep(first.track._pcm.size / 16000)
+        await first.until_played()
         await first.stop()
         await first.close()
         assert first.sentences(), "the admitted session was disturbed by the rejected one"
@@ -72,14 +72,14 @@ async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: Capt
 
 async def test_bad_channel_messages_get_errors_and_the_session_goes_on(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, _):
-        client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 3.0))
+        client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
         await client.connect()
         client.send("{oops")
         client.send(json.dumps({"type": "dance"}))
         client.send(json.dumps({"type": "start", "language": "klingon"}))
         client.send(json.dumps({"type": "start", "language": "en"}))  # a second start
         client.send("x" * (MAX_CLIENT_MESSAGE_BYTES + 10))
-        await asyncio.sleep(client.track._pcm.size / 16000)
+        await client.until_played()
         await client.stop()
         await client.close()
     codes = [m["code"] for m in client.messages if m["type"] == "error"]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from app.keys import PEERS
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad, reference
@@ -22,7 +22,7 @@ async def test_streamed_wav_becomes_live_captions(engine: CaptionEngine) -> None
     async with running_server(engine) as (url, app):
         client = CaptionClient(url, samples)
         await client.connect()
-        await asyncio.sleep(samples.size / 16000)
+        await client.until_played()
         await client.stop()
         await client.close()
         for _ in range(50):

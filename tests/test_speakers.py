@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.audio import SAMPLE_RATE, load_wav
-from engine.speaker_embed import SpeakerEmbedder
-from engine.speakers import SpeakerConfig, SpeakerTracker
+from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 BENCH_FILE = Path(__file__).resolve().parents[1] / "bench" / "speakers.py"
@@ -114,6 +114,18 @@ def test_scorer_counts_wrongly_labelled_speech() -> None:
     swapped = bench.score_labels(reference, segments, [5, 3], 20.0)  # label names do not matter
     assert swapped.speaker_error == 0.0
     assert swapped.der == pytest.approx(1.0 / 20.0, abs=0.01)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 16, 17, 40])
+def test_the_encoder_sees_few_batch_shapes_and_every_window_once(n: int) -> None:
+    """Each new LSTM batch shape costs memory that stays (oneDNN kernels): batches are padded to a few sizes."""
+    from engine.speakers.embedder import _BATCH_SIZES, _fixed_shape_chunks
+
+    batch = np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3) + 1
+    chunks = _fixed_shape_chunks(batch)
+    assert all(len(c) in _BATCH_SIZES and 0 < real <= len(c) for c, real in chunks)
+    np.testing.assert_array_equal(np.concatenate([c[:real] for c, real in chunks]), batch)
+    assert all(not c[real:].any() for c, real in chunks), "padding is zeros"
 
 
 def test_embeddings_are_unit_vectors_and_separate_voices(embedder: SpeakerEmbedder) -> None:

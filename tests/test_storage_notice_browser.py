@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.keys import ROOMS, STORE
-from engine.hub import CaptionEngine
+from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
 from tests.speech import audio, pad

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.vad import WINDOW, BatchedVad, VadStream
+from engine.audio.vad import WINDOW, BatchedVad, VadStream
 from tests.speech import audio, pad
 
 

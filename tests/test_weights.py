@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from engine import weights
-from engine.weights import (
+from engine.models import resolve as weights
+from engine.models.resolve import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
     MARKER_FILE,
@@ -61,6 +61,7 @@ def test_default_model_is_embedded_base(shared_cache: Path) -> None:
     assert Path(spec.path).is_relative_to(shared_cache)
 
 
+@pytest.mark.heavy  # imports torch and transformers
 @pytest.mark.parametrize("name", MODELS)
 def test_converted_tensors_match_transformers_whisper(name: str, shared_cache: Path) -> None:
     torch = pytest.importorskip("torch")
@@ -76,6 +77,7 @@ def test_converted_tensors_match_transformers_whisper(name: str, shared_cache: P
     assert spec.multilingual == (name == "whisper-base") == (config.vocab_size == 51865)
 
 
+@pytest.mark.heavy  # loads the converted model in transformers
 @pytest.mark.parametrize("name", MODELS)
 def test_converted_model_transcribes_real_speech(
     name: str, shared_cache: Path, monkeypatch: pytest.MonkeyPatch

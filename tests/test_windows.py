@@ -1,12 +1,11 @@
-"""Window choice, the token cap and the loop detector (engine/windows.py), and non-speech tags: no model."""
+"""Window choice, the token cap and the loop detector (engine/asr/windows.py), and non-speech tags: no model."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.config import TranscriberConfig
-from engine.guard import strip_nonspeech
-from engine.windows import (
+from engine.asr.guard import strip_nonspeech
+from engine.asr.windows import (
     FULL_WINDOW_S,
     STOCK_WINDOW,
     WindowPolicy,
@@ -17,6 +16,7 @@ from engine.windows import (
     tandem_repeat,
     window_samples,
 )
+from engine.config import TranscriberConfig
 
 
 def test_the_smallest_window_that_holds_audio_and_margin() -> None:
@@ -133,6 +133,6 @@ def test_non_speech_tags_never_reach_the_screen(raw: str, shown: str) -> None:
     ("Mr. Quilter is the apostle", "Mr. Quilter is the apostle of the middle class.", "Mr. Quilter is the"),
 ])
 def test_partials_force_only_the_words_two_decodes_agreed_on(older: str, newer: str, agreed: str) -> None:
-    from engine.session import agreed_prefix
+    from engine.stream.session import agreed_prefix
 
     assert agreed_prefix(older, newer) == agreed

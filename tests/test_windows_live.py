@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from engine.hub import CaptionEngine
-from engine.runner import stream_audio
-from engine.transcriber import DecodeRequest, Priority
-from engine.windows import STOCK_WINDOW, WindowPolicy, WindowStats, encoder_positions, tandem_repeat
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats, encoder_positions, tandem_repeat
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import stream_audio
 from tests.speech import audio, manifest, pad, reference
 from tests.wer import normalise, word_errors
 
@@ -39,7 +39,7 @@ def window_policy(engine: CaptionEngine, policy: WindowPolicy) -> Iterator[Any]:
 
 async def test_short_segments_run_short_windows_with_the_stock_text(engine: CaptionEngine,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.vllm_whisper import WindowedWhisperMultiModalProcessor  # imports vLLM: only in the heavy tier
+    from engine.asr.vllm_whisper import WindowedWhisperMultiModalProcessor  # imports vLLM: only in the heavy tier
 
     # What vLLM itself made of each request: the mel frames its multimodal processor produced (it runs in this,
     # the front process), from which the encoder's placeholder count follows. Not what our own code reports.

@@ -1,4 +1,4 @@
-"""Word error rate for tests: normalise case and punctuation, then word-level edit distance.
+"""Word error rate for tests: normalise case and punctuation, then jiwer's word alignment.
 
 LibriSpeech references are upper case without punctuation while Whisper writes cased, punctuated text, so both
 sides are lower-cased and stripped of punctuation (apostrophes inside words are kept: "he's" stays one word).
@@ -7,6 +7,8 @@ sides are lower-cased and stripped of punctuation (apostrophes inside words are 
 from __future__ import annotations
 
 import re
+
+import jiwer
 
 _PUNCT = re.compile(r"[^\w\s']|(?<!\w)'|'(?!\w)")
 
@@ -19,13 +21,12 @@ def normalise(text: str) -> list[str]:
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     """(substitutions + deletions + insertions, number of reference words) after ``normalise``."""
     ref, hyp = normalise(reference), normalise(hypothesis)
-    previous = list(range(len(hyp) + 1))  # edit distance from an empty reference prefix
-    for i, ref_word in enumerate(ref, start=1):
-        current = [i]
-        for j, hyp_word in enumerate(hyp, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
-        previous = current
-    return previous[-1], len(ref)
+    if not ref:
+        return len(hyp), 0  # jiwer refuses an empty reference
+    if not hyp:
+        return len(ref), len(ref)
+    out = jiwer.process_words(" ".join(ref), " ".join(hyp))
+    return out.substitutions + out.deletions + out.insertions, len(ref)
 
 
 def wer(reference: str, hypothesis: str) -> float:

@@ -9,7 +9,7 @@
  * Only the newest `keep` sentences stay in the DOM: a wall screen runs for days.
  */
 
-import { speakerName } from "./formats.js";
+import { speakerName } from "./labels.js";
 
 const PALETTE_SIZE = 8;
 

@@ -13,7 +13,6 @@
  */
 
 import { CaptionError, plainLanguage } from "./errors.js";
-import { FORMATS } from "./formats.js";
 import { openMicrophone, releaseMicrophone } from "./microphone.js";
 import { decodeServerMessage, parseHotwords } from "./protocol.js";
 import { Session } from "./session.js";
@@ -29,6 +28,7 @@ export const State = Object.freeze({
   ERROR: "error",
 });
 
+const EXPORT_FORMATS = ["txt", "srt", "vtt", "json"];
 const POLL_LOADING_MS = 1000;
 const POLL_DOWN_MS = 3000;
 // The server decodes the open segment once more before `stopped`: seconds on a busy CPU.
@@ -146,11 +146,36 @@ export class CaptionController extends EventTarget {
     return this.#stopping;
   }
 
-  /** The locked transcript as "txt", "srt", "vtt" or "json" text (see formats.js). */
-  exportAs(format) {
-    const entry = FORMATS[format];
-    if (!entry) throw new CaptionError("bad-format", `unknown format ${format}`);
-    return entry.render(this.#transcript.sentences, { model: this.model, language: this.language });
+  /**
+   * The locked transcript as a file: format "txt", "srt", "vtt" or "json". The server renders it (the same
+   * formatter as a room's transcript files) from the sentences this page holds. Resolves to a Blob typed as
+   * the file is; rejects with a CaptionError("export-failed") when the server cannot be reached.
+   */
+  async exportFile(format) {
+    if (!EXPORT_FORMATS.includes(format)) throw new CaptionError("bad-format", `unknown format ${format}`);
+    const url = new URL(`exports/transcript.${format}`, new URL(this.#offerUrl, location.href));
+    const body = { sentences: this.#transcript.sentences, model: this.model, language: this.language };
+    if (this.#offerFields.token) body.token = this.#offerFields.token;
+    let response;
+    try {
+      response = await fetch(url, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    } catch (err) {
+      throw new CaptionError("export-failed", `the server could not be reached (${err.message})`);
+    }
+    if (!response.ok) {
+      const reason = await response.json().then((j) => j?.error?.message).catch(() => "");
+      throw new CaptionError("export-failed", reason || `the server answered ${response.status}`);
+    }
+    return response.blob();
+  }
+
+  /** The locked transcript as text in one of the formats of `exportFile` (what the download buttons save). */
+  async exportAs(format) {
+    return (await this.exportFile(format)).text();
   }
 
   /** Forget the transcript shown so far. */

@@ -1,6 +1,6 @@
 /**
- * Renders the transcript: locked sentences grouped into speaker turns (as formats.js `turns()` groups
- * them), then the partial line.
+ * Renders the transcript: locked sentences grouped into speaker turns (consecutive sentences of one speaker
+ * in one session, as the server's TXT export groups them: app/exports.py `turns`), then the partial line.
  *
  * Locked sentences are only ever appended (they never change), so the common update touches one element and
  * the reader's text selection survives. A speaker relabel or a clear re-renders everything: both are rare.
@@ -12,7 +12,7 @@
  *   <p class="partial" data-partial>             the open segment's text, replaced on every update
  */
 
-import { shortTime, speakerName } from "./formats.js";
+import { shortTime, speakerName } from "./labels.js";
 
 // Eight speaker colours (CSS --spk-0 … --spk-7), reused in turn when a conversation has more speakers.
 const PALETTE_SIZE = 8;

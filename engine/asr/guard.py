@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from .config import GuardConfig
-from .transcriber import Transcript
-from .windows import compression_ratio
+from engine.asr.transcriber import Transcript
+from engine.asr.windows import compression_ratio
+from engine.config import GuardConfig
 
 # Phrases Whisper is known to produce from silence or noise (subtitle credits and stock closers), normalised.
 SILENCE_PHRASES = frozenset(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,45 +11,49 @@ from typing import Any
 
 import numpy as np
 
-from .audio import CHUNK_SAMPLES, SAMPLE_RATE
-from .config import SessionOptions
-from .hub import CaptionEngine
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
+from engine.config import SessionOptions
+from engine.protocol import Caption, Sentence, ServerMessage, Speakers
+from engine.stream.engine import CaptionEngine
 
 
 @dataclass
 class StreamResult:
     """Everything one streamed file produced, with wall-clock arrival times of each message."""
 
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[ServerMessage] = field(default_factory=list)
     arrivals_s: list[float] = field(default_factory=list)  # seconds since streaming started
     audio_s: float = 0.0
     wall_s: float = 0.0
     fed_at_s: list[float] = field(default_factory=list)  # when chunk i was fed (seconds since start)
 
-    def sentences(self) -> list[dict[str, Any]]:
+    def captions(self) -> list[Caption]:
+        return [m for m in self.messages if isinstance(m, Caption)]
+
+    def sentences(self) -> list[Sentence]:
         """Locked sentences in order, with any later speaker relabels applied."""
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, Sentence] = {}
         for m in self.messages:
-            if m["type"] == "caption":
-                for s in m["sentences"]:
-                    out[s["id"]] = dict(s)
-            elif m["type"] == "speakers":
-                for sid, spk in m["relabel"].items():
-                    if int(sid) in out:
-                        out[int(sid)]["spk"] = spk
+            if isinstance(m, Caption):
+                out.update((s.id, s) for s in m.sentences)
+            elif isinstance(m, Speakers):
+                for sid, spk in m.relabel.items():
+                    if sid in out:
+                        out[sid] = dataclasses.replace(out[sid], spk=spk)
         return [out[k] for k in sorted(out)]
 
     def text(self) -> str:
-        return " ".join(s["text"] for s in self.sentences())
+        return " ".join(s.text for s in self.sentences())
 
     def summary(self) -> dict[str, Any]:
-        return {"type": "summary", "sentences": self.sentences(), "text": self.text(),
+        """The CLI's last line (JSON)."""
+        return {"type": "summary", "sentences": [s.wire() for s in self.sentences()], "text": self.text(),
                 "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3)}
 
 
 async def stream_audio(engine: CaptionEngine, audio: np.ndarray, *, realtime: bool,
                        options: SessionOptions | None = None,
-                       on_message: Callable[[dict[str, Any]], None] | None = None,
+                       on_message: Callable[[ServerMessage], None] | None = None,
                        start_delay_s: float = 0.0) -> StreamResult:
     """Feed ``audio`` (16 kHz float32) in 60 ms chunks, paced at real time or as fast as possible, then stop.
 

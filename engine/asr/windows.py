@@ -3,7 +3,7 @@
 Whisper's encoder reads a fixed 30 s window (3000 mel frames, 1500 encoder positions): a 2 s sentence padded with
 25 s of silence pays for 30 s of encoder work, and on every partial re-decode again. Here each request runs in the
 smallest *window* of a few fixed sizes that covers its audio plus a margin; the encoder then works on
-``window_s * 50`` positions (see ``engine.vllm_whisper``, which makes vLLM honour the window).
+``window_s * 50`` positions (see ``engine.asr.vllm_whisper``, which makes vLLM honour the window).
 
 Whisper was trained on 30 s windows only, and in a short window it sometimes loops (the same sentence twice, a
 phrase until the token limit). So every decode is checked (``loop_reason``) and a looping one is decoded again in

@@ -1,14 +1,18 @@
 """One caption session: audio in, caption messages out.
 
-``feed`` is synchronous and cheap (it buffers audio and re-frames it for the VAD); the engine's VAD tick calls
-``on_vad`` with speech probabilities; segment ends start final decodes; partials are requested from the shared
-scheduler. Messages (DESIGN.md wire protocol) come out of ``next_message``/``messages`` through a coalescing
+``feed`` is synchronous and cheap (it buffers audio and pushes it into the session's VAD lane); the VAD tick
+hands back speech probabilities (``on_vad``); segment ends start final decodes; partials are requested from the
+shared scheduler. Messages (docs/protocol.md) come out of ``next_message``/``messages`` through a coalescing
 mailbox. ``stop`` finishes the open segment and sends the final messages; ``close`` drops everything and is safe
 to call twice.
 
 Locked sentences go out in segment order, each once, with its speaker label: a segment's final decode and its
 speaker embedding run concurrently, and the sentence locks when both are done and every earlier segment has
 locked.
+
+A session is given its collaborators (``Session.__init__``): the engine config, the decode scheduler, its VAD
+lane, the speaker service (or None) and a clock. It owns none of them: whoever opened the VAD lane closes it
+(``on_closed``), so a session can be driven in a test with fakes of each.
 """
 
 from __future__ import annotations
@@ -18,31 +22,29 @@ import bisect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
 
 import numpy as np
 
-from . import protocol
-from .audio import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
-from .config import SessionOptions
-from .endpoint import Endpointer, SegmentClosed, SegmentOpened
-from .errors import EngineNotReady, IllegalTransition
-from .guard import normalise, reject_reason
-from .logs import SessionLog
-from .mailbox import Mailbox
-from .transcriber import DecodeRequest, Priority, Transcript
-from .vad import WINDOW, VadStream
-
-if TYPE_CHECKING:
-    from .hub import CaptionEngine
+import engine.protocol as protocol
+from engine.asr.guard import normalise, reject_reason
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
+from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
+from engine.config import EngineConfig, SessionOptions
+from engine.errors import EngineNotReady, IllegalTransition
+from engine.logs import SessionLog
+from engine.speakers.service import SpeakerService
+from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
+from engine.stream.mailbox import Mailbox
+from engine.stream.scheduler import DecodeScheduler
+from engine.stream.vad_batch import VadFeed
 
 log = logging.getLogger(__name__)
 
 
-class SessionState(str, Enum):
+class SessionState(StrEnum):
     LIVE = "live"
     STOPPING = "stopping"
     STOPPED = "stopped"
@@ -86,21 +88,29 @@ def agreed_prefix(older: str, newer: str, holdback_words: int = 1) -> str:
 class Session:
     """Per-session state; created by ``CaptionEngine.open_session``."""
 
-    def __init__(self, engine: CaptionEngine, session_id: str, options: SessionOptions) -> None:
-        self.engine = engine
+    def __init__(self, session_id: str, options: SessionOptions, *, config: EngineConfig,
+                 scheduler: DecodeScheduler, vad: VadFeed, speakers: SpeakerService | None, model_name: str,
+                 on_closed: Callable[[Session], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """Normally built by ``CaptionEngine.open_session``. ``vad`` is this session's lane (its probabilities come
+        back to ``on_vad``); ``on_closed`` runs once when the session closes (the engine frees the lane there);
+        ``clock`` is monotonic seconds (arrival times, partial cadence, latency)."""
         self.session_id = session_id
         self.options = options
+        self.config = config
+        self.scheduler = scheduler
+        self.vad = vad
+        vad.bind(self.on_vad)
+        self.model_name = model_name
+        self._on_closed = on_closed
+        self._clock = clock
         self.state = SessionState.LIVE
         self.stats = SessionStats()
         self.mailbox = Mailbox()
         self.audio = AudioBuffer()
-        self.endpointer = Endpointer(engine.config.vad, engine.config.endpoint)
-        self.vad_slot = engine.vad.acquire()
-        self._vad_stream = VadStream()
-        self._windows: deque[np.ndarray] = deque()  # [k, 512] blocks waiting for the VAD tick
-        self.vad_idle = asyncio.Event()
-        self.vad_idle.set()
-        self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, monotonic arrival time)
+        self.endpointer = Endpointer(config.vad, config.endpoint)
+        self._preroll = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
+        self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, clock time of arrival)
         self.last_partial_started = 0.0
         self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
@@ -109,8 +119,8 @@ class Session:
         self._agreed = ""  # leading words the open segment's last two partials agreed on (see ``agreed_prefix``)
         self._pending: deque[_Pending] = deque()
         self._next_sentence = 0
-        self._sentence_segments: dict[int, int] = {}  # sentence id -> segment index (for logs)
-        self.speakers = engine.new_speaker_tracker()
+        self._speakers = speakers
+        self.speakers = speakers.new_tracker() if speakers is not None else None
         self._context = ""
         self.configured = False
         self._log = SessionLog(log, session_id)
@@ -126,7 +136,7 @@ class Session:
         self.options = options
         self._context = " ".join([*options.hotwords, options.prompt]).strip()
         self.configured = True
-        self.mailbox.post(protocol.ready(self.session_id, self.engine.model_name, options.language))
+        self.mailbox.post(protocol.Ready(self.session_id, self.model_name, options.language))
 
     # ---- audio in -------------------------------------------------------------------------------------------
     def feed(self, pcm: np.ndarray) -> None:
@@ -141,12 +151,8 @@ class Session:
         if audio.size == 0:
             return
         self.audio.append(audio)
-        self._arrivals.append((self.audio.end, time.monotonic()))
-        windows = self._vad_stream.push(audio)
-        if len(windows):
-            self._windows.append(windows)
-            self.vad_idle.clear()
-            self.engine.wake_vad()
+        self._arrivals.append((self.audio.end, self._clock()))
+        self.vad.push(audio)
 
     @property
     def audio_s(self) -> float:
@@ -158,27 +164,9 @@ class Session:
         """Audio received but not yet through the VAD, in seconds (grows when the machine falls behind)."""
         return (self.audio.end - self.endpointer.position) / SAMPLE_RATE
 
-    def take_windows(self, limit: int) -> np.ndarray:
-        """Up to ``limit`` windows for the VAD tick (called by the engine)."""
-        taken: list[np.ndarray] = []
-        count = 0
-        while self._windows and count < limit:
-            block = self._windows.popleft()
-            room = limit - count
-            if len(block) > room:
-                self._windows.appendleft(block[room:])
-                block = block[:room]
-            taken.append(block)
-            count += len(block)
-        return np.concatenate(taken) if taken else np.zeros((0, WINDOW), dtype=np.float32)
-
-    @property
-    def has_windows(self) -> bool:
-        return bool(self._windows)
-
     # ---- VAD results ----------------------------------------------------------------------------------------
     def on_vad(self, probs: np.ndarray) -> None:
-        """Consume speech probabilities for the windows last taken (called by the engine on the loop)."""
+        """Consume speech probabilities of the next windows of this session's audio (the VAD lane calls this)."""
         if self.state is SessionState.CLOSED:
             return
         for event in self.endpointer.push(probs):
@@ -186,8 +174,6 @@ class Session:
                 self._on_open(event)
             else:
                 self._on_close(event)
-        if not self._windows:
-            self.vad_idle.set()
         self._trim()
         self._maybe_want_partial()
 
@@ -199,7 +185,7 @@ class Session:
 
     def _on_close(self, event: SegmentClosed) -> None:
         prior, adopted = self._reusable_decode(event)
-        self.engine.scheduler.cancel_partial(self)
+        self.scheduler.cancel_partial(self)
         self._last_partial = None
         self._agreed = ""
         audio = self.audio.slice(event.start, event.end)
@@ -216,21 +202,21 @@ class Session:
         """A partial decode of this segment that already covers all of its speech is its final decode: only
         trailing silence is missing, which does not change Whisper's text. Returns a finished result or a running
         decode to adopt (else both None): on CPU this saves one whole decode per sentence."""
-        if not self.engine.config.partial.reuse_for_final:
+        if not self.config.partial.reuse_for_final:
             return None, None
         last = self._last_partial
         if last is not None and last[0] == event.index and last[1] >= event.speech_end:
             return last[2], None
-        running = self.engine.scheduler.running_partial(self)
+        running = self.scheduler.running_partial(self)
         meta = self._partial_meta.get(running.request_id) if running else None
         if meta is not None and meta[0] == event.index and meta[1] >= event.speech_end:
-            return None, self.engine.scheduler.adopt_partial(self)
+            return None, self.scheduler.adopt_partial(self)
         return None, None
 
     def _trim(self) -> None:
         """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
         opened = self.endpointer.open_segment
-        keep = opened.start if opened else self.endpointer.position - self.engine.preroll_samples
+        keep = opened.start if opened else self.endpointer.position - self._preroll
         self.audio.trim_before(keep)
         # Arrival times are still needed for the latency of segments waiting for their final decode.
         oldest = min(self.audio.origin, self._pending[0].closed.start) if self._pending else self.audio.origin
@@ -242,17 +228,17 @@ class Session:
     def closing(self) -> bool:
         """True in a pause of ``PartialConfig.closing_after_ms`` or more after the open segment's speech: the next
         partial covers all of it and will most likely be reused as the final (the scheduler runs it first)."""
-        after_ms = self.engine.config.partial.closing_after_ms
+        after_ms = self.config.partial.closing_after_ms
         return 0 < after_ms <= samples_to_ms(self.endpointer.position - self.endpointer.speech_end)
 
     def _maybe_want_partial(self) -> None:
         opened = self.endpointer.open_segment
         if opened is None or self.state is not SessionState.LIVE:
             return
-        cfg = self.engine.config.partial
+        cfg = self.config.partial
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self.endpointer.position - self._partial_audio_end)
-        interval = max(cfg.interval_s, cfg.load_factor * self.engine.scheduler.partial_decode_ema_s)
+        interval = max(cfg.interval_s, cfg.load_factor * self.scheduler.partial_decode_ema_s)
         if self.closing or not self._partial_text:
             # No waiting for the interval when the speaker has paused (a decode of everything up to now is most
             # likely the sentence's final: run it during the endpoint's silence wait, not after it), or when nothing
@@ -262,8 +248,8 @@ class Session:
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self.endpointer.speech_end > self._partial_audio_end
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
-                and time.monotonic() - self.last_partial_started >= interval):
-            self.engine.scheduler.want_partial(self)
+                and self._clock() - self.last_partial_started >= interval):
+            self.scheduler.want_partial(self)
 
     def partial_request(self) -> DecodeRequest | None:
         opened = self.endpointer.open_segment
@@ -271,6 +257,7 @@ class Session:
             return None
         end = self.endpointer.position
         self._partial_audio_end = end
+        self.last_partial_started = self._clock()
         self.stats.partials += 1
         request_id = f"{self.session_id}-p{self.stats.partials}"
         self._partial_meta[request_id] = (opened.index, end)
@@ -284,11 +271,11 @@ class Session:
             return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
         previous = self._last_partial
         self._last_partial = (index, end, result)
-        if self.engine.config.partial.agreed_prefix and previous is not None and previous[0] == index:
+        if self.config.partial.agreed_prefix and previous is not None and previous[0] == index:
             self._agreed = agreed_prefix(previous[2].text, result.text)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
-        text = "" if reject_reason(result, level, speech_ms, self.engine.config.guard) else result.text
+        text = "" if reject_reason(result, level, speech_ms, self.config.guard) else result.text
         if text != self._partial_text:
             self._partial_text = text
             self._post([], covered_end=end)
@@ -307,24 +294,24 @@ class Session:
         final decode."""
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio, Priority.FINAL,
                                 self.options.language, self._context)
-        embed = self.engine.embed(audio, speech_s)
+        embed = self._embed(audio, speech_s)
         try:
             result = prior
             if result is None and adopted is not None:
-                result = await self.engine.scheduler.final_of(adopted)
+                result = await self.scheduler.final_of(adopted)
                 self.stats.reused += 1
             elif result is not None:
                 self.stats.reused += 1
             if result is None:
-                result = await self.engine.scheduler.final(request)
+                result = await self.scheduler.final(request)
         except EngineNotReady as exc:
-            self.mailbox.post(protocol.error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
+            self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
             return None, None
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
-                               self.engine.config.guard)
+                               self.config.guard)
         if reason:
             self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
@@ -339,9 +326,16 @@ class Session:
             embedding = None
         return result.text, embedding
 
+    def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
+        if self._speakers is not None:
+            return self._speakers.embed(audio, speech_s)
+        fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
     def _lock_ready(self) -> None:
         """Lock every finished segment at the head of the queue, in order, and send them."""
-        sentences: list[dict[str, Any]] = []
+        sentences: list[protocol.Sentence] = []
         covered = 0
         while self._pending and self._pending[0].task.done():
             item = self._pending.popleft()
@@ -358,8 +352,7 @@ class Session:
             sid = self._next_sentence
             self._next_sentence += 1
             spk = self.speakers.assign(sid, embedding, item.speech_s) if self.speakers else None
-            self._sentence_segments[sid] = item.closed.index
-            sentences.append(protocol.sentence(sid, text, samples_to_ms(item.closed.speech_start),
+            sentences.append(protocol.Sentence(sid, text, samples_to_ms(item.closed.speech_start),
                                                samples_to_ms(item.closed.speech_end), spk))
         self.stats.sentences += len(sentences)
         if sentences or covered:
@@ -370,11 +363,11 @@ class Session:
         parts = [p.preview for p in self._pending if p.preview] + ([self._partial_text] if self._partial_text else [])
         return " ".join(parts)
 
-    def _post(self, sentences: list[dict[str, Any]], covered_end: int, is_final: bool = False) -> None:
+    def _post(self, sentences: list[protocol.Sentence], covered_end: int, is_final: bool = False) -> None:
         latency = None
         if covered_end and self._arrivals and self.state is SessionState.LIVE:
             i = min(bisect.bisect_left(self._arrivals, covered_end, key=lambda a: a[0]), len(self._arrivals) - 1)
-            latency = max(0, int((time.monotonic() - self._arrivals[i][1]) * 1000))
+            latency = max(0, int((self._clock() - self._arrivals[i][1]) * 1000))
         self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
                                   latency_ms=latency)
 
@@ -386,9 +379,8 @@ class Session:
         if self.state is not SessionState.LIVE:
             raise IllegalTransition("stop", self.state)
         self.state = SessionState.STOPPING
-        self.engine.scheduler.cancel_partial(self)
-        self.engine.wake_vad()
-        await self.vad_idle.wait()
+        self.scheduler.cancel_partial(self)
+        await self.vad.drained()
         closed = self.endpointer.flush()
         if closed is not None:
             self._on_close(closed)
@@ -398,13 +390,13 @@ class Session:
         if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
             return
         self._post([], covered_end=0, is_final=True)
-        if self.speakers:
-            relabel = await self.engine.recluster(self.speakers)
+        if self.speakers and self._speakers is not None:
+            relabel = await self._speakers.recluster(self.speakers)
             if relabel:
-                self.mailbox.post(protocol.speakers(relabel))
+                self.mailbox.post(protocol.Speakers(relabel))
         if self.state is SessionState.CLOSED:
             return
-        self.mailbox.post(protocol.stopped())
+        self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()
         self._log.info("stopped: %.1f s audio, %d sentences, dropped %s", self.audio_s, self.stats.sentences,
@@ -416,8 +408,8 @@ class Session:
         if self.state is SessionState.CLOSED:
             return
         self._log.warning("ended: %s", reason)
-        self.mailbox.post(protocol.error(code, reason))
-        self.mailbox.post(protocol.stopped())
+        self.mailbox.post(protocol.Error(code, reason))
+        self.mailbox.post(protocol.Stopped())
         await self.close()
 
     async def close(self) -> None:
@@ -425,20 +417,29 @@ class Session:
         if self.state is SessionState.CLOSED:
             return
         self.state = SessionState.CLOSED
-        self.engine.scheduler.cancel_partial(self)
+        self.scheduler.cancel_partial(self)
         tasks = [p.task for p in self._pending]
         for t in tasks:
             t.cancel()
         self._pending.clear()
         self.mailbox.close()
-        self.engine.release(self)
+        if self._on_closed is not None:
+            self._on_closed(self)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def next_message(self) -> dict[str, Any] | None:
+    def post_error(self, code: protocol.ErrorCode, message: str) -> None:
+        """Send the client an ``error`` (the transport's own faults, e.g. a bad message); the session goes on."""
+        self.mailbox.post(protocol.Error(code, message))
+
+    def post_storage(self, saving: bool, message: str) -> None:
+        """Tell the client whether its captions are being saved (``storage``, see docs/protocol.md)."""
+        self.mailbox.post(protocol.Storage(saving, message))
+
+    async def next_message(self) -> protocol.ServerMessage | None:
         """The next outgoing message, or None when the session has nothing more to say."""
         return await self.mailbox.get()
 
-    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+    async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
         while (msg := await self.mailbox.get()) is not None:
             yield msg

@@ -9,43 +9,41 @@ a message is taken, so it increases by one per delivered message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
-from typing import Any
+
+from engine.protocol import Caption, Sentence, ServerMessage
 
 
 class Mailbox:
     """Single consumer. ``post_*`` are synchronous and never block; ``get`` waits for the next message."""
 
     def __init__(self) -> None:
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[ServerMessage] = deque()
         self._ready = asyncio.Event()
         self._seq = 0
         self.closed = False
 
-    def post_caption(self, sentences: list[dict[str, Any]], partial: str, *, is_final: bool = False,
+    def post_caption(self, sentences: list[Sentence], partial: str, *, is_final: bool = False,
                      latency_ms: int | None = None) -> None:
         """Queue a caption update, merging into a waiting non-final one."""
         tail = self._queue[-1] if self._queue else None
-        if tail is not None and tail["type"] == "caption" and not tail["is_final"]:
-            tail["sentences"].extend(sentences)
-            tail["partial"] = partial
-            tail["is_final"] = is_final
+        if isinstance(tail, Caption) and not tail.is_final:
+            tail.sentences.extend(sentences)
+            tail.partial = partial
+            tail.is_final = is_final
             if latency_ms is not None:
-                tail["latency_ms"] = latency_ms
+                tail.latency_ms = latency_ms
         else:
-            msg: dict[str, Any] = {"type": "caption", "sentences": list(sentences), "partial": partial,
-                                   "is_final": is_final}
-            if latency_ms is not None:
-                msg["latency_ms"] = latency_ms
-            self._put(msg)
+            self._put(Caption(list(sentences), partial, is_final, latency_ms))
         self._ready.set()
 
-    def post(self, message: dict[str, Any]) -> None:
+    def post(self, message: ServerMessage) -> None:
         """Queue any other message as is (it gets a ``seq`` when taken)."""
-        self._put(dict(message))
+        self._put(message)
         self._ready.set()
 
-    def _put(self, message: dict[str, Any]) -> None:
+    def _put(self, message: ServerMessage) -> None:
         if not self.closed:
             self._queue.append(message)
 
@@ -57,7 +55,7 @@ class Mailbox:
     def pending(self) -> int:
         return len(self._queue)
 
-    async def get(self) -> dict[str, Any] | None:
+    async def get(self) -> ServerMessage | None:
         """The next message with its ``seq``, or None after ``close`` once everything was taken."""
         while not self._queue:
             if self.closed:
@@ -66,4 +64,4 @@ class Mailbox:
             await self._ready.wait()
         msg = self._queue.popleft()
         self._seq += 1
-        return {"type": msg["type"], "seq": self._seq, **{k: v for k, v in msg.items() if k != "type"}}
+        return dataclasses.replace(msg, seq=self._seq)

@@ -18,8 +18,10 @@ import os
 import threading
 from typing import Any
 
-ARCHITECTURE = "LiveCaptionsWhisperForConditionalGeneration"
-MODEL_CLASS = "engine.vllm_whisper:WindowedWhisperForConditionalGeneration"
+from engine.models import ARCHITECTURE
+
+__all__ = ["ARCHITECTURE", "MODEL_CLASS", "register"]
+MODEL_CLASS = "engine.asr.vllm_whisper:WindowedWhisperForConditionalGeneration"
 
 
 _watching_parent = False

@@ -1,6 +1,6 @@
 """Write a Hugging Face Whisper folder from a CTranslate2 (faster-whisper) model: ``convert_ct2_whisper``.
 
-The tensors come from ``engine.ct2_whisper``; this module adds the JSON side (model, generation,
+The tensors come from ``engine.models.ct2_whisper``; this module adds the JSON side (model, generation,
 feature-extractor and tokenizer configs). Everything is derived from the tensor shapes (``WhisperDims``), the
 CTranslate2 ``config.json`` (suppressed tokens, language ids, alignment heads) and the tokenizer's own special
 tokens, so nothing model-specific is hard-coded. Field names follow what transformers writes for
@@ -18,8 +18,9 @@ from typing import Any
 
 from safetensors.numpy import save_file
 
-from .ct2 import Ct2FormatError, read_ct2_model
-from .ct2_whisper import (
+from engine.models import ARCHITECTURE
+from engine.models.ct2 import Ct2FormatError, read_ct2_model
+from engine.models.ct2_whisper import (
     CHUNK_LENGTH_S,
     CONVERTER_VERSION,
     HOP_LENGTH,
@@ -30,7 +31,6 @@ from .ct2_whisper import (
     hf_state_dict,
     whisper_dims,
 )
-from .vllm_plugin import ARCHITECTURE
 
 _EOT = "<|endoftext|>"
 
@@ -68,7 +68,7 @@ def model_config(dims: WhisperDims, tokens: WhisperTokens) -> dict[str, Any]:
     """``config.json`` for ``WhisperForConditionalGeneration`` (decoding options: generation config)."""
     eot = tokens.id(_EOT)
     return {
-        # The windowed variant (engine/vllm_plugin.py): vLLM then pads each request only to its own window.
+        # The windowed variant (engine/asr/vllm_plugin.py): vLLM then pads each request only to its own window.
         # transformers reads model_type and loads it as plain WhisperForConditionalGeneration.
         "architectures": [ARCHITECTURE],
         "model_type": "whisper",

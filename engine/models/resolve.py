@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import shutil
-import struct
 import sys
 import tempfile
 import time
@@ -38,9 +37,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .ct2_whisper import CONVERTER_VERSION, ENGLISH_ONLY_VOCAB_SIZE, OUTPUT_FILES, WEIGHTS_FILE
-from .errors import ModelError
-from .whisper_convert import convert_ct2_whisper
+from engine.errors import ModelError
+from engine.models.convert import convert_ct2_whisper
+from engine.models.ct2_whisper import CONVERTER_VERSION, ENGLISH_ONLY_VOCAB_SIZE, OUTPUT_FILES, WEIGHTS_FILE
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "LIVE_CAPTIONS_CACHE"
 MARKER_FILE = "converted.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_MAX_HEADER_BYTES = 100 * 1024 * 1024  # a safetensors header is JSON of a few hundred kB at most
 
 
 @dataclass(frozen=True)
@@ -322,21 +320,15 @@ def _check_folder(folder: Path, key: str) -> str | None:
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from a safetensors file's header, checking the file holds all the data it lists.
 
-    Raises ``ValueError`` for a malformed header or a truncated file; reads only the header.
+    Raises ``ValueError`` for a malformed header or a truncated file; maps the file, reads only the header.
     """
-    with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError(f"{path.name}: too short for a safetensors file")
-        (size,) = struct.unpack("<Q", head)
-        if size > _MAX_HEADER_BYTES:
-            raise ValueError(f"{path.name}: implausible header size {size}")
-        header = json.loads(f.read(size))
-    header.pop("__metadata__", None)
-    data_end = max((int(entry["data_offsets"][1]) for entry in header.values()), default=0)
-    if path.stat().st_size != 8 + size + data_end:
-        raise ValueError(f"{path.name}: {path.stat().st_size} bytes, header describes {8 + size + data_end}")
-    return {name: tuple(int(d) for d in entry["shape"]) for name, entry in header.items()}
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:  # refuses a file its header does not exactly cover
+            return {name: tuple(int(d) for d in f.get_slice(name).get_shape()) for name in f.keys()}
+    except SafetensorError as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 def _config_multilingual(folder: Path) -> bool:
@@ -372,8 +364,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.weights [MODEL]``: resolve a model, converting it if needed; print its spec."""
-    parser = argparse.ArgumentParser(prog="python -m engine.weights", description=main.__doc__)
+    """``python -m engine.models.resolve [MODEL]``: resolve a model, converting it if needed; print its spec."""
+    parser = argparse.ArgumentParser(prog="python -m engine.models.resolve", description=main.__doc__)
     names = ", ".join(EMBEDDED_MODELS)
     parser.add_argument("model", nargs="?", help=f"embedded name ({names}), model folder or hub id")
     parser.add_argument("--cache-dir", type=Path, help=f"cache root (default: ${CACHE_ENV} or ~/.cache/...)")

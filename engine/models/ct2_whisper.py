@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ct2 import Ct2FormatError, Ct2Model
+from engine.models.ct2 import Ct2FormatError, Ct2Model
 
 # Bump whenever the files written here change, so cached conversions are rebuilt.
 CONVERTER_VERSION = 2  # 2: config names the windowed vLLM architecture

@@ -12,16 +12,16 @@ and the rest carries on as the next segment.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
-from .config import EndpointConfig, VadConfig
-from .vad import WINDOW
+from engine.audio.pcm import SAMPLE_RATE
+from engine.audio.vad import WINDOW
+from engine.config import EndpointConfig, VadConfig
 
 
-class CloseReason(str, Enum):
+class CloseReason(StrEnum):
     SILENCE = "silence"
     CAP = "cap"
     FLUSH = "flush"

@@ -1,11 +1,11 @@
-"""Whisper in vLLM with an encoder window per request (loaded by vLLM only, through ``engine.vllm_plugin``).
+"""Whisper in vLLM with an encoder window per request (loaded by vLLM only, through ``engine.asr.vllm_plugin``).
 
 Stock vLLM pads every request's audio to Whisper's 30 s window and reserves 1500 encoder positions for it. This
 variant lets each request choose its window:
 
-- the request's ``mm_processor_kwargs={"max_length": samples}`` (``engine.windows.window_samples``) makes the
+- the request's ``mm_processor_kwargs={"max_length": samples}`` (``engine.asr.windows.window_samples``) makes the
   feature extractor pad to that many samples instead of 30 s;
-- without it, the window is chosen from the audio length by ``engine.windows.WindowPolicy()`` (so that
+- without it, the window is chosen from the audio length by ``engine.asr.windows.WindowPolicy()`` (so that
   ``vllm serve --hf-overrides '{"architectures": ["LiveCaptionsWhisperForConditionalGeneration"]}'`` gets short
   windows for short audio with no change to its clients);
 - the encoder placeholder count follows the features (``frames // 2``), so vLLM's scheduler, encoder cache and
@@ -39,7 +39,7 @@ from vllm.multimodal.parse import AudioProcessorItems, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate
 from vllm.utils.tensor_schema import TensorSchema, TensorShape
 
-from .windows import WindowPolicy, window_samples
+from engine.asr.windows import WindowPolicy, window_samples
 
 _AUTO_POLICY = WindowPolicy()
 

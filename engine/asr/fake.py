@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .audio import SAMPLE_RATE
-from .errors import EngineNotReady
-from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
+from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
+from engine.audio.pcm import SAMPLE_RATE
+from engine.errors import EngineNotReady
 
 
 @dataclass

@@ -9,7 +9,7 @@ registered yet is silently ignored by vLLM.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,7 +22,7 @@ class Priority(IntEnum):
     PARTIAL = 1
 
 
-class TranscriberState(str, Enum):
+class TranscriberState(StrEnum):
     """Lifecycle of the recognizer, visible to callers (``/ready`` reports it)."""
 
     NEW = "new"
@@ -56,7 +56,7 @@ class Transcript:
     avg_logprob: float  # mean log-probability per generated token (0 when no token)
     tokens: int
     decode_s: float  # wall time from submit to result, fallbacks included
-    window_s: float = 30.0  # encoder window the accepted decode ran in (engine.windows)
+    window_s: float = 30.0  # encoder window the accepted decode ran in (engine.asr.windows)
     encoder_positions: int = 1500  # encoder positions of that window (1500 = Whisper's stock 30 s)
     fallbacks: int = 0  # decodes thrown away as loops and redone in a larger window
 

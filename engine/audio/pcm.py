@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BadAudio
+from engine.errors import BadAudio
 
 SAMPLE_RATE = 16_000
 CHUNK_MS = 60

@@ -15,13 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import TranscriberConfig
-from .errors import EngineNotReady, ModelError
-from .guard import strip_nonspeech
-from .transcriber import DecodeRequest, Priority, TranscriberState, Transcript
-from .vllm_plugin import whisper_overrides
-from .weights import ModelSpec, resolve_model
-from .windows import (
+from engine.asr.guard import strip_nonspeech
+from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
+from engine.asr.vllm_plugin import whisper_overrides
+from engine.asr.windows import (
     SAMPLE_RATE,
     WindowStats,
     encoder_positions,
@@ -30,6 +27,9 @@ from .windows import (
     tandem_repeat,
     window_samples,
 )
+from engine.config import TranscriberConfig
+from engine.errors import EngineNotReady, ModelError
+from engine.models.resolve import ModelSpec, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class VllmTranscriber:
 
         kwargs: dict[str, Any] = dict(
             model=spec.path,
-            hf_overrides=whisper_overrides,  # any Whisper runs as the windowed variant (engine/vllm_plugin.py)
+            hf_overrides=whisper_overrides,  # any Whisper runs as the windowed variant (engine/asr/vllm_plugin.py)
             # Live audio never repeats: caching processed features would only cost memory and hashing.
             mm_processor_cache_gb=0,
             max_model_len=448,

@@ -1,6 +1,6 @@
 """Decode scheduling across all sessions: finals first, at most one partial per session, latest audio wins.
 
-Policy (DESIGN.md, Engine): a session that wants a partial joins a waiting set; it is not given a request id
+Policy: a session that wants a partial joins a waiting set; it is not given a request id
 yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
 pile up). Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
 first (that partial is about to become a final), then the least recently served; none starts while a final is
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Protocol
 
-from .transcriber import DecodeRequest, Transcriber, Transcript
+from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +26,7 @@ class PartialClient(Protocol):
     """What the scheduler needs from a session."""
 
     session_id: str
-    last_partial_started: float  # monotonic seconds; 0 if never
+    last_partial_started: float  # when its last partial request was made (the client's clock); 0 if never
 
     @property
     def closing(self) -> bool:
@@ -35,7 +34,8 @@ class PartialClient(Protocol):
         ...
 
     def partial_request(self) -> DecodeRequest | None:
-        """The request for the session's newest audio, or None if a partial is no longer wanted."""
+        """The request for the session's newest audio (the client sets ``last_partial_started``), or None if a
+        partial is no longer wanted."""
         ...
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None: ...
@@ -124,7 +124,6 @@ class DecodeScheduler:
             request = client.partial_request()
             if request is None:
                 continue
-            client.last_partial_started = time.monotonic()
             self.partials_started += 1
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
-from .errors import EngineError, ModelError
+from engine.audio.pcm import SAMPLE_RATE
+from engine.errors import EngineError, ModelError
 
 WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous window the model sees

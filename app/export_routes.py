@@ -1,0 +1,87 @@
+"""``POST /exports/transcript.{txt,srt,vtt,json}``: the caption page's download buttons.
+
+The page sends the sentences it shows (its own session's, after any "clear"), and gets the file back from the one
+formatter the room transcripts use (``exports``), so a download from the page and a room's transcript file never
+disagree on format. Nothing is stored; the server's token is needed when it has one, as for ``POST /offer``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aiohttp import web
+
+from . import exports
+from .auth import presented_token
+from .bodies import BodyError, read_json_object
+from .keys import CONFIG
+from .rooms import token_matches
+from .routes import json_error
+from .store import SentenceRecord
+
+MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
+MAX_EXPORT_SENTENCES = 200_000
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/exports/transcript.{fmt:txt|srt|vtt|json}", export_transcript)
+
+
+async def export_transcript(request: web.Request) -> web.Response:
+    """Body ``{"sentences": [{"id", "text", "start", "end", "spk", "session"?}], "model"?, "language"?,
+    "token"?}`` (times in ms, as the ``caption`` messages carry them) -> the file, as an attachment."""
+    if request.content_type != "application/json":
+        return json_error(415, "bad_message", "send the transcript as application/json")
+    try:
+        body = await read_json_object(request, MAX_EXPORT_BYTES)
+    except BodyError as exc:
+        return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
+    token = body.get("token") if isinstance(body.get("token"), str) else None
+    if not token_matches(presented_token(request) or token, request.app[CONFIG].auth_token):
+        return json_error(401, "unauthorized", "exporting needs the server's token")
+    raw = body.get("sentences")
+    if isinstance(raw, list) and len(raw) > MAX_EXPORT_SENTENCES:
+        return json_error(413, "too_large", f"at most {MAX_EXPORT_SENTENCES} sentences")
+    try:
+        sentences = _sentences(raw)
+        header = _header(body)
+    except ValueError as exc:
+        return json_error(400, "bad_message", str(exc))
+    fmt = request.match_info["fmt"]
+    return web.Response(text=exports.render(fmt, sentences, header), content_type=exports.MIME[fmt],
+                        charset="utf-8", headers={"Content-Disposition": f'attachment; filename="captions.{fmt}"',
+                                                  "Cache-Control": "no-store"})
+
+
+def _sentences(raw: Any) -> list[SentenceRecord]:
+    if not isinstance(raw, list):
+        raise ValueError('"sentences" must be a list')
+    out = []
+    for i, s in enumerate(raw):
+        if not isinstance(s, dict):
+            raise ValueError(f"sentence {i} is not an object")
+        sid, text, spk, session = s.get("id"), s.get("text"), s.get("spk"), s.get("session", "")
+        if not isinstance(sid, int) or isinstance(sid, bool) or not isinstance(text, str):
+            raise ValueError(f"sentence {i} needs an integer id and a text")
+        if spk is not None and (not isinstance(spk, int) or isinstance(spk, bool)):
+            raise ValueError(f"sentence {i}: spk must be an integer or null")
+        if session is None:
+            session = ""
+        if not isinstance(session, str):
+            raise ValueError(f"sentence {i}: session must be a string")
+        out.append(SentenceRecord(sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk))
+    return out
+
+
+def _ms(value: Any, i: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"sentence {i}: start and end must be milliseconds (numbers >= 0)")
+    return round(value)
+
+
+def _header(body: dict[str, Any]) -> dict[str, Any]:
+    model, language = body.get("model", ""), body.get("language")
+    if not isinstance(model, str) or (language is not None and not isinstance(language, str)):
+        raise ValueError('"model" must be a string and "language" a string or null')
+    return {"model": model, "language": language}

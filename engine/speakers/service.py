@@ -1,0 +1,98 @@
+"""The speaker service sessions share: one embedding model, batched across sessions, off the event loop.
+
+Sessions ask for a segment's embedding (``embed``: a future, so that it runs while the segment's final decode
+runs), get their own online ``SpeakerTracker`` (``new_tracker``), and re-cluster it at stop (``recluster``).
+Embedding and re-clustering run in one worker thread; requests that arrive while it is busy go in the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import numpy as np
+
+from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
+
+
+class Embedder(Protocol):
+    """A speaker-embedding model (``engine.speakers.embedder.SpeakerEmbedder``). Blocking; one thread at a time."""
+
+    def embed(self, segments: list[np.ndarray]) -> np.ndarray:
+        """16 kHz float32 segments in, L2-normalised embeddings ``[n, dim]`` out."""
+        ...
+
+
+def _load_default() -> Embedder:
+    from engine.speakers.embedder import SpeakerEmbedder
+
+    return SpeakerEmbedder()
+
+
+class SpeakerService:
+    """``await start()`` inside the loop (loads the model in the worker thread, seconds), ``await close()`` at exit.
+
+    ``load`` builds the embedding model (default: Resemblyzer's encoder); tests may pass a fake."""
+
+    def __init__(self, config: SpeakerConfig | None = None, load: Callable[[], Embedder] = _load_default) -> None:
+        self.config = config or SpeakerConfig()
+        self._load = load
+        self._embedder: Embedder | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="speaker")
+        self._queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Load the model. Raises whatever loading raises."""
+        self._embedder = await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        self._task = asyncio.create_task(self._loop(), name="speaker-embed")
+
+    def new_tracker(self) -> SpeakerTracker:
+        """A session's own online speaker assignment."""
+        return SpeakerTracker(self.config)
+
+    def embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
+        """Embedding of one segment (16 kHz float32, ``speech_s`` seconds of it speech), batched with whatever else
+        is waiting. Resolves to None when the segment is too short to embed reliably or the model is not loaded."""
+        fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
+        if self._embedder is None or speech_s < self.config.min_embed_speech_s:
+            fut.set_result(None)
+            return fut
+        self._queue.append((audio, fut))
+        self._wake.set()
+        return fut
+
+    async def recluster(self, tracker: SpeakerTracker) -> dict[int, int]:
+        """Global re-clustering of one session's speakers (sentence id -> new label), in the worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, tracker.recluster)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for _, fut in self._queue:
+            fut.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch = [(a, f) for a, f in self._queue if not f.done()]
+            self._queue.clear()
+            if not batch or self._embedder is None:
+                continue
+            try:
+                vectors = await loop.run_in_executor(self._pool, self._embedder.embed, [a for a, _ in batch])
+            except Exception as exc:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), vec in zip(batch, vectors, strict=True):
+                if not fut.done():
+                    fut.set_result(vec)

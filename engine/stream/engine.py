@@ -1,0 +1,179 @@
+"""The process-wide caption engine: one recognizer, one batched VAD, one speaker model, many sessions.
+
+Model and audio work never runs on the event loop: the VAD batch runs in its own worker thread, speaker
+embeddings in another, and the recognizer in vLLM's engine-core process. The loop only moves small arrays and
+decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from enum import StrEnum
+from typing import Any
+
+import engine.protocol as protocol
+from engine.asr.transcriber import Transcriber, TranscriberState
+from engine.audio.vad import BatchedVad
+from engine.config import EngineConfig, SessionOptions
+from engine.errors import EngineNotReady, IllegalTransition
+from engine.speakers.service import SpeakerService
+from engine.stream.scheduler import DecodeScheduler
+from engine.stream.session import Session
+from engine.stream.vad_batch import VadBatcher, VadLane, VadModel
+
+log = logging.getLogger(__name__)
+
+_FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
+
+
+class EngineState(StrEnum):
+    NEW = "new"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class CaptionEngine:
+    """Create once per process, ``await start()``, then ``open_session()`` per caller; ``await close()`` at exit."""
+
+    def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
+                 vad: VadModel | None = None, speakers: SpeakerService | None = None) -> None:
+        """``transcriber`` defaults to vLLM in this process, ``vad`` to Silero, ``speakers`` to Resemblyzer when
+        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given)."""
+        self.config = config
+        if transcriber is None:
+            from engine.asr.vllm_backend import VllmTranscriber
+
+            transcriber = VllmTranscriber(config.transcriber)
+        self.transcriber = transcriber
+        self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions))
+        max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
+        self.scheduler = DecodeScheduler(transcriber, max_inflight)
+        self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
+        self.sessions: dict[str, Session] = {}
+        self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
+        self._state = EngineState.NEW
+        self._detail = ""
+        self._watch_task: asyncio.Task[None] | None = None
+        self.failed = asyncio.Event()  # set when the recognizer dies after READY (sessions already ended)
+        self.started_at = time.monotonic()
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> EngineState:
+        if self._state is EngineState.READY and self.transcriber.state is TranscriberState.FAILED:
+            return EngineState.FAILED
+        return self._state
+
+    @property
+    def detail(self) -> str:
+        return self._detail or self.transcriber.detail
+
+    @property
+    def model_name(self) -> str:
+        return self.transcriber.name
+
+    async def start(self) -> None:
+        """Load the speaker model and the recognizer (minutes on CPU); READY when both are up.
+
+        Raises ``EngineNotReady`` (state FAILED) if either cannot load.
+        """
+        if self._state is not EngineState.NEW:
+            raise IllegalTransition("start the engine", self._state)
+        self._state = EngineState.LOADING
+        self.vad.start()
+        try:
+            if self.speakers is not None:
+                await self.speakers.start()
+            await self.transcriber.start()
+        except asyncio.CancelledError:
+            self._state = EngineState.FAILED
+            raise
+        except Exception as exc:
+            self._state = EngineState.FAILED
+            self._detail = str(exc)
+            raise EngineNotReady("failed", self._detail) from exc
+        if self.config.partial.max_inflight == 0 and getattr(self.transcriber, "device", "cpu") == "cuda":
+            self.scheduler.max_inflight_partials = 32  # a GPU batches partials almost for free
+        self._state = EngineState.READY
+        self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
+        log.info("engine ready: model %s", self.model_name)
+
+    async def _watch_recognizer(self) -> None:
+        """A recognizer that dies (vLLM's engine-core process killed, out of memory) cannot come back in this
+        process: end every session with the reason, then set ``failed`` for the owner (the server exits so its
+        supervisor starts a fresh process)."""
+        while self._state is EngineState.READY:
+            await asyncio.sleep(_FAILURE_POLL_S)
+            if self._state is EngineState.READY and self.transcriber.state is TranscriberState.FAILED:
+                await self._fail(self.transcriber.detail or "the recognizer stopped")
+
+    async def _fail(self, detail: str) -> None:
+        self._state = EngineState.FAILED
+        self._detail = detail
+        log.error("speech engine failed: %s; ending %d sessions", detail, len(self.sessions))
+        reason = "the speech engine stopped unexpectedly; this session has ended (the server restarts: start again " \
+                 "in a minute)"
+        await asyncio.gather(*(s.end(protocol.ErrorCode.ENGINE, reason) for s in list(self.sessions.values())),
+                             return_exceptions=True)
+        self.failed.set()
+
+    def open_session(self, options: SessionOptions | None = None, session_id: str | None = None) -> Session:
+        """A new live session. Raises ``EngineNotReady`` unless READY, ``EngineError`` if no VAD row is free.
+
+        The engine owns the session's VAD lane: it opens it here and closes it when the session closes."""
+        if self.state is not EngineState.READY:
+            raise EngineNotReady(self.state.value, self.detail)
+        sid = session_id or secrets.token_urlsafe(9)
+        lane = self.vad.open()
+        try:
+            session = Session(sid, options or SessionOptions(language=self.config.default_language),
+                              config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
+                              model_name=self.model_name, on_closed=self._forget)
+        except BaseException:
+            lane.close()
+            raise
+        self.sessions[sid] = session
+        self._lanes[sid] = lane
+        return session
+
+    def _forget(self, session: Session) -> None:
+        """``Session.close`` calls this: forget the session and free its VAD lane."""
+        self.sessions.pop(session.session_id, None)
+        lane = self._lanes.pop(session.session_id, None)
+        if lane is not None:
+            lane.close()
+
+    async def close(self) -> None:
+        """Close every session, stop the workers and the recognizer. Safe to call twice."""
+        if self._state is EngineState.CLOSED:
+            return
+        self._state = EngineState.CLOSED
+        for session in list(self.sessions.values()):
+            await session.close()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            await asyncio.gather(self._watch_task, return_exceptions=True)
+        await self.vad.close()
+        if self.speakers is not None:
+            await self.speakers.close()
+        await self.transcriber.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Numbers for /ready, metrics and benches."""
+        load = self.transcriber.load()
+        return {
+            "state": self.state.value,
+            "model": self.model_name,
+            "sessions": len(self.sessions),
+            "queue_final": load["final"],
+            "queue_partial": load["partial"],
+            "partials_waiting": self.scheduler.waiting,
+            "vad_calls": self.vad.calls,
+            "vad_busy_s": round(self.vad.busy_s, 3),
+            "recognizer": self.transcriber.stats(),
+        }

@@ -1,0 +1,137 @@
+"""Transcript files: one formatter (app/exports.py) for a room's transcript and for the page's download buttons.
+
+The page posts the sentences it shows to ``POST /exports/transcript.{fmt}``; a room's files come from
+``GET /rooms/{id}/transcript.{fmt}``. Both must give the same file for the same sentences, and the export route
+must refuse bad input clearly. The browser test clicks the page's real download buttons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from app.keys import ROOMS
+from engine import CaptionEngine
+from tests.browser import chromium, write_wav
+from tests.servers import running_server
+
+TOKEN = "export-test-token-1"
+SENTENCES = [
+    {"id": 0, "text": "Hello there, this is the first sentence.", "start": 1200, "end": 3999.6, "spk": 0},
+    {"id": 1, "text": "And a reply --> with an arrow <b>", "start": 4100, "end": 6000, "spk": 1},
+    {"id": 2, "text": "Back to the first voice.", "start": 6500, "end": 6500, "spk": 0},
+    {"id": 3, "text": "No label here.", "start": 3_723_004, "end": 3_724_000, "spk": None},
+]
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: Any, **kw: Any) -> tuple[int, str, str]:
+    async with http.post(url, json=body, **kw) as r:
+        return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+
+async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        room, _ = await app[ROOMS].create()
+        publisher = room.join("s1")
+        await room.commit_sentences([("s1", s["text"], round(s["start"]), round(s["end"]), s["spk"])
+                                     for s in SENTENCES])
+        publisher.leave()
+        for fmt in ("txt", "srt", "vtt"):
+            status, ctype, page_file = await _post(
+                http, f"{url}/exports/transcript.{fmt}",
+                {"sentences": [dict(s, session="s1") for s in SENTENCES], "model": "m", "language": "en"})
+            assert status == 200 and ctype.startswith(("text/", "application/x-subrip")), (status, ctype)
+            async with http.get(f"{url}/rooms/{room.id}/transcript.{fmt}") as r:
+                assert await r.text() == page_file, fmt
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": SENTENCES})
+        assert "00:00:01,200 --> 00:00:04,000\nSpeaker 1: Hello there" in srt and ",1000" not in srt
+        assert "00:00:06,500 --> 00:00:06,501" in srt, "a cue never ends where it starts"
+        assert "Speaker 2: And a reply → with an arrow <b>" in srt
+        assert "01:02:03,004 --> 01:02:04,000\nNo label here." in srt
+        status, _, vtt = await _post(http, f"{url}/exports/transcript.vtt", {"sentences": SENTENCES})
+        assert vtt.startswith("WEBVTT\n") and "<v Speaker 2>And a reply → with an arrow &lt;b&gt;" in vtt
+        status, ctype, doc = await _post(http, f"{url}/exports/transcript.json",
+                                         {"sentences": SENTENCES, "model": "whisper-base", "language": None})
+        exported = json.loads(doc)
+        assert ctype.startswith("application/json") and exported["model"] == "whisper-base"
+        assert [s["text"] for s in exported["sentences"]] == [s["text"] for s in SENTENCES]
+        assert [s["speaker"] for s in exported["sentences"]] == ["Speaker 1", "Speaker 2", "Speaker 1", None]
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"sentences": "x"}, 400),
+    ({"sentences": [{"id": "0", "text": "a", "start": 0, "end": 1, "spk": 0}]}, 400),
+    ({"sentences": [{"id": 0, "text": 5, "start": 0, "end": 1, "spk": 0}]}, 400),
+    ({"sentences": [{"id": 0, "text": "a", "start": -1, "end": 1, "spk": 0}]}, 400),
+    ({"sentences": [{"id": 0, "text": "a", "start": 0, "end": 1, "spk": True}]}, 400),
+    ({"sentences": [], "language": 3}, 400),
+    ([1, 2], 400),
+])
+async def test_bad_export_requests_get_a_clear_error(fake_engine: CaptionEngine, body: Any, status: int) -> None:
+    async with running_server(fake_engine) as (url, _), aiohttp.ClientSession() as http:
+        got, ctype, text = await _post(http, f"{url}/exports/transcript.srt", body)
+        assert got == status and ctype.startswith("application/json") and json.loads(text)["error"]["message"]
+        ok, _, _ = await _post(http, f"{url}/exports/transcript.srt", {"sentences": []})
+        assert ok == 200  # the same route takes a well-formed body
+
+
+@pytest.mark.slow  # ~10 s: tens of megabytes of JSON each way
+async def test_a_long_transcript_exports_and_an_oversized_one_is_refused(fake_engine: CaptionEngine) -> None:
+    """A day of captions (far over the server's default body limit for offers) exports; past the limits, 413."""
+    day = [{"id": i, "text": f"Sentence {i} of a long day of meetings.", "start": i * 3000, "end": i * 3000 + 2500,
+            "spk": i % 3} for i in range(5_000)]
+    async with running_server(fake_engine) as (url, _), aiohttp.ClientSession() as http:
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": day})
+        assert status == 200 and srt.count(" --> ") == 5_000
+        too_many = {"sentences": [{"id": 0, "text": "", "start": 0, "end": 0, "spk": None}] * 200_001}
+        assert (await _post(http, f"{url}/exports/transcript.srt", too_many))[0] == 413
+        huge = json.dumps({"sentences": [], "pad": "x" * (17 * 1024 * 1024)})
+        async with http.post(f"{url}/exports/transcript.srt", data=huge,
+                             headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 413 and (await r.json())["error"]["code"] == "too_large"
+
+
+async def test_export_needs_the_token_when_the_server_has_one(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine, auth_token=TOKEN) as (url, _), aiohttp.ClientSession() as http:
+        assert (await _post(http, f"{url}/exports/transcript.txt", {"sentences": []}))[0] == 401
+        assert (await _post(http, f"{url}/exports/transcript.txt", {"sentences": [], "token": TOKEN}))[0] == 200
+        async with http.post(f"{url}/exports/transcript.txt", data="{}", headers={"Content-Type": "text/plain"}) as r:
+            assert r.status == 415
+
+
+@pytest.mark.e2e
+async def test_the_page_download_buttons_save_the_server_rendered_files(fake_engine: CaptionEngine,
+                                                                        tmp_path: Path) -> None:
+    """Captions handed to the page as server messages; each button saves what the export route renders."""
+    silence = write_wav(tmp_path / "silence.wav", np.zeros(16_000, np.float32))
+    caption = {"type": "caption", "seq": 2, "partial": "", "is_final": False,
+               "sentences": [dict(s, session="p1") for s in SENTENCES]}
+    async with running_server(fake_engine) as (url, _), aiohttp.ClientSession() as http, \
+            chromium(silence) as browser:
+        page = await browser.new_page()
+        await page.goto(url)
+        await page.wait_for_function("window.liveCaptions !== undefined")
+        await page.evaluate("(m) => window.liveCaptions.receive(JSON.stringify(m))", caption)
+        await page.wait_for_selector("[data-sentence-id='3']")
+        shown = await page.evaluate("window.liveCaptions.transcript().sentences")
+        assert [s["text"] for s in shown] == [s["text"] for s in SENTENCES]
+        for fmt in ("txt", "srt", "vtt", "json"):
+            async with page.expect_download() as info:
+                await page.click(f"button[data-format={fmt}]")
+            download = await info.value
+            assert re.fullmatch(rf"captions-\d{{4}}-\d\d-\d\d-\d{{4}}\.{fmt}", download.suggested_filename)
+            saved = await asyncio.to_thread(Path(await download.path()).read_text, encoding="utf-8")
+            _, _, expected = await _post(http, f"{url}/exports/transcript.{fmt}",
+                                         {"sentences": shown, "model": "fake", "language": None})
+            if fmt == "json":
+                saved_doc, expected_doc = json.loads(saved), json.loads(expected)
+                assert saved_doc["sentences"] == expected_doc["sentences"]
+            else:
+                assert saved == expected, fmt

@@ -1,0 +1,186 @@
+"""A session driven alone, with fakes of its collaborators: no engine, no VAD model, no recognizer, no clock.
+
+The session gets a scripted VAD lane (speech exactly where the test put a clip), the real decode scheduler over
+the named ``FakeTranscriber``, a speaker service over a fake embedder, and a hand-moved clock. The audio is real
+speech, fed as the transport feeds it (60 ms chunks), faster than real time: what is checked here is the
+session's own logic (segments, order, times, labels, latency, lifecycle), not the models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import SessionOptions, SessionState, protocol
+from engine.asr.fake import FakeTranscriber
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
+from engine.audio.vad import WINDOW, VadStream
+from engine.config import EngineConfig
+from engine.protocol import Caption, Ready, Stopped
+from engine.speakers.service import SpeakerService
+from engine.stream.scheduler import DecodeScheduler
+from engine.stream.session import Session
+from tests.speech import audio
+
+CLIP_A = "ls_1988-24833-0001"  # 7.9 s, one reader
+CLIP_B = "ls_2412-153948-0000"  # 11.7 s, another reader
+GAP_S = 2.0  # silence between the clips: longer than any endpoint wait
+
+
+class ScriptedVad:
+    """Fake VAD lane: probability 1.0 for a window whose centre lies in one of ``speech`` (sample ranges), else 0.
+    Results arrive on a later loop iteration, as the real VAD tick delivers them."""
+
+    def __init__(self, speech: list[tuple[int, int]]) -> None:
+        self.speech = speech
+        self.closed = False
+        self._framer = VadStream()
+        self._next = 0  # index of the next window
+        self._consumer: Any = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def bind(self, consumer: Any) -> None:
+        self._consumer = consumer
+
+    def push(self, samples: np.ndarray) -> None:
+        k = len(self._framer.push(samples))
+        if not k:
+            return
+        centres = (np.arange(self._next, self._next + k) * WINDOW + WINDOW // 2)[:, None]
+        inside = np.zeros(k, dtype=bool)
+        for a, b in self.speech:
+            inside |= ((centres >= a) & (centres < b))[:, 0]
+        self._next += k
+        self._in_flight += 1
+        self._idle.clear()
+        asyncio.get_running_loop().call_soon(self._deliver, inside.astype(np.float32))
+
+    def _deliver(self, probs: np.ndarray) -> None:
+        self._consumer(probs)
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+
+class FakeEmbedder:
+    """Fake speaker model: the voice is read off the segment's length (the test knows clip A is the shorter)."""
+
+    def embed(self, segments: list[np.ndarray]) -> np.ndarray:
+        return np.array([[1.0, 0.0] if s.size < 9.5 * SAMPLE_RATE else [0.0, 1.0] for s in segments], np.float32)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
+    gap = np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)
+    a, b = audio(CLIP_A), audio(CLIP_B)
+    stream = np.concatenate([gap, a, gap, b, gap])
+    a0 = gap.size
+    b0 = a0 + a.size + gap.size
+    return stream, [(a0, a0 + a.size), (b0, b0 + b.size)]
+
+
+async def _run(speakers: SpeakerService | None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+    stream, speech = _layout()
+    vad = ScriptedVad(speech)
+    clock = Clock()
+    closed: list[Session] = []
+    scheduler = DecodeScheduler(FakeTranscriber(delay_s=0.005), 2)
+    session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
+                      scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
+                      clock=clock)
+    session.configure(SessionOptions(language="en"))
+    messages: list[protocol.ServerMessage] = []
+
+    async def read() -> None:
+        async for m in session.messages():
+            messages.append(m)
+
+    reader = asyncio.create_task(read())
+    for i in range(0, stream.size, CHUNK_SAMPLES):
+        session.feed(stream[i : i + CHUNK_SAMPLES])
+        clock.now += CHUNK_SAMPLES / SAMPLE_RATE  # the chunk's real-time duration
+        await asyncio.sleep(0.001)  # lets VAD results and fake decodes land between chunks
+    await session.stop()
+    await asyncio.wait_for(reader, 5)
+    assert session.state is SessionState.STOPPED
+    await session.close()
+    assert closed == [session], "the owner hears about the close exactly once"
+    return messages, {"speech": speech}
+
+
+def _sentences(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]:
+    return [s for m in messages if isinstance(m, Caption) for s in m.sentences]
+
+
+@pytest.mark.asyncio
+async def test_session_locks_each_voice_as_a_sentence_with_its_times_and_partials_first() -> None:
+    messages, info = await _run(speakers=None)
+    assert isinstance(messages[0], Ready) and isinstance(messages[-1], Stopped), messages
+    sentences = _sentences(messages)
+    assert [s.id for s in sentences] == [0, 1], sentences
+    for s, (a, b) in zip(sentences, info["speech"], strict=True):
+        # Times are the scripted speech, to the VAD's window (32 ms) at each end.
+        assert abs(s.start - a * 1000 / SAMPLE_RATE) <= 64 and abs(s.end - b * 1000 / SAMPLE_RATE) <= 64, s
+        # The fake recognizer says how much audio it decoded: the speech plus pre- and post-roll (0.5 s).
+        seconds = float(s.text.split()[2])
+        assert 0 <= seconds - (b - a) / SAMPLE_RATE <= 0.7, s
+        assert s.spk is None  # speaker labels off
+    first_lock = next(i for i, m in enumerate(messages) if isinstance(m, Caption) and m.sentences)
+    assert any(isinstance(m, Caption) and m.partial.startswith("audio of") for m in messages[:first_lock]), \
+        "partials show the open sentence before it locks"
+    last = messages[-2]
+    assert isinstance(last, Caption) and last.is_final
+
+
+@pytest.mark.asyncio
+async def test_session_latency_is_measured_on_its_clock() -> None:
+    messages, _ = await _run(speakers=None)
+    latencies = [m.latency_ms for m in messages if isinstance(m, Caption) and m.latency_ms is not None]
+    assert latencies, "captions carry the latency of the audio they cover"
+    # The test's clock moves in whole chunks (60 ms) and nothing else: a latency read off the wall clock would not
+    # be a multiple of 60 ms. The largest is a sentence locked after the endpoint's silence wait.
+    assert all(abs(lat - 60 * round(lat / 60)) <= 1 for lat in latencies), latencies
+    assert 0 < min(latencies) and max(latencies) <= 2000, latencies
+
+
+@pytest.mark.asyncio
+async def test_session_labels_each_voice_through_the_speaker_service() -> None:
+    service = SpeakerService(load=FakeEmbedder)
+    await service.start()
+    try:
+        messages, _ = await _run(speakers=service)
+    finally:
+        await service.close()
+    assert [s.spk for s in _sentences(messages)] == [0, 1]
+
+
+@pytest.mark.asyncio
+async def test_session_errors_from_the_transport_reach_the_client_and_the_session_goes_on() -> None:
+    stream, speech = _layout()
+    session = Session("s2", SessionOptions(), config=EngineConfig(speakers=False),
+                      scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.005), 2), vad=ScriptedVad(speech),
+                      speakers=None, model_name="fake")
+    from engine import ErrorCode
+
+    session.post_error(ErrorCode.BAD_MESSAGE, "not JSON")
+    session.post_storage(False, "not saved")
+    assert await session.next_message() == protocol.Error(ErrorCode.BAD_MESSAGE, "not JSON", seq=1)
+    assert await session.next_message() == protocol.Storage(False, "not saved", seq=2)
+    session.feed(stream[:CHUNK_SAMPLES])
+    assert session.state is SessionState.LIVE
+    await session.close()

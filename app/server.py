@@ -4,6 +4,7 @@ at import time and nothing is global but aioice's address policy (see ``app.ice`
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -131,3 +132,18 @@ async def _start_engine(engine: CaptionEngine) -> None:
         raise
     except Exception:
         log.exception("the speech engine failed to start; /ready reports it")
+        return
+    freeze_startup_objects()
+
+
+def freeze_startup_objects() -> None:
+    """Call once the models are loaded: move every object alive now (torch, vLLM, the models' Python side: millions
+    of objects that live as long as the process) out of the cyclic garbage collector's view (``gc.freeze``).
+
+    Why: each closed session leaves reference cycles (aiortc's peer connection and its callbacks, the session and
+    its tasks) that only a full collection frees. With the startup objects in view, a full collection took ~330 ms
+    (on the event loop) and ran so rarely that unreachable sessions piled up: the server's memory in use grew
+    ~0.1 MB per session (measured: 12 MB freed by one ``gc.collect()`` after 4 minutes of a soak). Frozen, they are
+    never scanned again, so full collections are short and frequent."""
+    gc.freeze()
+    log.info("startup objects frozen for the garbage collector: %d", gc.get_freeze_count())

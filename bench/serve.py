@@ -11,8 +11,9 @@ server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SI
   100 ms since the previous call (``depth``: finals + partials in the recognizer + partials waiting).
 - ``GET /bench/memory`` (with ``--tracemalloc``): the source lines whose Python allocations grew most since the
   first call (leak hunting: call once after warm-up, again later).
-- ``GET /bench/heap[?trim=1]``: the C heap as glibc sees it (bytes in use, bytes free but kept, RSS); with
-  ``trim=1`` it first returns free memory to the system (``malloc_trim``) and reports RSS before and after. Growth
+- ``GET /bench/heap[?collect=1][&trim=1]``: the C heap as glibc sees it (bytes in use, bytes free but kept, RSS);
+  ``collect=1`` then runs a full garbage collection and reports the heap after it (memory that comes back was held
+  by unreachable reference cycles), ``trim=1`` then returns free memory to the system (``malloc_trim``). Growth
   that trimming gives back is fragmentation, not a leak.
 - ``POST /bench/mode?mode=engine|baseline``: the real decode policy or the serialized baseline
   (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live.
@@ -37,7 +38,7 @@ from aiohttp import web
 
 from app.config import IceConfig, ServerConfig
 from app.keys import PEERS
-from app.server import create_app, engine_config
+from app.server import create_app, engine_config, freeze_startup_objects
 from bench.baseline import SerializedTranscriber, apply_mode
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
@@ -78,6 +79,7 @@ async def serve(args: argparse.Namespace) -> None:
     engine = CaptionEngine(engine_config(config), transcriber)
     t0 = time.monotonic()
     await engine.start()
+    freeze_startup_objects()  # as the server does once its engine is up
     real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
     real_window = getattr(inner, "window_policy", WindowPolicy())
     app = create_app(config, engine=engine)
@@ -133,6 +135,13 @@ async def serve(args: argparse.Namespace) -> None:
         from bench.heap import glibc_heap, trim
 
         body: dict[str, Any] = {"before": glibc_heap()}
+        if request.query.get("collect") == "1":
+            import gc
+
+            t0 = time.perf_counter()
+            body["collected_objects"] = gc.collect()
+            body["collect_ms"] = round((time.perf_counter() - t0) * 1000, 1)
+            body["after_collect"] = glibc_heap()
         if request.query.get("trim") == "1":
             trim()
             body["after_trim"] = glibc_heap()

@@ -110,6 +110,12 @@ class AudioBuffer:
         b = min(max(stop - self.origin, a), self._len)
         return self._buf[a:b].copy()
 
+    def release(self) -> None:
+        """Drop the storage (the session is over); ``end`` stays where it was."""
+        self.origin += self._len
+        self._buf = np.zeros(0, dtype=np.float32)
+        self._len = 0
+
     def trim_before(self, index: int) -> None:
         """Forget samples before absolute ``index``."""
         cut = min(max(index - self.origin, 0), self._len)

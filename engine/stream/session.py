@@ -381,6 +381,8 @@ class Session:
         self.state = SessionState.STOPPING
         self.scheduler.cancel_partial(self)
         await self.vad.drained()
+        if self.state is SessionState.CLOSED:  # closed meanwhile: its audio is gone, nobody is listening
+            return
         closed = self.endpointer.flush()
         if closed is not None:
             self._on_close(closed)
@@ -423,6 +425,10 @@ class Session:
             t.cancel()
         self._pending.clear()
         self.mailbox.close()
+        # A closed session may wait for the cyclic garbage collector (its peer's callbacks refer back to it): free
+        # the audio now rather than then.
+        self.audio.release()
+        self._arrivals.clear()
         if self._on_closed is not None:
             self._on_closed(self)
         if tasks:

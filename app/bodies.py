@@ -9,10 +9,13 @@ limit, whatever its declared length, and the limit may exceed the application's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from aiohttp import web
+
+_PARSE_ON_LOOP_BYTES = 64 * 1024
 
 
 class BodyError(Exception):
@@ -42,7 +45,8 @@ async def read_json_object(request: web.Request, limit: int, *, empty_ok: bool =
     if empty_ok and not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        # A small body parses in microseconds; a large one (a day's transcript: megabytes) would hold the loop.
+        value = json.loads(raw) if len(raw) <= _PARSE_ON_LOOP_BYTES else await asyncio.to_thread(json.loads, raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BodyError(400, "body is not valid JSON") from exc
     except RecursionError as exc:  # thousands of nested brackets: json's C parser recurses

@@ -7,13 +7,14 @@ disagree on format. Nothing is stored; the server's token is needed when it has 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
 from aiohttp import web
 
 from . import exports
-from .auth import presented_token
+from .auth import presented_token_or_field
 from .bodies import BodyError, read_json_object
 from .keys import CONFIG
 from .rooms import token_matches
@@ -37,8 +38,7 @@ async def export_transcript(request: web.Request) -> web.Response:
         body = await read_json_object(request, MAX_EXPORT_BYTES)
     except BodyError as exc:
         return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
-    token = body.get("token") if isinstance(body.get("token"), str) else None
-    if not token_matches(presented_token(request) or token, request.app[CONFIG].auth_token):
+    if not token_matches(presented_token_or_field(request, body), request.app[CONFIG].auth_token):
         return json_error(401, "unauthorized", "exporting needs the server's token")
     raw = body.get("sentences")
     if isinstance(raw, list) and len(raw) > MAX_EXPORT_SENTENCES:
@@ -49,7 +49,8 @@ async def export_transcript(request: web.Request) -> web.Response:
     except ValueError as exc:
         return json_error(400, "bad_message", str(exc))
     fmt = request.match_info["fmt"]
-    return web.Response(text=exports.render(fmt, sentences, header), content_type=exports.MIME[fmt],
+    text = await asyncio.to_thread(exports.render, fmt, sentences, header)  # up to 200,000 sentences
+    return web.Response(text=text, content_type=exports.MIME[fmt],
                         charset="utf-8", headers={"Content-Disposition": f'attachment; filename="captions.{fmt}"',
                                                   "Cache-Control": "no-store"})
 
@@ -66,8 +67,7 @@ def _sentences(raw: Any) -> list[SentenceRecord]:
             raise ValueError(f"sentence {i} needs an integer id and a text")
         if spk is not None and (not isinstance(spk, int) or isinstance(spk, bool)):
             raise ValueError(f"sentence {i}: spk must be an integer or null")
-        if session is None:
-            session = ""
+        session = "" if session is None else session
         if not isinstance(session, str):
             raise ValueError(f"sentence {i}: session must be a string")
         out.append(SentenceRecord(sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk))

@@ -9,6 +9,7 @@ the store. WebSocket would need all of that built by hand for no gain in this di
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -112,7 +113,7 @@ async def room_transcript(request: web.Request) -> web.Response:
     fmt = request.match_info["fmt"]
     pending = room.pending()
     snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = exports.render(fmt, snapshot.sentences, exports.room_header(room.record))
+    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record))
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
                                  "Cache-Control": "no-store"})

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from engine import LANGUAGE_CODES, MAX_HOTWORDS, EngineError, EngineNotReady, EngineState, ErrorCode
 
-from .auth import presented_token
+from .auth import presented_token_or_field
 from .bodies import BodyError, read_json_object
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
@@ -76,8 +76,7 @@ async def offer(request: web.Request) -> web.Response:
 
     app = request.app
     engine, peers, config = app[ENGINE], app[PEERS], app[CONFIG]
-    body_token = params.get("token") if isinstance(params.get("token"), str) else None
-    if not token_matches(presented_token(request) or body_token, config.auth_token):
+    if not token_matches(presented_token_or_field(request, params), config.auth_token):
         return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
     room_id = params.get("room")
     if room_id is not None and not isinstance(room_id, str):

@@ -119,7 +119,7 @@ class Session:
         self._agreed = ""  # leading words the open segment's last two partials agreed on (see ``agreed_prefix``)
         self._pending: deque[_Pending] = deque()
         self._next_sentence = 0
-        self._speakers = speakers
+        self._speaker_service = speakers
         self.speakers = speakers.new_tracker() if speakers is not None else None
         self._context = ""
         self.configured = False
@@ -327,8 +327,8 @@ class Session:
         return result.text, embedding
 
     def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
-        if self._speakers is not None:
-            return self._speakers.embed(audio, speech_s)
+        if self._speaker_service is not None:
+            return self._speaker_service.embed(audio, speech_s)
         fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
@@ -392,8 +392,8 @@ class Session:
         if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
             return
         self._post([], covered_end=0, is_final=True)
-        if self.speakers and self._speakers is not None:
-            relabel = await self._speakers.recluster(self.speakers)
+        if self.speakers and self._speaker_service is not None:
+            relabel = await self._speaker_service.recluster(self.speakers)
             if relabel:
                 self.mailbox.post(protocol.Speakers(relabel))
         if self.state is SessionState.CLOSED:

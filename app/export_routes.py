@@ -13,12 +13,14 @@ from typing import Any
 
 from aiohttp import web
 
+from engine.protocol import Word
+
 from . import exports
 from .auth import presented_token_or_field
 from .bodies import BodyError, read_json_object
 from .keys import CONFIG
 from .rooms import token_matches
-from .routes import json_error
+from .routes import bad_parameter, json_error
 from .store import SentenceRecord
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
@@ -30,8 +32,9 @@ def add_routes(app: web.Application) -> None:
 
 
 async def export_transcript(request: web.Request) -> web.Response:
-    """Body ``{"sentences": [{"id", "text", "start", "end", "spk", "session"?}], "model"?, "language"?,
-    "token"?}`` (times in ms, as the ``caption`` messages carry them) -> the file, as an attachment."""
+    """Body ``{"sentences": [{"id", "text", "start", "end", "spk", "session"?, "words"?}], "model"?,
+    "language"?, "token"?}`` (times in ms and words as the ``caption`` messages carry them) -> the file, as an
+    attachment. The query takes the cue options of ``exports.parse_options``."""
     if request.content_type != "application/json":
         return json_error(415, "bad_message", "send the transcript as application/json")
     try:
@@ -48,8 +51,12 @@ async def export_transcript(request: web.Request) -> web.Response:
         header = _header(body)
     except ValueError as exc:
         return json_error(400, "bad_message", str(exc))
+    try:
+        options = exports.parse_options(request.query)
+    except exports.OptionError as exc:
+        return bad_parameter(exc)
     fmt = request.match_info["fmt"]
-    text = await asyncio.to_thread(exports.render, fmt, sentences, header)  # up to 200,000 sentences
+    text = await asyncio.to_thread(exports.render, fmt, sentences, header, options)  # up to 200,000 sentences
     return web.Response(text=text, content_type=exports.MIME[fmt],
                         charset="utf-8", headers={"Content-Disposition": f'attachment; filename="captions.{fmt}"',
                                                   "Cache-Control": "no-store"})
@@ -70,8 +77,22 @@ def _sentences(raw: Any) -> list[SentenceRecord]:
         session = "" if session is None else session
         if not isinstance(session, str):
             raise ValueError(f"sentence {i}: session must be a string")
-        out.append(SentenceRecord(sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk))
+        out.append(SentenceRecord(sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk,
+                                  _words(s.get("words"), i)))
     return out
+
+
+def _words(raw: Any, i: int) -> tuple[Word, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError(f"sentence {i}: words must be a list")
+    words = []
+    for w in raw:
+        if not isinstance(w, dict) or not isinstance(w.get("w"), str) or not w["w"].strip():
+            raise ValueError(f'sentence {i}: each word needs "w", "start_ms" and "end_ms"')
+        words.append(Word(w["w"], _ms(w.get("start_ms"), i), _ms(w.get("end_ms"), i)))
+    return tuple(words)
 
 
 def _ms(value: Any, i: int) -> int:

@@ -1,24 +1,84 @@
 """Transcripts as TXT, SRT, WebVTT or JSON: the one formatter of the project. A room's transcript files
 (``GET /rooms/{id}/transcript.{fmt}``) and the caption page's download buttons (``POST /exports/transcript.{fmt}``
 with the sentences the page shows) both come from here. Times are milliseconds (the room's timeline for a room,
-the session's for the page)."""
+the session's for the page).
+
+SRT and WebVTT carry the same cues: subtitle-grade ones from ``cues`` by default (``ExportOptions``, set from the
+URL's query by ``parse_options``), or one cue per sentence on one line with ``?cues=sentence``."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .cues import Cue, CueRules, build_cues, speaker_name
 from .store import RoomRecord, SentenceRecord
 
 MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
 
 
-def speaker_name(spk: int | None) -> str:
-    """0-based server labels read as "Speaker 1", "Speaker 2", ...; unknown is "Speaker ?"."""
-    return "Speaker ?" if spk is None else f"Speaker {spk + 1}"
+CUE_MODES = ("subtitle", "sentence")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How SRT and WebVTT files cut the transcript: ``cues`` "subtitle" (``rules`` apply) or "sentence"."""
+
+    cues: str = "subtitle"
+    rules: CueRules = field(default_factory=CueRules)
+
+
+class OptionError(ValueError):
+    """A bad query parameter; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        self.param = param
+        super().__init__(message)
+
+
+# Query parameter -> (CueRules field, lowest, highest). Bounds keep a file readable and the cue search small.
+_RULE_PARAMS: dict[str, tuple[str, float, float]] = {
+    "max_chars": ("max_chars", 10, 200),
+    "max_lines": ("max_lines", 1, 4),
+    "min_ms": ("min_ms", 0, 10_000),
+    "max_ms": ("max_ms", 1000, 60_000),
+    "max_cps": ("max_cps", 5, 100),
+    "gap_ms": ("gap_ms", 0, 2000),
+}
+
+
+def parse_options(query: Mapping[str, str]) -> ExportOptions:
+    """Export options from a transcript URL's query (``?cues=sentence``, ``?max_chars=32&max_lines=2``, ...);
+    absent parameters keep the defaults. Raises ``OptionError`` naming the first bad parameter."""
+    cues = query.get("cues", "subtitle")
+    if cues not in CUE_MODES:
+        raise OptionError("cues", f"cues must be one of {', '.join(CUE_MODES)}")
+    values: dict[str, Any] = {}
+    for param, (name, lo, hi) in _RULE_PARAMS.items():
+        raw = query.get(param)
+        if raw is None:
+            continue
+        number = _number(raw, integer=name != "max_cps")
+        if number is None or not lo <= number <= hi:
+            kind = "a number" if name == "max_cps" else "an integer"
+            raise OptionError(param, f"{param} must be {kind} from {lo:g} to {hi:g}")
+        values[name] = number
+    rules = CueRules(**values)
+    if rules.min_ms > rules.max_ms:
+        raise OptionError("min_ms", "min_ms must not exceed max_ms")
+    return ExportOptions(cues, rules)
+
+
+def _number(raw: str, integer: bool) -> float | None:
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 def clock_time(ms: float, sep: str) -> str:
@@ -48,24 +108,38 @@ def to_txt(sentences: Sequence[SentenceRecord]) -> str:
                      f"{' '.join(_one_line(s.text) for s in t)}\n" for t in turns(sentences))
 
 
-def to_srt(sentences: Sequence[SentenceRecord]) -> str:
-    cues = []
-    for i, s in enumerate(sentences, 1):
-        start, end = _cue_times(s)
-        who = "" if s.spk is None else f"{speaker_name(s.spk)}: "
-        cues.append(f"{i}\n{clock_time(start, ',')} --> {clock_time(end, ',')}\n{who}{_cue_text(s.text)}\n")
-    return "\n".join(cues)
+def to_srt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportOptions()) -> str:
+    blocks = [f"{i}\n{clock_time(c.start_ms, ',')} --> {clock_time(c.end_ms, ',')}\n"
+              f"{chr(10).join(_cue_line(line) for line in c.lines)}\n"
+              for i, c in enumerate(_cues(sentences, options), 1)]
+    return "\n".join(blocks)
 
 
-def to_vtt(sentences: Sequence[SentenceRecord]) -> str:
-    """Starts with ``WEBVTT`` even when there is no cue; speakers as voice spans ``<v Speaker 1>``."""
-    cues = ["WEBVTT\n"]
-    for i, s in enumerate(sentences, 1):
-        start, end = _cue_times(s)
-        text = _cue_text(s.text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        body = text if s.spk is None else f"<v {speaker_name(s.spk)}>{text}"
-        cues.append(f"{i}\n{clock_time(start, '.')} --> {clock_time(end, '.')}\n{body}\n")
-    return "\n".join(cues)
+def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportOptions()) -> str:
+    """Starts with ``WEBVTT`` even when there is no cue. The text is the SRT's; each cue of a known speaker also
+    opens with a voice span ``<v Speaker 1>`` (not shown, for players that style speakers)."""
+    blocks = ["WEBVTT\n"]
+    for i, c in enumerate(_cues(sentences, options), 1):
+        lines = [_vtt_escape(_cue_line(line)) for line in c.lines]
+        if c.spk is not None and lines:
+            lines[0] = f"<v {speaker_name(c.spk)}>{lines[0]}"
+        blocks.append(f"{i}\n{clock_time(c.start_ms, '.')} --> {clock_time(c.end_ms, '.')}\n" + "\n".join(lines)
+                      + "\n")
+    return "\n".join(blocks)
+
+
+def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[Cue]:
+    if options.cues == "subtitle":
+        return build_cues(sentences, options.rules)
+    # One cue per sentence, on one line: the label and the whole text (players drop a cue whose end is not after
+    # its start: such a cue gets one millisecond).
+    return [Cue(s.start_ms, max(s.end_ms, s.start_ms + 1),
+                (("" if s.spk is None else f"{speaker_name(s.spk)}: ") + _one_line(s.text),), s.spk, s.session, ())
+            for s in sentences]
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def room_header(room: RoomRecord) -> dict[str, Any]:
@@ -81,27 +155,25 @@ def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any]) -> str:
         **header,
         "exported_at": datetime.now(UTC).isoformat(),
         "sentences": [{"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
-                       "speaker": None if s.spk is None else speaker_name(s.spk), "text": s.text}
+                       "speaker": None if s.spk is None else speaker_name(s.spk), "text": s.text,
+                       "words": [w.wire() for w in s.words]}
                       for s in sentences],
     }
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
-def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any]) -> str:
-    """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json`` (other formats ignore it)."""
+def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any],
+           options: ExportOptions = ExportOptions()) -> str:
+    """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json``; ``options``: how SRT and
+    WebVTT cut cues (other formats ignore both)."""
     renderers: dict[str, Callable[[], str]] = {
-        "txt": lambda: to_txt(sentences), "srt": lambda: to_srt(sentences), "vtt": lambda: to_vtt(sentences),
-        "json": lambda: to_json(sentences, header)}
+        "txt": lambda: to_txt(sentences), "srt": lambda: to_srt(sentences, options),
+        "vtt": lambda: to_vtt(sentences, options), "json": lambda: to_json(sentences, header)}
     return renderers[fmt]()
 
 
-def _cue_times(s: SentenceRecord) -> tuple[int, int]:
-    # Players drop a cue whose end is not after its start; give such a cue one millisecond.
-    return s.start_ms, max(s.end_ms, s.start_ms + 1)
-
-
-def _cue_text(text: str) -> str:
-    # A blank line ends a cue and "-->" would read as a timing line: keep the text on one line.
+def _cue_line(text: str) -> str:
+    # A blank line ends a cue and "-->" would read as a timing line: one line of text, no arrow.
     return _one_line(text).replace("-->", "→")
 
 

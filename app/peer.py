@@ -149,7 +149,7 @@ class PeerSession:
             self.request_stop()
             return
         try:
-            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords))
+            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords, words=msg.words))
         except IllegalTransition as exc:
             self._send_error(protocol.ErrorCode.BAD_STATE, str(exc))
 
@@ -190,7 +190,7 @@ class PeerSession:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(drained.wait(), 5.0)
             with contextlib.suppress(Exception):  # a channel closing under us is the peer going away
-                channel.send(protocol.dumps(msg))
+                channel.send(protocol.dumps(msg, words=self.session.options.words))
         # The session has nothing more to say: stopped, or ended by the engine. Either way the peer is done.
         self.request_stop()
 

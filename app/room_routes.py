@@ -28,7 +28,7 @@ from .auth import presented_token
 from .bodies import BodyError, read_json_object
 from .keys import CONFIG, ROOMS, STORE, TEMPLATES
 from .rooms import ROOM_ID_PATTERN, Room, Viewer, token_matches
-from .routes import json_error
+from .routes import bad_parameter, json_error
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +108,18 @@ async def room_status(request: web.Request) -> web.Response:
 
 
 async def room_transcript(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store."""
+    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store. SRT and
+    WebVTT take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
     room = await viewable_room(request)
     fmt = request.match_info["fmt"]
+    try:
+        options = exports.parse_options(request.query)
+    except exports.OptionError as exc:
+        return bad_parameter(exc)
     pending = room.pending()
     snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record))
+    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record),
+                                   options)
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
                                  "Cache-Control": "no-store"})
@@ -150,6 +156,7 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     """
     room = await viewable_room(request, keep=True)
     after = _after_seq(request)
+    words = request.query.get("words", "0") in ("1", "true")  # word times in each sentence: opt-in
     # Subscribe before reading the store: nothing committed meanwhile can be missed. A viewer that stops reading
     # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
     viewer = room.subscribe(on_overflow=lambda: _abort(request))
@@ -159,11 +166,11 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     try:
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
-        last = await _catch_up(response, room, after)
+        last = await _catch_up(response, room, after, words)
         await _send(response, room.status(), None)
         if room.partial():
             await _send(response, room.partial_message(), None)
-        await _follow(response, viewer, last)
+        await _follow(response, viewer, last, words)
     except ConnectionResetError:
         pass  # the viewer went away (or was cut off): nothing to clean but the subscription
     finally:
@@ -186,21 +193,21 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
-async def _catch_up(response: web.StreamResponse, room: Room, after: int | None) -> int:
+async def _catch_up(response: web.StreamResponse, room: Room, after: int | None, words: bool) -> int:
     store = room.store
     pending = room.pending()  # what a full disk holds back is replayed from memory
     if after is not None and after <= room.seq:
         events = room.events_with(await store.events_after(room.id, after), pending, after)
         for seq, message in events:
-            await _send(response, message, seq)
+            await _send(response, message, seq, words)
         return events[-1][0] if events else after
     snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
     await _send(response, protocol.Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),
-                snapshot.seq)
+                snapshot.seq, words)
     return snapshot.seq
 
 
-async def _follow(response: web.StreamResponse, viewer: Viewer, last: int) -> None:
+async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, words: bool) -> None:
     while True:
         try:
             item = await viewer.get(HEARTBEAT_S)
@@ -214,11 +221,12 @@ async def _follow(response: web.StreamResponse, viewer: Viewer, last: int) -> No
             if seq <= last:
                 continue  # already sent from the store
             last = seq
-        await _send(response, message, seq if durable else None)
+        await _send(response, message, seq if durable else None, words)
 
 
-async def _send(response: web.StreamResponse, message: protocol.ServerMessage, event_id: int | None) -> None:
-    data = protocol.dumps(message)
+async def _send(response: web.StreamResponse, message: protocol.ServerMessage, event_id: int | None,
+                words: bool = False) -> None:
+    data = protocol.dumps(message, words)
     head = f"id: {event_id}\n" if event_id is not None else ""
     await response.write(f"{head}data: {data}\n\n".encode())
 

@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine import SessionLog
-from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers
+from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word
 
 from .store import RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
@@ -244,10 +244,10 @@ class Room:
         return Snapshot(pending[-1].seq, [sentences[k] for k in sorted(sentences)])
 
     # ---- durable events ----------------------------------------------------------------------------------------
-    async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None]],
+    async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
                                latency_ms: int | None = None) -> list[SentenceRecord]:
-        """Give each new sentence ``(session, text, start_ms, end_ms, spk)`` a room id, commit, then broadcast.
-        Returns the records (with their room ids)."""
+        """Give each new sentence ``(session, text, start_ms, end_ms, spk, words)`` a room id, commit, then
+        broadcast. Returns the records (with their room ids)."""
         async with self._lock:
             first = self._next_sentence
             records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
@@ -365,7 +365,8 @@ class RoomPublisher:
                 self.room.broadcast_partial(message.latency_ms)
                 return
             records = await self.room.commit_sentences(
-                [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk) for s in new],
+                [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
+                  tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
                 message.latency_ms)
             for s, r in zip(new, records, strict=True):
                 self._ids[s.id] = r.id

@@ -11,6 +11,7 @@ from engine import LANGUAGE_CODES, MAX_HOTWORDS, EngineError, EngineNotReady, En
 
 from .auth import presented_token_or_field
 from .bodies import BodyError, read_json_object
+from .exports import OptionError
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
 from .rooms import token_matches
@@ -27,6 +28,12 @@ LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "fr": "Français", "es": "Es
 def json_error(status: int, code: ErrorCode | str, message: str) -> web.Response:
     code_text = code.value if isinstance(code, ErrorCode) else code
     return web.json_response({"error": {"code": code_text, "message": message}}, status=status)
+
+
+def bad_parameter(exc: OptionError) -> web.Response:
+    """400 for a bad query parameter: the error JSON names it (``"param"``)."""
+    return web.json_response({"error": {"code": "bad_parameter", "message": str(exc), "param": exc.param}},
+                             status=400)
 
 
 async def index(request: web.Request) -> web.Response:

@@ -17,7 +17,9 @@ Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, a
   protects. Rooms made by version 1 have NULL there; their QR code needs the viewer token presented.
 - ``events``: (room, seq) -> kind ("caption" | "speakers") and the message as sent to viewers (JSON). ``seq`` is
   the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
-- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels).
+- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels) and,
+  since version 3, words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL
+  for sentences stored before).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any, TypeVar
 
 from engine import protocol
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MEMORY = ":memory:"
 
 _SCHEMA = """
@@ -62,12 +64,14 @@ CREATE TABLE IF NOT EXISTS sentences (
     end_ms INTEGER NOT NULL,
     spk INTEGER,
     locked_ms INTEGER NOT NULL,
+    words TEXT,
     PRIMARY KEY (room, id)
 ) WITHOUT ROWID;
 """
 # Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
 _MIGRATIONS = [
     "ALTER TABLE rooms ADD COLUMN viewer_token TEXT;",
+    "ALTER TABLE sentences ADD COLUMN words TEXT;",
 ]
 
 T = TypeVar("T")
@@ -96,10 +100,11 @@ class SentenceRecord:
     start_ms: int
     end_ms: int
     spk: int | None
+    words: tuple[protocol.Word, ...] = ()  # on the same timeline; empty when not known
 
     def sentence(self) -> protocol.Sentence:
         """As it appears in a viewer's ``caption.sentences``."""
-        return protocol.Sentence(self.id, self.text, self.start_ms, self.end_ms, self.spk, self.session)
+        return protocol.Sentence(self.id, self.text, self.start_ms, self.end_ms, self.spk, self.session, self.words)
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,7 @@ class TranscriptStore:
                      sentences: Sequence[SentenceRecord] = (), relabel: dict[int, int] | None = None) -> None:
         """Commit one room event (its ``seq`` is the event's) atomically: the event as viewers get it, its new
         sentences and any speaker relabels."""
-        body = event.wire()
+        body = event.wire(words=True) if isinstance(event, protocol.Caption) else event.wire()
         await self._run(self._append, room_id, event.seq, body["type"], body, list(sentences), dict(relabel or {}))
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
@@ -237,9 +242,10 @@ class TranscriptStore:
             db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
                        (room_id, seq, kind, json.dumps(body, separators=(",", ":"), ensure_ascii=False), now))
             db.executemany(
-                "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now) for s in sentences])
+                "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, _words_json(s.words))
+                 for s in sentences])
             db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
                            [(spk, room_id, sid) for sid, spk in relabel.items()])
             db.execute("COMMIT")
@@ -257,11 +263,24 @@ class TranscriptStore:
         db.execute("BEGIN")
         try:
             seq = self._last_seq(room_id)
-            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk FROM sentences WHERE room = ? "
-                              "ORDER BY id", (room_id,)).fetchall()
+            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
+                              "WHERE room = ? ORDER BY id", (room_id,)).fetchall()
         finally:
             db.execute("COMMIT")
-        return Snapshot(seq, [SentenceRecord(*row) for row in rows])
+        return Snapshot(seq, [SentenceRecord(int(sid), session, text, start, end, spk, _words(words))
+                              for sid, session, text, start, end, spk, words in rows])
+
+
+def _words_json(words: Sequence[protocol.Word]) -> str | None:
+    if not words:
+        return None
+    return json.dumps([[w.w, w.start_ms, w.end_ms] for w in words], separators=(",", ":"), ensure_ascii=False)
+
+
+def _words(raw: str | None) -> tuple[protocol.Word, ...]:
+    if not raw:
+        return ()
+    return tuple(protocol.Word(str(w), int(a), int(b)) for w, a, b in json.loads(raw))
 
 
 def _now_ms() -> int:

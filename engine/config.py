@@ -115,6 +115,10 @@ class TranscriberConfig:
     cpu_threads: int = 0
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
+    # Whisper's timestamp tokens in every decode (partials too, so that a partial can still serve as the final):
+    # word times then follow the model's timed stretches as well as the VAD (engine.stream.words). Measured in
+    # docs/benchmarks.md ("Word times").
+    timestamps: bool = False
 
     def window_policy(self) -> WindowPolicy:
         """The window policy of ``window``; raises ``ValueError`` for an unknown mode or bad buckets."""
@@ -145,6 +149,7 @@ class SessionOptions:
     language: str | None = "en"  # None = detect per segment
     hotwords: tuple[str, ...] = ()
     prompt: str = ""  # free context text handed to the recognizer with the hotwords
+    words: bool = False  # the client wants each locked sentence's word times on the wire (they are always kept)
 
 
 def env_str(name: str, default: str | None) -> str | None:

@@ -18,8 +18,9 @@ increasing ``seq``):
   (a full disk: live captions and viewers go on, the transcript file misses them until space returns), and
   ``{"type":"storage","seq":N,"saving":true,"message":M}`` once everything held back has been saved.
 
-Client -> server: ``{"type":"start","language":"en"|null,"hotwords":[...]}`` (optional; defaults apply if audio
-simply flows) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
+Client -> server: ``{"type":"start","language":"en"|null,"hotwords":[...],"words":false}`` (optional; defaults
+apply if audio simply flows; ``"words":true`` adds ``"words":[{"w":W,"start_ms":MS,"end_ms":MS}]`` to every locked
+sentence) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
 
 Room viewers (server-sent events) get the same ``caption`` and ``speakers`` messages with room-wide sentence ids
 (each sentence names its ``session``) and ``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,
@@ -71,6 +72,7 @@ class ProtocolError(ValueError):
 class StartMessage:
     language: str | None
     hotwords: tuple[str, ...]
+    words: bool = False  # send each locked sentence's word times
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,32 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     if len(hotwords) > MAX_HOTWORDS or any(len(h) > MAX_HOTWORD_CHARS for h in hotwords):
         raise ProtocolError(ErrorCode.BAD_MESSAGE,
                             f"at most {MAX_HOTWORDS} hotwords of at most {MAX_HOTWORD_CHARS} characters")
-    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()))
+    words = data.get("words", False)
+    if not isinstance(words, bool):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "words must be true or false")
+    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words)
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of a locked sentence and when it was said (ms, on the sentence's timeline)."""
+
+    w: str
+    start_ms: int
+    end_ms: int
+
+    def wire(self) -> dict[str, Any]:
+        return {"w": self.w, "start_ms": self.start_ms, "end_ms": self.end_ms}
+
+    def shifted(self, ms: int) -> Word:
+        return Word(self.w, self.start_ms + ms, self.end_ms + ms)
 
 
 @dataclass(frozen=True)
 class Sentence:
     """One locked sentence: ``start``/``end`` in ms of session audio (room timeline in a room), ``spk`` its speaker
-    label (None when labels are off), ``session`` the publishing session (room messages only)."""
+    label (None when labels are off), ``session`` the publishing session (room messages only), ``words`` its words
+    with their times (same timeline; sent only to clients that ask, see ``wire``)."""
 
     id: int
     text: str
@@ -121,11 +142,15 @@ class Sentence:
     end: int
     spk: int | None
     session: str | None = None
+    words: tuple[Word, ...] = ()
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self, words: bool = False) -> dict[str, Any]:
+        """The JSON form; ``words``: include the ``words`` list (opt-in: it triples a sentence's size)."""
         out: dict[str, Any] = {"id": self.id, "text": self.text, "start": self.start, "end": self.end, "spk": self.spk}
         if self.session is not None:
             out["session"] = self.session
+        if words:
+            out["words"] = [w.wire() for w in self.words]
         return out
 
 
@@ -152,8 +177,10 @@ class Caption:
     latency_ms: int | None = None
     seq: int = 0
 
-    def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "caption", "seq": self.seq, "sentences": [s.wire() for s in self.sentences],
+    def wire(self, words: bool = False) -> dict[str, Any]:
+        """``words``: include each sentence's word times (``Sentence.wire``)."""
+        out: dict[str, Any] = {"type": "caption", "seq": self.seq,
+                               "sentences": [s.wire(words) for s in self.sentences],
                                "partial": self.partial, "is_final": self.is_final}
         if self.latency_ms is not None:
             out["latency_ms"] = self.latency_ms
@@ -247,14 +274,17 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
 
 
 def _sentence(s: dict[str, Any]) -> Sentence:
+    words = tuple(Word(str(w["w"]), int(w["start_ms"]), int(w["end_ms"])) for w in s.get("words") or ())
     return Sentence(int(s["id"]), str(s["text"]), int(s["start"]), int(s["end"]), _int_or_none(s["spk"]),
-                    s.get("session"))
+                    s.get("session"), words)
 
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def dumps(message: ServerMessage) -> str:
-    """Serialise a message compactly (no NaN: the browser's JSON.parse would reject it)."""
-    return json.dumps(message.wire(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def dumps(message: ServerMessage, words: bool = False) -> str:
+    """Serialise a message compactly (no NaN: the browser's JSON.parse would reject it). ``words``: captions carry
+    their sentences' word times (for clients that asked for them)."""
+    body = message.wire(words) if isinstance(message, Caption) else message.wire()
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -50,13 +50,22 @@ async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_en
             assert status == 200 and ctype.startswith(("text/", "application/x-subrip")), (status, ctype)
             async with http.get(f"{url}/rooms/{room.id}/transcript.{fmt}") as r:
                 assert await r.text() == page_file, fmt
-        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": SENTENCES})
+        # One cue per sentence, on one line, as before word times (?cues=sentence).
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt?cues=sentence", {"sentences": SENTENCES})
         assert "00:00:01,200 --> 00:00:04,000\nSpeaker 1: Hello there" in srt and ",1000" not in srt
         assert "00:00:06,500 --> 00:00:06,501" in srt, "a cue never ends where it starts"
         assert "Speaker 2: And a reply → with an arrow <b>" in srt
         assert "01:02:03,004 --> 01:02:04,000\nNo label here." in srt
-        status, _, vtt = await _post(http, f"{url}/exports/transcript.vtt", {"sentences": SENTENCES})
-        assert vtt.startswith("WEBVTT\n") and "<v Speaker 2>And a reply → with an arrow &lt;b&gt;" in vtt
+        status, _, vtt = await _post(http, f"{url}/exports/transcript.vtt?cues=sentence", {"sentences": SENTENCES})
+        assert vtt.startswith("WEBVTT\n") and "<v Speaker 2>Speaker 2: And a reply → with an arrow &lt;b&gt;" in vtt
+        # Subtitle cues (the default): two lines of at most 42 characters, label first, broken after the comma;
+        # a sentence said in no time stays up as long as reading its 35 characters at 20 per second takes.
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": SENTENCES})
+        assert "00:00:01,200 --> 00:00:04,000\nSpeaker 1: Hello there,\nthis is the first sentence.\n" in srt
+        assert "00:00:06,500 --> 00:00:08,250\nSpeaker 1: Back to the first voice.\n" in srt
+        status, _, narrow = await _post(http, f"{url}/exports/transcript.srt?max_chars=20&max_lines=1",
+                                        {"sentences": SENTENCES})
+        assert status == 200 and max(len(line) for line in narrow.splitlines()) <= 29  # timing lines are 29
         status, ctype, doc = await _post(http, f"{url}/exports/transcript.json",
                                          {"sentences": SENTENCES, "model": "whisper-base", "language": None})
         exported = json.loads(doc)

@@ -119,14 +119,17 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
                                     end_ms INTEGER NOT NULL, spk INTEGER, locked_ms INTEGER NOT NULL,
                                     PRIMARY KEY (room, id)) WITHOUT ROWID;
             INSERT INTO rooms VALUES ('old-room-abcdef', 5, 'Old', 'ab12');
+            INSERT INTO sentences VALUES ('old-room-abcdef', 0, 's', 'Said before word times.', 100, 900, 0, 7);
             PRAGMA user_version=1;""")
     store = await TranscriptStore.open(str(path))
     record = await store.room("old-room-abcdef")
     assert record is not None and record.title == "Old" and record.viewer_token_sha256 == "ab12"
     assert record.viewer_token is None
+    old = (await store.snapshot("old-room-abcdef")).sentences
+    assert [(s.text, s.words) for s in old] == [("Said before word times.", ())]  # version 3: words, NULL here
     await store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     json.dumps(record.__dict__)  # plain data
 
 

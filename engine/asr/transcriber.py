@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine.asr.timestamps import TimedSpan
+
 
 class Priority(IntEnum):
     """Lower runs first (vLLM's priority scheduling): a final never waits behind a partial."""
@@ -45,6 +47,8 @@ class DecodeRequest:
     # forces them as decoder tokens (one prefill step) and generates only what follows; the result's text
     # includes them. Empty for finals.
     prefix: str = ""
+    # Ask for Whisper's timestamp tokens (the transcript's ``spans``); a recognizer without them ignores this.
+    timestamps: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,9 @@ class Transcript:
     window_s: float = 30.0  # encoder window the accepted decode ran in (engine.asr.windows)
     encoder_positions: int = 1500  # encoder positions of that window (1500 = Whisper's stock 30 s)
     fallbacks: int = 0  # decodes thrown away as loops and redone in a larger window
+    # Where the text was said (seconds from the start of the decoded audio), when timestamps were asked for and the
+    # recognizer gives them; empty otherwise.
+    spans: tuple[TimedSpan, ...] = ()
 
 
 class Transcriber(Protocol):

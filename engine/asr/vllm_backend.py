@@ -11,11 +11,13 @@ import asyncio
 import importlib
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.asr.guard import strip_nonspeech
+from engine.asr.timestamps import TimedSpan, parse_spans
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 from engine.asr.vllm_plugin import whisper_overrides
 from engine.asr.windows import (
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 _WATCH_INTERVAL_S = 1.0
+_TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")  # in case the tokenizer does not count them as special
 _LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop while a decode streams
 
 
@@ -63,23 +66,27 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
     return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
-def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "") -> str:
+def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "",
+                   timestamps: bool = False) -> str:
     """Whisper's decoder prompt: optional previous-text context, the task tokens, then ``forced`` text the
     transcript must start with.
 
     English-only checkpoints take no language or task token. With ``language=None`` a multilingual model writes
-    the language token itself (detection), then the task token; no text can be forced then.
+    the language token itself (detection), then the task token; no text can be forced then. ``timestamps``: open
+    the text with ``<|0.00|>`` instead of ``<|notimestamps|>``, so the model writes timestamp tokens (as vLLM's
+    transcription server does for ``verbose_json``).
     """
     prefix = ""
     context = " ".join(context.split())[:_MAX_CONTEXT_CHARS]
     if context:
         prefix = "<|startofprev|> " + context
     forced = f" {forced.strip()}" if forced.strip() else ""
+    mode = "<|0.00|>" if timestamps else "<|notimestamps|>"
     if not spec.multilingual:
-        return prefix + "<|startoftranscript|><|notimestamps|>" + forced
+        return prefix + "<|startoftranscript|>" + mode + forced
     if language is None:
         return prefix + "<|startoftranscript|>"
-    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|><|notimestamps|>" + forced
+    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|>{mode}" + forced
 
 
 class VllmTranscriber:
@@ -97,6 +104,7 @@ class VllmTranscriber:
         self._lang_tokens: dict[int, str] = {}
         self._watch: asyncio.Task[None] | None = None
         self._first_special_id = 1 << 30  # ids from here up are Whisper's special tokens (set once loaded)
+        self._first_timestamp_id = 1 << 30  # <|0.00|>; every later id is a timestamp
         self.window_policy = config.window_policy()  # may be swapped at run time (benches compare modes)
         self.windows = WindowStats()
 
@@ -124,6 +132,7 @@ class VllmTranscriber:
             self._llm = await asyncio.to_thread(self._build_engine, self.spec, self.device)
             self._lang_tokens = await asyncio.to_thread(self._language_tokens)
             self._first_special_id = await asyncio.to_thread(self._eot_id)
+            self._first_timestamp_id = await asyncio.to_thread(self._token_id, "<|0.00|>")
         except asyncio.CancelledError:
             self._state = TranscriberState.FAILED
             self._detail = "start cancelled"
@@ -209,9 +218,17 @@ class VllmTranscriber:
 
     def _eot_id(self) -> int:
         """Whisper's ``<|endoftext|>`` id: every special token (language, task, timestamps) comes after it."""
+        return self._token_id("<|endoftext|>")
+
+    def _token_id(self, token: str) -> int:
+        """The id of one special token, or a number beyond the vocabulary if the tokenizer lacks it."""
         tok = getattr(self._llm, "tokenizer", None)
-        eot = tok.convert_tokens_to_ids("<|endoftext|>") if tok is not None else None
-        return int(eot) if isinstance(eot, int) and eot > 0 else 1 << 30
+        if tok is None:
+            return 1 << 30
+        found = tok.convert_tokens_to_ids(token)
+        # An unknown token maps to the unknown id (Whisper's is <|endoftext|>): check the id names the token.
+        known = isinstance(found, int) and found > 0 and tok.convert_ids_to_tokens(found) == token
+        return int(found) if known else 1 << 30
 
     async def _watch_engine(self) -> None:
         """Notice the death of the engine core process and make it visible as FAILED."""
@@ -235,6 +252,7 @@ class VllmTranscriber:
         window = policy.window_for(audio_s)
         forced = request.prefix.strip() if request.language is not None or not self.spec.multilingual else ""
         forced_ids = self._text_ids(forced)
+        timestamps = request.timestamps and self._first_timestamp_id < 1 << 30
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         fallbacks = 0
@@ -245,10 +263,11 @@ class VllmTranscriber:
                 completion = await self._generate(request, request_id, window,
                                                   max_tokens_for(audio_s, self.config.max_tokens),
                                                   stop_on_loop=policy.next_window(window) is not None,
-                                                  forced=forced, forced_ids=forced_ids)
+                                                  forced=forced, forced_ids=forced_ids, timestamps=timestamps)
                 ids = [] if completion is None else list(completion.token_ids)
                 text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
-                text = " ".join(filter(None, (forced, "" if completion is None else completion.text.strip())))
+                generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text).strip()
+                text = " ".join(filter(None, (forced, " ".join(generated.split()))))
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
                 larger = policy.next_window(window) if reason else None
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
@@ -268,8 +287,17 @@ class VllmTranscriber:
         language = request.language
         if language is None:
             language = self._lang_tokens.get(ids[0])
+        spans = self._spans(ids, forced, audio_s) if timestamps else ()
         return Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
-                          encoder_positions(window), fallbacks)
+                          encoder_positions(window), fallbacks, spans)
+
+    def _spans(self, ids: list[int], forced: str, audio_s: float) -> tuple[TimedSpan, ...]:
+        """The timed stretches of a timestamped decode, each text cleaned as the whole text is."""
+        tok = self._llm.tokenizer
+        spans = parse_spans(ids, self._first_timestamp_id, lambda t: str(tok.decode(t)),
+                            lambda t: t < self._first_special_id, forced, audio_s)
+        cleaned = (TimedSpan(s.start_s, s.end_s, strip_nonspeech(" ".join(s.text.split()))) for s in spans)
+        return tuple(s for s in cleaned if s.text)
 
     def _text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` as Whisper writes it after the task tokens (leading space included)."""
@@ -279,7 +307,8 @@ class VllmTranscriber:
         return list(tok.encode(" " + text, add_special_tokens=False))
 
     async def _generate(self, request: DecodeRequest, request_id: str, window_s: float, max_tokens: int,
-                        stop_on_loop: bool = False, forced: str = "", forced_ids: list[int] | None = None) -> Any:
+                        stop_on_loop: bool = False, forced: str = "", forced_ids: list[int] | None = None,
+                        timestamps: bool = False) -> Any:
         """One vLLM request in a ``window_s`` window: its completion (``CompletionOutput``), or None.
 
         ``stop_on_loop``: end the request as soon as its tokens repeat themselves (there is a larger window to
@@ -291,7 +320,8 @@ class VllmTranscriber:
         prompt = {
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
                                "mm_processor_kwargs": {"max_length": window_samples(window_s)}},
-            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context, forced),  # type: ignore[arg-type]
+            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context, forced,  # type: ignore[arg-type]
+                                             timestamps),
         }
         final = None
         checked = 0

@@ -10,7 +10,6 @@ tokens, so nothing model-specific is hard-coded. Field names follow what transfo
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +176,23 @@ def tokenizer_configs(dims: WhisperDims, tokens: WhisperTokens) -> dict[str, dic
     return {"tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special_map}
 
 
+def with_timestamp_tokens(tokenizer: Path, dims: WhisperDims, tokens: WhisperTokens) -> dict[str, Any]:
+    """The packaged ``tokenizer.json`` with Whisper's timestamp tokens added where the model has them.
+
+    faster-whisper's tokenizer stops at ``<|notimestamps|>``; the model's vocabulary goes on with ``<|0.00|>``,
+    ``<|0.02|>``, ... (one per 20 ms, up to ``<|30.00|>``) to ``vocab_size``. They are added as OpenAI's Hugging
+    Face tokenizers have them (not special), so prompts can hold ``<|0.00|>`` and decodes can write them."""
+    data: dict[str, Any] = json.loads(tokenizer.read_text(encoding="utf-8"))
+    first = max(tokens.by_content.values()) + 1
+    if "<|0.00|>" in tokens.by_content:
+        return data
+    data.setdefault("added_tokens", []).extend(
+        {"id": first + i, "content": f"<|{i * 0.02:.2f}|>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": False}
+        for i in range(dims.vocab_size - first))
+    return data
+
+
 def convert_ct2_whisper(
     model_bin: Path | Sequence[Path], ct2_config: Path, tokenizer: Path, out_dir: Path
 ) -> dict[str, tuple[int, ...]]:
@@ -208,5 +224,6 @@ def convert_ct2_whisper(
     }
     for name, document in documents.items():
         (out_dir / name).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    shutil.copyfile(tokenizer, out_dir / "tokenizer.json")
+    (out_dir / "tokenizer.json").write_text(json.dumps(with_timestamp_tokens(tokenizer, dims, tokens),
+                                                       ensure_ascii=False) + "\n", encoding="utf-8")
     return {name: tuple(array.shape) for name, array in tensors.items()}

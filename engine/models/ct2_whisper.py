@@ -27,7 +27,7 @@ import numpy as np
 from engine.models.ct2 import Ct2FormatError, Ct2Model
 
 # Bump whenever the files written here change, so cached conversions are rebuilt.
-CONVERTER_VERSION = 2  # 2: config names the windowed vLLM architecture
+CONVERTER_VERSION = 3  # 2: config names the windowed vLLM architecture; 3: tokenizer has timestamp tokens
 
 WEIGHTS_FILE = "model.safetensors"
 OUTPUT_FILES = (

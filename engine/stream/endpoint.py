@@ -11,7 +11,7 @@ and the rest carries on as the next segment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -38,7 +38,9 @@ class SegmentOpened:
 
 @dataclass(frozen=True)
 class SegmentClosed:
-    """The segment ``index`` is complete: its audio is [start, end); speech ran [speech_start, speech_end)."""
+    """The segment ``index`` is complete: its audio is [start, end); speech ran [speech_start, speech_end).
+    ``probs``: the VAD's speech probability of each 512-sample window from ``speech_start`` to ``end`` (where the
+    words were said: ``engine.stream.words``)."""
 
     index: int
     start: int
@@ -46,6 +48,7 @@ class SegmentClosed:
     speech_start: int
     speech_end: int
     reason: CloseReason
+    probs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), compare=False, repr=False)
 
 
 SegmentEvent = SegmentOpened | SegmentClosed
@@ -140,8 +143,9 @@ class Endpointer:
     def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
         assert self._open is not None
         opened = self._open
+        windows = max(0, (end - opened.speech_start) // WINDOW)
         closed = SegmentClosed(opened.index, opened.start, end, opened.speech_start,
-                               min(self._speech_end, end), reason)
+                               min(self._speech_end, end), reason, np.asarray(self._probs[:windows], np.float32))
         self._open = None
         self._last_end = end
         self._probs = []

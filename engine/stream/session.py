@@ -30,8 +30,10 @@ import numpy as np
 
 import engine.protocol as protocol
 from engine.asr.guard import normalise, reject_reason
+from engine.asr.timestamps import TimedSpan
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
+from engine.audio.vad import WINDOW
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
 from engine.logs import SessionLog
@@ -40,8 +42,11 @@ from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
 from engine.stream.mailbox import Mailbox
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.vad_batch import VadFeed
+from engine.stream.words import place_words
 
 log = logging.getLogger(__name__)
+
+WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE  # one VAD probability per this many ms
 
 
 class SessionState(StrEnum):
@@ -51,13 +56,17 @@ class SessionState(StrEnum):
     CLOSED = "closed"
 
 
+# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding.
+_Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None]
+
+
 @dataclass
 class _Pending:
     """A closed segment on its way to becoming a locked sentence."""
 
     closed: SegmentClosed
     preview: str  # the last partial text shown for it, kept on screen until it locks
-    task: asyncio.Task[tuple[str | None, np.ndarray | None]]
+    task: asyncio.Task[_Final]
     speech_s: float = 0.0
 
 
@@ -262,7 +271,8 @@ class Session:
         request_id = f"{self.session_id}-p{self.stats.partials}"
         self._partial_meta[request_id] = (opened.index, end)
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
-                             self.options.language, self._context, prefix=self._agreed)
+                             self.options.language, self._context, prefix=self._agreed,
+                             timestamps=self.config.transcriber.timestamps)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
         index, end = self._partial_meta.pop(request.request_id, (-1, 0))
@@ -287,13 +297,14 @@ class Session:
     # ---- finals ---------------------------------------------------------------------------------------------
     async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float,
                         prior: Transcript | None = None,
-                        adopted: asyncio.Task[Transcript | None] | None = None) -> tuple[str | None, np.ndarray | None]:
+                        adopted: asyncio.Task[Transcript | None] | None = None) -> _Final:
         """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
 
         ``prior`` (a finished partial) or ``adopted`` (a running one) that covers all the speech stands in for the
         final decode."""
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio, Priority.FINAL,
-                                self.options.language, self._context)
+                                self.options.language, self._context,
+                                timestamps=self.config.transcriber.timestamps)
         embed = self._embed(audio, speech_s)
         try:
             result = prior
@@ -307,7 +318,7 @@ class Session:
         except EngineNotReady as exc:
             self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
-            return None, None
+            return None, (), None
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
@@ -316,7 +327,7 @@ class Session:
             self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
             embed.cancel()
-            return None, None
+            return None, (), None
         try:
             embedding = await embed
         except asyncio.CancelledError:
@@ -324,7 +335,7 @@ class Session:
         except Exception as exc:  # a failed embedding costs the label, never the text
             self._log.warning("speaker embedding failed: %s", exc)
             embedding = None
-        return result.text, embedding
+        return result.text, result.spans, embedding
 
     def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         if self._speaker_service is not None:
@@ -345,15 +356,18 @@ class Session:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, embedding = item.task.result()
+            text, spans, embedding = item.task.result()
             covered = max(covered, item.closed.end)
             if text is None:
                 continue
             sid = self._next_sentence
             self._next_sentence += 1
             spk = self.speakers.assign(sid, embedding, item.speech_s) if self.speakers else None
-            sentences.append(protocol.Sentence(sid, text, samples_to_ms(item.closed.speech_start),
-                                               samples_to_ms(item.closed.speech_end), spk))
+            closed = item.closed
+            start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
+            words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,
+                                samples_to_ms(closed.start))
+            sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words)))
         self.stats.sentences += len(sentences)
         if sentences or covered:
             self._post(sentences, covered_end=covered)

@@ -1,0 +1,150 @@
+"""Word times: where each word of a locked sentence was said, from the VAD and (optionally) Whisper's timestamps.
+
+Whisper's decoder does not say when each word was spoken. Two things do, roughly:
+- the VAD's speech probability every 32 ms of the segment: words are said during speech, and a pause inside a
+  segment (shorter than the endpoint's silence wait) falls between two words;
+- Whisper's timestamp tokens, when the decode asked for them (``TranscriberConfig.timestamps``): which stretch of
+  the text belongs to which stretch of the audio.
+
+``place_words`` lays each stretch's words along the speech inside that stretch (or the whole segment's speech),
+each word taking time in proportion to its length, with the word boundaries nearest to each inner pause moved onto
+the pause. Measured in docs/benchmarks.md ("Word times").
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from itertools import pairwise
+
+import numpy as np
+
+from engine.asr.timestamps import TimedSpan
+from engine.protocol import Word
+
+MIN_PAUSE_MS = 128  # four VAD windows of non-speech inside a segment: a break between two words
+_WORD_OVERHEAD = 2.0  # letters' worth of time each word takes beyond its letters (onsets, short gaps)
+_PUNCTUATED_PULL = 0.5  # a pause prefers a word boundary after punctuation: its distance counts half
+
+
+class _SpeechAxis:
+    """The speech time of [start, end) ms: maps "ms of speech so far" to real ms and back, skipping non-speech."""
+
+    def __init__(self, runs: list[tuple[float, float]]) -> None:
+        self.runs = runs  # speech runs (start ms, end ms), in order, non-empty
+        self.cum = [0.0]
+        for a, b in runs:
+            self.cum.append(self.cum[-1] + (b - a))
+
+    @property
+    def total(self) -> float:
+        return self.cum[-1]
+
+    def real(self, x: float, leaving: bool) -> float:
+        """Real ms at speech time ``x``. At a run boundary, ``leaving`` (a word's end) picks the end of the run
+        before the pause; otherwise the start of the run after it (a word's start)."""
+        x = min(max(x, 0.0), self.total)
+        i = bisect.bisect_left(self.cum, x) if leaving else bisect.bisect_right(self.cum, x)
+        i = min(max(i, 1), len(self.runs))
+        a, _ = self.runs[i - 1]
+        return a + (x - self.cum[i - 1])
+
+    def pauses(self) -> list[float]:
+        """Speech-time positions of the pauses between runs."""
+        return self.cum[1:-1]
+
+
+def speech_runs(probs: np.ndarray, start_ms: float, window_ms: float, threshold: float, lo_ms: float,
+                hi_ms: float) -> list[tuple[float, float]]:
+    """Runs of speech inside [lo_ms, hi_ms): windows of ``probs`` (one per ``window_ms`` from ``start_ms``) at or
+    above ``threshold``, joined across gaps shorter than ``MIN_PAUSE_MS``. The whole interval when it holds no
+    speech window."""
+    runs: list[tuple[float, float]] = []
+    for i in np.flatnonzero(probs >= threshold).tolist():
+        a = max(lo_ms, start_ms + i * window_ms)
+        b = min(hi_ms, start_ms + (i + 1) * window_ms)
+        if b <= a:
+            continue
+        if runs and a - runs[-1][1] < MIN_PAUSE_MS:
+            runs[-1] = (runs[-1][0], b)
+        else:
+            runs.append((a, b))
+    return runs or [(lo_ms, max(hi_ms, lo_ms + 1.0))]
+
+
+def _weights(words: Sequence[str]) -> list[float]:
+    return [sum(ch.isalnum() for ch in w) + _WORD_OVERHEAD for w in words]
+
+
+def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
+    """Spread ``words`` over the axis by length, with the nearest word boundary pulled onto each pause."""
+    weights = _weights(words)
+    total_w = sum(weights)
+    bounds = [0.0]
+    for w in weights:
+        bounds.append(bounds[-1] + w * axis.total / total_w)
+    # Anchors (word-boundary index, speech-time position): each pause, in order, takes the nearest boundary after
+    # the previous pause's.
+    anchors = [(0, 0.0)]
+    for p in axis.pauses():
+        free = range(anchors[-1][0] + 1, len(words))
+        if not free:
+            break
+        j = min(free, key=lambda j: abs(bounds[j] - p) * (_PUNCTUATED_PULL if words[j - 1][-1:] in ",.;:?!" else 1.0))
+        anchors.append((j, p))
+    anchors.append((len(words), axis.total))
+    placed = list(bounds)
+    for (k0, x0), (k1, x1) in pairwise(anchors):  # spread each piece between its anchors
+        w_sum = sum(weights[k0:k1])
+        x = x0
+        for j in range(k0, k1):
+            placed[j] = x
+            x += weights[j] * (x1 - x0) / w_sum
+        placed[k1] = x1
+    out = []
+    for j, text in enumerate(words):
+        start = axis.real(placed[j], leaving=False)
+        end = axis.real(placed[j + 1], leaving=True)
+        out.append(Word(text, round(start), max(round(end), round(start))))
+    return out
+
+
+def place_words(text: str, speech_start_ms: float, speech_end_ms: float, probs: np.ndarray, threshold: float,
+                window_ms: float, spans: Sequence[TimedSpan] = (), audio_start_ms: float = 0.0) -> list[Word]:
+    """Start and end ms of every word of ``text`` (split on whitespace), inside [speech_start_ms, speech_end_ms].
+
+    ``probs``: the segment's VAD speech probabilities, one per ``window_ms`` from ``speech_start_ms``; windows at
+    or above ``threshold`` are speech. ``spans``: Whisper's timed stretches of the same decode, in seconds from
+    ``audio_start_ms`` (the start of the decoded audio); they are used only when their words are exactly the
+    text's words. Times are monotonic: each word starts at or after the previous one's end.
+    """
+    words = text.split()
+    if not words:
+        return []
+    lo, hi = float(speech_start_ms), max(float(speech_end_ms), float(speech_start_ms) + 1.0)
+    groups: list[tuple[list[str], float, float]] = [(words, lo, hi)]
+    span_words = [s.text.split() for s in spans]
+    if spans and [w for ws in span_words for w in ws] == words:
+        groups = []
+        for span, ws in zip(spans, span_words, strict=True):
+            if not ws:
+                continue
+            a = min(max(audio_start_ms + span.start_s * 1000, lo), hi)
+            b = min(max(audio_start_ms + span.end_s * 1000, a), hi)
+            groups.append((ws, a, b))
+    out: list[Word] = []
+    for ws, a, b in groups:
+        if out:
+            a = max(a, out[-1].end_ms)
+            b = max(b, a)
+        runs = speech_runs(probs, lo, window_ms, threshold, a, b) if b > a else [(a, a + 1.0)]
+        out.extend(_lay_out(ws, _SpeechAxis(runs)))
+    # Clamp into the sentence and make the times monotonic (rounding and degenerate spans can break both).
+    last = round(lo)
+    fixed = []
+    for w in out:
+        start = min(max(w.start_ms, last), round(hi))
+        end = min(max(w.end_ms, start), round(hi))
+        fixed.append(Word(w.w, start, end))
+        last = end
+    return fixed

@@ -29,6 +29,10 @@ _PAUSE_COST_PER_S = 8.0  # pauses inside a cue past half a second
 _SHORT_COST = 40.0  # a cue that cannot stay min_ms on screen
 _SPEED_COST = 20.0  # per unit of reading speed over the limit (1.0 = twice max_cps)
 _CUE_COST = 1.0  # each cue: between equally good cuts, fewer and fuller cues
+# A cut where the speaker paused lands between two words for sure (the VAD saw the pause); a cut inside continuous
+# speech relies on estimated word times and may clip a word.
+PAUSE_MS = 120
+_CUT_AT_PAUSE = -1.5
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,8 @@ def _cut_turn(words: list[Word], label: str, next_start: int | None,
                                                                        follow, sum(map(len, lines)), rules)
             if j < n:
                 cost += break_cost(texts[j - 1], texts[j])
+                if words[j].start_ms - words[j - 1].end_ms >= PAUSE_MS:
+                    cost += _CUT_AT_PAUSE
             if cost < best[j][0]:
                 best[j] = (cost, i, lines)
     out: list[tuple[int, int, list[str]]] = []

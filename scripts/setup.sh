@@ -36,9 +36,10 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-if [ "$tests" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+# The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files.
+if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg; } >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium ffmpeg >/dev/null
 fi

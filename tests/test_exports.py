@@ -144,3 +144,26 @@ async def test_the_page_download_buttons_save_the_server_rendered_files(fake_eng
                 assert saved_doc["sentences"] == expected_doc["sentences"]
             else:
                 assert saved == expected, fmt
+
+
+async def test_word_times_reach_the_room_file_and_viewers_that_ask(fake_engine: CaptionEngine) -> None:
+    """Word times are stored with each sentence (on the room timeline), written to transcript.json, and sent to a
+    viewer that asks (``?words=1``), also when it resumes from the store; other viewers get sentences as before."""
+    from engine.protocol import Word
+    from tests.sse import SseReader
+
+    words = (Word("Hello", 1200, 1500), Word("there,", 1520, 1900), Word("friends.", 2000, 2600))
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        room, _ = await app[ROOMS].create()
+        publisher = room.join("s1")
+        await room.commit_sentences([("s1", "Hello there, friends.", 1200, 2600, 0, words)])
+        publisher.leave()
+        async with http.get(f"{url}/rooms/{room.id}/transcript.json") as r:
+            doc = await r.json()
+        assert doc["sentences"][0]["words"] == [w.wire() for w in words]
+        for query, expect in (("?words=1", [w.wire() for w in words]), ("", None), ("?words=1&after=0",
+                                                                                  [w.wire() for w in words])):
+            async with SseReader(f"{url}/rooms/{room.id}/events{query}") as viewer:
+                await viewer.wait_for(lambda r: any(m["type"] == "caption" and m["sentences"] for _, m in r.events))
+                sent = next(m for _, m in viewer.events if m["type"] == "caption" and m["sentences"])["sentences"][0]
+                assert sent.get("words") == expect, query

@@ -20,6 +20,18 @@ def test_start_and_stop_parse() -> None:
     msg = parse_client_message(json.dumps({"type": "start", "language": "auto", "hotwords": [" Quilter ", ""]}))
     assert msg == StartMessage(language=None, hotwords=("Quilter",))
     assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=())
+    assert parse_client_message('{"type":"start","words":true}').words is True
+
+
+def test_word_times_go_on_the_wire_only_when_asked_for() -> None:
+    words = (protocol.Word("Hello", 520, 800), protocol.Word("there.", 810, 1200))
+    caption = protocol.Caption([protocol.Sentence(0, "Hello there.", 520, 1200, 0, words=words)], "")
+    assert "words" not in json.loads(protocol.dumps(caption))["sentences"][0]
+    sent = json.loads(protocol.dumps(caption, words=True))["sentences"][0]
+    assert sent["words"] == [{"w": "Hello", "start_ms": 520, "end_ms": 800},
+                             {"w": "there.", "start_ms": 810, "end_ms": 1200}]
+    back = protocol.parse_server_message(json.loads(protocol.dumps(caption, words=True)))
+    assert isinstance(back, protocol.Caption) and back.sentences[0].words == words
 
 
 @pytest.mark.parametrize(("raw", "code"), [
@@ -28,6 +40,7 @@ def test_start_and_stop_parse() -> None:
     ('{"type":"dance"}', ErrorCode.BAD_MESSAGE),
     ('{"type":"start","language":"xx"}', ErrorCode.BAD_MESSAGE),
     ('{"type":"start","hotwords":"a,b"}', ErrorCode.BAD_MESSAGE),
+    ('{"type":"start","words":"yes"}', ErrorCode.BAD_MESSAGE),
     ('{"type":"start","hotwords":' + json.dumps(["w"] * 40) + "}", ErrorCode.BAD_MESSAGE),
     ("x" * (protocol.MAX_CLIENT_MESSAGE_BYTES + 1), ErrorCode.TOO_LARGE),
     (b"\xff\xfe", ErrorCode.BAD_MESSAGE),

@@ -74,7 +74,8 @@ async def publish(url: str, room: str, clip: str = CLIP) -> CaptionClient:
 
 
 async def shown_sentences(page: Page) -> list[str]:
-    return await page.locator("[data-sentence-id]").all_inner_texts()
+    """The sentences' text as shown, one string each (the kiosk and widget break lines inside them)."""
+    return [" ".join(t.split()) for t in await page.locator("[data-sentence-id]").all_inner_texts()]
 
 
 async def wait_shown(page: Page, count: int, timeout_ms: int = 30_000) -> None:
@@ -363,3 +364,46 @@ async def test_host_page_starts_and_stops_a_microphone_widget_by_postmessage(
             assert stored and shown == stored
     finally:
         await runner.cleanup()
+
+
+LINE_BOXES = """flow => {
+    const range = document.createRange();
+    range.selectNodeContents(flow);
+    const tops = [...range.getClientRects()].filter(r => r.width > 0).map(r => r.top).sort((a, b) => a - b);
+    const boxes = tops.filter((top, i) => i === 0 || top - tops[i - 1] > 4).length;  // spans on one line share it
+    return {lines: flow.innerText.split("\\n").map(l => l.trim()).filter(Boolean), boxes};
+}"""
+
+
+async def test_kiosk_and_widget_break_their_lines_as_subtitles_do(fake_engine: CaptionEngine,
+                                                                   browser: Browser, shots: Path) -> None:
+    """Long sentences on a wide kiosk and in a narrow widget: every line at most 42 characters (and the width),
+    the browser wraps nothing by itself, and no line ends with an article or a preposition."""
+    long = [(0, "As you know, and as I have given you proof, I have the greatest admiration for the work of "
+                "the committee and for all of the people who made this evening possible."),
+            (1, "Thank you. I hope that we shall both remember the rest of the story in the morning, when the "
+                "fog over the river has lifted and the boats come back to the harbour.")]
+    async with running_server(fake_engine) as (url, app):
+        room_id = await new_room(url)
+        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
+        await kiosk.goto(f"{url}/kiosk?room={room_id}&lines=4&qr=0")
+        widget = await browser.new_page(viewport={"width": 360, "height": 200})
+        await widget.goto(f"{url}/embed?room={room_id}&font=18&lines=3&speakers=1")
+        await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
+        room = await app[ROOMS].get(room_id)
+        assert room is not None
+        t = 1000
+        for spk, text in long:
+            end = t + 300 * len(text.split())
+            await room.commit_sentences([("demo-session", text, t, end, spk)])
+            t = end + 500
+        for page in (kiosk, widget):
+            await wait_shown(page, len(long))
+            assert await shown_sentences(page) == [text for _, text in long]
+            got = await page.locator(".flow").evaluate(LINE_BOXES)
+            lines = got["lines"]
+            assert len(lines) >= 4 and all(len(line) <= 42 for line in lines), lines
+            assert got["boxes"] == len(lines), f"the browser wrapped a line itself: {got}"
+            assert not any(line.split()[-1].lower() in ("a", "an", "the", "of", "to", "for") for line in lines), lines
+        await kiosk.screenshot(path=str(shots / "kiosk-lines.png"))
+        await widget.screenshot(path=str(shots / "widget-lines.png"))

@@ -1,6 +1,9 @@
 /**
  * Caption lines for the widget and the kiosk: the room's text as one flowing paragraph, newest at the end, in a
  * box as tall as N lines (CSS `--lines`) that clips older lines away at the top, like broadcast captions.
+ * The newest lines are broken as broadcast subtitles are (./line-breaks.js, the rules of the subtitle files): at
+ * most `maxChars` characters (42) and the box's width, after punctuation rather than inside a phrase. The breaks
+ * are `<br>` elements inside the spans below, after a space, so each span's textContent stays its text.
  *
  * Markup contract (tests rely on it; the same attributes as the main page's), inside `<p class="flow">`:
  *   <span class="who" data-who-spk>                  a speaker's name where the speaker changes (optional)
@@ -10,26 +13,34 @@
  */
 
 import { speakerName } from "./labels.js";
+import { lineStarts } from "./line-breaks.js";
 
 const PALETTE_SIZE = 8;
+const LAYOUT_WORDS = 120; // the newest words laid out line by line: far more than any screen shows
 
 export class CaptionLines {
   #flow;
   #partial;
   #speakers;
   #keep;
+  #maxChars;
   #last = null;
+  #texts = new WeakMap(); // element -> its text (its children may hold line breaks)
+  #measure = null;
 
   /**
    * @param {HTMLElement} box  the clipping element; its content is owned by this class
-   * @param {{speakers?: boolean, keep?: number}} options  speakers: name speakers where they change
+   * @param {{speakers?: boolean, keep?: number, maxChars?: number}} options  speakers: name speakers where they
+   *   change; maxChars: longest line in characters (the box's width may allow fewer)
    */
-  constructor(box, { speakers = true, keep = 60 } = {}) {
+  constructor(box, { speakers = true, keep = 60, maxChars = 42 } = {}) {
     this.#flow = document.createElement("p");
     this.#flow.className = "flow";
     box.replaceChildren(this.#flow);
     this.#speakers = speakers;
     this.#keep = keep;
+    this.#maxChars = maxChars;
+    if (typeof ResizeObserver !== "undefined") new ResizeObserver(() => this.#layout()).observe(this.#flow);
     this.#partial = document.createElement("span");
     this.#partial.className = "partial";
     this.#partial.dataset.partial = "";
@@ -43,7 +54,7 @@ export class CaptionLines {
       who.className = "who";
       who.dataset.whoSpk = String(record.spk);
       who.style.setProperty("--speaker", `var(--spk-${record.spk % PALETTE_SIZE})`);
-      who.textContent = `${speakerName(record.spk)}:`;
+      this.#setText(who, `${speakerName(record.spk)}:`);
       this.#partial.before(who, " ");
     }
     const span = document.createElement("span");
@@ -51,14 +62,80 @@ export class CaptionLines {
     span.dataset.sentenceId = String(record.id);
     span.dataset.spk = record.spk === null ? "" : String(record.spk);
     if (record.spk !== null) span.style.setProperty("--speaker", `var(--spk-${record.spk % PALETTE_SIZE})`);
-    span.textContent = record.text;
+    this.#setText(span, record.text);
     this.#partial.before(span, " ");
     this.#last = record;
     this.#trim();
+    this.#layout();
   }
 
   setPartial(text) {
-    if (this.#partial.textContent !== text) this.#partial.textContent = text;
+    if (this.#text(this.#partial) === text) return;
+    this.#setText(this.#partial, text);
+    this.#layout();
+  }
+
+  #text(el) {
+    return this.#texts.get(el) ?? el.textContent;
+  }
+
+  #setText(el, text) {
+    this.#texts.set(el, text);
+    el.textContent = text;
+  }
+
+  /** Break the newest lines as subtitles are broken: `<br>` before each line's first word. */
+  #layout() {
+    const nodes = [...this.#flow.children];
+    const words = [];
+    const where = []; // word -> [node, index of the word in the node]
+    for (const node of nodes) {
+      const ws = this.#text(node).split(/\s+/).filter(Boolean);
+      ws.forEach((w, i) => { words.push(w); where.push([node, i]); });
+    }
+    const first = Math.max(0, words.length - LAYOUT_WORDS);
+    const fits = this.#fitter();
+    const starts = new Set(lineStarts(words.slice(first), this.#maxChars, fits).map((i) => i + first));
+    if (first > 0) starts.add(first);
+    const breaksIn = new Map();
+    for (const g of starts) {
+      const [node, i] = where[g];
+      if (!breaksIn.has(node)) breaksIn.set(node, new Set());
+      breaksIn.get(node).add(i);
+    }
+    for (const node of nodes) {
+      const text = this.#text(node);
+      const at = breaksIn.get(node);
+      if (!at) {
+        if (node.childElementCount) node.textContent = text;
+        continue;
+      }
+      const ws = text.split(/\s+/).filter(Boolean);
+      const parts = [];
+      let run = [];
+      ws.forEach((w, i) => {
+        if (at.has(i)) {
+          if (run.length) parts.push(document.createTextNode(run.join(" ") + " "));
+          parts.push(document.createElement("br"));
+          run = [];
+        }
+        run.push(w);
+      });
+      if (run.length) parts.push(document.createTextNode(run.join(" ")));
+      node.replaceChildren(...parts);
+    }
+  }
+
+  /** Whether a line of text fits the box's width in its font (measured on a canvas: no layout pass). */
+  #fitter() {
+    const width = this.#flow.clientWidth;
+    if (!width) return () => true;
+    this.#measure ??= document.createElement("canvas").getContext("2d");
+    const ctx = this.#measure;
+    if (!ctx) return () => true;
+    const style = getComputedStyle(this.#flow);
+    ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    return (line) => ctx.measureText(line).width <= width;
   }
 
   /** Rebuild from records (after a speaker relabel). */
@@ -67,6 +144,7 @@ export class CaptionLines {
     this.#last = null;
     for (const record of records.slice(-this.#keep)) this.add(record);
     this.setPartial(partial);
+    this.#layout();
   }
 
   #trim() {

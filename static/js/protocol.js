@@ -9,8 +9,9 @@
 export const CHANNEL_LABEL = "captions";
 
 /** Client → server: begin captioning. `language` "" or null means auto-detect (sent as null). */
-export function startMessage({ language = null, hotwords = [] } = {}) {
-  return JSON.stringify({ type: "start", language: language || null, hotwords: [...hotwords] });
+export function startMessage({ language = null, hotwords = [], words = true } = {}) {
+  // words: each locked sentence comes with its word times, so the page's subtitle downloads cut cues at them.
+  return JSON.stringify({ type: "start", language: language || null, hotwords: [...hotwords], words });
 }
 
 /** Client → server: finish the open segment, then answer with a final caption and `stopped`. */
@@ -44,7 +45,8 @@ export class ProtocolError extends Error {
  *
  * Returns `{raw, message}`: `raw` is the JSON exactly as sent, `message` a normalised copy, one of
  *   {type: "ready", seq, session, model, language}
- *   {type: "caption", seq, sentences: [{id, text, start, end, spk}], partial, isFinal, latencyMs}
+ *   {type: "caption", seq, sentences: [{id, text, start, end, spk, words?: [{w, start_ms, end_ms}]}], partial,
+ *    isFinal, latencyMs}
  *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
  *   {type: "stopped", seq}
  *   {type: "error", seq, code, message}
@@ -129,13 +131,20 @@ export function decodeHttpError(body, status) {
 
 function sentence(raw) {
   const start = Math.max(0, finiteOr(raw?.start, 0));
-  return {
+  const out = {
     id: raw?.id,
     text: textOr(raw?.text, "").trim(),
     start,
     end: Math.max(start, finiteOr(raw?.end, start)),
     spk: speaker(raw?.spk),
   };
+  if (Array.isArray(raw?.words)) out.words = raw.words.map(word).filter((w) => w.w);
+  return out;
+}
+
+function word(raw) {
+  const start = Math.max(0, finiteOr(raw?.start_ms, 0));
+  return { w: textOr(raw?.w, "").trim(), start_ms: start, end_ms: Math.max(start, finiteOr(raw?.end_ms, start)) };
 }
 
 function speaker(value) {

@@ -45,6 +45,10 @@ export class Transcript {
         spk: s.spk,
         session: this.#session,
       };
+      if (s.words) {
+        record.words = s.words.map((w) => ({ w: w.w, start_ms: w.start_ms + this.#offsetMs,
+                                             end_ms: w.end_ms + this.#offsetMs }));
+      }
       this.#byKey.set(key, record);
       this.#sentences.push(record);
       added.push(record);

@@ -1,0 +1,294 @@
+"""Caption-file bench: word times and subtitle cues on a long multi-reader recording, through the live engine.
+
+    python -m bench.cues [--modes vad timestamps] [--minutes 10] [--json out.json]
+
+The recording: every English clip of ``shared/data/speech`` with a reference transcript (read, noisy and
+conversational: dozens of readers, meetings included), in a fixed shuffled order, joined with pauses drawn from
+0.3-1.5 s (shorter than the endpoint's silence wait, so neighbouring clips often share a segment), repeated in a
+new order until it is at least ``--minutes`` long. It streams through a live session (Silero VAD, endpointing,
+partials, finals, speaker labels) as fast as the engine takes it, once per word-time mode:
+
+- ``vad``: words laid along the VAD's speech frames by length (the default);
+- ``timestamps``: every decode also writes Whisper's timestamp tokens, and words keep to those stretches as well.
+
+Per mode it reports the locked WER and the decode time (does timestamp mode cost accuracy or time?), where word
+times land (of the words matched to the reference, the share whose middle lies inside its own clip: at the joins
+of two clips said in one segment, which side of the change each word falls on), and the shipped cue defaults'
+targets: lines per cue, characters per line, cue durations, reading speed (and how many cues the speech itself
+makes faster than 20 characters per second), words lost or reordered, SRT and WebVTT parsed by third-party
+parsers to the same cues, and the cut-and-decode check: each cue's audio cut at its start and end and decoded
+alone must give back the cue's text (WER). The same check on one cue per sentence (``?cues=sentence``) is the
+baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import html
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import srt as srt_lib
+import webvtt
+
+from app import exports
+from app.cues import Cue, CueRules, build_cues
+from app.store import SentenceRecord
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.asr.windows import WindowStats
+from engine.config import EngineConfig, TranscriberConfig
+from engine.protocol import Sentence
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import stream_audio
+from tests.speech import audio, manifest
+from tests.wer import normalise, word_errors
+
+SR = 16_000
+GAP_S = (0.3, 1.5)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One clip in the recording: [start_s, end_s) and the pauses on either side."""
+
+    clip: str
+    start_s: float
+    end_s: float
+    gap_before_s: float
+    gap_after_s: float
+
+
+def build_recording(minutes: float, seed: int = 7) -> tuple[np.ndarray, list[Piece]]:
+    clips = sorted(c for c, e in manifest().items() if e["lang"] == "en" and e["text"])
+    rng = random.Random(seed)
+    parts: list[np.ndarray] = [np.zeros(SR // 2, np.float32)]
+    placed: list[tuple[str, float, float, float]] = []
+    t = 0.5
+    while t < minutes * 60:
+        order = clips[:]
+        rng.shuffle(order)
+        for c in order:
+            a = audio(c)
+            gap = rng.uniform(*GAP_S)
+            placed.append((c, t, t + a.size / SR, gap))
+            parts += [a, np.zeros(int(gap * SR), np.float32)]
+            t += a.size / SR + int(gap * SR) / SR
+    pieces = [Piece(c, s, e, placed[k - 1][3] if k else 0.5, g) for k, (c, s, e, g) in enumerate(placed)]
+    return np.concatenate(parts), pieces
+
+
+def reference_words(pieces: list[Piece]) -> tuple[list[str], list[int]]:
+    words: list[str] = []
+    owner: list[int] = []
+    for k, p in enumerate(pieces):
+        ws = normalise(manifest()[p.clip]["text"])
+        words += ws
+        owner += [k] * len(ws)
+    return words, owner
+
+
+def word_sides(sentences: list[Sentence], pieces: list[Piece]) -> dict[str, Any]:
+    """Of the hypothesis words matched to reference words, the share whose middle lies inside its own clip (its
+    pauses halved); counted overall and for words of sentences that hold the end of one clip and the start of the
+    next (a change of reader inside one segment)."""
+    ref, owner = reference_words(pieces)
+    hyp: list[tuple[str, float, int]] = []  # (normalised word, middle s, sentence index)
+    for i, s in enumerate(sentences):
+        for w in s.words:
+            for part in normalise(w.w):
+                hyp.append((part, (w.start_ms + w.end_ms) / 2000, i))
+    matcher = difflib.SequenceMatcher(a=[h[0] for h in hyp], b=ref, autojunk=False)
+    inside = total = joined_inside = joined_total = 0
+    sentence_clips: dict[int, set[int]] = {}
+    matches: list[tuple[int, int]] = []
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            matches.append((block.a + k, owner[block.b + k]))
+            sentence_clips.setdefault(hyp[block.a + k][2], set()).add(owner[block.b + k])
+    errors_ms: list[float] = []
+    for h, clip in matches:
+        _, mid, sentence = hyp[h]
+        p = pieces[clip]
+        ok = p.start_s - p.gap_before_s / 2 <= mid <= p.end_s + p.gap_after_s / 2
+        inside += ok
+        total += 1
+        if len(sentence_clips[sentence]) > 1:
+            joined_inside += ok
+            joined_total += 1
+            if not ok:
+                edge = p.start_s if mid < p.start_s else p.end_s
+                errors_ms.append(abs(mid - edge) * 1000)
+    return {"matched_words": total, "inside_own_clip": inside / max(1, total),
+            "joined_words": joined_total, "joined_inside_own_clip": joined_inside / max(1, joined_total),
+            "joined_wrong_side_p50_ms": statistics.median(errors_ms) if errors_ms else 0.0}
+
+
+def cue_targets(cues: list[Cue], rules: CueRules) -> dict[str, Any]:
+    n = max(1, len(cues))
+    durations = [c.end_ms - c.start_ms for c in cues]
+    cps = [c.chars * 1000 / max(1, d) for c, d in zip(cues, durations, strict=True)]
+    # How fast the speech itself is: the cue's characters over the time from its first word to the next cue.
+    speech_cps = []
+    for k, c in enumerate(cues):
+        room = (cues[k + 1].start_ms if k + 1 < len(cues) else c.start_ms + rules.max_ms) - c.words[0].start_ms
+        speech_cps.append(c.chars * 1000 / max(1, min(room, rules.max_ms)))
+    return {
+        "cues": len(cues),
+        "at_most_max_lines": sum(len(c.lines) <= rules.max_lines for c in cues) / n,
+        "lines_at_most_max_chars": sum(all(len(line) <= rules.max_chars for line in c.lines) for c in cues) / n,
+        "longest_line": max((len(line) for c in cues for line in c.lines), default=0),
+        "duration_in_range": sum(rules.min_ms <= d <= rules.max_ms for d in durations) / n,
+        "longest_cue_s": max(durations, default=0) / 1000,
+        "shortest_cue_s": min(durations, default=0) / 1000,
+        "at_most_max_cps": sum(x <= rules.max_cps + 1e-9 for x in cps) / n,
+        "speech_faster_than_max_cps": sum(x > rules.max_cps + 1e-9 for x in speech_cps),
+    }
+
+
+def same_cues_in_both_files(records: list[SentenceRecord]) -> bool:
+    srt_cues = list(srt_lib.parse(exports.to_srt(records)))
+    with tempfile.NamedTemporaryFile("w", suffix=".vtt", encoding="utf-8", delete=False) as f:
+        f.write(exports.to_vtt(records))
+    try:
+        vtt_cues = webvtt.read(f.name).captions
+    finally:
+        Path(f.name).unlink()
+    if len(srt_cues) != len(vtt_cues):
+        return False
+    return all(abs(a.start.total_seconds() - _seconds(b.start)) < 1e-3
+               and abs(a.end.total_seconds() - _seconds(b.end)) < 1e-3
+               and a.content == html.unescape(b.text) for a, b in zip(srt_cues, vtt_cues, strict=True))
+
+
+def _seconds(clock: str) -> float:
+    h, m, s = clock.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: list[Cue], tag: str) -> dict[str, Any]:
+    """Each cue's audio [start, end) decoded alone against the cue's text (labels removed): WER."""
+    errors = words = 0
+    worst: list[tuple[float, str, str]] = []
+    t: Any = engine.transcriber
+    for k, c in enumerate(cues):
+        a = recording[int(c.start_ms * SR / 1000): int(c.end_ms * SR / 1000)]
+        text = " ".join(w.w for w in c.words)
+        if a.size < SR // 10:
+            e, n = word_errors(text, "")
+        else:
+            r = await t.transcribe(DecodeRequest(f"cut-{tag}-{k}", a, Priority.FINAL))
+            e, n = word_errors(text, r.text)
+            if n and e / n > 0.3:
+                worst.append((e / n, text, r.text))
+        errors += e
+        words += n
+    worst.sort(reverse=True)
+    return {"wer": errors / max(1, words), "words": words, "worst": worst[:5]}
+
+
+def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
+    return [SentenceRecord(s.id, "bench", s.text, s.start, s.end, s.spk, s.words) for s in sentences]
+
+
+def sentence_cues(records: list[SentenceRecord]) -> list[Cue]:
+    """Today's one cue per sentence, with its words, for the baseline's cut-and-decode."""
+    from app.cues import sentence_words
+
+    return [Cue(r.start_ms, max(r.end_ms, r.start_ms + 1), (r.text,), r.spk, r.session,
+                tuple(sentence_words(r))) for r in records]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    recording, pieces = build_recording(args.minutes)
+    reference = " ".join(manifest()[p.clip]["text"] for p in pieces)
+    print(f"recording: {recording.size / SR / 60:.1f} min, {len(pieces)} clips, "
+          f"{len({p.clip for p in pieces})} distinct", flush=True)
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model)))
+    await engine.start()
+    t: Any = engine.transcriber
+    out: dict[str, Any] = {"minutes": recording.size / SR / 60, "clips": len(pieces), "modes": {}}
+    rules = CueRules()
+    try:
+        for mode in args.modes:
+            engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,
+                                                                       timestamps=mode == "timestamps"))
+            t.windows = WindowStats()
+            t0 = time.monotonic()
+            result = await stream_audio(engine, recording, realtime=False)
+            wall = time.monotonic() - t0
+            sentences = result.sentences()
+            e, n = word_errors(reference, result.text())
+            decode_s = sum(w["decode_s"] for w in t.windows.as_list())
+            records = records_of(sentences)
+            cues = build_cues(records, rules)
+            said = [w.w for r in records for w in r.words]
+            row: dict[str, Any] = {
+                "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
+                "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
+                "sides": word_sides(sentences, pieces),
+                "targets": cue_targets(cues, rules),
+                "words_in_order": [w.w for c in cues for w in c.words] == said,
+                "srt_vtt_same_cues": same_cues_in_both_files(records),
+                "sentence_cues": cue_targets(sentence_cues(records), rules),
+            }
+            print(f"{mode}: streamed in {wall:.0f} s, locked WER {row['locked_wer']:.2%}, {len(cues)} cues; "
+                  "cutting and decoding...", flush=True)
+            row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode)
+            row["cut_decode_sentence_cues"] = await cut_and_decode(engine, recording, sentence_cues(records),
+                                                                   f"{mode}-s")
+            out["modes"][mode] = row
+            row["sentence_records"] = [s.wire(words=True) for s in sentences]  # to study cues without streaming
+            if args.samples:
+                row["sample_srt"] = exports.to_srt(records[:6])
+    finally:
+        await engine.close()
+    return out
+
+
+def print_tables(out: dict[str, Any]) -> None:
+    print(f"\n{out['minutes']:.1f} minutes, {out['clips']} clips\n")
+    print("| mode | locked WER | decode s | stream s | words inside own clip | at joins | wrong side p50 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, r in out["modes"].items():
+        s = r["sides"]
+        print(f"| {mode} | {r['locked_wer']:.2%} | {r['decode_s']:.0f} | {r['stream_wall_s']:.0f} | "
+              f"{s['inside_own_clip']:.1%} of {s['matched_words']} | {s['joined_inside_own_clip']:.1%} of "
+              f"{s['joined_words']} | {s['joined_wrong_side_p50_ms']:.0f} |")
+    print("\n| mode | cues | <= 2 lines | lines <= 42 | longest line | 0.83-7 s | shortest/longest s | <= 20 cps "
+          "| speech > 20 cps | words in order | SRT = VTT | cut-and-decode WER |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode, r in out["modes"].items():
+        for name, tg, cut in (("subtitle", r["targets"], r["cut_decode"]),
+                              ("sentence", r["sentence_cues"], r["cut_decode_sentence_cues"])):
+            print(f"| {mode}/{name} | {tg['cues']} | {tg['at_most_max_lines']:.0%} | "
+                  f"{tg['lines_at_most_max_chars']:.0%} | {tg['longest_line']} | {tg['duration_in_range']:.0%} | "
+                  f"{tg['shortest_cue_s']:.2f}/{tg['longest_cue_s']:.1f} | {tg['at_most_max_cps']:.0%} | "
+                  f"{tg['speech_faster_than_max_cps']} | {r['words_in_order']} | {r['srt_vtt_same_cues']} | "
+                  f"{cut['wer']:.2%} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", nargs="+", default=["vad", "timestamps"], choices=["vad", "timestamps"])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--samples", action="store_true", help="keep a sample SRT per mode in the JSON")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    out = asyncio.run(run(args))
+    print_tables(out)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -24,7 +24,12 @@ from engine.protocol import Word
 
 MIN_PAUSE_MS = 128  # four VAD windows of non-speech inside a segment: a break between two words
 _WORD_OVERHEAD = 2.0  # letters' worth of time each word takes beyond its letters (onsets, short gaps)
-_PUNCTUATED_PULL = 0.5  # a pause prefers a word boundary after punctuation: its distance counts half
+# Matching pauses to word boundaries: a boundary's distance from the pause (seconds of speech) plus how unlikely
+# a pause is there. Speakers pause at the ends of sentences and clauses; a long pause elsewhere is rare, a short
+# one (a breath, a stop consonant) less so. A pause left unmatched (inside a word) costs _SKIP.
+_UNLIKELY = {"sentence": 0.0, "clause": 0.25, "none": 0.8}
+_LONG_PAUSE_MS = 400.0  # from here a pause counts as fully "long"
+_SKIP = 1.5
 
 
 class _SpeechAxis:
@@ -49,9 +54,9 @@ class _SpeechAxis:
         a, _ = self.runs[i - 1]
         return a + (x - self.cum[i - 1])
 
-    def pauses(self) -> list[float]:
-        """Speech-time positions of the pauses between runs."""
-        return self.cum[1:-1]
+    def pauses(self) -> list[tuple[float, float]]:
+        """The pauses between runs: (speech-time position, length in ms)."""
+        return [(self.cum[i + 1], self.runs[i + 1][0] - self.runs[i][1]) for i in range(len(self.runs) - 1)]
 
 
 def speech_runs(probs: np.ndarray, start_ms: float, window_ms: float, threshold: float, lo_ms: float,
@@ -76,6 +81,43 @@ def _weights(words: Sequence[str]) -> list[float]:
     return [sum(ch.isalnum() for ch in w) + _WORD_OVERHEAD for w in words]
 
 
+def _kind(word: str) -> str:
+    end = word.rstrip("\"')]”’")[-1:]
+    return "sentence" if end in ".?!" else "clause" if end in ",;:" else "none"
+
+
+def _match_pauses(words: list[str], bounds: list[float], pauses: list[tuple[float, float]]) -> list[tuple[int, float]]:
+    """Which word boundary each pause falls on: ``(boundary index, pause position)`` in order, the boundaries
+    strictly increasing. A dynamic programme over (pause, last boundary used), O(pauses x words)."""
+    n = len(words)
+    if n < 2 or not pauses:
+        return []
+    inf = float("inf")
+    cost = [0.0] + [inf] * (n - 1)  # cost[b]: pauses so far handled, the last one put on boundary b (0 = none)
+    choices: list[list[int]] = []  # per pause: for each b, the previous b (b itself when this pause was skipped)
+    for p, length in pauses:
+        weight = min(1.0, length / _LONG_PAUSE_MS)
+        new = [c + _SKIP for c in cost]
+        back = list(range(n))
+        best, best_b = cost[0], 0  # min of cost[0..j-1]
+        for j in range(1, n):
+            here = best + abs(bounds[j] - p) / 1000 + weight * _UNLIKELY[_kind(words[j - 1])]
+            if here < new[j]:
+                new[j], back[j] = here, best_b
+            if cost[j] < best:
+                best, best_b = cost[j], j
+        cost = new
+        choices.append(back)
+    b = min(range(n), key=lambda j: cost[j])
+    out = []
+    for k in range(len(pauses) - 1, -1, -1):
+        prev = choices[k][b]
+        if prev != b:
+            out.append((b, pauses[k][0]))
+        b = prev
+    return out[::-1]
+
+
 def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
     """Spread ``words`` over the axis by length, with the nearest word boundary pulled onto each pause."""
     weights = _weights(words)
@@ -83,16 +125,7 @@ def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
     bounds = [0.0]
     for w in weights:
         bounds.append(bounds[-1] + w * axis.total / total_w)
-    # Anchors (word-boundary index, speech-time position): each pause, in order, takes the nearest boundary after
-    # the previous pause's.
-    anchors = [(0, 0.0)]
-    for p in axis.pauses():
-        free = range(anchors[-1][0] + 1, len(words))
-        if not free:
-            break
-        j = min(free, key=lambda j: abs(bounds[j] - p) * (_PUNCTUATED_PULL if words[j - 1][-1:] in ",.;:?!" else 1.0))
-        anchors.append((j, p))
-    anchors.append((len(words), axis.total))
+    anchors = [(0, 0.0), *_match_pauses(words, bounds, axis.pauses()), (len(words), axis.total)]
     placed = list(bounds)
     for (k0, x0), (k1, x1) in pairwise(anchors):  # spread each piece between its anchors
         w_sum = sum(weights[k0:k1])

@@ -40,6 +40,7 @@ class ServerConfig:
     preset: str = "balanced"
     window: str = "fit"  # encoder window: "fit" (per request, engine.asr.windows) or "stock" (always 30 s)
     cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
+    word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
     device: str = "auto"
     speakers: bool = True
     tls_cert: str | None = None
@@ -98,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads of the CPU speech engine, bound to the first N cores (0: vLLM's own choice, "
                         "every core but one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
+    p.add_argument("--word-timestamps", action="store_true", default=_env("WORD_TIMESTAMPS", "") == "1",
+                   help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow the "
+                        "model's timed stretches, not only the VAD; costs 20-50 %% more decode time (see "
+                        "docs/benchmarks.md)")
     p.add_argument("--no-speakers", action="store_true", default=_env("NO_SPEAKERS") == "1",
                    help="skip speaker labels")
     p.add_argument("--tls-cert", default=_env("TLS_CERT"), help="PEM certificate: browsers allow the microphone "
@@ -139,7 +144,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     language = None if args.language in ("auto", "") else args.language
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
-        window=args.window, cpu_threads=args.cpu_threads,
+        window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
                       loopback_only=args.loopback_only),

@@ -30,6 +30,12 @@ _WORD_OVERHEAD = 2.0  # letters' worth of time each word takes beyond its letter
 _UNLIKELY = {"sentence": 0.0, "clause": 0.25, "none": 0.8}
 _LONG_PAUSE_MS = 400.0  # from here a pause counts as fully "long"
 _SKIP = 1.5
+# Speech time a word takes, per unit of ``_weights`` (a letter, or the overhead of a word), at the slowest a
+# speaker is taken to talk: read English runs at ~50-60 ms per unit. Speech far longer than its text needs means
+# the recognizer left some of it out (Whisper sometimes ends a decode early, after a sentence); the text is then
+# laid from the start at this pace up to the pause nearest to where it would end, and the rest gets no words,
+# instead of the text being stretched over speech it does not belong to.
+_SLOWEST_MS_PER_UNIT = 110.0
 
 
 class _SpeechAxis:
@@ -118,14 +124,26 @@ def _match_pauses(words: list[str], bounds: list[float], pauses: list[tuple[floa
     return out[::-1]
 
 
+def _covered(axis: _SpeechAxis, total_w: float) -> float:
+    """How much of the axis the words cover: all of it, unless the speech is far longer than the words need at
+    the slowest pace; then up to the pause nearest to where the words would end at that pace."""
+    need = total_w * _SLOWEST_MS_PER_UNIT
+    if axis.total <= need:
+        return axis.total
+    after = [p for p, _ in axis.pauses() if p >= need * 0.5]
+    return min(after, key=lambda p: abs(p - need)) if after else axis.total
+
+
 def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
     """Spread ``words`` over the axis by length, with the nearest word boundary pulled onto each pause."""
     weights = _weights(words)
     total_w = sum(weights)
+    covered = _covered(axis, total_w)
+    pauses = [(p, length) for p, length in axis.pauses() if p < covered]
     bounds = [0.0]
     for w in weights:
-        bounds.append(bounds[-1] + w * axis.total / total_w)
-    anchors = [(0, 0.0), *_match_pauses(words, bounds, axis.pauses()), (len(words), axis.total)]
+        bounds.append(bounds[-1] + w * covered / total_w)
+    anchors = [(0, 0.0), *_match_pauses(words, bounds, pauses), (len(words), covered)]
     placed = list(bounds)
     for (k0, x0), (k1, x1) in pairwise(anchors):  # spread each piece between its anchors
         w_sum = sum(weights[k0:k1])

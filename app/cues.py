@@ -148,7 +148,10 @@ def _cut_turn(words: list[Word], label: str, next_start: int | None,
     for i in range(n):
         if best[i][0] == inf:
             continue
-        prefix = [label] if label and i == 0 else []
+        # The label stays on the line of the turn's first word (alone on a line it would waste one), unless the
+        # two are longer than a line.
+        glued = label and i == 0 and len(label) + 1 + len(texts[0]) <= rules.max_chars
+        prefix = [label] if label and i == 0 and not glued else []
         pause_cost = 0.0
         for j in range(i + 1, n + 1):
             if j > i + 1:
@@ -158,7 +161,8 @@ def _cut_turn(words: list[Word], label: str, next_start: int | None,
                 pause_cost += _PAUSE_COST_PER_S * max(0, pause - 500) / 1000
                 if words[j - 1].end_ms - words[i].start_ms > rules.max_ms:
                     break
-            lines = break_lines(prefix + texts[i:j], rules.max_chars, rules.max_lines)
+            shown = [f"{label} {texts[0]}", *texts[1:j]] if glued else prefix + texts[i:j]
+            lines = break_lines(shown, rules.max_chars, rules.max_lines)
             if lines is None:
                 break  # longer never fits again
             follow = words[j].start_ms if j < n else next_start

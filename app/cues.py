@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.protocol import Word
 
-from .line_breaks import break_cost, break_lines
+from .line_breaks import break_cost, break_lines, line_count
 from .store import SentenceRecord
 
 MAX_INNER_PAUSE_MS = 1500  # a pause this long inside a cue would show words long before they are said
@@ -139,19 +139,18 @@ def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules()
 
 def _cut_turn(words: list[Word], label: str, next_start: int | None,
               rules: CueRules) -> list[tuple[int, int, list[str]]]:
-    """The best cut of one turn into cues: ``(first word, end word, lines)`` for each cue, in order."""
+    """The best cut of one turn into cues: ``(first word, end word, lines)`` for each cue, in order.
+
+    The search only counts lines (greedy filling: cheap); the lines of the chosen cues are broken afterwards."""
     n = len(words)
     texts = [w.w for w in words]
     inf = float("inf")
-    best: list[tuple[float, int, list[str]]] = [(inf, -1, [])] * (n + 1)
-    best[0] = (0.0, -1, [])
+    best: list[tuple[float, int]] = [(inf, -1)] * (n + 1)
+    best[0] = (0.0, -1)
     for i in range(n):
         if best[i][0] == inf:
             continue
-        # The label stays on the line of the turn's first word (alone on a line it would waste one), unless the
-        # two are longer than a line.
-        glued = label and i == 0 and len(label) + 1 + len(texts[0]) <= rules.max_chars
-        prefix = [label] if label and i == 0 and not glued else []
+        shown: list[str] = []
         pause_cost = 0.0
         for j in range(i + 1, n + 1):
             if j > i + 1:
@@ -161,26 +160,41 @@ def _cut_turn(words: list[Word], label: str, next_start: int | None,
                 pause_cost += _PAUSE_COST_PER_S * max(0, pause - 500) / 1000
                 if words[j - 1].end_ms - words[i].start_ms > rules.max_ms:
                     break
-            shown = [f"{label} {texts[0]}", *texts[1:j]] if glued else prefix + texts[i:j]
-            lines = break_lines(shown, rules.max_chars, rules.max_lines)
-            if lines is None:
+                shown.append(texts[j - 1])
+            else:
+                shown = _shown(texts, i, j, label, rules)
+            count = line_count(shown, rules.max_chars)
+            if count is None or count > rules.max_lines:
                 break  # longer never fits again
+            chars = sum(map(len, shown)) + len(shown) - count  # one space between words, none at line breaks
             follow = words[j].start_ms if j < n else next_start
             cost = best[i][0] + _CUE_COST + pause_cost + _display_cost(words[i].start_ms, words[j - 1].end_ms,
-                                                                       follow, sum(map(len, lines)), rules)
+                                                                       follow, chars, rules)
             if j < n:
                 cost += break_cost(texts[j - 1], texts[j])
                 if words[j].start_ms - words[j - 1].end_ms >= PAUSE_MS:
                     cost += _CUT_AT_PAUSE
             if cost < best[j][0]:
-                best[j] = (cost, i, lines)
+                best[j] = (cost, i)
     out: list[tuple[int, int, list[str]]] = []
     j = n
     while j > 0:
-        _, i, lines = best[j]
+        i = best[j][1]
+        lines = break_lines(_shown(texts, i, j, label, rules), rules.max_chars, rules.max_lines)
+        assert lines is not None  # the search kept only cues that fit
         out.insert(0, (i, j, lines))
         j = i
     return out
+
+
+def _shown(texts: list[str], i: int, j: int, label: str, rules: CueRules) -> list[str]:
+    """The words of a cue of ``texts[i:j]`` as laid out in lines: the turn's first cue opens with the label, kept
+    on the line of the first word (alone on a line it would waste one) unless the two are longer than a line."""
+    if not label or i > 0:
+        return list(texts[i:j])
+    if j > 0 and len(label) + 1 + len(texts[0]) <= rules.max_chars:
+        return [f"{label} {texts[0]}", *texts[1:j]]
+    return [label, *texts[:j]]
 
 
 def _display_cost(start: int, spoken_end: int, follow: int | None, chars: int, rules: CueRules) -> float:

@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 _MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 _WATCH_INTERVAL_S = 1.0
 _TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")  # in case the tokenizer does not count them as special
-_LOOP_CHECK_EVERY = 4
+_LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop while a decode streams
 _CONTINUE_S = 1.0  # a timestamped decode whose last stretch ends this long before the audio stopped early
-_MAX_CONTINUATIONS = 3  # generated tokens between checks for a repetition loop while a decode streams
+_MAX_CONTINUATIONS = 3
 
 
 def detect_device(requested: str) -> str:

@@ -4,6 +4,7 @@ loopback, recorded speech as the fake microphone, the real engine. Assertions ar
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import time
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import srt as srt_lib
+import webvtt
 from playwright.async_api import Browser, Page
 
 from app.keys import PEERS
@@ -90,8 +93,17 @@ async def test_transcript_downloads(engine: CaptionEngine, browser: Browser, tmp
             files[fmt] = target.read_text(encoding="utf-8")
     sentences = run["transcript"]["sentences"]
     assert sentences
+    said = [w for s in sentences for w in s["text"].split()]
     for s in sentences:
-        assert s["text"] in files["txt"] and s["text"] in files["srt"] and s["text"] in files["vtt"]
+        assert s["text"] in files["txt"]
+    # SRT and WebVTT: subtitle cues cut at the page's word times, the words all there and in order.
+    label = re.compile(r"^Speaker \d+: ")
+    srt_words = [w for cue in srt_lib.parse(files["srt"]) for w in label.sub("", cue.content).split()]
+    (tmp_path / "c.vtt").write_text(files["vtt"], encoding="utf-8")
+    vtt_words = [w for cue in webvtt.read(str(tmp_path / "c.vtt")).captions
+                 for w in label.sub("", html.unescape(cue.text)).split()]
+    assert srt_words == said and vtt_words == said
+    assert all(len(line) <= 42 for line in files["srt"].splitlines())
     stamp = r"\d\d:\d\d:\d\d[,.]\d\d\d"
     assert re.search(rf"^1\n{stamp.replace('[,.]', ',')} --> {stamp.replace('[,.]', ',')}$", files["srt"], re.M)
     assert files["vtt"].startswith("WEBVTT")
@@ -100,3 +112,4 @@ async def test_transcript_downloads(engine: CaptionEngine, browser: Browser, tmp
     exported = json.loads(files["json"])
     texts = [s["text"] for s in (exported["sentences"] if isinstance(exported, dict) else exported)]
     assert texts == [s["text"] for s in sentences]
+    assert all([w["w"] for w in s["words"]] == s["text"].split() for s in exported["sentences"]), "no word times"

@@ -23,6 +23,7 @@ from aiohttp import web
 from playwright.async_api import Browser, Page
 
 from app.keys import ROOMS
+from app.rooms import Room
 from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
@@ -260,6 +261,19 @@ async def test_kiosk_as_the_rooms_microphone_captions_real_speech(engine: Captio
         assert " ".join(await shown_sentences(kiosk)) == text
 
 
+async def seed_room(app: web.Application, room_id: str, sentences: list[tuple[int, str]], start_ms: int,
+                    ms_per_word: int, gap_ms: int) -> Room:
+    """Commit ``(speaker, text)`` sentences straight into a room, one after another, as a publisher would."""
+    room = await app[ROOMS].get(room_id)
+    assert room is not None
+    t = start_ms
+    for spk, text in sentences:
+        end = t + ms_per_word * len(text.split())
+        await room.commit_sentences([("demo-session", text, t, end, spk)])
+        t = end + gap_ms
+    return room
+
+
 CONVERSATION = [
     (0, "Good morning, everyone. Let's start with the release."),
     (0, "The build went out on Tuesday and the rollout is at forty percent."),
@@ -290,13 +304,7 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
             f'<p>theme=light, fg=1d5fb8, font=18</p><iframe id="l" style="border:0;width:100%;height:100px" '
             f'src="{url}/embed?room={room_id}&theme=light&fg=1d5fb8&font=18&lines=3"></iframe></body>')
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
-        room = await app[ROOMS].get(room_id)
-        assert room is not None
-        t = 2000
-        for spk, text in CONVERSATION:
-            end = t + 250 * len(text.split())
-            await room.commit_sentences([("demo-session", text, t, end, spk)])
-            t = end + 400
+        room = await seed_room(app, room_id, CONVERSATION, start_ms=2000, ms_per_word=250, gap_ms=400)
         await room.commit_relabel({3: 2})  # the re-clustering at stop decided sentence 3 was speaker 3
         room.publishers.clear()
         await wait_shown(kiosk, len(CONVERSATION))
@@ -390,13 +398,7 @@ async def test_kiosk_and_widget_break_their_lines_as_subtitles_do(fake_engine: C
         widget = await browser.new_page(viewport={"width": 360, "height": 200})
         await widget.goto(f"{url}/embed?room={room_id}&font=18&lines=3&speakers=1")
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
-        room = await app[ROOMS].get(room_id)
-        assert room is not None
-        t = 1000
-        for spk, text in long:
-            end = t + 300 * len(text.split())
-            await room.commit_sentences([("demo-session", text, t, end, spk)])
-            t = end + 500
+        await seed_room(app, room_id, long, start_ms=1000, ms_per_word=300, gap_ms=500)
         for page in (kiosk, widget):
             await wait_shown(page, len(long))
             assert await shown_sentences(page) == [text for _, text in long]

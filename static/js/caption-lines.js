@@ -40,7 +40,16 @@ export class CaptionLines {
     this.#speakers = speakers;
     this.#keep = keep;
     this.#maxChars = maxChars;
-    if (typeof ResizeObserver !== "undefined") new ResizeObserver(() => this.#layout()).observe(this.#flow);
+    if (typeof ResizeObserver !== "undefined") {
+      // Lines depend on the width only: new text changes the height, and is laid out where it is added.
+      let width = 0;
+      new ResizeObserver(() => {
+        if (this.#flow.clientWidth !== width) {
+          width = this.#flow.clientWidth;
+          this.#layout();
+        }
+      }).observe(this.#flow);
+    }
     this.#partial = document.createElement("span");
     this.#partial.className = "partial";
     this.#partial.dataset.partial = "";

@@ -129,7 +129,8 @@ def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules()
     for t, turn in enumerate(turns):
         next_start = turns[t + 1].words[0].start_ms if t + 1 < len(turns) else None
         label = label_for(turn.spk)
-        if label and break_lines([label, turn.words[0].w], rules.max_chars, rules.max_lines) is None:
+        count = line_count(_shown([w.w for w in turn.words[:1]], 0, 1, label, rules), rules.max_chars)
+        if label and (count is None or count > rules.max_lines):
             label = ""  # the limits leave no room for a label (tiny max_chars with one line)
         for i, j, lines in _cut_turn(turn.words, label, next_start, rules):
             w = turn.words[i:j]
@@ -182,9 +183,9 @@ def _cut_turn(words: list[Word], label: str, next_start: int | None,
         i = best[j][1]
         lines = break_lines(_shown(texts, i, j, label, rules), rules.max_chars, rules.max_lines)
         assert lines is not None  # the search kept only cues that fit
-        out.insert(0, (i, j, lines))
+        out.append((i, j, lines))
         j = i
-    return out
+    return out[::-1]
 
 
 def _shown(texts: list[str], i: int, j: int, label: str, rules: CueRules) -> list[str]:

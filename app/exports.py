@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .cues import Cue, CueRules, build_cues, speaker_name
+from .cues import Cue, CueRules, build_cues, label_for, speaker_name
 from .store import RoomRecord, SentenceRecord
 
 MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
@@ -133,8 +133,9 @@ def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[C
         return build_cues(sentences, options.rules)
     # One cue per sentence, on one line: the label and the whole text (players drop a cue whose end is not after
     # its start: such a cue gets one millisecond).
-    return [Cue(s.start_ms, max(s.end_ms, s.start_ms + 1),
-                (("" if s.spk is None else f"{speaker_name(s.spk)}: ") + _one_line(s.text),), s.spk, s.session, ())
+    return [Cue(s.start_ms, max(s.end_ms, s.start_ms + 1), (" ".join(filter(None, (label_for(s.spk),
+                                                                                 _one_line(s.text)))),),
+                s.spk, s.session, ())
             for s in sentences]
 
 

@@ -34,7 +34,7 @@ COST_BEFORE_CONJUNCTION = 3.0
 COST_PLAIN = 6.0
 COST_DANGLING = 14.0
 COST_IN_NAME = 20.0
-COST_IMBALANCE = 4.0  # per line-width of difference between the longest and the shortest line
+COST_IMBALANCE = 4.0  # per line, per line-width between its width and an even share of the text
 
 
 def _bare(word: str) -> str:

@@ -45,7 +45,7 @@ import srt as srt_lib
 import webvtt
 
 from app import exports
-from app.cues import Cue, CueRules, build_cues
+from app.cues import Cue, CueRules, build_cues, sentence_words
 from app.store import SentenceRecord
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import WindowStats
@@ -230,8 +230,6 @@ def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
 
 def sentence_cues(records: list[SentenceRecord]) -> list[Cue]:
     """Today's one cue per sentence, with its words, for the baseline's cut-and-decode."""
-    from app.cues import sentence_words
-
     return [Cue(r.start_ms, max(r.end_ms, r.start_ms + 1), (r.text,), r.spk, r.session,
                 tuple(sentence_words(r))) for r in records]
 

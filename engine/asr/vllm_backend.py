@@ -37,10 +37,11 @@ log = logging.getLogger(__name__)
 
 _MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 _WATCH_INTERVAL_S = 1.0
-_TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")  # in case the tokenizer does not count them as special
+# Timestamp tokens are ordinary added tokens (as in OpenAI's tokenizers), so the decoded text still holds them.
+_TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")
 _LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop while a decode streams
 _CONTINUE_S = 1.0  # a timestamped decode whose last stretch ends this long before the audio stopped early
-_MAX_CONTINUATIONS = 3
+_MAX_CONTINUATIONS = 3  # decodes of the rest after one that stopped early
 
 
 def detect_device(requested: str) -> str:

@@ -124,27 +124,29 @@ def _match_pauses(words: list[str], bounds: list[float], pauses: list[tuple[floa
     return out[::-1]
 
 
-def _covered(axis: _SpeechAxis, total_w: float) -> float:
-    """How much of the axis the words cover: all of it, unless the speech is far longer than the words need at
-    the slowest pace; then up to the pause nearest to where the words would end at that pace."""
+def _covered(total: float, pauses: list[tuple[float, float]], total_w: float) -> float:
+    """How much of the speech time ``total`` the words cover: all of it, unless it is far longer than the words
+    need at the slowest pace; then up to the pause nearest to where the words would end at that pace."""
     need = total_w * _SLOWEST_MS_PER_UNIT
-    if axis.total <= need:
-        return axis.total
-    after = [p for p, _ in axis.pauses() if p >= need * 0.5]
-    return min(after, key=lambda p: abs(p - need)) if after else axis.total
+    if total <= need:
+        return total
+    after = [p for p, _ in pauses if p >= need * 0.5]
+    return min(after, key=lambda p: abs(p - need)) if after else total
 
 
 def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
-    """Spread ``words`` over the axis by length, with the nearest word boundary pulled onto each pause."""
+    """Spread ``words`` over the speech they cover by length, with each pause put on the likeliest boundary
+    (``_match_pauses``) and the words between two such anchors spread by length again."""
     weights = _weights(words)
     total_w = sum(weights)
-    covered = _covered(axis, total_w)
-    pauses = [(p, length) for p, length in axis.pauses() if p < covered]
+    all_pauses = axis.pauses()
+    covered = _covered(axis.total, all_pauses, total_w)
+    pauses = [(p, length) for p, length in all_pauses if p < covered]
     bounds = [0.0]
     for w in weights:
         bounds.append(bounds[-1] + w * covered / total_w)
     anchors = [(0, 0.0), *_match_pauses(words, bounds, pauses), (len(words), covered)]
-    placed = list(bounds)
+    placed = [0.0] * (len(words) + 1)
     for (k0, x0), (k1, x1) in pairwise(anchors):  # spread each piece between its anchors
         w_sum = sum(weights[k0:k1])
         x = x0

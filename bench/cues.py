@@ -45,7 +45,7 @@ import srt as srt_lib
 import webvtt
 
 from app import exports
-from app.cues import Cue, CueRules, build_cues, sentence_words
+from app.cues import PAUSE_MS, Cue, CueRules, build_cues, sentence_words
 from app.store import SentenceRecord
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import WindowStats
@@ -196,10 +196,12 @@ def _seconds(clock: str) -> float:
 
 async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: list[Cue], tag: str,
                          pieces: list[Piece]) -> dict[str, Any]:
-    """Each cue's audio [start, end) decoded alone against the cue's text (labels removed): WER, overall and by the
-    group of the clip the cue's middle falls in."""
+    """Each cue's audio [start, end) decoded alone against the cue's text (labels removed): WER, overall, by the
+    group of the clip the cue's middle falls in, and by where the cue's ends are: in a pause (at least
+    ``PAUSE_MS`` of silence between its edge word and the next) or inside continuous speech."""
     errors = words = 0
     by_group: dict[str, list[int]] = {}
+    by_ends: dict[str, list[int]] = {}
     worst: list[tuple[float, str, str]] = []
     t: Any = engine.transcriber
     for k, c in enumerate(cues):
@@ -216,12 +218,17 @@ async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: lis
         words += n
         mid = (c.start_ms + c.end_ms) / 2000
         group = next((group_of(p.clip) for p in pieces if p.start_s - p.gap_before_s <= mid < p.end_s), "read")
-        by_group.setdefault(group, [0, 0])
-        by_group[group][0] += e
-        by_group[group][1] += n
+        before = c.words[0].start_ms - cues[k - 1].words[-1].end_ms if k else PAUSE_MS
+        after = cues[k + 1].words[0].start_ms - c.words[-1].end_ms if k + 1 < len(cues) else PAUSE_MS
+        ends = "/".join("pause" if gap >= PAUSE_MS else "speech" for gap in (before, after))
+        for table, key in ((by_group, group), (by_ends, ends)):
+            table.setdefault(key, [0, 0])
+            table[key][0] += e
+            table[key][1] += n
     worst.sort(reverse=True)
     return {"wer": errors / max(1, words), "words": words, "worst": worst[:8],
-            "wer_by_group": {g: e / max(1, n) for g, (e, n) in sorted(by_group.items())}}
+            "wer_by_group": {g: e / max(1, n) for g, (e, n) in sorted(by_group.items())},
+            "wer_by_ends": {g: {"wer": e / max(1, n), "words": n} for g, (e, n) in sorted(by_ends.items())}}
 
 
 def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
@@ -313,6 +320,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def print_ends(out: dict[str, Any]) -> None:
+    """Subtitle cues' cut-and-decode WER by where their two ends fall (pause or continuous speech)."""
+    rows = {m: r["cut_decode"]["wer_by_ends"] for m, r in out["modes"].items() if "cut_decode" in r}
+    if not rows:
+        return
+    print("\n| mode | cue ends (start/end) | words | cut-and-decode WER |\n|---|---|---|---|")
+    for mode, ends in rows.items():
+        for key, v in ends.items():
+            print(f"| {mode} | {key} | {v['words']} | {v['wer']:.1%} |")
+
+
 def print_tables(out: dict[str, Any]) -> None:
     if "cost" in out:
         c = out["cost"]
@@ -361,6 +379,8 @@ def main() -> None:
     args = parser.parse_args()
     out = asyncio.run(run(args))
     print_tables(out)
+    if "modes" in out:
+        print_ends(out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 

@@ -65,7 +65,9 @@ async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_en
         assert "00:00:06,500 --> 00:00:08,250\nSpeaker 1: Back to the first voice.\n" in srt
         status, _, narrow = await _post(http, f"{url}/exports/transcript.srt?max_chars=20&max_lines=1",
                                         {"sentences": SENTENCES})
-        assert status == 200 and max(len(line) for line in narrow.splitlines()) <= 29  # timing lines are 29
+        text_lines = [line for line in narrow.splitlines() if line and " --> " not in line and not line.isdigit()]
+        assert status == 200 and text_lines and max(len(line) for line in text_lines) <= 20, text_lines
+        assert all(block.count("\n") == 2 for block in narrow.strip().split("\n\n")), "one line per cue"
         status, ctype, doc = await _post(http, f"{url}/exports/transcript.json",
                                          {"sentences": SENTENCES, "model": "whisper-base", "language": None})
         exported = json.loads(doc)

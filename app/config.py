@@ -47,6 +47,8 @@ class ServerConfig:
     tls_key: str | None = None
     ice: IceConfig = field(default_factory=IceConfig)
     max_sessions: int = 16
+    max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
+    max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
@@ -120,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept only loopback ICE candidates (test setups)")
     p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "16") or 16),
                    help="live sessions at once; more get 503 busy")
+    p.add_argument("--max-file-jobs", type=int, default=int(_env("MAX_FILE_JOBS", "2") or 2),
+                   help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode "
+                        "behind every live session)")
+    p.add_argument("--max-upload-mb", type=int, default=int(_env("MAX_UPLOAD_MB", "25") or 25),
+                   help="largest file /v1/audio/transcriptions accepts, in MB; larger get 413")
     p.add_argument("--db", default=_env("DB", str(default_db())),
                    help=f"SQLite file that keeps every room's transcript (env LIVE_CAPTIONS_DB; default "
                         f"{default_db()}; ':memory:' keeps nothing)")
@@ -148,7 +155,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
                       loopback_only=args.loopback_only),
-        max_sessions=args.max_sessions, db_path=args.db, auth_token=args.auth_token or None,
+        max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs, max_upload_mb=args.max_upload_mb,
+        db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
         exit_on_engine_failure=True,
     )

@@ -22,4 +22,5 @@ ENGINE_START = web.AppKey("engine_start", asyncio.Task)
 STORE = web.AppKey("store", TranscriptStore)
 ROOMS = web.AppKey("rooms", RoomRegistry)
 ADMISSION = web.AppKey("admission", Admission)  # the --max-sessions cap
+FILE_JOBS = web.AppKey("file_jobs", Admission)  # the --max-file-jobs cap (uploaded files transcribing at once)
 EXIT_STATUS = web.AppKey("exit_status", int)  # what ``python -m app`` exits with (set when the engine died)

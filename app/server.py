@@ -16,10 +16,10 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, export_routes, ice, room_routes, routes
+from . import access_log, export_routes, ice, openai_api, room_routes, routes
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
-from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, PEERS, ROOMS, STORE, TEMPLATES
+from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, FILE_JOBS, PEERS, ROOMS, STORE, TEMPLATES
 from .rooms import RoomRegistry
 from .store import MEMORY, StoreError, TranscriptStore
 
@@ -47,6 +47,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[CONFIG] = config
     app[PEERS] = {}
     app[ADMISSION] = Admission(config.max_sessions)
+    app[FILE_JOBS] = Admission(config.max_file_jobs)
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
@@ -57,6 +58,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app.router.add_post("/offer", routes.offer)
     room_routes.add_routes(app)
     export_routes.add_routes(app)
+    openai_api.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:

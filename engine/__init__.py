@@ -15,13 +15,14 @@ from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
-from engine.protocol import LANGUAGE_CODES, MAX_HOTWORDS, ErrorCode
+from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 
 __all__ = [
     "CHUNK_SAMPLES",
     "ENDPOINT_PRESETS",
+    "LANGUAGES",
     "LANGUAGE_CODES",
     "MAX_HOTWORDS",
     "SAMPLE_RATE",

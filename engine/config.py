@@ -150,6 +150,10 @@ class SessionOptions:
     hotwords: tuple[str, ...] = ()
     prompt: str = ""  # free context text handed to the recognizer with the hotwords
     words: bool = False  # the client wants each locked sentence's word times on the wire (they are always kept)
+    # A file, not a person waiting (an upload): no partials, and finals decode at background priority one at a time
+    # (``DecodeScheduler.background``), so that live sessions keep their latency while a long file is transcribed.
+    background: bool = False
+    temperature: float = 0.0  # the decoder's sampling temperature (0 = greedy)
 
 
 def env_str(name: str, default: str | None) -> str | None:

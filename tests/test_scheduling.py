@@ -113,3 +113,33 @@ async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
                    if isinstance(m, Caption) and m.sentences)
     speech_end_s = result.sentences()[0].end / 1000
     assert lock_at < speech_end_s + 2.0 + 1.0  # the balanced preset's 2 s pause, and no 4 s final decode
+
+
+async def test_file_segments_wait_for_live_finals_and_go_one_at_a_time() -> None:
+    """``DecodeScheduler.background``: no file segment starts while a live final is in flight, at most
+    ``max_background`` run at once, and they are served in the order they came."""
+    from engine.asr.transcriber import DecodeRequest
+    from engine.stream.scheduler import DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.05)
+    await fake.start()
+    scheduler = DecodeScheduler(fake, max_inflight_partials=2, max_background=1)
+    silence = np.zeros(1600, np.float32)
+    live = asyncio.create_task(scheduler.final(DecodeRequest("live-f0", silence, Priority.FINAL)))
+    await asyncio.sleep(0)
+    files = [asyncio.create_task(scheduler.background(DecodeRequest(f"file-f{i}", silence, Priority.BACKGROUND)))
+             for i in range(3)]
+    await asyncio.gather(live, *files)
+    order = [(event, rid) for event, rid, _p, _t in fake.log if event in ("start", "finish")]
+    assert order == [("start", "live-f0"), ("finish", "live-f0"),
+                     ("start", "file-f0"), ("finish", "file-f0"), ("start", "file-f1"), ("finish", "file-f1"),
+                     ("start", "file-f2"), ("finish", "file-f2")]
+    # A waiting file segment that is cancelled gives its turn to the next.
+    blocker = asyncio.create_task(scheduler.background(DecodeRequest("file-a", silence, Priority.BACKGROUND)))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(scheduler.background(DecodeRequest("file-b", silence, Priority.BACKGROUND)))
+    last = asyncio.create_task(scheduler.background(DecodeRequest("file-c", silence, Priority.BACKGROUND)))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    await asyncio.gather(blocker, last, waiting, return_exceptions=True)
+    assert "file-c" in fake.finished and "file-b" not in fake.started and scheduler.background_inflight == 0

@@ -55,7 +55,8 @@ class FakeTranscriber:
 
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL)}
+        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
+                "background": values.count(Priority.BACKGROUND)}
 
     def stats(self) -> dict[str, Any]:
         return {"finished": len(self.finished), "cancelled": len(self.cancelled)}

@@ -18,10 +18,12 @@ from engine.asr.timestamps import TimedSpan
 
 
 class Priority(IntEnum):
-    """Lower runs first (vLLM's priority scheduling): a final never waits behind a partial."""
+    """Lower runs first (vLLM's priority scheduling): a final never waits behind a partial, and live captions
+    never wait behind an uploaded file."""
 
     FINAL = 0
     PARTIAL = 1
+    BACKGROUND = 2  # segments of a file (an upload): nobody watches them appear
 
 
 class TranscriberState(StrEnum):
@@ -49,6 +51,8 @@ class DecodeRequest:
     prefix: str = ""
     # Ask for Whisper's timestamp tokens (the transcript's ``spans``); a recognizer without them ignores this.
     timestamps: bool = False
+    # Sampling temperature of the decoder: 0 = greedy (what live captions use); higher samples more freely.
+    temperature: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,8 @@ class Transcriber(Protocol):
         ...
 
     def load(self) -> dict[str, int]:
-        """Requests in flight by priority name (``{"final": n, "partial": m}``): the engine's queue depth."""
+        """Requests in flight by priority name (``{"final": n, "partial": m, "background": b}``): the engine's
+        queue depth."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -121,7 +121,8 @@ class VllmTranscriber:
 
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL)}
+        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
+                "background": values.count(Priority.BACKGROUND)}
 
     async def start(self) -> None:
         if self._state is not TranscriberState.NEW:
@@ -312,7 +313,8 @@ class VllmTranscriber:
         rest = request.audio[int(cut_s * SAMPLE_RATE):]
         context = " ".join(filter(None, (request.context, head.text)))[-_MAX_CONTEXT_CHARS:]
         tail = await self._transcribe(DecodeRequest(f"{request.request_id}-c{continuations}", rest, request.priority,
-                                                    head.language or request.language, context, timestamps=True),
+                                                    head.language or request.language, context, timestamps=True,
+                                                    temperature=request.temperature),
                                       continuations)
         if not tail.text:
             return head
@@ -359,7 +361,8 @@ class VllmTranscriber:
         from vllm import SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, skip_special_tokens=True)
+        params = SamplingParams(temperature=request.temperature, max_tokens=max_tokens, logprobs=0,
+                                skip_special_tokens=True)
         prompt = {
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
                                "mm_processor_kwargs": {"max_length": window_samples(window_s)}},

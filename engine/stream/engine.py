@@ -172,6 +172,7 @@ class CaptionEngine:
             "sessions": len(self.sessions),
             "queue_final": load["final"],
             "queue_partial": load["partial"],
+            "queue_background": load.get("background", 0),
             "partials_waiting": self.scheduler.waiting,
             "vad_calls": self.vad.calls,
             "vad_busy_s": round(self.vad.busy_s, 3),

@@ -8,12 +8,17 @@ in flight. A running partial is never aborted for newer audio (on CPU that
 starved partials entirely); when its segment ends it is cancelled so that the final goes first, unless it
 already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
 starting the same work again (``adopt_partial``).
+
+Files (uploads, ``SessionOptions.background``) decode behind all of that: ``background`` runs at most
+``max_background`` of their segments at once, none while a live final is in flight, at the recognizer's lowest
+priority. Live partials do not wait for them: a file shares the machine like one more speaker, never ahead of one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -47,9 +52,12 @@ class PartialClient(Protocol):
 class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
-    def __init__(self, transcriber: Transcriber, max_inflight_partials: int) -> None:
+    def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1) -> None:
         self.transcriber = transcriber
         self.max_inflight_partials = max(1, max_inflight_partials)
+        self.max_background = max(1, max_background)
+        self._background = 0  # file segments decoding now (slots handed to waiters included)
+        self._background_waiting: deque[asyncio.Future[None]] = deque()
         self._waiting: dict[str, PartialClient] = {}
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
@@ -108,6 +116,33 @@ class DecodeScheduler:
             self._finals -= 1
             self._pump()
 
+    async def background(self, request: DecodeRequest) -> Transcript:
+        """Decode a file's segment (``Priority.BACKGROUND``): waits until no live final is in flight and fewer than
+        ``max_background`` file segments decode, then decodes. Callers are served in the order they came."""
+        if self._finals == 0 and self._background < self.max_background and not self._background_waiting:
+            self._background += 1
+        else:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._background_waiting.append(turn)
+            try:
+                await turn  # _pump hands over the slot (counted) when it resolves this
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():  # the slot was handed over just as we were cancelled
+                    self._background -= 1
+                    self._pump()
+                else:
+                    self._background_waiting.remove(turn)
+                raise
+        try:
+            return await self.transcriber.transcribe(request)
+        finally:
+            self._background -= 1
+            self._pump()
+
+    @property
+    def background_inflight(self) -> int:
+        return self._background
+
     async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
         """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
         self._finals += 1
@@ -118,6 +153,11 @@ class DecodeScheduler:
             self._pump()
 
     def _pump(self) -> None:
+        while self._background_waiting and self._finals == 0 and self._background < self.max_background:
+            turn = self._background_waiting.popleft()
+            if not turn.done():
+                self._background += 1
+                turn.set_result(None)
         while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
             client = min(self._waiting.values(), key=lambda c: (not c.closing, c.last_partial_started))
             del self._waiting[client.session_id]

@@ -56,8 +56,9 @@ class SessionState(StrEnum):
     CLOSED = "closed"
 
 
-# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding.
-_Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None]
+# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
+# decode's mean token log-probability.
+_Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float]
 
 
 @dataclass
@@ -80,6 +81,7 @@ class SessionStats:
     partials: int = 0
     reused: int = 0  # finals that took a partial decode covering all the speech instead of decoding again
     final_decode_s: list[float] = field(default_factory=list)
+    languages: dict[str, int] = field(default_factory=dict)  # sentences kept, by the language they were decoded in
 
 
 def agreed_prefix(older: str, newer: str, holdback_words: int = 1) -> str:
@@ -168,6 +170,18 @@ class Session:
         """Seconds of audio received so far."""
         return self.audio.end / SAMPLE_RATE
 
+    async def caught_up(self, vad_s: float, segments: int) -> None:
+        """Return once less than ``vad_s`` seconds of audio wait for the VAD and at most ``segments`` closed segments
+        wait for their final decode, or once the session is no longer live. A file's reader awaits this between
+        blocks, so a file is fed no faster than it is transcribed."""
+        while self.state is SessionState.LIVE:
+            if self.vad_backlog_s > vad_s:
+                await self.vad.drained()
+            elif len(self._pending) > segments:
+                await asyncio.wait({self._pending[0].task})
+            else:
+                return
+
     @property
     def vad_backlog_s(self) -> float:
         """Audio received but not yet through the VAD, in seconds (grows when the machine falls behind)."""
@@ -242,7 +256,7 @@ class Session:
 
     def _maybe_want_partial(self) -> None:
         opened = self.endpointer.open_segment
-        if opened is None or self.state is not SessionState.LIVE:
+        if opened is None or self.state is not SessionState.LIVE or self.options.background:
             return
         cfg = self.config.partial
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)
@@ -272,7 +286,7 @@ class Session:
         self._partial_meta[request_id] = (opened.index, end)
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
                              self.options.language, self._context, prefix=self._agreed,
-                             timestamps=self.config.transcriber.timestamps)
+                             timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
         index, end = self._partial_meta.pop(request.request_id, (-1, 0))
@@ -302,9 +316,11 @@ class Session:
 
         ``prior`` (a finished partial) or ``adopted`` (a running one) that covers all the speech stands in for the
         final decode."""
-        request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio, Priority.FINAL,
+        background = self.options.background
+        request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio,
+                                Priority.BACKGROUND if background else Priority.FINAL,
                                 self.options.language, self._context,
-                                timestamps=self.config.transcriber.timestamps)
+                                timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
         embed = self._embed(audio, speech_s)
         try:
             result = prior
@@ -314,11 +330,11 @@ class Session:
             elif result is not None:
                 self.stats.reused += 1
             if result is None:
-                result = await self.scheduler.final(request)
+                result = await (self.scheduler.background(request) if background else self.scheduler.final(request))
         except EngineNotReady as exc:
             self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
-            return None, (), None
+            return None, (), None, 0.0
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
@@ -327,7 +343,9 @@ class Session:
             self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
             embed.cancel()
-            return None, (), None
+            return None, (), None, 0.0
+        if result.language:
+            self.stats.languages[result.language] = self.stats.languages.get(result.language, 0) + 1
         try:
             embedding = await embed
         except asyncio.CancelledError:
@@ -335,7 +353,7 @@ class Session:
         except Exception as exc:  # a failed embedding costs the label, never the text
             self._log.warning("speaker embedding failed: %s", exc)
             embedding = None
-        return result.text, result.spans, embedding
+        return result.text, result.spans, embedding, result.avg_logprob
 
     def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         if self._speaker_service is not None:
@@ -356,7 +374,7 @@ class Session:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embedding = item.task.result()
+            text, spans, embedding, avg_logprob = item.task.result()
             covered = max(covered, item.closed.end)
             if text is None:
                 continue
@@ -367,7 +385,10 @@ class Session:
             start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
             words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,
                                 samples_to_ms(closed.start))
-            sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words)))
+            speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
+            no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
+            sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words),
+                                               avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech))
         self.stats.sentences += len(sentences)
         if sentences or covered:
             self._post(sentences, covered_end=covered)

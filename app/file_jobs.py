@@ -1,0 +1,104 @@
+"""A whole audio file through the live engine: the same VAD segmentation, speakers and recognizer as a live
+session, as a background session (``SessionOptions.background``: no partials, finals behind every live decode).
+
+The file is decoded a block at a time in a worker thread and fed only as fast as the session consumes it (its VAD
+backlog and the segments waiting for their decode stay small), so an hour-long upload holds seconds of audio in
+memory, not the hour. Cancelling the caller (a client that hung up) closes the session and abandons its decodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from engine import CaptionEngine, SessionOptions, SessionState, protocol
+
+from .audio_files import AudioFileReader
+
+log = logging.getLogger(__name__)
+
+_MAX_VAD_BACKLOG_S = 15.0  # feed more only while less than this waits for the VAD...
+_MAX_PENDING_SEGMENTS = 2  # ...and at most this many closed segments wait for their decode
+
+
+class FileJobError(RuntimeError):
+    """The engine could not finish the file (it failed or went away); the message says why."""
+
+
+@dataclass
+class FileTranscript:
+    """A transcribed file: its locked sentences in order (speaker labels after the re-clustering at the end; times
+    in ms from the file's start), its length, and the language most of it was decoded in (None if none)."""
+
+    sentences: list[protocol.Sentence] = field(default_factory=list)
+    duration_s: float = 0.0
+    language: str | None = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(s.text for s in self.sentences)
+
+
+SentenceSink = Callable[[list[protocol.Sentence]], Awaitable[None]]
+
+
+async def open_file(path: str | Path) -> AudioFileReader:
+    """Open an audio file for ``transcribe_file`` (in a worker thread). Raises ``AudioFileError``."""
+    return await asyncio.to_thread(AudioFileReader, path)
+
+
+async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, options: SessionOptions,
+                          on_sentences: SentenceSink | None = None) -> FileTranscript:
+    """Transcribe the file ``reader`` reads (``open_file``), and close it. ``on_sentences`` gets each batch of newly
+    locked sentences as they lock (their labels may still change at the end; the returned transcript has the
+    final ones).
+
+    Raises ``AudioFileError`` (a stream that breaks part way), ``EngineNotReady``/``EngineError`` (cannot open a
+    session) and ``FileJobError`` (the engine failed part way)."""
+    try:
+        session = engine.open_session(replace(options, background=True))
+    except BaseException:
+        reader.close()
+        raise
+    session.configure(replace(options, background=True))  # hotwords and prompt apply from the first segment
+    result = FileTranscript()
+    failure: list[str] = []
+
+    async def collect() -> None:
+        async for msg in session.messages():
+            if isinstance(msg, protocol.Caption) and msg.sentences:
+                result.sentences.extend(msg.sentences)
+                if on_sentences is not None:
+                    await on_sentences(list(msg.sentences))
+            elif isinstance(msg, protocol.Speakers):
+                result.sentences = [replace(s, spk=msg.relabel.get(s.id, s.spk)) for s in result.sentences]
+            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+                failure.append(msg.message)
+
+    collector = asyncio.create_task(collect(), name=f"{session.session_id}-file-collect")
+    try:
+        while (block := await asyncio.to_thread(reader.read)) is not None:
+            if session.state is not SessionState.LIVE:  # the engine ended it (it failed)
+                break
+            session.feed(block)
+            await session.caught_up(_MAX_VAD_BACKLOG_S, _MAX_PENDING_SEGMENTS)
+        result.duration_s = reader.duration_s
+        if session.state is SessionState.LIVE:
+            await session.stop()
+        await collector
+        if failure:
+            raise FileJobError(failure[0])
+        if session.stats.languages:
+            result.language = max(session.stats.languages.items(), key=lambda kv: kv[1])[0]
+        else:
+            result.language = options.language
+        log.info("file %s: %.1f s, %d sentences", session.session_id, result.duration_s, len(result.sentences))
+        return result
+    finally:
+        reader.close()
+        collector.cancel()
+        await session.close()
+        await asyncio.gather(collector, return_exceptions=True)

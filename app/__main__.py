@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import ssl
 import sys
 
 from aiohttp import web
 
 from .config import build_parser, config_from_args
 from .keys import EXIT_STATUS
-from .server import create_app
+from .server import create_app, tls_context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("aioice", "aiortc", "vllm"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = config_from_args(args)
-    ssl_context = None
-    if config.tls_cert:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
+    ssl_context = tls_context(config)
     scheme = "https" if ssl_context else "http"
     print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)
     app = create_app(config)

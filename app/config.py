@@ -49,6 +49,7 @@ class ServerConfig:
     max_sessions: int = 16
     max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
     max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
+    funasr_port: int | None = None  # also speak FunASR's protocol at the root path of this port
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "behind every live session)")
     p.add_argument("--max-upload-mb", type=int, default=int(_env("MAX_UPLOAD_MB", "25") or 25),
                    help="largest file /v1/audio/transcriptions accepts, in MB; larger get 413")
+    p.add_argument("--funasr-port", type=int, default=int(_env("FUNASR_PORT", "0") or 0) or None,
+                   help="also listen on this port for FunASR's realtime WebSocket protocol at the root path, where "
+                        "FunASR's own server listens (e.g. 10095); it is always at /funasr on the main port")
     p.add_argument("--db", default=_env("DB", str(default_db())),
                    help=f"SQLite file that keeps every room's transcript (env LIVE_CAPTIONS_DB; default "
                         f"{default_db()}; ':memory:' keeps nothing)")
@@ -155,7 +159,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
                       loopback_only=args.loopback_only),
-        max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs, max_upload_mb=args.max_upload_mb,
+        funasr_port=args.funasr_port, max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
+        max_upload_mb=args.max_upload_mb,
         db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
         exit_on_engine_failure=True,

@@ -24,3 +24,4 @@ ROOMS = web.AppKey("rooms", RoomRegistry)
 ADMISSION = web.AppKey("admission", Admission)  # the --max-sessions cap
 FILE_JOBS = web.AppKey("file_jobs", Admission)  # the --max-file-jobs cap (uploaded files transcribing at once)
 EXIT_STATUS = web.AppKey("exit_status", int)  # what ``python -m app`` exits with (set when the engine died)
+MAIN_APP = web.AppKey("main_app", web.Application)  # on a side application (--funasr-port): the server's own app

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, export_routes, ice, openai_api, room_routes, routes
+from . import access_log, export_routes, funasr_ws, ice, openai_api, room_routes, routes
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
 from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, FILE_JOBS, PEERS, ROOMS, STORE, TEMPLATES
@@ -59,6 +60,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     room_routes.add_routes(app)
     export_routes.add_routes(app)
     openai_api.add_routes(app)
+    funasr_ws.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
@@ -100,7 +102,30 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
             await app[ENGINE].close()
 
     app.cleanup_ctx.append(lifecycle)
+    if config.funasr_port is not None:
+        app.cleanup_ctx.append(_funasr_port)
     return app
+
+
+async def _funasr_port(app: web.Application) -> AsyncIterator[None]:
+    """``--funasr-port``: FunASR's protocol at the root path of a second port (TLS as the main one)."""
+    config = app[CONFIG]
+    runner = web.AppRunner(funasr_ws.side_app(app), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.funasr_port, ssl_context=tls_context(config))
+    await site.start()
+    log.info("FunASR protocol on port %s", config.funasr_port)
+    yield
+    await runner.cleanup()
+
+
+def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    """The server's TLS context from ``--tls-cert``/``--tls-key``, or None for plain HTTP."""
+    if not config.tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
 
 
 @web.middleware

@@ -1,0 +1,394 @@
+"""FunASR's realtime WebSocket protocol, so that clients written for FunASR's runtime server work unchanged.
+
+Where: ``GET /funasr`` on the server's port, and with ``--funasr-port N`` the root path of port N (where FunASR's
+server listens, so ``ws://host:10095/`` works as it is). The protocol (FunASR runtime/docs/websocket_protocol.md):
+
+- The client's first text message configures: ``{"mode": "offline"|"online"|"2pass", "wav_name", "wav_format",
+  "audio_fs", "is_speaking": true, "chunk_size", "hotwords", "itn"}``. Then binary audio: 16-bit little-endian
+  mono PCM at ``audio_fs`` Hz (default 16000), or with a ``wav_format`` other than ``pcm`` the bytes of a whole
+  file in any format FFmpeg reads (offline mode, as FunASR's file service takes it). ``{"is_speaking": false}`` ends
+  the audio.
+- The server answers ``{"mode", "wav_name", "text", "is_final", "timestamp"?, "stamp_sents"?}`` as FunASR's 2pass
+  runtime server does: ``"2pass-online"`` messages carry new words as they settle (append them), ``"2pass-offline"``
+  messages carry each locked sentence (it replaces that sentence's online words), with ``timestamp`` (a JSON string
+  ``[[start_ms, end_ms], ...]``, one pair per word) and ``stamp_sents`` (one entry per sentence). Mode ``offline``
+  gets only the offline messages, ``online`` only the online ones (each sentence's last words are sent when it
+  locks), ``2pass`` both. After the end of audio, a last message with ``"is_final": true`` (empty text) closes
+  the result; an engine failure sends ``"is_final": true`` with an ``"error"``.
+
+This server's choices within the protocol: sentences come from its own VAD endpointing (``chunk_size`` and
+``chunk_interval`` set no latency here), each offline message's text after the first starts with a space (clients
+append them), ``itn`` is accepted and ignored (Whisper writes numbers as digits already), each offline message also
+carries ``"spk"`` (the speaker label; FunASR's offline pipeline names it the same way). One connection is one
+utterance: after ``{"is_speaking": false}`` and the final message, open a new connection for the next one. With
+``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import IO, Any
+
+import av
+import numpy as np
+from aiohttp import WSMsgType, web
+
+from engine import (
+    MAX_HOTWORDS,
+    SAMPLE_RATE,
+    EngineError,
+    EngineNotReady,
+    EngineState,
+    Session,
+    SessionOptions,
+    SessionState,
+    protocol,
+)
+from engine.asr.guard import normalise
+
+from .auth import presented_token
+from .file_jobs import FileJobError, open_file, transcribe_file
+from .keys import ADMISSION, CONFIG, ENGINE, MAIN_APP, ROOMS
+from .rooms import RoomPublisher, token_matches
+
+log = logging.getLogger(__name__)
+
+MODES = ("offline", "online", "2pass")
+_FIRST_MESSAGE_S = 10.0  # a client that connects and says nothing is dropped after this long
+_MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message; FunASR's clients send 60-600 ms
+_LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, segments) a live stream may run ahead before reading pauses
+_FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send as fast as they can read
+_AFTER_FINAL_S = 30.0  # the connection stays open this long after the final message for the client to close it
+
+
+class FunasrError(ValueError):
+    """A first message this server cannot use."""
+
+
+@dataclass(frozen=True)
+class FunasrConfig:
+    """The client's first message, checked."""
+
+    mode: str = "2pass"
+    wav_name: str = "wav-default-id"
+    wav_format: str = "pcm"
+    audio_fs: int = SAMPLE_RATE
+    hotwords: tuple[str, ...] = ()
+
+    @property
+    def offline(self) -> bool:
+        return self.mode in ("offline", "2pass")
+
+    @property
+    def online(self) -> bool:
+        return self.mode in ("online", "2pass")
+
+
+def parse_config(raw: str) -> FunasrConfig:
+    """Raises ``FunasrError`` for anything FunASR's server would not accept either."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise FunasrError(f"the first message is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise FunasrError("the first message must be a JSON object")
+    mode = data.get("mode", "2pass")
+    if mode not in MODES:
+        raise FunasrError(f"mode must be one of {', '.join(MODES)}")
+    wav_format = str(data.get("wav_format") or "pcm").lower()
+    audio_fs = data.get("audio_fs", SAMPLE_RATE)
+    if not isinstance(audio_fs, int) or not 8000 <= audio_fs <= 48000:
+        raise FunasrError("audio_fs must be a sample rate in Hz between 8000 and 48000")
+    if wav_format != "pcm" and mode != "offline":
+        raise FunasrError(f"wav_format {wav_format!r} needs mode 'offline'; live modes take PCM")
+    return FunasrConfig(mode, str(data.get("wav_name") or "wav-default-id")[:200], wav_format, audio_fs,
+                        parse_hotwords(data.get("hotwords")))
+
+
+def parse_hotwords(raw: Any) -> tuple[str, ...]:
+    """FunASR's hotwords: a JSON object string ``{"word": weight}`` (weights have no meaning to Whisper: the words
+    become context) or plain words separated by spaces."""
+    if not raw or not isinstance(raw, str):
+        return ()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    words = [str(k) for k in parsed] if isinstance(parsed, dict) else raw.split()
+    return tuple(w.strip()[:48] for w in words if w.strip())[:MAX_HOTWORDS]
+
+
+class OnlineText:
+    """Append-only online text out of partials that may still change: a word goes out once two consecutive partials
+    agree on it (LocalAgreement); when a sentence locks, its words not sent yet go out. Word counts are of the text
+    not locked yet."""
+
+    def __init__(self) -> None:
+        self._sent = 0  # words of the unlocked text already sent
+        self._previous: list[str] = []
+
+    def partial(self, text: str) -> list[str]:
+        """New settled words of the unlocked text (may be none)."""
+        words = text.split()
+        agreed = 0
+        for a, b in zip(self._previous, words, strict=False):
+            if normalise(a) != normalise(b) or not normalise(b):
+                break
+            agreed += 1
+        self._previous = words
+        if agreed <= self._sent:
+            return []
+        out = words[self._sent:agreed]
+        self._sent = agreed
+        return out
+
+    def locked(self, text: str) -> list[str]:
+        """A sentence locked: its words not sent as online text yet."""
+        words = text.split()
+        rest = words[self._sent:]
+        self._sent = max(0, self._sent - len(words))
+        self._previous = self._previous[len(words):]
+        return rest
+
+
+class FunasrStream:
+    """One FunASR connection: its engine session, the translation of caption messages into FunASR's, and the
+    optional room it publishes into."""
+
+    def __init__(self, ws: web.WebSocketResponse, config: FunasrConfig, publisher: RoomPublisher | None) -> None:
+        self.ws = ws
+        self.config = config
+        self.publisher = publisher
+        self.online = OnlineText()
+        self.offline_sent = 0
+        self.online_sent = 0
+
+    async def send(self, mode: str, text: str, is_final: bool = False, **extra: Any) -> None:
+        msg = {"mode": mode, "wav_name": self.config.wav_name, "text": text, "is_final": is_final, **extra}
+        with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
+            await self.ws.send_str(json.dumps(msg, ensure_ascii=False))
+
+    async def relay(self, session: Session) -> None:
+        """Every message of ``session`` to the client (and the room), until the session ends."""
+        async for msg in session.messages():
+            if self.publisher is not None:
+                try:
+                    await self.publisher.publish(msg)
+                except Exception:  # a failing store must not cost the client its captions
+                    log.exception("could not publish to room %s", self.publisher.room.id)
+            if isinstance(msg, protocol.Caption):
+                for sentence in msg.sentences:
+                    await self.sentence(sentence)
+                if self.config.online and not msg.is_final:
+                    await self.online_words(self.online.partial(msg.partial))
+            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+                await self.send(self.final_mode, "", True, error=msg.message)
+
+    @property
+    def final_mode(self) -> str:
+        return "2pass-offline" if self.config.offline else "2pass-online"
+
+    async def online_words(self, words: list[str]) -> None:
+        if words:
+            await self.send("2pass-online", (" " if self.online_sent else "") + " ".join(words))
+            self.online_sent += len(words)
+
+    async def sentence(self, s: protocol.Sentence) -> None:
+        if self.config.online:
+            rest = self.online.locked(s.text)
+            if self.config.mode == "online":
+                await self.online_words(rest)
+        if not self.config.offline:
+            return
+        stamps = [[w.start_ms, w.end_ms] for w in s.words]
+        await self.send("2pass-offline", (" " if self.offline_sent else "") + s.text,
+                        timestamp=json.dumps(stamps),
+                        stamp_sents=[{"text_seg": s.text, "punc": "", "start": s.start, "end": s.end,
+                                      "ts_list": stamps}],
+                        spk=s.spk)
+        self.offline_sent += 1
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/funasr", handle)
+
+
+def side_app(main: web.Application) -> web.Application:
+    """The application of ``--funasr-port``: FunASR's protocol at ``/``, on the main app's engine and rooms."""
+    side = web.Application()
+    side[MAIN_APP] = main
+    side.router.add_get("/", handle)
+    return side
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    app = request.app.get(MAIN_APP, request.app)
+    config, engine = app[CONFIG], app[ENGINE]
+    if not token_matches(presented_token(request), config.auth_token):
+        return web.json_response({"error": {"code": "unauthorized", "message": "this server needs its token"}},
+                                 status=401)
+    ws = web.WebSocketResponse(protocols=("binary",), max_msg_size=_MAX_MESSAGE_BYTES, heartbeat=None)
+    if not ws.can_prepare(request).ok:
+        return web.json_response({"error": {"code": "bad_message", "message": "connect with a WebSocket client"}},
+                                 status=400)
+    await ws.prepare(request)
+    try:
+        first = await ws.receive(timeout=_FIRST_MESSAGE_S)
+    except TimeoutError:
+        await ws.close(code=1008, message=b"send the configuration message first")
+        return ws
+    if first.type is not WSMsgType.TEXT:
+        await ws.close(code=1003, message=b"the first message must be the JSON configuration")
+        return ws
+    try:
+        fconfig = parse_config(first.data)
+    except FunasrError as exc:
+        await _refuse(ws, str(exc))
+        return ws
+    if engine.state is not EngineState.READY:
+        await _refuse(ws, f"the speech model is {engine.state.value}; try again shortly", code=1013)
+        return ws
+    slot = app[ADMISSION].try_acquire()
+    if slot is None:
+        await _refuse(ws, f"all {config.max_sessions} caption sessions are in use; try later", code=1013)
+        return ws
+    try:
+        await _serve(request, app, ws, fconfig)
+    finally:
+        slot.release()
+    return ws
+
+
+async def _refuse(ws: web.WebSocketResponse, why: str, code: int = 1008) -> None:
+    """An error result the client can show (FunASR's clients print ``text``), then close."""
+    await ws.send_str(json.dumps({"mode": "2pass-offline", "wav_name": "", "text": "", "is_final": True,
+                                  "error": why}))
+    await ws.close(code=code, message=why[:120].encode())
+
+
+async def _serve(request: web.Request, app: web.Application, ws: web.WebSocketResponse,
+                 fconfig: FunasrConfig) -> None:
+    room_id = request.query.get("room")
+    room = await app[ROOMS].get(room_id) if room_id else None
+    if room_id and room is None:
+        await _refuse(ws, "there is no such room")
+        return
+    options = SessionOptions(language=app[CONFIG].language, hotwords=fconfig.hotwords, words=True,
+                             background=fconfig.mode == "offline")
+    stream = FunasrStream(ws, fconfig, None)
+    if fconfig.wav_format != "pcm":
+        await _serve_file(app, ws, stream, options)
+        return
+    try:
+        session = app[ENGINE].open_session(options)
+    except (EngineNotReady, EngineError) as exc:
+        await _refuse(ws, str(exc), code=1013)
+        return
+    session.configure(options)
+    if room is not None:
+        # The room object fetched before may have left memory meanwhile (as in POST /offer).
+        room = await app[ROOMS].get(room.id) or room
+        stream.publisher = room.join(session.session_id)
+    relay = asyncio.create_task(stream.relay(session), name=f"{session.session_id}-funasr-relay")
+    backlog = _FILE_BACKLOG if fconfig.mode == "offline" else _LIVE_BACKLOG
+    resampler = None if fconfig.audio_fs == SAMPLE_RATE else av.AudioResampler(format="s16", layout="mono",
+                                                                                rate=SAMPLE_RATE)
+    odd = b""  # a message may end half way through a sample
+    try:
+        async for msg in ws:
+            if msg.type is WSMsgType.BINARY and session.state is SessionState.LIVE:
+                data = odd + msg.data
+                odd = data[len(data) // 2 * 2:]
+                pcm = np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2")
+                if resampler is not None and pcm.size:
+                    pcm = _resample(resampler, pcm, fconfig.audio_fs)
+                if pcm.size:
+                    session.feed(pcm)
+                    await session.caught_up(*backlog)
+            elif msg.type is WSMsgType.TEXT:
+                if _ends_audio(msg.data):
+                    break
+            elif msg.type is WSMsgType.ERROR:
+                break
+        # End of audio, or the client went away mid-sentence: either way the open sentence is finished (and
+        # published to the room) before the session closes.
+        if session.state is SessionState.LIVE:
+            await asyncio.wait_for(session.stop(), app[CONFIG].stop_timeout_s)
+        await relay
+        if not ws.closed:
+            await stream.send(stream.final_mode, "", True)
+            with contextlib.suppress(TimeoutError):
+                await ws.receive(timeout=_AFTER_FINAL_S)  # the client closes after the final message
+    except TimeoutError:
+        log.warning("funasr %s: stop took over %.0f s", session.session_id, app[CONFIG].stop_timeout_s)
+    finally:
+        relay.cancel()
+        if stream.publisher is not None:
+            stream.publisher.leave()
+        await session.close()
+        await asyncio.gather(relay, return_exceptions=True)
+        await ws.close()
+
+
+def _ends_audio(raw: str) -> bool:
+    """True for ``{"is_speaking": false}`` (other text messages mid-stream are ignored, as FunASR does)."""
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        return isinstance(data, dict) and data.get("is_speaking") is False
+    return False
+
+
+def _resample(resampler: av.AudioResampler, pcm: np.ndarray, rate: int) -> np.ndarray:
+    frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = rate
+    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+    return np.concatenate(out).astype(np.int16, copy=False) if out else np.zeros(0, np.int16)
+
+
+async def _serve_file(app: web.Application, ws: web.WebSocketResponse, stream: FunasrStream,
+                      options: SessionOptions) -> None:
+    """Offline mode with a file format: collect the file's bytes (up to ``max_upload_mb``), then transcribe it as an
+    upload is (background priority), sending each sentence as it locks."""
+    limit = app[CONFIG].max_upload_mb * 1024 * 1024
+    handle: IO[bytes] = await asyncio.to_thread(tempfile.NamedTemporaryFile, prefix="funasr-",
+                                                suffix="." + stream.config.wav_format[:8], delete=False)
+    size = 0
+    try:
+        async for msg in ws:
+            if msg.type is WSMsgType.BINARY:
+                size += len(msg.data)
+                if size > limit:
+                    handle.close()
+                    await _refuse(ws, f"the file is over the server's limit of {limit // (1024 * 1024)} MB", 1009)
+                    return
+                await asyncio.to_thread(handle.write, msg.data)
+            elif msg.type is WSMsgType.TEXT and _ends_audio(msg.data):
+                break
+            elif msg.type is not WSMsgType.TEXT:
+                return  # the client went away before the file was complete: there is nothing to transcribe
+        handle.close()
+
+        async def on_sentences(sentences: list[protocol.Sentence]) -> None:
+            for s in sentences:
+                await stream.sentence(s)
+
+        try:
+            reader = await open_file(handle.name)
+            await transcribe_file(app[ENGINE], reader, options, on_sentences)
+        except (ValueError, EngineNotReady, EngineError, FileJobError) as exc:
+            await _refuse(ws, f"cannot transcribe this file: {exc}", 1003)
+            return
+        await stream.send("2pass-offline", "", True)
+        with contextlib.suppress(TimeoutError):
+            await ws.receive(timeout=_AFTER_FINAL_S)
+    finally:
+        handle.close()
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
+        await ws.close()

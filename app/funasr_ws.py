@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
@@ -50,7 +51,6 @@ from engine import (
     SessionState,
     protocol,
 )
-from engine.asr.guard import normalise
 
 from .auth import presented_token
 from .file_jobs import FileJobError, open_file, transcribe_file
@@ -124,6 +124,11 @@ def parse_hotwords(raw: Any) -> tuple[str, ...]:
     return tuple(w.strip()[:48] for w in words if w.strip())[:MAX_HOTWORDS]
 
 
+def _key(word: str) -> str:
+    """A word as agreement compares it: no case, no punctuation."""
+    return re.sub(r"[^\w']", "", word.lower())
+
+
 class OnlineText:
     """Append-only online text out of partials that may still change: a word goes out once two consecutive partials
     agree on it (LocalAgreement); when a sentence locks, its words not sent yet go out. Word counts are of the text
@@ -138,7 +143,7 @@ class OnlineText:
         words = text.split()
         agreed = 0
         for a, b in zip(self._previous, words, strict=False):
-            if normalise(a) != normalise(b) or not normalise(b):
+            if _key(a) != _key(b) or not _key(b):
                 break
             agreed += 1
         self._previous = words

@@ -47,8 +47,9 @@ class PeerSession:
     sent to the client is first published to the room (durable parts committed before the client sees them)."""
 
     def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
-                 room: Room | None = None, slot: Slot | None = None) -> None:
-        """``slot``: the admission place this session holds; released when it closes (or if opening fails)."""
+                 room: Room | None = None, slot: Slot | None = None, data_channel: bool = True) -> None:
+        """``slot``: the admission place this session holds; released when it closes (or if opening fails).
+        ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only."""
         self.engine = engine
         self.config = config
         self.registry = registry
@@ -63,6 +64,7 @@ class PeerSession:
         self.state = PeerState.NEW
         self.pc = RTCPeerConnection(rtc_configuration(config.ice.servers))
         self.channel: RTCDataChannel | None = None
+        self.data_channel = data_channel
         self.ingest = IngestStats()
         self._channel_open = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -109,6 +111,11 @@ class PeerSession:
             # One session is one voice source: a second track's audio would be interleaved into the same stream.
             raise ValueError("the offer has no audio track" if audio == 0 else
                              f"the offer has {audio} audio tracks; send exactly one")
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.kind == "video":
+                # A broadcaster's offer (OBS over WHIP) carries video too: answer it inactive, so that no video is
+                # sent, received or decoded (an unread video track would queue decoded frames without bound).
+                transceiver.direction = "inactive"
         answer = await self.pc.createAnswer()
         await self.pc.setLocalDescription(answer)
         self.state = PeerState.LIVE
@@ -178,6 +185,8 @@ class PeerSession:
                     raise
                 except Exception:  # the store failed (disk full?): the client still gets its captions
                     self._log.exception("could not publish to room %s", self.publisher.room.id)
+            if not self.data_channel:
+                continue
             await self._channel_open.wait()
             channel = self.channel
             if channel is None or channel.readyState != "open":

@@ -17,7 +17,7 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, export_routes, funasr_ws, ice, openai_api, room_routes, routes
+from . import access_log, dtls, export_routes, funasr_ws, ice, openai_api, room_routes, routes, whip
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
 from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, FILE_JOBS, PEERS, ROOMS, STORE, TEMPLATES
@@ -52,6 +52,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
+    dtls.install()
     access_log.install()
     app.router.add_get("/", routes.index)
     app.router.add_get("/health", routes.health)
@@ -61,6 +62,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     export_routes.add_routes(app)
     openai_api.add_routes(app)
     funasr_ws.add_routes(app)
+    whip.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:

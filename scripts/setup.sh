@@ -36,10 +36,15 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files.
-if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg; } >/dev/null 2>&1; then
+# The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP
+# client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
+# namespace (tests/whip_scenario.py).
+if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -v whip-client && command -v cc \
+    && command -v ip && [ -e /usr/share/doc/gstreamer1.0-nice ]; } >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium ffmpeg >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium ffmpeg simple-whip-client \
+    gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice gcc iproute2 \
+    >/dev/null
 fi

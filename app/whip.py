@@ -1,0 +1,212 @@
+"""WHIP ingest (RFC 9725): broadcast tools (OBS 30+, GStreamer's ``whipclientsink`` and ``whip-client``) publish a
+room's audio over WebRTC with one HTTP request, and its viewers, kiosk and transcript get the captions.
+
+- ``POST /whip/{room}`` with ``Content-Type: application/sdp`` (the offer) and ``Authorization: Bearer <token>``
+  (when the server has a token) -> ``201 Created``, the SDP answer, ``Location: /whip/{room}/{session}`` (the
+  session resource), ``ETag`` and a ``Link: <...>; rel="ice-server"`` per configured STUN/TURN server.
+- ``PATCH`` on the resource with ``Content-Type: application/trickle-ice-sdpfrag``: the client's trickled ICE
+  candidates (``204``). ICE restarts (a new ``ice-ufrag``) are not supported: ``422``.
+- ``DELETE`` on the resource ends the session: its open sentence is finished and locked, then it closes (``200``).
+- ``OPTIONS`` on either answers CORS preflights and ``Accept-Post: application/sdp``.
+- Errors: ``415`` wrong content type, ``400`` an SDP aiortc cannot use or one without exactly one audio track,
+  ``401`` a missing or wrong token, ``404`` no such room or resource, ``413`` an oversize offer, ``503`` with
+  ``Retry-After`` while the model loads or every session place is taken. Error bodies are this server's JSON
+  errors.
+
+The server's answer carries all its candidates (it does not trickle); clients may trickle theirs or put them in
+the offer. A WHIP publisher has no caption channel: its captions go to its room only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from aiohttp import web
+from aiortc.sdp import candidate_from_sdp
+
+from engine import EngineError, EngineNotReady, EngineState
+
+from .auth import presented_token
+from .bodies import BodyError
+from .ice import filter_remote_candidates, is_loopback
+from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS
+from .peer import PeerSession
+from .rooms import token_matches
+from .routes import MAX_OFFER_BYTES, json_error
+
+log = logging.getLogger(__name__)
+
+_RETRY_AFTER_S = "10"
+_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, If-Match",
+    "Access-Control-Expose-Headers": "Location, ETag, Link, Accept-Patch, Accept-Post",
+}
+_TRICKLE = "application/trickle-ice-sdpfrag"
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_route("OPTIONS", "/whip/{room}", options_endpoint)
+    app.router.add_post("/whip/{room}", publish)
+    app.router.add_route("OPTIONS", "/whip/{room}/{session}", options_resource)
+    app.router.add_patch("/whip/{room}/{session}", trickle)
+    app.router.add_delete("/whip/{room}/{session}", end)
+
+
+def _error(status: int, code: str, message: str, **headers: str) -> web.Response:
+    response = json_error(status, code, message)
+    response.headers.update({**_CORS, **headers})
+    return response
+
+
+def _authorized(request: web.Request) -> bool:
+    return token_matches(presented_token(request), request.app[CONFIG].auth_token)
+
+
+def ice_links(servers: tuple[str, ...]) -> list[str]:
+    """``Link`` header values for the configured STUN/TURN servers (RFC 9725 section 4.4)."""
+    links = []
+    for url in servers:
+        m = re.fullmatch(r"(turns?|stun):(?:([^:@]+):([^@]+)@)?(.+)", url)
+        if not m:
+            continue
+        scheme, user, password, rest = m.groups()
+        link = f'<{scheme}:{rest}>; rel="ice-server"'
+        if user:
+            link += f'; username="{user}"; credential="{password}"; credential-type="password"'
+        links.append(link)
+    return links
+
+
+async def options_endpoint(request: web.Request) -> web.Response:
+    return web.Response(status=204, headers={**_CORS, "Access-Control-Allow-Methods": "POST, OPTIONS",
+                                             "Accept-Post": "application/sdp"})
+
+
+async def options_resource(request: web.Request) -> web.Response:
+    return web.Response(status=204, headers={**_CORS, "Access-Control-Allow-Methods": "PATCH, DELETE, OPTIONS",
+                                             "Accept-Patch": _TRICKLE})
+
+
+async def _read_sdp(request: web.Request) -> str:
+    """The body as text, refused past ``MAX_OFFER_BYTES`` (an SDP offer is a few KB)."""
+    if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
+        raise BodyError(413, f"over {MAX_OFFER_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > MAX_OFFER_BYTES:
+            raise BodyError(413, f"over {MAX_OFFER_BYTES} bytes")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError(400, "the SDP is not UTF-8 text") from None
+
+
+async def publish(request: web.Request) -> web.Response:
+    """``POST /whip/{room}``: a new publishing session in the room."""
+    app = request.app
+    config, engine = app[CONFIG], app[ENGINE]
+    if not _authorized(request):
+        return _error(401, "unauthorized", "publishing needs the server's token (Authorization: Bearer <token>)",
+                      **{"WWW-Authenticate": "Bearer"})
+    if request.content_type != "application/sdp":
+        return _error(415, "bad_message", "send the SDP offer as application/sdp")
+    try:
+        sdp = await _read_sdp(request)
+    except BodyError as exc:
+        return _error(exc.status, "too_large" if exc.status == 413 else "bad_message", f"offer {exc.message}")
+    if engine.state is not EngineState.READY:
+        return _error(503, "loading" if engine.state in (EngineState.NEW, EngineState.LOADING) else "engine",
+                      f"the speech model is {engine.state.value}; try again shortly", **{"Retry-After": _RETRY_AFTER_S})
+    slot = app[ADMISSION].try_acquire()  # before the first await below: concurrent offers cannot overshoot
+    if slot is None:
+        return _error(503, "busy", f"all {config.max_sessions} caption sessions are in use; try later",
+                      **{"Retry-After": _RETRY_AFTER_S})
+    try:
+        room = await app[ROOMS].get(request.match_info["room"])
+    except BaseException:
+        slot.release()
+        raise
+    if room is None:
+        slot.release()
+        return _error(404, "no_room", "there is no such room: create it first (the page's Share, or POST /rooms)")
+    try:
+        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False)
+    except (EngineNotReady, EngineError) as exc:
+        return _error(503, "busy", str(exc), **{"Retry-After": _RETRY_AFTER_S})
+    try:
+        answer = await peer.accept(sdp, "offer")
+    except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
+        await peer.close()
+        log.info("rejected WHIP offer: %s", exc)
+        return _error(400, "bad_sdp", f"cannot use this offer: {exc}")
+    room = await app[ROOMS].get(room.id) or room  # the room may have left memory during the awaits
+    peer.join(room)
+    headers = {**_CORS, "Location": f"/whip/{room.id}/{peer.id}", "ETag": f'"{peer.id}"'}
+    response = web.Response(status=201, body=answer.sdp.encode(), content_type="application/sdp", headers=headers)
+    for link in ice_links(config.ice.servers):
+        response.headers.add("Link", link)
+    log.info("WHIP session %s publishes into room %s", peer.id, room.id)
+    return response
+
+
+def _resource(request: web.Request) -> PeerSession | None:
+    peer = request.app[PEERS].get(request.match_info["session"])
+    if peer is None or peer.publisher is None or peer.publisher.room.id != request.match_info["room"]:
+        return None
+    return peer
+
+
+async def trickle(request: web.Request) -> web.Response:
+    """``PATCH``: trickled ICE candidates from the client (``a=candidate`` lines of an SDP fragment)."""
+    if not _authorized(request):
+        return _error(401, "unauthorized", "this session needs the server's token")
+    peer = _resource(request)
+    if peer is None:
+        return _error(404, "no_session", "there is no such WHIP session")
+    if request.content_type != _TRICKLE:
+        return _error(415, "bad_message", f"send candidates as {_TRICKLE}", **{"Accept-Patch": _TRICKLE})
+    match = request.headers.get("If-Match")
+    if match not in (None, "*", f'"{peer.id}"'):
+        return _error(412, "bad_message", "the ETag does not match this session")
+    try:
+        fragment = await _read_sdp(request)
+    except BodyError as exc:
+        return _error(exc.status, "bad_message", f"fragment {exc.message}")
+    remote = peer.pc.remoteDescription
+    ufrag = re.search(r"^a=ice-ufrag:(\S+)", fragment, re.M)
+    if ufrag and remote is not None and f"a=ice-ufrag:{ufrag.group(1)}" not in remote.sdp:
+        return _error(422, "bad_message", "ICE restarts are not supported: publish again")
+    mid = None
+    for line in fragment.splitlines():
+        line = line.strip()
+        if line.startswith("a=mid:"):
+            mid = line[6:]
+        elif line.startswith("a=candidate:"):
+            if filter_remote_candidates(line, peer.config.ice.loopback_only) != line:
+                continue  # a candidate this server must not contact
+            try:
+                candidate = candidate_from_sdp(line[2:])
+            except (ValueError, IndexError):
+                return _error(400, "bad_message", f"not an ICE candidate: {line[:80]}")
+            candidate.sdpMid = mid
+            candidate.sdpMLineIndex = 0 if mid is None else None
+            if not peer.config.ice.loopback_only or is_loopback(candidate.ip):
+                await peer.pc.addIceCandidate(candidate)
+        elif line == "a=end-of-candidates":
+            await peer.pc.addIceCandidate(None)
+    return web.Response(status=204, headers=_CORS)
+
+
+async def end(request: web.Request) -> web.Response:
+    """``DELETE``: finish the open sentence, then close the session."""
+    if not _authorized(request):
+        return _error(401, "unauthorized", "this session needs the server's token")
+    peer = _resource(request)
+    if peer is None:
+        return _error(404, "no_session", "there is no such WHIP session")
+    peer.request_stop()
+    log.info("WHIP session %s ended by its client", peer.id)
+    return web.Response(status=200, headers=_CORS)

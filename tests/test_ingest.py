@@ -73,6 +73,7 @@ async def test_a_sender_that_stalls_and_catches_up_is_not_shed() -> None:
     assert stats.max_waiting_s > 1.0, "the burst did wait in the queue (else this test tests nothing)"
 
 
+@pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_a_server_slower_than_real_time_sheds_and_says_so() -> None:
     stats, overloads = await pump(4.0, feed_s=0.15)  # 150 ms of work per 60 ms of audio: falls behind
     assert overloads and stats.skipped_s > 0.5

@@ -68,6 +68,7 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
     assert result.sentences()  # the segment locked
 
 
+@pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
     # A 5 s partial starts early in a 3 s utterance: at the endpoint it is still running on old audio.
     fake = FakeTranscriber(delay_s=5.0, final_delay_s=0.2)
@@ -103,6 +104,7 @@ async def test_finals_outrank_partials_under_load() -> None:
         assert not overtaking, f"partials {overtaking} started before the waiting final {f}"
 
 
+@pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
     # Partials are quick, finals would be slow: the sentence must lock from the partial decode of its whole
     # speech, without a second decode of the same audio.

@@ -152,6 +152,13 @@ async def serve(args: argparse.Namespace) -> None:
     app.router.add_get("/bench/memory", memory)
     app.router.add_post("/bench/mode", set_mode)
 
+    async def set_background_floor(request: web.Request) -> web.Response:
+        """How long a file segment waits for live partials before it goes regardless (0: it never waits for them)."""
+        engine.scheduler.background_floor_s = float(request.query["floor_s"])
+        return web.json_response({"floor_s": engine.scheduler.background_floor_s})
+
+    app.router.add_post("/bench/background", set_background_floor)
+
     async def sample() -> None:
         while True:
             s = engine.stats()

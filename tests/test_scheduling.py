@@ -4,6 +4,7 @@ per session with the newest audio, cancellation at the endpoint, finals ahead of
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -145,3 +146,58 @@ async def test_file_segments_wait_for_live_finals_and_go_one_at_a_time() -> None
     waiting.cancel()
     await asyncio.gather(blocker, last, waiting, return_exceptions=True)
     assert "file-c" in fake.finished and "file-b" not in fake.started and scheduler.background_inflight == 0
+
+
+class _Speaker:
+    """A scheduler client that asks for a new partial as soon as its last one is done (a busy live session)."""
+
+    def __init__(self, name: str, scheduler: object, keep_asking: bool) -> None:
+        self.session_id = name
+        self.last_partial_started = 0.0
+        self.closing = False
+        self.scheduler = scheduler
+        self.keep_asking = keep_asking
+        self.n = 0
+
+    def partial_request(self) -> object:
+        from engine.asr.transcriber import DecodeRequest
+
+        self.n += 1
+        return DecodeRequest(f"{self.session_id}-p{self.n}", np.zeros(1600, np.float32), Priority.PARTIAL)
+
+    def on_partial(self, request: object, result: object) -> None:
+        if self.keep_asking:
+            # Like a session, on its next VAD tick (the scheduler still counts this partial as running now).
+            asyncio.get_running_loop().call_later(0.01, self.scheduler.want_partial, self)  # type: ignore[attr-defined]
+
+    def on_partial_failed(self, request: object, exc: BaseException) -> None:
+        pass
+
+
+async def test_file_segments_wait_for_live_partials_but_never_starve() -> None:
+    """A file segment waits while live partials run; under partials without a pause (two sessions taking turns)
+    it starts once it has waited ``background_floor_s``."""
+    from engine.asr.transcriber import DecodeRequest
+    from engine.stream.scheduler import DecodeScheduler
+
+    silence = np.zeros(1600, np.float32)
+    for busy in (False, True):
+        fake = FakeTranscriber(delay_s=0.2)
+        await fake.start()
+        scheduler = DecodeScheduler(fake, max_inflight_partials=2, background_floor_s=0.7)
+        speakers = [_Speaker(name, scheduler, busy) for name in ("a", "b")]
+        scheduler.want_partial(speakers[0])  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        if busy:
+            scheduler.want_partial(speakers[1])  # type: ignore[arg-type]  # half a decode later: never both idle
+        t_asked = time.monotonic()
+        await asyncio.wait_for(scheduler.background(DecodeRequest("file-f0", silence, Priority.BACKGROUND)), 5)
+        start = next(t for event, rid, _p, t in fake.log if event == "start" and rid == "file-f0")
+        if not busy:  # one partial: the file segment starts once it is done
+            assert start >= next(t for event, rid, _p, t in fake.log if event == "finish" and rid == "a-p1")
+        else:
+            assert 0.65 <= start - t_asked <= 1.2, fake.log
+            assert speakers[0].n + speakers[1].n >= 5
+        for speaker in speakers:
+            speaker.keep_asking = False
+        await asyncio.sleep(0.3)

@@ -9,15 +9,18 @@ starved partials entirely); when its segment ends it is cancelled so that the fi
 already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
 starting the same work again (``adopt_partial``).
 
-Files (uploads, ``SessionOptions.background``) decode behind all of that: ``background`` runs at most
-``max_background`` of their segments at once, none while a live final is in flight, at the recognizer's lowest
-priority. Live partials do not wait for them: a file shares the machine like one more speaker, never ahead of one.
+Files (uploads, ``SessionOptions.background``) decode behind all of that, at the recognizer's lowest priority:
+``background`` runs at most ``max_background`` of their segments at once, none while a live final is in flight, and
+none while live partials run or wait, unless it has waited ``background_floor_s``, so that a file still progresses
+under constant live load. On a CPU a file's segment shares the cores with whatever live decode runs beside it: in
+the gaps between partials it takes nothing from them (measured in ``bench/upload.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -25,6 +28,8 @@ from typing import Protocol
 from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
 
 log = logging.getLogger(__name__)
+
+BACKGROUND_FLOOR_S = 3.0  # a file segment that has waited this long for live partials goes regardless
 
 
 class PartialClient(Protocol):
@@ -52,12 +57,16 @@ class PartialClient(Protocol):
 class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
-    def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1) -> None:
+    def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1,
+                 background_floor_s: float = BACKGROUND_FLOOR_S) -> None:
         self.transcriber = transcriber
         self.max_inflight_partials = max(1, max_inflight_partials)
         self.max_background = max(1, max_background)
         self._background = 0  # file segments decoding now (slots handed to waiters included)
-        self._background_waiting: deque[asyncio.Future[None]] = deque()
+        # File segments waiting for their turn: (resolved when let in, monotonic time it began to wait).
+        self._background_waiting: deque[tuple[asyncio.Future[None], float]] = deque()
+        self.background_floor_s = background_floor_s
+        self._floor_timer: asyncio.TimerHandle | None = None
         self._waiting: dict[str, PartialClient] = {}
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
@@ -117,13 +126,15 @@ class DecodeScheduler:
             self._pump()
 
     async def background(self, request: DecodeRequest) -> Transcript:
-        """Decode a file's segment (``Priority.BACKGROUND``): waits until no live final is in flight and fewer than
-        ``max_background`` file segments decode, then decodes. Callers are served in the order they came."""
-        if self._finals == 0 and self._background < self.max_background and not self._background_waiting:
+        """Decode a file's segment (``Priority.BACKGROUND``) once the live work allows (see the module docstring).
+        Callers are served in the order they came."""
+        if not self._background_waiting and self._background_may_start(time.monotonic()):
             self._background += 1
         else:
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._background_waiting.append(turn)
+            entry = (turn, time.monotonic())
+            self._background_waiting.append(entry)
+            self._pump()  # arms the floor timer
             try:
                 await turn  # _pump hands over the slot (counted) when it resolves this
             except asyncio.CancelledError:
@@ -131,7 +142,7 @@ class DecodeScheduler:
                     self._background -= 1
                     self._pump()
                 else:
-                    self._background_waiting.remove(turn)
+                    self._background_waiting.remove(entry)
                 raise
         try:
             return await self.transcriber.transcribe(request)
@@ -143,6 +154,14 @@ class DecodeScheduler:
     def background_inflight(self) -> int:
         return self._background
 
+    def _background_may_start(self, waiting_since: float) -> bool:
+        """May a file segment that began to wait at ``waiting_since`` (monotonic) start now?"""
+        if self._finals or self._background >= self.max_background:
+            return False
+        if not self._running and not self._waiting:
+            return True  # no live decode runs or waits
+        return time.monotonic() - waiting_since >= self.background_floor_s
+
     async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
         """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
         self._finals += 1
@@ -153,11 +172,15 @@ class DecodeScheduler:
             self._pump()
 
     def _pump(self) -> None:
-        while self._background_waiting and self._finals == 0 and self._background < self.max_background:
-            turn = self._background_waiting.popleft()
+        while self._background_waiting and self._background_may_start(self._background_waiting[0][1]):
+            turn, _since = self._background_waiting.popleft()
             if not turn.done():
                 self._background += 1
                 turn.set_result(None)
+        if self._background_waiting and self._floor_timer is None:
+            # Held back by live work: come back when the head of the queue has waited long enough to go regardless.
+            wait_s = max(0.0, self._background_waiting[0][1] + self.background_floor_s - time.monotonic())
+            self._floor_timer = asyncio.get_running_loop().call_later(wait_s, self._floor_reached)
         while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
             client = min(self._waiting.values(), key=lambda c: (not c.closing, c.last_partial_started))
             del self._waiting[client.session_id]
@@ -168,6 +191,10 @@ class DecodeScheduler:
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)
             task.add_done_callback(self._forget(client.session_id))
+
+    def _floor_reached(self) -> None:
+        self._floor_timer = None
+        self._pump()
 
     def _forget(self, session_id: str) -> Callable[[asyncio.Task[Transcript | None]], None]:
         def done(task: asyncio.Task[Transcript | None]) -> None:

@@ -81,14 +81,16 @@ async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, option
     collector = asyncio.create_task(collect(), name=f"{session.session_id}-file-collect")
     try:
         while (block := await asyncio.to_thread(reader.read)) is not None:
-            if session.state is not SessionState.LIVE:  # the engine ended it (it failed)
+            if session.state is not SessionState.LIVE or collector.done():  # the engine ended it, or the sink failed
                 break
             session.feed(block)
-            await session.caught_up(_MAX_VAD_BACKLOG_S, _MAX_PENDING_SEGMENTS)
+            catch_up = asyncio.ensure_future(session.caught_up(_MAX_VAD_BACKLOG_S, _MAX_PENDING_SEGMENTS))
+            await asyncio.wait({catch_up, collector}, return_when=asyncio.FIRST_COMPLETED)
+            catch_up.cancel()
         result.duration_s = reader.duration_s
-        if session.state is SessionState.LIVE:
+        if session.state is SessionState.LIVE and not collector.done():
             await session.stop()
-        await collector
+        await collector  # raises what the sink raised (a client that went away)
         if failure:
             raise FileJobError(failure[0])
         if session.stats.languages:

@@ -26,6 +26,7 @@ import os
 import tempfile
 import time
 import zlib
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -48,6 +49,7 @@ FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 STREAM_FORMATS = ("json", "text", "diarized_json")
 _MAX_FIELD_BYTES = 64 * 1024  # any form field but the file
 _CHUNK_BYTES = 256 * 1024
+_DISCONNECT_POLL_S = 0.5
 _CREATED = int(time.time())  # "created" of the loaded model in /v1/models: when this process started
 
 
@@ -134,7 +136,7 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         reader = await open_file(form.file_path)  # a file that is not audio is a 400 before any answer starts
         if form.stream:
             return await _stream(request, form, options, reader)
-        result = await transcribe_file(engine, reader, options)
+        result = await _unless_client_leaves(request, transcribe_file(engine, reader, options))
         return _answer(form, result)
     except ApiError as exc:
         return exc.response()
@@ -142,11 +144,32 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         return ApiError(400, f"the file cannot be decoded: {exc}", param="file", code="invalid_file").response()
     except (EngineNotReady, EngineError, FileJobError) as exc:
         return ApiError(503, f"the speech engine cannot transcribe now: {exc}", kind="server_error").response()
+    except ConnectionResetError:
+        log.info("%s: the client went away; its file's transcription was abandoned", request.path)
+        return web.Response(status=400)  # nobody reads it
     finally:
         slot.release()
         if form is not None:
             with contextlib.suppress(OSError):
                 os.unlink(form.file_path)
+
+
+async def _unless_client_leaves(request: web.Request, job: Coroutine[Any, Any, FileTranscript]) -> FileTranscript:
+    """Run ``job``; cancel it if the client hangs up first (aiohttp does not cancel handlers on disconnect), so
+    that nobody's decodes are spent on an answer no one will read. Raises ``ConnectionResetError`` then."""
+    task = asyncio.ensure_future(job)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if request.transport is None or request.transport.is_closing():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise ConnectionResetError("the client went away")
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 # ---- the form ---------------------------------------------------------------------------------------------------
@@ -319,7 +342,11 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
                   reader: AudioFileReader) -> web.StreamResponse:
     """Server-sent events: a delta per batch of locked sentences, then the done event (or an error event)."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
+    try:
+        await response.prepare(request)
+    except BaseException:
+        reader.close()
+        raise
     sent: list[str] = []
 
     async def event(data: dict[str, Any]) -> None:
@@ -334,11 +361,15 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
             sent.append(s.text)
 
     try:
-        result = await transcribe_file(request.app[ENGINE], reader, options, on_sentences)
+        result = await _unless_client_leaves(request, transcribe_file(request.app[ENGINE], reader, options,
+                                                                      on_sentences))
     except AudioFileError as exc:
         await event(ApiError(400, f"the file cannot be decoded: {exc}", param="file", code="invalid_file").body())
     except (EngineNotReady, EngineError, FileJobError) as exc:
         await event(ApiError(503, f"the speech engine cannot transcribe now: {exc}", kind="server_error").body())
+    except ConnectionResetError:
+        log.info("%s: the client went away; its file's transcription was abandoned", request.path)
+        return response
     else:
         await event({"type": "transcript.text.done", "text": result.text, "usage": _usage(result)})
     await response.write_eof()

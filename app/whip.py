@@ -29,7 +29,7 @@ from engine import EngineError, EngineNotReady, EngineState
 
 from .auth import presented_token
 from .bodies import BodyError
-from .ice import filter_remote_candidates, is_loopback
+from .ice import is_loopback
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS
 from .peer import PeerSession
 from .rooms import token_matches
@@ -185,16 +185,15 @@ async def trickle(request: web.Request) -> web.Response:
         if line.startswith("a=mid:"):
             mid = line[6:]
         elif line.startswith("a=candidate:"):
-            if filter_remote_candidates(line, peer.config.ice.loopback_only) != line:
-                continue  # a candidate this server must not contact
             try:
                 candidate = candidate_from_sdp(line[2:])
             except (ValueError, IndexError):
                 return _error(400, "bad_message", f"not an ICE candidate: {line[:80]}")
+            if peer.config.ice.loopback_only and not is_loopback(candidate.ip):
+                continue  # a candidate this server must not contact (as for the offer's own candidates)
             candidate.sdpMid = mid
             candidate.sdpMLineIndex = 0 if mid is None else None
-            if not peer.config.ice.loopback_only or is_loopback(candidate.ip):
-                await peer.pc.addIceCandidate(candidate)
+            await peer.pc.addIceCandidate(candidate)
         elif line == "a=end-of-candidates":
             await peer.pc.addIceCandidate(None)
     return web.Response(status=204, headers=_CORS)

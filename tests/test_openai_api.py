@@ -175,3 +175,39 @@ async def test_real_speech_in_every_format(engine: CaptionEngine) -> None:
             events = [e async for e in stream]
         assert wer(reference(CLIP), events[-1].text) <= 0.1  # type: ignore[union-attr]
     await asyncio.sleep(0)
+
+
+async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
+    """The decodes of a file whose client went away stop at once, streamed or not (aiohttp does not cancel the
+    handler itself), and its place is free for the next upload."""
+    from app.keys import FILE_JOBS
+    from engine.asr.fake import FakeTranscriber
+    from engine.config import EngineConfig
+
+    slow = FakeTranscriber(delay_s=1.0)
+    engine = CaptionEngine(EngineConfig(speakers=False), transcriber=slow)
+    await engine.start()
+    long = tmp_path / "long.flac"
+    await asyncio.to_thread(ffmpeg, "-stream_loop", "5", "-i", str(wav_path(CLIP)), str(long))
+    try:
+        async with running_server(engine) as (url, app):
+            for stream in (False, True):
+                slow.finished.clear()
+                slow.cancelled.clear()
+                api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=2.5)
+                with long.open("rb") as f:
+                    if stream:
+                        events = await api.audio.transcriptions.create(model="m", file=f, stream=True)
+                        await asyncio.sleep(2.5)
+                        await events.close()  # hang up mid-stream
+                    else:
+                        with pytest.raises(openai.APITimeoutError):
+                            await api.audio.transcriptions.create(model="m", file=f)
+                for _ in range(30):
+                    if not engine.sessions and app[FILE_JOBS].in_use == 0:
+                        break
+                    await asyncio.sleep(0.1)
+                assert not engine.sessions and app[FILE_JOBS].in_use == 0, f"stream={stream}: the job ended"
+                assert len(slow.finished) <= 3 and slow.cancelled, (stream, slow.finished, slow.cancelled)
+    finally:
+        await engine.close()

@@ -63,7 +63,7 @@ MODES = ("offline", "online", "2pass")
 _FIRST_MESSAGE_S = 10.0  # a client that connects and says nothing is dropped after this long
 _MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message; FunASR's clients send 60-600 ms
 _LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, segments) a live stream may run ahead before reading pauses
-_FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send as fast as they can read
+_FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send files in as fast as they read
 _AFTER_FINAL_S = 30.0  # the connection stays open this long after the final message for the client to close it
 
 
@@ -284,8 +284,10 @@ async def _serve(request: web.Request, app: web.Application, ws: web.WebSocketRe
     if room_id and room is None:
         await _refuse(ws, "there is no such room")
         return
+    # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
+    # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
     options = SessionOptions(language=app[CONFIG].language, hotwords=fconfig.hotwords, words=True,
-                             background=fconfig.mode == "offline")
+                             partials=fconfig.online)
     stream = FunasrStream(ws, fconfig, None)
     if fconfig.wav_format != "pcm":
         await _serve_file(app, ws, stream, options)

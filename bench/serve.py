@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -152,12 +153,15 @@ async def serve(args: argparse.Namespace) -> None:
     app.router.add_get("/bench/memory", memory)
     app.router.add_post("/bench/mode", set_mode)
 
-    async def set_background_floor(request: web.Request) -> web.Response:
-        """How long a file segment waits for live partials before it goes regardless (0: it never waits for them)."""
+    async def set_background(request: web.Request) -> web.Response:
+        """How files decode: ``floor_s``, how long a file segment waits for live partials before it goes regardless
+        (0: it never waits for them); ``max_segment_ms``, the longest file segment (for sessions opened after)."""
         engine.scheduler.background_floor_s = float(request.query["floor_s"])
-        return web.json_response({"floor_s": engine.scheduler.background_floor_s})
+        cut = replace(engine.config.file_endpoint, max_segment_ms=int(request.query["max_segment_ms"]))
+        engine.config = replace(engine.config, file_endpoint=cut)
+        return web.json_response({"floor_s": engine.scheduler.background_floor_s, "max_segment_ms": cut.max_segment_ms})
 
-    app.router.add_post("/bench/background", set_background_floor)
+    app.router.add_post("/bench/background", set_background)
 
     async def sample() -> None:
         while True:

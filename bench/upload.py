@@ -1,6 +1,7 @@
 """Uploads beside live captions: does a long file sent to ``/v1/audio/transcriptions`` slow live sessions down?
 
     python -m bench.upload [--sessions 1] [--rounds 2] [--upload-minutes 10] [--json out.json]
+    python -m bench.upload --file-wer [--cuts-ms 25000 14000] [--upload-minutes 10]
 
 The real server (``bench/serve.py``, the embedded model) and N live WebRTC clients (``bench/clips.py``: read
 English utterances with 2.5 s pauses, ~40 s each, streamed at real time). Four modes, run in alternating order each
@@ -10,13 +11,19 @@ round on the same loaded model:
 - ``live+upload``: the same N sessions while a long recording (``bench.cues.build_recording``: the shared English
   clips with random pauses) is being transcribed through the OpenAI-compatible API (``stream=true``,
   ``diarized_json``, so each locked segment arrives with its times), with the shipped policy: a file segment waits
-  while live partials run, up to ``DecodeScheduler.background_floor_s``;
-- ``live+upload-eager``: the same with file segments waiting only for live finals (floor 0);
+  while live partials run, up to ``DecodeScheduler.background_floor_s``, and file segments are at most
+  ``EngineConfig.file_endpoint.max_segment_ms`` long;
+- ``live+upload-eager``: the same with file segments waiting only for live finals (floor 0) and cut as live
+  sentences are (at most 25 s): how files first decoded;
 - ``upload``: the upload alone for as long as a live run lasts.
 
 Printed per mode: the live sessions' first-partial and lock latency (after the end of each utterance), display lag,
 WER (``bench/metrics.py``), and the upload's progress: seconds of the recording locked per wall second while the live
 clients streamed (``x real time``). The upload is cancelled (the client hangs up) when the live run ends.
+
+``--file-wer``: no server; the whole recording through ``app.file_jobs.transcribe_file`` on an in-process engine,
+once per longest file segment in ``--cuts-ms`` (alternating order over ``--rounds``), scored against the clips'
+reference transcripts: what cutting files shorter costs in accuracy.
 """
 
 from __future__ import annotations
@@ -38,11 +45,12 @@ from bench.clips import CACHE_DIR, session_clip
 from bench.cues import build_recording
 from bench.harness import bench_server, pct, run_clients
 from bench.metrics import merge, print_markdown_table, session_metrics
-from engine.config import ENDPOINT_PRESETS
+from engine.config import ENDPOINT_PRESETS, EngineConfig
 from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
 MODES = ("live", "live+upload", "live+upload-eager", "upload")
 SHIPPED_FLOOR_S = BACKGROUND_FLOOR_S
+SHIPPED_CUT_MS = EngineConfig().file_endpoint.max_segment_ms
 
 
 def upload_file(minutes: float) -> Path:
@@ -98,8 +106,10 @@ class Upload:
 
 
 async def step(base_url: str, mode: str, n: int, args: argparse.Namespace, upload_path: Path) -> dict[str, Any]:
-    floor = 0.0 if mode.endswith("-eager") else SHIPPED_FLOOR_S
-    async with aiohttp.ClientSession() as http, http.post(f"{base_url}/bench/background?floor_s={floor}") as r:
+    eager = mode.endswith("-eager")
+    floor, cut = (0.0, EngineConfig().endpoint.max_segment_ms) if eager else (SHIPPED_FLOOR_S, SHIPPED_CUT_MS)
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{base_url}/bench/background?floor_s={floor}&max_segment_ms={cut}") as r:
         r.raise_for_status()
     upload = Upload()
     task = asyncio.create_task(upload.run(base_url, upload_path)) if "upload" in mode else None
@@ -142,7 +152,46 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("lost", "lost", "
            ("wer", "WER", "{:.1%}"), ("upload_x_realtime", "upload x real time", "{:.2f}")]
 
 
+async def file_wer(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from app.file_jobs import open_file, transcribe_file
+    from bench.cues import reference_words
+    from engine import SessionOptions
+    from engine.stream.engine import CaptionEngine
+    from tests.wer import word_errors
+
+    path = upload_file(args.upload_minutes)
+    _audio, pieces = build_recording(args.upload_minutes)
+    reference = " ".join(reference_words(pieces)[0])
+    engine = CaptionEngine(EngineConfig())
+    await engine.start()
+    rows: list[dict[str, Any]] = []
+    try:
+        for r in range(args.rounds):
+            for cut in (args.cuts_ms if r % 2 == 0 else list(reversed(args.cuts_ms))):
+                engine.config = replace(engine.config,
+                                        file_endpoint=replace(engine.config.file_endpoint, max_segment_ms=cut))
+                t0 = time.monotonic()
+                result = await transcribe_file(engine, await open_file(path), SessionOptions())
+                wall = time.monotonic() - t0
+                errors, words = word_errors(reference, result.text)
+                row = {"max_segment_ms": cut, "round": r, "wer": errors / words, "sentences": len(result.sentences),
+                       "x_realtime": result.duration_s / wall}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+    finally:
+        await engine.close()
+    print(f"\n{path.name}: the whole recording as one upload\n")
+    print_markdown_table([("max_segment_ms", "longest segment ms", "{:d}"), ("round", "round", "{:d}"),
+                          ("sentences", "sentences", "{:d}"), ("wer", "WER", "{:.2%}"),
+                          ("x_realtime", "x real time", "{:.1f}")], rows)
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.file_wer:
+        return await file_wer(args)
     upload_path = upload_file(args.upload_minutes)
     for i in range(max(args.sessions)):
         session_clip(i, args.seconds, args.pause_s)
@@ -163,7 +212,7 @@ async def main(args: argparse.Namespace) -> int:
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
     print(f"\nupload: {upload_path.name}; live sessions {args.seconds:g} s each, {args.rounds} rounds\n")
-    print_markdown_table(COLUMNS, rows)
+    print_markdown_table(COLUMNS, [{k: r.get(k, float("nan")) for k, _h, _f in COLUMNS} for r in rows])
     if args.json:
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(rows, indent=1), encoding="utf-8")
     return 0
@@ -181,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-start-s", type=float, default=5.0, help="the upload starts this long before the live run")
     p.add_argument("--settle-s", type=float, default=3.0)
     p.add_argument("--json", default=None)
+    p.add_argument("--file-wer", action="store_true", help="score whole-file transcripts by longest segment instead")
+    p.add_argument("--cuts-ms", type=int, nargs="+", default=[25_000, 14_000])
     return p.parse_args(argv)
 
 

@@ -175,17 +175,18 @@ class _Speaker:
 
 
 async def test_file_segments_wait_for_live_partials_but_never_starve() -> None:
-    """A file segment waits while live partials run; under partials without a pause (two sessions taking turns)
-    it starts once it has waited ``background_floor_s``."""
+    """A file segment waits while live partials run and until live speech has paused (``LIVE_QUIET_S``); under
+    partials without a pause (two sessions taking turns) it starts once it has waited ``background_floor_s``."""
     from engine.asr.transcriber import DecodeRequest
-    from engine.stream.scheduler import DecodeScheduler
+    from engine.stream.scheduler import LIVE_QUIET_S, DecodeScheduler
 
     silence = np.zeros(1600, np.float32)
     for busy in (False, True):
         fake = FakeTranscriber(delay_s=0.2)
         await fake.start()
-        scheduler = DecodeScheduler(fake, max_inflight_partials=2, background_floor_s=0.7)
+        scheduler = DecodeScheduler(fake, max_inflight_partials=2, background_floor_s=0.7 if busy else 5.0)
         speakers = [_Speaker(name, scheduler, busy) for name in ("a", "b")]
+        t_live = time.monotonic()
         scheduler.want_partial(speakers[0])  # type: ignore[arg-type]
         await asyncio.sleep(0.1)
         if busy:
@@ -193,8 +194,9 @@ async def test_file_segments_wait_for_live_partials_but_never_starve() -> None:
         t_asked = time.monotonic()
         await asyncio.wait_for(scheduler.background(DecodeRequest("file-f0", silence, Priority.BACKGROUND)), 5)
         start = next(t for event, rid, _p, t in fake.log if event == "start" and rid == "file-f0")
-        if not busy:  # one partial: the file segment starts once it is done
+        if not busy:  # one partial: the file segment starts once it is done and the speaker has been quiet
             assert start >= next(t for event, rid, _p, t in fake.log if event == "finish" and rid == "a-p1")
+            assert start - t_live >= LIVE_QUIET_S - 0.05
         else:
             assert 0.65 <= start - t_asked <= 1.2, fake.log
             assert speakers[0].n + speakers[1].n >= 5

@@ -10,10 +10,11 @@ already covers all of the segment's speech: then it *is* the final decode, and t
 starting the same work again (``adopt_partial``).
 
 Files (uploads, ``SessionOptions.background``) decode behind all of that, at the recognizer's lowest priority:
-``background`` runs at most ``max_background`` of their segments at once, none while a live final is in flight, and
-none while live partials run or wait, unless it has waited ``background_floor_s``, so that a file still progresses
-under constant live load. On a CPU a file's segment shares the cores with whatever live decode runs beside it: in
-the gaps between partials it takes nothing from them (measured in ``bench/upload.py``).
+``background`` runs at most ``max_background`` of their segments at once, never while a live final is in flight,
+and otherwise only while live speech leaves the recognizer alone (no partial running or waiting, and none asked for
+in the last ``LIVE_QUIET_S``), unless the segment has waited ``background_floor_s``: under constant live speech a
+file still gets a segment every few seconds. Why so strict: on a CPU one engine step encodes a file's whole segment,
+and a live partial that arrives meanwhile waits for that step (measured in ``bench/upload.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
 
 log = logging.getLogger(__name__)
 
-BACKGROUND_FLOOR_S = 3.0  # a file segment that has waited this long for live partials goes regardless
+BACKGROUND_FLOOR_S = 3.0  # a file segment that has waited this long for live speech to pause goes regardless
+LIVE_QUIET_S = 1.0  # live speech has paused once no partial was asked for in this long
 
 
 class PartialClient(Protocol):
@@ -67,6 +69,7 @@ class DecodeScheduler:
         self._background_waiting: deque[tuple[asyncio.Future[None], float]] = deque()
         self.background_floor_s = background_floor_s
         self._floor_timer: asyncio.TimerHandle | None = None
+        self._live_at = float("-inf")  # monotonic time a live session last asked for a decode
         self._waiting: dict[str, PartialClient] = {}
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
@@ -92,6 +95,7 @@ class DecodeScheduler:
 
     def want_partial(self, client: PartialClient) -> None:
         """Ask for a partial of the client's newest audio; a no-op if one is already waiting or running."""
+        self._live_at = time.monotonic()
         if self.is_busy(client):
             return
         self._waiting[client.session_id] = client
@@ -119,6 +123,7 @@ class DecodeScheduler:
     async def final(self, request: DecodeRequest) -> Transcript:
         """Decode a closed segment at final priority. Partials wait while any final is in flight."""
         self._finals += 1
+        self._live_at = time.monotonic()
         try:
             return await self.transcriber.transcribe(request)
         finally:
@@ -158,9 +163,10 @@ class DecodeScheduler:
         """May a file segment that began to wait at ``waiting_since`` (monotonic) start now?"""
         if self._finals or self._background >= self.max_background:
             return False
-        if not self._running and not self._waiting:
-            return True  # no live decode runs or waits
-        return time.monotonic() - waiting_since >= self.background_floor_s
+        now = time.monotonic()
+        if not self._running and not self._waiting and now - self._live_at >= LIVE_QUIET_S:
+            return True  # live speech leaves the recognizer alone
+        return now - waiting_since >= self.background_floor_s
 
     async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
         """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
@@ -178,8 +184,14 @@ class DecodeScheduler:
                 self._background += 1
                 turn.set_result(None)
         if self._background_waiting and self._floor_timer is None:
-            # Held back by live work: come back when the head of the queue has waited long enough to go regardless.
-            wait_s = max(0.0, self._background_waiting[0][1] + self.background_floor_s - time.monotonic())
+            # Held back by live work: look again when live speech may have paused, or when the head of the queue has
+            # waited long enough to go regardless.
+            # (Running or waiting partials call _pump themselves when they finish.)
+            now = time.monotonic()
+            at = self._background_waiting[0][1] + self.background_floor_s
+            if self._live_at + LIVE_QUIET_S > now:
+                at = min(at, self._live_at + LIVE_QUIET_S)
+            wait_s = max(0.0, at - now)
             self._floor_timer = asyncio.get_running_loop().call_later(wait_s, self._floor_reached)
         while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
             client = min(self._waiting.values(), key=lambda c: (not c.closing, c.last_partial_started))

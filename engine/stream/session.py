@@ -119,7 +119,7 @@ class Session:
         self.stats = SessionStats()
         self.mailbox = Mailbox()
         self.audio = AudioBuffer()
-        self.endpointer = Endpointer(config.vad, config.endpoint)
+        self.endpointer = Endpointer(config.vad, config.file_endpoint if options.background else config.endpoint)
         self._preroll = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
         self._arrivals: deque[tuple[int, float]] = deque()  # (audio end sample, clock time of arrival)
         self.last_partial_started = 0.0
@@ -256,7 +256,8 @@ class Session:
 
     def _maybe_want_partial(self) -> None:
         opened = self.endpointer.open_segment
-        if opened is None or self.state is not SessionState.LIVE or self.options.background:
+        if opened is None or self.state is not SessionState.LIVE or self.options.background \
+                or not self.options.partials:
             return
         cfg = self.config.partial
         speech_ms = samples_to_ms(self.endpointer.position - opened.speech_start)

@@ -152,20 +152,21 @@ async def publish(request: web.Request) -> web.Response:
     return response
 
 
-def _resource(request: web.Request) -> PeerSession | None:
+def _resource(request: web.Request) -> PeerSession | web.Response:
+    """The WHIP session the URL names, or the error response (401 without the token, 404 if there is none)."""
+    if not _authorized(request):
+        return _error(401, "unauthorized", "this session needs the server's token")
     peer = request.app[PEERS].get(request.match_info["session"])
     if peer is None or peer.publisher is None or peer.publisher.room.id != request.match_info["room"]:
-        return None
+        return _error(404, "no_session", "there is no such WHIP session")
     return peer
 
 
 async def trickle(request: web.Request) -> web.Response:
     """``PATCH``: trickled ICE candidates from the client (``a=candidate`` lines of an SDP fragment)."""
-    if not _authorized(request):
-        return _error(401, "unauthorized", "this session needs the server's token")
     peer = _resource(request)
-    if peer is None:
-        return _error(404, "no_session", "there is no such WHIP session")
+    if isinstance(peer, web.Response):
+        return peer
     if request.content_type != _TRICKLE:
         return _error(415, "bad_message", f"send candidates as {_TRICKLE}", **{"Accept-Patch": _TRICKLE})
     match = request.headers.get("If-Match")
@@ -201,11 +202,9 @@ async def trickle(request: web.Request) -> web.Response:
 
 async def end(request: web.Request) -> web.Response:
     """``DELETE``: finish the open sentence, then close the session."""
-    if not _authorized(request):
-        return _error(401, "unauthorized", "this session needs the server's token")
     peer = _resource(request)
-    if peer is None:
-        return _error(404, "no_session", "there is no such WHIP session")
+    if isinstance(peer, web.Response):
+        return peer
     peer.request_stop()
     log.info("WHIP session %s ended by its client", peer.id)
     return web.Response(status=200, headers=_CORS)

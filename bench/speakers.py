@@ -23,10 +23,11 @@ The helpers (``segment_clip``, ``read_rttm``, ``score_labels``, ``run_clip``) ar
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from engine.audio.pcm import SAMPLE_RATE, load_wav
 from engine.speakers.embedder import SpeakerEmbedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
+from engine.speakers.turns import TurnConfig
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CLIPS: tuple[str, ...] = (
@@ -45,6 +47,15 @@ CLIPS: tuple[str, ...] = (
         "dev00", "dev01", "tst00", "tst01",
     )),
 )
+# Readers with three or more utterances in the shared folder (LibriSpeech speaker ids, and the LibriVox reader of
+# ``librivox_sns01``): ``alternating_clip`` builds turn-taking from them.
+READERS: dict[str, tuple[str, ...]] = {
+    "1988": ("ls_1988-24833-0000", "ls_1988-24833-0001", "ls_1988-24833-0002", "ls_1988-24833-0003"),
+    "2412": ("ls_2412-153948-0000", "ls_2412-153948-0001", "ls_2412-153948-0002"),
+    "3752": ("ls_3752-4944-0000", "ls_3752-4944-0001", "ls_3752-4944-0002"),
+    "sns01": ("librivox_sns01_0870", "librivox_sns01_0880", "librivox_sns01_0890", "librivox_sns01_0920",
+              "librivox_sns01_0930"),
+}
 FRAME_S = 0.01
 ENDPOINTER_PRESETS = ("balanced", "low-latency")
 # Diagnostic only: segments cut at the reference turns (perfect segmentation), to separate assignment errors
@@ -101,19 +112,20 @@ class ClipResult:
     relabelled: int
     embed_cpu_s: float  # process CPU time spent embedding this clip's segments
     embedded_speech_s: float
+    changes: int = 0  # reference changes of speaker
+    changes_found: int = 0  # ... with a segment boundary within 0.5 s
+    splits: int = 0  # segments split at a change of voice
+    split_delay_s: list[float] = field(default_factory=list)  # audio seconds from a change to its split's decision
 
 
 def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     """Cut 16 kHz audio into segments the way a live session does (Silero VAD + the endpointer ``preset``)."""
     if preset not in ENDPOINTER_PRESETS:
         raise ValueError(f"unknown endpointer preset {preset!r}")
-    from engine.audio.vad import BatchedVad, VadStream
     from engine.config import ENDPOINT_PRESETS, VadConfig
     from engine.stream.endpoint import Endpointer, SegmentClosed
 
-    vad = BatchedVad(max_sessions=1)
-    slot = vad.acquire()
-    probs = vad.run({slot: VadStream().push(audio)})[slot]
+    probs = clip_probs(audio)
     endpointer = Endpointer(VadConfig(), ENDPOINT_PRESETS[preset])
     events = endpointer.push(probs)
     last = endpointer.flush()
@@ -121,6 +133,67 @@ def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     return [
         Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed
     ]
+
+
+def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
+                preset: str = "balanced") -> tuple[list[Segment], list[float]]:
+    """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
+    the endpointer 64 ms at a time and ``TurnDetector`` embeds its windows of the open segment as it asks (here at
+    once; a server does it in the speaker thread a few milliseconds later) and may split the segment. Returns the
+    segments and, for each split, the audio position (seconds) when it was decided."""
+    from engine.config import ENDPOINT_PRESETS, VadConfig
+    from engine.speakers.turns import TurnDetector
+    from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
+
+    probs = clip_probs(audio)
+    vad_config = VadConfig()
+    endpointer = Endpointer(vad_config, ENDPOINT_PRESETS[preset])
+    detector = TurnDetector(turns, vad_config.offset)
+    closed: list[SegmentClosed] = []
+    decided: list[float] = []
+
+    def handle(events: list, cut: int | None = None) -> None:
+        for event in events:
+            if isinstance(event, SegmentClosed):
+                closed.append(event)
+                if cut is None:
+                    detector.close()
+            elif isinstance(event, SegmentOpened):
+                if cut is None:
+                    detector.open(event.speech_start)
+                else:
+                    detector.cut(cut)
+
+    step = 2
+    for i in range(0, len(probs), step):
+        handle(endpointer.push(probs[i : i + step]))
+        opened = endpointer.open_segment
+        if opened is None or not detector.due(endpointer.position):
+            continue
+        window = detector.next_window(endpointer.position, endpointer.open_probs, opened.speech_start)
+        if window is None:
+            continue
+        vector = embedder.embed([audio[window.start : window.end]])[0]
+        at = detector.add(window, vector, endpointer.open_probs, opened.speech_start)
+        if at is not None:
+            events = endpointer.split(at)
+            if events:
+                decided.append(endpointer.position / SAMPLE_RATE)
+                handle(events, cut=at)
+    last = endpointer.flush()
+    if last is not None:
+        closed.append(last)
+    segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed]
+    return segments, decided
+
+
+def clip_probs(audio: np.ndarray) -> np.ndarray:
+    """Silero's speech probability of every 512-sample window of a clip."""
+    from engine.audio.vad import BatchedVad, VadStream
+
+    vad = BatchedVad(max_sessions=1)
+    slot = vad.acquire()
+    return vad.run({slot: VadStream().push(audio)})[slot]
 
 
 def read_rttm(path: Path) -> list[Turn]:
@@ -207,16 +280,31 @@ def label_segments(
     return streaming, [tracker.labels[i] for i in range(len(segments))], long_enough, embed_cpu_s
 
 
-def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset: str) -> ClipResult:
-    """Segment, label and score one clip of the shared speech folder."""
-    audio = load_wav(DATA_DIR / "wav" / f"{clip}.wav")
-    reference = read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
-    segments = oracle_segments(reference) if preset == ORACLE else segment_clip(audio, preset)
+def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset: str,
+             turns: TurnConfig | None = None) -> ClipResult:
+    """Segment, label and score one clip: a clip of the shared speech folder with an RTTM file, or an
+    ``alternating_clip`` named ``alt:<reader>+<reader>[+...]``. ``turns``: find voice changes inside segments."""
+    if clip.startswith("alt:"):
+        audio, reference = alternating_clip(tuple(clip[4:].split("+")))
+    else:
+        audio = load_wav(DATA_DIR / "wav" / f"{clip}.wav")
+        reference = read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
+    decided: list[float] = []
+    if preset == ORACLE:
+        segments = oracle_segments(reference)
+    elif turns is not None and turns.enabled:
+        segments, decided = stream_clip(audio, embedder, turns, preset)
+    else:
+        segments = segment_clip(audio, preset)
     duration_s = audio.size / SAMPLE_RATE
     streaming, final, embedded, embed_cpu_s = label_segments(audio, segments, embedder, config)
+    changes = [b.start_s for a, b in itertools.pairwise(reference) if a.speaker != b.speaker]
+    bounds = [b.start_s for b in segments[1:]]
+    found = [c for c in changes if any(abs(b - c) <= 0.5 for b in bounds)]
+    delays = [d - c for d in decided for c in changes if 0.0 <= d - c <= 4.0]
     return ClipResult(
         clip=clip,
-        preset=preset,
+        preset=preset + ("+turns" if decided or (turns is not None and turns.enabled) else ""),
         segments=len(segments),
         embedded=len(embedded),
         reference_speakers=len({t.speaker for t in reference}),
@@ -226,12 +314,49 @@ def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset
         relabelled=sum(a != b for a, b in zip(streaming, final, strict=True)),
         embed_cpu_s=embed_cpu_s,
         embedded_speech_s=sum(segments[i].speech_s for i in embedded),
+        changes=len(changes),
+        changes_found=len(found),
+        splits=len(decided),
+        split_delay_s=sorted(delays),
     )
+
+
+def alternating_clip(readers: tuple[str, ...], seed: int = 0,
+                     gaps_s: tuple[float, float] = (0.3, 1.0)) -> tuple[np.ndarray, list[Turn]]:
+    """Readers taking turns: each reader's shared utterances in order, one turn each, round-robin for as many rounds
+    as the reader with the fewest has, with a silence of ``gaps_s`` (uniform, seeded) between turns. Returns the
+    audio and the reference turns (the utterances' whole spans)."""
+    rng = np.random.default_rng(seed)
+    utterances = {r: [load_wav(DATA_DIR / "wav" / f"{c}.wav") for c in READERS[r]] for r in readers}
+    rounds = min(len(u) for u in utterances.values())
+    pieces: list[np.ndarray] = []
+    turns: list[Turn] = []
+    at = 0
+    for i in range(rounds):
+        for reader in readers:
+            if pieces:
+                gap = np.zeros(round(rng.uniform(*gaps_s) * SAMPLE_RATE), np.float32)
+                pieces.append(gap)
+                at += gap.size
+            clip = utterances[reader][i]
+            pieces.append(clip)
+            turns.append(Turn(at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE, reader))
+            at += clip.size
+    return np.concatenate(pieces), turns
+
+
+def alternating_names() -> list[str]:
+    """Every pair and triple of ``READERS`` as ``alt:`` clip names."""
+    from itertools import combinations
+
+    names = sorted(READERS)
+    return [f"alt:{'+'.join(c)}" for k in (2, 3) for c in combinations(names, k)]
 
 
 def _table(results: list[ClipResult]) -> str:
     head = (f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
-            f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}")
+            f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}"
+            f" {'chg':>7} {'split':>5} {'delay':>5}")
     lines = [head, "-" * len(head)]
     for r in results:
         s, c = r.streaming, r.reclustered
@@ -241,22 +366,34 @@ def _table(results: list[ClipResult]) -> str:
             f" {r.one_label.speaker_error:>6.1%}"
             f" {s.der:>6.1%} {c.der:>6.1%} {s.missed_s / max(s.reference_s, 1e-9):>5.1%}"
             f" {s.false_alarm_s / max(s.reference_s, 1e-9):>5.1%} {r.relabelled:>5}"
+            f" {f'{r.changes_found}/{r.changes}':>7} {r.splits:>5}"
+            f" {(f'{np.median(r.split_delay_s):.2f}' if r.split_delay_s else '-'):>5}"
         )
+    families = {"alternating readers": lambda r: r.clip.startswith("alt:"),
+                "RTTM clips": lambda r: not r.clip.startswith("alt:")}
     for preset in sorted({r.preset for r in results}):
-        group = [r for r in results if r.preset == preset]
-        ref_s = sum(r.streaming.reference_s for r in group)
+        for family, member in families.items():
+            group = [r for r in results if r.preset == preset and member(r)]
+            if not group:
+                continue
+            ref_s = sum(r.streaming.reference_s for r in group)
 
-        def pooled(pick: str, group: list[ClipResult] = group, ref_s: float = ref_s) -> float:
-            scores = [getattr(r, pick) for r in group]
-            return sum(x.missed_s + x.false_alarm_s + x.confusion_s for x in scores) / ref_s
+            def pooled(pick: str, group: list[ClipResult] = group, ref_s: float = ref_s) -> float:
+                scores = [getattr(r, pick) for r in group]
+                return sum(x.missed_s + x.false_alarm_s + x.confusion_s for x in scores) / ref_s
 
-        mean_se = float(np.mean([r.streaming.speaker_error for r in group]))
-        mean_rc = float(np.mean([r.reclustered.speaker_error for r in group]))
-        mean_one = float(np.mean([r.one_label.speaker_error for r in group]))
-        lines.append(
-            f"{'mean SpkErr / pooled DER':<28} {preset:<11} {'':>19} {mean_se:>7.1%} {mean_rc:>6.1%}"
-            f" {mean_one:>6.1%} {pooled('streaming'):>6.1%} {pooled('reclustered'):>6.1%}"
-        )
+            mean_se = float(np.mean([r.streaming.speaker_error for r in group]))
+            mean_rc = float(np.mean([r.reclustered.speaker_error for r in group]))
+            mean_one = float(np.mean([r.one_label.speaker_error for r in group]))
+            right = sum(r.streaming.speakers_found == r.reference_speakers for r in group)
+            delays = [d for r in group for d in r.split_delay_s]
+            lines.append(
+                f"{'mean / pooled: ' + family:<28} {preset:<11} {f'{right}/{len(group)} right count':>19}"
+                f" {mean_se:>7.1%} {mean_rc:>6.1%} {mean_one:>6.1%} {pooled('streaming'):>6.1%}"
+                f" {pooled('reclustered'):>6.1%} {'':>17}"
+                f" {f'{sum(r.changes_found for r in group)}/{sum(r.changes for r in group)}':>7}"
+                f" {sum(r.splits for r in group):>5} {(f'{np.median(delays):.2f}' if delays else '-'):>5}"
+            )
     segments = sum(r.embedded for r in results)
     if segments:
         cpu_s = sum(r.embed_cpu_s for r in results)
@@ -273,7 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write per-clip results here")
     parser.add_argument("--preset", default="all", choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
                         help=f"endpointer preset; 'all' = both presets; '{ORACLE}' = reference turns (diagnostic)")
-    parser.add_argument("--clips", nargs="*", default=list(CLIPS))
+    parser.add_argument("--clips", nargs="*", default=[*CLIPS, *alternating_names()],
+                        help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips")
+    parser.add_argument("--turns", default="both", choices=["on", "off", "both"],
+                        help="find voice changes inside segments (engine.speakers.turns); 'both' runs each clip twice")
+    tdefaults = TurnConfig()
+    parser.add_argument("--change-similarity", type=float, default=tdefaults.change_similarity)
+    parser.add_argument("--window-s", type=float, default=tdefaults.window_s)
+    parser.add_argument("--hop-s", type=float, default=tdefaults.hop_s)
+    parser.add_argument("--confirm-windows", type=int, default=tdefaults.confirm_windows)
+    parser.add_argument("--min-turn-s", type=float, default=tdefaults.min_turn_s)
     parser.add_argument("--similarity-threshold", type=float, default=defaults.similarity_threshold)
     parser.add_argument("--min-embed-speech-s", type=float, default=defaults.min_embed_speech_s)
     parser.add_argument("--recluster-distance", type=float, default=defaults.recluster_distance)
@@ -287,12 +433,18 @@ def main(argv: list[str] | None = None) -> int:
         recluster_margin=args.recluster_margin,
     )
     presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]
+    turns = TurnConfig(window_s=args.window_s, hop_s=args.hop_s, change_similarity=args.change_similarity,
+                       confirm_windows=args.confirm_windows, min_turn_s=args.min_turn_s)
+    modes = {"on": [turns], "off": [None], "both": [None, turns]}[args.turns]
     embedder = SpeakerEmbedder()
-    results = [run_clip(clip, embedder, config, preset) for preset in presets for clip in args.clips]
+    results = [run_clip(clip, embedder, config, preset, mode) for preset in presets for mode in modes
+               for clip in args.clips if not (mode is not None and preset == ORACLE)]
     print(f"config: {config}")
+    print(f"turns: {turns}")
     print(_table(results))
     if args.json:
-        args.json.write_text(json.dumps({"config": asdict(config), "clips": [asdict(r) for r in results]}, indent=1))
+        payload = {"config": asdict(config), "turns": asdict(turns), "clips": [asdict(r) for r in results]}
+        args.json.write_text(json.dumps(payload, indent=1))
     return 0
 
 

@@ -21,6 +21,7 @@ from engine.audio.vad import WINDOW, VadStream
 from engine.config import EngineConfig
 from engine.protocol import Caption, Ready, Stopped
 from engine.speakers.service import SpeakerService
+from engine.speakers.turns import TurnConfig
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
 from tests.speech import audio
@@ -94,8 +95,10 @@ def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
     return stream, [(a0, a0 + a.size), (b0, b0 + b.size)]
 
 
-async def _run(speakers: SpeakerService | None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
-    stream, speech = _layout()
+async def _run(speakers: SpeakerService | None,
+               layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
+               ) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+    stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
@@ -167,6 +170,40 @@ async def test_session_labels_each_voice_through_the_speaker_service() -> None:
     finally:
         await service.close()
     assert [s.spk for s in _sentences(messages)] == [0, 1]
+
+
+class DcEmbedder:
+    """Fake speaker model: the voice is read off the audio's DC offset (the test adds one to the second reader), so
+    that any window of it, however short, tells the voices apart."""
+
+    def embed(self, segments: list[np.ndarray]) -> np.ndarray:
+        return np.array([[0.0, 1.0] if float(s.mean()) > 0.02 else [1.0, 0.0] for s in segments], np.float32)
+
+
+@pytest.mark.asyncio
+async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_splits_it() -> None:
+    # Two readers 0.5 s apart: the endpoint's silence wait is longer, so the endpointer alone makes one segment.
+    lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(SAMPLE_RATE // 2, np.float32)
+    a, b = audio(CLIP_A), audio(CLIP_B) + np.float32(0.04)
+    stream = np.concatenate([lead, a, turn_gap, b, lead])
+    speech = [(lead.size, lead.size + a.size), (lead.size + a.size + turn_gap.size, stream.size - lead.size)]
+    service = SpeakerService(load=DcEmbedder)
+    await service.start()
+    try:
+        messages, _ = await _run(speakers=service, layout=(stream, speech))
+        unsplit, _ = await _run(speakers=SpeakerService(load=DcEmbedder, turns=TurnConfig(enabled=False)),
+                                layout=(stream, speech))
+    finally:
+        await service.close()
+    assert len(_sentences(unsplit)) == 1, "without turn detection both voices are one sentence"
+    sentences = _sentences(messages)
+    assert [s.spk for s in sentences] == [0, 1], sentences
+    a_end_ms, b_start_ms = speech[0][1] * 1000 // SAMPLE_RATE, speech[1][0] * 1000 // SAMPLE_RATE
+    assert abs(sentences[0].end - a_end_ms) <= 64 and abs(sentences[1].start - b_start_ms) <= 64, sentences
+    # Each side was decoded on its own audio (the fake recognizer says how much it heard: its speech, the pre- and
+    # post-roll and its half of the pause), none of the other's: no word twice.
+    heard = [float(s.text.split()[2]) for s in sentences]
+    assert heard[0] <= a.size / SAMPLE_RATE + 1.0 and heard[1] <= b.size / SAMPLE_RATE + 1.0, heard
 
 
 @pytest.mark.asyncio

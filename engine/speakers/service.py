@@ -1,7 +1,9 @@
 """The speaker service sessions share: one embedding model, batched across sessions, off the event loop.
 
 Sessions ask for a segment's embedding (``embed``: a future, so that it runs while the segment's final decode
-runs), get their own online ``SpeakerTracker`` (``new_tracker``), and re-cluster it at stop (``recluster``).
+runs) and for the embeddings of short windows of the open segment (``embed_window``, for ``TurnDetector``), get
+their own online ``SpeakerTracker`` and ``TurnDetector`` (``new_tracker``, ``new_turn_detector``), and re-cluster
+at stop (``recluster``).
 Embedding and re-clustering run in one worker thread; requests that arrive while it is busy go in the next batch.
 """
 
@@ -15,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
+from engine.speakers.turns import TurnConfig, TurnDetector
 
 
 class Embedder(Protocol):
@@ -36,8 +39,10 @@ class SpeakerService:
 
     ``load`` builds the embedding model (default: Resemblyzer's encoder); tests may pass a fake."""
 
-    def __init__(self, config: SpeakerConfig | None = None, load: Callable[[], Embedder] = _load_default) -> None:
+    def __init__(self, config: SpeakerConfig | None = None, load: Callable[[], Embedder] = _load_default,
+                 turns: TurnConfig | None = None) -> None:
         self.config = config or SpeakerConfig()
+        self.turns = turns or TurnConfig()
         self._load = load
         self._embedder: Embedder | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="speaker")
@@ -53,6 +58,15 @@ class SpeakerService:
     def new_tracker(self) -> SpeakerTracker:
         """A session's own online speaker assignment."""
         return SpeakerTracker(self.config)
+
+    def new_turn_detector(self, speech_threshold: float) -> TurnDetector | None:
+        """A session's own voice-change detector (None when turn detection is off)."""
+        return TurnDetector(self.turns, speech_threshold) if self.turns.enabled else None
+
+    def embed_window(self, audio: np.ndarray) -> asyncio.Future[np.ndarray | None]:
+        """Embedding of one short window of an open segment (``TurnDetector``), batched like ``embed``; None when the
+        model is not loaded."""
+        return self.embed(audio, float("inf"))
 
     def embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         """Embedding of one segment (16 kHz float32, ``speech_s`` seconds of it speech), batched with whatever else

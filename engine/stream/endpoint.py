@@ -6,7 +6,8 @@ closes whatever is open. All positions are absolute sample indices of the sessio
 A segment opens after ``min_speech_ms`` of consecutive speech (with ``preroll_ms`` of audio before the onset kept),
 and closes when the trailing silence reaches the schedule's value for the speech so far (long segments close on
 shorter pauses), or when it hits the hard cap, in which case it is cut at the quietest window of its last seconds
-and the rest carries on as the next segment.
+and the rest carries on as the next segment. ``split`` ends the open segment at a given sample in the same way (a
+change of speaker found by ``engine.speakers.turns``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.config import EndpointConfig, VadConfig
 class CloseReason(StrEnum):
     SILENCE = "silence"
     CAP = "cap"
+    TURN = "turn"  # another voice began (``split``)
     FLUSH = "flush"
 
 
@@ -96,6 +98,11 @@ class Endpointer:
         """End of the last speech window of the open segment (absolute sample index)."""
         return self._speech_end
 
+    @property
+    def open_probs(self) -> np.ndarray:
+        """Speech probability of each VAD window of the open segment from its ``speech_start`` on (empty if none)."""
+        return np.asarray(self._probs, np.float32)
+
     def push(self, probs: np.ndarray) -> list[SegmentEvent]:
         """Consume one probability per 512-sample window, in order; return segment events in order."""
         events: list[SegmentEvent] = []
@@ -128,6 +135,34 @@ class Endpointer:
         if self._open is None:
             return None
         return self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position), CloseReason.FLUSH)
+
+    def split(self, at: int) -> list[SegmentEvent]:
+        """End the open segment at sample ``at`` (reason ``TURN``) and open the next one there with the audio after it.
+        Returns the two events, or none when nothing is open or ``at`` is not inside the open segment's speech."""
+        opened = self._open
+        if opened is None or not opened.speech_start + WINDOW <= at <= self.position - WINDOW:
+            return []
+        at = opened.speech_start + (at - opened.speech_start) // WINDOW * WINDOW
+        kept = (self.position - at) // WINDOW
+        tail = self._probs[len(self._probs) - kept:]
+        # The old segment's speech ends at its last speech window before the cut.
+        before = self._probs[: len(self._probs) - kept]
+        speech = [i for i, p in enumerate(before) if p >= self.vad.offset]
+        speech_end = self._speech_end
+        self._speech_end = opened.speech_start + (speech[-1] + 1) * WINDOW if speech else at
+        events: list[SegmentEvent] = [self._close(at, CloseReason.TURN)]
+        # The new segment's speech starts at its first speech window after the cut; its audio at the cut (the
+        # pre-roll reaches back to the previous segment's end and no further).
+        first = next((i for i, p in enumerate(tail) if p >= self.vad.offset), 0)
+        self._begin(at + first * WINDOW, events)
+        self._probs = list(tail[first:])
+        self._speech_end = speech_end
+        self._silence = 0
+        for p in reversed(self._probs):
+            if p >= self.vad.offset:
+                break
+            self._silence += 1
+        return events
 
     def _begin(self, onset: int, events: list[SegmentEvent], preroll: bool = True) -> None:
         pre = _samples(self.cfg.preroll_ms) if preroll else 0

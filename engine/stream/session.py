@@ -38,7 +38,8 @@ from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
 from engine.logs import SessionLog
 from engine.speakers.service import SpeakerService
-from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
+from engine.speakers.turns import Window
+from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, SegmentEvent, SegmentOpened
 from engine.stream.mailbox import Mailbox
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.vad_batch import VadFeed
@@ -132,6 +133,7 @@ class Session:
         self._next_sentence = 0
         self._speaker_service = speakers
         self.speakers = speakers.new_tracker() if speakers is not None else None
+        self.turns = speakers.new_turn_detector(config.vad.offset) if speakers is not None else None
         self._context = ""
         self.configured = False
         self._log = SessionLog(log, session_id)
@@ -192,11 +194,55 @@ class Session:
         """Consume speech probabilities of the next windows of this session's audio (the VAD lane calls this)."""
         if self.state is SessionState.CLOSED:
             return
-        for event in self.endpointer.push(probs):
+        self._on_events(self.endpointer.push(probs))
+        self._watch_turns()
+        self._trim()
+        self._maybe_want_partial()
+
+    def _on_events(self, events: list[SegmentEvent], cut: int | None = None) -> None:
+        """Segment events in order; ``cut``: they are a split at that sample for a change of voice."""
+        for event in events:
             if isinstance(event, SegmentOpened):
                 self._on_open(event)
+                if self.turns is not None and cut is not None:
+                    self.turns.cut(cut)
+                elif self.turns is not None:
+                    self.turns.open(event.speech_start)
             else:
                 self._on_close(event)
+                if self.turns is not None and cut is None:
+                    self.turns.close()
+
+    # ---- voice changes inside a segment ---------------------------------------------------------------------
+    def _watch_turns(self) -> None:
+        """Ask for the embedding of the open segment's next window when the turn detector wants one."""
+        opened = self.endpointer.open_segment
+        if (self.turns is None or self._speaker_service is None or opened is None
+                or self.state is not SessionState.LIVE or not self.turns.due(self.endpointer.position)):
+            return
+        window = self.turns.next_window(self.endpointer.position, self.endpointer.open_probs, opened.speech_start)
+        if window is None:
+            return
+        fut = self._speaker_service.embed_window(self.audio.slice(window.start, window.end))
+        fut.add_done_callback(lambda f: self._on_window(window, f))
+
+    def _on_window(self, window: Window, fut: asyncio.Future[np.ndarray | None]) -> None:
+        """A window's embedding came back: a confirmed change of voice ends the open segment where it began."""
+        opened = self.endpointer.open_segment
+        if (fut.cancelled() or fut.exception() is not None or self.turns is None or opened is None
+                or self.state is not SessionState.LIVE):
+            return
+        vector = fut.result()
+        if vector is None:
+            return
+        at = self.turns.add(window, vector, self.endpointer.open_probs, opened.speech_start)
+        if at is None:
+            return
+        events = self.endpointer.split(at)
+        if not events:
+            return
+        self._log.debug("voice change at %d ms: segment %d split", samples_to_ms(at), opened.index)
+        self._on_events(events, cut=at)
         self._trim()
         self._maybe_want_partial()
 
@@ -227,12 +273,19 @@ class Session:
         decode to adopt (else both None): on CPU this saves one whole decode per sentence."""
         if not self.config.partial.reuse_for_final:
             return None, None
+        # A segment cut while speech goes on (a cap or a change of voice) must not take a decode that heard the
+        # words after the cut; after a pause, a decode that ran on into the silence is as good.
+        limit = event.end if event.reason in (CloseReason.CAP, CloseReason.TURN) else None
+
+        def covers(end: int) -> bool:
+            return end >= event.speech_end and (limit is None or end <= limit)
+
         last = self._last_partial
-        if last is not None and last[0] == event.index and last[1] >= event.speech_end:
+        if last is not None and last[0] == event.index and covers(last[1]):
             return last[2], None
         running = self.scheduler.running_partial(self)
         meta = self._partial_meta.get(running.request_id) if running else None
-        if meta is not None and meta[0] == event.index and meta[1] >= event.speech_end:
+        if meta is not None and meta[0] == event.index and covers(meta[1]):
             return None, self.scheduler.adopt_partial(self)
         return None, None
 
@@ -421,7 +474,7 @@ class Session:
             return
         closed = self.endpointer.flush()
         if closed is not None:
-            self._on_close(closed)
+            self._on_events([closed])
         while self._pending:
             await asyncio.wait([p.task for p in self._pending])
             self._lock_ready()

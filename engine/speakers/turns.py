@@ -1,0 +1,201 @@
+"""Speaker turns inside an open segment: where the voice changes while no pause is long enough to end the segment.
+
+Two readers who follow each other with a 0.3-1 s gap end up in one segment (the endpointer waits longer than that
+for a sentence to end), and a segment gets one embedding and one label. ``TurnDetector`` watches the open segment
+as it grows: every ``hop_s`` of audio it asks for the speaker embedding of the last ``window_s`` (when the window is
+mostly speech), keeps the mean embedding of the current turn's windows as the turn's voice, and reports a change
+when ``confirm_windows`` windows in a row fall below ``change_similarity`` to that voice and agree with each other.
+The change is placed at the longest pause (else the least speech-like moment) where the first deviating window says
+the new voice began, so that the cut falls between words; the caller ends the segment there (decoding each side on
+its own audio) and the detector starts the new turn with the windows that lie after the cut.
+
+Pure and synchronous; one per session. Positions are absolute sample indices of the session's audio, as in the
+endpointer; ``probs`` are the endpointer's speech probabilities of its open segment, one per VAD window.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.audio.pcm import SAMPLE_RATE
+from engine.audio.vad import WINDOW
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    """Change detection inside a segment. Tuned on ``bench/speakers.py --turns`` (alternating LibriSpeech readers
+    and the RTTM clips); see docs/benchmarks.md ("Speaker turns")."""
+
+    window_s: float = 1.5
+    """Audio per embedding window, seconds. Shorter windows find a change sooner but embed a voice less surely."""
+    hop_s: float = 0.5
+    """A new window every this many seconds of audio of the open segment."""
+    min_speech: float = 0.6
+    """Share of a window's VAD frames that must be speech for it to be embedded (pauses embed as noise)."""
+    change_similarity: float = 0.72
+    """Cosine to the turn's voice below which a window is another voice."""
+    confirm_windows: int = 2
+    """Consecutive deviating windows that make a change (one alone is often a word the encoder hears oddly)."""
+    min_turn_s: float = 1.5
+    """A turn needs windows spanning this many seconds of its own audio before changes are looked for."""
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.25 <= self.window_s <= 5.0:
+            raise ValueError(f"window_s must be within 0.25-5 s, got {self.window_s}")
+        if not 0.05 <= self.hop_s <= self.window_s:
+            raise ValueError(f"hop_s must be within 0.05 s and window_s, got {self.hop_s}")
+        if not 0.0 <= self.min_speech <= 1.0:
+            raise ValueError(f"min_speech must be a share in [0, 1], got {self.min_speech}")
+        if not -1.0 <= self.change_similarity <= 1.0:
+            raise ValueError(f"change_similarity must be a cosine in [-1, 1], got {self.change_similarity}")
+        if self.confirm_windows < 1:
+            raise ValueError(f"confirm_windows must be >= 1, got {self.confirm_windows}")
+        if self.min_turn_s < 0.0:
+            raise ValueError(f"min_turn_s must be >= 0, got {self.min_turn_s}")
+
+    @property
+    def window(self) -> int:
+        """Window length in samples (a whole number of VAD windows)."""
+        return max(1, round(self.window_s * SAMPLE_RATE / WINDOW)) * WINDOW
+
+    @property
+    def hop(self) -> int:
+        return max(1, round(self.hop_s * SAMPLE_RATE / WINDOW)) * WINDOW
+
+
+@dataclass(frozen=True)
+class Window:
+    """One embedding window of the open segment: audio [start, end), asked for during turn ``turn``."""
+
+    turn: int
+    start: int
+    end: int
+
+
+class TurnDetector:
+    """Finds voice changes in the open segment. ``open`` at each segment start, ``next_window`` after each VAD push
+    (it says which window to embed, if any), ``add`` with each window's embedding (it may return a cut position),
+    ``close`` when the segment ends. Results of windows asked for before a ``close`` or a cut are ignored."""
+
+    def __init__(self, config: TurnConfig, speech_threshold: float) -> None:
+        """``speech_threshold``: the VAD probability at or above which a frame is speech (``VadConfig.offset``)."""
+        self.config = config
+        self.threshold = speech_threshold
+        self.turn = 0  # increases at every open and cut: stale window results are recognised by it
+        self.active = False
+        self.start = 0  # where the current turn's audio starts
+        self._next_end = 0  # the next window ends here (or later)
+        self._voice: list[tuple[Window, np.ndarray]] = []  # windows of the current turn's voice
+        self._deviating: list[tuple[Window, np.ndarray]] = []  # consecutive windows unlike it, newest last
+
+    def open(self, start: int) -> None:
+        """A segment opened; its speech starts at sample ``start``."""
+        self._begin(start, [])
+        self.active = self.config.enabled
+
+    def close(self) -> None:
+        """The segment ended (pending windows are dropped)."""
+        self.turn += 1
+        self.active = False
+        self._voice, self._deviating = [], []
+
+    def due(self, position: int) -> bool:
+        """Whether ``next_window`` would consider a window now (cheap; ``position``: audio the VAD has seen)."""
+        return self.active and position >= self._next_end and position - self.start >= self.config.window
+
+    def next_window(self, position: int, probs: np.ndarray, probs_start: int) -> Window | None:
+        """The window to embed now, or None. ``position``: audio the VAD has seen; ``probs``: speech probability of
+        each VAD window of the open segment from sample ``probs_start`` on."""
+        cfg = self.config
+        if not self.due(position):
+            return None
+        end = position - (position - probs_start) % WINDOW
+        start = end - cfg.window
+        self._next_end = end + cfg.hop
+        if self._speech_share(probs, probs_start, start, end) < cfg.min_speech:
+            return None
+        return Window(self.turn, start, end)
+
+    def add(self, window: Window, embedding: np.ndarray, probs: np.ndarray, probs_start: int) -> int | None:
+        """Take one window's embedding; return the sample where a new voice begins when this confirms a change
+        (the caller cuts the segment there and calls ``cut``), else None."""
+        if not self.active or window.turn != self.turn:
+            return None
+        unit = _unit(embedding)
+        voice = self._voice_vector()
+        spans_turn = bool(self._voice) and self._voice[-1][0].end - self._voice[0][0].start >= self._min_turn
+        if voice is None or not spans_turn:
+            self._voice.append((window, unit))
+            return None
+        if float(unit @ voice) >= self.config.change_similarity:
+            self._voice.append((window, unit))
+            self._deviating = []
+            return None
+        self._deviating.append((window, unit))
+        if len(self._deviating) < self.config.confirm_windows or not self._deviating_agree():
+            return None
+        first = self._deviating[0][0]
+        return self._change_point(first, probs, probs_start)
+
+    def cut(self, at: int) -> None:
+        """The caller ended the segment at ``at``; the new turn keeps the deviating windows that lie after it."""
+        after = [(w, e) for w, e in self._deviating if w.start >= at - WINDOW]
+        self._begin(at, after)
+
+    @property
+    def _min_turn(self) -> int:
+        return round(self.config.min_turn_s * SAMPLE_RATE)
+
+    def _begin(self, start: int, voice: list[tuple[Window, np.ndarray]]) -> None:
+        self.turn += 1
+        self.start = start
+        self._next_end = start + self.config.window
+        self._voice = [(Window(self.turn, w.start, w.end), e) for w, e in voice]
+        self._deviating = []
+
+    def _voice_vector(self) -> np.ndarray | None:
+        if not self._voice:
+            return None
+        return _unit(np.sum([e for _, e in self._voice], axis=0))
+
+    def _deviating_agree(self) -> bool:
+        """The deviating windows sound like one another (one new voice, not a stretch of noise)."""
+        units = [e for _, e in self._deviating]
+        return all(float(a @ b) >= self.config.change_similarity for a, b in itertools.pairwise(units))
+
+    def _speech_share(self, probs: np.ndarray, probs_start: int, start: int, end: int) -> float:
+        lo, hi = max(0, (start - probs_start) // WINDOW), max(0, (end - probs_start) // WINDOW)
+        frames = probs[lo:hi]
+        return float((frames >= self.threshold).mean()) if frames.size else 0.0
+
+    def _change_point(self, first: Window, probs: np.ndarray, probs_start: int) -> int:
+        """Where the new voice begins. The first deviating window is mostly the new voice and the window a hop before
+        it mostly the old: the change lies between the previous window's middle and this one's. Within that span (a
+        little wider), the middle of the longest pause, else the least speech-like frame."""
+        half = self.config.window // 2
+        lo = max(first.start + half - self.config.hop - half // 2, self.start + WINDOW)
+        hi = first.end - half // 2
+        i0, i1 = max(0, (lo - probs_start) // WINDOW), max(0, (hi - probs_start) // WINDOW)
+        frames = probs[i0:i1]
+        if frames.size == 0:
+            return max(lo, min(hi, first.start + half))
+        quiet = frames < self.threshold
+        best_len, best_mid, run = 0, -1, 0
+        for i, q in enumerate(quiet.tolist()):
+            run = run + 1 if q else 0
+            if run > best_len:
+                best_len, best_mid = run, i - run // 2
+        index = best_mid if best_len else int(np.argmin(frames))
+        return probs_start + (i0 + index) * WINDOW
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float64).reshape(-1)
+    norm = float(np.linalg.norm(v))
+    if not np.isfinite(norm) or norm == 0.0:
+        raise ValueError("speaker embedding must be a finite, non-zero vector")
+    return v / norm

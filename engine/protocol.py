@@ -8,7 +8,9 @@ increasing ``seq``):
   "is_final":false,"latency_ms":L}``: ``sentences`` are only the sentences locked since the previous message
   (each is sent once and never changes); ``partial`` is the whole text of the open segment (may be empty, replaces
   the previous partial); ``start``/``end`` are milliseconds of session audio; ``latency_ms`` (optional) is how far
-  the text trails the live audio at the moment the message is produced.
+  the text trails the live audio at the moment the message is produced; ``partial_spk`` (optional) is the speaker
+  label of the voice now speaking (the end of ``partial``), as soon as the server has heard enough of it: the label
+  its sentence will most likely lock with.
 - ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (after the
   re-clustering at stop). Sentence text never changes.
 - After a stop: ``{"type":"caption",...,"is_final":true}`` (the last sentences, empty partial), then
@@ -196,6 +198,7 @@ class Caption:
     is_final: bool = False
     latency_ms: int | None = None
     seq: int = 0
+    partial_spk: int | None = None
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
@@ -204,6 +207,8 @@ class Caption:
                                "partial": self.partial, "is_final": self.is_final}
         if self.latency_ms is not None:
             out["latency_ms"] = self.latency_ms
+        if self.partial_spk is not None:
+            out["partial_spk"] = self.partial_spk
         return out
 
 
@@ -274,7 +279,7 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         kind, seq = data["type"], int(data["seq"])
         if kind == "caption":
             return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
-                           _int_or_none(data.get("latency_ms")), seq)
+                           _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")))
         if kind == "ready":
             return Ready(str(data["session"]), str(data["model"]), data["language"], seq)
         if kind == "speakers":

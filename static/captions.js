@@ -24,7 +24,7 @@
  *   .session, .model, .language, .latencyMs   from the latest `ready` / `caption` messages
  *   events (CustomEvent, read event.detail):
  *     "state"     {state, previous, detail}
- *     "caption"   {seq, sentences: [newly locked records], partial, isFinal, latencyMs}
+ *     "caption"   {seq, sentences: [newly locked records], partial, partialSpk, isFinal, latencyMs}
  *     "sentence"  one newly locked record {id, text, start, end, spk, session}
  *     "speakers"  {seq, changed: [relabelled records]}
  *     "stopped"   {session}
@@ -94,8 +94,10 @@ const view = new TranscriptView({ log: ui.transcript, partial: ui.partial, follo
 
 controller.addEventListener("state", ({ detail }) => showState(detail.state, detail.detail));
 controller.addEventListener("sentence", ({ detail }) => view.add(detail));
+let partialSpk = null; // the voice now speaking, as the last caption named it
 controller.addEventListener("caption", ({ detail }) => {
-  view.setPartial(detail.partial);
+  partialSpk = detail.partialSpk ?? null;
+  view.setPartial(detail.partial, partialSpk);
   showLatency();
 });
 controller.addEventListener("speakers", () => rerender());
@@ -138,7 +140,7 @@ ui.clear.addEventListener("click", () => {
 });
 
 function rerender() {
-  view.render(controller.sentences, controller.transcript().partial);
+  view.render(controller.sentences, controller.transcript().partial, partialSpk);
 }
 
 function showState(state, detail) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 
@@ -108,6 +109,36 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
     # Times are session milliseconds around the real speech.
     assert 300 <= sentences[0].start <= 1200 and sentences[0].end <= 12_600
     assert sentences[1].start >= 14_000
+
+
+async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(engine: CaptionEngine) -> None:
+    """Two readers alternating with 0.5 s gaps (shorter than the endpoint's silence wait), paced like a live
+    microphone: two labels, and the locked sentences change label within 1 s of each true change of reader."""
+    turns = ["ls_1988-24833-0000", "ls_3752-4944-0001", "ls_1988-24833-0002", "ls_3752-4944-0000",
+             "ls_1988-24833-0003"]
+    gap = np.zeros(8000, np.float32)
+    pieces, starts_ms, at = [np.zeros(8000, np.float32)], [], 8000
+    for i, clip in enumerate(turns):
+        if i:
+            pieces.append(gap)
+            at += gap.size
+        starts_ms.append(at // 16)
+        pieces.append(audio(clip))
+        at += audio(clip).size
+    pieces.append(np.zeros(16000, np.float32))
+    result = await stream_audio(engine, np.concatenate(pieces), realtime=True)
+    check_protocol(result)
+    # The labels as they locked (a relabel at stop may correct them later; these are what a viewer saw live).
+    sentences = [s for m in result.messages if isinstance(m, Caption) for s in m.sentences]
+    assert len({s.spk for s in sentences}) == 2, [(s.spk, s.start, s.text) for s in sentences]
+    changes = [(a.spk, b.spk, b.start) for a, b in itertools.pairwise(sentences) if a.spk != b.spk]
+    for true_start in starts_ms[1:]:
+        assert any(abs(start - true_start) <= 1000 for _, _, start in changes), (true_start, changes)
+    assert len(changes) == len(starts_ms) - 1, changes
+    errors, n = word_errors(" ".join(reference(c) for c in turns), result.text())
+    assert errors / n < 0.15, result.text()
+    # The new voice's label showed with the partial text before its sentence locked.
+    assert any(isinstance(m, Caption) and m.partial_spk is not None for m in result.messages)
 
 
 async def test_the_event_loop_never_stalls_while_four_sessions_stream(engine: CaptionEngine) -> None:

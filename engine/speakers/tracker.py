@@ -112,6 +112,14 @@ class SpeakerTracker:
         self.labels[segment_id] = label
         return label
 
+    def peek(self, embedding: np.ndarray, speech_s: float) -> int:
+        """The label ``assign`` would give a segment with this embedding now, changing nothing: a provisional label
+        for the voice of an open segment."""
+        if speech_s < self.config.min_embed_speech_s:
+            return self._context_label(len(self._order))
+        label, _, _ = self._choose(_unit(embedding), speech_s, len(self._order))
+        return label
+
     def recluster(self) -> dict[int, int]:
         """Cluster all embedded segments globally and relabel where the clustering is clearly better.
 
@@ -153,19 +161,26 @@ class SpeakerTracker:
 
     def _nearest_or_new(self, unit: np.ndarray, speech_s: float, index: int) -> tuple[int, bool]:
         """Label for an embedded segment, and whether the embedding backs it (then it joins the centroid)."""
+        label, backed, new = self._choose(unit, speech_s, index)
+        self.last_comparisons = self._speakers
+        if new:
+            self._new_speaker(unit.size)
+        return label, backed
+
+    def _choose(self, unit: np.ndarray, speech_s: float, index: int) -> tuple[int, bool, bool]:
+        """(label, the embedding backs it, it is a new speaker) for an embedded segment; changes nothing."""
         if self._sums is None or self._speakers == 0:
             # Short segments before the first embedded one already carry label 0: this speaker is theirs.
-            return self._new_speaker(unit.size), True
+            return self._speakers, True, True
         active = self._sums[: self._speakers]
         norms = np.linalg.norm(active, axis=1)
         similarities = (active @ unit) / np.maximum(norms, 1e-12)
-        self.last_comparisons = self._speakers
         best = int(np.argmax(similarities))
         if similarities[best] >= self.config.similarity_threshold or self._speakers >= self.config.max_speakers:
-            return best, True
+            return best, True, False
         if speech_s < self.config.min_new_speaker_speech_s:
-            return self._context_label(index), False
-        return self._new_speaker(unit.size), True
+            return self._context_label(index), False, False
+        return self._speakers, True, True
 
     def _new_speaker(self, dim: int) -> int:
         if self._sums is None:

@@ -141,6 +141,15 @@ class TurnDetector:
         first = self._deviating[0][0]
         return self._change_point(first, probs, probs_start)
 
+    @property
+    def voice(self) -> tuple[np.ndarray, float] | None:
+        """The current turn's voice so far: (unit embedding, seconds of audio its windows span), or None before its
+        first window."""
+        vector = self._voice_vector()
+        if vector is None:
+            return None
+        return vector, (self._voice[-1][0].end - self._voice[0][0].start) / SAMPLE_RATE
+
     def cut(self, at: int) -> None:
         """The caller ended the segment at ``at``; the new turn keeps the deviating windows that lie after it."""
         after = [(w, e) for w, e in self._deviating if w.start >= at - WINDOW]

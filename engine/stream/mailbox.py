@@ -25,17 +25,18 @@ class Mailbox:
         self.closed = False
 
     def post_caption(self, sentences: list[Sentence], partial: str, *, is_final: bool = False,
-                     latency_ms: int | None = None) -> None:
+                     latency_ms: int | None = None, partial_spk: int | None = None) -> None:
         """Queue a caption update, merging into a waiting non-final one."""
         tail = self._queue[-1] if self._queue else None
         if isinstance(tail, Caption) and not tail.is_final:
             tail.sentences.extend(sentences)
             tail.partial = partial
+            tail.partial_spk = partial_spk
             tail.is_final = is_final
             if latency_ms is not None:
                 tail.latency_ms = latency_ms
         else:
-            self._put(Caption(list(sentences), partial, is_final, latency_ms))
+            self._put(Caption(list(sentences), partial, is_final, latency_ms, partial_spk=partial_spk))
         self._ready.set()
 
     def post(self, message: ServerMessage) -> None:

@@ -126,6 +126,7 @@ class Session:
         self.last_partial_started = 0.0
         self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
+        self._partial_spk: int | None = None  # provisional speaker label of the open segment (``partial_spk``)
         self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
         self._agreed = ""  # leading words the open segment's last two partials agreed on (see ``agreed_prefix``)
@@ -236,19 +237,26 @@ class Session:
         if vector is None:
             return
         at = self.turns.add(window, vector, self.endpointer.open_probs, opened.speech_start)
-        if at is None:
-            return
-        events = self.endpointer.split(at)
-        if not events:
-            return
-        self._log.debug("voice change at %d ms: segment %d split", samples_to_ms(at), opened.index)
-        self._on_events(events, cut=at)
-        self._trim()
-        self._maybe_want_partial()
+        if at is not None and (events := self.endpointer.split(at)):
+            self._log.debug("voice change at %d ms: segment %d split", samples_to_ms(at), opened.index)
+            self._on_events(events, cut=at)
+            self._trim()
+            self._maybe_want_partial()
+        self._update_partial_speaker()
+
+    def _update_partial_speaker(self) -> None:
+        """The label the open segment's voice would lock with now, shown with its partial text (``partial_spk``)."""
+        voice = self.turns.voice if self.turns is not None else None
+        label = self.speakers.peek(*voice) if voice is not None and self.speakers is not None else None
+        if label != self._partial_spk:
+            self._partial_spk = label
+            if self._partial_text:
+                self._post([], covered_end=0)
 
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._partial_text = ""
+        self._partial_spk = None
         self._partial_audio_end = event.start
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
@@ -458,7 +466,8 @@ class Session:
             i = min(bisect.bisect_left(self._arrivals, covered_end, key=lambda a: a[0]), len(self._arrivals) - 1)
             latency = max(0, int((self._clock() - self._arrivals[i][1]) * 1000))
         self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
-                                  latency_ms=latency)
+                                  latency_ms=latency,
+                                  partial_spk=self._partial_spk if self._partial_text and not is_final else None)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     async def stop(self) -> None:

@@ -42,7 +42,7 @@ const STABLE_LIVE_MS = 20000;
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}   detail: plain-language text for the person, or ""
  *   ready     decoded `ready` message      {session, model, language}
- *   caption   {seq, sentences: [records added], partial, isFinal, latencyMs}
+ *   caption   {seq, sentences: [records added], partial, partialSpk, isFinal, latencyMs}
  *   sentence  one record {id, text, start, end, spk, session}, once per newly locked sentence
  *   speakers  {seq, changed: [records]}   after a relabel was applied
  *   stopped   {session}
@@ -362,6 +362,7 @@ export class CaptionController extends EventTarget {
           seq: message.seq,
           sentences: added.map((record) => ({ ...record })),
           partial: message.partial,
+          partialSpk: message.partialSpk,
           isFinal: message.isFinal,
           latencyMs: message.latencyMs,
         });

@@ -46,7 +46,7 @@ export class ProtocolError extends Error {
  * Returns `{raw, message}`: `raw` is the JSON exactly as sent, `message` a normalised copy, one of
  *   {type: "ready", seq, session, model, language}
  *   {type: "caption", seq, sentences: [{id, text, start, end, spk, words?: [{w, start_ms, end_ms}]}], partial,
- *    isFinal, latencyMs}
+ *    partialSpk (null when the server names no voice), isFinal, latencyMs}
  *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
  *   {type: "stopped", seq}
  *   {type: "error", seq, code, message}
@@ -89,6 +89,7 @@ export function decodeServerMessage(data) {
           seq,
           sentences: Array.isArray(raw.sentences) ? raw.sentences.map(sentence) : [],
           partial: textOr(raw.partial, ""),
+          partialSpk: Number.isInteger(raw.partial_spk) ? raw.partial_spk : null,
           isFinal: raw.is_final === true,
           latencyMs: finiteOr(raw.latency_ms, null),
         },

@@ -9,7 +9,9 @@
  *   <section class="turn" data-speaker>          one speaker's consecutive sentences (no data-spk, so
  *                                                [data-spk] selects sentences only)
  *     <span class="sentence" data-sentence-id data-spk>   one locked sentence; data-spk "" when unknown
- *   <p class="partial" data-partial>             the open segment's text, replaced on every update
+ *   <p class="partial" data-partial data-spk>    the open segment's text, replaced on every update; when the
+ *     <span class="who">                        server names the voice now speaking (partial_spk) and it is not
+ *                                                the last turn's speaker, its label first; data-spk "" otherwise
  */
 
 import { shortTime, speakerName } from "./labels.js";
@@ -23,6 +25,7 @@ export class TranscriptView {
   #follow;
   #lastTurn = null;
   #lastRecord = null;
+  #partialKey = "";
 
   /**
    * @param {{log: HTMLElement, partial: HTMLElement, follow: import("./follow.js").Follow}} parts
@@ -39,20 +42,37 @@ export class TranscriptView {
     this.#follow.update();
   }
 
-  /** Replace the partial line (empty text hides it). */
-  setPartial(text) {
-    if (this.#partial.textContent === text) return;
-    this.#partial.textContent = text;
+  /**
+   * Replace the partial line (empty text hides it). `spk`: the provisional label of the voice now speaking (null
+   * when not known yet); shown before the text when someone other than the last turn's speaker is talking.
+   */
+  setPartial(text, spk = null) {
+    const known = text && spk !== null && spk !== undefined;
+    const label = known && (!this.#lastRecord || this.#lastRecord.spk !== spk) ? speakerName(spk) : "";
+    const key = `${label}\u0000${text}`;
+    if (this.#partialKey === key) return;
+    this.#partialKey = key;
+    this.#partial.dataset.spk = label ? String(spk) : "";
+    if (label) {
+      const who = document.createElement("span");
+      who.className = "who";
+      who.textContent = label;
+      who.style.setProperty("--speaker", `var(--spk-${spk % PALETTE_SIZE})`);
+      this.#partial.replaceChildren(who, " ", text);
+    } else {
+      this.#partial.textContent = text;
+    }
     this.#follow.update();
   }
 
   /** Rebuild everything from the records (after a speaker relabel or a clear). */
-  render(records, partial) {
+  render(records, partial, partialSpk = null) {
     this.#log.replaceChildren();
     this.#lastTurn = null;
     this.#lastRecord = null;
     for (const record of records) this.#append(record, false);
-    this.#partial.textContent = partial;
+    this.#partialKey = "";
+    this.setPartial(partial, partialSpk);
     this.#follow.update();
   }
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.vad import WINDOW
 from engine.speakers.embedder import SpeakerEmbedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 from engine.speakers.turns import TurnConfig
@@ -116,6 +117,8 @@ class ClipResult:
     changes_found: int = 0  # ... with a segment boundary within 0.5 s
     splits: int = 0  # segments split at a change of voice
     split_delay_s: list[float] = field(default_factory=list)  # audio seconds from a change to its split's decision
+    label_delay_s: list[float] = field(default_factory=list)  # per change: until the new label shows (``label_delays``)
+    windows: int = 0  # turn-detector windows embedded
 
 
 def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
@@ -135,12 +138,25 @@ def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     ]
 
 
-def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
-                preset: str = "balanced") -> tuple[list[Segment], list[float]]:
+@dataclass(frozen=True)
+class Shown:
+    """A speaker label on screen: at ``at_s`` (audio seconds), the text of the segment whose speech starts at
+    ``segment_s`` shows ``label`` (a provisional label with the partial text, or the label a segment locked with;
+    decode time not included)."""
+
+    at_s: float
+    segment_s: float
+    label: int
+
+
+def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig, config: SpeakerConfig,
+                preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int]:
     """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
     the endpointer 64 ms at a time and ``TurnDetector`` embeds its windows of the open segment as it asks (here at
-    once; a server does it in the speaker thread a few milliseconds later) and may split the segment. Returns the
-    segments and, for each split, the audio position (seconds) when it was decided."""
+    once; a server does it in the speaker thread a few milliseconds later) and may split the segment; each closed
+    segment is labelled at once and the open one's voice gets a provisional label (``SpeakerTracker.peek``).
+    Returns the segments, the audio position (seconds) at which each split was decided, the labels shown and the
+    number of windows embedded."""
     from engine.config import ENDPOINT_PRESETS, VadConfig
     from engine.speakers.turns import TurnDetector
     from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
@@ -149,13 +165,21 @@ def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
     vad_config = VadConfig()
     endpointer = Endpointer(vad_config, ENDPOINT_PRESETS[preset])
     detector = TurnDetector(turns, vad_config.offset)
+    tracker = SpeakerTracker(config)
     closed: list[SegmentClosed] = []
     decided: list[float] = []
+    shown: list[Shown] = []
+    windows = 0
 
     def handle(events: list, cut: int | None = None) -> None:
         for event in events:
             if isinstance(event, SegmentClosed):
                 closed.append(event)
+                speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
+                vector = (embedder.embed([audio[event.start : event.end]])[0]
+                          if speech_s >= config.min_embed_speech_s else None)
+                label = tracker.assign(len(closed) - 1, vector, speech_s)
+                shown.append(Shown(endpointer.position / SAMPLE_RATE, event.speech_start / SAMPLE_RATE, label))
                 if cut is None:
                     detector.close()
             elif isinstance(event, SegmentOpened):
@@ -174,17 +198,46 @@ def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
         if window is None:
             continue
         vector = embedder.embed([audio[window.start : window.end]])[0]
+        windows += 1
         at = detector.add(window, vector, endpointer.open_probs, opened.speech_start)
-        if at is not None:
-            events = endpointer.split(at)
-            if events:
-                decided.append(endpointer.position / SAMPLE_RATE)
-                handle(events, cut=at)
+        if at is not None and (events := endpointer.split(at)):
+            decided.append(endpointer.position / SAMPLE_RATE)
+            handle(events, cut=at)
+        if detector.voice is not None and endpointer.open_segment is not None:
+            shown.append(Shown(endpointer.position / SAMPLE_RATE, endpointer.open_segment.speech_start / SAMPLE_RATE,
+                               tracker.peek(*detector.voice)))
     last = endpointer.flush()
     if last is not None:
-        closed.append(last)
+        handle([last])
     segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed]
-    return segments, decided
+    return segments, decided, shown, windows
+
+
+def label_delays(reference: list[Turn], segments: list[Segment], labels: list[int],
+                 shown: list[Shown]) -> list[float]:
+    """For each reference change of speaker: seconds from the new speaker's first word until a segment starting in
+    their turn shows the label their speech is mapped to (the best one-to-one mapping of labels onto speakers);
+    ``inf`` when that never happens during the turn."""
+    from scipy.optimize import linear_sum_assignment
+
+    names = sorted({t.speaker for t in reference})
+    hyp = sorted(set(labels))
+    overlap = np.zeros((len(names), len(hyp)))
+    for turn in reference:
+        for segment, label in zip(segments, labels, strict=True):
+            both = min(turn.end_s, segment.end_s) - max(turn.start_s, segment.start_s)
+            if both > 0:
+                overlap[names.index(turn.speaker), hyp.index(label)] += both
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    mapped = {names[r]: hyp[c] for r, c in zip(rows, cols, strict=True)}
+    delays = []
+    for before, turn in itertools.pairwise(reference):
+        if before.speaker == turn.speaker:
+            continue
+        hits = [x.at_s for x in shown if x.label == mapped.get(turn.speaker) and x.at_s >= turn.start_s
+                and turn.start_s - 1.0 <= x.segment_s < turn.end_s]
+        delays.append(min(hits) - turn.start_s if hits else float("inf"))
+    return delays
 
 
 def clip_probs(audio: np.ndarray) -> np.ndarray:
@@ -290,10 +343,12 @@ def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset
         audio = load_wav(DATA_DIR / "wav" / f"{clip}.wav")
         reference = read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
     decided: list[float] = []
+    shown: list[Shown] = []
+    windows = 0
     if preset == ORACLE:
         segments = oracle_segments(reference)
     elif turns is not None and turns.enabled:
-        segments, decided = stream_clip(audio, embedder, turns, preset)
+        segments, decided, shown, windows = stream_clip(audio, embedder, turns, config, preset)
     else:
         segments = segment_clip(audio, preset)
     duration_s = audio.size / SAMPLE_RATE
@@ -318,14 +373,17 @@ def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset
         changes_found=len(found),
         splits=len(decided),
         split_delay_s=sorted(delays),
+        windows=windows,
+        label_delay_s=label_delays(reference, segments, streaming, shown) if shown else [],
     )
 
 
 def alternating_clip(readers: tuple[str, ...], seed: int = 0,
                      gaps_s: tuple[float, float] = (0.3, 1.0)) -> tuple[np.ndarray, list[Turn]]:
     """Readers taking turns: each reader's shared utterances in order, one turn each, round-robin for as many rounds
-    as the reader with the fewest has, with a silence of ``gaps_s`` (uniform, seeded) between turns. Returns the
-    audio and the reference turns (the utterances' whole spans)."""
+    as the reader with the fewest has, with a silence of ``gaps_s`` (uniform, seeded) between turns (the files' own
+    leading and trailing silence comes on top). Returns the audio and the reference turns (each utterance from its
+    first to its last speech window by the VAD at 0.5)."""
     rng = np.random.default_rng(seed)
     utterances = {r: [load_wav(DATA_DIR / "wav" / f"{c}.wav") for c in READERS[r]] for r in readers}
     rounds = min(len(u) for u in utterances.values())
@@ -340,23 +398,27 @@ def alternating_clip(readers: tuple[str, ...], seed: int = 0,
                 at += gap.size
             clip = utterances[reader][i]
             pieces.append(clip)
-            turns.append(Turn(at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE, reader))
+            # The turn is the utterance's speech (its file has some silence at either end).
+            speech = np.flatnonzero(clip_probs(clip) >= 0.5)
+            first, last = (speech[0], speech[-1] + 1) if speech.size else (0, clip.size // WINDOW)
+            turns.append(Turn((at + first * WINDOW) / SAMPLE_RATE, (at + last * WINDOW) / SAMPLE_RATE, reader))
             at += clip.size
     return np.concatenate(pieces), turns
 
 
 def alternating_names() -> list[str]:
-    """Every pair and triple of ``READERS`` as ``alt:`` clip names."""
+    """Every reader alone (a change found there is a false one), pair and triple of ``READERS`` as ``alt:`` clip
+    names."""
     from itertools import combinations
 
     names = sorted(READERS)
-    return [f"alt:{'+'.join(c)}" for k in (2, 3) for c in combinations(names, k)]
+    return [f"alt:{'+'.join(c)}" for k in (1, 2, 3) for c in combinations(names, k)]
 
 
 def _table(results: list[ClipResult]) -> str:
     head = (f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
             f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}"
-            f" {'chg':>7} {'split':>5} {'delay':>5}")
+            f" {'chg':>7} {'split':>5} {'delay':>5} {'label':>5}")
     lines = [head, "-" * len(head)]
     for r in results:
         s, c = r.streaming, r.reclustered
@@ -367,7 +429,7 @@ def _table(results: list[ClipResult]) -> str:
             f" {s.der:>6.1%} {c.der:>6.1%} {s.missed_s / max(s.reference_s, 1e-9):>5.1%}"
             f" {s.false_alarm_s / max(s.reference_s, 1e-9):>5.1%} {r.relabelled:>5}"
             f" {f'{r.changes_found}/{r.changes}':>7} {r.splits:>5}"
-            f" {(f'{np.median(r.split_delay_s):.2f}' if r.split_delay_s else '-'):>5}"
+            f" {_p50(r.split_delay_s):>5} {_p50(r.label_delay_s):>5}"
         )
     families = {"alternating readers": lambda r: r.clip.startswith("alt:"),
                 "RTTM clips": lambda r: not r.clip.startswith("alt:")}
@@ -387,13 +449,20 @@ def _table(results: list[ClipResult]) -> str:
             mean_one = float(np.mean([r.one_label.speaker_error for r in group]))
             right = sum(r.streaming.speakers_found == r.reference_speakers for r in group)
             delays = [d for r in group for d in r.split_delay_s]
+            shown = [d for r in group for d in r.label_delay_s]
             lines.append(
                 f"{'mean / pooled: ' + family:<28} {preset:<11} {f'{right}/{len(group)} right count':>19}"
                 f" {mean_se:>7.1%} {mean_rc:>6.1%} {mean_one:>6.1%} {pooled('streaming'):>6.1%}"
                 f" {pooled('reclustered'):>6.1%} {'':>17}"
                 f" {f'{sum(r.changes_found for r in group)}/{sum(r.changes for r in group)}':>7}"
-                f" {sum(r.splits for r in group):>5} {(f'{np.median(delays):.2f}' if delays else '-'):>5}"
+                f" {sum(r.splits for r in group):>5} {_p50(delays):>5} {_p50(shown):>5}"
+                + (f"  new label shown within 1.5 s: {sum(d <= 1.5 for d in shown)}/{len(shown)}" if shown else "")
             )
+    windows = sum(r.windows for r in results)
+    if windows:
+        speech_s = sum(r.streaming.reference_s for r in results if r.windows)
+        lines.append(f"turn windows: {windows} embedded over {speech_s:.0f} s of reference speech"
+                     f" ({windows / speech_s:.2f} per second of speech)")
     segments = sum(r.embedded for r in results)
     if segments:
         cpu_s = sum(r.embed_cpu_s for r in results)
@@ -402,6 +471,10 @@ def _table(results: list[ClipResult]) -> str:
                      f" ({1000 * cpu_s / segments:.0f} ms per segment, {1000 * cpu_s / speech_s:.1f} ms per"
                      f" second of speech)")
     return "\n".join(lines)
+
+
+def _p50(values: list[float]) -> str:
+    return f"{np.median(values):.2f}" if values else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -418,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--change-similarity", type=float, default=tdefaults.change_similarity)
     parser.add_argument("--window-s", type=float, default=tdefaults.window_s)
     parser.add_argument("--hop-s", type=float, default=tdefaults.hop_s)
+    parser.add_argument("--confirm-hop-s", type=float, default=tdefaults.confirm_hop_s)
     parser.add_argument("--confirm-windows", type=int, default=tdefaults.confirm_windows)
     parser.add_argument("--min-turn-s", type=float, default=tdefaults.min_turn_s)
     parser.add_argument("--similarity-threshold", type=float, default=defaults.similarity_threshold)
@@ -433,9 +507,10 @@ def main(argv: list[str] | None = None) -> int:
         recluster_margin=args.recluster_margin,
     )
     presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]
-    turns = TurnConfig(window_s=args.window_s, hop_s=args.hop_s, change_similarity=args.change_similarity,
+    turns = TurnConfig(window_s=args.window_s, hop_s=args.hop_s, confirm_hop_s=min(args.confirm_hop_s, args.hop_s),
+                       change_similarity=args.change_similarity,
                        confirm_windows=args.confirm_windows, min_turn_s=args.min_turn_s)
-    modes = {"on": [turns], "off": [None], "both": [None, turns]}[args.turns]
+    modes: list[TurnConfig | None] = [None, turns] if args.turns == "both" else [turns if args.turns == "on" else None]
     embedder = SpeakerEmbedder()
     results = [run_clip(clip, embedder, config, preset, mode) for preset in presets for mode in modes
                for clip in args.clips if not (mode is not None and preset == ORACLE)]

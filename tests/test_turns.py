@@ -72,7 +72,7 @@ def test_without_a_pause_the_cut_lands_near_the_change() -> None:
 
 def test_one_odd_window_is_not_a_change() -> None:
     def voice_at(start: float, end: float) -> np.ndarray:
-        return B if 5.0 <= end < 5.4 else A  # one window in the middle sounds like someone else
+        return B if 5.0 <= end < 5.2 else A  # one window in the middle sounds like someone else
 
     at, _ = _drive(voice_at, seconds=12.0)
     assert at is None

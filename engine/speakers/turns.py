@@ -34,9 +34,10 @@ class TurnConfig:
     """Audio per embedding window, seconds. Shorter windows find a change sooner but embed a voice less surely."""
     hop_s: float = 0.5
     """A new window every this many seconds of audio of the open segment."""
-    confirm_hop_s: float = 0.25
-    """After a window unlike the turn's voice, the next one comes this soon: a change is confirmed sooner without
-    paying for short hops all the time (each window costs ~12-30 ms of CPU)."""
+    confirm_hop_s: float = 0.5
+    """After a window unlike the turn's voice, the next one comes this soon (at most ``hop_s``). 0.25 s confirms
+    changes sooner in the bench at little cost, but missed changes in a live session (docs/benchmarks.md, "Speaker
+    turns inside a segment"), so by default it equals the hop."""
     min_speech: float = 0.6
     """Share of a window's VAD frames that must be speech for it to be embedded (pauses embed as noise)."""
     change_similarity: float = 0.72

@@ -103,7 +103,7 @@ class SpeakerTracker:
         if embedding is None or speech_s < self.config.min_embed_speech_s:
             label = self._context_label(len(self._order))
         else:
-            unit = _unit(embedding)
+            unit = unit_vector(embedding)
             label, matched = self._nearest_or_new(unit, speech_s, len(self._order))
             if matched:
                 self._add_to_centroid(label, unit, speech_s)
@@ -117,7 +117,7 @@ class SpeakerTracker:
         for the voice of an open segment."""
         if speech_s < self.config.min_embed_speech_s:
             return self._context_label(len(self._order))
-        label, _, _ = self._choose(_unit(embedding), speech_s, len(self._order))
+        label, _, _ = self._choose(unit_vector(embedding), speech_s, len(self._order))
         return label
 
     def recluster(self) -> dict[int, int]:
@@ -214,7 +214,8 @@ class SpeakerTracker:
                 self._add_to_centroid(self.labels[sid], unit, seconds)
 
 
-def _unit(embedding: np.ndarray) -> np.ndarray:
+def unit_vector(embedding: np.ndarray) -> np.ndarray:
+    """``embedding`` L2-normalised as float64; ``ValueError`` for a zero or non-finite vector."""
     vector = np.asarray(embedding, dtype=np.float64).reshape(-1)
     norm = float(np.linalg.norm(vector))
     if not np.isfinite(norm) or norm == 0.0:

@@ -23,6 +23,7 @@ import numpy as np
 
 from engine.audio.pcm import SAMPLE_RATE
 from engine.audio.vad import WINDOW
+from engine.speakers.tracker import unit_vector
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class TurnDetector:
         (the caller cuts the segment there and calls ``cut``), else None."""
         if not self.active or window.turn != self.turn:
             return None
-        unit = _unit(embedding)
+        unit = unit_vector(embedding)
         voice = self._voice_vector()
         spans_turn = bool(self._voice) and self._voice[-1][0].end - self._voice[0][0].start >= self._min_turn
         if voice is None or not spans_turn:
@@ -181,7 +182,7 @@ class TurnDetector:
     def _voice_vector(self) -> np.ndarray | None:
         if not self._voice:
             return None
-        return _unit(np.sum([e for _, e in self._voice], axis=0))
+        return unit_vector(np.sum([e for _, e in self._voice], axis=0))
 
     def _deviating_agree(self) -> bool:
         """The deviating windows sound like one another (one new voice, not a stretch of noise)."""
@@ -217,11 +218,3 @@ class TurnDetector:
 def _samples(seconds: float) -> int:
     """Seconds as samples, a whole number (at least one) of VAD windows."""
     return max(1, round(seconds * SAMPLE_RATE / WINDOW)) * WINDOW
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    v = np.asarray(vector, dtype=np.float64).reshape(-1)
-    norm = float(np.linalg.norm(v))
-    if not np.isfinite(norm) or norm == 0.0:
-        raise ValueError("speaker embedding must be a finite, non-zero vector")
-    return v / norm

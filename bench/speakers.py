@@ -72,6 +72,7 @@ class Segment:
     end_s: float
     audio_start: int  # samples of the segment's audio (pre-roll and post-roll included)
     audio_end: int
+    after_turn: bool = False  # split off the segment before it at a change of voice
 
     @property
     def speech_s(self) -> float:
@@ -178,7 +179,7 @@ def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
                 speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
                 vector = (embedder.embed([audio[event.start : event.end]])[0]
                           if speech_s >= config.min_embed_speech_s else None)
-                label = tracker.assign(len(closed) - 1, vector, speech_s)
+                label = tracker.assign(len(closed) - 1, vector, speech_s, event.after_turn)
                 shown.append(Shown(endpointer.position / SAMPLE_RATE, event.speech_start / SAMPLE_RATE, label))
                 if cut is None:
                     detector.close()
@@ -204,12 +205,14 @@ def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig,
             decided.append(endpointer.position / SAMPLE_RATE)
             handle(events, cut=at)
         if detector.voice is not None and endpointer.open_segment is not None:
-            shown.append(Shown(endpointer.position / SAMPLE_RATE, endpointer.open_segment.speech_start / SAMPLE_RATE,
-                               tracker.peek(*detector.voice)))
+            opened = endpointer.open_segment
+            shown.append(Shown(endpointer.position / SAMPLE_RATE, opened.speech_start / SAMPLE_RATE,
+                               tracker.peek(*detector.voice, new_voice=opened.after_turn)))
     last = endpointer.flush()
     if last is not None:
         handle([last])
-    segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed]
+    segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end, e.after_turn)
+                for e in closed]
     return segments, decided, shown, windows
 
 
@@ -328,7 +331,7 @@ def label_segments(
     vectors = embedder.embed([audio[segments[i].audio_start : segments[i].audio_end] for i in long_enough])
     embed_cpu_s = time.process_time() - cpu_start
     by_index = dict(zip(long_enough, vectors, strict=True))
-    streaming = [tracker.assign(i, by_index.get(i), s.speech_s) for i, s in enumerate(segments)]
+    streaming = [tracker.assign(i, by_index.get(i), s.speech_s, s.after_turn) for i, s in enumerate(segments)]
     tracker.recluster()
     return streaming, [tracker.labels[i] for i in range(len(segments))], long_enough, embed_cpu_s
 

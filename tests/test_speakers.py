@@ -208,6 +208,20 @@ def test_short_segments_take_the_previous_label(embedder: SpeakerEmbedder) -> No
         tracker.assign(12, b, 7.8)
 
 
+def test_a_voice_split_off_at_a_change_opens_a_speaker_sooner() -> None:
+    """After the turn detector heard another voice begin, 1 s of unlike speech opens a speaker (2 s otherwise); a
+    known voice is still recognised, and a short unembedded segment still takes the context label."""
+    a, b, c = np.eye(3)[0], np.eye(3)[1], np.eye(3)[2]
+    tracker = SpeakerTracker(SpeakerConfig())
+    assert tracker.assign(0, a, 5.0) == 0
+    assert tracker.peek(b, 1.5) == 0  # too little speech to open a speaker on its own
+    assert tracker.peek(b, 1.5, new_voice=True) == 1  # the split says it is someone else
+    assert tracker.assign(1, b, 1.5, new_voice=True) == 1
+    assert tracker.assign(2, a, 1.2, new_voice=True) == 0  # a known voice stays known
+    assert tracker.assign(3, c, 0.6, new_voice=True) == 0  # not embedded: context, as ever
+    assert tracker.assign(4, c, 1.5) == 0  # without a detected change, 1.5 s opens nothing
+
+
 def test_per_segment_work_stays_bounded() -> None:
     """2000 unrelated voices: each assignment compares against at most max_speakers centroids."""
     config = SpeakerConfig()

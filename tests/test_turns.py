@@ -88,6 +88,40 @@ def test_deviating_windows_that_do_not_agree_are_not_a_new_voice() -> None:
     assert at is None
 
 
+def test_a_window_straddling_the_change_does_not_hide_the_new_voice() -> None:
+    # Windows that hold the end of A and the start of B sound like neither voice nor like each other; every window
+    # after them is B. They must not keep the B windows from confirming for the rest of the segment.
+    a, b = np.eye(4)[0], np.eye(4)[1]
+    odd = iter([np.eye(4)[2], np.eye(4)[3]] * 20)
+
+    def voice_at(start: float, end: float) -> np.ndarray:
+        if end <= 6.0:
+            return a
+        return next(odd) if start < 6.0 else b
+
+    at, found_s = _drive(voice_at, seconds=14.0, pauses=[(5.8, 6.0)])
+    assert at is not None, "the new voice was never confirmed"
+    assert 5.8 <= at / SAMPLE_RATE <= 6.0 and found_s <= 8.0, (at / SAMPLE_RATE, found_s)
+
+
+def test_after_a_cut_the_new_voice_is_known_at_once() -> None:
+    # The deviating windows mostly after the cut seed the new turn's voice: its label can show straight away.
+    detector = TurnDetector(TurnConfig(), THRESHOLD)
+    detector.open(0)
+    probs = _probs(10.0, pauses=[(5.7, 6.0)])
+    voice_at = _two_voices(change_s=6.0)
+    for i in range(1, probs.size + 1):
+        window = detector.next_window(i * WINDOW, probs[:i], 0)
+        if window is not None and (at := detector.add(window, voice_at(window.start / SAMPLE_RATE,
+                                                                      window.end / SAMPLE_RATE), probs[:i], 0)):
+            detector.cut(at)
+            break
+    voice = detector.voice
+    assert voice is not None, "no voice for the new turn right after the cut"
+    vector, seconds = voice
+    assert float(vector @ B) > 0.9 and seconds >= 1.7  # both deviating windows, not only the last
+
+
 def test_pauses_are_not_embedded_and_late_results_are_ignored() -> None:
     detector = TurnDetector(TurnConfig(), THRESHOLD)
     detector.open(0)

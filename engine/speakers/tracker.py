@@ -89,13 +89,15 @@ class SpeakerTracker:
         """Distinct labels handed out so far."""
         return max(self._speakers, max(self.labels.values(), default=-1) + 1)
 
-    def assign(self, segment_id: int, embedding: np.ndarray | None, speech_s: float) -> int:
+    def assign(self, segment_id: int, embedding: np.ndarray | None, speech_s: float, new_voice: bool = False) -> int:
         """Label one closed segment and return the label.
 
         ``embedding`` is the segment's speaker embedding (any scale; it is normalised here) or None when the
         segment was too short to embed. A segment with ``speech_s < min_embed_speech_s`` or no embedding gets
-        the previous segment's label (0 for the first segment) and never opens a new speaker. Each
-        ``segment_id`` may be assigned once (``ValueError`` otherwise).
+        the previous segment's label (0 for the first segment) and never opens a new speaker. ``new_voice``: the
+        turn detector heard another voice begin this segment (it was split off the one before), evidence enough
+        to open a new speaker from ``min_embed_speech_s`` of speech instead of ``min_new_speaker_speech_s``.
+        Each ``segment_id`` may be assigned once (``ValueError`` otherwise).
         """
         if segment_id in self.labels:
             raise ValueError(f"segment {segment_id} already has a speaker label")
@@ -104,7 +106,7 @@ class SpeakerTracker:
             label = self._context_label(len(self._order))
         else:
             unit = unit_vector(embedding)
-            label, matched = self._nearest_or_new(unit, speech_s, len(self._order))
+            label, matched = self._nearest_or_new(unit, speech_s, len(self._order), new_voice)
             if matched:
                 self._add_to_centroid(label, unit, speech_s)
             self._embedded[segment_id] = (unit, speech_s)
@@ -112,12 +114,12 @@ class SpeakerTracker:
         self.labels[segment_id] = label
         return label
 
-    def peek(self, embedding: np.ndarray, speech_s: float) -> int:
+    def peek(self, embedding: np.ndarray, speech_s: float, new_voice: bool = False) -> int:
         """The label ``assign`` would give a segment with this embedding now, changing nothing: a provisional label
         for the voice of an open segment."""
         if speech_s < self.config.min_embed_speech_s:
             return self._context_label(len(self._order))
-        label, _, _ = self._choose(unit_vector(embedding), speech_s, len(self._order))
+        label, _, _ = self._choose(unit_vector(embedding), speech_s, len(self._order), new_voice)
         return label
 
     def recluster(self) -> dict[int, int]:
@@ -159,15 +161,15 @@ class SpeakerTracker:
             return 0
         return (labels or self.labels)[self._order[index - 1]]
 
-    def _nearest_or_new(self, unit: np.ndarray, speech_s: float, index: int) -> tuple[int, bool]:
+    def _nearest_or_new(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> tuple[int, bool]:
         """Label for an embedded segment, and whether the embedding backs it (then it joins the centroid)."""
-        label, backed, new = self._choose(unit, speech_s, index)
+        label, backed, new = self._choose(unit, speech_s, index, new_voice)
         self.last_comparisons = self._speakers
         if new:
             self._new_speaker(unit.size)
         return label, backed
 
-    def _choose(self, unit: np.ndarray, speech_s: float, index: int) -> tuple[int, bool, bool]:
+    def _choose(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> tuple[int, bool, bool]:
         """(label, the embedding backs it, it is a new speaker) for an embedded segment; changes nothing."""
         if self._sums is None or self._speakers == 0:
             # Short segments before the first embedded one already carry label 0: this speaker is theirs.
@@ -178,7 +180,7 @@ class SpeakerTracker:
         best = int(np.argmax(similarities))
         if similarities[best] >= self.config.similarity_threshold or self._speakers >= self.config.max_speakers:
             return best, True, False
-        if speech_s < self.config.min_new_speaker_speech_s:
+        if speech_s < (self.config.min_embed_speech_s if new_voice else self.config.min_new_speaker_speech_s):
             return self._context_label(index), False, False
         return self._speakers, True, True
 

@@ -36,6 +36,7 @@ class SegmentOpened:
     index: int
     start: int
     speech_start: int
+    after_turn: bool = False  # opened by ``Endpointer.split``: another voice than the segment before it
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class SegmentClosed:
     speech_end: int
     reason: CloseReason
     probs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), compare=False, repr=False)
+    after_turn: bool = False  # the segment began at a change of voice (its ``SegmentOpened.after_turn``)
 
 
 SegmentEvent = SegmentOpened | SegmentClosed
@@ -154,7 +156,7 @@ class Endpointer:
         # The new segment's speech starts at its first speech window after the cut; its audio at the cut (the
         # pre-roll reaches back to the previous segment's end and no further).
         first = next((i for i, p in enumerate(tail) if p >= self.vad.offset), 0)
-        self._begin(at + first * WINDOW, events)
+        self._begin(at + first * WINDOW, events, after_turn=True)
         self._probs = list(tail[first:])
         self._speech_end = speech_end
         self._silence = 0
@@ -164,9 +166,9 @@ class Endpointer:
             self._silence += 1
         return events
 
-    def _begin(self, onset: int, events: list[SegmentEvent], preroll: bool = True) -> None:
+    def _begin(self, onset: int, events: list[SegmentEvent], preroll: bool = True, after_turn: bool = False) -> None:
         pre = _samples(self.cfg.preroll_ms) if preroll else 0
-        self._open = SegmentOpened(self.segments, max(onset - pre, self._last_end, 0), onset)
+        self._open = SegmentOpened(self.segments, max(onset - pre, self._last_end, 0), onset, after_turn)
         self.segments += 1
         self._speech_end = self.position
         self._silence = 0
@@ -180,7 +182,8 @@ class Endpointer:
         opened = self._open
         windows = max(0, (end - opened.speech_start) // WINDOW)
         closed = SegmentClosed(opened.index, opened.start, end, opened.speech_start,
-                               min(self._speech_end, end), reason, np.asarray(self._probs[:windows], np.float32))
+                               min(self._speech_end, end), reason, np.asarray(self._probs[:windows], np.float32),
+                               opened.after_turn)
         self._open = None
         self._last_end = end
         self._probs = []

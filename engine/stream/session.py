@@ -247,7 +247,10 @@ class Session:
     def _update_partial_speaker(self) -> None:
         """The label the open segment's voice would lock with now, shown with its partial text (``partial_spk``)."""
         voice = self.turns.voice if self.turns is not None else None
-        label = self.speakers.peek(*voice) if voice is not None and self.speakers is not None else None
+        opened = self.endpointer.open_segment
+        new_voice = opened is not None and opened.after_turn
+        label = (self.speakers.peek(*voice, new_voice=new_voice)
+                 if voice is not None and self.speakers is not None else None)
         if label != self._partial_spk:
             self._partial_spk = label
             if self._partial_text:
@@ -442,7 +445,8 @@ class Session:
                 continue
             sid = self._next_sentence
             self._next_sentence += 1
-            spk = self.speakers.assign(sid, embedding, item.speech_s) if self.speakers else None
+            spk = (self.speakers.assign(sid, embedding, item.speech_s, item.closed.after_turn)
+                   if self.speakers else None)
             closed = item.closed
             start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
             words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,

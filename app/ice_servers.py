@@ -30,7 +30,7 @@ TRANSPORT_POLICIES = ("all", "relay")
 DEFAULT_LABEL = "live-captions"  # the label of credentials for a page that publishes into no given room yet
 
 _URL = re.compile(r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
-                  r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
+                  r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
 _LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -66,11 +66,14 @@ class IceServer:
 
 def parse_server_url(text: str) -> ServerUrl:
     """``stun:host[:port]``, ``turn[s]:[user:pass@]host[:port][?transport=udp|tcp]``; raises ``ValueError`` naming
-    the value otherwise. STUN URLs carry no credentials."""
+    the value otherwise. STUN URLs carry no credentials. The host is a name or an IPv4 address (aiortc cannot
+    parse a bracketed IPv6 literal)."""
     m = _URL.fullmatch(text.strip())
-    if m is None or (m["scheme"] == "stun" and (m["user"] or m["query"])):
+    if m is None or (m["scheme"] == "stun" and (m["user"] or m["query"])) or (
+            m["scheme"] == "turns" and m["query"] == "?transport=udp"):  # TURN over TLS runs on TCP only
         raise ValueError(f"bad ICE server URL {text!r}: expected stun:host:port, turn:host:port or "
-                         "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs)")
+                         "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs; the host a name "
+                         "or an IPv4 address)")
     if m["port"] and not 0 < int(m["port"]) < 65536:
         raise ValueError(f"bad ICE server URL {text!r}: port {m['port']} is out of range")
     url = f"{m['scheme']}:{m['host']}" + (f":{m['port']}" if m["port"] else "") + (m["query"] or "")

@@ -63,6 +63,8 @@ def test_page_config_and_link_headers_come_from_the_same_list() -> None:
 @pytest.mark.parametrize(("config", "message"), [
     ({"servers": ("http://turn.example.org",)}, "bad ICE server URL"),
     ({"servers": ("stun:user:pass@stun.example.org",)}, "bad ICE server URL"),
+    ({"servers": ("turn:u:p@[2001:db8::1]:3478",)}, "bad ICE server URL"),
+    ({"servers": ("turns:u:p@turn.example.org?transport=udp",)}, "bad ICE server URL"),
     ({"servers": ("turn:turn.example.org:99999",)}, "out of range"),
     ({"servers": ("turn:turn.example.org",)}, "has no credentials: give turn:user:pass@host:port or --turn-secret"),
     ({"servers": ("stun:stun.example.org",), "transport_policy": "relay"}, "relay needs a TURN server"),

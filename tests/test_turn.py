@@ -4,10 +4,10 @@ lets only the TURN server through.
 
 - the server's own peer connections gather only a relayed candidate (aiortc's ``iceTransportPolicy=relay``);
 - WHIP clients are told the same TURN server, with time-limited credentials for their room;
-- the microphone page (time-limited TURN REST credentials) and the kiosk with ``mic=1`` (a static TURN user) in
-  real Chromium get the server's ICE configuration from ``GET /ice``, connect through the relay, and show captions.
-  Chromium's ``getStats()`` names the selected candidate pair (relayed on both sides), and coturn's log shows that
-  the audio the page sent went through its relay, to the server's own allocation.
+- the microphone page (time-limited TURN REST credentials), the kiosk and the widget with ``mic=1`` (a static TURN
+  user) in real Chromium get the server's ICE configuration from ``GET /ice``, connect through the relay, and show
+  captions. Chromium's ``getStats()`` names the selected candidate pair (relayed on both sides), and coturn's log
+  shows that the audio the page sent went through its relay, to the server's own allocation.
 
 The recognizer is the named fake: what is tested is the path of the audio, not the words.
 """
@@ -169,19 +169,25 @@ async def test_microphone_page_captions_through_the_relay_only(
 
 
 @pytest.mark.e2e
-async def test_kiosk_microphone_captions_through_the_relay_with_a_static_turn_user(
-        fake_engine: CaptionEngine, static_turn: TurnServer, browser: Browser) -> None:
+@pytest.mark.parametrize(("path", "stop"), [
+    ("/kiosk?room={room}&mic=1&qr=0", "window.liveCaptions.mic.stop()"),
+    # The widget's host page would stop it by postMessage; without one, its connection is closed as stop closes it
+    # (a page that merely goes away leaves its TURN allocations to expire, and coturn logs them only then).
+    ("/embed?room={room}&mic=1&autostart=1", "window.peerConnections.forEach((pc) => pc.close())"),
+], ids=["kiosk", "widget"])
+async def test_kiosk_and_widget_microphones_caption_through_the_relay_with_a_static_turn_user(
+        fake_engine: CaptionEngine, static_turn: TurnServer, browser: Browser, path: str, stop: str) -> None:
     config = relay_config(static_turn, static_user=("alice", "wonderland"))
     async with running_server(fake_engine, ice=config) as (url, _), aiohttp.ClientSession() as http:
         async with http.post(f"{url}/rooms", json={"title": "meeting room"}) as r:
             room = (await r.json())["room"]
-        kiosk = await browser.new_page()
-        await kiosk.add_init_script(RECORD_PEER_CONNECTIONS)
-        await kiosk.goto(f"{url}/kiosk?room={room}&mic=1&qr=0")
-        await kiosk.wait_for_selector("[data-sentence-id]", timeout=30_000)
-        sent = await relayed_audio_bytes(kiosk, static_turn, "alice")
-        await kiosk.evaluate("window.liveCaptions.mic.stop()")
-        await kiosk.close()
+        page = await browser.new_page()
+        await page.add_init_script(RECORD_PEER_CONNECTIONS)
+        await page.goto(url + path.format(room=room))
+        await page.wait_for_selector("[data-sentence-id]", timeout=30_000)
+        sent = await relayed_audio_bytes(page, static_turn, "alice")
+        await page.evaluate(stop)
+        await page.close()
     await assert_relayed(static_turn, "alice", "alice", sent)
 
 

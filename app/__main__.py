@@ -13,12 +13,16 @@ from .server import create_app, tls_context
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("aioice", "aiortc", "vllm"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits with status 2 and the usage line, as for any bad flag
     ssl_context = tls_context(config)
     scheme = "https" if ssl_context else "http"
     print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)

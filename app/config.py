@@ -9,6 +9,8 @@ from pathlib import Path
 
 from engine import ENDPOINT_PRESETS, WINDOW_MODES, TranscriberConfig
 
+from . import ice_servers
+
 
 def default_db() -> Path:
     """``$XDG_DATA_HOME/live-captions/captions.db`` (``~/.local/share/...`` by default)."""
@@ -20,15 +22,27 @@ class IceConfig:
     """How the server's WebRTC side finds a path to browsers.
 
     ``hosts``: restrict host candidates to these local addresses (e.g. ``127.0.0.1``); empty = every interface.
-    ``servers``: STUN/TURN URLs (``stun:host:port``, ``turn:user:pass@host:port``); empty = none, never a public one.
+    ``servers``: STUN/TURN URLs (``stun:host:port``, ``turn:user:pass@host:port``, or ``turn:host:port`` with
+    ``turn_secret``); empty = none, never a public one. The server and every page use the same list.
+    ``turn_secret``: the TURN server's shared secret (coturn ``static-auth-secret``): TURN URLs without static
+    credentials get TURN REST credentials that expire ``turn_ttl_s`` seconds after they are handed out.
+    ``transport_policy``: ``all``, or ``relay`` (only relayed candidates, on the server and in the pages).
     ``udp_ports``: bind host candidates within this inclusive port range (firewalled deployments), or None.
     ``loopback_only``: accept only loopback candidates from the browser (tests: no packet leaves the machine).
+
+    Raises ``ValueError`` for a configuration that cannot work (``app.ice_servers.check``).
     """
 
     hosts: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
+    turn_secret: str | None = None
+    turn_ttl_s: int = 86_400  # a connection lasts at most this long on relayed candidates; pages then reconnect
+    transport_policy: str = "all"
     udp_ports: tuple[int, int] | None = None
     loopback_only: bool = False
+
+    def __post_init__(self) -> None:
+        ice_servers.check(self)
 
 
 @dataclass(frozen=True)
@@ -115,8 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only offer host candidates on this local address (repeatable; env LIVE_CAPTIONS_ICE_HOSTS, "
                         "comma-separated)")
     p.add_argument("--ice-server", action="append", default=None,
-                   help="STUN/TURN server URL, e.g. stun:stun.example.org:3478 or turn:user:pass@turn.example.org:3478 "
+                   help="STUN/TURN server URL for the server and every page, e.g. stun:stun.example.org:3478, "
+                        "turn:turn.example.org:3478 (with --turn-secret) or turn:user:pass@turn.example.org:3478 "
                         "(repeatable; env LIVE_CAPTIONS_ICE_SERVERS, comma-separated; default: none)")
+    p.add_argument("--turn-secret", default=_env("TURN_SECRET"),
+                   help="shared secret of the TURN server (coturn: use-auth-secret, static-auth-secret): browsers get "
+                        "time-limited TURN credentials instead of a fixed user:pass (env LIVE_CAPTIONS_TURN_SECRET)")
+    p.add_argument("--turn-ttl-s", type=int, default=int(_env("TURN_TTL_S", "86400") or 86400),
+                   help="lifetime of the time-limited TURN credentials, in seconds (default 86400: one day)")
+    p.add_argument("--ice-transport-policy", choices=ice_servers.TRANSPORT_POLICIES,
+                   default=_env("ICE_TRANSPORT_POLICY", "all"),
+                   help="'relay': the server and the pages use only TURN-relayed candidates (hides both ends' "
+                        "addresses; needs a TURN server); default 'all'")
     p.add_argument("--udp-ports", type=_port_range, default=_port_range(_env("UDP_PORTS")),
                    help="bind WebRTC host candidates within this UDP port range, e.g. 50000-50100")
     p.add_argument("--loopback-only", action="store_true", default=_env("LOOPBACK_ONLY") == "1",
@@ -147,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Raises ``ValueError`` for flags that cannot work together (see ``IceConfig``)."""
     hosts = args.ice_host if args.ice_host is not None else [h for h in (_env("ICE_HOSTS") or "").split(",") if h]
     servers = args.ice_server if args.ice_server is not None else [
         s for s in (_env("ICE_SERVERS") or "").split(",") if s]
@@ -157,8 +182,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
         window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
         device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
-        ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), udp_ports=args.udp_ports,
-                      loopback_only=args.loopback_only),
+        ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), turn_secret=args.turn_secret or None,
+                      turn_ttl_s=args.turn_ttl_s, transport_policy=args.ice_transport_policy,
+                      udp_ports=args.udp_ports, loopback_only=args.loopback_only),
         funasr_port=args.funasr_port, max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
         max_upload_mb=args.max_upload_mb,
         db_path=args.db, auth_token=args.auth_token or None,

@@ -1,5 +1,5 @@
-"""ICE policy for the server's WebRTC side: which local addresses and ports it offers, which ICE servers it uses,
-and (in loopback-only mode) which remote candidates it accepts.
+"""ICE policy for the server's WebRTC side: which local addresses and ports it offers, which ICE servers and
+transport policy it uses (``app.ice_servers``), and (in loopback-only mode) which remote candidates it accepts.
 
 aioice enumerates host addresses through a module-level function and binds ephemeral ports; both are replaced
 here, process-wide, by ``install``. One server per process is the model (``create_app`` calls it once); calling it
@@ -18,9 +18,10 @@ from typing import Any
 
 import aioice.ice
 from aioice import Candidate
-from aiortc import RTCConfiguration, RTCIceServer
+from aiortc import RTCConfiguration, RTCIceServer, RTCIceTransportPolicy
 
 from .config import IceConfig
+from .ice_servers import ice_servers
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +94,14 @@ async def _bind_in_range(loop: asyncio.AbstractEventLoop, connection: Any, addre
     return None
 
 
-def rtc_configuration(servers: tuple[str, ...]) -> RTCConfiguration:
-    """``RTCConfiguration`` from URLs; ``turn:user:pass@host:port`` carries credentials. Empty = no ICE servers
-    (aiortc's default would be a public STUN host: never used)."""
-    ice_servers = []
-    for url in servers:
-        m = re.fullmatch(r"(turns?|stun):(?:([^:@]+):([^@]+)@)?(.+)", url)
-        if not m:
-            raise ValueError(f"bad ICE server URL {url!r}; expected stun:host:port or turn:user:pass@host:port")
-        scheme, user, password, rest = m.groups()
-        ice_servers.append(RTCIceServer(urls=f"{scheme}:{rest}", username=user, credential=password))
-    return RTCConfiguration(iceServers=ice_servers)
+def rtc_configuration(config: IceConfig, label: str | None = None) -> RTCConfiguration:
+    """The server side's ``RTCConfiguration``: the configured STUN/TURN servers with the credentials to use now
+    (``app.ice_servers``; ``label`` names the session in time-limited TURN usernames) and the transport policy
+    (``relay``: aioice gathers only a relayed candidate). Empty list = no ICE servers (aiortc's default would be a
+    public STUN host: never used). aiortc uses the first STUN and the first TURN server of the list only."""
+    servers = [RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
+               for s in ice_servers(config, label)]
+    return RTCConfiguration(iceServers=servers, iceTransportPolicy=RTCIceTransportPolicy(config.transport_policy))
 
 
 _CANDIDATE = re.compile(r"^a=candidate:\S+ \d+ \S+ \d+ (\S+) ")

@@ -62,7 +62,7 @@ class PeerSession:
         self._slot = slot
         self.id = self.session.session_id
         self.state = PeerState.NEW
-        self.pc = RTCPeerConnection(rtc_configuration(config.ice.servers))
+        self.pc = RTCPeerConnection(rtc_configuration(config.ice, label=self.id))
         self.channel: RTCDataChannel | None = None
         self.data_channel = data_channel
         self.ingest = IngestStats()

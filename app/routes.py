@@ -9,7 +9,8 @@ from aiohttp import web
 
 from engine import LANGUAGE_CODES, MAX_HOTWORDS, EngineError, EngineNotReady, EngineState, ErrorCode
 
-from .auth import presented_token_or_field
+from . import ice_servers
+from .auth import presented_token, presented_token_or_field
 from .bodies import BodyError, read_json_object
 from .exports import OptionError
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
@@ -47,6 +48,18 @@ async def index(request: web.Request) -> web.Response:
     # The microphone page is never framed by another site (clickjacking); only /embed follows --embed-origin.
     return web.Response(text=html, content_type="text/html",
                         headers={"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"})
+
+
+async def ice(request: web.Request) -> web.Response:
+    """``GET /ice?room=<id>`` -> ``{"iceServers": [...], "iceTransportPolicy": "all"|"relay"}``: what a page passes
+    to ``new RTCPeerConnection`` before each offer, fetched afresh every time so that time-limited TURN credentials
+    are new for every connection (a kiosk's page stays open for days). Needs the server's token when it has one, as
+    ``POST /offer`` does: TURN credentials open the relay, so they go only to clients that may publish."""
+    config = request.app[CONFIG]
+    if not token_matches(presented_token(request), config.auth_token):
+        return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
+    return web.json_response(ice_servers.page_config(config.ice, label=request.query.get("room")),
+                             headers={"Cache-Control": "no-store"})
 
 
 async def health(request: web.Request) -> web.Response:

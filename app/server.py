@@ -58,6 +58,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app.router.add_get("/health", routes.health)
     app.router.add_get("/ready", routes.ready)
     app.router.add_post("/offer", routes.offer)
+    app.router.add_get("/ice", routes.ice)
     room_routes.add_routes(app)
     export_routes.add_routes(app)
     openai_api.add_routes(app)

@@ -3,7 +3,8 @@ room's audio over WebRTC with one HTTP request, and its viewers, kiosk and trans
 
 - ``POST /whip/{room}`` with ``Content-Type: application/sdp`` (the offer) and ``Authorization: Bearer <token>``
   (when the server has a token) -> ``201 Created``, the SDP answer, ``Location: /whip/{room}/{session}`` (the
-  session resource), ``ETag`` and a ``Link: <...>; rel="ice-server"`` per configured STUN/TURN server.
+  session resource), ``ETag`` and a ``Link: <...>; rel="ice-server"`` per configured STUN/TURN server, with the
+  credentials to use (static, or time-limited for the room: ``app.ice_servers``, the pages' source too).
 - ``PATCH`` on the resource with ``Content-Type: application/trickle-ice-sdpfrag``: the client's trickled ICE
   candidates (``204``). ICE restarts (a new ``ice-ufrag``) are not supported: ``422``.
 - ``DELETE`` on the resource ends the session: its open sentence is finished and locked, then it closes (``200``).
@@ -30,6 +31,7 @@ from engine import EngineError, EngineNotReady, EngineState
 from .auth import presented_token
 from .bodies import BodyError
 from .ice import is_loopback
+from .ice_servers import ice_servers, link_headers
 from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS
 from .peer import PeerSession
 from .rooms import token_matches
@@ -62,21 +64,6 @@ def _error(status: int, code: str, message: str, **headers: str) -> web.Response
 
 def _authorized(request: web.Request) -> bool:
     return token_matches(presented_token(request), request.app[CONFIG].auth_token)
-
-
-def ice_links(servers: tuple[str, ...]) -> list[str]:
-    """``Link`` header values for the configured STUN/TURN servers (RFC 9725 section 4.4)."""
-    links = []
-    for url in servers:
-        m = re.fullmatch(r"(turns?|stun):(?:([^:@]+):([^@]+)@)?(.+)", url)
-        if not m:
-            continue
-        scheme, user, password, rest = m.groups()
-        link = f'<{scheme}:{rest}>; rel="ice-server"'
-        if user:
-            link += f'; username="{user}"; credential="{password}"; credential-type="password"'
-        links.append(link)
-    return links
 
 
 async def options_endpoint(request: web.Request) -> web.Response:
@@ -146,7 +133,7 @@ async def publish(request: web.Request) -> web.Response:
     peer.join(room)
     headers = {**_CORS, "Location": f"/whip/{room.id}/{peer.id}", "ETag": f'"{peer.id}"'}
     response = web.Response(status=201, body=answer.sdp.encode(), content_type="application/sdp", headers=headers)
-    for link in ice_links(config.ice.servers):
+    for link in link_headers(ice_servers(config.ice, label=room.id)):  # the same servers the pages get
         response.headers.add("Link", link)
     log.info("WHIP session %s publishes into room %s", peer.id, room.id)
     return response

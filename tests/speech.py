@@ -11,7 +11,10 @@ import numpy as np
 
 from engine.audio.pcm import load_wav
 
-SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+# Beside the repository: the nearest ``shared/data/speech`` above it (a checkout may sit deeper, e.g. a worktree).
+SPEECH_DIR = next((p / "shared" / "data" / "speech" for p in Path(__file__).resolve().parents[1:]
+                   if (p / "shared" / "data" / "speech").is_dir()),
+                  Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 
 
 @cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from aiortc import RTCPeerConnection
+from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
 from app import ice
 from app.config import IceConfig
@@ -19,7 +19,7 @@ def restore_policy() -> Iterator[None]:
 
 async def gathered_candidates(policy: IceConfig) -> list[tuple[str, int]]:
     ice.install(policy)
-    pc = RTCPeerConnection(ice.rtc_configuration(()))
+    pc = RTCPeerConnection(ice.rtc_configuration(policy))
     pc.createDataChannel("captions")
     await pc.setLocalDescription(await pc.createOffer())
     lines = [line.split() for line in pc.localDescription.sdp.splitlines() if line.startswith("a=candidate:")]
@@ -38,13 +38,17 @@ async def test_host_candidates_bind_inside_the_port_range() -> None:
 
 
 def test_ice_server_urls() -> None:
-    config = ice.rtc_configuration(("stun:stun.example.org:3478", "turn:alice:s3cret@turn.example.org:3478"))
-    stun, turn = config.iceServers
+    config = ice.rtc_configuration(IceConfig(servers=("stun:stun.example.org:3478",
+                                                      "turn:alice:s3cret@turn.example.org:3478")))
+    stun, turn = config.iceServers or []
     assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
     assert (turn.urls, turn.username, turn.credential) == ("turn:turn.example.org:3478", "alice", "s3cret")
-    assert ice.rtc_configuration(()).iceServers == []  # never a public default
-    with pytest.raises(ValueError, match="bad ICE server URL"):
-        ice.rtc_configuration(("http://example.org",))
+    assert config.iceTransportPolicy == RTCIceTransportPolicy.ALL
+    assert ice.rtc_configuration(IceConfig()).iceServers == []  # never a public default
+    relay = IceConfig(servers=("turn:turn.example.org",), turn_secret="north", transport_policy="relay")
+    config = ice.rtc_configuration(relay, label="session-1")
+    assert config.iceTransportPolicy == RTCIceTransportPolicy.RELAY
+    assert (config.iceServers or [])[0].username.endswith(":session-1")  # type: ignore[union-attr]
 
 
 def test_loopback_only_drops_other_candidates() -> None:

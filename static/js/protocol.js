@@ -122,6 +122,32 @@ export function decodeServerMessage(data) {
  * Decode the JSON body of a failed HTTP request (`{"error": {"code", "message"}}`) into `{code, message}`.
  * Bodies of another shape (a proxy's HTML page, say) yield a code derived from the HTTP status.
  */
+/**
+ * `GET /ice` → the RTCPeerConnection configuration `{iceServers, iceTransportPolicy}` the server wants every
+ * client to use (its STUN/TURN servers with the credentials to use now). Throws ProtocolError for a malformed
+ * body: a page must not quietly fall back to other servers or to a weaker policy than the server asked for.
+ */
+export function decodeIceConfig(body) {
+  if (!body || typeof body !== "object" || !Array.isArray(body.iceServers)) {
+    throw new ProtocolError("the ICE configuration has no iceServers list");
+  }
+  const policy = body.iceTransportPolicy ?? "all";
+  if (policy !== "all" && policy !== "relay") throw new ProtocolError(`unknown ICE transport policy ${policy}`);
+  const iceServers = body.iceServers.map((server) => {
+    const urls = Array.isArray(server?.urls) ? server.urls : [server?.urls];
+    if (!urls.length || !urls.every((url) => typeof url === "string" && /^(stun|turns?):/.test(url))) {
+      throw new ProtocolError("an ICE server without a stun: or turn: URL");
+    }
+    const entry = { urls };
+    if (typeof server.username === "string" && typeof server.credential === "string") {
+      entry.username = server.username;
+      entry.credential = server.credential;
+    }
+    return entry;
+  });
+  return { iceServers, iceTransportPolicy: policy };
+}
+
 export function decodeHttpError(body, status) {
   const error = body && typeof body === "object" ? body.error : null;
   return {

@@ -3,7 +3,9 @@
  * data channel carrying JSON back. A reconnect is a new Session (the server gives it a new session id).
  *
  * Signalling is a single POST without trickle ICE: the offer is sent once ICE gathering is complete, so the
- * server gets every candidate at once. Only host candidates exist (no STUN server is ever configured).
+ * server gets every candidate at once. The STUN/TURN servers and the transport policy ("relay": TURN only) come
+ * from the server (`GET /ice`) before every connection: the same ones the server uses itself, with TURN
+ * credentials made for this connection (time-limited ones would be stale in a page left open for a day).
  */
 
 import { CaptionError } from "./errors.js";
@@ -11,12 +13,14 @@ import {
   CHANNEL_LABEL,
   decodeHttpError,
   decodeServerMessage,
+  decodeIceConfig,
   ProtocolError,
   startMessage,
   stopMessage,
 } from "./protocol.js";
 
-// Gathering host candidates takes ~100 ms on loopback; a stuck interface must not hold the start for long.
+// Gathering host candidates takes ~100 ms on loopback, a TURN allocation a few round trips more; a stuck
+// interface or an unreachable STUN server must not hold the start for long.
 const ICE_GATHER_TIMEOUT_MS = 2000;
 // From POST to the server's `ready` message. Generous: a loaded CPU server can answer slowly.
 const READY_TIMEOUT_MS = 20000;
@@ -41,14 +45,16 @@ export class Session extends EventTarget {
   #stopped = deferred();
 
   /**
-   * @param {{stream: MediaStream, offerUrl: string, start: {language: string|null, hotwords: string[]},
-   *          offerFields?: {room?: string, token?: string}}} init
+   * @param {{stream: MediaStream, offerUrl: string, iceUrl?: string,
+   *          start: {language: string|null, hotwords: string[]}, offerFields?: {room?: string, token?: string}}} init
    *   offerFields: extra fields for the POST /offer body (publish into a room; the server's token)
+   *   iceUrl: where the RTCPeerConnection configuration comes from (default: `ice` beside offerUrl)
    */
-  constructor({ stream, offerUrl, start, offerFields = {} }) {
+  constructor({ stream, offerUrl, iceUrl, start, offerFields = {} }) {
     super();
     this.stream = stream;
     this.offerUrl = offerUrl;
+    this.iceUrl = iceUrl ?? new URL("ice", new URL(offerUrl, location.href)).href;
     this.offerFields = offerFields;
     this.start = start;
     this.closed = new Promise((resolve) => (this.#resolveClosed = resolve));
@@ -65,7 +71,9 @@ export class Session extends EventTarget {
       throw new CaptionError("unsupported", "", { fatal: true });
     }
     try {
-      const pc = (this.#pc = new RTCPeerConnection({ iceServers: [] }));
+      const rtcConfig = await this.#fetchIceConfig();
+      if (this.#isClosed) throw new CaptionError("stopped");
+      const pc = (this.#pc = new RTCPeerConnection(rtcConfig));
       // The channel must exist before the offer so that the offer's SDP negotiates it.
       const channel = (this.#channel = pc.createDataChannel(CHANNEL_LABEL, { ordered: true }));
       for (const track of this.stream.getAudioTracks()) pc.addTrack(track, this.stream);
@@ -157,6 +165,29 @@ export class Session extends EventTarget {
     if (state === "failed" || state === "closed") this.close(`connection ${state}`);
     if (state === "disconnected") {
       this.#disconnectTimer = setTimeout(() => this.close("connection lost"), DISCONNECT_GRACE_MS);
+    }
+  }
+
+  /** `GET /ice`: the server's STUN/TURN servers and transport policy, with credentials for this connection. */
+  async #fetchIceConfig() {
+    const url = new URL(this.iceUrl, location.href);
+    if (this.offerFields.room) url.searchParams.set("room", this.offerFields.room);
+    const headers = this.offerFields.token ? { Authorization: `Bearer ${this.offerFields.token}` } : {};
+    let response;
+    try {
+      response = await fetch(url, { headers, cache: "no-store" });
+    } catch (error) {
+      throw new CaptionError("unreachable", error?.message ?? "");
+    }
+    const body = await response.json().catch(() => null);
+    if (!response.ok) {
+      const { code, message } = decodeHttpError(body, response.status);
+      throw new CaptionError(code, message, { status: response.status, fatal: response.status === 401 });
+    }
+    try {
+      return decodeIceConfig(body);
+    } catch (error) {
+      throw new CaptionError("bad-answer", error.message, { fatal: true });
     }
   }
 

@@ -45,6 +45,11 @@ class IceConfig:
         ice_servers.check(self)
 
 
+# Who may read ``GET /metrics``: "off" (404), "open" (anyone), "token" (the server's --auth-token when one is set,
+# else anyone).
+METRICS_ACCESS = ("off", "open", "token")
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -71,9 +76,15 @@ class ServerConfig:
     auth_token: str | None = None  # when set, creating rooms and publishing (POST /offer) need this token
     embed_origins: tuple[str, ...] = ()  # host page origins allowed to frame /embed (CSP frame-ancestors)
     public_url: str | None = None  # base URL phones use (QR codes); default: the URL the request came to
+    metrics: str = "token"  # who may read GET /metrics (METRICS_ACCESS)
     # When the speech engine dies after loading, end the process with EXIT_ENGINE_FAILED (after ending every
     # session with the reason) so a supervisor starts a fresh one. Off for apps embedded in another process.
     exit_on_engine_failure: bool = False
+
+
+    def __post_init__(self) -> None:
+        if self.metrics not in METRICS_ACCESS:
+            raise ValueError(f"metrics access must be one of {', '.join(METRICS_ACCESS)}, got {self.metrics!r}")
 
 
 EXIT_ENGINE_FAILED = 3  # the process exit status after the speech engine died (see exit_on_engine_failure)
@@ -94,6 +105,14 @@ def _port_range(text: str | None) -> tuple[int, int] | None:
     if not 1024 <= low <= high <= 65535:
         raise argparse.ArgumentTypeError(f"port range {text!r} must lie within 1024-65535, low to high")
     return low, high
+
+
+def _metrics_access(text: str) -> str:
+    # A ``type`` rather than ``choices``: argparse checks choices only on the command line, and this also checks the
+    # environment variable's value (the default).
+    if text not in METRICS_ACCESS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(METRICS_ACCESS)}, got {text!r}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "env LIVE_CAPTIONS_EMBED_ORIGINS, comma-separated; '*' = any; default: this server only)")
     p.add_argument("--public-url", default=_env("PUBLIC_URL"),
                    help="base URL phones reach this server at, for the kiosk's QR code, e.g. https://captions.lan:8443")
+    p.add_argument("--metrics", type=_metrics_access, default=_env("METRICS", "token"), metavar="{off,open,token}",
+                   help="GET /metrics (Prometheus): 'token' (default) needs --auth-token as a bearer token when one "
+                        "is set, else is open like 'open'; 'off' answers 404 (env LIVE_CAPTIONS_METRICS)")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -189,5 +211,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_upload_mb=args.max_upload_mb,
         db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
+        metrics=args.metrics,
         exit_on_engine_failure=True,
     )

@@ -84,10 +84,12 @@ class Chunker:
 
 
 async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None], stats: IngestStats,
-                     max_lag_s: float, on_overload: Callable[[float], None]) -> None:
+                     max_lag_s: float, on_overload: Callable[[float], None],
+                     on_shed: Callable[[float], None] | None = None) -> None:
     """Read ``track`` until it ends, feeding 60 ms int16 chunks. Returns when the track ends.
 
-    ``on_overload(waiting_s)`` is called once each time shedding starts.
+    ``on_overload(waiting_s)`` is called once each time shedding starts; ``on_shed(seconds)`` for each frame skipped
+    (the server's metrics count them).
     """
     resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
     chunker = Chunker()
@@ -109,6 +111,8 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
         shedding = backlog.shedding
         if shedding:
             stats.skipped_s += duration
+            if on_shed is not None:
+                on_shed(duration)
             continue
         for out in resampler.resample(frame):  # type: ignore[arg-type]
             pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)

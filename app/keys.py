@@ -11,6 +11,7 @@ from engine import CaptionEngine
 
 from .admission import Admission
 from .config import ServerConfig
+from .metrics import ServerMetrics
 from .rooms import RoomRegistry
 from .store import TranscriptStore
 
@@ -24,4 +25,5 @@ ROOMS = web.AppKey("rooms", RoomRegistry)
 ADMISSION = web.AppKey("admission", Admission)  # the --max-sessions cap
 FILE_JOBS = web.AppKey("file_jobs", Admission)  # the --max-file-jobs cap (uploaded files transcribing at once)
 EXIT_STATUS = web.AppKey("exit_status", int)  # what ``python -m app`` exits with (set when the engine died)
+METRICS = web.AppKey("metrics", ServerMetrics)  # the app's Prometheus registry and event metrics
 MAIN_APP = web.AppKey("main_app", web.Application)  # on a side application (--funasr-port): the server's own app

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -47,9 +48,11 @@ class PeerSession:
     sent to the client is first published to the room (durable parts committed before the client sees them)."""
 
     def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
-                 room: Room | None = None, slot: Slot | None = None, data_channel: bool = True) -> None:
+                 room: Room | None = None, slot: Slot | None = None, data_channel: bool = True,
+                 on_shed: Callable[[float], None] | None = None) -> None:
         """``slot``: the admission place this session holds; released when it closes (or if opening fails).
-        ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only."""
+        ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only.
+        ``on_shed(seconds)``: audio of this stream skipped because the server fell behind (metrics)."""
         self.engine = engine
         self.config = config
         self.registry = registry
@@ -66,6 +69,7 @@ class PeerSession:
         self.channel: RTCDataChannel | None = None
         self.data_channel = data_channel
         self.ingest = IngestStats()
+        self._on_shed = on_shed
         self._channel_open = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
@@ -171,7 +175,7 @@ class PeerSession:
             self._send_error(protocol.ErrorCode.OVERLOADED,
                              f"the server fell {lag_s:.1f} s behind; some audio was skipped to catch up")
 
-        await pump_track(track, feed, self.ingest, self.config.max_lag_s, overloaded)
+        await pump_track(track, feed, self.ingest, self.config.max_lag_s, overloaded, self._on_shed)
         self._log.info("audio track ended after %.1f s", self.ingest.audio_s)
         self.request_stop()
 

@@ -465,7 +465,9 @@ class RoomRegistry:
                 log.exception("room sweep failed")
 
     def snapshot_stats(self) -> dict[str, Any]:
-        return {"in_memory": len(self._rooms), "loaded": self.stats.rooms_loaded,
+        """Counts for ``/ready`` and ``/metrics``: rooms in memory and their viewers now, totals since start."""
+        return {"in_memory": len(self._rooms), "viewers": sum(len(r.viewers) for r in self._rooms.values()),
+                "loaded": self.stats.rooms_loaded,
                 "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
                 "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
                 "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values())}

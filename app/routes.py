@@ -13,7 +13,7 @@ from . import ice_servers
 from .auth import presented_token, presented_token_or_field
 from .bodies import BodyError, read_json_object
 from .exports import OptionError
-from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS, TEMPLATES
+from .keys import ADMISSION, CONFIG, ENGINE, METRICS, PEERS, ROOMS, TEMPLATES
 from .peer import PeerSession
 from .rooms import token_matches
 from .store import StoreError
@@ -117,7 +117,8 @@ async def offer(request: web.Request) -> web.Response:
         slot.release()
         return json_error(404, "no_room", "there is no such room")
     try:
-        peer = PeerSession(engine, config, peers, slot=slot)  # owns the slot from here (released on close)
+        # The session owns the slot from here (released on close).
+        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed)
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
     except EngineError as exc:

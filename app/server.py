@@ -17,10 +17,23 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, dtls, export_routes, funasr_ws, ice, openai_api, room_routes, routes, whip
+from . import access_log, dtls, export_routes, funasr_ws, ice, metrics_routes, openai_api, room_routes, routes, whip
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
-from .keys import ADMISSION, CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, FILE_JOBS, PEERS, ROOMS, STORE, TEMPLATES
+from .keys import (
+    ADMISSION,
+    CONFIG,
+    ENGINE,
+    ENGINE_START,
+    EXIT_STATUS,
+    FILE_JOBS,
+    METRICS,
+    PEERS,
+    ROOMS,
+    STORE,
+    TEMPLATES,
+)
+from .metrics import ServerMetrics
 from .rooms import RoomRegistry
 from .store import MEMORY, StoreError, TranscriptStore
 
@@ -49,6 +62,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[PEERS] = {}
     app[ADMISSION] = Admission(config.max_sessions)
     app[FILE_JOBS] = Admission(config.max_file_jobs)
+    app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
@@ -64,6 +78,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     openai_api.add_routes(app)
     funasr_ws.add_routes(app)
     whip.add_routes(app)
+    metrics_routes.add_routes(app)
     app.router.add_static("/static", ROOT / "static")
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
@@ -71,6 +86,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[STORE] = await TranscriptStore.open(config.db_path or MEMORY)
         app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
         app[ROOMS].start()
+        app[METRICS].rooms, app[METRICS].store = app[ROOMS], app[STORE]
         log.info("transcripts kept in %s", app[STORE].path)
         yield
         app[ROOMS].close()
@@ -87,6 +103,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         own = engine is None
         app[ENGINE] = engine or CaptionEngine(engine_config(config))
         app[EXIT_STATUS] = 0
+        app[METRICS].watch_engine(app[ENGINE])
         watch = None
         if own:
             app[ENGINE_START] = asyncio.create_task(_start_engine(app[ENGINE]), name="engine-start")
@@ -99,6 +116,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
             peer.request_stop()
         for peer in list(app[PEERS].values()):
             await peer.close()
+        app[METRICS].unwatch_engine()
         if own:
             app[ENGINE_START].cancel()
             await asyncio.gather(app[ENGINE_START], return_exceptions=True)

@@ -124,6 +124,7 @@ class TranscriptStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-store")
         self._db: sqlite3.Connection | None = None
         self._closed = False
+        self.errors = 0  # operations that failed with StoreError since open (the server's metrics count them)
 
     @classmethod
     async def open(cls, path: str) -> TranscriptStore:
@@ -175,12 +176,19 @@ class TranscriptStore:
 
     # ---- the store thread --------------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Every store operation goes through here: the one place where a failure becomes a ``StoreError`` (and is
+        counted in ``errors``)."""
         if self._closed:
+            self.errors += 1
             raise StoreError("the transcript store is closed")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except sqlite3.Error as exc:
+            self.errors += 1
             raise StoreError(f"transcript store ({self.path}): {exc}") from exc
+        except StoreError:
+            self.errors += 1
+            raise
 
     def _open(self) -> None:
         if self.path != MEMORY:

@@ -32,7 +32,7 @@ from .auth import presented_token
 from .bodies import BodyError
 from .ice import is_loopback
 from .ice_servers import ice_servers, link_headers
-from .keys import ADMISSION, CONFIG, ENGINE, PEERS, ROOMS
+from .keys import ADMISSION, CONFIG, ENGINE, METRICS, PEERS, ROOMS
 from .peer import PeerSession
 from .rooms import token_matches
 from .routes import MAX_OFFER_BYTES, json_error
@@ -120,7 +120,7 @@ async def publish(request: web.Request) -> web.Response:
         slot.release()
         return _error(404, "no_room", "there is no such room: create it first (the page's Share, or POST /rooms)")
     try:
-        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False)
+        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False, on_shed=app[METRICS].shed)
     except (EngineNotReady, EngineError) as exc:
         return _error(503, "busy", str(exc), **{"Retry-After": _RETRY_AFTER_S})
     try:

@@ -5,6 +5,7 @@ Nothing here imports web code. Drive it from a file (``python -m engine``), a te
 This module is the engine's public API, and the only part of it the transport (``app/``) imports: create one
 ``CaptionEngine`` per process from an ``EngineConfig``, ``open_session`` per caller (a ``Session`` handle: feed
 audio, read messages, stop), and speak the wire protocol (``protocol``: message types and their JSON form).
+To count what the engine does (metrics), add an ``EngineObserver`` to ``CaptionEngine.observers``.
 The subpackages are the data path in order: ``audio`` -> ``stream`` -> ``asr`` / ``speakers``; ``models``
 prepares weights offline.
 """
@@ -15,12 +16,14 @@ from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
+from engine.observe import DECODE_KINDS, EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 
 __all__ = [
     "CHUNK_SAMPLES",
+    "DECODE_KINDS",
     "ENDPOINT_PRESETS",
     "LANGUAGES",
     "LANGUAGE_CODES",
@@ -32,6 +35,7 @@ __all__ = [
     "EngineConfig",
     "EngineError",
     "EngineNotReady",
+    "EngineObserver",
     "EngineState",
     "ErrorCode",
     "IllegalTransition",

@@ -9,6 +9,7 @@ import asyncio
 import fractions
 import threading
 import time
+from collections.abc import Callable
 
 import av
 import numpy as np
@@ -52,8 +53,8 @@ def produce(track: RemoteStreamTrack, loop: asyncio.AbstractEventLoop, seconds: 
     return thread
 
 
-async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None,
-               stall_s: float = 0.0) -> tuple[IngestStats, list[float]]:
+async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None, stall_s: float = 0.0,
+               on_shed: Callable[[float], None] | None = None) -> tuple[IngestStats, list[float]]:
     track = RemoteStreamTrack("audio")
     overloads: list[float] = []
     stats = IngestStats()
@@ -62,7 +63,7 @@ async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None,
     def feed(_: np.ndarray) -> None:
         time.sleep(feed_s)  # the server's work per 60 ms chunk (blocking, as CPU-bound work does)
 
-    await asyncio.wait_for(pump_track(track, feed, stats, 1.0, overloads.append), seconds + 30)
+    await asyncio.wait_for(pump_track(track, feed, stats, 1.0, overloads.append, on_shed), seconds + 30)
     thread.join()
     return stats, overloads
 
@@ -75,8 +76,10 @@ async def test_a_sender_that_stalls_and_catches_up_is_not_shed() -> None:
 
 @pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_a_server_slower_than_real_time_sheds_and_says_so() -> None:
-    stats, overloads = await pump(4.0, feed_s=0.15)  # 150 ms of work per 60 ms of audio: falls behind
+    shed: list[float] = []  # what the server's metrics count (``on_shed``)
+    stats, overloads = await pump(4.0, feed_s=0.15, on_shed=shed.append)  # 150 ms of work per 60 ms: falls behind
     assert overloads and stats.skipped_s > 0.5
+    assert sum(shed) == pytest.approx(stats.skipped_s)
 
 
 def test_the_receive_queue_is_where_aiortc_keeps_frames() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import SessionOptions, SessionState, protocol
+from engine import EngineObserver, SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.audio.vad import WINDOW, VadStream
@@ -97,15 +97,15 @@ def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
 
 async def _run(speakers: SpeakerService | None,
                layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
-               ) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+               observer: EngineObserver | None = None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
-    scheduler = DecodeScheduler(FakeTranscriber(delay_s=0.005), 2)
+    scheduler = DecodeScheduler(FakeTranscriber(delay_s=0.005), 2, observer=observer)
     session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
-                      clock=clock)
+                      clock=clock, observer=observer)
     session.configure(SessionOptions(language="en"))
     messages: list[protocol.ServerMessage] = []
 
@@ -159,6 +159,47 @@ async def test_session_latency_is_measured_on_its_clock() -> None:
     # be a multiple of 60 ms. The largest is a sentence locked after the endpoint's silence wait.
     assert all(abs(lat - 60 * round(lat / 60)) <= 1 for lat in latencies), latencies
     assert 0 < min(latencies) and max(latencies) <= 2000, latencies
+
+
+class Recorder(EngineObserver):
+    def __init__(self) -> None:
+        self.audio_s = 0.0
+        self.decodes: list[tuple[str, float]] = []  # (kind, window_s)
+        self.first_text_s: list[float] = []
+        self.lock_s: list[float] = []
+
+    def audio_received(self, seconds: float, background: bool) -> None:
+        self.audio_s += seconds
+
+    def decoded(self, kind: str, window_s: float, decode_s: float, fallbacks: int) -> None:
+        self.decodes.append((kind, window_s))
+
+    def first_text(self, latency_s: float) -> None:
+        self.first_text_s.append(latency_s)
+
+    def locked(self, latency_s: float) -> None:
+        self.lock_s.append(latency_s)
+
+
+@pytest.mark.asyncio
+async def test_session_reports_audio_decodes_first_text_and_lock_to_its_observer() -> None:
+    seen = Recorder()
+    messages, _ = await _run(speakers=None, observer=seen)
+    stream, _ = _layout()
+    assert seen.audio_s == pytest.approx(stream.size / SAMPLE_RATE)
+    assert {kind for kind, _ in seen.decodes} == {"partial"}, "each final reused a partial covering its speech"
+    # One first text and one lock per sentence, on the session's clock (it moves in whole 60 ms chunks).
+    sentences = _sentences(messages)
+    assert len(seen.first_text_s) == len(seen.lock_s) == len(sentences) == 2
+    assert all(abs(t - 0.06 * round(t / 0.06)) < 1e-6 for t in seen.first_text_s + seen.lock_s)
+    # The first partial is asked for 240 ms into speech (as the VAD and the endpointer see it) and comes back within
+    # a few chunks (the fake takes 5 ms).
+    first = EngineConfig().partial.first_after_ms / 1000
+    assert all(first <= t <= first + 0.5 for t in seen.first_text_s), seen.first_text_s
+    # A sentence locks once the endpoint's pause for its length has passed (its final decode reused a partial).
+    for s, lock in zip(sentences, seen.lock_s, strict=True):
+        pause = EngineConfig().endpoint.silence_for(s.end - s.start) / 1000
+        assert pause - 0.1 <= lock <= pause + 0.3, (lock, pause)
 
 
 @pytest.mark.asyncio

@@ -19,6 +19,7 @@ from engine.asr.transcriber import Transcriber, TranscriberState
 from engine.audio.vad import BatchedVad
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
+from engine.observe import Observers
 from engine.speakers.service import SpeakerService
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
@@ -51,8 +52,10 @@ class CaptionEngine:
             transcriber = VllmTranscriber(config.transcriber)
         self.transcriber = transcriber
         self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions))
+        # Whoever counts what the engine does (metrics): add an ``engine.observe.EngineObserver`` here.
+        self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
-        self.scheduler = DecodeScheduler(transcriber, max_inflight)
+        self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers)
         self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
         self.sessions: dict[str, Session] = {}
         self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
@@ -133,7 +136,7 @@ class CaptionEngine:
         try:
             session = Session(sid, options or SessionOptions(language=self.config.default_language),
                               config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
-                              model_name=self.model_name, on_closed=self._forget)
+                              model_name=self.model_name, on_closed=self._forget, observer=self.observers)
         except BaseException:
             lane.close()
             raise
@@ -163,16 +166,23 @@ class CaptionEngine:
             await self.speakers.close()
         await self.transcriber.close()
 
+    def load(self) -> dict[str, int]:
+        """Requests in the recognizer now, by priority: ``{"final": n, "partial": m, "background": b}`` (its queue
+        depth; counting only, no call into the model)."""
+        load = self.transcriber.load()
+        return {"final": load.get("final", 0), "partial": load.get("partial", 0),
+                "background": load.get("background", 0)}
+
     def stats(self) -> dict[str, Any]:
         """Numbers for /ready, metrics and benches."""
-        load = self.transcriber.load()
+        load = self.load()
         return {
             "state": self.state.value,
             "model": self.model_name,
             "sessions": len(self.sessions),
             "queue_final": load["final"],
             "queue_partial": load["partial"],
-            "queue_background": load.get("background", 0),
+            "queue_background": load["background"],
             "partials_waiting": self.scheduler.waiting,
             "vad_calls": self.vad.calls,
             "vad_busy_s": round(self.vad.busy_s, 3),

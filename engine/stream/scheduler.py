@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
+from engine.observe import EngineObserver
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,10 @@ class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
     def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1,
-                 background_floor_s: float = BACKGROUND_FLOOR_S) -> None:
+                 background_floor_s: float = BACKGROUND_FLOOR_S, observer: EngineObserver | None = None) -> None:
+        """``observer`` hears of every decode that finishes (``EngineObserver.decoded``)."""
         self.transcriber = transcriber
+        self.observer = observer if observer is not None else EngineObserver()
         self.max_inflight_partials = max(1, max_inflight_partials)
         self.max_background = max(1, max_background)
         self._background = 0  # file segments decoding now (slots handed to waiters included)
@@ -125,7 +128,7 @@ class DecodeScheduler:
         self._finals += 1
         self._live_at = time.monotonic()
         try:
-            return await self.transcriber.transcribe(request)
+            return self._report(request, await self.transcriber.transcribe(request))
         finally:
             self._finals -= 1
             self._pump()
@@ -150,7 +153,7 @@ class DecodeScheduler:
                     self._background_waiting.remove(entry)
                 raise
         try:
-            return await self.transcriber.transcribe(request)
+            return self._report(request, await self.transcriber.transcribe(request))
         finally:
             self._background -= 1
             self._pump()
@@ -167,6 +170,10 @@ class DecodeScheduler:
         if not self._running and not self._waiting and now - self._live_at >= LIVE_QUIET_S:
             return True  # live speech leaves the recognizer alone
         return now - waiting_since >= self.background_floor_s
+
+    def _report(self, request: DecodeRequest, result: Transcript) -> Transcript:
+        self.observer.decoded(request.priority.name.lower(), result.window_s, result.decode_s, result.fallbacks)
+        return result
 
     async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
         """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
@@ -225,6 +232,7 @@ class DecodeScheduler:
         except Exception as exc:
             client.on_partial_failed(request, exc)
             return None
+        self._report(request, result)
         self.partials_done += 1
         a = 0.3
         self.partial_decode_ema_s = result.decode_s if self.partials_done == 1 else (

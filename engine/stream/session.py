@@ -37,6 +37,7 @@ from engine.audio.vad import WINDOW
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
 from engine.logs import SessionLog
+from engine.observe import EngineObserver
 from engine.speakers.service import SpeakerService
 from engine.speakers.turns import Window
 from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, SegmentEvent, SegmentOpened
@@ -70,6 +71,7 @@ class _Pending:
     preview: str  # the last partial text shown for it, kept on screen until it locks
     task: asyncio.Task[_Final]
     speech_s: float = 0.0
+    shown: bool = False  # some text of it was shown as a partial before it closed
 
 
 @dataclass
@@ -103,10 +105,11 @@ class Session:
     def __init__(self, session_id: str, options: SessionOptions, *, config: EngineConfig,
                  scheduler: DecodeScheduler, vad: VadFeed, speakers: SpeakerService | None, model_name: str,
                  on_closed: Callable[[Session], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, observer: EngineObserver | None = None) -> None:
         """Normally built by ``CaptionEngine.open_session``. ``vad`` is this session's lane (its probabilities come
         back to ``on_vad``); ``on_closed`` runs once when the session closes (the engine frees the lane there);
-        ``clock`` is monotonic seconds (arrival times, partial cadence, latency)."""
+        ``clock`` is monotonic seconds (arrival times, partial cadence, latency); ``observer`` hears of the audio
+        fed and, for a live session, of each sentence's first text and lock (``engine.observe``)."""
         self.session_id = session_id
         self.options = options
         self.config = config
@@ -116,6 +119,7 @@ class Session:
         self.model_name = model_name
         self._on_closed = on_closed
         self._clock = clock
+        self._observer = observer if observer is not None else EngineObserver()
         self.state = SessionState.LIVE
         self.stats = SessionStats()
         self.mailbox = Mailbox()
@@ -126,6 +130,7 @@ class Session:
         self.last_partial_started = 0.0
         self._partial_audio_end = 0  # end sample of the audio the newest partial request covers
         self._partial_text = ""
+        self._text_shown = False  # the open segment has shown some partial text (its first-text latency is taken)
         self._partial_spk: int | None = None  # provisional speaker label of the open segment (``partial_spk``)
         self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
@@ -167,6 +172,7 @@ class Session:
         self.audio.append(audio)
         self._arrivals.append((self.audio.end, self._clock()))
         self.vad.push(audio)
+        self._observer.audio_received(audio.size / SAMPLE_RATE, self.options.background)
 
     @property
     def audio_s(self) -> float:
@@ -259,6 +265,7 @@ class Session:
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._partial_text = ""
+        self._text_shown = False
         self._partial_spk = None
         self._partial_audio_end = event.start
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
@@ -272,7 +279,7 @@ class Session:
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
         task = asyncio.create_task(self._finalize(event, audio, speech_s, prior, adopted),
                                    name=f"{self.session_id}-final-{event.index}")
-        self._pending.append(_Pending(event, self._partial_text, task, speech_s))
+        self._pending.append(_Pending(event, self._partial_text, task, speech_s, shown=self._text_shown))
         task.add_done_callback(lambda _t: self._lock_ready())
         self._partial_text = ""
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
@@ -365,6 +372,9 @@ class Session:
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
         text = "" if reject_reason(result, level, speech_ms, self.config.guard) else result.text
+        if text and not self._text_shown:
+            self._text_shown = True
+            self._observer.first_text(self._since_arrival(opened.speech_start))
         if text != self._partial_text:
             self._partial_text = text
             self._post([], covered_end=end)
@@ -455,6 +465,10 @@ class Session:
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
             sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words),
                                                avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech))
+            if not self.options.background:  # a file's audio arrives faster than it was said: no latency to report
+                if not item.shown:
+                    self._observer.first_text(self._since_arrival(closed.speech_start))
+                self._observer.locked(self._since_arrival(closed.speech_end))
         self.stats.sentences += len(sentences)
         if sentences or covered:
             self._post(sentences, covered_end=covered)
@@ -464,11 +478,17 @@ class Session:
         parts = [p.preview for p in self._pending if p.preview] + ([self._partial_text] if self._partial_text else [])
         return " ".join(parts)
 
+    def _since_arrival(self, sample: int) -> float:
+        """Seconds since the audio holding ``sample`` (a session sample index) was fed; 0 if that is not known."""
+        if not self._arrivals:
+            return 0.0
+        i = min(bisect.bisect_left(self._arrivals, sample, key=lambda a: a[0]), len(self._arrivals) - 1)
+        return max(0.0, self._clock() - self._arrivals[i][1])
+
     def _post(self, sentences: list[protocol.Sentence], covered_end: int, is_final: bool = False) -> None:
         latency = None
         if covered_end and self._arrivals and self.state is SessionState.LIVE:
-            i = min(bisect.bisect_left(self._arrivals, covered_end, key=lambda a: a[0]), len(self._arrivals) - 1)
-            latency = max(0, int((self._clock() - self._arrivals[i][1]) * 1000))
+            latency = int(self._since_arrival(covered_end) * 1000)
         self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
                                   latency_ms=latency,
                                   partial_spk=self._partial_spk if self._partial_text and not is_final else None)

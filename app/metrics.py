@@ -1,0 +1,185 @@
+"""Prometheus metrics: ``GET /metrics`` in the text exposition format.
+
+Each app has its own ``CollectorRegistry`` (``ServerMetrics.registry``, under ``keys.METRICS``), never the
+process-wide default one: several apps may live in one process (tests), and each counts only its own work.
+
+Two kinds of numbers, collected two ways:
+
+- **Now** (gauges: live sessions, room viewers, rooms in memory, recognizer requests by priority, the engine's
+  state, unsaved room events) are read from the live objects when scraped (``_LiveState``), so nothing has to keep
+  them up to date. Counts the objects keep themselves (store errors, viewers cut off) are exposed the same way.
+- **Events** (counters and histograms: audio received and shed, decodes by kind and encoder window, window
+  fallbacks, first-text and lock latency) are recorded at the one place where each happens: the engine reports its
+  own through ``engine.EngineObserver`` (``ServerMetrics`` is one, added to ``CaptionEngine.observers``); the
+  WebRTC ingest reports the audio it sheds.
+
+A scrape only reads counters and walks a few dicts on the event loop (no model call, no I/O): measured with six
+sessions streaming on a busy 2-core machine, 2 ms median per request, HTTP included.
+
+Access (``--metrics``): "token" (the default) asks for the server's ``--auth-token`` as ``Authorization: Bearer``
+when one is set (the numbers say how busy the server is and how many rooms it holds) and is open otherwise; "open"
+is always open; "off" answers 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from engine import DECODE_KINDS, CaptionEngine, EngineObserver, EngineState
+
+from .rooms import RoomRegistry
+from .store import TranscriptStore
+
+PREFIX = "live_captions"
+
+# Decode wall time (submit to result): ~0.2 s for a short window on a calm CPU, 5-12 s when the machine is loaded.
+DECODE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+# First text of a sentence: the first partial is asked for ~0.3-0.5 s into speech and takes a decode.
+FIRST_TEXT_BUCKETS_S = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
+# Lock: the endpoint's silence wait (0.1-2 s by sentence length, presets) plus the final decode, if not reused.
+LOCK_BUCKETS_S = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0, 20.0, 30.0)
+
+
+class ServerMetrics(EngineObserver):
+    """The app's registry and the event metrics. ``create_app`` makes one per app and points it at the app's
+    objects as they come up: the rooms and the store (``rooms``, ``store``), the engine (``watch_engine``: its
+    sessions and queue are read at scrape time, its events heard until ``unwatch_engine``)."""
+
+    def __init__(self) -> None:
+        self.engine: CaptionEngine | None = None
+        self.rooms: RoomRegistry | None = None
+        self.store: TranscriptStore | None = None
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._audio_in = Counter(
+            f"{PREFIX}_audio_received_seconds", "Audio fed to caption sessions, in seconds; kind: live (a stream) "
+            "or file (an upload, fed as fast as it is transcribed)", ["kind"], registry=r)
+        self._audio_shed = Counter(
+            f"{PREFIX}_audio_shed_seconds", "Stream audio skipped because the server fell behind (a stream's "
+            "receive queue stayed over the lag limit), in seconds", registry=r)
+        self._decode = Histogram(
+            f"{PREFIX}_decode_seconds", "Wall time of each finished recognizer decode, submit to result (queueing "
+            "and window fallbacks included), by kind (partial, final, background) and encoder window (seconds)",
+            ["kind", "window_s"], buckets=DECODE_BUCKETS_S, registry=r)
+        self._fallbacks = Counter(
+            f"{PREFIX}_decode_fallbacks", "Decodes thrown away as loops and redone in a larger encoder window, by "
+            "kind", ["kind"], registry=r)
+        self._first_text = Histogram(
+            f"{PREFIX}_first_partial_latency_seconds", "From a live sentence's first speech reaching the server "
+            "to its first text sent (a partial, or the locked sentence if no partial showed)",
+            buckets=FIRST_TEXT_BUCKETS_S, registry=r)
+        self._lock = Histogram(
+            f"{PREFIX}_lock_latency_seconds", "From a live sentence's last speech reaching the server to the "
+            "sentence locked (the endpoint's silence wait and the final decode)", buckets=LOCK_BUCKETS_S,
+            registry=r)
+        for kind in DECODE_KINDS:  # every kind shows from the first scrape, at zero
+            self._fallbacks.labels(kind)
+        for kind in ("live", "file"):
+            self._audio_in.labels(kind)
+        r.register(_LiveState(self))
+
+    def watch_engine(self, engine: CaptionEngine) -> None:
+        """Read ``engine``'s sessions and queue when scraped, and hear its events (until ``unwatch_engine``)."""
+        self.engine = engine
+        engine.observers.add(self)
+
+    def unwatch_engine(self) -> None:
+        """Stop hearing the engine's events (a shared engine outlives this app); safe to call twice."""
+        if self.engine is not None:
+            self.engine.observers.remove(self)
+
+    def exposition(self, accept: str) -> tuple[bytes, str]:
+        """The registry in the format ``accept`` asks for (Prometheus text, or OpenMetrics): (body, content type)."""
+        encode, content_type = choose_encoder(accept)
+        return encode(self.registry), content_type
+
+    # ---- engine events (engine.EngineObserver) -------------------------------------------------------------
+    def audio_received(self, seconds: float, background: bool) -> None:
+        self._audio_in.labels("file" if background else "live").inc(seconds)
+
+    def decoded(self, kind: str, window_s: float, decode_s: float, fallbacks: int) -> None:
+        self._decode.labels(kind, f"{window_s:g}").observe(decode_s)
+        if fallbacks:
+            self._fallbacks.labels(kind).inc(fallbacks)
+
+    def first_text(self, latency_s: float) -> None:
+        self._first_text.observe(latency_s)
+
+    def locked(self, latency_s: float) -> None:
+        self._lock.observe(latency_s)
+
+    # ---- transport events -----------------------------------------------------------------------------------
+    def shed(self, seconds: float) -> None:
+        """The WebRTC ingest skipped ``seconds`` of a stream's audio to catch up."""
+        self._audio_shed.inc(seconds)
+
+
+@dataclass
+class _Families:
+    """One scrape's families of ``_LiveState``, empty until filled."""
+
+    sessions: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_sessions_active", "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR "
+        "WebSocket) or file (an upload being transcribed)", labels=["kind"]))
+    viewers: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_room_viewers", "Room viewers connected now (event streams)"))
+    rooms: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_rooms_in_memory", "Rooms held in memory now (in use, or idle for less than the idle time)"))
+    unsaved: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_room_events_unsaved", "Room events kept in memory because the transcript store refused them "
+        "(written when it recovers)"))
+    dropped: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        f"{PREFIX}_room_viewers_dropped", "Room viewers cut off for falling too far behind"))
+    requests: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority",
+        labels=["priority"]))
+    state: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), "
+        "0 for the others", labels=["state"]))
+    store_errors: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        f"{PREFIX}_store_errors", "Transcript store operations that failed (a full or unwritable disk); room events "
+        "are kept in memory and retried meanwhile"))
+
+    def all(self) -> Iterator[Metric]:
+        return iter([getattr(self, f.name) for f in fields(self)])
+
+
+class _LiveState(Collector):
+    """Gauges (and self-kept counts) read from the app's live objects at scrape time: a few dict walks, no call
+    into the model. Before the app has started (no engine or store yet) those families come out empty."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterator[Metric]:
+        return _Families().all()
+
+    def collect(self) -> Iterator[Metric]:
+        f = _Families()
+        engine = self._metrics.engine
+        if engine is not None:
+            live = sum(1 for s in list(engine.sessions.values()) if not s.options.background)
+            f.sessions.add_metric(["live"], live)
+            f.sessions.add_metric(["file"], len(engine.sessions) - live)
+            for priority, n in engine.load().items():
+                f.requests.add_metric([priority], n)
+            now = engine.state
+            for value in EngineState:
+                f.state.add_metric([value.value], 1 if value is now else 0)
+        registry = self._metrics.rooms
+        if registry is not None:
+            counts = registry.snapshot_stats()
+            f.rooms.add_metric([], counts["in_memory"])
+            f.viewers.add_metric([], counts["viewers"])
+            f.unsaved.add_metric([], counts["unsaved_events"])
+            f.dropped.add_metric([], counts["viewers_dropped"])
+        store = self._metrics.store
+        if store is not None:
+            f.store_errors.add_metric([], store.errors)
+        return f.all()

@@ -1,0 +1,29 @@
+"""``GET /metrics``: the app's Prometheus registry (``app.metrics``), guarded as ``--metrics`` says."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .auth import presented_token
+from .keys import CONFIG, METRICS
+from .rooms import token_matches
+from .routes import json_error
+
+
+def add_routes(app: web.Application) -> None:
+    """``GET /metrics`` unless ``--metrics off`` (then it is a 404 like any unknown path)."""
+    if app[CONFIG].metrics != "off":
+        app.router.add_get("/metrics", metrics)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The registry in Prometheus' text format (OpenMetrics when the scraper asks for it). With ``--metrics token``
+    (the default) and an ``--auth-token``, 401 unless the request carries that token."""
+    config = request.app[CONFIG]
+    needed = config.auth_token if config.metrics == "token" else None
+    if needed is not None and not token_matches(presented_token(request), needed):
+        refused = json_error(401, "unauthorized", "metrics need the server's token (Authorization: Bearer <token>)")
+        refused.headers["WWW-Authenticate"] = 'Bearer realm="live-captions"'
+        return refused
+    body, content_type = request.app[METRICS].exposition(request.headers.get("Accept", ""))
+    return web.Response(body=body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})

@@ -204,7 +204,12 @@ class Room:
                           seq=self.seq)
 
     def partial_message(self, latency_ms: int | None = None) -> Caption:
-        return Caption([], self.partial(), latency_ms=latency_ms, seq=self.seq)
+        """The open text; with the voice now speaking when exactly one publisher is (several speaking at once have
+        one merged partial, and one label for it would misname someone)."""
+        speaking = [p for p in self.publishers.values() if p.partial]
+        one = speaking[0] if len(speaking) == 1 and speaking[0].partial_spk is not None else None
+        return Caption([], self.partial(), latency_ms=latency_ms, seq=self.seq,
+                       partial_spk=one.partial_spk if one else None, partial_session=one.session_id if one else None)
 
     def _broadcast(self, message: ServerMessage, durable: bool) -> None:
         for viewer in list(self.viewers):
@@ -257,7 +262,10 @@ class Room:
             self._next_sentence = first + len(records)
             self.seq = seq
             # Viewers get the stored event with the room's live partial text (never stored) and the latency.
-            self._broadcast(dataclasses.replace(body, partial=self.partial(), latency_ms=latency_ms), durable=True)
+            live = self.partial_message(latency_ms)
+            self._broadcast(dataclasses.replace(body, partial=live.partial, latency_ms=latency_ms,
+                                                partial_spk=live.partial_spk, partial_session=live.partial_session),
+                            durable=True)
             return records
 
     async def commit_relabel(self, relabel: dict[int, int]) -> None:
@@ -353,6 +361,7 @@ class RoomPublisher:
         # Session audio time 0 is (about) now: shift its times onto the room's timeline.
         self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
         self.partial = ""
+        self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
         self.on_saving: Callable[[bool, str], None] | None = None  # (saving, why not) when the store fails/recovers
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._log = SessionLog(log, session_id)
@@ -360,6 +369,7 @@ class RoomPublisher:
     async def publish(self, message: ServerMessage) -> None:
         if isinstance(message, Caption):
             self.partial = "" if message.is_final else message.partial
+            self.partial_spk = message.partial_spk if self.partial else None
             new = [s for s in message.sentences if s.id not in self._ids]
             if not new:
                 self.room.broadcast_partial(message.latency_ms)

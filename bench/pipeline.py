@@ -6,7 +6,8 @@ The real server runs as a subprocess (``bench/serve.py --recognizer fake --no-sp
 replaced by the named ``FakeTranscriber`` (engine/asr/fake.py: answers after 50 ms without computing anything), so
 what its process tree spends is the rest of the path: WebRTC receive (ICE, DTLS/SRTP, RTP), Opus decode, resample
 to 16 kHz, the batched Silero VAD, endpointing, partial/final scheduling, the mailbox and the data-channel send.
-Speaker embeddings are a model and are off.
+Speaker embeddings are a model and are off unless ``--speakers`` (the real speaker encoder: segment embeddings
+and the turn detector's windows); their CPU is then counted on the speaker thread alone (``speaker %/session``).
 
 The N clients run in this process (aiortc forwarding Ogg Opus packets, no re-encoding) and are not measured. The
 CPU window is the span in which all N clients were streaming; the audio the server actually received in that
@@ -69,6 +70,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
     received = _interp(live, t1) - _interp(live, t0) if len(live) >= 2 else float("nan")
     vad = [(t, float(s["engine"]["vad_busy_s"])) for t, s in polled]
     vad_s = _interp(vad, t1) - _interp(vad, t0) if len(vad) >= 2 else float("nan")
+    spk = [(t, float(s["engine"].get("speaker_cpu_s", 0.0))) for t, s in polled]
+    spk_s = _interp(spk, t1) - _interp(spk, t0) if len(spk) >= 2 else float("nan")
     lags = partial_lags([msg for c in run.clients for _, msg in c.messages if msg["type"] == "caption"])
     overloaded = sum(1 for c in run.clients for _, msg in c.messages if msg.get("code") == "overloaded")
     failures = [c.error for c in run.clients if c.error]
@@ -81,6 +84,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
         "realtime_factor": received / window / n if window > 0 else float("nan"),
         "cpu_pct_per_session_rt": 100 * cpu / (received / n) / n if received and received > 0 else float("nan"),
         "vad_wall_pct_per_session": 100 * vad_s / window / n if window > 0 else float("nan"),
+        "speaker_cpu_pct_per_session": 100 * spk_s / window / n if window > 0 else float("nan"),
         "lag_s_p95": pct(lags, 95), "overloaded_msgs": overloaded, "failures": failures[:5],
         "rss_gb": trace.peak_rss(run.t0, run.t1) / 1e9,
         "client_cpu_pct": 100 * client_cpu / (run.t1 - run.t0),
@@ -91,7 +95,8 @@ COLUMNS = [("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
            ("server_cpu_pct", "server % core", "{:.1f}"), ("cpu_pct_per_session", "% core/session", "{:.2f}"),
            ("marginal_pct_per_session", "marginal", "{:.2f}"), ("realtime_factor", "audio rx/real time", "{:.2f}"),
            ("cpu_pct_per_session_rt", "% core/session RT", "{:.2f}"),
-           ("vad_wall_pct_per_session", "VAD busy %/session", "{:.2f}"), ("lag_s_p95", "lag p95 s", "{:.2f}"),
+           ("vad_wall_pct_per_session", "VAD busy %/session", "{:.2f}"),
+           ("speaker_cpu_pct_per_session", "speaker %/session", "{:.2f}"), ("lag_s_p95", "lag p95 s", "{:.2f}"),
            ("overloaded_msgs", "skips", "{:d}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("client_cpu_pct", "clients % core", "{:.0f}")]
 
@@ -104,7 +109,9 @@ async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
         session_clip(i, args.seconds, args.pause_s)
-    server_args = ["--recognizer", "fake", "--fake-delay-s", str(args.fake_delay_s), "--no-speakers"]
+    server_args = ["--recognizer", "fake", "--fake-delay-s", str(args.fake_delay_s)]
+    if not args.speakers:
+        server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
     async with bench_server(server_args, CACHE_DIR / "pipeline-server.log") as server:
         trace = CpuTrace(server.ps)
@@ -123,7 +130,8 @@ async def main(args: argparse.Namespace) -> int:
                     print(json.dumps(row), file=sys.stderr)
         finally:
             sampler.cancel()
-    print(f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), {args.seconds:g} s per session; "
+    print(f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), speakers {'on' if args.speakers else 'off'}, "
+          f"{args.seconds:g} s per session; "
           f"idle server {idle_pct:.2f} % of one core\n")
     print_table(rows)
     if args.json:
@@ -144,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fake-delay-s", type=float, default=0.05)
     p.add_argument("--idle-s", type=float, default=10.0, help="how long to measure the idle server first")
     p.add_argument("--connect-concurrency", type=int, default=8)
+    p.add_argument("--speakers", action="store_true",
+                   help="run the real speaker encoder too (segment embeddings and turn windows); its CPU per session "
+                        "is reported on its own")
     p.add_argument("--json", default=None)
     return p
 

@@ -25,8 +25,9 @@ apply if audio simply flows; ``"words":true`` adds ``"words":[{"w":W,"start_ms":
 sentence) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
 
 Room viewers (server-sent events) get the same ``caption`` and ``speakers`` messages with room-wide sentence ids
-(each sentence names its ``session``) and ``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,
-"saving":B}`` status messages.
+(each sentence names its ``session``; ``partial_spk`` comes with ``partial_session``, the session whose voice it
+names, and only while one publisher is speaking) and
+``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,"saving":B}`` status messages.
 
 Every server message is one class below (``ServerMessage``): the engine posts them, the transport and the room
 stream send ``wire()``, clients and tests read JSON back with ``parse_server_message``. docs/protocol.md is the
@@ -199,6 +200,8 @@ class Caption:
     latency_ms: int | None = None
     seq: int = 0
     partial_spk: int | None = None
+    # Room messages only: the publishing session whose voice ``partial_spk`` names (labels are per session).
+    partial_session: str | None = None
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
@@ -209,6 +212,8 @@ class Caption:
             out["latency_ms"] = self.latency_ms
         if self.partial_spk is not None:
             out["partial_spk"] = self.partial_spk
+            if self.partial_session is not None:
+                out["partial_session"] = self.partial_session
         return out
 
 
@@ -279,7 +284,8 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         kind, seq = data["type"], int(data["seq"])
         if kind == "caption":
             return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
-                           _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")))
+                           _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")),
+                           _str_or_none(data.get("partial_session")))
         if kind == "ready":
             return Ready(str(data["session"]), str(data["model"]), data["language"], seq)
         if kind == "speakers":
@@ -306,6 +312,10 @@ def _sentence(s: dict[str, Any]) -> Sentence:
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def dumps(message: ServerMessage, words: bool = False) -> str:

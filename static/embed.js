@@ -17,7 +17,7 @@
  *   host → widget   {type: "start", language?}   {type: "stop"}   {type: "set-language", language}
  *   widget → host   {type: "ready", version: 1, mode: "viewer" | "microphone", room}
  *                   {type: "state", state, detail}
- *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial}
+ *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial, partialSpk}
  *                   {type: "speakers", relabel: {id: spk}}
  *                   {type: "error", code, message}
  * `caption` carries only newly locked sentences plus the whole current partial text (as on the data channel).
@@ -50,8 +50,9 @@ const lines = new CaptionLines(document.getElementById("captions"), { speakers: 
 if (shown) {
   shown.addEventListener("sentence", ({ detail }) => lines.add(detail));
   shown.addEventListener("caption", ({ detail }) => {
-    lines.setPartial(detail.partial);
-    post({ type: "caption", seq: detail.seq ?? null, sentences: detail.sentences, partial: detail.partial });
+    lines.setPartial(detail.partial, detail.partialSpk ?? null, detail.partialSession ?? null);
+    post({ type: "caption", seq: detail.seq ?? null, sentences: detail.sentences, partial: detail.partial,
+           partialSpk: detail.partialSpk ?? null });
   });
   shown.addEventListener("speakers", ({ detail }) => {
     lines.render(shown.sentences, shown.transcript().partial);

@@ -36,8 +36,10 @@ const lines = new CaptionLines($("captions"), { speakers: options.speakers });
 const mic = query.get("mic") === "1" ? microphone() : null;
 
 feed.addEventListener("sentence", ({ detail }) => lines.add(detail));
-feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial));
-feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial));
+feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial, detail.partialSpk,
+                                                                  detail.partialSession));
+feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial, feed.partialSpk,
+                                                     feed.partialSession));
 feed.addEventListener("state", showStatus);
 mic?.addEventListener("state", showStatus);
 

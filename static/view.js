@@ -27,8 +27,10 @@ const feed = new RoomFeed({ room: query.get("room") ?? "", token: query.get("tok
 const view = new TranscriptView({ log: $("transcript"), partial: $("partial"), follow: new Follow($("stage"), $("jump")) });
 
 feed.addEventListener("sentence", ({ detail }) => view.add(detail));
-feed.addEventListener("caption", ({ detail }) => view.setPartial(detail.partial));
-feed.addEventListener("speakers", () => view.render(feed.sentences, feed.partial));
+feed.addEventListener("caption", ({ detail }) => view.setPartial(detail.partial, detail.partialSpk,
+                                                                 detail.partialSession));
+feed.addEventListener("speakers", () => view.render(feed.sentences, feed.partial, feed.partialSpk,
+                                                    feed.partialSession));
 feed.addEventListener("state", ({ detail }) => {
   const badgeState = BADGE_STATE[detail.state] ?? detail.state;
   $("badge").dataset.state = badgeState;

@@ -17,7 +17,7 @@ import pytest
 
 from app import exports
 from app.keys import ROOMS
-from app.rooms import Viewer, ViewerState
+from app.rooms import RoomRegistry, Viewer, ViewerState
 from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
 from engine import CaptionEngine, protocol
 from tests.rtc_client import CaptionClient
@@ -223,3 +223,41 @@ async def test_a_slow_viewer_gets_the_newest_partial_and_is_cut_off_rather_than_
         if viewer.state is ViewerState.ENDED:
             break
     assert viewer.state is ViewerState.ENDED and await viewer.get(1.0) is None  # reconnects, resumes from store
+
+
+async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> None:
+    """A publisher's ``partial_spk`` reaches the room's viewers with the session it belongs to (labels are per
+    session); while two publishers speak at once the merged partial names nobody."""
+    store = await TranscriptStore.open(":memory:")
+    rooms = RoomRegistry(store)
+    try:
+        room, _ = await rooms.create("talk")
+        viewer = room.subscribe()
+        first, second = room.join("session-a"), room.join("session-b")
+
+        async def latest_partial() -> protocol.Caption:
+            got = None
+            while True:
+                try:
+                    item = await viewer.get(0.2)
+                except TimeoutError:
+                    break
+                assert item is not None
+                if isinstance(item[1], protocol.Caption):
+                    got = item[1]
+            assert got is not None
+            return got
+
+        await first.publish(protocol.Caption([], "so the plan is", partial_spk=1))
+        shown = await latest_partial()
+        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("so the plan is", 1, "session-a")
+        assert shown.wire()["partial_session"] == "session-a"
+        await second.publish(protocol.Caption([], "wait", partial_spk=0))
+        shown = await latest_partial()
+        assert shown.partial == "so the plan is wait" and shown.partial_spk is None and shown.partial_session is None
+        await first.publish(protocol.Caption([], ""))  # the first stops speaking: the one still speaking is named
+        shown = await latest_partial()
+        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("wait", 0, "session-b")
+    finally:
+        rooms.close()
+        await store.close()

@@ -24,6 +24,7 @@ from playwright.async_api import Browser, Page
 
 from app.keys import ROOMS
 from app.rooms import Room
+from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
@@ -323,6 +324,19 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
         await top.screenshot(path=str(shots / "kiosk-top-light.png"))
         await phone.screenshot(path=str(shots / "phone-viewer.png"))
         await widgets.screenshot(path=str(shots / "embed-dark-light.png"))
+        # A new voice speaks before its sentence locks: every display names it before the open text, and only
+        # while it is not the speaker of the last sentence.
+        talker = room.join("demo-session")
+        await talker.publish(Caption([], "and one more thing", partial_spk=1))
+        who = "[data-partial-who][data-who-spk='1']"
+        await kiosk.wait_for_selector(who, timeout=10_000)
+        assert (await kiosk.locator(who).text_content()) == "Speaker 2:"
+        await widgets.frame_locator("#d").locator(who).wait_for(timeout=10_000)
+        await phone.wait_for_selector("[data-partial][data-spk='1']", timeout=10_000)
+        await talker.publish(Caption([], "and one more thing", partial_spk=2))  # the last sentence's speaker
+        await kiosk.wait_for_selector("[data-partial-who]", state="detached", timeout=10_000)
+        assert (await kiosk.locator("span[data-partial]").text_content()) == "and one more thing"
+        talker.leave()
 
 
 @pytest.mark.heavy

@@ -10,6 +10,7 @@ Embedding and re-clustering run in one worker thread; requests that arrive while
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -49,6 +50,12 @@ class SpeakerService:
         self._queue: list[tuple[np.ndarray, asyncio.Future[np.ndarray | None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.cpu_s = 0.0  # CPU seconds the worker thread spent embedding (its own thread time, not wall time)
+        self.embedded = 0  # segments and windows embedded
+
+    def stats(self) -> dict[str, float]:
+        """``speaker_cpu_s``: CPU seconds spent embedding so far; ``speaker_embedded``: segments and windows."""
+        return {"speaker_cpu_s": round(self.cpu_s, 3), "speaker_embedded": self.embedded}
 
     async def start(self) -> None:
         """Load the model. Raises whatever loading raises."""
@@ -101,12 +108,23 @@ class SpeakerService:
             if not batch or self._embedder is None:
                 continue
             try:
-                vectors = await loop.run_in_executor(self._pool, self._embedder.embed, [a for a, _ in batch])
+                vectors = await loop.run_in_executor(self._pool, self._timed_embed, [a for a, _ in batch])
             except Exception as exc:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)
                 continue
+            self.embedded += len(batch)
             for (_, fut), vec in zip(batch, vectors, strict=True):
                 if not fut.done():
                     fut.set_result(vec)
+
+    def _timed_embed(self, audio: list[np.ndarray]) -> np.ndarray:
+        """``Embedder.embed`` in the worker thread, its CPU time counted (thread time: other threads' work and waits
+        for a core are not)."""
+        assert self._embedder is not None
+        start = time.thread_time()
+        try:
+            return self._embedder.embed(audio)
+        finally:
+            self.cpu_s += time.thread_time() - start

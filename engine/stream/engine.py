@@ -186,5 +186,6 @@ class CaptionEngine:
             "partials_waiting": self.scheduler.waiting,
             "vad_calls": self.vad.calls,
             "vad_busy_s": round(self.vad.busy_s, 3),
+            **(self.speakers.stats() if self.speakers is not None else {}),
             "recognizer": self.transcriber.stats(),
         }

@@ -8,6 +8,8 @@
  * Markup contract (tests rely on it; the same attributes as the main page's), inside `<p class="flow">`:
  *   <span class="who" data-who-spk>                  a speaker's name where the speaker changes (optional)
  *   <span class="sentence" data-sentence-id data-spk>  one locked sentence; data-spk "" when unknown
+ *   <span class="who" data-who-spk data-partial-who> the name of the voice now speaking, before the open text,
+ *                                                    when the server names it and it is not the last sentence's
  *   <span class="partial" data-partial>              the open text, replaced on every update
  * Only the newest `keep` sentences stay in the DOM: a wall screen runs for days.
  */
@@ -21,6 +23,8 @@ const LAYOUT_WORDS = 120; // the newest words laid out line by line: far more th
 export class CaptionLines {
   #flow;
   #partial;
+  #partialWho;
+  #partialGap = document.createTextNode(" ");
   #speakers;
   #keep;
   #maxChars;
@@ -53,10 +57,15 @@ export class CaptionLines {
     this.#partial = document.createElement("span");
     this.#partial.className = "partial";
     this.#partial.dataset.partial = "";
+    this.#partialWho = document.createElement("span");
+    this.#partialWho.className = "who";
+    this.#partialWho.dataset.partialWho = "";
     this.#flow.replaceChildren(this.#partial);
   }
 
   add(record) {
+    this.#hidePartialWho(); // the next setPartial decides again against this record
+
     const changed = !this.#last || this.#last.spk !== record.spk || this.#last.session !== record.session;
     if (this.#speakers && changed && record.spk !== null) {
       const who = document.createElement("span");
@@ -78,10 +87,33 @@ export class CaptionLines {
     this.#layout();
   }
 
-  setPartial(text) {
-    if (this.#text(this.#partial) === text) return;
+  /**
+   * Replace the open text. `spk`/`session`: the voice now speaking, when the server names it (a room names its
+   * publishing session too: labels are per session); its name goes before the text when it is not the speaker of
+   * the last sentence, so a new voice is named before its sentence locks.
+   */
+  setPartial(text, spk = null, session = null) {
+    const named = this.#speakers && Boolean(text) && Number.isInteger(spk) && (!this.#last || this.#last.spk !== spk
+      || (session !== null && this.#last.session !== session));
+    const label = named ? `${speakerName(spk)}:` : "";
+    if (this.#text(this.#partial) === text && (this.#partialWho.isConnected ? this.#text(this.#partialWho) : "") === label) {
+      return;
+    }
+    if (label) {
+      this.#partialWho.dataset.whoSpk = String(spk);
+      this.#partialWho.style.setProperty("--speaker", `var(--spk-${spk % PALETTE_SIZE})`);
+      this.#setText(this.#partialWho, label);
+      if (!this.#partialWho.isConnected) this.#partial.before(this.#partialWho, this.#partialGap);
+    } else {
+      this.#hidePartialWho();
+    }
     this.#setText(this.#partial, text);
     this.#layout();
+  }
+
+  #hidePartialWho() {
+    this.#partialWho.remove();
+    this.#partialGap.remove();
   }
 
   #text(el) {
@@ -148,11 +180,11 @@ export class CaptionLines {
   }
 
   /** Rebuild from records (after a speaker relabel). */
-  render(records, partial) {
+  render(records, partial, partialSpk = null, partialSession = null) {
     this.#flow.replaceChildren(this.#partial);
     this.#last = null;
     for (const record of records.slice(-this.#keep)) this.add(record);
-    this.setPartial(partial);
+    this.setPartial(partial, partialSpk, partialSession);
     this.#layout();
   }
 

@@ -17,7 +17,9 @@
  *
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}
- *   caption   {seq, sentences: [records newly added], partial}   for every caption message (even partial-only)
+ *   caption   {seq, sentences: [records newly added], partial, partialSpk, partialSession}   for every caption
+ *             message (even partial-only); partialSpk/partialSession: the voice now speaking (label and publishing
+ *             session) when the server names it, else null
  *   sentence  one newly added record {id, text, start, end, spk, session}
  *   speakers  {seq, changed: [records]}
  *   status    {live, publishers, viewers}
@@ -41,6 +43,8 @@ export class RoomFeed extends EventTarget {
   /** Every message received (decoded JSON), in order; for tests and the embed API. */
   messages = [];
   partial = "";
+  partialSpk = null;
+  partialSession = null;
   lastSeq = null;
   status = { live: false, publishers: 0, viewers: 0 };
 
@@ -210,9 +214,15 @@ export class RoomFeed extends EventTarget {
       }
     }
     this.partial = typeof message.partial === "string" ? message.partial : "";
+    this.partialSpk = this.partial && Number.isInteger(message.partial_spk) ? message.partial_spk : null;
+    this.partialSession = this.partialSpk !== null && typeof message.partial_session === "string"
+      ? message.partial_session : null;
     for (const record of added) this.dispatchEvent(new CustomEvent("sentence", { detail: record }));
     const seq = Number.isFinite(message.seq) ? message.seq : null;
-    this.dispatchEvent(new CustomEvent("caption", { detail: { seq, sentences: added, partial: this.partial } }));
+    const { partial, partialSpk, partialSession } = this;
+    this.dispatchEvent(new CustomEvent("caption", {
+      detail: { seq, sentences: added, partial, partialSpk, partialSession },
+    }));
   }
 
   #onSpeakers(message) {

@@ -45,10 +45,13 @@ export class TranscriptView {
   /**
    * Replace the partial line (empty text hides it). `spk`: the provisional label of the voice now speaking (null
    * when not known yet); shown before the text when someone other than the last turn's speaker is talking.
+   * `session`: in a room, the publishing session that label belongs to (labels are per session).
    */
-  setPartial(text, spk = null) {
+  setPartial(text, spk = null, session = null) {
     const known = text && spk !== null && spk !== undefined;
-    const label = known && (!this.#lastRecord || this.#lastRecord.spk !== spk) ? speakerName(spk) : "";
+    const other = !this.#lastRecord || this.#lastRecord.spk !== spk
+      || (session !== null && this.#lastRecord.session !== session);
+    const label = known && other ? speakerName(spk) : "";
     const key = `${label}\u0000${text}`;
     if (this.#partialKey === key) return;
     this.#partialKey = key;
@@ -66,13 +69,13 @@ export class TranscriptView {
   }
 
   /** Rebuild everything from the records (after a speaker relabel or a clear). */
-  render(records, partial, partialSpk = null) {
+  render(records, partial, partialSpk = null, partialSession = null) {
     this.#log.replaceChildren();
     this.#lastTurn = null;
     this.#lastRecord = null;
     for (const record of records) this.#append(record, false);
     this.#partialKey = "";
-    this.setPartial(partial, partialSpk);
+    this.setPartial(partial, partialSpk, partialSession);
     this.#follow.update();
   }
 

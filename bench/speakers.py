@@ -35,6 +35,7 @@ import numpy as np
 from engine.audio.pcm import SAMPLE_RATE, load_wav
 from engine.audio.vad import WINDOW
 from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.service import Embedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 from engine.speakers.turns import TurnConfig
 
@@ -150,7 +151,7 @@ class Shown:
     label: int
 
 
-def stream_clip(audio: np.ndarray, embedder: SpeakerEmbedder, turns: TurnConfig, config: SpeakerConfig,
+def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config: SpeakerConfig,
                 preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int]:
     """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
     the endpointer 64 ms at a time and ``TurnDetector`` embeds its windows of the open segment as it asks (here at
@@ -319,7 +320,7 @@ def oracle_segments(reference: list[Turn]) -> list[Segment]:
 
 
 def label_segments(
-    audio: np.ndarray, segments: list[Segment], embedder: SpeakerEmbedder, config: SpeakerConfig
+    audio: np.ndarray, segments: list[Segment], embedder: Embedder, config: SpeakerConfig
 ) -> tuple[list[int], list[int], list[int], float]:
     """Run a tracker over the segments in order.
 
@@ -336,7 +337,7 @@ def label_segments(
     return streaming, [tracker.labels[i] for i in range(len(segments))], long_enough, embed_cpu_s
 
 
-def run_clip(clip: str, embedder: SpeakerEmbedder, config: SpeakerConfig, preset: str,
+def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
              turns: TurnConfig | None = None) -> ClipResult:
     """Segment, label and score one clip: a clip of the shared speech folder with an RTTM file, or an
     ``alternating_clip`` named ``alt:<reader>+<reader>[+...]``. ``turns``: find voice changes inside segments."""

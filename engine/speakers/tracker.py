@@ -26,9 +26,10 @@ class SpeakerConfig:
     """Thresholds of speaker assignment. Similarities are cosines of L2-normalised embeddings in [-1, 1]."""
 
     similarity_threshold: float = 0.78
-    """Cosine to the nearest speaker centroid below which a segment starts a new speaker. Tuned on
-    ``bench/speakers.py``: same-speaker segment-to-centroid cosines sat at 0.81-0.94 on read speech and around
-    0.85 (median) in AMI meetings, where different speakers reached 0.75 (median) with this encoder."""
+    """Cosine to the nearest speaker centroid below which a segment starts a new speaker. Same-speaker
+    segment-to-centroid cosines sat at 0.81-0.94 on read speech and around 0.85 (median) in AMI meetings, where
+    different speakers reached 0.75 (median) with this encoder; ``python -m bench.speaker_fit`` found the fitting
+    set's DER flat from 0.72 to 0.78 and worse above (a reader split in two), so it stays at the top of that range."""
     min_embed_speech_s: float = 1.0
     """Segments with less speech (seconds) get a provisional label from context, never a new speaker."""
     min_new_speaker_speech_s: float = 2.0

@@ -39,8 +39,10 @@ class TurnConfig:
     a quarter second sooner (new label p50 1.64 -> 1.40 s in the bench) for about 5 % more windows."""
     min_speech: float = 0.6
     """Share of a window's VAD frames that must be speech for it to be embedded (pauses embed as noise)."""
-    change_similarity: float = 0.72
-    """Cosine to the turn's voice below which a window is another voice."""
+    change_similarity: float = 0.77
+    """Cosine to the turn's voice below which a window is another voice. Fitted by ``python -m bench.speaker_fit``
+    (0.62-0.83 tried): lower values miss changes, higher ones split single readers; 0.77 also lowered the held-out
+    AMI clips' speaker error (docs/benchmarks.md, "Speaker thresholds fitted on data")."""
     confirm_windows: int = 2
     """Consecutive deviating windows that make a change (one alone is often a word the encoder hears oddly)."""
     min_turn_s: float = 1.5

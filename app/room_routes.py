@@ -167,6 +167,7 @@ async def room_events(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
         last = await _catch_up(response, room, after, words)
+        room.heard(last)  # the store may be ahead of this front end (a notice not yet heard): catch the room up
         await _send(response, room.status(), None)
         if room.partial():
             await _send(response, room.partial_message(), None)

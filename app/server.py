@@ -70,7 +70,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[STORE] = await TranscriptStore.open(config.db_path or MEMORY)
         app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
         app[ROOMS].start()
-        log.info("transcripts kept in %s", app[STORE].path)
+        log.info("transcripts kept in %s", app[STORE].where)
         yield
         app[ROOMS].close()
         await app[STORE].close()

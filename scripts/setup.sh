@@ -38,13 +38,14 @@ fi
 
 # The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP
 # client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
-# namespace (tests/whip_scenario.py).
+# namespace (tests/whip_scenario.py), PostgreSQL's server binaries (tests/postgres.py starts a throwaway server).
 if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -v whip-client && command -v cc \
-    && command -v ip && [ -e /usr/share/doc/gstreamer1.0-nice ]; } >/dev/null 2>&1; then
+    && command -v ip && [ -e /usr/share/doc/gstreamer1.0-nice ] \
+    && ls /usr/lib/postgresql/*/bin/initdb /usr/lib/postgresql/*/bin/pg_ctl; } >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium ffmpeg simple-whip-client \
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice gcc iproute2 \
-    >/dev/null
+    postgresql >/dev/null
 fi

@@ -84,6 +84,14 @@ def _port_range(text: str | None) -> tuple[int, int] | None:
     return low, high
 
 
+def _db_target(text: str) -> str:
+    """A SQLite path or a ``postgresql://`` URL; any other URL is refused here, before anything starts."""
+    if "://" in text and not text.startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError(f"{text.split('://', 1)[0]!r} databases are not supported: give a SQLite "
+                                         f"file path or a postgresql:// URL")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m app",
                                 description="Live captions server: open the page, allow the microphone, read captions. "
@@ -133,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--funasr-port", type=int, default=int(_env("FUNASR_PORT", "0") or 0) or None,
                    help="also listen on this port for FunASR's realtime WebSocket protocol at the root path, where "
                         "FunASR's own server listens (e.g. 10095); it is always at /funasr on the main port")
-    p.add_argument("--db", default=_env("DB", str(default_db())),
+    p.add_argument("--db", type=_db_target, default=_env("DB", str(default_db())),
                    help=f"where every room's transcript is kept: a SQLite file (default {default_db()}; "
                         f"':memory:' keeps nothing), or a postgresql://user:password@host/db URL shared by several "
                         f"front ends serving the same rooms (env LIVE_CAPTIONS_DB)")

@@ -365,7 +365,9 @@ class Room:
     async def _sync(self) -> None:
         try:
             async with self._lock:
-                while self._heard > self.seq:
+                # While the store refuses this front end's writes, its seqs here are its own guesses: nothing to
+                # read them against (the next commit that gets through brings the others' events in).
+                while self._heard > self.seq and not self.unsaved:
                     if not await self._deliver_stored():
                         self._heard = self.seq  # nothing newer stored (a look that found nothing)
         except StoreError as exc:  # the next notice, a viewer's catch-up or the sweep tries again

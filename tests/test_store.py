@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from app.__main__ import EXIT_STORE_FAILED, main
 from app.store import SentenceRecord, StoreError, TranscriptStore
 from app.store_pg import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from engine import protocol
@@ -172,3 +173,13 @@ async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_conne
     finally:
         await a.close()
         await b.close()
+
+
+def test_the_server_refuses_a_database_it_cannot_use_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["--db", "mysql://user@127.0.0.1/captions"])
+    assert refused.value.code == 2 and "'mysql' databases are not supported" in capsys.readouterr().err
+    status = main(["--db", "postgresql://user:hunter2@127.0.0.1:1/captions", "--port", "0"])
+    err = capsys.readouterr().err
+    assert status == EXIT_STORE_FAILED and "live captions: transcript store (postgresql://user:***@127.0.0.1:1" in err
+    assert "hunter2" not in err and "Traceback" not in err

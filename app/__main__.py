@@ -10,6 +10,9 @@ from aiohttp import web
 from .config import build_parser, config_from_args
 from .keys import EXIT_STATUS
 from .server import create_app, tls_context
+from .store import StoreError
+
+EXIT_STORE_FAILED = 2  # the transcript store (--db) could not be opened
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     scheme = "https" if ssl_context else "http"
     print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)
     app = create_app(config)
-    web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None)
+    try:
+        web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None)
+    except StoreError as exc:  # the transcript store cannot be opened: say why, no traceback
+        print(f"live captions: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STORE_FAILED
     return app.get(EXIT_STATUS, 0)
 
 

@@ -72,7 +72,9 @@ class ServerConfig:
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
-    db_path: str | None = None  # SQLite transcript store; None keeps transcripts in memory only (tests)
+    # The transcript store: a SQLite file, or a postgresql:// URL shared by several front ends; None keeps
+    # transcripts in memory only (tests)
+    db_path: str | None = None
     auth_token: str | None = None  # when set, creating rooms and publishing (POST /offer) need this token
     embed_origins: tuple[str, ...] = ()  # host page origins allowed to frame /embed (CSP frame-ancestors)
     public_url: str | None = None  # base URL phones use (QR codes); default: the URL the request came to
@@ -112,6 +114,14 @@ def _metrics_access(text: str) -> str:
     # environment variable's value (the default).
     if text not in METRICS_ACCESS:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(METRICS_ACCESS)}, got {text!r}")
+    return text
+
+
+def _db_target(text: str) -> str:
+    """A SQLite path or a ``postgresql://`` URL; any other URL is refused here, before anything starts."""
+    if "://" in text and not text.startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError(f"{text.split('://', 1)[0]!r} databases are not supported: give a SQLite "
+                                         f"file path or a postgresql:// URL")
     return text
 
 
@@ -174,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--funasr-port", type=int, default=int(_env("FUNASR_PORT", "0") or 0) or None,
                    help="also listen on this port for FunASR's realtime WebSocket protocol at the root path, where "
                         "FunASR's own server listens (e.g. 10095); it is always at /funasr on the main port")
-    p.add_argument("--db", default=_env("DB", str(default_db())),
-                   help=f"SQLite file that keeps every room's transcript (env LIVE_CAPTIONS_DB; default "
-                        f"{default_db()}; ':memory:' keeps nothing)")
+    p.add_argument("--db", type=_db_target, default=_env("DB", str(default_db())),
+                   help=f"where every room's transcript is kept: a SQLite file (default {default_db()}; "
+                        f"':memory:' keeps nothing), or a postgresql://user:password@host/db URL shared by several "
+                        f"front ends serving the same rooms (env LIVE_CAPTIONS_DB)")
     p.add_argument("--auth-token", default=_env("AUTH_TOKEN"),
                    help="require this token to create rooms and to caption a microphone (env LIVE_CAPTIONS_AUTH_TOKEN; "
                         "clients send 'Authorization: Bearer <token>' or ?token=)")

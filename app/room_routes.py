@@ -167,6 +167,7 @@ async def room_events(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
         last = await _catch_up(response, room, after, words)
+        room.heard(last)  # the store may be ahead of this front end (a notice not yet heard): catch the room up
         await _send(response, room.status(), None)
         if room.partial():
             await _send(response, room.partial_message(), None)
@@ -196,7 +197,12 @@ def _abort(request: web.Request) -> None:
 async def _catch_up(response: web.StreamResponse, room: Room, after: int | None, words: bool) -> int:
     store = room.store
     pending = room.pending()  # what a full disk holds back is replayed from memory
-    if after is not None and after <= room.seq:
+    known = room.seq
+    if after is not None and after > known and store.shared:
+        # Another front end may be ahead of this one (a viewer moving here; a notice on its way): the store decides
+        # whether ``after`` is a seq of this room. (A larger one is not: the viewer gets the whole room.)
+        known = (await store.counters(room.id))[0]
+    if after is not None and after <= known:
         events = room.events_with(await store.events_after(room.id, after), pending, after)
         for seq, message in events:
             await _send(response, message, seq, words)

@@ -7,6 +7,17 @@ A room re-numbers what its publishers send onto one room-level stream:
   ``seq`` and is committed to the ``TranscriptStore`` *before* any viewer sees it; viewers resume from a seq;
 - partial text and ``room`` status messages are ephemeral: they repeat the latest seq and are never stored.
 
+Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) serve the same rooms:
+- the store gives out seqs and sentence ids inside each commit, so publishers on different front ends never
+  collide; a relabel names room sentence ids, which are the same everywhere;
+- each front end delivers every durable event of a room to its viewers in seq order, once: its own commits
+  directly, the others' when the store tells of them (``Room.heard``), read back from the table. An event whose seq
+  is more than one past what viewers here got first brings in the events between (read from the table), so a late
+  or lost notice delays an event, never reorders or drops it;
+- what stays per front end, by design: the partial (open) text (a publisher's partials reach the viewers of the
+  front end it publishes to; viewers elsewhere see its sentences once locked), the ``room`` status counts (the
+  publishers and viewers *of this front end*), and memory (each front end loads and lets go of rooms itself).
+
 Viewers cost no audio and no model work: one small in-memory queue each. A slow viewer's queued partials are
 coalesced (newest wins); a viewer that falls ``_VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes
 from the store when it reconnects, so the server never buffers without bound.
@@ -30,7 +41,7 @@ from typing import Any
 from engine import SessionLog
 from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word
 
-from .store import RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
+from .store import Appended, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +126,8 @@ class Viewer:
 
 @dataclass
 class _Event:
-    """A durable event the store could not take yet (kept in order until it can)."""
+    """A durable event: as stored, or as numbered here while the store could not take it yet (kept in order until it
+    can)."""
 
     seq: int
     body: Caption | Speakers
@@ -137,9 +149,11 @@ class Room:
         self.id = record.id
         self.store = store
         self.stats = stats or RoomStats()
-        self.seq = last_seq  # the newest event committed (or kept unsaved) *and* broadcast
-        self._next_sentence = next_sentence
+        self.seq = last_seq  # the newest event committed (or kept unsaved) *and* broadcast here
+        self._next_sentence = next_sentence  # a guess (the store gives out ids); used as is only while unsaved
         self._lock = asyncio.Lock()  # one durable event at a time: seq order = commit order = broadcast order
+        self._heard = last_seq  # the newest seq the store told of (other front ends' commits)
+        self._syncing: asyncio.Task[None] | None = None
         self.viewers: set[Viewer] = set()
         self.publishers: dict[str, RoomPublisher] = {}
         self.unsaved: list[_Event] = []
@@ -163,7 +177,7 @@ class Room:
     def idle(self, now: float, idle_s: float) -> bool:
         """Nobody here, nothing unsaved, nothing being written, and no activity for ``idle_s`` seconds."""
         return (not self.viewers and not self.publishers and not self.needs_saving and not self._lock.locked()
-                and now - self.last_active >= idle_s)
+                and (self._syncing is None or self._syncing.done()) and now - self.last_active >= idle_s)
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -257,16 +271,9 @@ class Room:
             first = self._next_sentence
             records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
             seq = self.seq + 1
-            body = Caption([r.sentence() for r in records], "", seq=seq)
-            await self._save(_Event(seq, body, records))
-            self._next_sentence = first + len(records)
-            self.seq = seq
-            # Viewers get the stored event with the room's live partial text (never stored) and the latency.
-            live = self.partial_message(latency_ms)
-            self._broadcast(dataclasses.replace(body, partial=live.partial, latency_ms=latency_ms,
-                                                partial_spk=live.partial_spk, partial_session=live.partial_session),
-                            durable=True)
-            return records
+            event = await self._save(_Event(seq, Caption([r.sentence() for r in records], "", seq=seq), records))
+            self._deliver(event.seq, event.body, latency_ms)
+            return event.records
 
     async def commit_relabel(self, relabel: dict[int, int]) -> None:
         """Commit corrected speaker labels (room sentence id -> spk), then broadcast them."""
@@ -274,10 +281,8 @@ class Room:
             return
         async with self._lock:
             seq = self.seq + 1
-            body = Speakers(dict(relabel), seq=seq)
-            await self._save(_Event(seq, body, relabel=dict(relabel)))
-            self.seq = seq
-            self._broadcast(body, durable=True)
+            event = await self._save(_Event(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
+            self._deliver(event.seq, event.body)
 
     async def retry_unsaved(self) -> None:
         """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
@@ -285,20 +290,43 @@ class Room:
             async with self._lock:
                 await self._flush()
 
-    async def _save(self, event: _Event) -> None:
+    def _deliver(self, seq: int, body: Caption | Speakers, latency_ms: int | None = None) -> None:
+        """Broadcast durable event ``seq`` (the caller holds ``_lock``, and every event before it was delivered).
+        Viewers get captions with the room's live partial text (never stored) and the publisher's latency."""
+        self.seq = max(self.seq, seq)
+        if isinstance(body, Caption):
+            if body.sentences:
+                self._next_sentence = max(self._next_sentence, max(s.id for s in body.sentences) + 1)
+            live = self.partial_message(latency_ms)
+            body = dataclasses.replace(body, partial=live.partial, latency_ms=latency_ms, partial_spk=live.partial_spk,
+                                       partial_session=live.partial_session)
+        self._broadcast(body, durable=True)
+
+    async def _save(self, event: _Event) -> _Event:
         """Write ``event`` after everything unsaved before it; keep it in memory if the store refuses. The caller
-        holds ``_lock``. Never raises for a store failure: captions go on, the publishers are told."""
+        holds ``_lock``. Returns the event to broadcast: as stored (the store's numbers), or as given while the store
+        refuses. Events other front ends committed before it are broadcast first. Never raises for a store failure:
+        captions go on, the publishers are told."""
         self.touch()
         self.unsaved.append(event)
         if len(self.unsaved) > _UNSAVED_MAX:
             lost = self.unsaved.pop(0)
             log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
                       self.id, _UNSAVED_MAX, lost.seq)
-        await self._flush()
+        stored = await self._flush(event)
+        if stored is None:
+            return event
+        if stored.seq > self.seq + 1:  # other front ends wrote in between: their events go to viewers first
+            try:
+                await self._deliver_stored(before=stored.seq)
+            except StoreError as exc:  # viewers here get them when they reconnect (replayed from the store)
+                log.warning("room %s: could not read the events before %d: %s", self.id, stored.seq, exc)
+        return stored
 
-    async def _flush(self) -> None:
+    async def _flush(self, current: _Event | None = None) -> _Event | None:
         """Write everything the store does not have yet, in order; stop at the first refusal. Publishers and
-        viewers hear of it when saving stops or resumes (only then)."""
+        viewers hear of it when saving stops or resumes (only then). Returns ``current`` as stored, if written."""
+        written: _Event | None = None
         while self.needs_saving:
             try:
                 if not self.record_saved:
@@ -307,19 +335,62 @@ class Room:
                     self.record_saved = True
                     continue
                 e = self.unsaved[0]
-                await self.store.append(self.id, e.body, e.records, e.relabel)
+                stored = await self.store.append(self.id, e.body, e.records, e.relabel)
             except StoreError as exc:
                 stopped = not self.store_error
                 self.store_error = str(exc)
                 if stopped:
                     log.error("room %s: %s; captions are kept in memory until it recovers", self.id, exc)
                     self._saving_changed()
-                return
+                return None
             self.unsaved.pop(0)
+            if e is current:
+                written = _stored(stored, e)
+            elif stored.event.seq != e.seq:
+                # Broadcast while the store refused, numbered here; another front end wrote into the room
+                # meanwhile, so the store numbered it anew. Viewers here saw the old numbers; they get the stored
+                # ones when they reconnect. (One box, one store: never happens.)
+                log.warning("room %s: event %d was stored as %d (another front end wrote meanwhile)", self.id,
+                            e.seq, stored.event.seq)
+                self.seq = max(self.seq, stored.event.seq)
         if self.store_error:
             self.store_error = ""
             log.warning("room %s: the transcript store takes writes again; every caption is saved", self.id)
             self._saving_changed()
+        return written
+
+    # ---- events other front ends commit (shared stores) ------------------------------------------------------------
+    def heard(self, seq: int | None = None) -> None:
+        """The store committed event ``seq`` of this room (``None``: maybe something; look). Viewers here get
+        every event up to it, in order, read from the store in the background."""
+        if seq is not None and seq <= self.seq:
+            return  # delivered already (this front end's own commit, or read with an earlier notice)
+        self._heard = max(self._heard, self.seq + 1 if seq is None else seq)
+        if self._syncing is None or self._syncing.done():
+            self._syncing = asyncio.create_task(self._sync(), name=f"room-sync-{self.id}")
+
+    async def _sync(self) -> None:
+        try:
+            async with self._lock:
+                # While the store refuses this front end's writes, its seqs here are its own guesses: nothing to
+                # read them against (the next commit that gets through brings the others' events in).
+                while self._heard > self.seq and not self.unsaved:
+                    if not await self._deliver_stored():
+                        self._heard = self.seq  # nothing newer stored (a look that found nothing)
+        except StoreError as exc:  # the next notice, a viewer's catch-up or the sweep tries again
+            log.warning("room %s: could not read new events: %s", self.id, exc)
+
+    async def _deliver_stored(self, before: int | None = None) -> int:
+        """Broadcast the stored events after ``self.seq`` (and before ``before``), in order. The caller holds
+        ``_lock``. Returns how many."""
+        count = 0
+        for seq, message in await self.store.events_after(self.id, self.seq):
+            if before is not None and seq >= before:
+                break
+            if isinstance(message, Caption | Speakers):
+                self._deliver(seq, message)
+                count += 1
+        return count
 
     def _saving_changed(self) -> None:
         for publisher in list(self.publishers.values()):
@@ -343,6 +414,8 @@ class Room:
 
     def close(self) -> None:
         """Server shutdown: end every viewer's stream (clients reconnect and resume from the store)."""
+        if self._syncing is not None:
+            self._syncing.cancel()
         for viewer in list(self.viewers):
             viewer.end()
         self.viewers.clear()
@@ -403,9 +476,19 @@ class RoomRegistry:
         self._sweeper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start the sweep (needs the running event loop)."""
+        """Start the sweep, and hear of other front ends' commits (needs the running event loop)."""
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
+            self.store.watch(self._heard, self._missed)
+
+    def _heard(self, room_id: str, seq: int) -> None:
+        room = self._rooms.get(room_id)
+        if room is not None:  # a room not in memory reads the store when it loads
+            room.heard(seq)
+
+    def _missed(self) -> None:
+        for room in self._rooms.values():
+            room.heard()
 
     async def create(self, title: str = "", private: bool = False,
                      unsaved_ok: bool = False) -> tuple[Room, str | None]:
@@ -460,6 +543,10 @@ class RoomRegistry:
         now = time.monotonic()
         for room in [r for r in self._rooms.values() if r.needs_saving]:
             await room.retry_unsaved()
+        if self.store.shared:  # a safety net under the store's notices: rooms with viewers look once a sweep
+            for room in self._rooms.values():
+                if room.viewers:
+                    room.heard()
         idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
         for room_id in idle:
             del self._rooms[room_id]
@@ -488,3 +575,7 @@ class RoomRegistry:
             self._sweeper = None
         for room in self._rooms.values():
             room.close()
+
+
+def _stored(stored: Appended, draft: _Event) -> _Event:
+    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel)

@@ -87,7 +87,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
         app[ROOMS].start()
         app[METRICS].rooms, app[METRICS].store = app[ROOMS], app[STORE]
-        log.info("transcripts kept in %s", app[STORE].path)
+        log.info("transcripts kept in %s", app[STORE].where)
         yield
         app[ROOMS].close()
         await app[STORE].close()

@@ -1,84 +1,53 @@
-"""The transcript store: every room, every locked sentence and every speaker relabel, in SQLite.
+"""The transcript store's interface: every room, every locked sentence and every speaker relabel, durably.
 
-Durability contract: ``append`` returns only after the event is committed (WAL journal, ``synchronous=FULL``: a
-committed sentence survives a process crash *and* a power cut; the cost is one fsync per locked sentence, a few
-milliseconds on the store's thread, never on the event loop). Callers broadcast an event only after ``append``
-returned, so nothing a viewer ever saw can be missing after a restart.
+Two backends share it, and the rest of the server does not care which one it has:
+- ``app.store_sqlite.SqliteStore``: one SQLite file (or ``:memory:``) for one server on one box (the default);
+- ``app.store_pg.PostgresStore``: a PostgreSQL database (``postgresql://...``) shared by several front ends.
+``TranscriptStore.open(target)`` picks the backend from the target.
 
-Threading: one connection, used only by one dedicated worker thread (a single-thread executor). SQLite then needs
-no locking of ours, writes are serialised in the order they were submitted, and WAL lets other processes (a
-backup, ``sqlite3`` on the command line) read while the server writes.
+Contracts both keep:
+- ``append`` returns only after the event is committed. Callers broadcast an event only after that, so nothing a
+  viewer ever saw can be missing after a restart.
+- Numbering is the store's: ``append`` gives the event the room's next ``seq`` and its new sentences the room's
+  next sentence ids *inside the write transaction*, so two writers (two front ends on one database) never collide
+  and commit order is seq order (an event with seq N is committed before seq N + 1 is given out). The numbers the
+  caller put in the draft are only its guess; what was stored comes back in ``Appended``.
+- ``watch(on_commit, on_missed)``: a store that other processes write to (``shared``) calls ``on_commit(room,
+  seq)`` for every event committed by anyone (this process included), soon after the commit, and ``on_missed()``
+  when notices may have been lost (a dropped connection): then every room should look at the store again. Notices
+  carry no content: the events are read from the store, so a late, lost or repeated notice costs a read, never an
+  event.
+- Every failure of the database is a ``StoreError`` (a full disk, a lost server, a newer schema, a closed store).
 
-Schema (``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated):
+Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's ``schema_version`` table):
 - ``rooms``: id, created_ms (wall clock, ms since the Unix epoch: the room's timeline starts there), title,
-  viewer_token_sha256 (NULL = open to anyone who knows the id; tokens are checked against this digest) and, since
-  version 2, viewer_token itself: the room's QR code and viewer links must carry it whoever asks for them (the
-  server's admin included). Keeping it adds no exposure: whoever can read this file can read the transcripts it
-  protects. Rooms made by version 1 have NULL there; their QR code needs the viewer token presented.
+  viewer_token_sha256 (NULL = open to anyone who knows the id; tokens are checked against this digest) and
+  viewer_token itself: the room's QR code and viewer links must carry it whoever asks for them (the server's admin
+  included). Keeping it adds no exposure: whoever can read the database can read the transcripts it protects.
+  Rooms made before it was kept have NULL there; their QR code needs the viewer token presented.
 - ``events``: (room, seq) -> kind ("caption" | "speakers") and the message as sent to viewers (JSON). ``seq`` is
   the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
-- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels) and,
-  since version 3, words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL
-  for sentences stored before).
+- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels) and
+  words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known).
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import json
-import sqlite3
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
 
 from engine import protocol
 
-SCHEMA_VERSION = 3
 MEMORY = ":memory:"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rooms (
-    id TEXT PRIMARY KEY,
-    created_ms INTEGER NOT NULL,
-    title TEXT NOT NULL DEFAULT '',
-    viewer_token_sha256 TEXT,
-    viewer_token TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    room TEXT NOT NULL REFERENCES rooms(id),
-    seq INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    body TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    PRIMARY KEY (room, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sentences (
-    room TEXT NOT NULL REFERENCES rooms(id),
-    id INTEGER NOT NULL,
-    session TEXT NOT NULL,
-    text TEXT NOT NULL,
-    start_ms INTEGER NOT NULL,
-    end_ms INTEGER NOT NULL,
-    spk INTEGER,
-    locked_ms INTEGER NOT NULL,
-    words TEXT,
-    PRIMARY KEY (room, id)
-) WITHOUT ROWID;
-"""
-# Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
-_MIGRATIONS = [
-    "ALTER TABLE rooms ADD COLUMN viewer_token TEXT;",
-    "ALTER TABLE sentences ADD COLUMN words TEXT;",
-]
-
-T = TypeVar("T")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 class StoreError(RuntimeError):
-    """The database cannot be opened or written (disk full, newer schema, closed store)."""
+    """The database cannot be opened or written (disk full, lost server, newer schema, closed store)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +56,7 @@ class RoomRecord:
     created_ms: int
     title: str
     viewer_token_sha256: str | None
-    viewer_token: str | None = None  # None for open rooms, and for private rooms made before schema version 2
+    viewer_token: str | None = None  # None for open rooms, and for private rooms made before it was kept
 
 
 @dataclass(frozen=True)
@@ -115,181 +84,100 @@ class Snapshot:
     sentences: list[SentenceRecord]
 
 
-class TranscriptStore:
-    """Open with ``await TranscriptStore.open(path)``; ``close()`` is idempotent. ``path`` ":memory:" keeps
-    everything in memory (tests, or a server started without ``--db``)."""
+RoomEvent = protocol.Caption | protocol.Speakers
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-store")
-        self._db: sqlite3.Connection | None = None
-        self._closed = False
-        self.errors = 0  # operations that failed with StoreError since open (the server's metrics count them)
 
-    @classmethod
-    async def open(cls, path: str) -> TranscriptStore:
-        store = cls(path)
-        try:
-            await store._run(store._open)
-        except BaseException:
-            await store.close()
-            raise
-        return store
+@dataclass(frozen=True)
+class Appended:
+    """An event as committed: its ``seq`` and its sentences' ids are the ones the store gave out."""
 
-    # ---- public API (async; every call runs on the store's thread) -------------------------------------------
+    event: RoomEvent
+    records: list[SentenceRecord]
+
+
+class TranscriptStore(ABC):
+    """Open with ``await TranscriptStore.open(target)``; ``close()`` is idempotent.
+
+    ``target``: a SQLite file path, ``":memory:"`` (tests, or nothing kept), or a ``postgresql://`` URL."""
+
+    shared = False  # True when other processes (front ends) write the same rooms: see ``watch``
+    where = ""  # what the store is, for logs (never a password)
+    errors = 0  # operations that failed with ``StoreError`` since open (the server's metrics count them)
+
+    @staticmethod
+    async def open(target: str) -> TranscriptStore:
+        if "://" in target:
+            if not target.startswith(POSTGRES_SCHEMES):
+                scheme = target.split("://", 1)[0]
+                raise StoreError(f"unsupported database URL scheme {scheme!r}: use a SQLite file path or a "
+                                 f"postgresql:// URL")
+            from .store_pg import PostgresStore  # psycopg is imported only by servers that use it
+            return await PostgresStore.open(target)
+        from .store_sqlite import SqliteStore
+        return await SqliteStore.open(target)
+
+    @abstractmethod
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
                           created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
-        record = RoomRecord(room_id, created_ms if created_ms is not None else _now_ms(), title, viewer_token_sha256,
-                            viewer_token)
-        await self._run(self._create_room, record)
-        return record
+        """Store a new room; an id that exists already is a ``StoreError``."""
 
-    async def room(self, room_id: str) -> RoomRecord | None:
-        return await self._run(self._room, room_id)
+    @abstractmethod
+    async def room(self, room_id: str) -> RoomRecord | None: ...
 
+    @abstractmethod
     async def counters(self, room_id: str) -> tuple[int, int]:
-        """``(last event seq, next sentence id)`` of a room: where its numbering continues after a restart."""
-        return await self._run(self._counters, room_id)
+        """``(last event seq, next sentence id)`` of a room: where its numbering continues."""
 
-    async def append(self, room_id: str, event: protocol.Caption | protocol.Speakers,
-                     sentences: Sequence[SentenceRecord] = (), relabel: dict[int, int] | None = None) -> None:
-        """Commit one room event (its ``seq`` is the event's) atomically: the event as viewers get it, its new
-        sentences and any speaker relabels."""
-        body = event.wire(words=True) if isinstance(event, protocol.Caption) else event.wire()
-        await self._run(self._append, room_id, event.seq, body["type"], body, list(sentences), dict(relabel or {}))
+    @abstractmethod
+    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
+                     relabel: dict[int, int] | None = None) -> Appended:
+        """Commit one room event atomically: the event as viewers get it, its new sentences and any speaker
+        relabels. A ``Caption``'s sentences are ``sentences`` in order. The event gets the room's next seq and the
+        sentences the room's next ids (see the module's contracts); returns them as stored."""
 
+    @abstractmethod
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         """Events with ``seq > after_seq`` in order, as ``(seq, message)``."""
-        return await self._run(self._events_after, room_id, after_seq)
 
+    @abstractmethod
     async def snapshot(self, room_id: str) -> Snapshot:
         """The room's sentences and the seq they reflect, read in one transaction (consistent)."""
-        return await self._run(self._snapshot, room_id)
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._db is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
-        self._executor.shutdown(wait=True)
+    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
+        """Hear of events other processes commit (see the module's contracts). A store that only this process
+        writes has nothing to tell: the default does nothing."""
+        del on_commit, on_missed
 
-    # ---- the store thread --------------------------------------------------------------------------------------
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Every store operation goes through here: the one place where a failure becomes a ``StoreError`` (and is
-        counted in ``errors``)."""
-        if self._closed:
-            self.errors += 1
-            raise StoreError("the transcript store is closed")
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except sqlite3.Error as exc:
-            self.errors += 1
-            raise StoreError(f"transcript store ({self.path}): {exc}") from exc
-        except StoreError:
-            self.errors += 1
-            raise
-
-    def _open(self) -> None:
-        if self.path != MEMORY:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; transactions are explicit
-        self._db = db
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has schema version {version}; this server knows up to {SCHEMA_VERSION}")
-        if self.path != MEMORY:
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("PRAGMA foreign_keys=ON")
-        db.execute("PRAGMA busy_timeout=5000")
-        if version == 0:
-            # One script, one transaction: the tables and the version number appear together or not at all.
-            db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
-        elif version < SCHEMA_VERSION:
-            steps = "".join(_MIGRATIONS[version - 1:])
-            db.executescript(f"BEGIN IMMEDIATE;{steps}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
-
-    def _close_db(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-    @property
-    def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise StoreError("the transcript store is not open")
-        return self._db
-
-    def _create_room(self, record: RoomRecord) -> None:
-        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
-                           "VALUES (?, ?, ?, ?, ?)", (record.id, record.created_ms, record.title,
-                                                      record.viewer_token_sha256, record.viewer_token))
-
-    def _room(self, room_id: str) -> RoomRecord | None:
-        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
-                                 "WHERE id = ?", (room_id,)).fetchone()
-        return RoomRecord(*row) if row else None
-
-    def _last_seq(self, room_id: str) -> int:
-        row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()
-        return int(row[0] or 0)
-
-    def _counters(self, room_id: str) -> tuple[int, int]:
-        row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
-        return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
-
-    def _append(self, room_id: str, seq: int, kind: str, body: dict[str, Any], sentences: list[SentenceRecord],
-                relabel: dict[int, int]) -> None:
-        db = self._conn
-        now = _now_ms()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
-                       (room_id, seq, kind, json.dumps(body, separators=(",", ":"), ensure_ascii=False), now))
-            db.executemany(
-                "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, _words_json(s.words))
-                 for s in sentences])
-            db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
-                           [(spk, room_id, sid) for sid, spk in relabel.items()])
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-
-    def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
-        rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
-                                  (room_id, after_seq)).fetchall()
-        return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
-
-    def _snapshot(self, room_id: str) -> Snapshot:
-        db = self._conn
-        db.execute("BEGIN")
-        try:
-            seq = self._last_seq(room_id)
-            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
-                              "WHERE room = ? ORDER BY id", (room_id,)).fetchall()
-        finally:
-            db.execute("COMMIT")
-        return Snapshot(seq, [SentenceRecord(int(sid), session, text, start, end, spk, _words(words))
-                              for sid, session, text, start, end, spk, words in rows])
+    @abstractmethod
+    async def close(self) -> None: ...
 
 
-def _words_json(words: Sequence[protocol.Word]) -> str | None:
+def numbered(event: RoomEvent, records: Sequence[SentenceRecord], seq: int,
+             first_id: int) -> Appended:
+    """``event`` and its ``records`` renumbered: the event gets ``seq``, the sentences ids from ``first_id`` on."""
+    renumbered = [dataclasses.replace(r, id=first_id + i) for i, r in enumerate(records)]
+    if isinstance(event, protocol.Caption):
+        return Appended(dataclasses.replace(event, seq=seq, sentences=[r.sentence() for r in renumbered]), renumbered)
+    return Appended(dataclasses.replace(event, seq=seq), renumbered)
+
+
+def event_json(event: RoomEvent) -> tuple[str, str]:
+    """``(kind, body)`` of an event as stored: the message viewers get, word times included."""
+    body = event.wire(words=True) if isinstance(event, protocol.Caption) else event.wire()
+    return body["type"], json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def words_json(words: Sequence[protocol.Word]) -> str | None:
     if not words:
         return None
     return json.dumps([[w.w, w.start_ms, w.end_ms] for w in words], separators=(",", ":"), ensure_ascii=False)
 
 
-def _words(raw: str | None) -> tuple[protocol.Word, ...]:
+def words_from_json(raw: str | None) -> tuple[protocol.Word, ...]:
     if not raw:
         return ()
     return tuple(protocol.Word(str(w), int(a), int(b)) for w, a, b in json.loads(raw))
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)

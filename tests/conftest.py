@@ -4,13 +4,14 @@ test: starting it costs a minute or more and ~4 GB."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
+from tests import postgres
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +31,20 @@ async def fake_engine() -> AsyncIterator[CaptionEngine]:
     await eng.start()
     yield eng
     await eng.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server for the run (Debian's ``postgresql``, started in a temporary folder on 127.0.0.1 at
+    a free port); yields the URL of its ``postgres`` database. Skipped only where the binaries are missing."""
+    bin_dir = postgres.binaries()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): apt-get install postgresql")
+    with postgres.server(bin_dir) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database of the run's PostgreSQL server, for one test."""
+    return postgres.new_database(postgres_server)

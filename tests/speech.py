@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,18 @@ import numpy as np
 
 from engine.audio.pcm import load_wav
 
-# Beside the repository: the nearest ``shared/data/speech`` above it (a checkout may sit deeper, e.g. a worktree).
-SPEECH_DIR = next((p / "shared" / "data" / "speech" for p in Path(__file__).resolve().parents[1:]
-                   if (p / "shared" / "data" / "speech").is_dir()),
-                  Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
+
+def _speech_dir() -> Path:
+    """``shared/data/speech`` beside the repository, or beside a folder above it (a git worktree kept in a
+    subfolder); ``LIVE_CAPTIONS_SPEECH_DIR`` overrides."""
+    if os.environ.get("LIVE_CAPTIONS_SPEECH_DIR"):
+        return Path(os.environ["LIVE_CAPTIONS_SPEECH_DIR"])
+    parents = Path(__file__).resolve().parents[2:]
+    found = [p / "shared" / "data" / "speech" for p in parents if (p / "shared" / "data" / "speech").is_dir()]
+    return found[0] if found else parents[0] / "shared" / "data" / "speech"
+
+
+SPEECH_DIR = _speech_dir()
 
 
 @cache

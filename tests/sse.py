@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from typing import Any
 
 import aiohttp
 
 
 class SseReader:
-    """Reads ``url`` in the background; ``events`` holds ``(id or None, decoded JSON)`` in arrival order."""
+    """Reads ``url`` in the background; ``events`` holds ``(id or None, decoded JSON)`` in arrival order, and
+    ``arrived`` when each came (``time.monotonic()``)."""
 
     def __init__(self, url: str, last_event_id: int | None = None) -> None:
         self.url = url
         self.last_event_id = last_event_id
         self.events: list[tuple[int | None, dict[str, Any]]] = []
+        self.arrived: list[float] = []
         self.status = 0
         self.ended = asyncio.Event()
         self._changed = asyncio.Event()
@@ -51,6 +54,7 @@ class SseReader:
                     elif not line:
                         if data and event == "message":
                             self.events.append((event_id, json.loads("\n".join(data))))
+                            self.arrived.append(time.monotonic())
                             self._changed.set()
                         event_id, event, data = None, "message", []
         except aiohttp.ClientError:

@@ -16,7 +16,8 @@ import aiohttp
 from aiortc import RTCPeerConnection
 
 from app.keys import ADMISSION, PEERS, ROOMS, STORE
-from app.store import SCHEMA_VERSION, TranscriptStore
+from app.store import TranscriptStore
+from app.store_sqlite import SCHEMA_VERSION
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.stream.engine import CaptionEngine

@@ -18,7 +18,8 @@ import pytest
 from app import exports
 from app.keys import ROOMS
 from app.rooms import RoomRegistry, Viewer, ViewerState
-from app.store import SCHEMA_VERSION, RoomRecord, SentenceRecord, TranscriptStore
+from app.store import RoomRecord, SentenceRecord, TranscriptStore
+from app.store_sqlite import SCHEMA_VERSION
 from engine import CaptionEngine, protocol
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
@@ -172,22 +173,6 @@ async def test_tokens_never_reach_the_access_log(fake_engine: CaptionEngine,
     assert any("/view?room=abc&token=REDACTED" in line for line in lines), lines
     assert any("/?key=REDACTED&lang=en" in line for line in lines), lines
     assert not any("viewer-secret-1" in line or TOKEN in line for line in lines)
-
-
-async def test_store_commits_survive_reopening(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.db")
-    store = await TranscriptStore.open(path)
-    await store.create_room("room-one-abcdef", "t")
-    first = SentenceRecord(0, "s", "Hello there.", 0, 999, 0)
-    await store.append("room-one-abcdef", protocol.Caption([first.sentence()], "", seq=1), [first])
-    await store.append("room-one-abcdef", protocol.Speakers({0: 1}, seq=2), relabel={0: 1})
-    await store.close()
-    await store.close()  # idempotent
-    again = await TranscriptStore.open(path)
-    snap = await again.snapshot("room-one-abcdef")
-    assert snap.seq == 2 and snap.sentences == [SentenceRecord(0, "s", "Hello there.", 0, 999, 1)]
-    assert await again.events_after("room-one-abcdef", 1) == [(2, protocol.Speakers({0: 1}, seq=2))]
-    await again.close()
 
 
 def test_export_timing_and_speakers() -> None:

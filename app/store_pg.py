@@ -1,0 +1,304 @@
+"""The PostgreSQL transcript store: one database shared by several front ends (``--db postgresql://...``). The
+interface and its contracts are ``app.store.TranscriptStore``'s.
+
+Why psycopg 3's async API with a small pool (``psycopg_pool.AsyncConnectionPool``, 1 to ``POOL_MAX`` connections)
+and one more connection for ``LISTEN``:
+- the work is waiting on a socket, not computing: async connections wait on the event loop itself, with no thread
+  hop per call (the SQLite store needs its thread because ``sqlite3`` blocks);
+- a pool, not one connection, because one connection runs one query at a time: after a front end restarts, every
+  viewer reconnects at once and each reads its catch-up, while publishers keep committing; with a pool these run
+  side by side, and writes to one room still queue in the database on that room's row lock, which is the one
+  ordering that matters. The pool also replaces broken connections (checked before each use), so a restarted
+  database server costs the requests in flight, not the front end;
+- ``LISTEN`` needs a connection of its own that stays open and idle (a pooled connection goes back to others).
+
+Numbering: ``append`` runs ``UPDATE rooms SET last_seq = last_seq + 1, next_sentence = next_sentence + n ...
+RETURNING`` first in its transaction. That both gives out the numbers and takes the room's row lock until commit,
+so a second front end's ``append`` to the same room waits, then gets the next numbers; seq N is committed before
+N + 1 exists (no holes for a reader to trip on), and different rooms never wait for each other.
+
+Fan-out: the same transaction runs ``pg_notify('live_captions_events', '<room> <seq>')``. PostgreSQL delivers
+notices on commit, in commit order, to every listening connection (this front end's own included). The payload is
+only the room and the seq (well under the 8000-byte limit whatever the sentence); the listener reads the events
+from the table. If the listening connection drops, it reconnects with a growing pause and calls ``on_missed``.
+
+Schema version: the one row of table ``schema_version`` (``SCHEMA_VERSION``; a newer database is refused, an
+older one migrated). Front ends starting together serialise their check on an advisory lock. Version 1 is the
+SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from engine import protocol
+
+from .store import (
+    Appended,
+    RoomEvent,
+    RoomRecord,
+    SentenceRecord,
+    Snapshot,
+    StoreError,
+    TranscriptStore,
+    event_json,
+    now_ms,
+    numbered,
+    words_from_json,
+    words_json,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+CHANNEL = "live_captions_events"
+POOL_MAX = 4
+CONNECT_TIMEOUT_S = 10  # opening the store: how long an unreachable server may take to refuse
+LISTEN_RETRY_MAX_S = 5.0  # longest pause between attempts to listen again after the connection dropped
+_SCHEMA_LOCK = 0x6C697665  # advisory lock key ("live"): one front end at a time checks and migrates the schema
+
+_SCHEMA = """
+CREATE TABLE schema_version (version integer NOT NULL);
+CREATE TABLE rooms (
+    id text PRIMARY KEY,
+    created_ms bigint NOT NULL,
+    title text NOT NULL DEFAULT '',
+    viewer_token_sha256 text,
+    viewer_token text,
+    last_seq bigint NOT NULL DEFAULT 0,
+    next_sentence bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE events (
+    room text NOT NULL REFERENCES rooms(id),
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    body text NOT NULL,
+    created_ms bigint NOT NULL,
+    PRIMARY KEY (room, seq)
+);
+CREATE TABLE sentences (
+    room text NOT NULL REFERENCES rooms(id),
+    id bigint NOT NULL,
+    session text NOT NULL,
+    text text NOT NULL,
+    start_ms bigint NOT NULL,
+    end_ms bigint NOT NULL,
+    spk integer,
+    locked_ms bigint NOT NULL,
+    words text,
+    PRIMARY KEY (room, id)
+);
+"""
+# Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
+_MIGRATIONS: list[str] = []
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password (for logs and error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore(TranscriptStore):
+    shared = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = redacted(url)
+        self._pool = AsyncConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, name="transcripts",
+                                         check=AsyncConnectionPool.check_connection)
+        self._listener: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresStore:  # type: ignore[override]
+        store = cls(url)
+        try:
+            await store._migrate()
+            await store._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            await store.close()
+            raise store._error(exc) from exc
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    # ---- public API ----------------------------------------------------------------------------------------------
+    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
+                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+        record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
+                            viewer_token)
+        await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
+                            "VALUES (%s, %s, %s, %s, %s)", (record.id, record.created_ms, record.title,
+                                                            record.viewer_token_sha256, record.viewer_token))
+        return record
+
+    async def room(self, room_id: str) -> RoomRecord | None:
+        row = await self._fetchone("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
+                                   "WHERE id = %s", (room_id,))
+        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4]) if row else None
+
+    async def counters(self, room_id: str) -> tuple[int, int]:
+        row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
+                     relabel: dict[int, int] | None = None) -> Appended:
+        records = list(sentences)
+        now = now_ms()
+        try:
+            async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+                # Numbers and the room's row lock in one statement (see the module docstring).
+                await cur.execute("UPDATE rooms SET last_seq = last_seq + 1, next_sentence = next_sentence + %s "
+                                  "WHERE id = %s RETURNING last_seq, next_sentence", (len(records), room_id))
+                row = await cur.fetchone()
+                if row is None:
+                    raise StoreError(f"transcript store ({self.where}): there is no room {room_id!r}")
+                stored = numbered(event, records, int(row[0]), int(row[1]) - len(records))
+                kind, body = event_json(stored.event)
+                await cur.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (%s, %s, %s, %s, %s)",
+                                  (room_id, stored.event.seq, kind, body, now))
+                if stored.records:
+                    await cur.executemany(
+                        "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, words_json(s.words))
+                         for s in stored.records])
+                if relabel:
+                    await cur.executemany("UPDATE sentences SET spk = %s WHERE room = %s AND id = %s",
+                                          [(spk, room_id, sid) for sid, spk in relabel.items()])
+                await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{room_id} {stored.event.seq}"))
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+        return stored
+
+    async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
+        rows = await self._fetchall("SELECT seq, body FROM events WHERE room = %s AND seq > %s ORDER BY seq",
+                                    (room_id, after_seq))
+        return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
+
+    async def snapshot(self, room_id: str) -> Snapshot:
+        try:
+            async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+                # One snapshot of the database for both reads: the seq and the sentences agree.
+                await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                await cur.execute("SELECT last_seq FROM rooms WHERE id = %s", (room_id,))
+                row = await cur.fetchone()
+                await cur.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
+                                  "WHERE room = %s ORDER BY id", (room_id,))
+                rows = await cur.fetchall()
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+        return Snapshot(int(row[0]) if row else 0,
+                        [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words))
+                         for sid, session, text, start, end, spk, words in rows])
+
+    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
+        if self._listener is None and not self._closed:
+            self._listener = asyncio.create_task(self._listen_forever(on_commit, on_missed), name="store-listen")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        await self._pool.close()
+
+    # ---- internals -----------------------------------------------------------------------------------------------
+    def _error(self, exc: BaseException) -> StoreError:
+        self.errors += 1
+        return StoreError(f"transcript store ({self.where}): {str(exc).strip() or type(exc).__name__}")
+
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        if self._closed:
+            self.errors += 1
+            raise StoreError("the transcript store is closed")
+        return self._pool.connection()
+
+    async def _execute(self, query: str, params: tuple[Any, ...]) -> None:
+        try:
+            async with self._connection() as conn:
+                await conn.execute(query, params)
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    async def _fetchone(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        try:
+            async with self._connection() as conn:
+                return await (await conn.execute(query, params)).fetchone()
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    async def _fetchall(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            async with self._connection() as conn:
+                return await (await conn.execute(query, params)).fetchall()
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    async def _migrate(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
+                conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            exists = await (await conn.execute("SELECT to_regclass('schema_version') IS NOT NULL")).fetchone()
+            version = 0
+            if exists and exists[0]:
+                row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
+                version = int(row[0]) if row and row[0] is not None else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.where} has schema version {version}; this server knows up to "
+                                 f"{SCHEMA_VERSION}")
+            if version == 0:
+                await conn.execute(_SCHEMA)
+                await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+                log.info("transcript store %s: schema version %d created", self.where, SCHEMA_VERSION)
+            elif version < SCHEMA_VERSION:
+                for step in _MIGRATIONS[version - 1:]:
+                    await conn.execute(step)  # type: ignore[arg-type]
+                await conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+                log.info("transcript store %s: schema migrated from version %d to %d", self.where, version,
+                         SCHEMA_VERSION)
+
+    async def _listen_forever(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
+        pause_s = 0.1
+        heard_before = False
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True,
+                                                                 connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    if heard_before:
+                        log.warning("transcript store %s: listening again; rooms catch up from the table", self.where)
+                    heard_before = True
+                    on_missed()  # events committed while nobody listened sent notices nobody got
+                    pause_s = 0.1
+                    async for notice in conn.notifies():
+                        room_id, _, seq = notice.payload.rpartition(" ")
+                        try:
+                            on_commit(room_id, int(seq))
+                        except Exception:  # one room's failure must not end the listening
+                            log.exception("room %s: handling commit notice %s failed", room_id, seq)
+            except asyncio.CancelledError:
+                raise
+            except (psycopg.Error, OSError) as exc:
+                log.warning("transcript store %s: listening failed (%s); again in %.1f s", self.where,
+                            str(exc).strip(), pause_s)
+            await asyncio.sleep(pause_s)
+            pause_s = min(pause_s * 2, LISTEN_RETRY_MAX_S)

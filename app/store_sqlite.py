@@ -1,0 +1,244 @@
+"""The SQLite transcript store: one file (or ``:memory:``) for one server on one box. The interface and its
+contracts are ``app.store.TranscriptStore``'s.
+
+Durability: WAL journal, ``synchronous=FULL``: a committed sentence survives a process crash *and* a power cut; the
+cost is one fsync per locked sentence, a few milliseconds on the store's thread, never on the event loop.
+
+Threading: one connection, used only by one dedicated worker thread (a single-thread executor). SQLite then needs
+no locking of ours, writes are serialised in the order they were submitted, and WAL lets other processes (a
+backup, ``sqlite3`` on the command line) read while the server writes. Numbers are given out inside ``BEGIN
+IMMEDIATE`` (the next seq and sentence id follow the highest stored), so even a second process writing the same
+file would not collide; it would not hear of the other's events, though (``watch`` does nothing): several front
+ends need ``app.store_pg``.
+
+Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
+Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from engine import protocol
+
+from .store import (
+    MEMORY,
+    Appended,
+    RoomEvent,
+    RoomRecord,
+    SentenceRecord,
+    Snapshot,
+    StoreError,
+    TranscriptStore,
+    event_json,
+    now_ms,
+    numbered,
+    words_from_json,
+    words_json,
+)
+
+SCHEMA_VERSION = 3
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rooms (
+    id TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    viewer_token_sha256 TEXT,
+    viewer_token TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    room TEXT NOT NULL REFERENCES rooms(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (room, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sentences (
+    room TEXT NOT NULL REFERENCES rooms(id),
+    id INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    text TEXT NOT NULL,
+    start_ms INTEGER NOT NULL,
+    end_ms INTEGER NOT NULL,
+    spk INTEGER,
+    locked_ms INTEGER NOT NULL,
+    words TEXT,
+    PRIMARY KEY (room, id)
+) WITHOUT ROWID;
+"""
+# Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
+_MIGRATIONS = [
+    "ALTER TABLE rooms ADD COLUMN viewer_token TEXT;",
+    "ALTER TABLE sentences ADD COLUMN words TEXT;",
+]
+
+T = TypeVar("T")
+
+
+class SqliteStore(TranscriptStore):
+    """``path`` ":memory:" keeps everything in memory (tests, or a server started with ``--db :memory:``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.where = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-store")
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str) -> SqliteStore:  # type: ignore[override]
+        store = cls(path)
+        try:
+            await store._run(store._open)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    # ---- public API (async; every call runs on the store's thread) -------------------------------------------
+    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
+                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+        record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
+                            viewer_token)
+        await self._run(self._create_room, record)
+        return record
+
+    async def room(self, room_id: str) -> RoomRecord | None:
+        return await self._run(self._room, room_id)
+
+    async def counters(self, room_id: str) -> tuple[int, int]:
+        return await self._run(self._counters, room_id)
+
+    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
+                     relabel: dict[int, int] | None = None) -> Appended:
+        return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}))
+
+    async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
+        return await self._run(self._events_after, room_id, after_seq)
+
+    async def snapshot(self, room_id: str) -> Snapshot:
+        return await self._run(self._snapshot, room_id)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._db is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
+        self._executor.shutdown(wait=True)
+
+    # ---- the store thread --------------------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Every store operation goes through here: the one place where a failure becomes a ``StoreError`` (and is
+        counted in ``errors``)."""
+        if self._closed:
+            self.errors += 1
+            raise StoreError("the transcript store is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except (sqlite3.Error, OSError) as exc:  # OSError: a folder that cannot be made
+            self.errors += 1
+            raise StoreError(f"transcript store ({self.path}): {exc}") from exc
+        except StoreError:
+            self.errors += 1
+            raise
+
+    def _open(self) -> None:
+        if self.path != MEMORY:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; transactions are explicit
+        self._db = db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has schema version {version}; this server knows up to {SCHEMA_VERSION}")
+        if self.path != MEMORY:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA busy_timeout=5000")
+        if version == 0:
+            # One script, one transaction: the tables and the version number appear together or not at all.
+            db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+        elif version < SCHEMA_VERSION:
+            steps = "".join(_MIGRATIONS[version - 1:])
+            db.executescript(f"BEGIN IMMEDIATE;{steps}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the transcript store is not open")
+        return self._db
+
+    def _create_room(self, record: RoomRecord) -> None:
+        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
+                           "VALUES (?, ?, ?, ?, ?)", (record.id, record.created_ms, record.title,
+                                                      record.viewer_token_sha256, record.viewer_token))
+
+    def _room(self, room_id: str) -> RoomRecord | None:
+        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
+                                 "WHERE id = ?", (room_id,)).fetchone()
+        return RoomRecord(*row) if row else None
+
+    def _last_seq(self, room_id: str) -> int:
+        row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()
+        return int(row[0] or 0)
+
+    def _counters(self, room_id: str) -> tuple[int, int]:
+        row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
+        return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
+
+    def _append(self, room_id: str, event: RoomEvent, sentences: list[SentenceRecord],
+                relabel: dict[int, int]) -> Appended:
+        db = self._conn
+        now = now_ms()
+        db.execute("BEGIN IMMEDIATE")  # the write lock first: the numbers read next stay ours until COMMIT
+        try:
+            last_seq, next_id = self._counters(room_id)
+            stored = numbered(event, sentences, last_seq + 1, next_id)
+            kind, body = event_json(stored.event)
+            db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
+                       (room_id, stored.event.seq, kind, body, now))
+            db.executemany(
+                "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, words_json(s.words))
+                 for s in stored.records])
+            db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
+                           [(spk, room_id, sid) for sid, spk in relabel.items()])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return stored
+
+    def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
+        rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
+                                  (room_id, after_seq)).fetchall()
+        return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
+
+    def _snapshot(self, room_id: str) -> Snapshot:
+        db = self._conn
+        db.execute("BEGIN")
+        try:
+            seq = self._last_seq(room_id)
+            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
+                              "WHERE room = ? ORDER BY id", (room_id,)).fetchall()
+        finally:
+            db.execute("COMMIT")
+        return Snapshot(seq, [SentenceRecord(int(sid), session, text, start, end, spk, words_from_json(words))
+                              for sid, session, text, start, end, spk, words in rows])

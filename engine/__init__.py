@@ -16,16 +16,19 @@ from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, Transc
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 
 __all__ = [
     "CHUNK_SAMPLES",
+    "DEFAULT_SPEAKER_MODEL",
     "ENDPOINT_PRESETS",
     "LANGUAGES",
     "LANGUAGE_CODES",
     "MAX_HOTWORDS",
     "SAMPLE_RATE",
+    "SPEAKER_MODEL_NAMES",
     "WINDOW_MODES",
     "BadAudio",
     "CaptionEngine",

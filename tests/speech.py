@@ -1,8 +1,10 @@
-"""The shared real-speech corpus (``shared/data/speech`` beside the repository) for tests."""
+"""The shared real-speech corpus (``shared/data/speech`` beside the repository, or ``LIVE_CAPTIONS_SPEECH_DIR``) for
+tests."""
 
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,9 @@ import numpy as np
 
 from engine.audio.pcm import load_wav
 
-SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+# A checkout whose shared/ folder lies elsewhere (a second work tree) names it in LIVE_CAPTIONS_SPEECH_DIR.
+SPEECH_DIR = Path(os.environ.get("LIVE_CAPTIONS_SPEECH_DIR")
+                  or Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 
 
 @cache

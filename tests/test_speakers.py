@@ -23,8 +23,9 @@ import pytest
 from engine.audio.pcm import SAMPLE_RATE, load_wav
 from engine.speakers.embedder import SpeakerEmbedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
+from tests.speech import SPEECH_DIR
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+DATA_DIR = SPEECH_DIR
 BENCH_FILE = Path(__file__).resolve().parents[1] / "bench" / "speakers.py"
 
 # Each clip below is one reader; several utterances are joined with 1 s of silence so that a session sees

@@ -1,6 +1,6 @@
 """Speaker-embedding models compared: equal error rate on same/different-speaker pairs, and CPU per window.
 
-    python -m bench.speaker_models [--models resemblyzer campplus] [--json out.json]
+    python -m bench.speaker_models [--models resemblyzer campplus] [--fit] [--json out.json]
 
 Pairs come from the shared real speech (``shared/data/speech``), in three groups, each scored on its own and
 pooled:
@@ -246,30 +246,35 @@ def run_model(name: str, load: Callable[[], Embedder], segments: list[Item], win
 
 
 def fit_thresholds(reference: ModelResult, target: ModelResult) -> dict[str, float]:
-    """The reference model's tuned cosine thresholds carried onto the target model's scale.
+    """Thresholds for the target model, from the pairs of this bench.
 
-    Each threshold keeps its relative position between the median different-speaker cosine and the median
-    same-speaker cosine over all pairs (whole segments for the tracker's thresholds, 1.5 s windows for the turn
-    detector's); a margin (a difference of cosines) scales with the distance between the two medians. The reference
-    values are the ``SpeakerConfig``/``TurnConfig`` defaults, tuned for Resemblyzer on ``bench/speakers.py``.
+    - The turn detector's ``change_similarity`` (is this 1.5 s window another voice?) is the target's EER threshold
+      on 1.5 s window pairs, all groups pooled.
+    - The tracker's thresholds (``SpeakerConfig``: a segment against a speaker's centroid, and re-clustering) are the
+      reference model's tuned ones (the defaults, tuned for Resemblyzer on ``bench/speakers.py``, where they sit
+      above Resemblyzer's EER point), carried over: each keeps its relative position between the median
+      different-speaker and the median same-speaker cosine of whole-segment pairs; a margin (a difference of cosines)
+      scales with the distance between the two medians.
+
+    Carrying ``change_similarity`` over the same way put it at the target's median same-speaker window cosine, where
+    the detector's check that two deviating windows agree with each other failed often, and it missed changes
+    (docs/benchmarks.md, "Speaker-embedding models").
     """
     from engine.speakers.tracker import SpeakerConfig
-    from engine.speakers.turns import TurnConfig
 
-    tracker, turns = SpeakerConfig(), TurnConfig()
+    tracker = SpeakerConfig()
 
-    def carry(value: float, unit: str) -> float:
-        ref, tgt = getattr(reference, unit)["all"], getattr(target, unit)["all"]
-        scale = (tgt.same_median - tgt.different_median) / (ref.same_median - ref.different_median)
-        return tgt.different_median + (value - ref.different_median) * scale
+    ref, tgt = reference.segments["all"], target.segments["all"]
+    spread = (tgt.same_median - tgt.different_median) / (ref.same_median - ref.different_median)
 
-    seg_ref, seg_tgt = reference.segments["all"], target.segments["all"]
-    spread = (seg_tgt.same_median - seg_tgt.different_median) / (seg_ref.same_median - seg_ref.different_median)
+    def carry(cosine: float) -> float:
+        return tgt.different_median + (cosine - ref.different_median) * spread
+
     return {
-        "similarity_threshold": round(carry(tracker.similarity_threshold, "segments"), 2),
-        "recluster_distance": round(1.0 - carry(1.0 - tracker.recluster_distance, "segments"), 2),
+        "similarity_threshold": round(carry(tracker.similarity_threshold), 2),
+        "recluster_distance": round(1.0 - carry(1.0 - tracker.recluster_distance), 2),
         "recluster_margin": round(tracker.recluster_margin * spread, 2),
-        "change_similarity": round(carry(turns.change_similarity, "windows"), 2),
+        "change_similarity": round(target.windows["all"].threshold, 2),
     }
 
 
@@ -295,8 +300,8 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=1.5)
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     parser.add_argument("--fit", action="store_true",
-                        help="print each model's thresholds carried over from resemblyzer's (needs resemblyzer in "
-                             "--models): the values of engine.speakers.models")
+                        help="print each model's thresholds derived from these pairs (``fit_thresholds``; needs "
+                             "resemblyzer in --models): the values of engine.speakers.models")
     args = parser.parse_args()
 
     import torch

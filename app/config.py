@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import ENDPOINT_PRESETS, WINDOW_MODES, TranscriberConfig
+from engine import DEFAULT_SPEAKER_MODEL, ENDPOINT_PRESETS, SPEAKER_MODEL_NAMES, WINDOW_MODES, TranscriberConfig
 
 from . import ice_servers
 
@@ -62,6 +62,7 @@ class ServerConfig:
     word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
     device: str = "auto"
     speakers: bool = True
+    speaker_model: str = DEFAULT_SPEAKER_MODEL  # speaker-embedding model (engine.speakers.models)
     tls_cert: str | None = None
     tls_key: str | None = None
     ice: IceConfig = field(default_factory=IceConfig)
@@ -151,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "docs/benchmarks.md)")
     p.add_argument("--no-speakers", action="store_true", default=_env("NO_SPEAKERS") == "1",
                    help="skip speaker labels")
+    p.add_argument("--speaker-model", choices=SPEAKER_MODEL_NAMES,
+                   default=_env("SPEAKER_MODEL", DEFAULT_SPEAKER_MODEL),
+                   help="speaker-embedding model (env LIVE_CAPTIONS_SPEAKER_MODEL): 'resemblyzer' (GE2E, 2019) or "
+                        "'campplus' (CAM++, 2023: fewer speaker confusions, more CPU per window; see "
+                        "docs/benchmarks.md)")
     p.add_argument("--tls-cert", default=_env("TLS_CERT"), help="PEM certificate: browsers allow the microphone "
                                                                "only on HTTPS or localhost")
     p.add_argument("--tls-key", default=_env("TLS_KEY"), help="PEM private key for --tls-cert")
@@ -214,7 +220,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
         window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
-        device=args.device, speakers=not args.no_speakers, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        device=args.device, speakers=not args.no_speakers,
+        speaker_model=args.speaker_model, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), turn_secret=args.turn_secret or None,
                       turn_ttl_s=args.turn_ttl_s, transport_policy=args.ice_transport_policy,
                       udp_ports=args.udp_ports, loopback_only=args.loopback_only),

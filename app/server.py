@@ -49,6 +49,7 @@ def engine_config(config: ServerConfig) -> EngineConfig:
                                       cpu_threads=config.cpu_threads, timestamps=config.word_timestamps),
         endpoint=ENDPOINT_PRESETS[config.preset],
         speakers=config.speakers,
+        speaker_model=config.speaker_model,
         default_language=config.language,
     )
 

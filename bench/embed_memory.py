@@ -1,11 +1,12 @@
 """Speaker-embedding memory: does the encoder's memory grow with the batch sizes it meets?
 
-    python -m bench.embed_memory [--batches 160] [--seed 1] [--json out.json]
+    python -m bench.embed_memory [--batches 160] [--seed 1] [--speaker-model resemblyzer|campplus] [--json out.json]
 
 Embeds ``--batches`` random batches of 1-8 segments of 1-11 s of real read speech (what a live server meets: any
 number of segments closing together, any length) and prints RSS after every 40 batches and the process CPU time
 per call. torch's CPU LSTM keeps a compiled kernel per batch shape; ``SpeakerEmbedder`` pads batches to a few
-shapes so that this stays flat after the first batches.
+shapes so that this stays flat after the first batches. CAM++ runs on onnxruntime, whose memory arena grows to the
+largest batch met and is then reused.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES, speaker_model
 from tests.speech import audio
 
 
@@ -26,9 +27,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batches", type=int, default=160)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--speaker-model", choices=SPEAKER_MODEL_NAMES, default=DEFAULT_SPEAKER_MODEL)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    embedder = SpeakerEmbedder()
+    embedder = speaker_model(args.speaker_model).load()
     proc = psutil.Process()
     clip = audio("ls_2412-153948-0000")
     rng = np.random.default_rng(args.seed)

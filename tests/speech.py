@@ -1,4 +1,5 @@
-"""The shared real-speech corpus (``shared/data/speech`` beside the repository) for tests."""
+"""The shared real-speech corpus (``shared/data/speech`` beside the repository, or ``LIVE_CAPTIONS_SPEECH_DIR``) for
+tests."""
 
 from __future__ import annotations
 

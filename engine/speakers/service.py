@@ -38,7 +38,9 @@ def _load_default() -> Embedder:
 class SpeakerService:
     """``await start()`` inside the loop (loads the model in the worker thread, seconds), ``await close()`` at exit.
 
-    ``load`` builds the embedding model (default: Resemblyzer's encoder); tests may pass a fake."""
+    ``load`` builds the embedding model (default: Resemblyzer's encoder, which the ``SpeakerConfig``/``TurnConfig``
+    defaults are tuned for; ``engine.speakers.models.speaker_service`` builds one for any model with its own
+    thresholds); tests may pass a fake."""
 
     def __init__(self, config: SpeakerConfig | None = None, load: Callable[[], Embedder] = _load_default,
                  turns: TurnConfig | None = None) -> None:

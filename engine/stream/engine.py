@@ -20,6 +20,7 @@ from engine.audio.vad import BatchedVad
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import EngineNotReady, IllegalTransition
 from engine.observe import Observers
+from engine.speakers.models import speaker_service
 from engine.speakers.service import SpeakerService
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
@@ -43,8 +44,9 @@ class CaptionEngine:
 
     def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
                  vad: VadModel | None = None, speakers: SpeakerService | None = None) -> None:
-        """``transcriber`` defaults to vLLM in this process, ``vad`` to Silero, ``speakers`` to Resemblyzer when
-        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given)."""
+        """``transcriber`` defaults to vLLM in this process, ``vad`` to Silero, ``speakers`` to
+        ``config.speaker_model`` when ``config.speakers`` is on (tests pass fakes; the engine starts and closes
+        whatever it is given). An unknown ``config.speaker_model`` raises ``ValueError``."""
         self.config = config
         if transcriber is None:
             from engine.asr.vllm_backend import VllmTranscriber
@@ -57,6 +59,9 @@ class CaptionEngine:
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
         self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers)
         self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
+        self.scheduler = DecodeScheduler(transcriber, max_inflight)
+        self.speakers = (speakers if speakers is not None
+                         else speaker_service(config.speaker_model) if config.speakers else None)
         self.sessions: dict[str, Session] = {}
         self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
         self._state = EngineState.NEW

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("aioice", "aiortc", "vllm"):
+    for noisy in ("aioice", "aiortc", "vllm", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = config_from_args(args)
     ssl_context = tls_context(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ import numpy as np
 
 from engine.audio.pcm import load_wav
 
-SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
+# ``$LIVE_CAPTIONS_SPEECH_DIR`` for a checkout that does not sit beside ``shared`` (a second worktree).
+SPEECH_DIR = Path(os.environ.get("LIVE_CAPTIONS_SPEECH_DIR")
+                  or Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 
 
 @cache

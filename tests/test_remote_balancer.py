@@ -237,7 +237,7 @@ async def test_none_left_fails_clearly_then_recovers() -> None:
     await t.start()
     try:
         await cm.__aexit__(None, None, None)
-        with pytest.raises(EngineNotReady, match="no speech recognizer instance is reachable: http://127.0.0.1"):
+        with pytest.raises(EngineNotReady, match=r"no speech recognizer instance is reachable: http://127\.0\.0\.1"):
             await asyncio.wait_for(t.transcribe(speech(1.0)), 5.0)
         await wait_for(lambda: t.state is TranscriberState.FAILED)
         assert "ConnectError" in t.detail or "Connect" in t.detail
@@ -253,7 +253,7 @@ async def test_none_left_fails_clearly_then_recovers() -> None:
 
 async def test_start_gives_up_with_the_reasons() -> None:
     t = transcriber(f"http://127.0.0.1:{free_port()}", start_timeout_s=0.5)
-    with pytest.raises(EngineNotReady, match="no speech recognizer instance came up within 0.5 s: .*ConnectError"):
+    with pytest.raises(EngineNotReady, match=r"no speech recognizer instance came up within 0\.5 s: .*ConnectError"):
         await t.start()
     assert t.state is TranscriberState.FAILED
     await t.close()

@@ -179,27 +179,30 @@ async def test_live_session_on_a_remote_instance(vllm_serve: str) -> None:
 
 
 async def test_short_windows_cost_less_over_http(vllm_serve: str) -> None:
-    """The same 3.3 s clip decoded in its fitted window and padded to Whisper's 30 s: the windowed Whisper of
-    ``vllm serve`` picks the window from the audio it receives, and the short one costs less."""
-    clip = audio("ls_1988-24833-0000")
-    times: dict[str, list[float]] = {"fit": [], "stock": []}
-    texts: dict[str, str] = {}
-    for mode in ("fit", "stock"):
-        t = RemoteTranscriber(TranscriberConfig(asr_urls=(vllm_serve,), window=mode, remote=REMOTE))
-        await t.start()
-        try:
-            for k in range(4):
+    """The same 3.3 s clip decoded in its fitted window (8 s) and padded to Whisper's 30 s: the windowed Whisper
+    of ``vllm serve`` picks the window from the audio it receives, and the short one costs less. Rounds alternate
+    between the two, and the fastest of each is compared: other jobs on this machine make single times noisy."""
+    clip_id = "ls_3752-4944-0000"
+    clip = audio(clip_id)
+    recognizers = {mode: RemoteTranscriber(TranscriberConfig(asr_urls=(vllm_serve,), window=mode, remote=REMOTE))
+                   for mode in ("fit", "stock")}
+    times: dict[str, list[float]] = {mode: [] for mode in recognizers}
+    try:
+        for t in recognizers.values():
+            await t.start()
+        for k in range(6):
+            for mode, t in recognizers.items():
                 result = await t.transcribe(DecodeRequest(f"w{k}", clip, Priority.FINAL))
-                times[mode].append(result.decode_s)
-                texts[mode] = result.text
-        finally:
+                times[mode].append(round(result.decode_s, 3))
+                errors, words = word_errors(reference(clip_id), result.text)
+                assert errors / words < 0.25, (mode, result.text)
+                assert result.window_s == (8.0 if mode == "fit" else 30.0) and result.fallbacks == 0
+    finally:
+        for t in recognizers.values():
             await t.close()
-    fit, stock = float(np.median(times["fit"])), float(np.median(times["stock"]))
-    print(f"3.3 s clip over HTTP: fitted window median {fit:.2f} s {times['fit']}, 30 s window {stock:.2f} s "
+    fit, stock = min(times["fit"]), min(times["stock"])
+    print(f"3.3 s clip over HTTP, fastest of 6: 8 s window {fit:.2f} s {times['fit']}, 30 s window {stock:.2f} s "
           f"{times['stock']}")
-    for text in texts.values():
-        errors, words = word_errors(reference("ls_1988-24833-0000"), text)
-        assert errors / words < 0.2, texts
     assert fit < stock, times
 
 

@@ -217,6 +217,20 @@ async def test_unhealthy_instance_wakes_its_requests() -> None:
             await t.close()
 
 
+async def test_a_decode_that_fails_everywhere_gives_up() -> None:
+    """Instances whose /health passes while every decode fails (a broken model) do not keep a request forever."""
+    async with fake_vllm(FakeVllm(status=500)) as one, fake_vllm(FakeVllm(status=503)) as two:
+        t = transcriber(one.url, two.url)
+        await t.start()
+        try:
+            await wait_for(lambda: len(t.pool.up) == 2)
+            with pytest.raises(EngineError, match=r"failed on every recognizer instance: .*503 engine trouble"):
+                await asyncio.wait_for(t.transcribe(speech(1.0)), 10.0)
+            assert len(one.decodes) == 2 and len(two.decodes) == 2 and t.resent == 3
+        finally:
+            await t.close()
+
+
 async def test_bad_request_is_not_retried() -> None:
     async with fake_vllm(FakeVllm(status=400)) as fake:
         t = transcriber(fake.url)

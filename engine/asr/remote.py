@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 _MAX_CONTEXT_CHARS = 400  # as in process: keeps the context well inside Whisper's 448-token decoder window
 _LOOP_CHECK_EVERY = 4  # streamed words between checks for a repetition loop
+# Attempts one decode may make per instance: an instance whose /health passes while every decode fails (a broken
+# model) would otherwise take the request back after each probe, forever.
+_ATTEMPTS_PER_INSTANCE = 2
 # The margin the windowed Whisper of ``vllm serve`` adds to the audio when it picks a window (its default policy):
 # audio padded to ``window - margin`` makes it pick ``window``.
 _SERVER_MARGIN_S = WindowPolicy().margin_s
@@ -288,7 +291,9 @@ class RemoteTranscriber:
 
     async def _decode(self, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool) -> _Reply:
         """One decode on the least loaded instance; sent again to another when its instance fails, until none is
-        left for ``down_grace_s`` (then ``EngineNotReady``)."""
+        left for ``down_grace_s`` (then ``EngineNotReady``), or until it failed ``_ATTEMPTS_PER_INSTANCE`` times per
+        instance (then ``EngineError``)."""
+        errors: list[str] = []
         while True:
             instance = await self._instance()
             instance.inflight += 1
@@ -310,6 +315,10 @@ class RemoteTranscriber:
                 for task in (attempt, down):
                     task.cancel()  # closing the connection makes vLLM abort the request
                 await asyncio.gather(attempt, down, return_exceptions=True)
+            errors.append(f"{instance.url}: {error}")
+            if len(errors) >= _ATTEMPTS_PER_INSTANCE * len(self.pool.instances):
+                raise EngineError(f"request {request.request_id} failed on every recognizer instance: "
+                                  f"{'; '.join(errors[-len(self.pool.instances):])}")
             self.resent += 1
             log.info("request %s failed on %s (%s): sending it again", request.request_id, instance.url, error)
 

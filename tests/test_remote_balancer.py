@@ -11,11 +11,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.config import ServerConfig, build_parser, config_from_args
+from app.server import engine_config
 from engine.asr.instances import InstancePool, InstanceState, normalise_url
 from engine.asr.remote import RemoteTranscriber, padded_samples, wav_bytes
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState
-from engine.config import RemoteAsrConfig, TranscriberConfig
+from engine.config import EngineConfig, RemoteAsrConfig, TranscriberConfig
 from engine.errors import EngineError, EngineNotReady
+from engine.stream.engine import CaptionEngine, EngineState
 from tests.fake_vllm import MODEL_ID, FakeVllm, fake_vllm, free_port
 
 QUICK = RemoteAsrConfig(connect_timeout_s=1.0, request_timeout_s=5.0, health_interval_s=0.2, health_timeout_s=1.0,
@@ -286,3 +289,34 @@ async def test_start_waits_for_a_late_instance_and_warms_it() -> None:
             assert [round(r.audio_s) for r in fake.received] == [3, 7, 14, 29] and not fake.decodes
         finally:
             await t.close()
+
+
+def test_server_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse = build_parser().parse_args
+    config = config_from_args(parse(["--asr-url", "http://gpu1:8000/", "--asr-url", "http://gpu2:8000"]))
+    assert config.asr_urls == ("http://gpu1:8000", "http://gpu2:8000")
+    assert engine_config(config).transcriber.asr_urls == config.asr_urls
+    assert config_from_args(parse([])).asr_urls == ()
+    monkeypatch.setenv("LIVE_CAPTIONS_ASR_URLS", "http://a:1, http://b:2")
+    assert config_from_args(parse([])).asr_urls == ("http://a:1", "http://b:2")
+    monkeypatch.setenv("LIVE_CAPTIONS_ASR_URLS", "a:1")
+    with pytest.raises(SystemExit, match="LIVE_CAPTIONS_ASR_URLS: recognizer URL 'a:1' must look like http"):
+        config_from_args(parse([]))
+    with pytest.raises(SystemExit):
+        parse(["--asr-url", "gpu1"])
+    assert ServerConfig().asr_urls == ()
+
+
+async def test_engine_decodes_remotely_when_given_urls() -> None:
+    async with fake_vllm() as one, fake_vllm() as two:
+        config = EngineConfig(transcriber=TranscriberConfig(asr_urls=(one.url, two.url), remote=QUICK),
+                              speakers=False)
+        eng = CaptionEngine(config)
+        assert isinstance(eng.transcriber, RemoteTranscriber)
+        await eng.start()
+        try:
+            assert eng.state is EngineState.READY and eng.model_name == MODEL_ID
+            assert eng.scheduler.max_inflight_partials == 4  # two per instance
+            assert [i["state"] for i in eng.stats()["recognizer"]["instances"]] == ["up", "up"]
+        finally:
+            await eng.close()

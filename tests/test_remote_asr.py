@@ -171,6 +171,8 @@ async def test_live_session_on_a_remote_instance(vllm_serve: str) -> None:
         await client.close()
         stats = eng.transcriber.stats()
     assert not [m for m in client.messages if m["type"] == "error"]
+    print(f"remote session: WER {reading_wer(client):.3f}, {len(client.sentences())} sentences, windows "
+          f"{[(w['window_s'], w['decodes'], w['decode_s_p50']) for w in stats['windows']]}")
     assert reading_wer(client) < 0.15, client.text()
     assert len(client.sentences()) >= len(CLIPS)
     assert any(m["type"] == "caption" and m["partial"] for m in client.messages)
@@ -226,6 +228,7 @@ async def test_fail_over_mid_session_then_none_left(vllm_serve: str) -> None:
         await client.stop()
         await client.close()
         assert not [m for m in client.messages if m["type"] == "error"], client.messages
+        print(f"fail-over session: WER {reading_wer(client):.3f}, {transcriber.resent} requests sent again")
         assert reading_wer(client) < 0.15, client.text()
         assert transcriber.resent >= 1 and by_url[first.url].state == "down" and by_url[dead].state == "down"
         assert eng.state is EngineState.READY

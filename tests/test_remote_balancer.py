@@ -227,7 +227,7 @@ async def test_a_decode_that_fails_everywhere_gives_up() -> None:
         await t.start()
         try:
             await wait_for(lambda: len(t.pool.up) == 2)
-            with pytest.raises(EngineError, match=r"failed on every recognizer instance: .*503 engine trouble"):
+            with pytest.raises(EngineNotReady, match=r"failed on every recognizer instance: .*503 engine trouble"):
                 await asyncio.wait_for(t.transcribe(speech(1.0)), 10.0)
             assert len(one.decodes) == 2 and len(two.decodes) == 2 and t.resent == 3
         finally:

@@ -291,8 +291,8 @@ class RemoteTranscriber:
 
     async def _decode(self, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool) -> _Reply:
         """One decode on the least loaded instance; sent again to another when its instance fails, until none is
-        left for ``down_grace_s`` (then ``EngineNotReady``), or until it failed ``_ATTEMPTS_PER_INSTANCE`` times per
-        instance (then ``EngineError``)."""
+        left for ``down_grace_s``, or until it failed ``_ATTEMPTS_PER_INSTANCE`` times per instance (then
+        ``EngineNotReady``)."""
         errors: list[str] = []
         while True:
             instance = await self._instance()
@@ -317,8 +317,9 @@ class RemoteTranscriber:
                 await asyncio.gather(attempt, down, return_exceptions=True)
             errors.append(f"{instance.url}: {error}")
             if len(errors) >= _ATTEMPTS_PER_INSTANCE * len(self.pool.instances):
-                raise EngineError(f"request {request.request_id} failed on every recognizer instance: "
-                                  f"{'; '.join(errors[-len(self.pool.instances):])}")
+                # Not a bad request: the recognizer cannot serve (the session tells its client so).
+                raise EngineNotReady("unavailable", f"request {request.request_id} failed on every recognizer "
+                                                    f"instance: {'; '.join(errors[-len(self.pool.instances):])}")
             self.resent += 1
             log.info("request %s failed on %s (%s): sending it again", request.request_id, instance.url, error)
 

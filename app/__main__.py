@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("aioice", "aiortc", "vllm"):
+    for noisy in ("aioice", "aiortc", "vllm", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         config = config_from_args(args)

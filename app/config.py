@@ -7,7 +7,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import DEFAULT_SPEAKER_MODEL, ENDPOINT_PRESETS, SPEAKER_MODEL_NAMES, WINDOW_MODES, TranscriberConfig
+from engine import (
+    DEFAULT_SPEAKER_MODEL,
+    ENDPOINT_PRESETS,
+    SPEAKER_MODEL_NAMES,
+    WINDOW_MODES,
+    TranscriberConfig,
+    normalise_asr_url,
+)
 
 from . import ice_servers
 
@@ -61,6 +68,8 @@ class ServerConfig:
     cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
     word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
     device: str = "auto"
+    # `vllm serve` instances to decode on instead of an in-process engine (base URLs, e.g. http://10.0.0.5:8000)
+    asr_urls: tuple[str, ...] = ()
     speakers: bool = True
     speaker_model: str = DEFAULT_SPEAKER_MODEL  # speaker-embedding model (engine.speakers.models)
     tls_cert: str | None = None
@@ -126,6 +135,13 @@ def _db_target(text: str) -> str:
     return text
 
 
+def _asr_url(text: str) -> str:
+    try:
+        return normalise_asr_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m app",
                                 description="Live captions server: open the page, allow the microphone, read captions. "
@@ -146,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads of the CPU speech engine, bound to the first N cores (0: vLLM's own choice, "
                         "every core but one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
+    p.add_argument("--asr-url", action="append", type=_asr_url, default=None, metavar="URL",
+                   help="decode on this `vllm serve` instance (base URL, e.g. http://10.0.0.5:8000) instead of an "
+                        "in-process engine; repeat for several: requests go to the least loaded one that is up "
+                        "(env LIVE_CAPTIONS_ASR_URLS, comma-separated; serve the model as the README says)")
     p.add_argument("--word-timestamps", action="store_true", default=_env("WORD_TIMESTAMPS", "") == "1",
                    help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow the "
                         "model's timed stretches, not only the VAD; costs 20-50 %% more decode time (see "
@@ -217,10 +237,15 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     origins = args.embed_origin if args.embed_origin is not None else [
         o for o in (_env("EMBED_ORIGINS") or "").split(",") if o]
     language = None if args.language in ("auto", "") else args.language
+    try:
+        asr_urls = args.asr_url if args.asr_url is not None else [
+            _asr_url(u) for u in (_env("ASR_URLS") or "").split(",") if u.strip()]
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"LIVE_CAPTIONS_ASR_URLS: {exc}") from None
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
         window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
-        device=args.device, speakers=not args.no_speakers,
+        device=args.device, asr_urls=tuple(dict.fromkeys(asr_urls)), speakers=not args.no_speakers,
         speaker_model=args.speaker_model, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), turn_secret=args.turn_secret or None,
                       turn_ttl_s=args.turn_ttl_s, transport_policy=args.ice_transport_policy,

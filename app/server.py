@@ -46,7 +46,8 @@ _DRAIN_BEFORE_EXIT_S = 5.0  # after the engine died: time for ended sessions to 
 def engine_config(config: ServerConfig) -> EngineConfig:
     return EngineConfig(
         transcriber=TranscriberConfig(model=config.model, device=config.device, window=config.window,
-                                      cpu_threads=config.cpu_threads, timestamps=config.word_timestamps),
+                                      cpu_threads=config.cpu_threads, timestamps=config.word_timestamps,
+                                      asr_urls=config.asr_urls),
         endpoint=ENDPOINT_PRESETS[config.preset],
         speakers=config.speakers,
         speaker_model=config.speaker_model,

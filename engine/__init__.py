@@ -11,6 +11,7 @@ prepares weights offline.
 """
 
 from engine import protocol
+from engine.asr.instances import normalise_url as normalise_asr_url
 from engine.asr.windows import WINDOW_MODES
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
@@ -48,5 +49,6 @@ __all__ = [
     "SessionOptions",
     "SessionState",
     "TranscriberConfig",
+    "normalise_asr_url",
     "protocol",
 ]

@@ -99,8 +99,25 @@ class GuardConfig:
 
 
 @dataclass(frozen=True)
+class RemoteAsrConfig:
+    """Decoding on ``vllm serve`` instances over HTTP (``engine.asr.remote``): timeouts and probing, in seconds."""
+
+    connect_timeout_s: float = 3.0  # a TCP connect slower than this counts as the instance failing
+    # Longest wait for the next bytes of a decode (its first token included): beyond it the instance counts as hung
+    # and the request goes to another one. Generous: a loaded CPU instance queues decodes for seconds.
+    request_timeout_s: float = 60.0
+    health_interval_s: float = 2.0  # every instance's GET /health, up or down, this often
+    health_timeout_s: float = 5.0
+    # With no instance up for this long, the recognizer is FAILED (the engine ends its sessions with the reason);
+    # a request meanwhile waits for an instance to come back.
+    down_grace_s: float = 10.0
+    start_timeout_s: float = 900.0  # start() waits this long for the first instance (vLLM on a CPU: minutes)
+    warm_up: bool = True  # decode a tone in every window on each instance as it comes up, before it takes requests
+
+
+@dataclass(frozen=True)
 class TranscriberConfig:
-    """The shared vLLM engine."""
+    """The shared recognizer: vLLM in this process, or ``vllm serve`` instances at ``asr_urls``."""
 
     model: str | None = None  # None = embedded default; else embedded name, local HF folder or hub id
     device: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -119,6 +136,10 @@ class TranscriberConfig:
     # word times then follow the model's timed stretches as well as the VAD (engine.stream.words). Measured in
     # docs/benchmarks.md ("Word times").
     timestamps: bool = False
+    # Base URLs of ``vllm serve`` instances (``http://host:port``) to decode on instead of an in-process engine;
+    # requests go to the least loaded instance that is up (engine.asr.remote).
+    asr_urls: tuple[str, ...] = ()
+    remote: RemoteAsrConfig = field(default_factory=RemoteAsrConfig)
 
     def window_policy(self) -> WindowPolicy:
         """The window policy of ``window``; raises ``ValueError`` for an unknown mode or bad buckets."""

@@ -236,3 +236,17 @@ def test_local_ct2_folder_is_converted(tmp_path: Path) -> None:
 def test_hub_ids_pass_through(hub_id: str, multilingual: bool, tmp_path: Path) -> None:
     assert resolve_model(hub_id, tmp_path) == ModelSpec(hub_id, hub_id, multilingual, embedded=False)
     assert not (tmp_path / "models").exists()
+
+
+def test_prepare_prints_the_folder_to_serve(shared_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m engine.models prepare NAME``: the folder an operator hands ``vllm serve``, on the last line."""
+    from engine.models.__main__ import main
+
+    assert main(["prepare", "whisper-tiny.en", "--cache-dir", str(shared_cache)]) == 0
+    folder = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LiveCaptionsWhisperForConditionalGeneration"]  # the plugin's windowed model
+    assert folder == Path(resolve_model("whisper-tiny.en", shared_cache).path)
+    for bad in (["prepare", "whisper-huge"], ["prepare", "openai/whisper-large-v3"]):
+        assert main([*bad, "--cache-dir", str(shared_cache)]) == 2
+        assert capsys.readouterr().err.startswith("error: ")

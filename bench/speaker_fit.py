@@ -55,7 +55,7 @@ class MemoEmbedder:
         if todo:
             for i, vector in zip(todo, self.inner.embed([segments[i] for i in todo]), strict=True):
                 self.cache[keys[i]] = vector
-        return np.stack([self.cache[k] for k in keys])
+        return np.stack([self.cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
 
 
 def _memo_probs() -> None:
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         setting = score(assign, change, evaluate(fit_clips, embedder, config, turns))
         settings.append(setting)
         print(json.dumps(asdict(setting)), file=sys.stderr)
-    best = min(settings, key=lambda s: (s.objective, abs(s.assign - shipped_config.similarity_threshold)))
+    best = min(settings, key=lambda s: (round(s.objective, 6), abs(s.assign - shipped_config.similarity_threshold),
+                                        abs(s.change - shipped_turns.change_similarity)))
     print(f"model: {model.name}; fitting set: {len(fit_clips)} clips ({', '.join(FIT_RTTM)} and"
           f" {len(fit_clips) - len(FIT_RTTM)}"
           f" alternating-reader clips); objective = pooled streaming DER + {WRONG_COUNT_PENALTY:.0%} per clip with"

@@ -63,8 +63,6 @@ class CaptionEngine:
         self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
         self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers)
-        self.speakers = speakers if speakers is not None else SpeakerService() if config.speakers else None
-        self.scheduler = DecodeScheduler(transcriber, max_inflight)
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
         self.sessions: dict[str, Session] = {}

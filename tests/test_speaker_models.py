@@ -111,6 +111,7 @@ def test_the_weights_come_from_the_installed_package() -> None:
 
 # ---- CAM++ on real speech ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_campplus_embeddings_are_unit_vectors_that_separate_two_readers(campplus: CamppEmbedder) -> None:
     a1, a2, b1 = audio("ls_1988-24833-0001"), audio("ls_1988-24833-0002"), audio("ls_2412-153948-0001")
     together = campplus.embed([a1, a2, b1, a1[: SAMPLE_RATE // 2]])
@@ -126,6 +127,7 @@ def test_campplus_embeddings_are_unit_vectors_that_separate_two_readers(campplus
         campplus.embed([np.zeros(SAMPLE_RATE, np.float32)])
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_campplus_windows_of_two_readers_fall_either_side_of_the_turn_threshold(campplus: CamppEmbedder) -> None:
     """1.5 s windows, as the turn detector embeds them: windows of one reader (from different utterances) sit above
     the fitted change threshold far more often than windows of two readers do."""
@@ -146,6 +148,7 @@ def test_campplus_windows_of_two_readers_fall_either_side_of_the_turn_threshold(
     assert np.median(same) > np.median(different) + 0.3, (np.median(same), np.median(different))
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_campplus_labels_three_readers_with_its_own_thresholds(campplus: CamppEmbedder) -> None:
     clip = audio("libri_3spk_turns")
     segments = segment_clip(clip, "low-latency")

@@ -129,6 +129,7 @@ def test_the_encoder_sees_few_batch_shapes_and_every_window_once(n: int) -> None
     assert all(not c[real:].any() for c, real in chunks), "padding is zeros"
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_embeddings_are_unit_vectors_and_separate_voices(embedder: SpeakerEmbedder) -> None:
     a1, a2 = _clip("ls_1988-24833-0001"), _clip("ls_1988-24833-0002")
     b1 = _clip("ls_2412-153948-0001")
@@ -143,6 +144,7 @@ def test_embeddings_are_unit_vectors_and_separate_voices(embedder: SpeakerEmbedd
     assert embedder.embed([]).shape == (0, embedder.dim)
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_three_speaker_turns_get_three_labels(embedder: SpeakerEmbedder) -> None:
     """libri_3spk_turns: the bench measures 0 % streaming speaker error; 10 % allows one ~3 s segment wrong."""
     segments, streaming, final, _ = _run(embedder, "libri_3spk_turns", "low-latency", SpeakerConfig())
@@ -153,6 +155,7 @@ def test_three_speaker_turns_get_three_labels(embedder: SpeakerEmbedder) -> None
     assert _scores("libri_3spk_turns", segments, final).speaker_error <= 0.10
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 @pytest.mark.parametrize("preset", ["low-latency", "balanced"])
 @pytest.mark.parametrize("session", sorted(SINGLE_SPEAKER_SESSIONS))
 def test_single_speaker_never_gets_a_second_label(embedder: SpeakerEmbedder, session: str, preset: str) -> None:
@@ -163,6 +166,7 @@ def test_single_speaker_never_gets_a_second_label(embedder: SpeakerEmbedder, ses
     assert relabel == {}
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 @pytest.mark.parametrize("preset", ["low-latency", "balanced"])
 @pytest.mark.parametrize("clip", ["libri_3spk_turns", "libri_2spk_overlap_dialogue"])
 def test_reclustering_never_makes_labels_worse(embedder: SpeakerEmbedder, clip: str, preset: str) -> None:
@@ -172,6 +176,7 @@ def test_reclustering_never_makes_labels_worse(embedder: SpeakerEmbedder, clip: 
     assert after.der <= before.der + 1e-9
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_reclustering_repairs_an_over_split_session(embedder: SpeakerEmbedder) -> None:
     """A streaming threshold far too strict gives nearly every segment its own label; the stop fixes that."""
     config = replace(SpeakerConfig(), similarity_threshold=0.95)
@@ -184,6 +189,7 @@ def test_reclustering_repairs_an_over_split_session(embedder: SpeakerEmbedder) -
     assert relabel == {i: final[i] for i in range(len(segments)) if final[i] != streaming[i]}
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_speaker_cap_is_respected(embedder: SpeakerEmbedder) -> None:
     config = replace(SpeakerConfig(), max_speakers=2)
     _, streaming, final, _ = _run(embedder, "libri_3spk_turns", "low-latency", config)
@@ -191,6 +197,7 @@ def test_speaker_cap_is_respected(embedder: SpeakerEmbedder) -> None:
     assert set(final) <= {0, 1}
 
 
+@pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_short_segments_take_the_previous_label(embedder: SpeakerEmbedder) -> None:
     a = embedder.embed([_clip("ls_2412-153948-0000")])[0]
     b = embedder.embed([_clip("ls_1988-24833-0001")])[0]

@@ -148,6 +148,7 @@ async def assert_relayed(turn: TurnServer, page_user: str, server_user: str, sen
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~9 s: the page streams its clip at real time
 async def test_microphone_page_captions_through_the_relay_only(
         fake_engine: CaptionEngine, rest_turn: TurnServer, browser: Browser) -> None:
     async with running_server(fake_engine, ice=relay_config(rest_turn)) as (url, _), aiohttp.ClientSession() as http:
@@ -169,6 +170,7 @@ async def test_microphone_page_captions_through_the_relay_only(
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~9 s each: the page streams its clip at real time
 @pytest.mark.parametrize(("path", "stop"), [
     ("/kiosk?room={room}&mic=1&qr=0", "window.liveCaptions.mic.stop()"),
     # The widget's host page would stop it by postMessage; without one, its connection is closed as stop closes it

@@ -123,3 +123,10 @@ class AudioBuffer:
             self._buf[: self._len - cut] = self._buf[cut : self._len]
             self._len -= cut
             self.origin += cut
+
+
+def warmup_tone(seconds: float = 1.0) -> np.ndarray:
+    """A voiced-like test signal (a 220 Hz tone, amplitude-modulated at 3 Hz), float32 at ``SAMPLE_RATE``: what
+    models are run on once at start-up so that the first real request does not pay for kernel set-up."""
+    t = np.arange(round(seconds * SAMPLE_RATE), dtype=np.float32) / SAMPLE_RATE
+    return (0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)

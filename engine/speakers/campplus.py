@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.audio.pcm import warmup_tone
 from engine.errors import ModelError
 from engine.speakers.fbank import kaldi_fbank, num_frames
 
@@ -77,8 +78,7 @@ class CamppEmbedder:
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()
-        t = np.arange(SAMPLE_RATE_HZ, dtype=np.float32) / SAMPLE_RATE_HZ
-        self.embed([(0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)])
+        self.embed([warmup_tone()])
 
     @property
     def dim(self) -> int:

@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 
+from engine.audio.pcm import warmup_tone
+
 SAMPLE_RATE_HZ = 16000
 EMBEDDING_DIM = 256
 
@@ -61,8 +63,7 @@ class SpeakerEmbedder:
         self._lock = threading.Lock()
         # The first mel transform loads and compiles librosa's kernels (about 3 s here): pay that now, at
         # start-up, rather than on the first closed segment of the first session.
-        t = np.arange(SAMPLE_RATE_HZ, dtype=np.float32) / SAMPLE_RATE_HZ
-        self.embed([(0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)])
+        self.embed([warmup_tone()])
 
     @property
     def dim(self) -> int:

@@ -21,9 +21,11 @@ does not flatter the result:
 - ``VAD busy``: wall time of the VAD worker's batches per session (an upper bound of its CPU: it includes waiting
   for the GIL and for a core).
 
-``--fronts`` names the front ends measured (``FRONTS``): ``new`` is the server as it is; ``old`` receives audio
-through aiortc's decoder thread at 48 kHz stereo then the resampler (``--audio-decoder aiortc``) and runs the VAD
-once per push (``--vad-batch-interval-ms 0``), as before 2026-11-24; ``direct`` is ``new`` without the VAD batching.
+``--fronts`` names the front ends measured (``FRONTS``): ``new`` is the server as it is, its clients sending 60 ms
+Opus packets as browsers do when the answer asks for them (``a=ptime:60``); ``old`` is the server before 2026-11-24:
+20 ms packets (``--ptime-ms 0``), received through aiortc's decoder thread at 48 kHz stereo then the resampler
+(``--audio-decoder aiortc``), the VAD run once per push (``--vad-batch-interval-ms 0``); ``p20`` is ``new`` with
+20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching.
 With several, one server per front end runs side by side (each idle but for the step under way) and each N is
 measured on each in turn, the order alternating from one N to the next and from one ``--repeat`` to the next, so
 that the load of other jobs falls on all alike; the ratios of server CPU per second of audio are printed last.
@@ -61,8 +63,8 @@ def _interp(points: list[tuple[float, float]], t: float) -> float:
 
 
 async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n: int, idle_pct: float,
-                   args: argparse.Namespace) -> dict[str, Any]:
-    clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+                   args: argparse.Namespace, frame_ms: int = 20) -> dict[str, Any]:
+    clips = [session_clip(i, args.seconds, args.pause_s, frame_ms) for i in range(n)]
     polled: list[tuple[float, dict[str, Any]]] = []
     me = psutil.Process()
     client_cpu0 = sum(me.cpu_times()[:2])
@@ -100,10 +102,11 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
     }
 
 
-FRONTS: dict[str, list[str]] = {
-    "new": [],
-    "direct": ["--vad-batch-interval-ms", "0"],
-    "old": ["--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"],
+FRONTS: dict[str, tuple[int, list[str]]] = {  # name: (ms of audio per Opus packet sent, bench.serve flags)
+    "new": (60, []),
+    "p20": (20, ["--ptime-ms", "0"]),
+    "direct": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "0"]),
+    "old": (20, ["--ptime-ms", "0", "--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"]),
 }
 
 COLUMNS = [("front", "front end", "{}"), ("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
@@ -135,7 +138,8 @@ def print_ratios(rows: list[dict[str, Any]], fronts: list[str]) -> None:
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, args.pause_s)
+        for frame_ms in sorted({FRONTS[f][0] for f in args.fronts}):
+            session_clip(i, args.seconds, args.pause_s, frame_ms)
     server_args = ["--recognizer", "fake", "--fake-delay-s", str(args.fake_delay_s)]
     if not args.speakers:
         server_args.append("--no-speakers")
@@ -143,7 +147,7 @@ async def main(args: argparse.Namespace) -> int:
     fronts = args.fronts
     async with contextlib.AsyncExitStack() as stack:
         servers = [await stack.enter_async_context(
-            bench_server([*server_args, *FRONTS[d]], CACHE_DIR / f"pipeline-server-{d}.log"))
+            bench_server([*server_args, *FRONTS[d][1]], CACHE_DIR / f"pipeline-server-{d}.log"))
             for d in fronts]
         traces = [CpuTrace(server.ps) for server in servers]
         samplers = [asyncio.create_task(trace.run()) for trace in traces]
@@ -165,7 +169,8 @@ async def main(args: argparse.Namespace) -> int:
                         for k in order:
                             await asyncio.sleep(3.0)
                             row = {"front": fronts[k],
-                                   **await run_step(servers[k], http, traces[k], n, idles[k], args)}
+                                   **await run_step(servers[k], http, traces[k], n, idles[k], args,
+                                                    FRONTS[fronts[k]][0])}
                             rows.append(row)
                             print(json.dumps(row), file=sys.stderr)
         finally:

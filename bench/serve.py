@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
     p.add_argument("--audio-decoder", choices=AUDIO_DECODERS, default="direct",
                    help="as the server's --audio-decoder ('aiortc': the old 48 kHz stereo + resample path)")
+    p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
     p.add_argument("--vad-batch-interval-ms", type=int, default=None,
                    help="the VAD's least time between batches (default: the engine's; 0: one call per push)")
     p.add_argument("--max-sessions", type=int, default=256)
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
                           ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
-                          max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder)
+                          max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
+                          ptime_ms=args.ptime_ms)
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")

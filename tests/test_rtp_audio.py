@@ -20,6 +20,7 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
 
 from app import rtp_audio
+from app.config import ServerConfig, build_parser, config_from_args
 from app.ingest import IngestStats, pump_track
 from app.keys import PEERS
 from app.opus import OpusDecoder, OpusError
@@ -218,3 +219,27 @@ async def test_a_live_session_reaches_the_engine(fake_engine: CaptionEngine, dec
     assert energy == pytest.approx(expected, rel=0.35)
     sentences = client.sentences()
     assert sentences and 200 <= sentences[0]["start"] <= 1500, sentences
+
+
+SDP = ("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
+       "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 opus/48000/2\r\n"
+       "m=video 9 UDP/TLS/RTP/SAVPF 97\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:97 VP8/90000\r\n"
+       "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\na=ptime:20\r\n")
+
+
+def test_the_answer_asks_senders_for_longer_audio_packets() -> None:
+    sections = rtp_audio.with_ptime(SDP, 60).split("m=")
+    assert sections[1].endswith("a=rtpmap:96 opus/48000/2\r\na=ptime:60\r\n")
+    assert "ptime" not in sections[2]  # video
+    assert sections[3].count("ptime") == 1 and "a=ptime:20" in sections[3]  # an explicit ptime is kept
+    assert rtp_audio.with_ptime(SDP, 0) == SDP
+
+
+def test_front_end_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="ptime"):
+        ServerConfig(ptime_ms=30)
+    with pytest.raises(ValueError, match="audio decoder"):
+        ServerConfig(audio_decoder="ffmpeg")
+    args = build_parser().parse_args(["--audio-decoder", "aiortc", "--ptime-ms", "20"])
+    config = config_from_args(args)
+    assert (config.audio_decoder, config.ptime_ms) == ("aiortc", 20)

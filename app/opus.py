@@ -5,9 +5,9 @@ engine's 16 kHz mono. libopus decodes at any of its rates (8/12/16/24/48 kHz) an
 encoded (a stereo stream is downmixed inside the decoder), so asking it for 16 kHz mono skips the stereo synthesis,
 the high band and the resampler altogether.
 
-libopus is called through ``ctypes`` (no compiler needed): the system's ``libopus.so.0`` (Debian ``libopus0``), or
-else the copy bundled inside PyAV's wheel, which this project already depends on. ``ctypes`` releases the GIL
-during each call.
+libopus is called through ``ctypes`` (no compiler needed): the copy bundled inside PyAV's wheel (a dependency
+already; the same library FFmpeg decoded with before), or else the system's ``libopus.so.0`` (Debian ``libopus0``).
+``ctypes`` releases the GIL during each call.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import ctypes.util
 import functools
 from pathlib import Path
 
+import av
 import numpy as np
 
 OPUS_RATES_HZ = (8000, 12000, 16000, 24000, 48000)
@@ -30,18 +31,11 @@ class OpusError(RuntimeError):
 @functools.cache
 def load_libopus() -> ctypes.CDLL:
     """The libopus shared library, with the signatures used here. Raises ``OpusError`` if none can be loaded."""
-    candidates: list[str] = []
+    libs = Path(av.__file__).resolve().parent.parent / "av.libs"  # where PyAV's wheel keeps its libraries
+    candidates = [str(p) for p in sorted(libs.glob("libopus*.so*"))]
     found = ctypes.util.find_library("opus")
-    if found:
-        candidates.append(found)
+    candidates += [found] if found else []
     candidates.append("libopus.so.0")
-    try:
-        import av
-
-        libs = Path(av.__file__).resolve().parent.parent / "av.libs"
-        candidates += [str(p) for p in sorted(libs.glob("libopus*.so*"))]
-    except ImportError:  # pragma: no cover (PyAV is a dependency)
-        pass
     errors = []
     for name in candidates:
         try:
@@ -59,7 +53,8 @@ def load_libopus() -> ctypes.CDLL:
         lib.opus_strerror.restype = ctypes.c_char_p
         lib.opus_strerror.argtypes = [ctypes.c_int]
         return lib
-    raise OpusError("libopus could not be loaded (install libopus0): " + "; ".join(errors or ["not found"]))
+    raise OpusError("libopus could not be loaded (reinstall PyAV, or apt-get install libopus0): "
+                    + "; ".join(errors or ["not found"]))
 
 
 def opus_available() -> bool:

@@ -159,13 +159,11 @@ async def main(args: argparse.Namespace) -> int:
                 idles = [100 * trace.cpu_between(t0, time.monotonic()) / (time.monotonic() - t0) for trace in traces]
                 idle_pct = max(idles)
                 print(f"idle servers: {', '.join(f'{i:.2f}' for i in idles)} % of one core", file=sys.stderr)
-                turn = 0
-                for _ in range(args.repeat):
-                    for n in args.sessions:
+                for rep in range(args.repeat):
+                    for step, n in enumerate(args.sessions):
                         order = list(range(len(fronts)))
-                        if turn % 2:
+                        if (rep + step) % 2:  # each N alternates between repeats, and neighbouring Ns differ
                             order.reverse()
-                        turn += 1
                         for k in order:
                             await asyncio.sleep(3.0)
                             row = {"front": fronts[k],

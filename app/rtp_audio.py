@@ -85,8 +85,9 @@ class InlineDecoder:
         codec, encoded = task
         try:
             self._decode(codec, encoded)
-        except (OpusError, av.FFmpegError) as exc:
-            # As aiortc: keep the decoder (resetting it would garble the next frames too) and go on.
+        except (OpusError, av.FFmpegError, ValueError) as exc:
+            # As aiortc: keep the decoder (resetting it would garble the next frames too) and go on. This runs in
+            # aiortc's receive path: an error escaping here would end the whole connection's packet loop.
             self.decode_errors += 1
             if self.decode_errors <= 3 or self.decode_errors % 100 == 0:
                 log.warning("audio decode failed (%s, %d so far): %s", codec.name, self.decode_errors, exc)

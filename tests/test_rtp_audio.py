@@ -209,8 +209,15 @@ async def test_a_live_session_reaches_the_engine(fake_engine: CaptionEngine, dec
         await asyncio.sleep(0.5)
         received_s = peer.ingest.audio_s
         energy = peer.ingest.energy
+        (receiver,) = [r for r in peer.pc.getReceivers() if r.track is not None and r.track.kind == "audio"]
+        sink = receiver._RTCRtpReceiver__decoder_queue  # aiortc's private name: this fails if aiortc renames it
+        opus_packets_decoded = sink.packets if isinstance(sink, InlineDecoder) else None
         await client.stop()
         await client.close()
+    if decoder == "direct":  # the audio really went through our decoder (Opus) or aiortc's behind it (PCMU)
+        assert opus_packets_decoded == (0 if codec == "pcmu" else pytest.approx(received_s * 50, rel=0.2))
+    else:
+        assert opus_packets_decoded is None
     assert received_s == pytest.approx(clip.size / 16000, abs=0.6)
     # Energy against the clip's: aiortc's Opus sender upmixes mono to stereo at -3 dB a channel (the old path gave
     # the same); the stereo track's right channel is silent (half the amplitude in the mix); PCMU is mono.

@@ -5,9 +5,9 @@ engine's 16 kHz mono. libopus decodes at any of its rates (8/12/16/24/48 kHz) an
 encoded (a stereo stream is downmixed inside the decoder), so asking it for 16 kHz mono skips the stereo synthesis,
 the high band and the resampler altogether.
 
-libopus is called through ``ctypes`` (no compiler needed): the copy bundled inside PyAV's wheel (a dependency
-already; the same library FFmpeg decoded with before), or else the system's ``libopus.so.0`` (Debian ``libopus0``).
-``ctypes`` releases the GIL during each call.
+libopus is called through ``ctypes`` (no compiler needed): the system's ``libopus.so.0`` (Debian ``libopus0``, which
+ffmpeg and Chromium pull in), or else the copy bundled inside PyAV's wheel (a dependency already, so this never
+fails where PyAV works). ``ctypes`` releases the GIL during each call.
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ class OpusError(RuntimeError):
 @functools.cache
 def load_libopus() -> ctypes.CDLL:
     """The libopus shared library, with the signatures used here. Raises ``OpusError`` if none can be loaded."""
-    libs = Path(av.__file__).resolve().parent.parent / "av.libs"  # where PyAV's wheel keeps its libraries
-    candidates = [str(p) for p in sorted(libs.glob("libopus*.so*"))]
+    # The system's first: Debian's libopus 1.3.1 decoded 20 ms at 16 kHz in 19 us here, the 1.6.1 in PyAV's wheel
+    # in 28 us (the same audio: tests/test_rtp_audio.py compares against FFmpeg's decode with PyAV's).
     found = ctypes.util.find_library("opus")
-    candidates += [found] if found else []
+    candidates = [found] if found else []
     candidates.append("libopus.so.0")
+    libs = Path(av.__file__).resolve().parent.parent / "av.libs"  # where PyAV's wheel keeps its libraries
+    candidates += [str(p) for p in sorted(libs.glob("libopus*.so*"))]
     errors = []
     for name in candidates:
         try:

@@ -52,6 +52,8 @@ class IceConfig:
         ice_servers.check(self)
 
 
+AUDIO_DECODERS = ("direct", "aiortc")  # see ServerConfig.audio_decoder
+
 # Who may read ``GET /metrics``: "off" (404), "open" (anyone), "token" (the server's --auth-token when one is set,
 # else anyone).
 METRICS_ACCESS = ("off", "open", "token")
@@ -79,6 +81,12 @@ class ServerConfig:
     max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
     max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
     funasr_port: int | None = None  # also speak FunASR's protocol at the root path of this port
+    # "direct": Opus decoded on arrival at 16 kHz mono (app.rtp_audio); "aiortc": aiortc's decoder thread at
+    # 48 kHz stereo, then resampled (the old path, kept for comparison and as a fallback)
+    audio_decoder: str = "direct"
+    # Audio per packet asked of senders (a=ptime in the answer; browsers follow it): 60 ms = a third of the packets
+    # to receive for at most 40 ms more delay; 0 = ask nothing (browsers send 20 ms)
+    ptime_ms: int = 60
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
@@ -95,6 +103,10 @@ class ServerConfig:
 
 
     def __post_init__(self) -> None:
+        if self.audio_decoder not in AUDIO_DECODERS:
+            raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {self.audio_decoder!r}")
+        if self.ptime_ms not in (0, 10, 20, 40, 60):
+            raise ValueError(f"ptime must be 0 (sender's choice), 10, 20, 40 or 60 ms, got {self.ptime_ms}")
         if self.metrics not in METRICS_ACCESS:
             raise ValueError(f"metrics access must be one of {', '.join(METRICS_ACCESS)}, got {self.metrics!r}")
 
@@ -200,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bind WebRTC host candidates within this UDP port range, e.g. 50000-50100")
     p.add_argument("--loopback-only", action="store_true", default=_env("LOOPBACK_ONLY") == "1",
                    help="accept only loopback ICE candidates (test setups)")
+    p.add_argument("--audio-decoder", choices=AUDIO_DECODERS, default=_env("AUDIO_DECODER", "direct"),
+                   help="'direct' (default): decode Opus on arrival straight to 16 kHz mono; 'aiortc': aiortc's "
+                        "decoder thread at 48 kHz stereo, then resample (env LIVE_CAPTIONS_AUDIO_DECODER)")
+    p.add_argument("--ptime-ms", type=int, choices=(0, 10, 20, 40, 60), default=int(_env("PTIME_MS", "60") or 60),
+                   help="audio per packet asked of senders (a=ptime): 60 (default) = a third of the packets to "
+                        "receive for at most 40 ms more delay; 0 = the sender's choice, 20 ms for browsers "
+                        "(env LIVE_CAPTIONS_PTIME_MS)")
     p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "16") or 16),
                    help="live sessions at once; more get 503 busy")
     p.add_argument("--max-file-jobs", type=int, default=int(_env("MAX_FILE_JOBS", "2") or 2),
@@ -250,7 +269,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), turn_secret=args.turn_secret or None,
                       turn_ttl_s=args.turn_ttl_s, transport_policy=args.ice_transport_policy,
                       udp_ports=args.udp_ports, loopback_only=args.loopback_only),
-        funasr_port=args.funasr_port, max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
+        funasr_port=args.funasr_port, audio_decoder=args.audio_decoder, ptime_ms=args.ptime_ms,
+        max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
         max_upload_mb=args.max_upload_mb,
         db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,

@@ -1,10 +1,11 @@
-"""Microphone audio from a WebRTC track into an engine session: decode, resample to 16 kHz mono, 60 ms chunks.
+"""Microphone audio from a WebRTC track into an engine session: 16 kHz mono in 60 ms chunks.
 
-aiortc hands over 20 ms frames (s16, usually stereo 48 kHz); PyAV's resampler turns them into 16 kHz mono. Its
-receive queues are unbounded, so when this server falls behind, audio piles up and captions drift further and
-further from the speaker. ``Backlog`` watches the audio waiting in the track's receive queue: when more than
-``max_lag_s`` of it has waited for longer than ``max_lag_s``, the ingest skips audio until less than half of that
-waits (captions with a gap beat captions a minute late).
+Opus arrives already decoded at 16 kHz mono in 60 ms frames (``app.rtp_audio``) and goes straight to the chunker;
+anything else (aiortc's own receiver: 20 ms s16 frames, usually stereo 48 kHz; G.722, PCMU) goes through PyAV's
+resampler first. aiortc's receive queues are unbounded, so when this server falls behind, audio piles up and
+captions drift further and further from the speaker. ``Backlog`` watches the audio waiting in the track's receive
+queue: when more than ``max_lag_s`` of it has waited for longer than ``max_lag_s``, the ingest skips audio until
+less than half of that waits (captions with a gap beat captions a minute late).
 
 Why the server's own queue and not wall time against media time: a sender that stalls and then catches up (a busy
 client, a congested network) delivers late audio in a burst, which this server drains in milliseconds. Wall-clock
@@ -37,6 +38,12 @@ class IngestStats:
     skipped_s: float = 0.0
     energy: float = 0.0  # sum of squares of received samples (tests check that sound arrived)
     max_waiting_s: float = 0.0  # the most audio ever waiting in the receive queue
+
+
+def is_engine_pcm(frame: av.AudioFrame) -> bool:
+    """True for frames already in the engine's format (16 kHz mono s16): no resampling needed."""
+    return (frame.sample_rate == SAMPLE_RATE and frame.format.name == "s16"
+            and frame.layout.nb_channels == 1)
 
 
 def queued_frames(track: MediaStreamTrack) -> int:
@@ -76,6 +83,8 @@ class Chunker:
         self._buf = np.zeros(0, dtype=np.int16)
 
     def push(self, pcm: np.ndarray) -> list[np.ndarray]:
+        if not self._buf.size and pcm.size == CHUNK_SAMPLES:
+            return [pcm]  # the direct Opus path delivers exact chunks
         self._buf = np.concatenate([self._buf, pcm])
         n = self._buf.size // CHUNK_SAMPLES
         chunks = [self._buf[i * CHUNK_SAMPLES:(i + 1) * CHUNK_SAMPLES] for i in range(n)]
@@ -114,9 +123,14 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
             if on_shed is not None:
                 on_shed(duration)
             continue
-        for out in resampler.resample(frame):  # type: ignore[arg-type]
-            pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
+        if is_engine_pcm(frame):
+            pcms = [frame.to_ndarray().reshape(-1)]
+        else:
+            pcms = [out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
+                    for out in resampler.resample(frame)]  # type: ignore[arg-type]
+        for pcm in pcms:
             stats.audio_s += pcm.size / SAMPLE_RATE
-            stats.energy += float(np.square(pcm.astype(np.float64)).sum()) / (32768.0 ** 2)
+            x = pcm.astype(np.float32)
+            stats.energy += float(np.dot(x, x)) / (32768.0 ** 2)
             for chunk in chunker.push(pcm):
                 feed(chunk)

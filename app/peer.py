@@ -26,6 +26,7 @@ from .config import ServerConfig
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
 from .rooms import Room, RoomPublisher
+from .rtp_audio import with_ptime
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,9 @@ class PeerSession:
         await self.pc.setLocalDescription(answer)
         self.state = PeerState.LIVE
         self._log.info("peer connected (%d live)", len(self.registry))
-        return self.pc.localDescription
+        local = self.pc.localDescription
+        # Longer packets from the sender: a third of the per-packet receive work (app.rtp_audio.with_ptime).
+        return RTCSessionDescription(sdp=with_ptime(local.sdp, self.config.ptime_ms), type=local.type)
 
     # ---- events from aiortc ---------------------------------------------------------------------------------
     def _on_datachannel(self, channel: RTCDataChannel) -> None:

@@ -17,7 +17,19 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import access_log, dtls, export_routes, funasr_ws, ice, metrics_routes, openai_api, room_routes, routes, whip
+from . import (
+    access_log,
+    dtls,
+    export_routes,
+    funasr_ws,
+    ice,
+    metrics_routes,
+    openai_api,
+    room_routes,
+    routes,
+    rtp_audio,
+    whip,
+)
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
 from .keys import (
@@ -69,6 +81,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
     dtls.install()
+    rtp_audio.install(config.audio_decoder)
     access_log.install()
     app.router.add_get("/", routes.index)
     app.router.add_get("/health", routes.health)

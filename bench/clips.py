@@ -107,14 +107,17 @@ def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarra
     return np.concatenate(parts), tuple(utterances)
 
 
-def encode_opus(audio: np.ndarray, path: Path) -> None:
-    """Write 16 kHz float32 mono audio as Ogg Opus (48 kHz mono, 20 ms frames)."""
+def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20) -> None:
+    """Write 16 kHz float32 mono audio as Ogg Opus (48 kHz mono, ``frame_ms`` per packet: 20 as browsers send by
+    default, 60 as they send when the answer says ``a=ptime:60``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.ogg")
     pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
     with av.open(str(tmp), "w", format="ogg") as out:
         stream = out.add_stream("libopus", rate=OPUS_RATE, layout="mono")
         stream.bit_rate = 64_000
+        stream.options = {"frame_duration": str(frame_ms)}
+        frame_samples = OPUS_RATE * frame_ms // 1000
         resampler = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
         fifo = av.AudioFifo()
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
@@ -122,7 +125,7 @@ def encode_opus(audio: np.ndarray, path: Path) -> None:
         for f in [*resampler.resample(frame), *resampler.resample(None)]:
             fifo.write(f)
         pts = 0
-        while (chunk := fifo.read(960)) is not None:
+        while (chunk := fifo.read(frame_samples)) is not None:
             chunk.pts = pts
             pts += chunk.samples
             for packet in stream.encode(chunk):
@@ -137,10 +140,11 @@ def encode_opus(audio: np.ndarray, path: Path) -> None:
     tmp.replace(path)
 
 
-def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5) -> SessionClip:
-    """Session ``index``'s clip, encoding its Opus file on first use (cached across runs)."""
+def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20) -> SessionClip:
+    """Session ``index``'s clip, encoding its Opus file (``frame_ms`` per packet) on first use (cached across runs)."""
     audio, utterances = build_session(index, seconds, pause_s)
-    ogg = CACHE_DIR / f"session{index:03d}-{seconds:g}s-p{pause_s:g}.ogg"
+    packets = "" if frame_ms == 20 else f"-f{frame_ms}"
+    ogg = CACHE_DIR / f"session{index:03d}-{seconds:g}s-p{pause_s:g}{packets}.ogg"
     if not ogg.exists():
-        encode_opus(audio, ogg)
+        encode_opus(audio, ogg, frame_ms)
     return SessionClip(index, ogg, audio.size / SAMPLE_RATE, utterances)

@@ -1,6 +1,7 @@
 """Pipeline bench: what everything but the model costs per live session.
 
     python -m bench.pipeline [--sessions 1 16 64] [--seconds 60] [--json out.json]
+    python -m bench.pipeline --sessions 16 64 --fronts old new --repeat 2   # the old and the new front end compared
 
 The real server runs as a subprocess (``bench/serve.py --recognizer fake --no-speakers``) with the recognizer
 replaced by the named ``FakeTranscriber`` (engine/asr/fake.py: answers after 50 ms without computing anything), so
@@ -19,12 +20,22 @@ does not flatter the result:
 - ``idle``: the server's own CPU with no session (subtracted in ``marginal``);
 - ``VAD busy``: wall time of the VAD worker's batches per session (an upper bound of its CPU: it includes waiting
   for the GIL and for a core).
+
+``--fronts`` names the front ends measured (``FRONTS``): ``new`` is the server as it is, its clients sending 60 ms
+Opus packets as browsers do when the answer asks for them (``a=ptime:60``); ``old`` is the server before 2026-11-24:
+20 ms packets (``--ptime-ms 0``), received through aiortc's decoder thread at 48 kHz stereo then the resampler
+(``--audio-decoder aiortc``), the VAD run once per push (``--vad-batch-interval-ms 0``); ``p20`` is ``new`` with
+20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching.
+With several, one server per front end runs side by side (each idle but for the step under way) and each N is
+measured on each in turn, the order alternating from one N to the next and from one ``--repeat`` to the next, so
+that the load of other jobs falls on all alike; the ratios of server CPU per second of audio are printed last.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import sys
@@ -52,8 +63,8 @@ def _interp(points: list[tuple[float, float]], t: float) -> float:
 
 
 async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n: int, idle_pct: float,
-                   args: argparse.Namespace) -> dict[str, Any]:
-    clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+                   args: argparse.Namespace, frame_ms: int = 20) -> dict[str, Any]:
+    clips = [session_clip(i, args.seconds, args.pause_s, frame_ms) for i in range(n)]
     polled: list[tuple[float, dict[str, Any]]] = []
     me = psutil.Process()
     client_cpu0 = sum(me.cpu_times()[:2])
@@ -91,7 +102,14 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
     }
 
 
-COLUMNS = [("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
+FRONTS: dict[str, tuple[int, list[str]]] = {  # name: (ms of audio per Opus packet sent, bench.serve flags)
+    "new": (60, []),
+    "p20": (20, ["--ptime-ms", "0"]),
+    "direct": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "0"]),
+    "old": (20, ["--ptime-ms", "0", "--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"]),
+}
+
+COLUMNS = [("front", "front end", "{}"), ("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
            ("server_cpu_pct", "server % core", "{:.1f}"), ("cpu_pct_per_session", "% core/session", "{:.2f}"),
            ("marginal_pct_per_session", "marginal", "{:.2f}"), ("realtime_factor", "audio rx/real time", "{:.2f}"),
            ("cpu_pct_per_session_rt", "% core/session RT", "{:.2f}"),
@@ -105,35 +123,64 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print_markdown_table(COLUMNS, rows)
 
 
+def print_ratios(rows: list[dict[str, Any]], fronts: list[str]) -> None:
+    """Server CPU per second of audio received, each front end against the first, per N (mean over repeats)."""
+    print()
+    base = fronts[0]
+    for n in sorted({r["sessions"] for r in rows}):
+        cost = {f: float(np.nanmean([r["cpu_pct_per_session_rt"] for r in rows
+                                     if r["sessions"] == n and r["front"] == f])) for f in fronts}
+        parts = [f"{f} {cost[f]:.2f}" for f in fronts]
+        ratios = [f"{f}/{base} {cost[f] / cost[base]:.2f}" for f in fronts[1:] if cost[base] > 0]
+        print(f"N={n}: % core/session RT " + ", ".join(parts) + "; " + ", ".join(ratios))
+
+
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, args.pause_s)
+        for frame_ms in sorted({FRONTS[f][0] for f in args.fronts}):
+            session_clip(i, args.seconds, args.pause_s, frame_ms)
     server_args = ["--recognizer", "fake", "--fake-delay-s", str(args.fake_delay_s)]
     if not args.speakers:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
-    async with bench_server(server_args, CACHE_DIR / "pipeline-server.log") as server:
-        trace = CpuTrace(server.ps)
-        sampler = asyncio.create_task(trace.run())
+    fronts = args.fronts
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(
+            bench_server([*server_args, *FRONTS[d][1]], CACHE_DIR / f"pipeline-server-{d}.log"))
+            for d in fronts]
+        traces = [CpuTrace(server.ps) for server in servers]
+        samplers = [asyncio.create_task(trace.run()) for trace in traces]
         try:
             async with aiohttp.ClientSession() as http:
                 await asyncio.sleep(2.0)
                 t0 = time.monotonic()
                 await asyncio.sleep(args.idle_s)
-                idle_pct = 100 * trace.cpu_between(t0, time.monotonic()) / (time.monotonic() - t0)
-                print(f"idle server: {idle_pct:.2f} % of one core", file=sys.stderr)
-                for n in args.sessions:
-                    await asyncio.sleep(3.0)
-                    row = await run_step(server, http, trace, n, idle_pct, args)
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr)
+                idles = [100 * trace.cpu_between(t0, time.monotonic()) / (time.monotonic() - t0) for trace in traces]
+                idle_pct = max(idles)
+                print(f"idle servers: {', '.join(f'{i:.2f}' for i in idles)} % of one core", file=sys.stderr)
+                for rep in range(args.repeat):
+                    for step, n in enumerate(args.sessions):
+                        order = list(range(len(fronts)))
+                        if (rep + step) % 2:  # each N alternates between repeats, and neighbouring Ns differ
+                            order.reverse()
+                        for k in order:
+                            await asyncio.sleep(3.0)
+                            row = {"front": fronts[k],
+                                   **await run_step(servers[k], http, traces[k], n, idles[k], args,
+                                                    FRONTS[fronts[k]][0])}
+                            rows.append(row)
+                            print(json.dumps(row), file=sys.stderr)
         finally:
-            sampler.cancel()
+            for sampler in samplers:
+                sampler.cancel()
+    rows.sort(key=lambda r: (r["sessions"], fronts.index(r["front"])))
     print(f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), speakers {'on' if args.speakers else 'off'}, "
           f"{args.seconds:g} s per session; "
           f"idle server {idle_pct:.2f} % of one core\n")
     print_table(rows)
+    if len(fronts) > 1:
+        print_ratios(rows, fronts)
     if args.json:
         report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "idle_pct": idle_pct,
                   "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
@@ -155,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speakers", action="store_true",
                    help="run the real speaker encoder too (segment embeddings and turn windows); its CPU per session "
                         "is reported on its own")
+    p.add_argument("--fronts", nargs="+", choices=sorted(FRONTS), default=["new"],
+                   help="front ends to measure (see above); several: one server each, measured in alternating order")
+    p.add_argument("--repeat", type=int, default=1, help="measure every N this many times (alternating order)")
     p.add_argument("--json", default=None)
     return p
 

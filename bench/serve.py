@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from app.config import IceConfig, ServerConfig
+from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
 from app.keys import PEERS
 from app.server import create_app, engine_config, freeze_startup_objects
 from bench.baseline import SerializedTranscriber, apply_mode
@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
+    p.add_argument("--audio-decoder", choices=AUDIO_DECODERS, default="direct",
+                   help="as the server's --audio-decoder ('aiortc': the old 48 kHz stereo + resample path)")
+    p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
+    p.add_argument("--vad-batch-interval-ms", type=int, default=None,
+                   help="the VAD's least time between batches (default: the engine's; 0: one call per push)")
     p.add_argument("--max-sessions", type=int, default=256)
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
@@ -67,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
                           ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
-                          max_lag_s=2.0, db_path=args.db)
+                          max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
+                          ptime_ms=args.ptime_ms)
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")
@@ -77,7 +83,10 @@ async def serve(args: argparse.Namespace) -> None:
 
         inner = VllmTranscriber(TranscriberConfig(model=args.model))
     transcriber = SerializedTranscriber(inner)
-    engine = CaptionEngine(engine_config(config), transcriber)
+    base = engine_config(config)
+    if args.vad_batch_interval_ms is not None:
+        base = replace(base, vad=replace(base.vad, batch_interval_ms=args.vad_batch_interval_ms))
+    engine = CaptionEngine(base, transcriber)
     t0 = time.monotonic()
     await engine.start()
     freeze_startup_objects()  # as the server does once its engine is up

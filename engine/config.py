@@ -38,6 +38,9 @@ class VadConfig:
     offset: float = 0.35
     min_speech_ms: int = 96  # this much consecutive speech opens a segment (ignores clicks)
     max_sessions: int = 256  # rows pre-allocated in the batched state
+    # A VAD batch starts at most this often while sessions are live in real time, so that their pushes share one
+    # model call (engine.stream.vad_batch); decisions come at most this much later. 0: one call per push.
+    batch_interval_ms: int = 30
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,8 @@ class CaptionEngine:
 
             transcriber = VllmTranscriber(config.transcriber)
         self.transcriber = transcriber
-        self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions))
+        self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions),
+                              min_interval_s=config.vad.batch_interval_ms / 1000)
         # Whoever counts what the engine does (metrics): add an ``engine.observe.EngineObserver`` here.
         self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected

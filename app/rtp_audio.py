@@ -1,0 +1,188 @@
+"""The receive side of WebRTC audio, made cheap: Opus decoded on arrival at 16 kHz mono, in 60 ms frames.
+
+aiortc's ``RTCRtpReceiver`` hands every reassembled packet to a decoder thread of its own (one thread per session)
+through a ``queue.Queue``; the thread decodes at 48 kHz stereo (FFmpeg) and posts each 20 ms ``AudioFrame`` back
+to the event loop with ``run_coroutine_threadsafe`` (a task and a wake-up of the loop per frame); the ingest then
+resamples every frame to 16 kHz mono. At 16 live sessions, replacing that took 40 % off the front end's CPU.
+
+``AudioReceiver`` keeps everything of aiortc's receiver (SRTP, RTCP, RTX, jitter buffer, statistics) and replaces
+only the step after the jitter buffer, on the event loop, without a thread hop:
+
+- Opus goes through our own libopus decoder (``app.opus``) at 16 kHz mono: about a third of the CPU of decoding
+  at 48 kHz stereo and resampling, the same audio within the codec's precision. Stereo senders are downmixed by
+  libopus.
+- Decoded audio is gathered into 60 ms frames (the engine's chunk: the ingest waits for whole chunks anyway, so
+  this adds no delay) and put on the track's queue with ``put_nowait``: a third of the frames and no per-frame task.
+- Any other codec (G.722, PCMU, PCMA) goes through aiortc's own decoder as before, and the ingest resamples it.
+
+The queue stays the track's ``asyncio.Queue`` of ``av.AudioFrame`` objects, so ``track.recv()`` and the ingest's
+backlog watch (``app.ingest.queued_frames``) behave as before. If libopus cannot be loaded, the receiver falls
+back to aiortc's path (with a warning).
+
+``with_ptime`` asks senders for longer packets (``a=ptime`` in the answer, RFC 4566 / JSEP 5.9, which browsers
+apply to their Opus encoder): at 60 ms a packet, a third of the packets arrive, and with them a third of the
+per-packet work (SRTP, RTP parsing, jitter buffer, RTCP statistics), for at most 40 ms more delay (the ingest cuts
+60 ms chunks anyway). Senders that ignore it (aiortc's own) keep sending 20 ms; both are received alike.
+
+``install("direct")`` makes every ``RTCPeerConnection`` created afterwards use ``AudioReceiver``;
+``install("aiortc")`` restores aiortc's receiver (benches compare the two). Process-wide, like ``app.ice.install``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import threading
+from typing import Any
+
+import aiortc.rtcpeerconnection
+import av
+import numpy as np
+from aiortc.codecs import get_decoder
+from aiortc.codecs.base import Decoder
+from aiortc.jitterbuffer import JitterFrame
+from aiortc.rtcdtlstransport import RTCDtlsTransport
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
+
+from engine import CHUNK_SAMPLES, SAMPLE_RATE
+
+from .config import AUDIO_DECODERS
+from .opus import OpusDecoder, OpusError, opus_available
+
+log = logging.getLogger(__name__)
+
+_RTP_OPUS_CLOCK_HZ = 48000  # RFC 7587: Opus RTP timestamps always count at 48 kHz
+_TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
+_ORIGINAL_RECEIVER = aiortc.rtcpeerconnection.RTCRtpReceiver
+
+
+class InlineDecoder:
+    """Stands in for aiortc's decoder queue: ``put((codec, encoded_frame))`` decodes at once (on the loop) and
+    queues the audio on the track; ``put(None)`` ends the track. aiortc's decoder thread still starts, blocks in
+    ``get`` without using CPU, and ends the track through aiortc's own path when ``put(None)`` releases it."""
+
+    def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES) -> None:
+        self._receiver = receiver
+        self._frame_samples = frame_samples
+        self._opus: OpusDecoder | None = None
+        self._other: Decoder | None = None
+        self._other_name: str | None = None
+        self._pending: list[np.ndarray] = []
+        self._pending_samples = 0
+        self._pts = 0
+        self._closed = threading.Event()
+        self.decode_errors = 0
+        self.packets = 0  # Opus packets decoded, and the samples they gave (16 kHz): their mean duration
+        self.samples = 0
+
+    # ---- the queue.Queue interface aiortc uses ------------------------------------------------------------
+    def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
+        if task is None:
+            self._close()
+            return
+        codec, encoded = task
+        try:
+            self._decode(codec, encoded)
+        except (OpusError, av.FFmpegError, ValueError) as exc:
+            # As aiortc: keep the decoder (resetting it would garble the next frames too) and go on. This runs in
+            # aiortc's receive path: an error escaping here would end the whole connection's packet loop.
+            self.decode_errors += 1
+            if self.decode_errors <= 3 or self.decode_errors % 100 == 0:
+                log.warning("audio decode failed (%s, %d so far): %s", codec.name, self.decode_errors, exc)
+
+    def get(self) -> None:
+        """Called by aiortc's decoder thread: returns ``None`` (end of stream) once ``put(None)`` was called."""
+        self._closed.wait()
+
+    # ---- decoding -----------------------------------------------------------------------------------------
+    def _decode(self, codec: RTCRtpCodecParameters, encoded: JitterFrame) -> None:
+        if codec.name.lower() == "opus":
+            if self._opus is None:
+                self._opus = OpusDecoder(SAMPLE_RATE, 1)
+            pcm = self._opus.decode(encoded.data)
+            self.packets += 1
+            self.samples += pcm.size
+            if pcm.size:
+                self._pending.append(pcm)
+                self._pending_samples += pcm.size
+                if self._pending_samples >= self._frame_samples:
+                    self._emit()
+            return
+        if codec.name != self._other_name:
+            self._other, self._other_name = get_decoder(codec), codec.name
+        assert self._other is not None
+        for frame in self._other.decode(encoded):
+            self._queue().put_nowait(frame)
+
+    def _emit(self) -> None:
+        pcm = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        self._pending.clear()
+        self._pending_samples = 0
+        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        frame.pts = self._pts
+        frame.time_base = _TIME_BASE
+        self._pts += pcm.size
+        self._queue().put_nowait(frame)
+
+    def _queue(self) -> asyncio.Queue[Any]:
+        track = self._receiver._track
+        assert track is not None, "the receiver got media before its track was set"
+        queue: asyncio.Queue[Any] = track._queue
+        return queue
+
+    def _close(self) -> None:
+        if self._pending_samples and self._receiver._track is not None:
+            self._emit()  # the last few packets: the ingest keeps whole chunks only, as before
+        if self._opus is not None:
+            self._opus.close()
+        self._closed.set()
+
+
+class AudioReceiver(RTCRtpReceiver):
+    """aiortc's receiver with ``InlineDecoder`` after the jitter buffer for audio; video is untouched."""
+
+    def __init__(self, kind: str, transport: RTCDtlsTransport) -> None:
+        super().__init__(kind, transport)
+        if kind == "audio":
+            # aiortc's private decoder queue (name-mangled); tests/test_rtp_audio.py fails if aiortc renames it.
+            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self)
+
+
+def with_ptime(sdp: str, ptime_ms: int) -> str:
+    """``sdp`` with ``a=ptime:<ptime_ms>`` in every audio media section that has none (0: unchanged)."""
+    if not ptime_ms:
+        return sdp
+    lines = sdp.splitlines()
+    out: list[str] = []
+    audio = has_ptime = False
+
+    def close_section() -> None:
+        if audio and not has_ptime:
+            out.append(f"a=ptime:{ptime_ms}")
+
+    for line in lines:
+        if line.startswith("m="):
+            close_section()
+            audio, has_ptime = line.startswith("m=audio"), False
+        elif line.startswith("a=ptime:"):
+            has_ptime = True
+        out.append(line)
+    close_section()
+    return "\r\n".join(out) + "\r\n"
+
+
+def install(mode: str) -> None:
+    """``direct``: peer connections created from now on receive audio through ``AudioReceiver``; ``aiortc``:
+    through aiortc's own receiver. Raises ``ValueError`` for another mode."""
+    if mode not in AUDIO_DECODERS:
+        raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
+    receiver = _ORIGINAL_RECEIVER
+    if mode == "direct":
+        if opus_available():
+            receiver = AudioReceiver
+        else:
+            log.warning("libopus could not be loaded: audio is decoded by aiortc at 48 kHz and resampled")
+    aiortc.rtcpeerconnection.RTCRtpReceiver = receiver  # type: ignore[misc]

@@ -25,7 +25,8 @@ does not flatter the result:
 Opus packets as browsers do when the answer asks for them (``a=ptime:60``); ``old`` is the server before 2026-11-24:
 20 ms packets (``--ptime-ms 0``), received through aiortc's decoder thread at 48 kHz stereo then the resampler
 (``--audio-decoder aiortc``), the VAD run once per push (``--vad-batch-interval-ms 0``); ``p20`` is ``new`` with
-20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching.
+20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching, ``batched`` is
+``new`` with the VAD batched every 30 ms (off by default: ``VadConfig.batch_interval_ms``).
 With several, one server per front end runs side by side (each idle but for the step under way) and each N is
 measured on each in turn, the order alternating from one N to the next and from one ``--repeat`` to the next, so
 that the load of other jobs falls on all alike; the ratios of server CPU per second of audio are printed last.
@@ -104,7 +105,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
 
 FRONTS: dict[str, tuple[int, list[str]]] = {  # name: (ms of audio per Opus packet sent, bench.serve flags)
     "new": (60, []),
-    "p20": (20, ["--ptime-ms", "0"]),
+    "batched": (60, ["--vad-batch-interval-ms", "30"]),
+    "p20": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "30"]),
     "direct": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "0"]),
     "old": (20, ["--ptime-ms", "0", "--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"]),
 }

@@ -17,7 +17,7 @@ from tests.browser import chromium, write_wav
 from tests.servers import running_server
 from tests.speech import audio, pad
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~9 s each: the page streams its clip at real time
 
 
 @pytest.mark.parametrize("ptime_ms", [60, 0])

@@ -69,6 +69,7 @@ class ServerConfig:
     window: str = "fit"  # encoder window: "fit" (per request, engine.asr.windows) or "stock" (always 30 s)
     cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
     word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
+    word_align: bool = True  # word times from Whisper's cross-attention, one extra pass per locked sentence
     device: str = "auto"
     # `vllm serve` instances to decode on instead of an in-process engine (base URLs, e.g. http://10.0.0.5:8000)
     asr_urls: tuple[str, ...] = ()
@@ -182,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow the "
                         "model's timed stretches, not only the VAD; costs 20-50 %% more decode time (see "
                         "docs/benchmarks.md)")
+    p.add_argument("--no-word-align", action="store_true", default=_env("NO_WORD_ALIGN") == "1",
+                   help="word times from the VAD alone, not from Whisper's cross-attention (saves a second encoder "
+                        "pass per locked sentence; subtitle cues then split less accurately: docs/benchmarks.md)")
     p.add_argument("--no-speakers", action="store_true", default=_env("NO_SPEAKERS") == "1",
                    help="skip speaker labels")
     p.add_argument("--speaker-model", choices=SPEAKER_MODEL_NAMES,
@@ -264,6 +268,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
         window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
+        word_align=not args.no_word_align,
         device=args.device, asr_urls=tuple(dict.fromkeys(asr_urls)), speakers=not args.no_speakers,
         speaker_model=args.speaker_model, tls_cert=args.tls_cert, tls_key=args.tls_key,
         ice=IceConfig(hosts=tuple(hosts), servers=tuple(servers), turn_secret=args.turn_secret or None,

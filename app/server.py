@@ -64,6 +64,7 @@ def engine_config(config: ServerConfig) -> EngineConfig:
         speakers=config.speakers,
         speaker_model=config.speaker_model,
         default_language=config.language,
+        word_align=config.word_align,
     )
 
 

@@ -31,6 +31,7 @@ from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 from engine.config import PartialConfig
 
 if TYPE_CHECKING:
+    from engine.asr.align_service import AlignService
     from engine.stream.engine import CaptionEngine
 
 PARTIAL_INTERVAL_S = 0.48
@@ -38,8 +39,10 @@ PARTIAL_INTERVAL_S = 0.48
 # every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
 # engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode;
 # engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2);
-# engine-noclose: the engine without the closing partial (a pause does not jump the partial queue).
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose")
+# engine-noclose: the engine without the closing partial (a pause does not jump the partial queue);
+# engine-noalign: the engine with word times from the VAD alone (no cross-attention alignment per locked sentence).
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose",
+         "engine-noalign")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -105,11 +108,13 @@ class SerializedTranscriber:
 
 
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
-               real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy) -> None:
+               real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
+               real_aligner: AlignService | None = None) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
-    ``real_partial``, ``real_max_inflight`` and ``real_window`` are the engine's own settings, read once after
-    ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s window.
+    ``real_partial``, ``real_max_inflight``, ``real_window`` and ``real_aligner`` are the engine's own settings,
+    read once after ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s
+    window; ``engine-noalign`` takes word times from the VAD alone (the server's ``--no-word-align``).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -123,6 +128,7 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
         mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
+    engine.aligner = None if mode == "engine-noalign" else real_aligner
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
         inner.window_policy = STOCK_WINDOW if mode in ("baseline", "engine-stock") else real_window

@@ -1,6 +1,6 @@
 """Caption-file bench: word times and subtitle cues on a long multi-reader recording, through the live engine.
 
-    python -m bench.cues [--modes vad timestamps] [--minutes 10] [--groups read noisy dialogue] [--json out.json]
+    python -m bench.cues [--modes align vad timestamps] [--minutes 10] [--groups read noisy dialogue] [--json out.json]
     python -m bench.cues --cost-only
 
 The recording: the English clips of ``shared/data/speech`` with a reference transcript in ``--groups`` (default:
@@ -11,8 +11,10 @@ segment), then again in a new order until it is at least ``--minutes`` long (12.
 streams through a live session (Silero VAD, endpointing, partials, finals, speaker labels) as fast as the engine
 takes it, once per word-time mode:
 
-- ``vad``: words laid along the VAD's speech frames by length (the default);
-- ``timestamps``: every decode also writes Whisper's timestamp tokens, and words keep to those stretches as well.
+- ``align``: Whisper's cross-attention alignment of each locked sentence (``engine.asr.align``; the default);
+- ``vad``: words laid along the VAD's speech frames by length (the aligner off: ``--no-word-align``);
+- ``timestamps``: the aligner off, every decode also writes Whisper's timestamp tokens, and words keep to those
+  stretches as well.
 
 Per mode it reports the locked WER and the decode time (does timestamp mode cost accuracy or time?), where word
 times land (of the words matched to the reference, the share whose middle lies inside its own clip: at the joins
@@ -282,14 +284,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"minutes": recording.size / SR / 60, "clips": len(pieces),
                            "distinct_clips": len({p.clip for p in pieces}), "groups": args.groups, "modes": {}}
     rules = CueRules()
+    aligner = engine.aligner
     try:
         for mode in args.modes:
             engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,
                                                                        timestamps=mode == "timestamps"))
+            engine.aligner = aligner if mode == "align" else None  # sessions opened from now on
+            align_cpu = aligner.cpu_s if aligner is not None else 0.0
             t.windows = WindowStats()
             t0 = time.monotonic()
             result = await stream_audio(engine, recording, realtime=False)
             wall = time.monotonic() - t0
+            align_cpu = (aligner.cpu_s if aligner is not None else 0.0) - align_cpu
             sentences = result.sentences()
             e, n = word_errors(reference, result.text())
             decode_s = sum(w["decode_s"] for w in t.windows.as_list())
@@ -298,6 +304,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             said = [w.w for r in records for w in r.words]
             row: dict[str, Any] = {
                 "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
+                "align_cpu_s": align_cpu, "speech_s": sum(s.end - s.start for s in sentences) / 1000,
                 "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
                 "sides": word_sides(sentences, pieces),
                 "targets": cue_targets(cues, rules),
@@ -305,8 +312,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "srt_vtt_same_cues": same_cues_in_both_files(records),
                 "sentence_cues": cue_targets(sentence_cues(records), rules),
             }
-            print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, locked WER {row['locked_wer']:.2%}, "
-                  f"{len(cues)} cues", flush=True)
+            print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s, "
+                  f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues", flush=True)
             if not args.no_cut:
                 row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode, pieces)
                 row["cut_decode_sentence_cues"] = await cut_and_decode(engine, recording, sentence_cues(records),
@@ -316,6 +323,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.samples:
                 row["sample_srt"] = exports.to_srt(records[:6])
     finally:
+        engine.aligner = aligner
         await engine.close()
     return out
 
@@ -341,11 +349,13 @@ def print_tables(out: dict[str, Any]) -> None:
         return
     print(f"\n{out['minutes']:.1f} minutes, {out['clips']} clips ({out['distinct_clips']} distinct: "
           f"{', '.join(out['groups'])})\n")
-    print("| mode | locked WER | decode s | stream s | words inside own clip | at joins | wrong side p50 ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | locked WER | decode s | align CPU s (of speech s) | stream s | words inside own clip | at joins "
+          "| wrong side p50 ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode, r in out["modes"].items():
         s = r["sides"]
-        print(f"| {mode} | {r['locked_wer']:.2%} | {r['decode_s']:.0f} | {r['stream_wall_s']:.0f} | "
+        print(f"| {mode} | {r['locked_wer']:.2%} | {r['decode_s']:.0f} | "
+              f"{r['align_cpu_s']:.1f} ({r['speech_s']:.0f}) | {r['stream_wall_s']:.0f} | "
               f"{s['inside_own_clip']:.1%} of {s['matched_words']} | {s['joined_inside_own_clip']:.1%} of "
               f"{s['joined_words']} | {s['joined_wrong_side_p50_ms']:.0f} |")
     print("\n| mode | cues | <= 2 lines | lines <= 42 | longest line | 0.83-7 s | shortest/longest s | <= 20 cps "
@@ -365,7 +375,7 @@ def print_tables(out: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", nargs="+", default=["vad", "timestamps"], choices=["vad", "timestamps"])
+    parser.add_argument("--modes", nargs="+", default=["align", "vad"], choices=["align", "vad", "timestamps"])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--groups", nargs="+", default=["read", "noisy", "dialogue"], choices=GROUPS,
                         help="which clips make the recording (meeting: the AMI clips, whose references Whisper "

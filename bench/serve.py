@@ -92,6 +92,7 @@ async def serve(args: argparse.Namespace) -> None:
     freeze_startup_objects()  # as the server does once its engine is up
     real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
     real_window = getattr(inner, "window_policy", WindowPolicy())
+    real_aligner = engine.aligner
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
     mode = {"mode": "engine"}
@@ -116,7 +117,8 @@ async def serve(args: argparse.Namespace) -> None:
 
     async def set_mode(request: web.Request) -> web.Response:
         try:
-            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window)
+            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window,
+                       real_aligner)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
         mode["mode"] = request.query["mode"]

@@ -175,6 +175,10 @@ class EngineConfig:
     # import the speakers layer (the recognizer imports the config); tests check it is that module's default.
     speaker_model: str = "campplus"
     default_language: str | None = "en"
+    # Word times from Whisper's own cross-attention (engine.asr.align) for every locked sentence, where the recognizer
+    # runs in this process (a local checkpoint); else, or when the aligner falls behind, from the VAD alone. Costs a
+    # second encoder pass per final on the front end's CPU (docs/benchmarks.md, "Word times").
+    word_align: bool = True
 
 
 @dataclass(frozen=True)

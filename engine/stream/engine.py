@@ -12,9 +12,11 @@ import logging
 import secrets
 import time
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import engine.protocol as protocol
+from engine.asr.align_service import AlignService
 from engine.asr.transcriber import Transcriber, TranscriberState
 from engine.audio.vad import BatchedVad
 from engine.config import EngineConfig, SessionOptions
@@ -66,6 +68,8 @@ class CaptionEngine:
         self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers)
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
+        # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
+        self.aligner = AlignService() if config.word_align else None
         self.sessions: dict[str, Session] = {}
         self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
         self._state = EngineState.NEW
@@ -102,6 +106,7 @@ class CaptionEngine:
             if self.speakers is not None:
                 await self.speakers.start()
             await self.transcriber.start()
+            await self._start_aligner()
         except asyncio.CancelledError:
             self._state = EngineState.FAILED
             raise
@@ -118,6 +123,22 @@ class CaptionEngine:
         self._state = EngineState.READY
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         log.info("engine ready: model %s", self.model_name)
+
+    async def _start_aligner(self) -> None:
+        """Load the word aligner from the recognizer's local checkpoint. Without one (``vllm serve`` instances, a
+        fake) word times come from the VAD: said once in the log, not an error."""
+        if self.aligner is None:
+            return
+        spec = getattr(self.transcriber, "spec", None)
+        folder = getattr(spec, "path", None)
+        if not folder or not await asyncio.to_thread(Path(folder, "generation_config.json").is_file):
+            log.info("word times from the VAD: no local checkpoint to align with (%s)", self.transcriber.name)
+            self.aligner = None
+            return
+        from engine.asr.vllm_backend import cpu_dtype
+
+        self.aligner.dtype = cpu_dtype() if getattr(self.transcriber, "device", "cpu") == "cpu" else "float32"
+        await self.aligner.start(folder)
 
     async def _watch_recognizer(self) -> None:
         """A recognizer that dies (vLLM's engine-core process killed, out of memory) cannot come back in this
@@ -149,6 +170,7 @@ class CaptionEngine:
         try:
             session = Session(sid, options or SessionOptions(language=self.config.default_language),
                               config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
+                              aligner=self.aligner,
                               model_name=self.model_name, on_closed=self._forget, observer=self.observers)
         except BaseException:
             lane.close()
@@ -177,6 +199,8 @@ class CaptionEngine:
         await self.vad.close()
         if self.speakers is not None:
             await self.speakers.close()
+        if self.aligner is not None:
+            await self.aligner.close()
         await self.transcriber.close()
 
     def load(self) -> dict[str, int]:
@@ -200,5 +224,6 @@ class CaptionEngine:
             "vad_calls": self.vad.calls,
             "vad_busy_s": round(self.vad.busy_s, 3),
             **(self.speakers.stats() if self.speakers is not None else {}),
+            **(self.aligner.stats() if self.aligner is not None else {}),
             "recognizer": self.transcriber.stats(),
         }

@@ -29,6 +29,8 @@ from enum import StrEnum
 import numpy as np
 
 import engine.protocol as protocol
+from engine.asr.align import AlignedWord
+from engine.asr.align_service import AlignService
 from engine.asr.guard import normalise, reject_reason
 from engine.asr.timestamps import TimedSpan
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript
@@ -59,8 +61,8 @@ class SessionState(StrEnum):
 
 
 # A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
-# decode's mean token log-probability.
-_Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float]
+# decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned).
+_Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None]
 
 
 @dataclass
@@ -104,13 +106,15 @@ class Session:
 
     def __init__(self, session_id: str, options: SessionOptions, *, config: EngineConfig,
                  scheduler: DecodeScheduler, vad: VadFeed, speakers: SpeakerService | None, model_name: str,
-                 on_closed: Callable[[Session], None] | None = None,
+                 aligner: AlignService | None = None, on_closed: Callable[[Session], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, observer: EngineObserver | None = None) -> None:
         """Normally built by ``CaptionEngine.open_session``. ``vad`` is this session's lane (its probabilities come
         back to ``on_vad``); ``on_closed`` runs once when the session closes (the engine frees the lane there);
         ``clock`` is monotonic seconds (arrival times, partial cadence, latency); ``observer`` hears of the audio
-        fed and, for a live session, of each sentence's first text and lock (``engine.observe``)."""
+        fed and, for a live session, of each sentence's first text and lock (``engine.observe``); ``aligner`` (if
+        any) gives each locked sentence its word times from Whisper's cross-attention."""
         self.session_id = session_id
+        self._aligner = aligner
         self.options = options
         self.config = config
         self.scheduler = scheduler
@@ -409,7 +413,7 @@ class Session:
         except EngineNotReady as exc:
             self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
-            return None, (), None, 0.0
+            return None, (), None, 0.0, None
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
@@ -418,9 +422,10 @@ class Session:
             self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
             embed.cancel()
-            return None, (), None, 0.0
+            return None, (), None, 0.0, None
         if result.language:
             self.stats.languages[result.language] = self.stats.languages.get(result.language, 0) + 1
+        aligned = self._align(audio, result.text, result.language or self.options.language)
         try:
             embedding = await embed
         except asyncio.CancelledError:
@@ -428,7 +433,14 @@ class Session:
         except Exception as exc:  # a failed embedding costs the label, never the text
             self._log.warning("speaker embedding failed: %s", exc)
             embedding = None
-        return result.text, result.spans, embedding, result.avg_logprob
+        return result.text, result.spans, embedding, result.avg_logprob, await aligned
+
+    def _align(self, audio: np.ndarray, text: str, language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
+        if self._aligner is not None:
+            return self._aligner.align(audio, text, language)
+        fut: asyncio.Future[list[AlignedWord] | None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
 
     def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         if self._speaker_service is not None:
@@ -449,7 +461,7 @@ class Session:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embedding, avg_logprob = item.task.result()
+            text, spans, embedding, avg_logprob, aligned = item.task.result()
             covered = max(covered, item.closed.end)
             if text is None:
                 continue
@@ -460,7 +472,7 @@ class Session:
             closed = item.closed
             start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
             words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,
-                                samples_to_ms(closed.start))
+                                samples_to_ms(closed.start), aligned or ())
             speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
             sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words),

@@ -1,6 +1,8 @@
-"""Word times: where each word of a locked sentence was said, from the VAD and (optionally) Whisper's timestamps.
+"""Word times: where each word of a locked sentence was said.
 
-Whisper's decoder does not say when each word was spoken. Two things do, roughly:
+Best, where the engine has the checkpoint: Whisper's own cross-attention alignment (``engine.asr.align``), to
+within a syllable; ``place_words`` then only puts it on the session's timeline. Without it (or when the aligner is
+behind), the decoded text alone does not say when each word was spoken. Two things do, roughly:
 - the VAD's speech probability every 32 ms of the segment: words are said during speech, and a pause inside a
   segment (shorter than the endpoint's silence wait) falls between two words;
 - Whisper's timestamp tokens, when the decode asked for them (``TranscriberConfig.timestamps``): which stretch of
@@ -19,6 +21,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from engine.asr.align import AlignedWord
 from engine.asr.timestamps import TimedSpan
 from engine.protocol import Word
 
@@ -162,19 +165,79 @@ def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
     return out
 
 
+_ONSET_PULL_MS = 200  # a word that starts this soon after the speech resumes starts where it resumed
+
+
+def _aligned_words(aligned: Sequence[AlignedWord], audio_start_ms: float,
+                   runs: list[tuple[float, float]]) -> list[Word]:
+    """Whisper's aligned words on the session's timeline, snapped to the VAD's pauses: the warp's path is 20 ms
+    coarse and smoothed, so across a pause it runs on into the silence or enters the next word late. An end in a
+    pause moves back to the end of the speech before it; a start in a pause, or within ``_ONSET_PULL_MS`` after
+    the speech resumes, moves to where it resumed. Inside continuous speech the alignment stands."""
+    starts = [a for a, _ in runs]
+    ends = [b for _, b in runs]
+    out = []
+    for w in aligned:
+        start = audio_start_ms + w.start_s * 1000
+        end = audio_start_ms + w.end_s * 1000
+        i = bisect.bisect_right(starts, start)  # runs[i - 1] is the last run starting at or before ``start``
+        if i < len(runs) and (i == 0 or start >= ends[i - 1]):  # in a pause (or before the first run)
+            start = starts[i]
+        elif i > 0 and start - starts[i - 1] <= _ONSET_PULL_MS:
+            start = starts[i - 1]
+        k = bisect.bisect_left(ends, end)  # the first run ending at or after ``end``
+        if k < len(runs) and end < starts[k] and k > 0:  # in the pause before run k
+            end = ends[k - 1]
+        out.append(Word(w.text, round(start), round(max(end, start))))
+    return _off_pauses(out, runs)
+
+
+def _off_pauses(words: list[Word], runs: list[tuple[float, float]]) -> list[Word]:
+    """No word across a pause: the warp lets a short word take the silence beside it (a reader's last word cut short,
+    the next reader's first word starting in the previous one's tail). A word holding a pause goes to the side after
+    it when the word before ends a sentence or clause, to the side before it when the word itself does, else to the
+    side where more of it is speech; its neighbour takes the speech it leaves (OpenAI's ``transcribe`` does the
+    same with punctuation and word length, without a VAD)."""
+    out = list(words)
+    pauses = [(runs[i][1], runs[i + 1][0]) for i in range(len(runs) - 1)]
+    for j, w in enumerate(out):
+        inside = [(a, b) for a, b in pauses if w.start_ms < a and b < w.end_ms]
+        if not inside:
+            continue
+        a, b = max(inside, key=lambda p: p[1] - p[0])
+        after_mark = j > 0 and _kind(out[j - 1].w) != "none"
+        own_mark = _kind(w.w) != "none"
+        if after_mark or (not own_mark and w.end_ms - b >= a - w.start_ms):
+            out[j] = Word(w.w, round(b), w.end_ms)
+            if j > 0 and out[j - 1].end_ms < a:
+                out[j - 1] = Word(out[j - 1].w, out[j - 1].start_ms, round(a))
+        else:
+            out[j] = Word(w.w, w.start_ms, round(a))
+            if j + 1 < len(out) and out[j + 1].start_ms < b:
+                nxt = out[j + 1]
+                out[j + 1] = Word(nxt.w, round(b), max(nxt.end_ms, round(b)))
+    return out
+
+
 def place_words(text: str, speech_start_ms: float, speech_end_ms: float, probs: np.ndarray, threshold: float,
-                window_ms: float, spans: Sequence[TimedSpan] = (), audio_start_ms: float = 0.0) -> list[Word]:
+                window_ms: float, spans: Sequence[TimedSpan] = (), audio_start_ms: float = 0.0,
+                aligned: Sequence[AlignedWord] = ()) -> list[Word]:
     """Start and end ms of every word of ``text`` (split on whitespace), inside [speech_start_ms, speech_end_ms].
 
     ``probs``: the segment's VAD speech probabilities, one per ``window_ms`` from ``speech_start_ms``; windows at
-    or above ``threshold`` are speech. ``spans``: Whisper's timed stretches of the same decode, in seconds from
-    ``audio_start_ms`` (the start of the decoded audio); they are used only when their words are exactly the
-    text's words. Times are monotonic: each word starts at or after the previous one's end.
+    or above ``threshold`` are speech. ``aligned``: the words as Whisper's cross-attention placed them
+    (``engine.asr.align``), in seconds from ``audio_start_ms`` (the start of the decoded audio): used when they
+    are exactly the text's words. Otherwise ``spans``: Whisper's timed stretches of the same decode, on the same
+    clock, used when their words are exactly the text's words; the words are laid along the speech by length.
+    Times are monotonic: each word starts at or after the previous one's end.
     """
     words = text.split()
     if not words:
         return []
     lo, hi = float(speech_start_ms), max(float(speech_end_ms), float(speech_start_ms) + 1.0)
+    if aligned and [w.text for w in aligned] == words:
+        runs = speech_runs(probs, lo, window_ms, threshold, lo, hi)
+        return _monotonic(_aligned_words(aligned, audio_start_ms, runs), lo, hi)
     groups: list[tuple[list[str], float, float]] = [(words, lo, hi)]
     span_words = [s.text.split() for s in spans]
     if spans and [w for ws in span_words for w in ws] == words:
@@ -192,7 +255,11 @@ def place_words(text: str, speech_start_ms: float, speech_end_ms: float, probs: 
             b = max(b, a)
         runs = speech_runs(probs, lo, window_ms, threshold, a, b) if b > a else [(a, a + 1.0)]
         out.extend(_lay_out(ws, _SpeechAxis(runs)))
-    # Clamp into the sentence and make the times monotonic (rounding and degenerate spans can break both).
+    return _monotonic(out, lo, hi)
+
+
+def _monotonic(out: list[Word], lo: float, hi: float) -> list[Word]:
+    """Clamp into the sentence and make the times monotonic (rounding and degenerate spans can break both)."""
     last = round(lo)
     fixed = []
     for w in out:

@@ -1,0 +1,91 @@
+"""The word aligner as a service of the engine: one worker thread, never in the way of live captions.
+
+A locked sentence waits for its alignment (it runs beside the speaker embedding, after the final decode), so the
+service bounds what that wait can cost: at most ``max_waiting`` sentences queue for the thread; beyond that a
+sentence is not aligned and keeps the word times the VAD gives (``engine.stream.words``). Errors are logged and
+cost only the alignment, never the sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from engine.asr.align import AlignedWord, WhisperAligner
+
+log = logging.getLogger(__name__)
+
+MAX_WAITING = 2  # sentences queued for the thread; ~0.1-0.3 s each on one CPU thread (docs/benchmarks.md)
+
+
+class AlignService:
+    """``await start(model_dir)``, then ``align(...)`` per locked sentence; ``await close()`` at exit."""
+
+    def __init__(self, max_waiting: int = MAX_WAITING, dtype: str = "float32") -> None:
+        self.max_waiting = max_waiting
+        self.dtype = dtype
+        self._aligner: WhisperAligner | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._waiting = 0
+        self.calls = 0
+        self.skipped = 0  # sentences left to the VAD's word times because the thread was behind
+        self.failed = 0
+        self.cpu_s = 0.0  # thread CPU time spent aligning
+
+    @property
+    def ready(self) -> bool:
+        return self._aligner is not None
+
+    async def start(self, model_dir: str) -> None:
+        """Load the checkpoint (about a second) in the worker thread. Raises what loading raises."""
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="align")
+        loop = asyncio.get_running_loop()
+        self._aligner = await loop.run_in_executor(self._pool, WhisperAligner, model_dir, self.dtype)
+
+    def align(self, audio: np.ndarray, text: str, language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
+        """Where each word of ``text`` lies in ``audio`` (seconds from its start), or None: not started, too many
+        waiting, or the alignment failed. Never raises."""
+        loop = asyncio.get_running_loop()
+        if self._aligner is None or self._pool is None or self._waiting >= self.max_waiting or not text.strip():
+            if self._aligner is not None and text.strip():
+                self.skipped += 1
+            done: asyncio.Future[list[AlignedWord] | None] = loop.create_future()
+            done.set_result(None)
+            return done
+        aligner = self._aligner
+        self._waiting += 1
+
+        def job() -> list[AlignedWord] | None:
+            t0 = time.thread_time()
+            try:
+                return aligner.align(audio, text, language)
+            except Exception as exc:  # a sentence the model cannot take (odd text, tiny audio) keeps VAD times
+                log.warning("word alignment failed: %r", exc)
+                self.failed += 1
+                return None
+            finally:
+                self.cpu_s += time.thread_time() - t0
+
+        fut = loop.run_in_executor(self._pool, job)
+        self.calls += 1
+
+        def finished(_: asyncio.Future[Any]) -> None:
+            self._waiting -= 1
+
+        fut.add_done_callback(finished)
+        return fut
+
+    def stats(self) -> dict[str, Any]:
+        return {"align_calls": self.calls, "align_skipped": self.skipped, "align_failed": self.failed,
+                "align_cpu_s": round(self.cpu_s, 3)}
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+        self._aligner = None

@@ -137,7 +137,7 @@ class CaptionEngine:
             return
         from engine.asr.vllm_backend import cpu_dtype
 
-        self.aligner.dtype = cpu_dtype() if getattr(self.transcriber, "device", "cpu") == "cpu" else "float32"
+        self.aligner.dtype = cpu_dtype()  # the aligner runs on this process's CPU, beside a GPU recognizer too
         await self.aligner.start(folder)
 
     async def _watch_recognizer(self) -> None:

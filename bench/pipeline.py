@@ -1,7 +1,7 @@
 """Pipeline bench: what everything but the model costs per live session.
 
     python -m bench.pipeline [--sessions 1 16 64] [--seconds 60] [--json out.json]
-    python -m bench.pipeline --sessions 16 64 --fronts old new --repeat 2   # the old and the new front end compared
+    python -m bench.pipeline --sessions 16 64 --fronts old unbatched new --repeat 2   # old and new front ends compared
 
 The real server runs as a subprocess (``bench/serve.py --recognizer fake --no-speakers``) with the recognizer
 replaced by the named ``FakeTranscriber`` (engine/asr/fake.py: answers after 50 ms without computing anything), so
@@ -24,9 +24,9 @@ does not flatter the result:
 ``--fronts`` names the front ends measured (``FRONTS``): ``new`` is the server as it is, its clients sending 60 ms
 Opus packets as browsers do when the answer asks for them (``a=ptime:60``); ``old`` is the server before 2026-11-24:
 20 ms packets (``--ptime-ms 0``), received through aiortc's decoder thread at 48 kHz stereo then the resampler
-(``--audio-decoder aiortc``), the VAD run once per push (``--vad-batch-interval-ms 0``); ``p20`` is ``new`` with
-20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching, ``batched`` is
-``new`` with the VAD batched every 30 ms (off by default: ``VadConfig.batch_interval_ms``).
+(``--audio-decoder aiortc``), the VAD run once per push (``--vad-batch-interval-ms 0``); ``unbatched`` is ``new``
+with the VAD run once per push instead of batched every 30 ms (``VadConfig.batch_interval_ms``); ``p20`` is ``new``
+with 20 ms packets (senders that ignore ``a=ptime``), ``direct`` is ``p20`` without the VAD batching.
 With several, one server per front end runs side by side (each idle but for the step under way) and each N is
 measured on each in turn, the order alternating from one N to the next and from one ``--repeat`` to the next, so
 that the load of other jobs falls on all alike; the ratios of server CPU per second of audio are printed last.
@@ -105,8 +105,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
 
 FRONTS: dict[str, tuple[int, list[str]]] = {  # name: (ms of audio per Opus packet sent, bench.serve flags)
     "new": (60, []),
-    "batched": (60, ["--vad-batch-interval-ms", "30"]),
-    "p20": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "30"]),
+    "unbatched": (60, ["--vad-batch-interval-ms", "0"]),
+    "p20": (20, ["--ptime-ms", "0"]),
     "direct": (20, ["--ptime-ms", "0", "--vad-batch-interval-ms", "0"]),
     "old": (20, ["--ptime-ms", "0", "--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"]),
 }

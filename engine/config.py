@@ -39,10 +39,9 @@ class VadConfig:
     min_speech_ms: int = 96  # this much consecutive speech opens a segment (ignores clicks)
     max_sessions: int = 256  # rows pre-allocated in the batched state
     # A VAD batch starts at most this often while sessions are live in real time, so that their pushes share one
-    # model call (engine.stream.vad_batch); decisions come at most this much later. 0: one call per push. Off by
-    # default: at 30 ms a FunASR 2pass client sending faster than real time got no online text in 1 of 3 runs
-    # (tests/test_funasr.py; fewer, larger VAD steps left too few partials to agree on), not yet understood.
-    batch_interval_ms: int = 0
+    # model call (engine.stream.vad_batch); decisions come at most this much later. 0: one call per push. 30 ms took
+    # a quarter to 30 % off the front end's CPU per live session (docs/benchmarks.md, "Pipeline bench").
+    batch_interval_ms: int = 30
 
 
 @dataclass(frozen=True)

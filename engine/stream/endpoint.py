@@ -101,6 +101,12 @@ class Endpointer:
         return self._speech_end
 
     @property
+    def onset_start(self) -> int:
+        """Where the run of speech windows that has not opened a segment yet began (``position`` if there is none):
+        a segment that opens later has its speech start here or after."""
+        return self.position - self._onset_run * WINDOW
+
+    @property
     def open_probs(self) -> np.ndarray:
         """Speech probability of each VAD window of the open segment from its ``speech_start`` on (empty if none)."""
         return np.asarray(self._probs, np.float32)

@@ -2,7 +2,10 @@
 
 Policy: a session that wants a partial joins a waiting set; it is not given a request id
 yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
-pile up). Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
+pile up). A session that asks while its own partial runs joins the waiting set as that one finishes: an ask is
+never dropped (sessions ask as VAD results come in; for a sender ahead of real time they come seldom, a second of
+audio at a time, and what made the partial due, the first words or a pause, may be over by the next ones).
+Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
 first (that partial is about to become a final), then the least recently served; none starts while a final is
 in flight. A running partial is never aborted for newer audio (on CPU that
 starved partials entirely); when its segment ends it is cancelled so that the final goes first, unless it
@@ -74,6 +77,7 @@ class DecodeScheduler:
         self._floor_timer: asyncio.TimerHandle | None = None
         self._live_at = float("-inf")  # monotonic time a live session last asked for a decode
         self._waiting: dict[str, PartialClient] = {}
+        self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
         self.partials_started = 0
@@ -97,9 +101,13 @@ class DecodeScheduler:
         return client.session_id in self._waiting or client.session_id in self._running
 
     def want_partial(self, client: PartialClient) -> None:
-        """Ask for a partial of the client's newest audio; a no-op if one is already waiting or running."""
+        """Ask for a partial of the client's newest audio: a no-op if one is already waiting; if one is running,
+        the client waits for the next slot once that one has finished (unless it is cancelled or adopted)."""
         self._live_at = time.monotonic()
-        if self.is_busy(client):
+        if client.session_id in self._running:
+            self._again[client.session_id] = client
+            return
+        if client.session_id in self._waiting:
             return
         self._waiting[client.session_id] = client
         self._pump()
@@ -112,6 +120,7 @@ class DecodeScheduler:
     def cancel_partial(self, client: PartialClient) -> None:
         """Drop the client's waiting partial and cancel its running one (its segment ended)."""
         self._waiting.pop(client.session_id, None)
+        self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
         if entry is not None:
             entry[1].cancel()
@@ -120,6 +129,7 @@ class DecodeScheduler:
     def adopt_partial(self, client: PartialClient) -> asyncio.Task[Transcript | None] | None:
         """Take over the client's running partial as its final decode (see ``final_of``); None if none runs."""
         self._waiting.pop(client.session_id, None)
+        self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
         return entry[1] if entry else None
 
@@ -220,6 +230,9 @@ class DecodeScheduler:
             entry = self._running.get(session_id)
             if entry is not None and entry[1] is task:
                 del self._running[session_id]
+                again = self._again.pop(session_id, None)
+                if again is not None:  # it asked meanwhile: its newest audio goes next
+                    self._waiting[session_id] = again
             self._pump()
 
         return done

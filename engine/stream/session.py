@@ -51,6 +51,7 @@ from engine.stream.words import place_words
 log = logging.getLogger(__name__)
 
 WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE  # one VAD probability per this many ms
+STEP_WINDOWS = 2  # a session looks at its segment after this many VAD windows (64 ms: one live push's worth)
 
 
 class SessionState(StrEnum):
@@ -205,10 +206,14 @@ class Session:
         """Consume speech probabilities of the next windows of this session's audio (the VAD lane calls this)."""
         if self.state is SessionState.CLOSED:
             return
-        self._on_events(self.endpointer.push(probs))
-        self._watch_turns()
-        self._trim()
-        self._maybe_want_partial()
+        # In steps of what a live push brings, whatever this delivery holds: a delivery of a session ahead of real
+        # time (batched ticks, a backlog) carries up to a second of audio, and a pause inside it would otherwise never
+        # be seen (``closing``), nor the first words of a segment that opened inside it.
+        for i in range(0, len(probs), STEP_WINDOWS):
+            self._on_events(self.endpointer.push(probs[i : i + STEP_WINDOWS]))
+            self._watch_turns()
+            self._trim()
+            self._maybe_want_partial()
 
     def _on_events(self, events: list[SegmentEvent], cut: int | None = None) -> None:
         """Segment events in order; ``cut``: they are a split at that sample for a change of voice."""
@@ -314,7 +319,9 @@ class Session:
     def _trim(self) -> None:
         """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
         opened = self.endpointer.open_segment
-        keep = opened.start if opened else self.endpointer.position - self._preroll
+        # Before a segment opens, its pre-roll reaches back from where its speech began, which may lie a few windows
+        # back (the onset must last ``min_speech_ms``), not from the newest window.
+        keep = opened.start if opened else self.endpointer.onset_start - self._preroll
         self.audio.trim_before(keep)
         # Arrival times are still needed for the latency of segments waiting for their final decode.
         oldest = min(self.audio.origin, self._pending[0].closed.start) if self._pending else self.audio.origin

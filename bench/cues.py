@@ -291,11 +291,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                        timestamps=mode == "timestamps"))
             engine.aligner = aligner if mode == "align" else None  # sessions opened from now on
             align_cpu = aligner.cpu_s if aligner is not None else 0.0
+            skipped = aligner.skipped if aligner is not None else 0
             t.windows = WindowStats()
             t0 = time.monotonic()
             result = await stream_audio(engine, recording, realtime=False)
             wall = time.monotonic() - t0
             align_cpu = (aligner.cpu_s if aligner is not None else 0.0) - align_cpu
+            skipped = (aligner.skipped if aligner is not None else 0) - skipped
             sentences = result.sentences()
             e, n = word_errors(reference, result.text())
             decode_s = sum(w["decode_s"] for w in t.windows.as_list())
@@ -304,7 +306,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             said = [w.w for r in records for w in r.words]
             row: dict[str, Any] = {
                 "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
-                "align_cpu_s": align_cpu, "speech_s": sum(s.end - s.start for s in sentences) / 1000,
+                "align_cpu_s": align_cpu, "align_skipped": skipped if mode == "align" else None,
+                "speech_s": sum(s.end - s.start for s in sentences) / 1000,
                 "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
                 "sides": word_sides(sentences, pieces),
                 "targets": cue_targets(cues, rules),
@@ -312,7 +315,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "srt_vtt_same_cues": same_cues_in_both_files(records),
                 "sentence_cues": cue_targets(sentence_cues(records), rules),
             }
-            print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s, "
+            print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s "
+                  f"({skipped if mode == 'align' else '-'} sentences skipped), "
                   f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues", flush=True)
             if not args.no_cut:
                 row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode, pieces)

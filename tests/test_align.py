@@ -104,11 +104,14 @@ async def test_the_service_skips_sentences_when_it_falls_behind_and_never_raises
     a = np.zeros(16_000, np.float32)
     first, second, third = (service.align(a, f"word {k}", "en") for k in range(3))
     assert third.done() and third.result() is None and service.skipped == 1
+    queued = service.align(a, "a file's sentence", "en", queue=True)  # nobody waits for a file: it queues
+    assert not queued.done()
     fake.release.set()
     assert [w.text for w in (await first) or []] == ["word", "0"]
     assert [w.text for w in (await second) or []] == ["word", "1"]
+    assert [w.text for w in (await queued) or []] == ["a", "file's", "sentence"]
     fourth = service.align(a, "word 3", "en")
-    assert (await fourth) is not None and service.stats()["align_calls"] == 3
+    assert (await fourth) is not None and service.stats()["align_calls"] == 4
 
     def broken(audio: np.ndarray, text: str, language: str | None) -> list[AlignedWord]:
         raise ValueError("no")

@@ -444,7 +444,7 @@ class Session:
 
     def _align(self, audio: np.ndarray, text: str, language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
         if self._aligner is not None:
-            return self._aligner.align(audio, text, language)
+            return self._aligner.align(audio, text, language, queue=self.options.background)
         fut: asyncio.Future[list[AlignedWord] | None] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut

@@ -75,14 +75,16 @@ class AlignService:
             finally:
                 self.cpu_s += time.thread_time() - t0
 
-        fut = loop.run_in_executor(self._pool, job)
+        pool = self._pool
         self.calls += 1
 
-        def finished(_: asyncio.Future[Any]) -> None:
-            self._waiting -= 1
+        async def run() -> list[AlignedWord] | None:
+            try:
+                return await loop.run_in_executor(pool, job)
+            finally:  # counted down before the caller resumes, so its next call sees the queue as it is
+                self._waiting -= 1
 
-        fut.add_done_callback(finished)
-        return fut
+        return asyncio.ensure_future(run())
 
     def stats(self) -> dict[str, Any]:
         return {"align_calls": self.calls, "align_skipped": self.skipped, "align_failed": self.failed,

@@ -85,17 +85,17 @@ async def test_word_times_and_subtitle_cues_of_real_speech(engine: CaptionEngine
         assert len(c.lines) <= 2 and all(len(line) <= 42 for line in c.lines), c.lines
         assert rules.min_ms <= c.end_ms - c.start_ms <= rules.max_ms
 
-    # The times hold the words: each cue's audio, decoded alone, gives back the cue's text. Measured 17 % here
-    # (bench.cues: 19 % on read speech, 5 % for one cue per sentence); the goal is 8 %, which needs word times
-    # from the model itself (docs/benchmarks.md, "Word times"). This bound catches word times gone astray (times
-    # stretched over speech the text does not cover gave 32 %).
+    # The times hold the words: each cue's audio, decoded alone, gives back the cue's text. The goal is 8 %; with
+    # word times from Whisper's cross-attention bench.cues measures 6-7 % on read speech (VAD times alone: 19 %,
+    # 17 % on this recording, which this bound fails).
     errors = words = 0
     for k, c in enumerate(cues):
         cut = samples[int(c.start_ms * SR / 1000): int(c.end_ms * SR / 1000)]
         decoded = await engine.transcriber.transcribe(DecodeRequest(f"cue-{k}", cut, Priority.FINAL))
         e, n = word_errors(" ".join(w.w for w in c.words), decoded.text)
         errors, words = errors + e, words + n
-    assert errors / words <= 0.25, f"cut-and-decode WER {errors / words:.1%} over {len(cues)} cues"
+    print(f"cut-and-decode WER {errors / words:.1%} over {len(cues)} cues")
+    assert errors / words <= 0.10, f"cut-and-decode WER {errors / words:.1%} over {len(cues)} cues"
 
     # Third-party parsers read the same cues from both files; ffmpeg converts them.
     srt_cues = list(srt_lib.parse(exports.to_srt(records)))

@@ -86,6 +86,18 @@ class Clock:
         return self.now
 
 
+def _reading(session: Session) -> tuple[list[protocol.ServerMessage], asyncio.Task[None]]:
+    """Configure the session for English and collect every message its client gets, in a reader task."""
+    session.configure(SessionOptions(language="en"))
+    messages: list[protocol.ServerMessage] = []
+
+    async def read() -> None:
+        async for m in session.messages():
+            messages.append(m)
+
+    return messages, asyncio.create_task(read())
+
+
 def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
     gap = np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)
     a, b = audio(CLIP_A), audio(CLIP_B)
@@ -106,14 +118,7 @@ async def _run(speakers: SpeakerService | None,
     session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock, observer=observer)
-    session.configure(SessionOptions(language="en"))
-    messages: list[protocol.ServerMessage] = []
-
-    async def read() -> None:
-        async for m in session.messages():
-            messages.append(m)
-
-    reader = asyncio.create_task(read())
+    messages, reader = _reading(session)
     for i in range(0, stream.size, CHUNK_SAMPLES):
         session.feed(stream[i : i + CHUNK_SAMPLES])
         clock.now += CHUNK_SAMPLES / SAMPLE_RATE  # the chunk's real-time duration
@@ -314,14 +319,7 @@ async def _fast_sender(speech_s: list[tuple[float, float]],
     session = Session("s3", SessionOptions(), config=EngineConfig(speakers=False),
                       scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.05), 2), vad=vad, speakers=None,
                       model_name="fake", clock=Clock())
-    session.configure(SessionOptions(language="en"))
-    messages: list[protocol.ServerMessage] = []
-
-    async def read() -> None:
-        async for m in session.messages():
-            messages.append(m)
-
-    reader = asyncio.create_task(read())
+    messages, reader = _reading(session)
     fed = 0
     for until_s, wait_s in steps:
         for i in range(fed, _s(until_s), CHUNK_SAMPLES):

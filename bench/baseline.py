@@ -79,6 +79,11 @@ class SerializedTranscriber:
     def device(self) -> str:
         return str(getattr(self.inner, "device", "cpu"))
 
+    @property
+    def spec(self) -> Any:
+        """The wrapped recognizer's model (the engine aligns words with its local checkpoint)."""
+        return getattr(self.inner, "spec", None)
+
     async def start(self) -> None:
         await self.inner.start()
         self.name = self.inner.name

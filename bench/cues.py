@@ -87,7 +87,7 @@ def group_of(clip: str) -> str:
 
 
 def build_recording(minutes: float, groups: tuple[str, ...] = ("read", "noisy", "dialogue"),
-                    seed: int = 7) -> tuple[np.ndarray, list[Piece]]:
+                    seed: int = 7, gap_s: tuple[float, float] = GAP_S) -> tuple[np.ndarray, list[Piece]]:
     """The clips of ``groups`` in a shuffled order with random pauses, again in a new order until the recording is
     ``minutes`` long."""
     clips = sorted(c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and group_of(c) in groups)
@@ -100,7 +100,7 @@ def build_recording(minutes: float, groups: tuple[str, ...] = ("read", "noisy", 
         rng.shuffle(order)
         for c in order:
             a = audio(c)
-            gap = rng.uniform(*GAP_S)
+            gap = rng.uniform(*gap_s)
             placed.append((c, t, t + a.size / SR, gap))
             parts += [a, np.zeros(int(gap * SR), np.float32)]
             t += a.size / SR + int(gap * SR) / SR
@@ -274,7 +274,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return {"cost": await decode_cost(engine)}
         finally:
             await engine.close()
-    recording, pieces = build_recording(args.minutes, tuple(args.groups))
+    recording, pieces = build_recording(args.minutes, tuple(args.groups), gap_s=tuple(args.gap_s))
     reference = " ".join(manifest()[p.clip]["text"] for p in pieces)
     print(f"recording: {recording.size / SR / 60:.1f} min, {len(pieces)} clips, "
           f"{len({p.clip for p in pieces})} distinct ({', '.join(args.groups)})", flush=True)
@@ -388,6 +388,8 @@ def main() -> None:
     parser.add_argument("--groups", nargs="+", default=["read", "noisy", "dialogue"], choices=GROUPS,
                         help="which clips make the recording (meeting: the AMI clips, whose references Whisper "
                              "misses by a third)")
+    parser.add_argument("--gap-s", type=float, nargs=2, default=list(GAP_S), metavar=("MIN", "MAX"),
+                        help="pauses between clips drawn from [MIN, MAX] seconds (1.2 1.2: fixed pauses)")
     parser.add_argument("--model", default=None)
     parser.add_argument("--samples", action="store_true", help="keep a sample SRT per mode in the JSON")
     parser.add_argument("--no-cut", action="store_true", help="skip the cut-and-decode check (stream and cues only)")

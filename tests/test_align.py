@@ -104,6 +104,7 @@ async def test_the_service_skips_sentences_when_it_falls_behind_and_never_raises
     a = np.zeros(16_000, np.float32)
     first, second, third = (service.align(a, f"word {k}", "en") for k in range(3))
     assert third.done() and third.result() is None and service.skipped == 1
+    assert service.align(a, "busy", "en", busy=True).result() is None and service.skipped == 2
     queued = service.align(a, "a file's sentence", "en", queue=True)  # nobody waits for a file: it queues
     assert not queued.done()
     fake.release.set()

@@ -1,9 +1,10 @@
 """The word aligner as a service of the engine: one worker thread, never in the way of live captions.
 
 A locked sentence waits for its alignment (it runs beside the speaker embedding, after the final decode), so the
-service bounds what that wait can cost a live session: at most ``max_waiting`` sentences queue for the thread;
-beyond that a live sentence is not aligned and keeps the word times the VAD gives (``engine.stream.words``). A
-file's sentences (an upload) always queue: nobody watches them lock. Errors are logged and
+service bounds what that wait can cost a live session: at most ``max_waiting`` sentences queue for the thread, and
+none while the caller says its recognizer is busy; beyond that a live sentence is not aligned and keeps the word
+times the VAD gives (``engine.stream.words``). A file's sentences (an upload) always queue: nobody watches them
+lock. Errors are logged and
 cost only the alignment, never the sentence.
 """
 
@@ -48,13 +49,13 @@ class AlignService:
         loop = asyncio.get_running_loop()
         self._aligner = await loop.run_in_executor(self._pool, WhisperAligner, model_dir, self.dtype)
 
-    def align(self, audio: np.ndarray, text: str, language: str | None,
-              queue: bool = False) -> asyncio.Future[list[AlignedWord] | None]:
+    def align(self, audio: np.ndarray, text: str, language: str | None, queue: bool = False,
+              busy: bool = False) -> asyncio.Future[list[AlignedWord] | None]:
         """Where each word of ``text`` lies in ``audio`` (seconds from its start), or None: not started, too many
-        waiting (unless ``queue``: a file, whose sentences nobody waits for), or the alignment failed. Never
-        raises."""
+        waiting or ``busy`` (the caller's recognizer is behind) unless ``queue`` (a file, whose sentences nobody
+        waits for), or the alignment failed. Never raises."""
         loop = asyncio.get_running_loop()
-        behind = self._waiting >= self.max_waiting and not queue
+        behind = (busy or self._waiting >= self.max_waiting) and not queue
         if self._aligner is None or self._pool is None or behind or not text.strip():
             if self._aligner is not None and text.strip():
                 self.skipped += 1

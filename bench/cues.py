@@ -286,9 +286,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rules = CueRules()
     aligner = engine.aligner
     if aligner is not None:
-        # The recording streams ~10x faster than real time, so sentences lock in bursts that a live session (one
-        # every few seconds) never makes; here the question is where the aligner puts words, not when it skips.
-        aligner.max_waiting = 1_000_000
+        # The recording streams ~10x faster than real time, so sentences lock in bursts and the recognizer is always
+        # busy, which a live session (a sentence every few seconds) never makes; here the question is where the
+        # aligner puts words, not when it skips them.
+        aligner.skip_when_behind = False
     try:
         for mode in args.modes:
             engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,

@@ -30,6 +30,9 @@ class AlignService:
 
     def __init__(self, max_waiting: int = MAX_WAITING, dtype: str = "float32") -> None:
         self.max_waiting = max_waiting
+        # False: every sentence waits for its alignment, however busy (benches of word times that stream faster
+        # than real time, where the question is where words land, not when they are skipped).
+        self.skip_when_behind = True
         self.dtype = dtype
         self._aligner: WhisperAligner | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -55,7 +58,7 @@ class AlignService:
         waiting or ``busy`` (the caller's recognizer is behind) unless ``queue`` (a file, whose sentences nobody
         waits for), or the alignment failed. Never raises."""
         loop = asyncio.get_running_loop()
-        behind = (busy or self._waiting >= self.max_waiting) and not queue
+        behind = (busy or self._waiting >= self.max_waiting) and not queue and self.skip_when_behind
         if self._aligner is None or self._pool is None or behind or not text.strip():
             if self._aligner is not None and text.strip():
                 self.skipped += 1

@@ -191,7 +191,7 @@ class WhisperAligner:
         times = word_times(rows.float().numpy().astype(np.float64), counts)
         return [AlignedWord(w, min(a, audio_s), min(b, audio_s)) for w, (a, b) in zip(words, times, strict=True)]
 
-    # ---- the model, written out (PyTorch, float32, batch of one) -------------------------------------------
+    # ---- the model, written out (PyTorch, in the dtype chosen at load, batch of one) -----------------------
     def _log_mel(self, x: Any) -> Any:
         torch = self._torch
         stft = torch.stft(x, N_FFT, HOP, window=self._window, return_complex=True)

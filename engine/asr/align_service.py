@@ -42,10 +42,6 @@ class AlignService:
         self.failed = 0
         self.cpu_s = 0.0  # thread CPU time spent aligning
 
-    @property
-    def ready(self) -> bool:
-        return self._aligner is not None
-
     async def start(self, model_dir: str) -> None:
         """Load the checkpoint (about a second) in the worker thread. Raises what loading raises."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="align")

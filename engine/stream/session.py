@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,13 @@ class SessionState(StrEnum):
 # A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
 # decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned).
 _Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None]
+
+
+def _nothing() -> asyncio.Future[Any]:
+    """A future that already holds None: what a missing service (speakers, aligner) answers."""
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
 
 
 @dataclass
@@ -450,16 +458,12 @@ class Session:
             load = self.scheduler.transcriber.load()
             busy = load.get("final", 0) > 0 or self.scheduler.waiting > 0
             return self._aligner.align(audio, text, language, queue=self.options.background, busy=busy)
-        fut: asyncio.Future[list[AlignedWord] | None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
+        return _nothing()
 
     def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
         if self._speaker_service is not None:
             return self._speaker_service.embed(audio, speech_s)
-        fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
+        return _nothing()
 
     def _lock_ready(self) -> None:
         """Lock every finished segment at the head of the queue, in order, and send them."""

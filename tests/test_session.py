@@ -9,6 +9,7 @@ session's own logic (segments, order, times, labels, latency, lifecycle), not th
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 from engine import EngineObserver, SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import DecodeRequest, Transcript
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.audio.vad import WINDOW, VadStream
 from engine.config import EngineConfig
@@ -71,6 +73,28 @@ class ScriptedVad:
         await self._idle.wait()
 
 
+@dataclass
+class LocatingFake(FakeTranscriber):
+    """The named fake recognizer, its text also saying where in ``stream`` the audio it was given began:
+    "audio of S seconds from SAMPLE" (-1: not a slice of the stream)."""
+
+    stream: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        return replace(result, text=f"{result.text} from {_located(self.stream, request.audio)}")
+
+
+def _located(stream: np.ndarray, piece: np.ndarray) -> int:
+    """Where ``piece`` lies in ``stream`` (sample index), or -1."""
+    nonzero = np.flatnonzero(piece)
+    k = int(nonzero[0]) if nonzero.size else 0  # search by a sample that is rarely repeated
+    for i in (np.flatnonzero(stream == piece[k]) - k).tolist():
+        if i >= 0 and np.array_equal(stream[i : i + piece.size], piece):
+            return int(i)
+    return -1
+
+
 class FakeEmbedder:
     """Fake speaker model: the voice is read off the segment's length (the test knows clip A is the shorter)."""
 
@@ -98,13 +122,29 @@ def _reading(session: Session) -> tuple[list[protocol.ServerMessage], asyncio.Ta
     return messages, asyncio.create_task(read())
 
 
+def _hiss(seconds: float, seed: int) -> np.ndarray:
+    """Quiet noise (-66 dBFS) for the pauses: the scripted VAD ignores it, and every sample of the stream differs, so
+    a test can find exactly where a decoded slice of it began (``_located``)."""
+    return (np.random.default_rng(seed).standard_normal(int(seconds * SAMPLE_RATE)) * 5e-4).astype(np.float32)
+
+
 def _layout() -> tuple[np.ndarray, list[tuple[int, int]]]:
-    gap = np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)
+    gap = _hiss(GAP_S, 1)
     a, b = audio(CLIP_A), audio(CLIP_B)
-    stream = np.concatenate([gap, a, gap, b, gap])
+    stream = np.concatenate([gap, a, _hiss(GAP_S, 2), b, _hiss(GAP_S, 3)])
     a0 = gap.size
     b0 = a0 + a.size + gap.size
     return stream, [(a0, a0 + a.size), (b0, b0 + b.size)]
+
+
+async def _settled(session: Session, scheduler: DecodeScheduler) -> None:
+    """Wait until the session has no VAD result, partial or final decode outstanding."""
+    window_s = WINDOW / SAMPLE_RATE  # the VAD's framer holds back less than one window
+    while True:
+        await session.caught_up(vad_s=window_s, segments=0)
+        await scheduler.idle(session)
+        if session.vad_backlog_s <= window_s and not scheduler.is_busy(session) and not session.finals_pending:
+            return
 
 
 async def _run(speakers: SpeakerService | None,
@@ -114,7 +154,7 @@ async def _run(speakers: SpeakerService | None,
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
-    scheduler = DecodeScheduler(FakeTranscriber(delay_s=0.005), 2, observer=observer)
+    scheduler = DecodeScheduler(LocatingFake(delay_s=0.005, stream=stream), 2, observer=observer)
     session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock, observer=observer)
@@ -122,7 +162,9 @@ async def _run(speakers: SpeakerService | None,
     for i in range(0, stream.size, CHUNK_SAMPLES):
         session.feed(stream[i : i + CHUNK_SAMPLES])
         clock.now += CHUNK_SAMPLES / SAMPLE_RATE  # the chunk's real-time duration
-        await asyncio.sleep(0.001)  # lets VAD results and fake decodes land between chunks
+        # Everything the chunk set off (its VAD results, the decodes they asked for, a final) lands before the next
+        # chunk, on the test's clock: a recognizer infinitely fast next to the speech, whatever the machine's load.
+        await _settled(session, scheduler)
     await session.stop()
     await asyncio.wait_for(reader, 5)
     assert session.state is SessionState.STOPPED
@@ -144,11 +186,15 @@ async def test_session_locks_each_voice_as_a_sentence_with_its_times_and_partial
     for s, (a, b) in zip(sentences, info["speech"], strict=True):
         # Times are the scripted speech, to the VAD's window (32 ms) at each end.
         assert abs(s.start - a * 1000 / SAMPLE_RATE) <= 64 and abs(s.end - b * 1000 / SAMPLE_RATE) <= 64, s
-        # The fake recognizer says how much audio it decoded: the speech plus pre- and post-roll (0.5 s).
-        seconds = float(s.text.split()[2])
-        # All of the pre-roll: the audio before the onset was kept while the onset's windows came in (here 0.535 s,
-        # the ends rounded out to whole windows; 0.505 s when the pre-roll was cut from the newest window).
-        assert 0.52 <= seconds - (b - a) / SAMPLE_RATE <= 0.7, s
+        # The fake recognizer says which audio it decoded. All of the pre-roll: the audio before the onset was kept
+        # while the onset's windows came in (it reaches back from the onset's window, not from the newest window).
+        # And all of the speech, to its last window.
+        words = s.text.split()
+        seconds, start = float(words[2]), int(words[5])
+        preroll = EngineConfig().endpoint.preroll_ms * SAMPLE_RATE // 1000
+        onset = a // WINDOW * WINDOW  # the start of the window whose centre is the first in speech, or the one before
+        assert onset - WINDOW - preroll <= start <= onset - preroll + WINDOW, (s, start, a)
+        assert start + seconds * SAMPLE_RATE >= b - WINDOW, (s, start, b)
         assert s.spk is None  # speaker labels off
     first_lock = next(i for i, m in enumerate(messages) if isinstance(m, Caption) and m.sentences)
     assert any(isinstance(m, Caption) and m.partial.startswith("audio of") for m in messages[:first_lock]), \

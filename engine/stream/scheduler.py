@@ -80,6 +80,7 @@ class DecodeScheduler:
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._finals = 0
+        self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
         self.partials_started = 0
         self.partials_done = 0
         self.partial_decode_ema_s = 0.0  # smoothed wall time of a partial decode
@@ -99,6 +100,13 @@ class DecodeScheduler:
     def is_busy(self, client: PartialClient) -> bool:
         """True while the client has a partial waiting or running."""
         return client.session_id in self._waiting or client.session_id in self._running
+
+    async def idle(self, client: PartialClient) -> None:
+        """Return once the client has no partial waiting or running (one it asks for meanwhile included)."""
+        while self.is_busy(client):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle_waiters.setdefault(client.session_id, []).append(fut)
+            await fut
 
     def want_partial(self, client: PartialClient) -> None:
         """Ask for a partial of the client's newest audio: a no-op if one is already waiting; if one is running,
@@ -220,6 +228,10 @@ class DecodeScheduler:
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)
             task.add_done_callback(self._forget(client.session_id))
+        for session_id in [s for s in self._idle_waiters if s not in self._waiting and s not in self._running]:
+            for fut in self._idle_waiters.pop(session_id):
+                if not fut.done():
+                    fut.set_result(None)
 
     def _floor_reached(self) -> None:
         self._floor_timer = None

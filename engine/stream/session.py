@@ -199,10 +199,15 @@ class Session:
         while self.state is SessionState.LIVE:
             if self.vad_backlog_s > vad_s:
                 await self.vad.drained()
-            elif len(self._pending) > segments:
+            elif self.finals_pending > segments:
                 await asyncio.wait({self._pending[0].task})
             else:
                 return
+
+    @property
+    def finals_pending(self) -> int:
+        """Closed segments not locked yet (waiting for their final decode or for an earlier one)."""
+        return len(self._pending)
 
     @property
     def vad_backlog_s(self) -> float:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.asr.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
 from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
-from engine.config import PartialConfig
+from engine.config import EndpointConfig, PartialConfig
 
 if TYPE_CHECKING:
     from engine.asr.align_service import AlignService
@@ -37,19 +37,25 @@ if TYPE_CHECKING:
 PARTIAL_INTERVAL_S = 0.48
 # engine: the shipped policy (per-request encoder windows); engine-stock: the same with Whisper's 30 s window for
 # every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
-# engine-prefix: the engine with the words two partials agreed on forced into the next partial's decode;
+# engine-nostable: the engine without stable words (nothing settles before the lock, nothing is forced into decodes);
+# engine-noearly: the engine without the early lock (a sentence waits for the silence schedule whatever its text);
 # engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2);
 # engine-noclose: the engine without the closing partial (a pause does not jump the partial queue);
 # engine-noalign: the engine with word times from the VAD alone (no cross-attention alignment per locked sentence).
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-prefix", "engine-p1", "engine-noclose",
-         "engine-noalign")
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-p1",
+         "engine-noclose", "engine-noalign")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
-                 "reuse_for_final": False, "agreed_prefix": False, "closing_after_ms": 0},
+                 "reuse_for_final": False, "stable_words": False, "closing_after_ms": 0},
     "engine-noreuse": {"reuse_for_final": False},
-    "engine-prefix": {"agreed_prefix": True},
+    "engine-nostable": {"stable_words": False},
     "engine-noclose": {"closing_after_ms": 0},
+}
+# How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
+_ENDPOINT_CHANGES: dict[str, dict[str, object]] = {
+    "baseline": {"sentence_pause_ms": 0},
+    "engine-noearly": {"sentence_pause_ms": 0},
 }
 
 
@@ -114,10 +120,11 @@ class SerializedTranscriber:
 
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
                real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
-               real_aligner: AlignService | None = None) -> None:
+               real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
-    ``real_partial``, ``real_max_inflight``, ``real_window`` and ``real_aligner`` are the engine's own settings,
+    ``real_partial``, ``real_max_inflight``, ``real_window``, ``real_aligner`` and ``real_endpoint`` are the engine's
+    own settings,
     read once after ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s
     window; ``engine-noalign`` takes word times from the VAD alone (the server's ``--no-word-align``).
     """
@@ -128,7 +135,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     baseline = mode == "baseline"
     transcriber.serialized = baseline
     partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
-    engine.config = replace(engine.config, partial=partial)
+    endpoint = replace(real_endpoint or engine.config.endpoint, **_ENDPOINT_CHANGES.get(mode, {}))  # type: ignore[arg-type]
+    engine.config = replace(engine.config, partial=partial, endpoint=endpoint)
     engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
         mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0

@@ -93,6 +93,7 @@ async def serve(args: argparse.Namespace) -> None:
     real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
     real_window = getattr(inner, "window_policy", WindowPolicy())
     real_aligner = engine.aligner
+    real_endpoint = engine.config.endpoint
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
     mode = {"mode": "engine"}
@@ -118,7 +119,7 @@ async def serve(args: argparse.Namespace) -> None:
     async def set_mode(request: web.Request) -> web.Response:
         try:
             apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window,
-                       real_aligner)
+                       real_aligner, real_endpoint)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
         mode["mode"] = request.query["mode"]

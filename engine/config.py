@@ -53,6 +53,9 @@ class EndpointConfig:
     max_segment_ms: int = 25_000  # hard cap; Whisper sees at most 30 s, keep room for pre-roll
     preroll_ms: int = 300  # audio kept before speech onset so first syllables survive
     postroll_ms: int = 200  # audio kept after the last speech window
+    # A segment whose decode of all its speech ends a sentence (``engine.stream.sentence_end``) closes after this much
+    # silence instead of the schedule's: the schedule is the longest wait, for text that stops mid-clause. 0 = off.
+    sentence_pause_ms: int = 400
 
     def silence_for(self, speech_ms: int) -> int:
         """Silence in ms that closes a segment holding ``speech_ms`` of audio so far."""
@@ -64,7 +67,8 @@ class EndpointConfig:
 
 ENDPOINT_PRESETS: dict[str, EndpointConfig] = {
     "balanced": EndpointConfig(),
-    "low-latency": EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000),
+    "low-latency": EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000,
+                                  sentence_pause_ms=300),
 }
 
 
@@ -85,11 +89,11 @@ class PartialConfig:
     # Once this much silence follows the open segment's speech, its next partial skips the interval and the queue:
     # it covers all the speech, so it becomes the final, decoded during the endpoint's wait. 0 = off.
     closing_after_ms: int = 300
-    # Force the words the last two partials agreed on as the next partial's start: its decode then generates only
-    # the new words (the decoder, not the encoder, is most of a long partial's cost once windows fit the audio).
-    # Off by default: measured (docs/benchmarks.md), it cut lock latency at 5 sessions by ~1 s but cost +0.7 WER
-    # points on read speech, because a partial reused as a final keeps the forced words.
-    agreed_prefix: bool = False
+    # Stable words: words two consecutive partials of a segment agree on (LocalAgreement-2, the last word of a decode
+    # that ended inside speech held back) settle. They are sent once (``Caption.stable``/``stable_words``), never
+    # change, and are forced as the start of every later decode of the segment, its final included: a decode then
+    # generates only the words after them (the decoder, not the encoder, is most of a long partial's cost).
+    stable_words: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ increasing ``seq``):
   the previous partial); ``start``/``end`` are milliseconds of session audio; ``latency_ms`` (optional) is how far
   the text trails the live audio at the moment the message is produced; ``partial_spk`` (optional) is the speaker
   label of the voice now speaking (the end of ``partial``), as soon as the server has heard enough of it: the label
-  its sentence will most likely lock with.
+  its sentence will most likely lock with. ``stable`` (optional, absent = 0) is how many leading words of
+  ``partial`` (split on spaces) are settled: they lock exactly as shown and never change; ``stable_words``
+  (optional) are the words that settled since the previous message, each sent once, with estimated times
+  (``{"w","start_ms","end_ms"}``, session audio ms).
+- ``{"type":"words","seq":N,"id":K,"words":[{"w":W,"start_ms":MS,"end_ms":MS},...]}``: better word times for the
+  locked sentence ``K`` (Whisper's cross-attention, which runs after the lock so that it never delays it); they
+  replace the times sent with the sentence. Sent only to clients that asked for words.
 - ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (after the
   re-clustering at stop). Sentence text never changes.
 - After a stop: ``{"type":"caption",...,"is_final":true}`` (the last sentences, empty partial), then
@@ -37,7 +43,7 @@ reference for clients.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -202,6 +208,10 @@ class Caption:
     partial_spk: int | None = None
     # Room messages only: the publishing session whose voice ``partial_spk`` names (labels are per session).
     partial_session: str | None = None
+    # How many leading words of ``partial`` (split on spaces) are settled: they lock exactly as shown.
+    stable: int = 0
+    # Words that settled since the previous caption (each sent once), with estimated times.
+    stable_words: list[Word] = field(default_factory=list)
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
@@ -214,6 +224,28 @@ class Caption:
             out["partial_spk"] = self.partial_spk
             if self.partial_session is not None:
                 out["partial_session"] = self.partial_session
+        if self.stable:
+            out["stable"] = self.stable
+        if self.stable_words:
+            out["stable_words"] = [w.wire() for w in self.stable_words]
+        return out
+
+
+@dataclass(frozen=True)
+class WordTimes:
+    """Better times for the words of locked sentence ``id`` (the same words as its text, on the same timeline): the
+    aligner's, which follow the lock instead of delaying it. ``session``: the publishing session (room messages)."""
+
+    id: int
+    words: tuple[Word, ...]
+    seq: int = 0
+    session: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "words", "seq": self.seq, "id": self.id,
+                               "words": [w.wire() for w in self.words]}
+        if self.session is not None:
+            out["session"] = self.session
         return out
 
 
@@ -274,7 +306,7 @@ class RoomStatus:
                 "viewers": self.viewers, "saving": self.saving}
 
 
-ServerMessage = Ready | Caption | Speakers | Stopped | Error | Storage | RoomStatus
+ServerMessage = Ready | Caption | WordTimes | Speakers | Stopped | Error | Storage | RoomStatus
 
 
 def parse_server_message(data: dict[str, Any]) -> ServerMessage:
@@ -285,7 +317,10 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         if kind == "caption":
             return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
                            _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")),
-                           _str_or_none(data.get("partial_session")))
+                           _str_or_none(data.get("partial_session")), int(data.get("stable") or 0),
+                           list(_words(data.get("stable_words"))))
+        if kind == "words":
+            return WordTimes(int(data["id"]), _words(data["words"]), seq, _str_or_none(data.get("session")))
         if kind == "ready":
             return Ready(str(data["session"]), str(data["model"]), data["language"], seq)
         if kind == "speakers":
@@ -304,8 +339,12 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
     raise ValueError(f"unknown message type {kind!r}")
 
 
+def _words(items: Any) -> tuple[Word, ...]:
+    return tuple(Word(str(w["w"]), int(w["start_ms"]), int(w["end_ms"])) for w in items or ())
+
+
 def _sentence(s: dict[str, Any]) -> Sentence:
-    words = tuple(Word(str(w["w"]), int(w["start_ms"]), int(w["end_ms"])) for w in s.get("words") or ())
+    words = _words(s.get("words"))
     return Sentence(int(s["id"]), str(s["text"]), int(s["start"]), int(s["end"]), _int_or_none(s["spk"]),
                     s.get("session"), words)
 

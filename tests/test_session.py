@@ -79,10 +79,11 @@ class LocatingFake(FakeTranscriber):
     "audio of S seconds from SAMPLE" (-1: not a slice of the stream)."""
 
     stream: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    ending: str = ""  # appended to every text: "." ends a sentence, " and." does not
 
     async def transcribe(self, request: DecodeRequest) -> Transcript:
         result = await super().transcribe(request)
-        return replace(result, text=f"{result.text} from {_located(self.stream, request.audio)}")
+        return replace(result, text=f"{result.text} from {_located(self.stream, request.audio)}{self.ending}")
 
 
 def _located(stream: np.ndarray, piece: np.ndarray) -> int:
@@ -149,12 +150,13 @@ async def _settled(session: Session, scheduler: DecodeScheduler) -> None:
 
 async def _run(speakers: SpeakerService | None,
                layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
-               observer: EngineObserver | None = None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+               observer: EngineObserver | None = None,
+               ending: str = "") -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
-    scheduler = DecodeScheduler(LocatingFake(delay_s=0.005, stream=stream), 2, observer=observer)
+    scheduler = DecodeScheduler(LocatingFake(delay_s=0.005, stream=stream, ending=ending), 2, observer=observer)
     session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock, observer=observer)
@@ -253,6 +255,44 @@ async def test_session_reports_audio_decodes_first_text_and_lock_to_its_observer
     for s, lock in zip(sentences, seen.lock_s, strict=True):
         pause = EngineConfig().endpoint.silence_for(s.end - s.start) / 1000
         assert pause - 0.1 <= lock <= pause + 0.3, (lock, pause)
+
+
+@pytest.mark.asyncio
+async def test_a_sentence_whose_text_ends_one_locks_after_a_short_pause_and_one_left_open_waits() -> None:
+    endpoint = EngineConfig().endpoint
+    for ending, waits in ((".", lambda speech_ms: endpoint.sentence_pause_ms),
+                          (" and.", endpoint.silence_for)):
+        seen = Recorder()
+        messages, info = await _run(speakers=None, observer=seen, ending=ending)
+        sentences = _sentences(messages)
+        assert [s.text.endswith(ending) for s in sentences] == [True, True], sentences
+        for s, (_a, b), lock in zip(sentences, info["speech"], seen.lock_s, strict=True):
+            # All of the speech is in the sentence however early it locks.
+            assert int(s.text.split()[5].rstrip(".")) + float(s.text.split()[2]) * SAMPLE_RATE >= b - WINDOW, s
+            pause = waits(s.end - s.start) / 1000
+            assert pause - 0.1 <= lock <= pause + 0.3, (ending, lock, pause)
+
+
+@pytest.mark.asyncio
+async def test_stable_words_are_sent_once_and_every_later_text_keeps_them() -> None:
+    messages, _ = await _run(speakers=None)
+    settled: list[str] = []  # the open sentence's stable words so far
+    seen_stable = 0
+    for m in messages:
+        if not isinstance(m, Caption):
+            continue
+        for s in m.sentences:
+            assert s.text.split()[: len(settled)] == settled, (s.text, settled)
+            settled = []
+        settled += [w.w for w in m.stable_words]
+        seen_stable += len(m.stable_words)
+        words = m.partial.split()
+        assert m.stable <= len(words)
+        assert words[: m.stable] == settled[: m.stable], (m, settled)
+        if m.partial:
+            assert words[: len(settled)] == settled, (m.partial, settled)
+    # The fake recognizer's texts agree on "audio of" while a sentence grows; the numbers after change every time.
+    assert seen_stable == 4, seen_stable
 
 
 @pytest.mark.asyncio

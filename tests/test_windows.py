@@ -123,16 +123,3 @@ def test_window_counters() -> None:
 ])
 def test_non_speech_tags_never_reach_the_screen(raw: str, shown: str) -> None:
     assert strip_nonspeech(raw) == shown
-
-
-@pytest.mark.parametrize(("older", "newer", "agreed"), [
-    ("Somehow or other, Cat has", "somehow or other cat has taught them", "somehow or other cat"),
-    ("If the reader will accept", "If the reader will excuse me,", "If the reader"),
-    ("Hey, what's up?", "It was the first group.", ""),
-    ("", "It was the first", ""),
-    ("Mr. Quilter is the apostle", "Mr. Quilter is the apostle of the middle class.", "Mr. Quilter is the"),
-])
-def test_partials_force_only_the_words_two_decodes_agreed_on(older: str, newer: str, agreed: str) -> None:
-    from engine.stream.session import agreed_prefix
-
-    assert agreed_prefix(older, newer) == agreed

@@ -5,7 +5,8 @@ closes whatever is open. All positions are absolute sample indices of the sessio
 
 A segment opens after ``min_speech_ms`` of consecutive speech (with ``preroll_ms`` of audio before the onset kept),
 and closes when the trailing silence reaches the schedule's value for the speech so far (long segments close on
-shorter pauses), or when it hits the hard cap, in which case it is cut at the quietest window of its last seconds
+shorter pauses), sooner when the session says its text ends a sentence (``end_sentence``), or when it hits the
+hard cap, in which case it is cut at the quietest window of its last seconds
 and the rest carries on as the next segment. ``split`` ends the open segment at a given sample in the same way (a
 change of speaker found by ``engine.speakers.turns``).
 """
@@ -24,6 +25,7 @@ from engine.config import EndpointConfig, VadConfig
 
 class CloseReason(StrEnum):
     SILENCE = "silence"
+    SENTENCE = "sentence"  # a short pause after text that ends a sentence (``end_sentence``)
     CAP = "cap"
     TURN = "turn"  # another voice began (``split``)
     FLUSH = "flush"
@@ -136,6 +138,14 @@ class Endpointer:
             elif _ms(self.position - self._open.start) >= self.cfg.max_segment_ms:
                 self._cut_at_cap(start, events)
         return events
+
+    def end_sentence(self) -> SegmentClosed | None:
+        """Close the open segment now, in a pause, because its text ends a sentence (the session decides that; the
+        schedule's silence is the longest wait). Its audio ends ``postroll_ms`` after its speech, as at the schedule's
+        close. Returns the event, or None when nothing is open or the speaker is talking (no pause)."""
+        if self._open is None or not self._silence:
+            return None
+        return self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position), CloseReason.SENTENCE)
 
     def flush(self) -> SegmentClosed | None:
         """Close the open segment now (end of stream). Returns its event, or None if nothing was open."""

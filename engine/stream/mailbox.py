@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 
-from engine.protocol import Caption, Sentence, ServerMessage
+from engine.protocol import Caption, Sentence, ServerMessage, Word
 
 
 class Mailbox:
@@ -25,18 +26,23 @@ class Mailbox:
         self.closed = False
 
     def post_caption(self, sentences: list[Sentence], partial: str, *, is_final: bool = False,
-                     latency_ms: int | None = None, partial_spk: int | None = None) -> None:
-        """Queue a caption update, merging into a waiting non-final one."""
+                     latency_ms: int | None = None, partial_spk: int | None = None, stable: int = 0,
+                     stable_words: Sequence[Word] = ()) -> None:
+        """Queue a caption update, merging into a waiting non-final one (``stable`` describes ``partial`` and is
+        replaced with it; ``stable_words`` are each sent once, so they add up)."""
         tail = self._queue[-1] if self._queue else None
         if isinstance(tail, Caption) and not tail.is_final:
             tail.sentences.extend(sentences)
             tail.partial = partial
             tail.partial_spk = partial_spk
             tail.is_final = is_final
+            tail.stable = stable
+            tail.stable_words.extend(stable_words)
             if latency_ms is not None:
                 tail.latency_ms = latency_ms
         else:
-            self._put(Caption(list(sentences), partial, is_final, latency_ms, partial_spk=partial_spk))
+            self._put(Caption(list(sentences), partial, is_final, latency_ms, partial_spk=partial_spk, stable=stable,
+                              stable_words=list(stable_words)))
         self._ready.set()
 
     def post(self, message: ServerMessage) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import engine.protocol as protocol
 from engine.asr.align import AlignedWord
 from engine.asr.align_service import AlignService
-from engine.asr.guard import normalise, reject_reason
+from engine.asr.guard import reject_reason
 from engine.asr.timestamps import TimedSpan
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, as_float32, rms_dbfs, samples_to_ms
@@ -46,6 +46,8 @@ from engine.speakers.turns import Window
 from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, SegmentEvent, SegmentOpened
 from engine.stream.mailbox import Mailbox
 from engine.stream.scheduler import DecodeScheduler
+from engine.stream.sentence_end import ends_sentence
+from engine.stream.stable import StableWords, onto
 from engine.stream.vad_batch import VadFeed
 from engine.stream.words import place_words
 
@@ -83,6 +85,8 @@ class _Pending:
     task: asyncio.Task[_Final]
     speech_s: float = 0.0
     shown: bool = False  # some text of it was shown as a partial before it closed
+    stable: int = 0  # leading words of ``preview`` that were settled (the sentence locks with them)
+    audio: np.ndarray | None = None  # the segment's audio (the aligner reads it once the sentence has locked)
 
 
 @dataclass
@@ -96,18 +100,6 @@ class SessionStats:
     reused: int = 0  # finals that took a partial decode covering all the speech instead of decoding again
     final_decode_s: list[float] = field(default_factory=list)
     languages: dict[str, int] = field(default_factory=dict)  # sentences kept, by the language they were decoded in
-
-
-def agreed_prefix(older: str, newer: str, holdback_words: int = 1) -> str:
-    """The leading words of ``newer`` that ``older`` also starts with (compared without case or punctuation),
-    less the last ``holdback_words`` of them: text two consecutive partials agree on is settled enough to be
-    forced as the next partial's start (LocalAgreement, as in whisper_streaming), so that decode generates only
-    the words after it. The last agreed word is held back because the audio may have cut it short."""
-    a, b = older.split(), newer.split()
-    n = 0
-    while n < min(len(a), len(b)) and normalise(a[n]) == normalise(b[n]) and normalise(b[n]):
-        n += 1
-    return " ".join(b[: max(0, n - holdback_words)])
 
 
 class Session:
@@ -145,9 +137,12 @@ class Session:
         self._partial_text = ""
         self._text_shown = False  # the open segment has shown some partial text (its first-text latency is taken)
         self._partial_spk: int | None = None  # provisional speaker label of the open segment (``partial_spk``)
-        self._partial_meta: dict[str, tuple[int, int]] = {}  # request id -> (segment index, audio end sample)
+        # request id -> (segment index, audio end sample, the audio ended inside speech)
+        self._partial_meta: dict[str, tuple[int, int, bool]] = {}
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
-        self._agreed = ""  # leading words the open segment's last two partials agreed on (see ``agreed_prefix``)
+        self._stable = StableWords()  # the open segment's settled words (``engine.stream.stable``)
+        self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
+        self._aligning: set[asyncio.Future[None]] = set()  # locked sentences whose aligned word times are on the way
         self._pending: deque[_Pending] = deque()
         self._next_sentence = 0
         self._speaker_service = speakers
@@ -224,6 +219,7 @@ class Session:
         # be seen (``closing``), nor the first words of a segment that opened inside it.
         for i in range(0, len(probs), STEP_WINDOWS):
             self._on_events(self.endpointer.push(probs[i : i + STEP_WINDOWS]))
+            self._maybe_end_sentence()
             self._watch_turns()
             self._trim()
             self._maybe_want_partial()
@@ -286,6 +282,8 @@ class Session:
 
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
+        self._stable = StableWords()
+        self._ends_sentence = False
         self._partial_text = ""
         self._text_shown = False
         self._partial_spk = None
@@ -296,12 +294,14 @@ class Session:
         prior, adopted = self._reusable_decode(event)
         self.scheduler.cancel_partial(self)
         self._last_partial = None
-        self._agreed = ""
+        self._ends_sentence = False
+        stable = list(self._stable.words)
         audio = self.audio.slice(event.start, event.end)
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
-        task = asyncio.create_task(self._finalize(event, audio, speech_s, prior, adopted),
+        task = asyncio.create_task(self._finalize(event, audio, speech_s, stable, prior, adopted),
                                    name=f"{self.session_id}-final-{event.index}")
-        self._pending.append(_Pending(event, self._partial_text, task, speech_s, shown=self._text_shown))
+        self._pending.append(_Pending(event, self._partial_text, task, speech_s, shown=self._text_shown,
+                                      stable=len(stable), audio=audio))
         task.add_done_callback(lambda _t: self._lock_ready())
         self._partial_text = ""
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
@@ -379,46 +379,74 @@ class Session:
         self.last_partial_started = self._clock()
         self.stats.partials += 1
         request_id = f"{self.session_id}-p{self.stats.partials}"
-        self._partial_meta[request_id] = (opened.index, end)
+        # The audio ends inside speech when its last windows were speech: its last word may be cut short.
+        in_speech = self.endpointer.speech_end >= end - STEP_WINDOWS * WINDOW
+        self._partial_meta[request_id] = (opened.index, end, in_speech)
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
-                             self.options.language, self._context, prefix=self._agreed,
+                             self.options.language, self._context, prefix=self._stable.text,
                              timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
-        index, end = self._partial_meta.pop(request.request_id, (-1, 0))
+        index, end, in_speech = self._partial_meta.pop(request.request_id, (-1, 0, True))
         opened = self.endpointer.open_segment
         if opened is None or opened.index != index or self.state is not SessionState.LIVE:
             return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
-        previous = self._last_partial
         self._last_partial = (index, end, result)
-        if self.config.partial.agreed_prefix and previous is not None and previous[0] == index:
-            self._agreed = agreed_prefix(previous[2].text, result.text)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
         text = "" if reject_reason(result, level, speech_ms, self.config.guard) else result.text
+        if self.config.partial.stable_words:
+            settled = len(self._stable.words)
+            text = " ".join(self._stable.update(text.split(), in_speech))
+            if len(self._stable.words) > settled:
+                self._log.debug("segment %d: %d words stable", index, len(self._stable.words))
+        # Only a decode of everything said so far can end the sentence (``_maybe_end_sentence``).
+        self._ends_sentence = end >= self.endpointer.speech_end and ends_sentence(text)
         if text and not self._text_shown:
             self._text_shown = True
             self._observer.first_text(self._since_arrival(opened.speech_start))
-        if text != self._partial_text:
+        if text != self._partial_text or self._stable.sent < len(self._stable.words):
             self._partial_text = text
             self._post([], covered_end=end)
+        self._maybe_end_sentence()
+
+    def _maybe_end_sentence(self) -> None:
+        """Close the open segment once its newest partial, a decode of all of its speech, ends a sentence and the
+        speaker has been silent for ``EndpointConfig.sentence_pause_ms``: a short pause, where the silence schedule
+        waits long for text that stops mid-clause. That partial becomes the final (``_reusable_decode``)."""
+        pause_ms = self.endpointer.cfg.sentence_pause_ms
+        last = self._last_partial
+        opened = self.endpointer.open_segment
+        if (pause_ms <= 0 or not self._ends_sentence or opened is None or last is None or last[0] != opened.index
+                or self.state is not SessionState.LIVE):
+            return
+        if last[1] < self.endpointer.speech_end:  # the speaker went on after that decode's audio
+            self._ends_sentence = False
+            return
+        if samples_to_ms(self.endpointer.position - self.endpointer.speech_end) >= pause_ms:
+            closed = self.endpointer.end_sentence()
+            if closed is not None:
+                self._on_events([closed])
 
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:
         self._partial_meta.pop(request.request_id, None)
         self._log.warning("partial %s failed: %s", request.request_id, exc)
 
     # ---- finals ---------------------------------------------------------------------------------------------
-    async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float,
+    async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float, stable: list[str],
                         prior: Transcript | None = None,
                         adopted: asyncio.Task[Transcript | None] | None = None) -> _Final:
         """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
 
         ``prior`` (a finished partial) or ``adopted`` (a running one) that covers all the speech stands in for the
-        final decode."""
+        final decode. ``stable``: the segment's settled words; the text begins with exactly them (forced as the
+        decode's start, or reconciled), and they lock even if the guard rejects the rest: a stable word is never
+        withdrawn. A file's sentence waits for its aligned word times; a live one locks without them (they follow,
+        ``_align_locked``)."""
         background = self.options.background
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio,
                                 Priority.BACKGROUND if background else Priority.FINAL,
-                                self.options.language, self._context,
+                                self.options.language, self._context, prefix=" ".join(stable),
                                 timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
         embed = self._embed(audio, speech_s)
         try:
@@ -433,19 +461,24 @@ class Session:
         except EngineNotReady as exc:
             self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
+            if stable:
+                return " ".join(stable), (), None, 0.0, None
             return None, (), None, 0.0, None
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
+        text = " ".join(onto(stable, result.text.split()))
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self.config.guard)
         if reason:
             self.stats.dropped[reason.split(" (")[0]] = self.stats.dropped.get(reason.split(" (")[0], 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
-            embed.cancel()
-            return None, (), None, 0.0, None
+            if not stable:
+                embed.cancel()
+                return None, (), None, 0.0, None
+            text = " ".join(stable)  # already on screen as settled: it locks, whatever the rest was
         if result.language:
             self.stats.languages[result.language] = self.stats.languages.get(result.language, 0) + 1
-        aligned = self._align(audio, result.text, result.language or self.options.language)
+        aligned = self._align(audio, text, result.language or self.options.language) if background else _nothing()
         try:
             embedding = await embed
         except asyncio.CancelledError:
@@ -453,7 +486,7 @@ class Session:
         except Exception as exc:  # a failed embedding costs the label, never the text
             self._log.warning("speaker embedding failed: %s", exc)
             embedding = None
-        return result.text, result.spans, embedding, result.avg_logprob, await aligned
+        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned
 
     def _align(self, audio: np.ndarray, text: str, language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
         if self._aligner is not None:
@@ -494,6 +527,8 @@ class Session:
             start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
             words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,
                                 samples_to_ms(closed.start), aligned or ())
+            if not self.options.background:
+                self._align_locked(sid, item, text, spans)
             speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
             sentences.append(protocol.Sentence(sid, text, start_ms, end_ms, spk, words=tuple(words),
@@ -506,10 +541,67 @@ class Session:
         if sentences or covered:
             self._post(sentences, covered_end=covered)
 
+    def _align_locked(self, sid: int, item: _Pending, text: str, spans: tuple[TimedSpan, ...]) -> None:
+        """Align locked live sentence ``sid`` and send its better word times (``WordTimes``) when they come: the
+        aligner runs after the lock, never before it (it cost locks 0.1-1.5 s when it ran before)."""
+        if self._aligner is None or not text:
+            return
+        closed = item.closed
+        if item.audio is None:
+            return
+        aligned = self._align(item.audio, text, self.options.language)
+
+        def done(fut: asyncio.Future[list[AlignedWord] | None]) -> None:
+            if fut.cancelled() or fut.exception() is not None or not fut.result() or self.state is SessionState.CLOSED:
+                return
+            start_ms, end_ms = samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end)
+            words = place_words(text, start_ms, end_ms, closed.probs, self.config.vad.offset, WINDOW_MS, spans,
+                                samples_to_ms(closed.start), fut.result() or ())
+            self.mailbox.post(protocol.WordTimes(sid, tuple(words)))
+
+        marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._aligning.add(marker)
+
+        def finished(fut: asyncio.Future[list[AlignedWord] | None]) -> None:
+            try:
+                done(fut)
+            finally:
+                self._aligning.discard(marker)
+                if not marker.done():
+                    marker.set_result(None)
+
+        aligned.add_done_callback(finished)
+
     def _shown_partial(self) -> str:
         """Text not locked yet: closed segments awaiting their final, then the open segment."""
         parts = [p.preview for p in self._pending if p.preview] + ([self._partial_text] if self._partial_text else [])
         return " ".join(parts)
+
+    def _shown_stable(self) -> int:
+        """How many leading words of ``_shown_partial`` are settled (they lock exactly as shown)."""
+        count = 0
+        parts = [(p.preview, p.stable) for p in self._pending if p.preview]
+        if self._partial_text:
+            parts.append((self._partial_text, len(self._stable.words)))
+        for text, stable in parts:
+            count += stable
+            if stable < len(text.split()):
+                break
+        return count
+
+    def _new_stable_words(self) -> list[protocol.Word]:
+        """The open segment's words that settled since they were last sent, with times estimated from the VAD."""
+        opened = self.endpointer.open_segment
+        new = self._stable.take_new()
+        if not new or opened is None:
+            return []
+        first = len(self._stable.words) - len(new)
+        probs = self.endpointer.open_probs
+        start_ms = samples_to_ms(opened.speech_start)
+        end_ms = samples_to_ms(max(self.endpointer.speech_end, opened.speech_start + WINDOW))
+        placed = place_words(self._partial_text, start_ms, end_ms, probs, self.config.vad.offset, WINDOW_MS, (),
+                             samples_to_ms(opened.start), ())
+        return placed[first : first + len(new)] if len(placed) >= first + len(new) else []
 
     def _since_arrival(self, sample: int) -> float:
         """Seconds since the audio holding ``sample`` (a session sample index) was fed; 0 if that is not known."""
@@ -524,7 +616,9 @@ class Session:
             latency = int(self._since_arrival(covered_end) * 1000)
         self.mailbox.post_caption(sentences, "" if is_final else self._shown_partial(), is_final=is_final,
                                   latency_ms=latency,
-                                  partial_spk=self._partial_spk if self._partial_text and not is_final else None)
+                                  partial_spk=self._partial_spk if self._partial_text and not is_final else None,
+                                  stable=0 if is_final else self._shown_stable(),
+                                  stable_words=() if is_final else self._new_stable_words())
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -544,6 +638,8 @@ class Session:
         while self._pending:
             await asyncio.wait([p.task for p in self._pending])
             self._lock_ready()
+        if self._aligning:  # the last sentences' word times (the aligner skips what it cannot do soon)
+            await asyncio.wait(set(self._aligning))
         if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
             return
         self._post([], covered_end=0, is_final=True)

@@ -1,0 +1,71 @@
+"""Stable words: the words of an open segment that have stopped changing, sent once and never withdrawn.
+
+Policy (LocalAgreement-2, as in whisper_streaming): a word settles once two consecutive partial decodes of the
+segment agree on it and on every word before it, exactly (spelling, case and punctuation). The last word of a
+decode whose audio ended inside speech does not count: the audio may have cut it mid-syllable ("fore" of
+"forest"). Settled words are forced as the start of every later decode of the segment, its final included
+(``DecodeRequest.prefix``), so the locked sentence begins with exactly them; a recognizer that cannot force text
+is reconciled afterwards (``onto``).
+
+Pure and synchronous; one ``StableWords`` per open segment (``engine.stream.session``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.asr.guard import normalise
+
+
+def onto(stable: list[str], decoded: list[str]) -> list[str]:
+    """``decoded`` with ``stable`` in front: the words a decode that was forced to start with ``stable`` returns,
+    whatever the decode did. Where it strayed (compared without case or punctuation), the settled words stay and
+    the decode's words continue after the nearest match of the last settled word, or after as many words."""
+    n = len(stable)
+    if not n:
+        return list(decoded)
+    if [normalise(w) for w in decoded[:n]] == [normalise(w) for w in stable]:
+        return stable + decoded[n:]
+    last = normalise(stable[-1])
+    near = sorted(range(max(0, n - 3), min(len(decoded), n + 3)), key=lambda k: abs(k - (n - 1)))
+    k = next((k for k in near if normalise(decoded[k]) == last), n - 1)
+    return stable + decoded[k + 1:]
+
+
+@dataclass
+class StableWords:
+    """The settled words of one open segment and how many of them were sent."""
+
+    words: list[str] = field(default_factory=list)
+    sent: int = 0  # leading ``words`` already sent to the client as stable (``take_new``)
+    _previous: list[str] | None = None  # the words of the previous decode (with the settled words in front)
+    _previous_open: bool = False  # that decode's audio ended inside speech
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+    def update(self, decoded: list[str], ended_in_speech: bool) -> list[str]:
+        """Take the words of the segment's next partial decode (decodes in order; ``ended_in_speech``: its audio
+        stopped while the speaker was talking). Returns the words to show: the settled ones, then the decode's.
+        Settles the words it agrees on with the previous decode. An empty decode (rejected, or no words yet) settles
+        nothing and is not compared with."""
+        words = onto(self.words, decoded)
+        if not decoded:
+            return words
+        previous = self._previous
+        if previous is not None:
+            limit = min(len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
+            agreed = 0
+            while agreed < limit and words[agreed] == previous[agreed]:
+                agreed += 1
+            if agreed > len(self.words):
+                self.words = words[:agreed]
+        self._previous, self._previous_open = words, ended_in_speech
+        return words
+
+    def take_new(self) -> list[str]:
+        """The settled words not sent yet (they count as sent from now on), with their indexes from ``sent``."""
+        new = self.words[self.sent:]
+        self.sent = len(self.words)
+        return new

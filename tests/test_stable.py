@@ -1,0 +1,105 @@
+"""Stable words and the end-of-sentence rule: pure policy, on scripted partial sequences and texts."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.stream.sentence_end import ends_sentence
+from engine.stream.stable import StableWords, onto
+
+
+def _run(decodes: list[tuple[str, bool]]) -> tuple[StableWords, list[str]]:
+    """Feed (text, ended inside speech) decodes in order; returns the policy and the text shown after each."""
+    stable = StableWords()
+    shown = [" ".join(stable.update(text.split(), in_speech)) for text, in_speech in decodes]
+    return stable, shown
+
+
+def test_words_two_decodes_agree_on_settle_but_not_the_last_word_of_audio_cut_inside_speech() -> None:
+    stable, _shown = _run([("If the reader will accept", True), ("If the reader will excuse me,", True)])
+    assert stable.words == "If the reader will".split()
+    # The next decode differs only after them: nothing more settles, nothing settled changes.
+    stable.update("If the reader will excuse me, I".split(), True)
+    assert stable.words == "If the reader will excuse".split()
+
+
+def test_a_settled_word_is_never_withdrawn_even_when_a_later_decode_disagrees() -> None:
+    _stable, shown = _run([("If the reader will accept", True), ("If the reader will excuse me,", True),
+                          ("If a reader would excuse me, I will", True)])
+    assert shown[-1].startswith("If the reader will "), shown
+    assert shown[-1] == "If the reader will excuse me, I will"
+
+
+def test_the_last_word_settles_once_the_speaker_has_paused_after_it() -> None:
+    stable, _ = _run([("Hello world.", True), ("Hello world.", False)])
+    assert stable.words == ["Hello"]  # the first decode's audio ended inside "world"
+    stable.update("Hello world.".split(), False)
+    assert stable.words == ["Hello", "world."]
+
+
+def test_spelling_case_and_punctuation_must_agree_exactly() -> None:
+    stable, _ = _run([("Hello, world and more", True), ("Hello world and more", True)])
+    assert stable.words == []
+
+
+def test_an_empty_or_rejected_decode_settles_nothing_and_keeps_what_was_settled() -> None:
+    stable, shown = _run([("one two three four", True), ("one two three four five", True), ("", True),
+                          ("one two three four five six", True)])
+    assert shown[2] == "one two three"
+    # Compared with the last decode that had words: the fifth word ended that decode's audio.
+    assert stable.words == "one two three four".split()
+
+
+def test_settled_words_are_sent_once() -> None:
+    stable, _ = _run([("one two three four", True), ("one two three four five", True)])
+    assert stable.take_new() == ["one", "two", "three"]
+    assert stable.take_new() == []
+    stable.update("one two three four five six".split(), True)
+    assert stable.take_new() == ["four"]
+
+
+@pytest.mark.parametrize(("stable", "decoded", "shown"), [
+    ("If the reader will", "If the reader will excuse me", "If the reader will excuse me"),
+    ("If the reader will", "if the reader will excuse me", "If the reader will excuse me"),  # case is the stable's
+    ("If the reader will", "If a reader will excuse me", "If the reader will excuse me"),
+    ("If the reader will", "If reader will excuse me", "If the reader will excuse me"),  # one word dropped
+    ("If the reader will", "", "If the reader will"),
+    ("", "Any text", "Any text"),
+])
+def test_a_decode_that_strayed_from_the_settled_words_is_reconciled_onto_them(stable: str, decoded: str,
+                                                                              shown: str) -> None:
+    assert " ".join(onto(stable.split(), decoded.split())) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "I will say nothing of my antecedents.",
+    "Is that so?",
+    "I think so.",
+    "What are you afraid of?",
+    "Stop!",
+    'He said "yes."',
+    "It cost five dollars.",
+    "It was 1984.",
+    "So I did it.",
+    "那是什么？",
+])
+def test_text_that_ends_a_sentence(text: str) -> None:
+    assert ends_sentence(text)
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "and then,",
+    "I went to the store and.",
+    "I think that the.",
+    "Well, um.",
+    "I was thinking...",
+    "I was thinking…",
+    "so we went to the",
+    "He met Dr.",
+    "It was John F.",
+    "We looked at the results of.",
+    "Because.",
+])
+def test_text_that_stops_mid_clause_keeps_the_long_wait(text: str) -> None:
+    assert not ends_sentence(text)

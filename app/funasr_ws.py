@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
@@ -124,33 +123,20 @@ def parse_hotwords(raw: Any) -> tuple[str, ...]:
     return tuple(w.strip()[:48] for w in words if w.strip())[:MAX_HOTWORDS]
 
 
-def _key(word: str) -> str:
-    """A word as agreement compares it: no case, no punctuation."""
-    return re.sub(r"[^\w']", "", word.lower())
-
-
 class OnlineText:
-    """Append-only online text out of partials that may still change: a word goes out once two consecutive partials
-    agree on it (LocalAgreement); when a sentence locks, its words not sent yet go out. Word counts are of the text
-    not locked yet."""
+    """Append-only online text: the engine's stable words (``Caption.stable``: settled, they lock exactly as shown),
+    each sent once; when a sentence locks, its words not sent yet go out. Word counts are of the text not locked
+    yet."""
 
     def __init__(self) -> None:
         self._sent = 0  # words of the unlocked text already sent
-        self._previous: list[str] = []
 
-    def partial(self, text: str) -> list[str]:
-        """New settled words of the unlocked text (may be none)."""
-        words = text.split()
-        agreed = 0
-        for a, b in zip(self._previous, words, strict=False):
-            if _key(a) != _key(b) or not _key(b):
-                break
-            agreed += 1
-        self._previous = words
-        if agreed <= self._sent:
+    def partial(self, text: str, stable: int) -> list[str]:
+        """New settled words of the unlocked text ``text``, whose first ``stable`` words are settled (may be none)."""
+        if stable <= self._sent:
             return []
-        out = words[self._sent:agreed]
-        self._sent = agreed
+        out = text.split()[self._sent:stable]
+        self._sent = stable
         return out
 
     def locked(self, text: str) -> list[str]:
@@ -158,7 +144,6 @@ class OnlineText:
         words = text.split()
         rest = words[self._sent:]
         self._sent = max(0, self._sent - len(words))
-        self._previous = self._previous[len(words):]
         return rest
 
 
@@ -191,7 +176,7 @@ class FunasrStream:
                 for sentence in msg.sentences:
                     await self.sentence(sentence)
                 if self.config.online and not msg.is_final:
-                    await self.online_words(self.online.partial(msg.partial))
+                    await self.online_words(self.online.partial(msg.partial, msg.stable))
             elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
                 await self.send(self.final_mode, "", True, error=msg.message)
 

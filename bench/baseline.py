@@ -39,23 +39,27 @@ PARTIAL_INTERVAL_S = 0.48
 # every request; baseline: serialized, 30 s window; engine-noreuse: the engine without partials reused as finals;
 # engine-nostable: the engine without stable words (nothing settles before the lock, nothing is forced into decodes);
 # engine-noearly: the engine without the early lock (a sentence waits for the silence schedule whatever its text);
+# engine-before: the engine as captions were before they settled: no stable words, no early lock, no partial word
+#   held back (its word alignment, then in front of the lock, is not restored: compare with engine-noalign for that);
 # engine-p1: the engine with at most one partial in flight across sessions (CPU default: 2);
 # engine-noclose: the engine without the closing partial (a pause does not jump the partial queue);
 # engine-noalign: the engine with word times from the VAD alone (no cross-attention alignment per locked sentence).
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-p1",
-         "engine-noclose", "engine-noalign")
+MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
+         "engine-p1", "engine-noclose", "engine-noalign")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
-                 "reuse_for_final": False, "stable_words": False, "closing_after_ms": 0},
+                 "reuse_for_final": False, "stable_words": False, "hold_back_cut_word": False, "closing_after_ms": 0},
     "engine-noreuse": {"reuse_for_final": False},
     "engine-nostable": {"stable_words": False},
+    "engine-before": {"stable_words": False, "hold_back_cut_word": False},
     "engine-noclose": {"closing_after_ms": 0},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"sentence_pause_ms": 0},
     "engine-noearly": {"sentence_pause_ms": 0},
+    "engine-before": {"sentence_pause_ms": 0},
 }
 
 

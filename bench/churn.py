@@ -42,3 +42,37 @@ def partial_churn(captions: Iterable[dict[str, Any]]) -> tuple[int, int]:
             shown += len(words)
         last_partial = partial
     return changed, shown
+
+
+def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
+    """(tentative words that changed, tentative words shown, stable words withdrawn) for one session's caption
+    messages in arrival order, as a reader sees them.
+
+    The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces,
+    compared exactly: a change of case or punctuation is a visible change too); its first ``stable`` partial words
+    are settled, the rest tentative. Every tentative word instance shown counts once per screen state; it changed
+    when the next state has another word, or none, at its place. A settled word that any later state changes or
+    drops, or shows as tentative again, is withdrawn (the product promises none)."""
+    states: list[tuple[list[str], int, int]] = []  # (screen words, first settled index, first tentative index)
+    locked: list[str] = []
+    for m in captions:
+        locked += [w for s in m["sentences"] for w in s["text"].split()]
+        partial = (m.get("partial") or "").split()
+        state = (locked + partial, len(locked), len(locked) + min(int(m.get("stable") or 0), len(partial)))
+        if not states or states[-1] != state:
+            states.append(state)
+    changed = shown = withdrawn = 0
+    for k, (screen, settled_from, tentative_from) in enumerate(states):
+        later = states[k + 1:]
+        if later:
+            nxt = later[0][0]
+            for p in range(tentative_from, len(screen)):
+                shown += 1
+                changed += int(p >= len(nxt) or nxt[p] != screen[p])
+        else:
+            shown += len(screen) - tentative_from
+        if later:  # the next state must keep each settled word, settled or locked (the chain covers every later one)
+            nxt, _, nxt_tentative = later[0]
+            withdrawn += sum(1 for p in range(settled_from, tentative_from)
+                             if p >= nxt_tentative or nxt[p] != screen[p])
+    return changed, shown, withdrawn

@@ -14,7 +14,9 @@ loopback.
   audio while someone speaks); messages that lock sentences are left out, because their ``latency_ms`` runs from
   the end of the sentence and so includes the endpoint's silence wait, which the lock latency already reports;
 - lost: reference sentences no locked sentence overlaps;
-- WER of all locked text against the reference (``tests.wer``'s normalisation).
+- WER of all locked text against the reference (``tests.wer``'s normalisation);
+- flicker: tentative words shown that the next screen changed or dropped, and stable words withdrawn
+  (``bench.churn.flicker``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.churn import partial_churn
+from bench.churn import flicker, partial_churn
 from bench.client import BenchClient
 from bench.clips import SessionClip
 from engine.config import EndpointConfig
@@ -46,6 +48,9 @@ class SessionMetrics:
     overloaded: int = 0  # "overloaded" error messages (the server skipped audio)
     churned: int = 0  # words shown in partials that the locked text then changed (bench.churn)
     partial_words: int = 0  # words shown in partials
+    flickered: int = 0  # tentative words shown that the next screen changed or dropped (bench.churn.flicker)
+    tentative_words: int = 0  # tentative words shown
+    withdrawn: int = 0  # stable words a later screen changed or dropped (must be 0)
     failures: list[str] = field(default_factory=list)
 
 
@@ -72,6 +77,7 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
     m.overloaded = sum(1 for _, msg in client.messages if msg.get("code") == "overloaded")
     m.lag_s = partial_lags([msg for _, msg in captions])
     m.churned, m.partial_words = partial_churn(msg for _, msg in captions)
+    m.flickered, m.tentative_words, m.withdrawn = flicker(msg for _, msg in captions)
     for u in clip.utterances:
         onset = client.sent_at(u.speech_start_s)
         before = [msg["partial"] for t, msg in captions if t < onset]
@@ -111,6 +117,9 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
         out.overloaded += m.overloaded
         out.churned += m.churned
         out.partial_words += m.partial_words
+        out.flickered += m.flickered
+        out.tentative_words += m.tentative_words
+        out.withdrawn += m.withdrawn
         out.failures += m.failures
     return out
 

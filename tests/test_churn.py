@@ -32,3 +32,28 @@ def test_partials_are_compared_with_the_text_locked_after_them() -> None:
     stream = [caption("Hello there"), caption("", "Hello there."), caption("General"),
               caption("", "General Kenobi.")]
     assert partial_churn(stream) == (0, 3)
+
+
+def shown(partial: str, stable: int = 0, *locked: str) -> dict[str, Any]:
+    return {"type": "caption", "partial": partial, "stable": stable, "sentences": [{"text": t} for t in locked]}
+
+
+def test_flicker_counts_tentative_words_the_next_screen_changes_or_drops() -> None:
+    from bench.churn import flicker
+
+    stream = [shown("The tool"),  # "tool" changes: 1 of 2
+              shown("The two stray", 1),  # "The" settled; "two stray" tentative, both kept
+              shown("The two stray kittens.", 3),  # "kittens." tentative, locked as is
+              shown("", 0, "The two stray kittens.")]
+    assert flicker(stream) == (1, 2 + 2 + 1, 0)
+
+
+def test_a_settled_word_that_changes_or_turns_tentative_again_is_withdrawn() -> None:
+    from bench.churn import flicker
+
+    changed = [shown("If the reader", 2), shown("If a reader", 2)]
+    assert flicker(changed)[2] == 1
+    unsettled = [shown("If the reader", 2), shown("If the reader will", 1)]
+    assert flicker(unsettled)[2] == 1
+    locked = [shown("If the reader", 2), shown("", 0, "If the reader.")]
+    assert flicker(locked)[2] == 0

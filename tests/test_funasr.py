@@ -66,13 +66,14 @@ def test_first_message_and_online_text_rules() -> None:
     for bad in ("not json", "[1]", '{"mode": "fast"}', '{"audio_fs": 100}', '{"mode": "2pass", "wav_format": "mp3"}'):
         with pytest.raises(ValueError):
             parse_config(bad)
+    # Online text is the engine's stable words, each sent once, then the rest of a sentence when it locks.
     online = OnlineText()
-    assert online.partial("hello there") == []  # nothing agreed yet
-    assert online.partial("hello there my") == ["hello", "there"]
-    assert online.partial("Hello, there my friend") == ["my"]  # case and punctuation do not break agreement
-    assert online.partial("hello there my friend") == ["friend"]
-    assert online.locked("Hello there my friend, goodbye.") == ["goodbye."]
-    assert online.partial("next one") == [] and online.partial("next one two") == ["next", "one"]
+    assert online.partial("hello there", 0) == []  # nothing settled yet
+    assert online.partial("hello there my", 2) == ["hello", "there"]
+    assert online.partial("hello there my friend", 3) == ["my"]
+    assert online.partial("hello there my friend", 3) == []  # sent once
+    assert online.locked("hello there my friend, goodbye.") == ["friend,", "goodbye."]
+    assert online.partial("next one", 0) == [] and online.partial("next one two", 2) == ["next", "one"]
 
 
 async def test_funasr_client_in_every_mode(fake_engine: CaptionEngine) -> None:

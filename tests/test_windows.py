@@ -123,3 +123,17 @@ def test_window_counters() -> None:
 ])
 def test_non_speech_tags_never_reach_the_screen(raw: str, shown: str) -> None:
     assert strip_nonspeech(raw) == shown
+
+
+@pytest.mark.parametrize(("tokens", "start"), [
+    ([1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7], 7),  # a whole clause said twice: keep the first
+    ([9, 8, 1, 2, 1, 2, 1, 2, 5], 4),  # a short phrase spinning three times
+    ([3, 3, 3, 3, 3, 4], 1),  # one token five times
+    ([1, 2, 3, 1, 2, 3, 9], None),  # a short phrase twice is speech ("very, very"), not a loop
+    ([5, 6, 7, 8], None),
+])
+def test_a_looping_partial_is_cut_where_it_began_to_repeat(tokens: list[int], start: int | None) -> None:
+    from engine.asr.windows import loop_start, tandem_repeat
+
+    assert loop_start(tokens) == start
+    assert (start is None) == (tandem_repeat(tokens) is None)

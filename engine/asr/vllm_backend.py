@@ -25,6 +25,7 @@ from engine.asr.windows import (
     WindowStats,
     encoder_positions,
     loop_reason,
+    loop_start,
     max_tokens_for,
     tandem_repeat,
     window_samples,
@@ -260,22 +261,35 @@ class VllmTranscriber:
         forced = request.prefix.strip() if request.language is not None or not self.spec.multilingual else ""
         forced_ids = self._text_ids(forced)
         timestamps = request.timestamps and self._first_timestamp_id < 1 << 30
+        # A looping partial is cut where it began to repeat rather than decoded again in a larger window: it is shown
+        # for a moment, and on a CPU the larger decodes of a few sessions' loops stalled every session for seconds.
+        partial = request.priority is Priority.PARTIAL
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         fallbacks = 0
+        loop_cut = False
         try:
             while True:
                 t1 = time.monotonic()
                 request_id = request.request_id if not fallbacks else f"{request.request_id}-w{window:g}"
                 completion = await self._generate(request, request_id, window,
                                                   max_tokens_for(audio_s, self.config.max_tokens),
-                                                  stop_on_loop=policy.next_window(window) is not None,
+                                                  stop_on_loop=partial or policy.next_window(window) is not None,
                                                   forced=forced, forced_ids=forced_ids, timestamps=timestamps)
                 ids = [] if completion is None else list(completion.token_ids)
                 text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
                 generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text).strip()
                 text = " ".join(filter(None, (forced, " ".join(generated.split()))))
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
+                if reason and partial:
+                    cut = loop_start(text_ids)
+                    kept = text_ids[:cut] if cut is not None else forced_ids
+                    text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
+                    loop_cut = True
+                    log.info("partial %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
+                             window, reason, len(kept), len(text_ids))
+                    self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=False)
+                    break
                 larger = policy.next_window(window) if reason else None
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
                 if larger is None:
@@ -294,10 +308,11 @@ class VllmTranscriber:
         language = request.language
         if language is None:
             language = self._lang_tokens.get(ids[0])
-        spans = self._spans(ids, forced, audio_s) if timestamps else ()
+        spans = self._spans(ids, forced, audio_s) if timestamps and not loop_cut else ()
         result = Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans)
-        stopped_early = bool(spans) and completion.finish_reason == "stop" and audio_s - spans[-1].end_s >= _CONTINUE_S
+                            encoder_positions(window), fallbacks, spans, loop_cut)
+        stopped_early = (not loop_cut and bool(spans) and completion.finish_reason == "stop"
+                         and audio_s - spans[-1].end_s >= _CONTINUE_S)
         if stopped_early and continuations < _MAX_CONTINUATIONS:
             result = await self._continue(request, result, continuations + 1)
         return result

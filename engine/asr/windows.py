@@ -136,6 +136,27 @@ def tandem_repeat(tokens: Sequence[int]) -> tuple[int, int] | None:
     return worst
 
 
+def loop_start(tokens: Sequence[int]) -> int | None:
+    """Where the earliest looping repetition in ``tokens`` (as ``tandem_repeat`` judges loops) repeats for the first
+    time: ``tokens[:loop_start(tokens)]`` is the text up to and including its first copy. None if nothing loops."""
+    a = np.asarray(tokens, dtype=np.int64)
+    first: int | None = None
+    for span in range(1, a.size // 2 + 1):
+        same = a[:-span] == a[span:]
+        if not same.any():
+            continue
+        padded = np.concatenate(([False], same, [False]))
+        edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
+        for start, end in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
+            copies = (end - start + span) // span
+            looping = (span >= LOOP_MIN_SPAN_TOKENS
+                       or (span >= 2 and copies >= LOOP_MIN_COPIES_SHORT)
+                       or copies >= LOOP_MIN_COPIES_TOKEN)
+            if looping and copies >= 2 and (first is None or start + span < first):
+                first = start + span
+    return first
+
+
 def compression_ratio(text: str) -> float:
     """Bytes over zlib-compressed bytes: Whisper's loop measure (above ~2.4 the text repeats itself)."""
     raw = text.encode("utf-8")

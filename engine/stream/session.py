@@ -321,7 +321,7 @@ class Session:
             return end >= event.speech_end and (limit is None or end <= limit)
 
         last = self._last_partial
-        if last is not None and last[0] == event.index and covers(last[1]):
+        if last is not None and last[0] == event.index and covers(last[1]) and not last[2].loop_cut:
             return last[2], None
         running = self.scheduler.running_partial(self)
         meta = self._partial_meta.get(running.request_id) if running else None
@@ -397,11 +397,14 @@ class Session:
         text = "" if reject_reason(result, level, speech_ms, self.config.guard) else result.text
         if self.config.partial.stable_words:
             settled = len(self._stable.words)
-            text = " ".join(self._stable.update(text.split(), in_speech))
+            # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
+            text = " ".join(self._stable.update(text.split(), in_speech or result.loop_cut))
             if len(self._stable.words) > settled:
                 self._log.debug("segment %d: %d words stable", index, len(self._stable.words))
         # Only a decode of everything said so far can end the sentence (``_maybe_end_sentence``).
-        self._ends_sentence = end >= self.endpointer.speech_end and ends_sentence(text)
+        self._ends_sentence = end >= self.endpointer.speech_end and not result.loop_cut and ends_sentence(text)
+        if in_speech and self.config.partial.hold_back_cut_word:
+            text = self._held_back(text)
         if text and not self._text_shown:
             self._text_shown = True
             self._observer.first_text(self._since_arrival(opened.speech_start))
@@ -409,6 +412,20 @@ class Session:
             self._partial_text = text
             self._post([], covered_end=end)
         self._maybe_end_sentence()
+
+    def _held_back(self, text: str) -> str:
+        """What to show of a decode whose audio ended while the speaker was talking: its last word may be cut
+        mid-syllable and its final punctuation is a guess about where the audio ends, so the last word is held back
+        once the segment shows some text (the next decode shows it, whole), and the first text of a segment, shown
+        at once, loses only that punctuation. Settled words always show."""
+        words = text.split()
+        if not words:
+            return text
+        if self._partial_text and len(words) > max(1, len(self._stable.words)):
+            return " ".join(words[:-1])
+        if len(words) > len(self._stable.words):
+            words[-1] = words[-1].rstrip(".,?!;:") or words[-1]
+        return " ".join(words)
 
     def _maybe_end_sentence(self) -> None:
         """Close the open segment once its newest partial, a decode of all of its speech, ends a sentence and the
@@ -453,7 +470,10 @@ class Session:
             result = prior
             if result is None and adopted is not None:
                 result = await self.scheduler.final_of(adopted)
-                self.stats.reused += 1
+                if result is not None and result.loop_cut:  # a partial's text cut at a loop: decode it properly
+                    result = None
+                else:
+                    self.stats.reused += 1
             elif result is not None:
                 self.stats.reused += 1
             if result is None:

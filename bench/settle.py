@@ -1,0 +1,175 @@
+"""How soon captions settle, in process: the engine fed the shared clips at real time, the shipped way and the way
+before stable words and early locks, side by side.
+
+    python -m bench.settle [--kinds read noisy conversational] [--modes new old] [--parallel 1] [--json out.json]
+
+Each clip (``../shared/data/speech``, English, 1 s of silence before it and 2.5 s after) is streamed once per mode,
+the modes alternating which goes first from clip to clip, on one loaded engine (default: the embedded whisper-base,
+speaker labels on). ``--parallel N`` streams N clips at once (each mode in turn), for the engine under load.
+
+Modes: ``new`` is the shipped engine; ``old`` is it without stable words and without the early lock (every sentence
+waits for the endpoint's silence schedule) and without holding back a partial's last word cut by the audio's end,
+as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each.
+
+Per mode and clip kind:
+- WER of the locked text against the reference (clips that have one; ``tests.wer`` normalisation);
+- sentences locked, and the extra sentences against ``old`` on the same clips (a sentence split early and then
+  continued shows up as one more);
+- first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
+  end of speech), p50 and p95;
+- flicker: tentative words shown that the next update changed or dropped, over tentative words shown; stable words
+  withdrawn (``bench.churn.flicker``: must be 0);
+- CPU seconds of the whole process tree (the engine core included) per second of audio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.churn import flicker
+from bench.harness import pct, tree_cpu_rss
+from bench.metrics import print_markdown_table
+from engine import EngineObserver
+from engine.config import EngineConfig, SessionOptions, TranscriberConfig
+from engine.protocol import Caption
+from engine.stream.engine import CaptionEngine
+from engine.stream.runner import stream_audio
+from tests.speech import audio, manifest, pad
+from tests.wer import word_errors
+
+MODES = ("new", "old", "nostable", "noearly", "noholdback")
+
+
+class Latencies(EngineObserver):
+    def __init__(self) -> None:
+        self.first: list[float] = []
+        self.lock: list[float] = []
+
+    def first_text(self, latency_s: float) -> None:
+        self.first.append(latency_s)
+
+    def locked(self, latency_s: float) -> None:
+        self.lock.append(latency_s)
+
+
+def configure(engine: CaptionEngine, base: EngineConfig, mode: str) -> None:
+    """Switch the engine to ``mode`` (no session live)."""
+    stable = mode in ("new", "noearly", "noholdback")
+    early = mode in ("new", "nostable", "noholdback")
+    holdback = mode in ("new", "nostable", "noearly")
+    engine.config = replace(base, partial=replace(base.partial, stable_words=stable, hold_back_cut_word=holdback),
+                            endpoint=replace(base.endpoint, sentence_pause_ms=base.endpoint.sentence_pause_ms
+                                             if early else 0))
+
+
+async def main(args: argparse.Namespace) -> int:
+    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["kind"] in args.kinds
+             and (e["text"] or e["kind"] == "conversational") and c.startswith(tuple(args.clip_prefix))]
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
+    await engine.start()
+    base = engine.config
+    me = psutil.Process()
+    rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
+    sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
+    groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
+    t_start = time.monotonic()
+    try:
+        if args.warmup:
+            configure(engine, base, args.modes[0])
+            await stream_audio(engine, pad(audio(clips[0]), 0.5, 1.0), realtime=True)
+        for k, group in enumerate(groups):
+            order = list(args.modes) if k % 2 == 0 else list(reversed(args.modes))
+            for mode in order:
+                configure(engine, base, mode)
+                seen = Latencies()
+                engine.observers.add(seen)
+                await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity
+                c0 = tree_cpu_rss(me)[0]
+                results = await asyncio.gather(*(stream_audio(
+                    engine, pad(audio(c), 1.0, 2.5), realtime=True,
+                    options=SessionOptions(language="en")) for c in group))
+                spent = tree_cpu_rss(me)[0] - c0
+                engine.observers.remove(seen)
+                row = rows[mode]
+                row["cpu_s"] += spent
+                for clip, result in zip(group, results, strict=True):
+                    entry = manifest()[clip]
+                    by = row["by_kind"].setdefault(entry["kind"], {"errors": 0, "words": 0, "sentences": 0,
+                                                                   "flickered": 0, "tentative": 0, "withdrawn": 0,
+                                                                   "first": [], "lock": []})
+                    wire = [m.wire() for m in result.messages if isinstance(m, Caption)]
+                    locked = [s for m in wire for s in m["sentences"]]
+                    if entry["text"]:
+                        e, w = word_errors(entry["text"], " ".join(s["text"] for s in locked))
+                        by["errors"] += e
+                        by["words"] += w
+                    by["sentences"] += len(locked)
+                    sentences[mode][clip] = len(locked)
+                    f, t, wd = flicker(wire)
+                    by["flickered"] += f
+                    by["tentative"] += t
+                    by["withdrawn"] += wd
+                    row["audio_s"] += result.audio_s
+                # Latencies are per engine, not per clip: give them to the group's first kind.
+                by = row["by_kind"][manifest()[group[0]]["kind"]]
+                by["first"] += seen.first
+                by["lock"] += seen.lock
+            print(f"group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
+    finally:
+        await engine.close()
+    table = []
+    for mode in args.modes:
+        for kind, by in sorted(rows[mode]["by_kind"].items()):
+            extra = None
+            if "old" in sentences and mode != "old":
+                same = [c for c in sentences[mode] if manifest()[c]["kind"] == kind and c in sentences["old"]]
+                old_n = sum(sentences["old"][c] for c in same)
+                extra = (sum(sentences[mode][c] for c in same) - old_n) / old_n if old_n else None
+            wer = by["errors"] / by["words"] if by["words"] else float("nan")
+            table.append({"mode": mode, "kind": kind, "wer": wer,
+                          "sentences": by["sentences"], "extra_sentences": float("nan") if extra is None else extra,
+                          "first_p50": pct(by["first"], 50), "first_p95": pct(by["first"], 95),
+                          "lock_p50": pct(by["lock"], 50), "lock_p95": pct(by["lock"], 95),
+                          "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
+                          "withdrawn": by["withdrawn"],
+                          "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
+    columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
+               ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
+               ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
+               ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
+               ("flicker", "flicker", "{:.1%}"), ("withdrawn", "withdrawn", "{:d}"),
+               ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]
+    print(f"\n{len(clips)} clips, parallel {args.parallel}, {time.monotonic() - t_start:.0f} s\n")
+    print_markdown_table(columns, table)
+    if args.json:
+        report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
+                             "rows": table, "sentences": sentences}, indent=2, default=str)
+        await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.settle", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"])
+    p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "old"])
+    p.add_argument("--parallel", type=int, default=1)
+    p.add_argument("--clip-prefix", nargs="+", default=[""], help="only clips whose id starts so")
+    p.add_argument("--model", default=None)
+    p.add_argument("--no-speakers", action="store_true")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false")
+    p.add_argument("--json", default=None)
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(build_parser().parse_args())))

@@ -66,6 +66,7 @@ class ServerConfig:
     model: str | None = None
     language: str | None = "en"
     preset: str = "balanced"
+    sentence_pause_ms: int | None = None  # silence that locks a finished sentence; None: the preset's, 0: off
     window: str = "fit"  # encoder window: "fit" (per request, engine.asr.windows) or "stock" (always 30 s)
     cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = vLLM's own binding
     word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
@@ -168,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--language", default=_env("LANGUAGE", "en"), help="default caption language, or 'auto'")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default=_env("PRESET", "balanced"),
                    help="endpointing preset: how long a pause closes a sentence")
+    p.add_argument("--sentence-pause-ms", type=int,
+                   default=int(_env("SENTENCE_PAUSE_MS") or 0) if _env("SENTENCE_PAUSE_MS") else None,
+                   help="silence after which a sentence whose text ends one locks (default: the preset's, 400 ms "
+                        "balanced, 300 ms low-latency; 0: every sentence waits for the preset's silence schedule)")
     p.add_argument("--window", choices=sorted(WINDOW_MODES), default=_env("WINDOW", "fit"),
                    help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast), "
                         "'stock' always to 30 s")
@@ -267,6 +272,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(f"LIVE_CAPTIONS_ASR_URLS: {exc}") from None
     return ServerConfig(
         host=args.host, port=args.port, model=args.model, language=language, preset=args.preset,
+        sentence_pause_ms=args.sentence_pause_ms,
         window=args.window, cpu_threads=args.cpu_threads, word_timestamps=args.word_timestamps,
         word_align=not args.no_word_align,
         device=args.device, asr_urls=tuple(dict.fromkeys(asr_urls)), speakers=not args.no_speakers,

@@ -75,6 +75,8 @@ async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, option
                     await on_sentences(list(msg.sentences))
             elif isinstance(msg, protocol.Speakers):
                 result.sentences = [replace(s, spk=msg.relabel.get(s.id, s.spk)) for s in result.sentences]
+            elif isinstance(msg, protocol.WordTimes):  # (background sessions lock with aligned words: a safeguard)
+                result.sentences = [replace(s, words=msg.words) if s.id == msg.id else s for s in result.sentences]
             elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
                 failure.append(msg.message)
 

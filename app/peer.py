@@ -194,6 +194,8 @@ class PeerSession:
                     self._log.exception("could not publish to room %s", self.publisher.room.id)
             if not self.data_channel:
                 continue
+            if isinstance(msg, protocol.WordTimes) and not self.session.options.words:
+                continue  # better word times: only for clients that asked for words (the room has them regardless)
             await self._channel_open.wait()
             channel = self.channel
             if channel is None or channel.readyState != "open":

@@ -3,9 +3,12 @@
 A room re-numbers what its publishers send onto one room-level stream:
 - sentence ids are room-wide (0, 1, 2, ...), times are milliseconds since the room was created (so sentences of
   successive or concurrent publisher sessions share one timeline), and each sentence names its ``session``;
-- every durable event (a ``caption`` carrying newly locked sentences, a ``speakers`` relabel) gets the next room
-  ``seq`` and is committed to the ``TranscriptStore`` *before* any viewer sees it; viewers resume from a seq;
-- partial text and ``room`` status messages are ephemeral: they repeat the latest seq and are never stored.
+- every durable event (a ``caption`` carrying newly locked sentences, a ``speakers`` relabel, a ``words`` update
+  of a sentence's word times) gets the next room ``seq`` and is committed to the ``TranscriptStore`` *before* any
+  viewer sees it; viewers resume from a seq;
+- partial text and ``room`` status messages are ephemeral: they repeat the latest seq and are never stored. The
+  partial is the open text of every speaking publisher, joined; its ``stable`` count is how many of its leading
+  words are settled (a publisher's count, then the next one's only if the first one's text is all settled).
 
 Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) serve the same rooms:
 - the store gives out seqs and sentence ids inside each commit, so publishers on different front ends never
@@ -15,8 +18,10 @@ Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) 
   is more than one past what viewers here got first brings in the events between (read from the table), so a late
   or lost notice delays an event, never reorders or drops it;
 - what stays per front end, by design: the partial (open) text (a publisher's partials reach the viewers of the
-  front end it publishes to; viewers elsewhere see its sentences once locked), the ``room`` status counts (the
-  publishers and viewers *of this front end*), and memory (each front end loads and lets go of rooms itself).
+  front end it publishes to), the ``room`` status counts (the publishers and viewers *of this front end*), and
+  memory (each front end loads and lets go of rooms itself). A publisher's *stable* words do travel: the room
+  announces them through the store, and viewers elsewhere see them as that publisher's open text until its
+  sentence locks (``app.room_open``).
 
 Viewers cost no audio and no model work: one small in-memory queue each. A slow viewer's queued partials are
 coalesced (newest wins); a viewer that falls ``_VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes
@@ -39,9 +44,10 @@ from enum import StrEnum
 from typing import Any
 
 from engine import SessionLog
-from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word
+from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word, WordTimes
 
-from .store import Appended, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
+from .room_open import Announcer, RemoteOpen
+from .store import Appended, Retimed, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +102,10 @@ class Viewer:
     def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
         if self.state is ViewerState.ENDED:
             return
-        if not durable and self._items and not self._items[-1][2] and type(self._items[-1][1]) is type(message):
-            self._items[-1] = (seq, message, durable)  # the newer partial or status replaces the unsent one
+        last = self._items[-1] if self._items else None
+        merged = _coalesced(last[1], message) if last and not last[2] and not durable else None
+        if last is not None and merged is not None:
+            self._items[-1] = (seq, merged, durable)  # the newer partial or status replaces the unsent one
         elif len(self._items) >= _VIEWER_QUEUE_MAX:
             self.end()  # too far behind: the client resumes from the store on reconnect
             if self.on_overflow is not None:
@@ -124,15 +132,29 @@ class Viewer:
         return self._items.popleft()
 
 
+def _coalesced(unsent: ServerMessage, newer: ServerMessage) -> ServerMessage | None:
+    """What replaces an unsent partial or status when a newer one comes, or None if both must go. Stable words
+    are sent once each: a partial that carries some is replaced only by one carrying the same publisher's next
+    words, and takes them along (a message never mixes two publishers' words)."""
+    if type(unsent) is not type(newer):
+        return None
+    if not isinstance(unsent, Caption) or not unsent.stable_words:
+        return newer
+    if isinstance(newer, Caption) and newer.stable_words and newer.partial_session == unsent.partial_session:
+        return dataclasses.replace(newer, stable_words=[*unsent.stable_words, *newer.stable_words])
+    return None
+
+
 @dataclass
 class _Event:
     """A durable event: as stored, or as numbered here while the store could not take it yet (kept in order until it
     can)."""
 
     seq: int
-    body: Caption | Speakers
+    body: Caption | Speakers | WordTimes
     records: list[SentenceRecord] = field(default_factory=list)
     relabel: dict[int, int] = field(default_factory=dict)
+    retimed: Retimed = field(default_factory=dict)
 
 
 class Room:
@@ -156,6 +178,8 @@ class Room:
         self._syncing: asyncio.Task[None] | None = None
         self.viewers: set[Viewer] = set()
         self.publishers: dict[str, RoomPublisher] = {}
+        self.remote = RemoteOpen()  # stable open text of publishers on other front ends
+        self.announcer = Announcer(self.id, store)  # ...and of this front end's, for the others
         self.unsaved: list[_Event] = []
         self.store_error = ""  # why the store refused the last write ("" = saving)
         self.record_saved = True  # False for a room made while the store refused writes (see RoomRegistry.create)
@@ -209,21 +233,34 @@ class Room:
         self.touch()
         self._broadcast_status()
 
+    def open_parts(self) -> list[tuple[str, str, int]]:
+        """The text not locked yet, one ``(session, text, stable words)`` per speaking publisher: this front end's
+        publishers' partials in the order they joined, then the stable text of publishers on other front ends (all
+        of it stable) in the order they started speaking."""
+        parts = [(p.session_id, p.partial, p.stable) for p in self.publishers.values() if p.partial]
+        return parts + [(session, text, len(text.split())) for session, text in self.remote.texts()]
+
     def partial(self) -> str:
-        """The open text of every live publisher, in the order they joined."""
-        return " ".join(p.partial for p in self.publishers.values() if p.partial)
+        """The open text of every speaking publisher, joined (``open_parts``)."""
+        return " ".join(text for _, text, _ in self.open_parts())
 
     def status(self) -> RoomStatus:
         return RoomStatus(self.id, bool(self.publishers), len(self.publishers), len(self.viewers), self.saving,
                           seq=self.seq)
 
-    def partial_message(self, latency_ms: int | None = None) -> Caption:
-        """The open text; with the voice now speaking when exactly one publisher is (several speaking at once have
-        one merged partial, and one label for it would misname someone)."""
-        speaking = [p for p in self.publishers.values() if p.partial]
-        one = speaking[0] if len(speaking) == 1 and speaking[0].partial_spk is not None else None
-        return Caption([], self.partial(), latency_ms=latency_ms, seq=self.seq,
-                       partial_spk=one.partial_spk if one else None, partial_session=one.session_id if one else None)
+    def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
+                        words_session: str | None = None) -> Caption:
+        """The open text and how many of its leading words are settled; with the voice now speaking when exactly
+        one publisher is (several speaking at once have one merged partial, and one label for it would misname
+        someone). ``stable_words``: words of publisher ``words_session`` that settled with this update (room
+        timeline); ``partial_session`` names that publisher when no voice is named."""
+        parts = self.open_parts()
+        one = self.publishers.get(parts[0][0]) if len(parts) == 1 else None
+        spk = one.partial_spk if one is not None else None
+        session = one.session_id if one is not None and spk is not None else words_session if stable_words else None
+        return Caption([], " ".join(text for _, text, _ in parts), latency_ms=latency_ms, seq=self.seq,
+                       partial_spk=spk, partial_session=session, stable=merged_stable(parts),
+                       stable_words=list(stable_words or ()))
 
     def _broadcast(self, message: ServerMessage, durable: bool) -> None:
         for viewer in list(self.viewers):
@@ -232,8 +269,32 @@ class Room:
     def _broadcast_status(self) -> None:
         self._broadcast(self.status(), durable=False)
 
-    def broadcast_partial(self, latency_ms: int | None = None) -> None:
-        self._broadcast(self.partial_message(latency_ms), durable=False)
+    def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
+                          words_session: str | None = None) -> None:
+        """The open text to every viewer (``partial_message``'s arguments)."""
+        self._broadcast(self.partial_message(latency_ms, stable_words, words_session), durable=False)
+
+    # ---- stable open text across front ends (app.room_open) -------------------------------------------------------
+    def announce_open(self, session: str, text: str, words: list[Word]) -> None:
+        """Tell the other front ends that this front end's publisher ``session`` has ``text`` settled ("": none
+        any more), ``words`` newly (room timeline)."""
+        self.announcer.post(session, self.seq, text, words)
+
+    def heard_announcement(self, body: dict[str, Any]) -> None:
+        """Another front end announced a publisher's stable open text: show it to the viewers here."""
+        try:
+            changed = self.remote.heard(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("room %s: ignoring a malformed announcement (%r)", self.id, exc)
+            return
+        if changed is not None:
+            session, words = changed
+            self.broadcast_partial(None, words, session)
+
+    def expire_open(self) -> None:
+        """Drop other front ends' open text that nobody updated for a long time (that front end went away)."""
+        if self.remote.expire():
+            self.broadcast_partial()
 
     # ---- what the store does not have yet (read paths add it to what they read) -----------------------------------
     # Take ``pending()`` *before* reading the store: an event written while the read runs is then in one or the other.
@@ -260,19 +321,24 @@ class Room:
             for sid, spk in event.relabel.items():
                 if sid in sentences:
                     sentences[sid] = dataclasses.replace(sentences[sid], spk=spk)
+            for sid, words in event.retimed.items():
+                if sid in sentences:
+                    sentences[sid] = dataclasses.replace(sentences[sid], words=words)
         return Snapshot(pending[-1].seq, [sentences[k] for k in sorted(sentences)])
 
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
-                               latency_ms: int | None = None) -> list[SentenceRecord]:
+                               latency_ms: int | None = None, stable_words: list[Word] | None = None,
+                               words_session: str | None = None) -> list[SentenceRecord]:
         """Give each new sentence ``(session, text, start_ms, end_ms, spk, words)`` a room id, commit, then
-        broadcast. Returns the records (with their room ids)."""
+        broadcast (with ``stable_words`` of ``words_session``: see ``partial_message``; never stored). Returns the
+        records (with their room ids)."""
         async with self._lock:
             first = self._next_sentence
             records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
             seq = self.seq + 1
             event = await self._save(_Event(seq, Caption([r.sentence() for r in records], "", seq=seq), records))
-            self._deliver(event.seq, event.body, latency_ms)
+            self._deliver(event.seq, event.body, latency_ms, stable_words, words_session)
             return event.records
 
     async def commit_relabel(self, relabel: dict[int, int]) -> None:
@@ -284,22 +350,36 @@ class Room:
             event = await self._save(_Event(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
             self._deliver(event.seq, event.body)
 
+    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> None:
+        """Commit better word times for room sentence ``sentence_id`` (room timeline; the aligner's, which follow
+        the lock), then broadcast them. They replace the sentence's stored words."""
+        async with self._lock:
+            seq = self.seq + 1
+            body = WordTimes(sentence_id, words, seq=seq, session=session)
+            event = await self._save(_Event(seq, body, retimed={sentence_id: words}))
+            self._deliver(event.seq, event.body)
+
     async def retry_unsaved(self) -> None:
         """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
         if self.needs_saving and not self._lock.locked():
             async with self._lock:
                 await self._flush()
 
-    def _deliver(self, seq: int, body: Caption | Speakers, latency_ms: int | None = None) -> None:
+    def _deliver(self, seq: int, body: Caption | Speakers | WordTimes, latency_ms: int | None = None,
+                 stable_words: list[Word] | None = None, words_session: str | None = None) -> None:
         """Broadcast durable event ``seq`` (the caller holds ``_lock``, and every event before it was delivered).
-        Viewers get captions with the room's live partial text (never stored) and the publisher's latency."""
+        Viewers get captions with the room's live partial text and its stable count (never stored), the
+        publisher's latency and its newly settled words."""
         self.seq = max(self.seq, seq)
         if isinstance(body, Caption):
             if body.sentences:
                 self._next_sentence = max(self._next_sentence, max(s.id for s in body.sentences) + 1)
-            live = self.partial_message(latency_ms)
+            for session in {s.session for s in body.sentences if s.session is not None}:
+                self.remote.locked(session, seq)  # the locked sentence takes the place of its announced text
+            live = self.partial_message(latency_ms, stable_words, words_session)
             body = dataclasses.replace(body, partial=live.partial, latency_ms=latency_ms, partial_spk=live.partial_spk,
-                                       partial_session=live.partial_session)
+                                       partial_session=live.partial_session, stable=live.stable,
+                                       stable_words=live.stable_words)
         self._broadcast(body, durable=True)
 
     async def _save(self, event: _Event) -> _Event:
@@ -335,7 +415,7 @@ class Room:
                     self.record_saved = True
                     continue
                 e = self.unsaved[0]
-                stored = await self.store.append(self.id, e.body, e.records, e.relabel)
+                stored = await self.store.append(self.id, e.body, e.records, e.relabel, e.retimed)
             except StoreError as exc:
                 stopped = not self.store_error
                 self.store_error = str(exc)
@@ -387,7 +467,7 @@ class Room:
         for seq, message in await self.store.events_after(self.id, self.seq):
             if before is not None and seq >= before:
                 break
-            if isinstance(message, Caption | Speakers):
+            if isinstance(message, Caption | Speakers | WordTimes):
                 self._deliver(seq, message)
                 count += 1
         return count
@@ -407,7 +487,10 @@ class Room:
         return publisher
 
     def leave(self, session_id: str) -> None:
-        if self.publishers.pop(session_id, None) is not None:
+        publisher = self.publishers.pop(session_id, None)
+        if publisher is not None:
+            if publisher.announced:  # it left mid-sentence: the other front ends stop showing its text
+                self.announce_open(session_id, "", [])
             self.touch()
             self.broadcast_partial()
             self._broadcast_status()
@@ -416,6 +499,7 @@ class Room:
         """Server shutdown: end every viewer's stream (clients reconnect and resume from the store)."""
         if self._syncing is not None:
             self._syncing.cancel()
+        self.announcer.close()
         for viewer in list(self.viewers):
             viewer.end()
         self.viewers.clear()
@@ -434,7 +518,9 @@ class RoomPublisher:
         # Session audio time 0 is (about) now: shift its times onto the room's timeline.
         self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
         self.partial = ""
+        self.stable = 0  # how many leading words of ``partial`` are settled
         self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
+        self.announced = ""  # the stable text the other front ends were last told of
         self.on_saving: Callable[[bool, str], None] | None = None  # (saving, why not) when the store fails/recovers
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._log = SessionLog(log, session_id)
@@ -442,19 +528,36 @@ class RoomPublisher:
     async def publish(self, message: ServerMessage) -> None:
         if isinstance(message, Caption):
             self.partial = "" if message.is_final else message.partial
+            self.stable = min(message.stable, len(self.partial.split())) if self.partial else 0
             self.partial_spk = message.partial_spk if self.partial else None
+            settled = [w.shifted(self.offset_ms) for w in message.stable_words]
             new = [s for s in message.sentences if s.id not in self._ids]
-            if not new:
-                self.room.broadcast_partial(message.latency_ms)
-                return
-            records = await self.room.commit_sentences(
-                [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
-                  tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
-                message.latency_ms)
-            for s, r in zip(new, records, strict=True):
-                self._ids[s.id] = r.id
+            if new:
+                records = await self.room.commit_sentences(
+                    [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
+                      tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
+                    message.latency_ms, settled, self.session_id)
+                for s, r in zip(new, records, strict=True):
+                    self._ids[s.id] = r.id
+            else:
+                self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
+            self._announce(bool(new), settled)
         elif isinstance(message, Speakers):
             await self.room.commit_relabel({self._ids[k]: v for k, v in message.relabel.items() if k in self._ids})
+        elif isinstance(message, WordTimes):
+            sid = self._ids.get(message.id)
+            if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
+                await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
+                                             self.session_id)
+
+    def _announce(self, locked: bool, settled: list[Word]) -> None:
+        """Tell the other front ends when this publisher's stable text changed (``app.room_open``)."""
+        text = " ".join(self.partial.split()[: self.stable])
+        if text == self.announced and not settled and not (locked and text):  # (a lock clears what was announced)
+            return
+        self.announced = text
+        if text or not locked:  # text gone because its sentence locked: the lock clears it everywhere by itself
+            self.room.announce_open(self.session_id, text, settled)
 
     def leave(self) -> None:
         self.room.leave(self.session_id)
@@ -476,10 +579,11 @@ class RoomRegistry:
         self._sweeper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start the sweep, and hear of other front ends' commits (needs the running event loop)."""
+        """Start the sweep, and hear of other front ends' commits and announcements (needs the running event
+        loop)."""
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
-            self.store.watch(self._heard, self._missed)
+            self.store.watch(self._heard, self._missed, self._announced)
 
     def _heard(self, room_id: str, seq: int) -> None:
         room = self._rooms.get(room_id)
@@ -489,6 +593,11 @@ class RoomRegistry:
     def _missed(self) -> None:
         for room in self._rooms.values():
             room.heard()
+
+    def _announced(self, room_id: str, body: dict[str, Any]) -> None:
+        room = self._rooms.get(room_id)
+        if room is not None:  # a room not in memory has no viewers here
+            room.heard_announcement(body)
 
     async def create(self, title: str = "", private: bool = False,
                      unsaved_ok: bool = False) -> tuple[Room, str | None]:
@@ -547,6 +656,7 @@ class RoomRegistry:
             for room in self._rooms.values():
                 if room.viewers:
                     room.heard()
+                room.expire_open()
         idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
         for room_id in idle:
             del self._rooms[room_id]
@@ -577,5 +687,17 @@ class RoomRegistry:
             room.close()
 
 
+def merged_stable(parts: list[tuple[str, str, int]]) -> int:
+    """How many leading words of the joined texts of ``parts`` (``Room.open_parts``) are settled: the first
+    part's stable words, plus the next part's only if all of the first is settled, and so on."""
+    count = 0
+    for _, text, stable in parts:
+        words = len(text.split())
+        count += min(stable, words)
+        if stable < words:
+            break
+    return count
+
+
 def _stored(stored: Appended, draft: _Event) -> _Event:
-    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel)
+    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel, draft.retimed)

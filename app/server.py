@@ -9,6 +9,7 @@ import logging
 import signal
 import ssl
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -60,7 +61,8 @@ def engine_config(config: ServerConfig) -> EngineConfig:
         transcriber=TranscriberConfig(model=config.model, device=config.device, window=config.window,
                                       cpu_threads=config.cpu_threads, timestamps=config.word_timestamps,
                                       asr_urls=config.asr_urls),
-        endpoint=ENDPOINT_PRESETS[config.preset],
+        endpoint=ENDPOINT_PRESETS[config.preset] if config.sentence_pause_ms is None else replace(
+            ENDPOINT_PRESETS[config.preset], sentence_pause_ms=max(0, config.sentence_pause_ms)),
         speakers=config.speakers,
         speaker_model=config.speaker_model,
         default_language=config.language,

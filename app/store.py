@@ -1,4 +1,5 @@
-"""The transcript store's interface: every room, every locked sentence and every speaker relabel, durably.
+"""The transcript store's interface: every room, every locked sentence, speaker relabel and word-time update,
+durably.
 
 Two backends share it, and the rest of the server does not care which one it has:
 - ``app.store_sqlite.SqliteStore``: one SQLite file (or ``:memory:``) for one server on one box (the default);
@@ -12,11 +13,16 @@ Contracts both keep:
   next sentence ids *inside the write transaction*, so two writers (two front ends on one database) never collide
   and commit order is seq order (an event with seq N is committed before seq N + 1 is given out). The numbers the
   caller put in the draft are only its guess; what was stored comes back in ``Appended``.
-- ``watch(on_commit, on_missed)``: a store that other processes write to (``shared``) calls ``on_commit(room,
-  seq)`` for every event committed by anyone (this process included), soon after the commit, and ``on_missed()``
-  when notices may have been lost (a dropped connection): then every room should look at the store again. Notices
-  carry no content: the events are read from the store, so a late, lost or repeated notice costs a read, never an
-  event.
+- ``watch(on_commit, on_missed, on_announce)``: a store that other processes write to (``shared``) calls
+  ``on_commit(room, seq)`` for every event committed by anyone (this process included), soon after the commit, and
+  ``on_missed()`` when notices may have been lost (a dropped connection): then every room should look at the store
+  again. Commit notices carry no content: the events are read from the store, so a late, lost or repeated notice
+  costs a read, never an event.
+- ``announce(room, body)``: an ephemeral message to the other processes that serve the room (``on_announce(room,
+  body)`` there, never here): live state that is not stored (a publisher's stable open text). Never stored, never
+  replayed; one may be lost (a dropped connection). Announcements sent one after another (each awaited) arrive in
+  that order. A ``body`` whose JSON is over ``ANNOUNCE_MAX_BYTES`` is refused (``ValueError``). A store only this
+  process writes has no one to tell: it sends nothing.
 - Every failure of the database is a ``StoreError`` (a full disk, a lost server, a newer schema, a closed store).
 
 Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's ``schema_version`` table):
@@ -25,10 +31,11 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   viewer_token itself: the room's QR code and viewer links must carry it whoever asks for them (the server's admin
   included). Keeping it adds no exposure: whoever can read the database can read the transcripts it protects.
   Rooms made before it was kept have NULL there; their QR code needs the viewer token presented.
-- ``events``: (room, seq) -> kind ("caption" | "speakers") and the message as sent to viewers (JSON). ``seq`` is
-  the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
+- ``events``: (room, seq) -> kind ("caption" | "speakers" | "words") and the message as sent to viewers (JSON).
+  ``seq`` is the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
 - ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels) and
-  words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known).
+  words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known;
+  replaced by a "words" event: the aligner's times, which follow the lock).
 """
 
 from __future__ import annotations
@@ -39,11 +46,15 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine import protocol
 
 MEMORY = ":memory:"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# The largest ``announce`` body (its JSON, UTF-8): half of PostgreSQL's 8000-byte NOTIFY payload limit, which leaves
+# room for the envelope (room id, sender) and for bodies that grow a little over time.
+ANNOUNCE_MAX_BYTES = 4000
 
 
 class StoreError(RuntimeError):
@@ -84,7 +95,8 @@ class Snapshot:
     sentences: list[SentenceRecord]
 
 
-RoomEvent = protocol.Caption | protocol.Speakers
+RoomEvent = protocol.Caption | protocol.Speakers | protocol.WordTimes
+Retimed = dict[int, tuple[protocol.Word, ...]]  # room sentence id -> its new word times (room timeline)
 
 
 @dataclass(frozen=True)
@@ -130,10 +142,11 @@ class TranscriptStore(ABC):
 
     @abstractmethod
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None) -> Appended:
-        """Commit one room event atomically: the event as viewers get it, its new sentences and any speaker
-        relabels. A ``Caption``'s sentences are ``sentences`` in order. The event gets the room's next seq and the
-        sentences the room's next ids (see the module's contracts); returns them as stored."""
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
+        """Commit one room event atomically: the event as viewers get it, its new sentences, any speaker
+        relabels and any new word times (``retimed``: they replace the stored sentences' words). A ``Caption``'s
+        sentences are ``sentences`` in order. The event gets the room's next seq and the sentences the room's next
+        ids (see the module's contracts); returns them as stored."""
 
     @abstractmethod
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
@@ -143,10 +156,16 @@ class TranscriptStore(ABC):
     async def snapshot(self, room_id: str) -> Snapshot:
         """The room's sentences and the seq they reflect, read in one transaction (consistent)."""
 
-    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
-        """Hear of events other processes commit (see the module's contracts). A store that only this process
-        writes has nothing to tell: the default does nothing."""
-        del on_commit, on_missed
+    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
+              on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        """Hear of events other processes commit, and of what they ``announce`` (see the module's contracts). A
+        store that only this process writes has nothing to tell: the default does nothing."""
+        del on_commit, on_missed, on_announce
+
+    async def announce(self, room_id: str, body: dict[str, Any]) -> None:
+        """Send ``body`` (JSON-able) to the other processes serving ``room_id`` (see the module's contracts). The
+        default (a store no other process writes) sends nothing."""
+        del room_id, body
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -165,6 +184,14 @@ def event_json(event: RoomEvent) -> tuple[str, str]:
     """``(kind, body)`` of an event as stored: the message viewers get, word times included."""
     body = event.wire(words=True) if isinstance(event, protocol.Caption) else event.wire()
     return body["type"], json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def announce_json(body: dict[str, Any]) -> str:
+    """``body`` as an ``announce`` sends it; ``ValueError`` if it is over ``ANNOUNCE_MAX_BYTES``."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if len(text.encode("utf-8")) > ANNOUNCE_MAX_BYTES:
+        raise ValueError(f"an announcement of {len(text.encode('utf-8'))} bytes (at most {ANNOUNCE_MAX_BYTES})")
+    return text
 
 
 def words_json(words: Sequence[protocol.Word]) -> str | None:

@@ -22,6 +22,13 @@ notices on commit, in commit order, to every listening connection (this front en
 only the room and the seq (well under the 8000-byte limit whatever the sentence); the listener reads the events
 from the table. If the listening connection drops, it reconnects with a growing pause and calls ``on_missed``.
 
+Announcements (``announce``: live state that is never stored, such as a publisher's stable open text) go on a
+second channel, ``live_captions_announce``, as JSON ``{"from": <front end>, "room": <id>, "body": {...}}``; the
+listener hands each to ``on_announce`` unless this front end sent it. ``announce`` waits for its ``NOTIFY`` to
+commit, so a caller that sends one at a time has them arrive in order; they go one at a time, so they hold at most
+one of the pool's connections (commits never queue behind them). The body is at most ``ANNOUNCE_MAX_BYTES``, so
+the payload stays well under the 8000-byte limit.
+
 Schema version: the one row of table ``schema_version`` (``SCHEMA_VERSION``; a newer database is refused, an
 older one migrated). Front ends starting together serialise their check on an advisory lock. Version 1 is the
 SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above).
@@ -33,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,12 +52,14 @@ from engine import protocol
 
 from .store import (
     Appended,
+    Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
     Snapshot,
     StoreError,
     TranscriptStore,
+    announce_json,
     event_json,
     now_ms,
     numbered,
@@ -61,6 +71,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 CHANNEL = "live_captions_events"
+ANNOUNCE_CHANNEL = "live_captions_announce"
 POOL_MAX = 4
 CONNECT_TIMEOUT_S = 10  # opening the store: how long an unreachable server may take to refuse
 LISTEN_RETRY_MAX_S = 5.0  # longest pause between attempts to listen again after the connection dropped
@@ -122,6 +133,9 @@ class PostgresStore(TranscriptStore):
                                          check=AsyncConnectionPool.check_connection)
         self._listener: asyncio.Task[None] | None = None
         self._closed = False
+        self.origin = secrets.token_hex(8)  # tells this front end's own announcements from the others'
+        # One announcement at a time (see the module docstring): a crowd of them never holds the pool from commits.
+        self._announcing = asyncio.Lock()
 
     @classmethod
     async def open(cls, url: str) -> PostgresStore:  # type: ignore[override]
@@ -157,7 +171,7 @@ class PostgresStore(TranscriptStore):
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None) -> Appended:
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
         records = list(sentences)
         now = now_ms()
         try:
@@ -181,6 +195,9 @@ class PostgresStore(TranscriptStore):
                 if relabel:
                     await cur.executemany("UPDATE sentences SET spk = %s WHERE room = %s AND id = %s",
                                           [(spk, room_id, sid) for sid, spk in relabel.items()])
+                if retimed:
+                    await cur.executemany("UPDATE sentences SET words = %s WHERE room = %s AND id = %s",
+                                          [(words_json(words), room_id, sid) for sid, words in retimed.items()])
                 await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{room_id} {stored.event.seq}"))
         except psycopg.Error as exc:
             raise self._error(exc) from exc
@@ -207,9 +224,18 @@ class PostgresStore(TranscriptStore):
                         [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words))
                          for sid, session, text, start, end, spk, words in rows])
 
-    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
+    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
+              on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         if self._listener is None and not self._closed:
-            self._listener = asyncio.create_task(self._listen_forever(on_commit, on_missed), name="store-listen")
+            self._listener = asyncio.create_task(self._listen_forever(on_commit, on_missed, on_announce),
+                                                 name="store-listen")
+
+    async def announce(self, room_id: str, body: dict[str, Any]) -> None:
+        announce_json(body)  # the size check: raises ValueError
+        payload = json.dumps({"from": self.origin, "room": room_id, "body": body}, separators=(",", ":"),
+                             ensure_ascii=False)
+        async with self._announcing:
+            await self._execute("SELECT pg_notify(%s, %s)", (ANNOUNCE_CHANNEL, payload))
 
     async def close(self) -> None:
         if self._closed:
@@ -276,7 +302,8 @@ class PostgresStore(TranscriptStore):
                 log.info("transcript store %s: schema migrated from version %d to %d", self.where, version,
                          SCHEMA_VERSION)
 
-    async def _listen_forever(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None]) -> None:
+    async def _listen_forever(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
+                              on_announce: Callable[[str, dict[str, Any]], None] | None) -> None:
         pause_s = 0.1
         heard_before = False
         while True:
@@ -284,12 +311,18 @@ class PostgresStore(TranscriptStore):
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True,
                                                                  connect_timeout=CONNECT_TIMEOUT_S) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    if on_announce is not None:
+                        await conn.execute(f"LISTEN {ANNOUNCE_CHANNEL}")
                     if heard_before:
                         log.warning("transcript store %s: listening again; rooms catch up from the table", self.where)
                     heard_before = True
                     on_missed()  # events committed while nobody listened sent notices nobody got
                     pause_s = 0.1
                     async for notice in conn.notifies():
+                        if notice.channel == ANNOUNCE_CHANNEL:
+                            if on_announce is not None:
+                                self._announced(notice.payload, on_announce)
+                            continue
                         room_id, _, seq = notice.payload.rpartition(" ")
                         try:
                             on_commit(room_id, int(seq))
@@ -302,3 +335,20 @@ class PostgresStore(TranscriptStore):
                             str(exc).strip(), pause_s)
             await asyncio.sleep(pause_s)
             pause_s = min(pause_s * 2, LISTEN_RETRY_MAX_S)
+
+    def _announced(self, payload: str, on_announce: Callable[[str, dict[str, Any]], None]) -> None:
+        """One announcement heard: to ``on_announce`` unless it is this front end's own or not one at all."""
+        try:
+            notice = json.loads(payload)
+            if notice["from"] == self.origin:
+                return
+            room_id, body = str(notice["room"]), notice["body"]
+            if not isinstance(body, dict):
+                raise TypeError("the body is not an object")
+        except (ValueError, KeyError, TypeError) as exc:  # another program on the channel: not ours to act on
+            log.warning("transcript store %s: ignoring an announcement that is not one (%s)", self.where, exc)
+            return
+        try:
+            on_announce(room_id, body)
+        except Exception:  # one room's failure must not end the listening
+            log.exception("room %s: handling an announcement failed", room_id)

@@ -30,6 +30,7 @@ from engine import protocol
 from .store import (
     MEMORY,
     Appended,
+    Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
@@ -118,8 +119,9 @@ class SqliteStore(TranscriptStore):
         return await self._run(self._counters, room_id)
 
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None) -> Appended:
-        return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}))
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
+        return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}),
+                               dict(retimed or {}))
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         return await self._run(self._events_after, room_id, after_seq)
@@ -203,7 +205,7 @@ class SqliteStore(TranscriptStore):
         return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
 
     def _append(self, room_id: str, event: RoomEvent, sentences: list[SentenceRecord],
-                relabel: dict[int, int]) -> Appended:
+                relabel: dict[int, int], retimed: Retimed) -> Appended:
         db = self._conn
         now = now_ms()
         db.execute("BEGIN IMMEDIATE")  # the write lock first: the numbers read next stay ours until COMMIT
@@ -220,6 +222,8 @@ class SqliteStore(TranscriptStore):
                  for s in stored.records])
             db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
                            [(spk, room_id, sid) for sid, spk in relabel.items()])
+            db.executemany("UPDATE sentences SET words = ? WHERE room = ? AND id = ?",
+                           [(words_json(words), room_id, sid) for sid, words in retimed.items()])
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

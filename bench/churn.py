@@ -44,14 +44,19 @@ def partial_churn(captions: Iterable[dict[str, Any]]) -> tuple[int, int]:
     return changed, shown
 
 
+def _key(word: str) -> list[str]:
+    return normalise(word)
+
+
 def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
     """(tentative words that changed, tentative words shown, stable words withdrawn) for one session's caption
     messages in arrival order, as a reader sees them.
 
-    The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces,
-    compared exactly: a change of case or punctuation is a visible change too); its first ``stable`` partial words
-    are settled, the rest tentative. Every tentative word instance shown counts once per screen state; it changed
-    when the next state has another word, or none, at its place. A settled word that any later state changes or
+    The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces);
+    its first ``stable`` partial words are settled, the rest tentative. Every tentative word instance shown counts
+    once per screen state; it changed when the next state has another word, or none, at its place (compared without
+    case or punctuation, as ``partial_churn`` and WER compare: "home." becoming "home," is not another word). A
+    settled word (compared exactly) that any later state changes or
     drops, or shows as tentative again, is withdrawn (the product promises none)."""
     states: list[tuple[list[str], int, int]] = []  # (screen words, first settled index, first tentative index)
     locked: list[str] = []
@@ -68,7 +73,7 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
             nxt = later[0][0]
             for p in range(tentative_from, len(screen)):
                 shown += 1
-                changed += int(p >= len(nxt) or nxt[p] != screen[p])
+                changed += int(p >= len(nxt) or _key(nxt[p]) != _key(screen[p]))
         else:
             shown += len(screen) - tentative_from
         if later:  # the next state must keep each settled word, settled or locked (the chain covers every later one)

@@ -1,6 +1,7 @@
 """Caption-file bench: word times and subtitle cues on a long multi-reader recording, through the live engine.
 
     python -m bench.cues [--modes align vad timestamps] [--minutes 10] [--groups read noisy dialogue] [--json out.json]
+    python -m bench.cues --sentences out.json [--no-cut] [--speakers label] [--json again.json]
     python -m bench.cues --cost-only
 
 The recording: the English clips of ``shared/data/speech`` with a reference transcript in ``--groups`` (default:
@@ -17,14 +18,22 @@ takes it, once per word-time mode:
   stretches as well.
 
 Per mode it reports the locked WER and the decode time (does timestamp mode cost accuracy or time?), where word
-times land (of the words matched to the reference, the share whose middle lies inside its own clip: at the joins
-of two clips said in one segment, which side of the change each word falls on), and the shipped cue defaults'
-targets: lines per cue, characters per line, cue durations, reading speed (and how many cues the speech itself
-makes faster than 20 characters per second), words lost or reordered, SRT and WebVTT parsed by third-party
-parsers to the same cues, and the cut-and-decode check: each cue's audio cut at its start and end and decoded
-alone must give back the cue's text (WER). The same check on one cue per sentence (``?cues=sentence``) is the
-baseline. ``--cost-only`` measures what timestamp tokens cost a decode: every short clip decoded whole with and
-without them, alternating.
+times land (of the words matched to the reference, the share whose middle lies inside its own clip: at the joins of
+two clips said in one segment, which side of the change each word falls on), and the shipped cue defaults' targets:
+lines per cue, characters per line, cue durations, reading speed (and how many cues the speech itself makes faster
+than 20 characters per second: their characters over the time from their first word to the next cue's first word,
+or, counting the lead-in a cue may take, to the next cue's first word less the gap from as early as the cue may
+start; the share at 20 or less among the others), words lost or reordered, SRT and WebVTT parsed by third-party
+parsers to the same cues, and the cut-and-decode check: each cue's audio cut at its start and end and decoded alone
+must give back the cue's text (WER). The same check on one cue per sentence (``?cues=sentence``) is the baseline.
+``--cost-only`` measures what timestamp tokens cost a decode: every short clip decoded whole with and without them,
+alternating.
+
+Every run keeps its locked sentences (with word times) in its ``--json`` file. ``--sentences`` takes such a file
+instead of streaming: the cues are built again from the same sentences (the streaming figures are the file's), so
+that two ways of cutting and timing cues compare on the same words; with ``--no-cut`` the engine does not even
+start (seconds instead of minutes). The recording's arguments (``--minutes``, ``--groups``, ``--gap-s``) must be
+the saved run's for the cut-and-decode check and the word sides to mean anything.
 """
 
 from __future__ import annotations
@@ -47,12 +56,12 @@ import srt as srt_lib
 import webvtt
 
 from app import exports
-from app.cues import PAUSE_MS, Cue, CueRules, build_cues, sentence_words
+from app.cues import PAUSE_MS, SPEAKER_STYLES, Cue, CueRules, build_cues, sentence_words
 from app.store import SentenceRecord
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import WindowStats
 from engine.config import EngineConfig, TranscriberConfig
-from engine.protocol import Sentence
+from engine.protocol import Sentence, Word
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
 from tests.speech import audio, manifest
@@ -158,11 +167,20 @@ def cue_targets(cues: list[Cue], rules: CueRules) -> dict[str, Any]:
     n = max(1, len(cues))
     durations = [c.end_ms - c.start_ms for c in cues]
     cps = [c.chars * 1000 / max(1, d) for c, d in zip(cues, durations, strict=True)]
-    # How fast the speech itself is: the cue's characters over the time from its first word to the next cue.
-    speech_cps = []
+    over = [x > rules.max_cps + 1e-9 for x in cps]
+    # How fast the speech itself is: the cue's characters over the time from its first word to the next cue's first
+    # word (words, not display times, so that every timing rule is measured against the same room); and over the
+    # most any timing may give it: from as early as it may start (its lead-in, after the previous cue's words and
+    # the gap) to the next cue's first word less the gap.
+    speech_over, reach_over = [], []
     for k, c in enumerate(cues):
-        room = (cues[k + 1].start_ms if k + 1 < len(cues) else c.start_ms + rules.max_ms) - c.words[0].start_ms
-        speech_cps.append(c.chars * 1000 / max(1, min(room, rules.max_ms)))
+        first = c.words[0].start_ms
+        follow = cues[k + 1].words[0].start_ms if k + 1 < len(cues) else first + rules.max_ms
+        speech_over.append(c.chars * 1000 / max(1, min(follow - first, rules.max_ms)) > rules.max_cps + 1e-9)
+        earliest = min(first, max(first - rules.lead_ms, cues[k - 1].words[-1].end_ms + rules.gap_ms if k else 0))
+        latest = follow - rules.gap_ms if k + 1 < len(cues) else earliest + rules.max_ms
+        reach_over.append(c.chars * 1000 / max(1, min(latest - earliest, rules.max_ms)) > rules.max_cps + 1e-9)
+    others = [o for o, fast in zip(over, speech_over, strict=True) if not fast]
     return {
         "cues": len(cues),
         "at_most_max_lines": sum(len(c.lines) <= rules.max_lines for c in cues) / n,
@@ -171,15 +189,21 @@ def cue_targets(cues: list[Cue], rules: CueRules) -> dict[str, Any]:
         "duration_in_range": sum(rules.min_ms <= d <= rules.max_ms for d in durations) / n,
         "longest_cue_s": max(durations, default=0) / 1000,
         "shortest_cue_s": min(durations, default=0) / 1000,
-        "at_most_max_cps": sum(x <= rules.max_cps + 1e-9 for x in cps) / n,
-        "speech_faster_than_max_cps": sum(x > rules.max_cps + 1e-9 for x in speech_cps),
+        "at_most_max_cps": sum(not o for o in over) / n,
+        "speech_faster_than_max_cps": sum(speech_over),
+        "at_most_max_cps_of_others": sum(not o for o in others) / max(1, len(others)),
+        "out_of_reach_of_max_cps": sum(reach_over),
+        "lead_in_cues": sum(c.start_ms < c.words[0].start_ms for c in cues),
+        "lead_in_p50_ms": statistics.median([c.words[0].start_ms - c.start_ms for c in cues
+                                             if c.start_ms < c.words[0].start_ms] or [0]),
+        "cues_over_max_cps_p50": statistics.median([x for x, o in zip(cps, over, strict=True) if o] or [0.0]),
     }
 
 
-def same_cues_in_both_files(records: list[SentenceRecord]) -> bool:
-    srt_cues = list(srt_lib.parse(exports.to_srt(records)))
+def same_cues_in_both_files(records: list[SentenceRecord], options: exports.ExportOptions) -> bool:
+    srt_cues = list(srt_lib.parse(exports.to_srt(records, options)))
     with tempfile.NamedTemporaryFile("w", suffix=".vtt", encoding="utf-8", delete=False) as f:
-        f.write(exports.to_vtt(records))
+        f.write(exports.to_vtt(records, options))
     try:
         vtt_cues = webvtt.read(f.name).captions
     finally:
@@ -237,6 +261,28 @@ def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
     return [SentenceRecord(s.id, "bench", s.text, s.start, s.end, s.spk, s.words) for s in sentences]
 
 
+def saved_sentences(path: Path) -> dict[str, tuple[dict[str, Any], list[Sentence]]]:
+    """Per mode of a ``--json`` file: its row (the streaming figures) and its locked sentences."""
+    out = {}
+    for mode, row in json.loads(path.read_text())["modes"].items():
+        sentences = [Sentence(s["id"], s["text"], s["start"], s["end"], s["spk"],
+                              words=tuple(Word(w["w"], w["start_ms"], w["end_ms"]) for w in s.get("words", ())))
+                     for s in row["sentence_records"]]
+        out[mode] = (row, sentences)
+    return out
+
+
+def cue_rows(records: list[SentenceRecord], options: exports.ExportOptions) -> tuple[list[Cue], dict[str, Any]]:
+    """The subtitle cues of ``records`` and their targets, with the one-cue-per-sentence baseline's."""
+    cues = build_cues(records, options.rules, options.speakers)
+    said = [w.w for r in records for w in r.words]
+    return cues, {"targets": cue_targets(cues, options.rules),
+                  "words_in_order": [w.w for c in cues for w in c.words] == said,
+                  "srt_vtt_same_cues": same_cues_in_both_files(records, options),
+                  "sentence_cues": cue_targets(sentence_cues(records), options.rules),
+                  "speakers": options.speakers}
+
+
 def sentence_cues(records: list[SentenceRecord]) -> list[Cue]:
     """Today's one cue per sentence, with its words, for the baseline's cut-and-decode."""
     return [Cue(r.start_ms, max(r.end_ms, r.start_ms + 1), (r.text,), r.spk, r.session,
@@ -275,66 +321,95 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await engine.close()
     recording, pieces = build_recording(args.minutes, tuple(args.groups), gap_s=tuple(args.gap_s))
-    reference = " ".join(manifest()[p.clip]["text"] for p in pieces)
     print(f"recording: {recording.size / SR / 60:.1f} min, {len(pieces)} clips, "
           f"{len({p.clip for p in pieces})} distinct ({', '.join(args.groups)})", flush=True)
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model)))
-    await engine.start()
-    t: Any = engine.transcriber
     out: dict[str, Any] = {"minutes": recording.size / SR / 60, "clips": len(pieces),
                            "distinct_clips": len({p.clip for p in pieces}), "groups": args.groups, "modes": {}}
-    rules = CueRules()
+    options = exports.ExportOptions(speakers=args.speakers)
+    saved = saved_sentences(args.sentences) if args.sentences else None
+    if saved is not None and args.no_cut:
+        for mode in args.modes:
+            if mode in saved:
+                out["modes"][mode] = _saved_row(saved[mode], options, mode, args)
+        return out
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model)))
+    await engine.start()
     aligner = engine.aligner
+    try:
+        for mode in args.modes:
+            if saved is not None:
+                if mode not in saved:
+                    continue
+                row = _saved_row(saved[mode], options, mode, args)
+                records = records_of(saved[mode][1])
+            else:
+                row, sentences = await _streamed_row(engine, recording, pieces, mode, options)
+                records = records_of(sentences)
+            out["modes"][mode] = row
+            if not args.no_cut:
+                cues = build_cues(records, options.rules, options.speakers)
+                row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode, pieces)
+                row["cut_decode_sentence_cues"] = await cut_and_decode(engine, recording, sentence_cues(records),
+                                                                       f"{mode}-s", pieces)
+            if args.samples:
+                row["sample_srt"] = exports.to_srt(records[:6], options)
+    finally:
+        engine.aligner = aligner
+        await engine.close()
+    return out
+
+
+async def _streamed_row(engine: CaptionEngine, recording: np.ndarray, pieces: list[Piece], mode: str,
+                        options: exports.ExportOptions) -> tuple[dict[str, Any], list[Sentence]]:
+    """Stream the recording once in word-time ``mode``: the row of figures and the locked sentences."""
+    t: Any = engine.transcriber
+    aligner = engine.aligner  # the loaded one (``run`` puts it back after every mode)
     if aligner is not None:
         # The recording streams ~10x faster than real time, so sentences lock in bursts and the recognizer is always
         # busy, which a live session (a sentence every few seconds) never makes; here the question is where the
         # aligner puts words, not when it skips them.
         aligner.skip_when_behind = False
+    engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,
+                                                               timestamps=mode == "timestamps"))
+    engine.aligner = aligner if mode == "align" else None  # sessions opened from now on
+    align_cpu = aligner.cpu_s if aligner is not None else 0.0
+    skipped = aligner.skipped if aligner is not None else 0
+    t.windows = WindowStats()
+    t0 = time.monotonic()
     try:
-        for mode in args.modes:
-            engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,
-                                                                       timestamps=mode == "timestamps"))
-            engine.aligner = aligner if mode == "align" else None  # sessions opened from now on
-            align_cpu = aligner.cpu_s if aligner is not None else 0.0
-            skipped = aligner.skipped if aligner is not None else 0
-            t.windows = WindowStats()
-            t0 = time.monotonic()
-            result = await stream_audio(engine, recording, realtime=False)
-            wall = time.monotonic() - t0
-            align_cpu = (aligner.cpu_s if aligner is not None else 0.0) - align_cpu
-            skipped = (aligner.skipped if aligner is not None else 0) - skipped
-            sentences = result.sentences()
-            e, n = word_errors(reference, result.text())
-            decode_s = sum(w["decode_s"] for w in t.windows.as_list())
-            records = records_of(sentences)
-            cues = build_cues(records, rules)
-            said = [w.w for r in records for w in r.words]
-            row: dict[str, Any] = {
-                "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
-                "align_cpu_s": align_cpu, "align_skipped": skipped if mode == "align" else None,
-                "speech_s": sum(s.end - s.start for s in sentences) / 1000,
-                "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
-                "sides": word_sides(sentences, pieces),
-                "targets": cue_targets(cues, rules),
-                "words_in_order": [w.w for c in cues for w in c.words] == said,
-                "srt_vtt_same_cues": same_cues_in_both_files(records),
-                "sentence_cues": cue_targets(sentence_cues(records), rules),
-            }
-            print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s "
-                  f"({skipped if mode == 'align' else '-'} sentences skipped), "
-                  f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues", flush=True)
-            if not args.no_cut:
-                row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode, pieces)
-                row["cut_decode_sentence_cues"] = await cut_and_decode(engine, recording, sentence_cues(records),
-                                                                       f"{mode}-s", pieces)
-            out["modes"][mode] = row
-            row["sentence_records"] = [s.wire(words=True) for s in sentences]  # to study cues without streaming
-            if args.samples:
-                row["sample_srt"] = exports.to_srt(records[:6])
+        result = await stream_audio(engine, recording, realtime=False)
     finally:
         engine.aligner = aligner
-        await engine.close()
-    return out
+    wall = time.monotonic() - t0
+    align_cpu = (aligner.cpu_s if aligner is not None else 0.0) - align_cpu
+    skipped = (aligner.skipped if aligner is not None else 0) - skipped
+    sentences = result.sentences()
+    reference = " ".join(manifest()[p.clip]["text"] for p in pieces)
+    e, n = word_errors(reference, result.text())
+    decode_s = sum(w["decode_s"] for w in t.windows.as_list())
+    cues, cue_figures = cue_rows(records_of(sentences), options)
+    row: dict[str, Any] = {
+        "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
+        "align_cpu_s": align_cpu, "align_skipped": skipped if mode == "align" else None,
+        "speech_s": sum(s.end - s.start for s in sentences) / 1000,
+        "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
+        "sides": word_sides(sentences, pieces), **cue_figures,
+        "sentence_records": [s.wire(words=True) for s in sentences],  # to build cues again without streaming
+    }
+    print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s "
+          f"({skipped if mode == 'align' else '-'} sentences skipped), "
+          f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues", flush=True)
+    return row, sentences
+
+
+def _saved_row(saved: tuple[dict[str, Any], list[Sentence]], options: exports.ExportOptions, mode: str,
+               args: argparse.Namespace) -> dict[str, Any]:
+    """A saved run's row with its cue figures built again from its sentences."""
+    row, sentences = saved
+    cues, cue_figures = cue_rows(records_of(sentences), options)
+    print(f"{mode}: {len(sentences)} sentences from {args.sentences}, {len(cues)} cues", flush=True)
+    kept = {k: v for k, v in row.items() if k not in ("cut_decode", "cut_decode_sentence_cues", "sample_srt")}
+    return {**kept, **cue_figures}
 
 
 def print_ends(out: dict[str, Any]) -> None:
@@ -368,8 +443,9 @@ def print_tables(out: dict[str, Any]) -> None:
               f"{s['inside_own_clip']:.1%} of {s['matched_words']} | {s['joined_inside_own_clip']:.1%} of "
               f"{s['joined_words']} | {s['joined_wrong_side_p50_ms']:.0f} |")
     print("\n| mode | cues | <= 2 lines | lines <= 42 | longest line | 0.83-7 s | shortest/longest s | <= 20 cps "
-          "| speech > 20 cps | words in order | SRT = VTT | cut-and-decode WER |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| speech > 20 cps (out of reach) | <= 20 cps of the others | lead-ins (p50 ms) | words in order "
+          "| SRT = VTT | cut-and-decode WER |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, r in out["modes"].items():
         for name, tg, cut in (("subtitle", r["targets"], r.get("cut_decode")),
                               ("sentence", r["sentence_cues"], r.get("cut_decode_sentence_cues"))):
@@ -377,9 +453,11 @@ def print_tables(out: dict[str, Any]) -> None:
                 f"{cut['wer']:.2%} ({', '.join(f'{g} {x:.1%}' for g, x in cut['wer_by_group'].items())})")
             print(f"| {mode}/{name} | {tg['cues']} | {tg['at_most_max_lines']:.0%} | "
                   f"{tg['lines_at_most_max_chars']:.0%} | {tg['longest_line']} | {tg['duration_in_range']:.0%} | "
-                  f"{tg['shortest_cue_s']:.2f}/{tg['longest_cue_s']:.1f} | {tg['at_most_max_cps']:.0%} | "
-                  f"{tg['speech_faster_than_max_cps']} | {r['words_in_order']} | {r['srt_vtt_same_cues']} | "
-                  f"{cut_wer} |")
+                  f"{tg['shortest_cue_s']:.2f}/{tg['longest_cue_s']:.1f} | {tg['at_most_max_cps']:.1%} | "
+                  f"{tg['speech_faster_than_max_cps']} ({tg.get('out_of_reach_of_max_cps', '-')}) | "
+                  f"{tg.get('at_most_max_cps_of_others', float('nan')):.1%} | "
+                  f"{tg.get('lead_in_cues', '-')} ({tg.get('lead_in_p50_ms', 0):.0f}) | {r['words_in_order']} | "
+                  f"{r['srt_vtt_same_cues']} | {cut_wer} |")
 
 
 def main() -> None:
@@ -396,6 +474,11 @@ def main() -> None:
     parser.add_argument("--no-cut", action="store_true", help="skip the cut-and-decode check (stream and cues only)")
     parser.add_argument("--cost-only", action="store_true",
                         help="only what timestamp tokens cost: whole clips decoded with and without them")
+    parser.add_argument("--speakers", default="dash", choices=SPEAKER_STYLES,
+                        help="how the cue text marks a change of speaker (?speakers= of the transcript routes)")
+    parser.add_argument("--sentences", type=Path,
+                        help="a --json file of an earlier run: build cues again from its locked sentences instead "
+                             "of streaming (with --no-cut the engine does not start)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = asyncio.run(run(args))

@@ -29,16 +29,18 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 from bench.churn import flicker
 from bench.harness import pct, tree_cpu_rss
 from bench.metrics import print_markdown_table
 from engine import EngineObserver
+from engine.audio.pcm import SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
@@ -47,6 +49,28 @@ from tests.speech import audio, manifest, pad
 from tests.wer import word_errors
 
 MODES = ("new", "old", "nostable", "noearly", "noholdback")
+
+
+@dataclass(frozen=True)
+class Recording:
+    samples: np.ndarray  # 16 kHz float32, silence around the speech included
+    kind: str  # the manifest's clip kind, or "joined"
+    text: str | None  # reference transcript
+
+
+def build_recordings(args: argparse.Namespace) -> dict[str, Recording]:
+    """The shared clips (1 s of silence before, 2.5 s after), or ``--join``'s one recording ``--repeat`` times."""
+    if args.join:
+        gap = np.zeros(int(args.gap_s * SAMPLE_RATE), np.float32)
+        parts = [np.zeros(SAMPLE_RATE, np.float32)]
+        for c in args.join:
+            parts += [audio(c), gap]
+        text = " ".join(manifest()[c]["text"] or "" for c in args.join)
+        joined = Recording(np.concatenate(parts), "joined", text)
+        return {f"joined#{k}": joined for k in range(args.repeat)}
+    return {c: Recording(pad(audio(c), 1.0, 2.5), e["kind"], e["text"]) for c, e in manifest().items()
+            if e["lang"] == "en" and e["kind"] in args.kinds and (e["text"] or e["kind"] == "conversational")
+            and c.startswith(tuple(args.clip_prefix))}
 
 
 class Latencies(EngineObserver):
@@ -72,8 +96,8 @@ def configure(engine: CaptionEngine, base: EngineConfig, mode: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["kind"] in args.kinds
-             and (e["text"] or e["kind"] == "conversational") and c.startswith(tuple(args.clip_prefix))]
+    recordings = build_recordings(args)
+    clips = list(recordings)
     engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
     await engine.start()
     base = engine.config
@@ -85,7 +109,7 @@ async def main(args: argparse.Namespace) -> int:
     try:
         if args.warmup:
             configure(engine, base, args.modes[0])
-            await stream_audio(engine, pad(audio(clips[0]), 0.5, 1.0), realtime=True)
+            await stream_audio(engine, recordings[clips[0]].samples[: 10 * 16_000], realtime=True)
         for k, group in enumerate(groups):
             order = list(args.modes) if k % 2 == 0 else list(reversed(args.modes))
             for mode in order:
@@ -95,21 +119,21 @@ async def main(args: argparse.Namespace) -> int:
                 await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity
                 c0 = tree_cpu_rss(me)[0]
                 results = await asyncio.gather(*(stream_audio(
-                    engine, pad(audio(c), 1.0, 2.5), realtime=True,
+                    engine, recordings[c].samples, realtime=True,
                     options=SessionOptions(language="en")) for c in group))
                 spent = tree_cpu_rss(me)[0] - c0
                 engine.observers.remove(seen)
                 row = rows[mode]
                 row["cpu_s"] += spent
                 for clip, result in zip(group, results, strict=True):
-                    entry = manifest()[clip]
-                    by = row["by_kind"].setdefault(entry["kind"], {"errors": 0, "words": 0, "sentences": 0,
+                    entry = recordings[clip]
+                    by = row["by_kind"].setdefault(entry.kind, {"errors": 0, "words": 0, "sentences": 0,
                                                                    "flickered": 0, "tentative": 0, "withdrawn": 0,
                                                                    "first": [], "lock": []})
                     wire = [m.wire() for m in result.messages if isinstance(m, Caption)]
                     locked = [s for m in wire for s in m["sentences"]]
-                    if entry["text"]:
-                        e, w = word_errors(entry["text"], " ".join(s["text"] for s in locked))
+                    if entry.text:
+                        e, w = word_errors(entry.text, " ".join(s["text"] for s in locked))
                         by["errors"] += e
                         by["words"] += w
                     by["sentences"] += len(locked)
@@ -120,7 +144,7 @@ async def main(args: argparse.Namespace) -> int:
                     by["withdrawn"] += wd
                     row["audio_s"] += result.audio_s
                 # Latencies are per engine, not per clip: give them to the group's first kind.
-                by = row["by_kind"][manifest()[group[0]]["kind"]]
+                by = row["by_kind"][recordings[group[0]].kind]
                 by["first"] += seen.first
                 by["lock"] += seen.lock
             print(f"group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
@@ -131,7 +155,7 @@ async def main(args: argparse.Namespace) -> int:
         for kind, by in sorted(rows[mode]["by_kind"].items()):
             extra = None
             if "old" in sentences and mode != "old":
-                same = [c for c in sentences[mode] if manifest()[c]["kind"] == kind and c in sentences["old"]]
+                same = [c for c in sentences[mode] if recordings[c].kind == kind and c in sentences["old"]]
                 old_n = sum(sentences["old"][c] for c in same)
                 extra = (sum(sentences[mode][c] for c in same) - old_n) / old_n if old_n else None
             wer = by["errors"] / by["words"] if by["words"] else float("nan")
@@ -139,6 +163,8 @@ async def main(args: argparse.Namespace) -> int:
                           "sentences": by["sentences"], "extra_sentences": float("nan") if extra is None else extra,
                           "first_p50": pct(by["first"], 50), "first_p95": pct(by["first"], 95),
                           "lock_p50": pct(by["lock"], 50), "lock_p95": pct(by["lock"], 95),
+                          "first_max": max(by["first"], default=float("nan")),
+                          "lock_max": max(by["lock"], default=float("nan")),
                           "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
                           "withdrawn": by["withdrawn"],
                           "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
@@ -146,6 +172,7 @@ async def main(args: argparse.Namespace) -> int:
                ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
                ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
+               ("first_max", "first max", "{:.2f}"), ("lock_max", "lock max", "{:.2f}"),
                ("flicker", "flicker", "{:.1%}"), ("withdrawn", "withdrawn", "{:d}"),
                ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]
     print(f"\n{len(clips)} clips, parallel {args.parallel}, {time.monotonic() - t_start:.0f} s\n")
@@ -164,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "old"])
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--clip-prefix", nargs="+", default=[""], help="only clips whose id starts so")
+    p.add_argument("--join", nargs="+", default=None,
+                   help="instead: one recording of these clips in order (1 s lead, --gap-s between), --repeat times")
+    p.add_argument("--gap-s", type=float, default=2.0)
+    p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--model", default=None)
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")

@@ -222,8 +222,8 @@ class Caption:
             out["latency_ms"] = self.latency_ms
         if self.partial_spk is not None:
             out["partial_spk"] = self.partial_spk
-            if self.partial_session is not None:
-                out["partial_session"] = self.partial_session
+        if self.partial_session is not None:  # the publisher of ``partial_spk`` and of ``stable_words`` (rooms)
+            out["partial_session"] = self.partial_session
         if self.stable:
             out["stable"] = self.stable
         if self.stable_words:

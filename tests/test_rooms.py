@@ -5,22 +5,26 @@ case)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from app import exports
 from app.keys import ROOMS
-from app.rooms import RoomRegistry, Viewer, ViewerState
-from app.store import RoomRecord, SentenceRecord, TranscriptStore
-from app.store_sqlite import SCHEMA_VERSION
+from app.room_open import STALE_S, RemoteOpen
+from app.rooms import Room, RoomRegistry, Viewer, ViewerState, merged_stable
+from app.store import RoomRecord, SentenceRecord, Snapshot, TranscriptStore
+from app.store_sqlite import SCHEMA_VERSION, SqliteStore
 from engine import CaptionEngine, protocol
+from engine.protocol import Caption, Sentence, Word, WordTimes
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.speech import audio, pad
@@ -246,3 +250,229 @@ async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> Non
     finally:
         rooms.close()
         await store.close()
+
+
+async def _drain(viewer: Viewer, quiet_s: float = 0.2) -> list[tuple[int, protocol.ServerMessage, bool]]:
+    """Everything a viewer has, until nothing comes for ``quiet_s``."""
+    items: list[tuple[int, protocol.ServerMessage, bool]] = []
+    while True:
+        try:
+            item = await viewer.get(quiet_s)
+        except TimeoutError:
+            return items
+        assert item is not None
+        items.append(item)
+
+
+def _partials(items: list[tuple[int, protocol.ServerMessage, bool]]) -> list[Caption]:
+    return [m for _, m, durable in items if isinstance(m, Caption) and not durable]
+
+
+async def raw_events(url: str, until: str, last_event_id: int | None = None, timeout_s: float = 10.0) -> str:
+    """The raw text of a viewer stream, read until ``until`` appears in it (what ``tests.sse`` hides: id-only
+    events)."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    text = ""
+    async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as r, asyncio.timeout(timeout_s):
+        async for chunk in r.content.iter_any():
+            text += chunk.decode("utf-8")
+            if until in text:
+                return text
+    raise AssertionError(f"the stream ended without {until!r}: {text!r}")
+
+
+async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_transcript(
+        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    """A publisher's ``words`` update (the aligner's times, after the lock) becomes a durable room event: viewers
+    with ``?words=1`` get it with the room's sentence id and timeline; the others get only its id (their
+    ``Last-Event-ID`` moves on, and a resume replays it the same way); transcripts carry the new times."""
+    async with running_server(fake_engine, db_path=str(tmp_path / "c.db")) as (url, app):
+        room, _ = await app[ROOMS].create()
+        await room.commit_sentences([("before", "Earlier.", 0, 500, 0, ())])  # session id 5 is room id 1
+        publisher = room.join("s1")
+        off = publisher.offset_ms
+        estimated = (Word("Good", 0, 450), Word("morning.", 450, 900))
+        aligned = (Word("Good", 60, 310), Word("morning.", 350, 820))
+        await publisher.publish(Caption([Sentence(5, "Good morning.", 0, 900, 0, words=estimated)], "", seq=1))
+        events = f"{url}/rooms/{room.id}/events"
+        async with SseReader(events + "?words=1") as with_words, SseReader(events) as without:
+            for reader in (with_words, without):
+                await reader.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
+            await publisher.publish(WordTimes(7, aligned, seq=2))  # a sentence the room never got: ignored
+            await publisher.publish(WordTimes(5, aligned, seq=3))
+            await publisher.publish(Caption([Sentence(6, "Next.", 1000, 1500, 0)], "", seq=4))
+            for reader in (with_words, without):
+                await reader.wait_for(lambda r: r.last_id() == 4)
+        update = {"type": "words", "seq": 3, "id": 1, "session": "s1",
+                  "words": [w.shifted(off).wire() for w in aligned]}
+        assert [(i, m) for i, m in with_words.events if i == 3] == [(3, update)]
+        assert [i for i, _ in without.events if i is not None] == [2, 4]
+        assert not any(m["type"] == "words" for _, m in without.events)
+        # Resuming after the caption: the update again, in full or as its id alone.
+        async with SseReader(events + "?words=1", last_event_id=2) as resumed:
+            await resumed.wait_for(lambda r: r.last_id() == 4)
+            assert [(i, m["type"]) for i, m in resumed.events if i is not None] == [(3, "words"), (4, "caption")]
+        raw = await raw_events(events, "id: 4\n", last_event_id=2)
+        assert "id: 3\n\n" in raw and '"type":"words"' not in raw, raw
+        # A late viewer, the snapshot and the transcript: the aligned times.
+        async with SseReader(events + "?words=1") as late:
+            await late.wait_for(lambda r: r.last_id() == 4)
+            assert late.events[0][1]["sentences"][1]["words"] == update["words"]
+        assert [s.words for s in (await room.store.snapshot(room.id)).sentences][1] == \
+            tuple(w.shifted(off) for w in aligned)
+        _, exported = await get(f"{url}/rooms/{room.id}/transcript.json")
+        assert json.loads(exported)["sentences"][1]["words"] == update["words"]
+        assert (await room.store.events_after(room.id, 2))[0][1] == \
+            WordTimes(1, tuple(w.shifted(off) for w in aligned), seq=3, session="s1")
+
+
+async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> None:
+    """While the store refuses writes, a ``words`` update is kept in memory with the sentence it times, in order,
+    and read paths (``snapshot_with``) apply it."""
+    store = await TranscriptStore.open(":memory:")
+    rooms = RoomRegistry(store)
+    room, _ = await rooms.create()
+    await store.close()  # every write fails from now on
+    publisher = room.join("s1")
+    await publisher.publish(Caption([Sentence(0, "Hello.", 0, 500, None, words=(Word("Hello.", 0, 500),))], ""))
+    await publisher.publish(WordTimes(0, (Word("Hello.", 40, 380),)))
+    assert [type(e.body) for e in room.pending()] == [Caption, WordTimes] and not room.saving
+    snap = Room.snapshot_with(Snapshot(0, []), room.pending())
+    assert snap.seq == 2 and snap.sentences[0].words == (Word("Hello.", 40 + publisher.offset_ms,
+                                                                380 + publisher.offset_ms),)
+    rooms.close()
+
+
+def test_the_merged_partial_is_settled_up_to_the_first_unsettled_word() -> None:
+    assert merged_stable([]) == 0
+    assert merged_stable([("a", "so the plan is", 2), ("b", "wait now", 2)]) == 2
+    assert merged_stable([("a", "so the plan is", 4), ("b", "wait now", 1)]) == 5
+    assert merged_stable([("a", "so the", 2), ("b", "wait now", 2), ("c", "ok", 0)]) == 4
+    assert merged_stable([("a", "so", 5)]) == 1  # never more than the words there are
+
+
+async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_words() -> None:
+    store = await TranscriptStore.open(":memory:")
+    rooms = RoomRegistry(store)
+    try:
+        room, _ = await rooms.create()
+        viewer = room.subscribe()
+        a, b = room.join("session-a"), room.join("session-b")
+        await a.publish(Caption([], "so the plan is", stable=2, stable_words=[Word("so", 0, 200),
+                                                                              Word("the", 200, 300)]))
+        shown = _partials(await _drain(viewer))[-1]
+        assert (shown.partial, shown.stable, shown.partial_session) == ("so the plan is", 2, "session-a")
+        assert shown.stable_words == [Word("so", 0, 200).shifted(a.offset_ms),
+                                      Word("the", 200, 300).shifted(a.offset_ms)]
+        await b.publish(Caption([], "wait now", stable=1, stable_words=[Word("wait", 0, 300)]))
+        shown = _partials(await _drain(viewer))[-1]
+        assert (shown.partial, shown.stable) == ("so the plan is wait now", 2)  # a's text is not all settled
+        assert shown.stable_words == [Word("wait", 0, 300).shifted(b.offset_ms)] and shown.partial_spk is None
+        assert shown.partial_session == "session-b", "whose settled words they are"
+        await a.publish(Caption([], "so the plan is", stable=4, stable_words=[Word("plan", 300, 600),
+                                                                              Word("is", 600, 700)]))
+        shown = _partials(await _drain(viewer))[-1]
+        assert shown.stable == 5 and [w.w for w in shown.stable_words] == ["plan", "is"]
+        await a.publish(Caption([], "so the plan is", stable=4))  # nothing newly settled: none sent again
+        assert _partials(await _drain(viewer))[-1].stable_words == []
+        # The durable caption that locks a's sentence carries the live partial and its stable count.
+        await a.publish(Caption([Sentence(0, "So the plan is.", 0, 700, None)], ""))
+        items = await _drain(viewer)
+        locked = [m for _, m, durable in items if durable]
+        assert len(locked) == 1 and isinstance(locked[0], Caption)
+        assert (locked[0].partial, locked[0].stable) == ("wait now", 1)
+    finally:
+        rooms.close()
+        await store.close()
+
+
+async def test_a_slow_viewer_loses_no_settled_words_when_its_partials_are_merged() -> None:
+    viewer = Viewer()
+    a, b = Word("a", 0, 1), Word("b", 1, 2)
+    viewer.put(1, Caption([], "a b", stable=1, stable_words=[a], partial_session="p"), durable=False)
+    viewer.put(1, Caption([], "a b c", stable=2, stable_words=[b], partial_session="p"), durable=False)
+    viewer.put(1, Caption([], "a b c x", stable=3, stable_words=[Word("x", 5, 6)], partial_session="q"),
+               durable=False)  # another publisher's words: never in one message with p's
+    viewer.put(1, Caption([], "a b c x y", stable=3), durable=False)  # none settled: it waits behind, then merges
+    viewer.put(1, Caption([], "a b c x y z", stable=3), durable=False)
+    got = [await viewer.get(1.0) for _ in range(3)]
+    assert [(m.partial, m.stable, m.stable_words) for _, m, _ in got if isinstance(m, Caption)] == [
+        ("a b c", 2, [a, b]), ("a b c x", 3, [Word("x", 5, 6)]), ("a b c x y z", 3, [])]
+    with pytest.raises(TimeoutError):
+        await viewer.get(0.05)
+
+
+class _Announcing(SqliteStore):
+    """A SQLite store that pretends other front ends share it: it records what rooms announce."""
+
+    shared = True
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.sent: list[dict[str, Any]] = []
+        self.more = asyncio.Event()
+
+    async def announce(self, room_id: str, body: dict[str, Any]) -> None:
+        self.sent.append(body)
+        self.more.set()
+
+
+async def test_a_publisher_announces_its_stable_text_when_it_changes_and_not_when_it_locks() -> None:
+    store = await _Announcing.open(":memory:")
+    assert isinstance(store, _Announcing)
+    rooms = RoomRegistry(store)
+
+    async def sent(n: int) -> list[tuple[int, str, list[str]]]:
+        async with asyncio.timeout(5):
+            while len(store.sent) < n:
+                store.more.clear()
+                await store.more.wait()
+        await asyncio.sleep(0.05)  # nothing more comes
+        assert len(store.sent) == n, store.sent
+        return [(b["after"], b["text"], [w[0] for w in b["words"]]) for b in store.sent]
+
+    try:
+        room, _ = await rooms.create()
+        a = room.join("s")
+        await a.publish(Caption([], "so the plan", stable=2, stable_words=[Word("so", 0, 200), Word("the", 200, 300)]))
+        await a.publish(Caption([], "so the plan is", stable=2))  # the same stable text: nothing to tell
+        assert await sent(1) == [(0, "so the", ["so", "the"])]
+        assert store.sent[0]["words"][0] == ["so", a.offset_ms, a.offset_ms + 200] and store.sent[0]["session"] == "s"
+        await a.publish(Caption([Sentence(0, "So the plan is.", 0, 900, None)], "and", stable=0))
+        assert len(await sent(1)) == 1, "the lock clears it on the other front ends by itself"
+        await a.publish(Caption([], "and then", stable=1, stable_words=[Word("and", 1000, 1200)]))
+        assert (await sent(2))[1] == (1, "and", ["and"])
+        a.leave()  # mid-sentence: the others stop showing it
+        assert (await sent(3))[2] == (1, "", [])
+        # Announcements that wait behind one in flight merge: the newest text, every settled word once.
+        room.announce_open("t", "x", [Word("x", 0, 1)])
+        room.announce_open("t", "x y", [Word("y", 1, 2)])
+        assert (await sent(4))[3] == (1, "x y", ["x", "y"])
+    finally:
+        rooms.close()
+        await store.close()
+
+
+def test_open_text_from_other_front_ends_lasts_until_its_sentence_locks() -> None:
+    now = [100.0]
+    remote = RemoteOpen(clock=lambda: now[0])
+
+    def body(text: str, after: int, *words: str) -> dict[str, Any]:
+        return {"session": "s", "after": after, "text": text, "words": [[w, 0, 1] for w in words]}
+
+    assert remote.heard(body("so the", 3, "so", "the")) == ("s", [Word("so", 0, 1), Word("the", 0, 1)])
+    assert remote.heard(body("so the", 3)) is None, "nothing changed"
+    assert remote.heard({"session": "t", "after": 3, "text": "hey"}) == ("t", [])
+    assert remote.texts() == [("s", "so the"), ("t", "hey")]
+    assert remote.locked("s", 4) and remote.texts() == [("t", "hey")]
+    assert remote.heard(body("so the plan", 3, "plan")) is None, "sent before the lock, heard after it: stale"
+    assert remote.heard(body("next", 4, "next")) == ("s", [Word("next", 0, 1)]), "sent after the lock"
+    assert not remote.locked("s", 4), "announced after that lock: it stays"
+    assert remote.heard(body("", 5)) == ("s", []) and remote.texts() == [("t", "hey")]
+    assert remote.heard(body("", 5)) is None
+    now[0] += STALE_S - 1
+    assert not remote.expire()
+    now[0] += 1
+    assert remote.expire() and remote.texts() == []
+    with pytest.raises(KeyError):
+        remote.heard({"text": "no session"})

@@ -86,6 +86,16 @@ class LocatingFake(FakeTranscriber):
         return replace(result, text=f"{result.text} from {_located(self.stream, request.audio)}{self.ending}")
 
 
+@dataclass
+class StopsAfterForcedWords(LocatingFake):
+    """The fake recognizer, but a decode made to start with settled words ends right after them (with a full stop),
+    as Whisper sometimes does when the forced words end a sentence and the speaker went on."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        return replace(result, text=request.prefix + ".") if request.prefix else result
+
+
 def _located(stream: np.ndarray, piece: np.ndarray) -> int:
     """Where ``piece`` lies in ``stream`` (sample index), or -1."""
     nonzero = np.flatnonzero(piece)
@@ -151,12 +161,13 @@ async def _settled(session: Session, scheduler: DecodeScheduler) -> None:
 async def _run(speakers: SpeakerService | None,
                layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
                observer: EngineObserver | None = None,
-               ending: str = "") -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+               ending: str = "",
+               recognizer: type[LocatingFake] = LocatingFake) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
-    scheduler = DecodeScheduler(LocatingFake(delay_s=0.005, stream=stream, ending=ending), 2, observer=observer)
+    scheduler = DecodeScheduler(recognizer(delay_s=0.005, stream=stream, ending=ending), 2, observer=observer)
     session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock, observer=observer)
@@ -293,6 +304,18 @@ async def test_stable_words_are_sent_once_and_every_later_text_keeps_them() -> N
             assert words[: len(settled)] == settled, (m.partial, settled)
     # The fake recognizer's texts agree on "audio of" while a sentence grows; the numbers after change every time.
     assert seen_stable == 4, seen_stable
+
+
+@pytest.mark.asyncio
+async def test_a_decode_that_ends_right_after_the_forced_words_neither_locks_nor_loses_the_rest() -> None:
+    messages, info = await _run(speakers=None, recognizer=StopsAfterForcedWords)
+    sentences = _sentences(messages)
+    assert len(sentences) == 2, sentences
+    for s, (_a, b) in zip(sentences, info["speech"], strict=True):
+        # The final was decoded whole, without forcing, and begins with the settled words all the same.
+        words = s.text.split()
+        assert words[:2] == ["audio", "of"] and words[3:5] == ["seconds", "from"], s
+        assert int(words[5]) + float(words[2]) * SAMPLE_RATE >= b - WINDOW, s
 
 
 @pytest.mark.asyncio

@@ -5,8 +5,11 @@ writers on one database never collide, schema versions, clear errors, and Postgr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -50,6 +53,34 @@ async def test_commits_survive_reopening(target: str) -> None:
     record = await again.room(ROOM)
     assert record is not None and record.title == "t" and await again.room("no-such-room") is None
     await again.close()
+
+
+async def test_better_word_times_replace_a_sentences_words_and_replay_in_order(target: str) -> None:
+    """A ``words`` event (the aligner's times, after the lock) is a room event like a relabel: it gets the next
+    seq, replays from ``events_after``, and the stored sentence (snapshots, transcripts) has the new times."""
+    store = await TranscriptStore.open(target)
+    estimated = (protocol.Word("Hello", 0, 500), protocol.Word("there.", 500, 999))
+    aligned = (protocol.Word("Hello", 120, 430), protocol.Word("there.", 480, 910))
+    other = SentenceRecord(0, "s", "Other.", 0, 99, 0)
+    try:
+        await store.create_room(ROOM)
+        first = SentenceRecord(0, "s", "Hello there.", 0, 999, 0, estimated)
+        await store.append(ROOM, caption(first, other), [first, other])
+        update = protocol.WordTimes(0, aligned, seq=2, session="s")
+        stored = await store.append(ROOM, dataclasses.replace(update, seq=99), retimed={0: aligned})
+        assert stored.event == update and stored.records == []
+        await store.append(ROOM, protocol.Speakers({0: 1}, seq=3), relabel={0: 1})
+    finally:
+        await store.close()
+    again = await TranscriptStore.open(target)
+    try:
+        snap = await again.snapshot(ROOM)
+        assert snap.seq == 3 and snap.sentences[0] == SentenceRecord(0, "s", "Hello there.", 0, 999, 1, aligned)
+        assert snap.sentences[1] == SentenceRecord(1, "s", "Other.", 0, 99, 0), "only that sentence changed"
+        assert await again.events_after(ROOM, 1) == [(2, update), (3, protocol.Speakers({0: 1}, seq=3))]
+        assert await again.counters(ROOM) == (3, 2)
+    finally:
+        await again.close()
 
 
 async def test_the_store_numbers_events_and_two_writers_never_collide(target: str) -> None:
@@ -175,6 +206,43 @@ async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_conne
     finally:
         await a.close()
         await b.close()
+
+
+async def test_postgres_announcements_reach_the_other_front_ends_in_order_and_never_their_sender(
+        postgres_url: str, tmp_path: Path) -> None:
+    a, b = await TranscriptStore.open(postgres_url), await TranscriptStore.open(postgres_url)
+    heard: dict[str, list[tuple[str, dict[str, Any]]]] = {"a": [], "b": []}
+    ready = {"a": asyncio.Event(), "b": asyncio.Event()}
+    more = asyncio.Event()
+
+    def hear(name: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_announce(room: str, body: dict[str, Any]) -> None:
+            heard[name].append((room, body))
+            more.set()
+        return on_announce
+
+    for name, store in (("a", a), ("b", b)):
+        store.watch(lambda room, seq: None, ready[name].set, hear(name))
+    try:
+        await asyncio.gather(*(asyncio.wait_for(e.wait(), 10) for e in ready.values()))
+        bodies = [{"session": "s", "after": 0, "text": " ".join(["word"] * i), "words": []} for i in range(1, 6)]
+        for body in bodies:
+            await a.announce(ROOM, body)
+        async with asyncio.timeout(10):
+            while len(heard["b"]) < len(bodies):
+                more.clear()
+                await more.wait()
+        assert heard["b"] == [(ROOM, body) for body in bodies]
+        with pytest.raises(ValueError, match="at most"):
+            await a.announce(ROOM, {"text": "x" * 5000})
+        await asyncio.sleep(0.2)
+        assert heard["a"] == [], "a front end does not hear its own announcements"
+    finally:
+        await a.close()
+        await b.close()
+    sqlite = await TranscriptStore.open(str(tmp_path / "one.db"))  # one server: nobody to tell
+    await sqlite.announce(ROOM, {"text": "x"})
+    await sqlite.close()
 
 
 def test_the_server_refuses_a_database_it_cannot_use_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:

@@ -70,9 +70,10 @@ class Transcript:
     # Where the text was said (seconds from the start of the decoded audio), when timestamps were asked for and the
     # recognizer gives them; empty otherwise.
     spans: tuple[TimedSpan, ...] = ()
-    # A partial that began to loop: its text stops where the repetition began (a partial is shown for a moment and is
-    # not worth a larger window's decode, which every other session would wait for). Never a final's text.
-    loop_cut: bool = False
+    # The text stops before the audio does: a partial that began to loop is cut where the repetition began (it is
+    # shown for a moment and not worth a larger window's decode, which every other session would wait for), or the
+    # session found that the decoder ended right after the words it was made to start with. Never a final's text.
+    truncated: bool = False
 
 
 class Transcriber(Protocol):

@@ -267,7 +267,7 @@ class VllmTranscriber:
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         fallbacks = 0
-        loop_cut = False
+        truncated = False
         try:
             while True:
                 t1 = time.monotonic()
@@ -285,7 +285,7 @@ class VllmTranscriber:
                     cut = loop_start(text_ids)
                     kept = text_ids[:cut] if cut is not None else forced_ids
                     text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
-                    loop_cut = True
+                    truncated = True
                     log.info("partial %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
                              window, reason, len(kept), len(text_ids))
                     self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=False)
@@ -308,10 +308,10 @@ class VllmTranscriber:
         language = request.language
         if language is None:
             language = self._lang_tokens.get(ids[0])
-        spans = self._spans(ids, forced, audio_s) if timestamps and not loop_cut else ()
+        spans = self._spans(ids, forced, audio_s) if timestamps and not truncated else ()
         result = Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans, loop_cut)
-        stopped_early = (not loop_cut and bool(spans) and completion.finish_reason == "stop"
+                            encoder_positions(window), fallbacks, spans, truncated)
+        stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
                          and audio_s - spans[-1].end_s >= _CONTINUE_S)
         if stopped_early and continuations < _MAX_CONTINUATIONS:
             result = await self._continue(request, result, continuations + 1)

@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import SessionOptions
-from engine.protocol import Caption, Sentence, ServerMessage, Speakers
+from engine.protocol import Caption, Sentence, ServerMessage, Speakers, WordTimes
 from engine.stream.engine import CaptionEngine
 
 
@@ -31,11 +31,13 @@ class StreamResult:
         return [m for m in self.messages if isinstance(m, Caption)]
 
     def sentences(self) -> list[Sentence]:
-        """Locked sentences in order, with any later speaker relabels applied."""
+        """Locked sentences in order, with any later speaker relabels and word times (the aligner's) applied."""
         out: dict[int, Sentence] = {}
         for m in self.messages:
             if isinstance(m, Caption):
                 out.update((s.id, s) for s in m.sentences)
+            elif isinstance(m, WordTimes) and m.id in out:
+                out[m.id] = dataclasses.replace(out[m.id], words=m.words)
             elif isinstance(m, Speakers):
                 for sid, spk in m.relabel.items():
                     if sid in out:

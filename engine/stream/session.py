@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -67,6 +68,16 @@ class SessionState(StrEnum):
 # A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
 # decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned).
 _Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None]
+
+
+EARLY_STOP_S = 1.5  # speech after the settled words that a decode adding no word to them must have missed
+
+
+def _forced(stable: list[str]) -> str:
+    """The settled words as a decode's forced start, without the last one's sentence-final punctuation: after a
+    forced full stop Whisper tends to end the text there, though the speaker went on."""
+    text = " ".join(stable)
+    return text.rstrip(".?!。？！") if text.rstrip(".?!。？！") else text
 
 
 def _nothing() -> asyncio.Future[Any]:
@@ -141,6 +152,7 @@ class Session:
         self._partial_meta: dict[str, tuple[int, int, bool]] = {}
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
         self._stable = StableWords()  # the open segment's settled words (``engine.stream.stable``)
+        self._stable_end = 0  # where they end, estimated (session sample index)
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
         self._aligning: set[asyncio.Future[None]] = set()  # locked sentences whose aligned word times are on the way
         self._pending: deque[_Pending] = deque()
@@ -283,6 +295,7 @@ class Session:
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._stable = StableWords()
+        self._stable_end = 0
         self._ends_sentence = False
         self._partial_text = ""
         self._text_shown = False
@@ -298,7 +311,7 @@ class Session:
         stable = list(self._stable.words)
         audio = self.audio.slice(event.start, event.end)
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
-        task = asyncio.create_task(self._finalize(event, audio, speech_s, stable, prior, adopted),
+        task = asyncio.create_task(self._finalize(event, audio, speech_s, stable, self._stable_end, prior, adopted),
                                    name=f"{self.session_id}-final-{event.index}")
         self._pending.append(_Pending(event, self._partial_text, task, speech_s, shown=self._text_shown,
                                       stable=len(stable), audio=audio))
@@ -321,7 +334,7 @@ class Session:
             return end >= event.speech_end and (limit is None or end <= limit)
 
         last = self._last_partial
-        if last is not None and last[0] == event.index and covers(last[1]) and not last[2].loop_cut:
+        if last is not None and last[0] == event.index and covers(last[1]) and not last[2].truncated:
             return last[2], None
         running = self.scheduler.running_partial(self)
         meta = self._partial_meta.get(running.request_id) if running else None
@@ -383,7 +396,7 @@ class Session:
         in_speech = self.endpointer.speech_end >= end - STEP_WINDOWS * WINDOW
         self._partial_meta[request_id] = (opened.index, end, in_speech)
         return DecodeRequest(request_id, self.audio.slice(opened.start, end), Priority.PARTIAL,
-                             self.options.language, self._context, prefix=self._stable.text,
+                             self.options.language, self._context, prefix=_forced(self._stable.words),
                              timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None:
@@ -391,6 +404,8 @@ class Session:
         opened = self.endpointer.open_segment
         if opened is None or opened.index != index or self.state is not SessionState.LIVE:
             return  # its segment has closed meanwhile (an adopted partial reports through its final instead)
+        if self._stopped_early(result, min(end, self.endpointer.speech_end), self._stable.words, self._stable_end):
+            result = dataclasses.replace(result, truncated=True)
         self._last_partial = (index, end, result)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
@@ -398,11 +413,12 @@ class Session:
         if self.config.partial.stable_words:
             settled = len(self._stable.words)
             # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
-            text = " ".join(self._stable.update(text.split(), in_speech or result.loop_cut))
+            text = " ".join(self._stable.update(text.split(), in_speech or result.truncated))
             if len(self._stable.words) > settled:
                 self._log.debug("segment %d: %d words stable", index, len(self._stable.words))
+                self._stable_end = self._settled_until(text)
         # Only a decode of everything said so far can end the sentence (``_maybe_end_sentence``).
-        self._ends_sentence = end >= self.endpointer.speech_end and not result.loop_cut and ends_sentence(text)
+        self._ends_sentence = end >= self.endpointer.speech_end and not result.truncated and ends_sentence(text)
         if in_speech and self.config.partial.hold_back_cut_word:
             text = self._held_back(text)
         if text and not self._text_shown:
@@ -412,6 +428,26 @@ class Session:
             self._partial_text = text
             self._post([], covered_end=end)
         self._maybe_end_sentence()
+
+    @staticmethod
+    def _stopped_early(result: Transcript, speech_end: int, stable: list[str], stable_end: int) -> bool:
+        """The decode, made to start with the settled words, added none though the speaker went on for
+        ``EARLY_STOP_S`` after them: Whisper ended the text right after the forced words. Its text is not the
+        segment's, whatever it says (it must not lock it, early or as the final)."""
+        return (bool(stable) and len(result.text.split()) <= len(stable)
+                and speech_end - stable_end > EARLY_STOP_S * SAMPLE_RATE)
+
+    def _settled_until(self, text: str) -> int:
+        """Where the settled words of the open segment end, estimated from the VAD (a session sample index)."""
+        opened = self.endpointer.open_segment
+        n = len(self._stable.words)
+        if opened is None or not n:
+            return 0
+        placed = place_words(text, samples_to_ms(opened.speech_start),
+                             samples_to_ms(max(self.endpointer.speech_end, opened.speech_start + WINDOW)),
+                             self.endpointer.open_probs, self.config.vad.offset, WINDOW_MS, (),
+                             samples_to_ms(opened.start), ())
+        return placed[n - 1].end_ms * SAMPLE_RATE // 1000 if len(placed) >= n else self.endpointer.speech_end
 
     def _held_back(self, text: str) -> str:
         """What to show of a decode whose audio ended while the speaker was talking: its last word may be cut
@@ -451,7 +487,7 @@ class Session:
 
     # ---- finals ---------------------------------------------------------------------------------------------
     async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float, stable: list[str],
-                        prior: Transcript | None = None,
+                        stable_end: int = 0, prior: Transcript | None = None,
                         adopted: asyncio.Task[Transcript | None] | None = None) -> _Final:
         """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
 
@@ -463,21 +499,25 @@ class Session:
         background = self.options.background
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio,
                                 Priority.BACKGROUND if background else Priority.FINAL,
-                                self.options.language, self._context, prefix=" ".join(stable),
+                                self.options.language, self._context, prefix=_forced(stable),
                                 timestamps=self.config.transcriber.timestamps, temperature=self.options.temperature)
         embed = self._embed(audio, speech_s)
         try:
             result = prior
             if result is None and adopted is not None:
                 result = await self.scheduler.final_of(adopted)
-                if result is not None and result.loop_cut:  # a partial's text cut at a loop: decode it properly
-                    result = None
+                if result is not None and (result.truncated or self._stopped_early(result, closed.speech_end, stable,
+                                                                                   stable_end)):
+                    result = None  # a partial's text that stops before its audio does: decode it properly
                 else:
                     self.stats.reused += 1
             elif result is not None:
                 self.stats.reused += 1
             if result is None:
                 result = await (self.scheduler.background(request) if background else self.scheduler.final(request))
+                if self._stopped_early(result, closed.speech_end, stable, stable_end):
+                    # Decode it whole, unforced; the settled words are then put back in front (``onto``).
+                    result = await self.scheduler.final(dataclasses.replace(request, prefix=""))
         except EngineNotReady as exc:
             self.mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()

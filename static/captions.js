@@ -10,9 +10,10 @@
  *   .state                 "idle" | "loading" | "connecting" | "live" | "reconnecting" | "stopping" | "error"
  *                          (the badge shows the same value as its data-state attribute)
  *   .detail                plain-language text shown for the current state ("" when none)
- *   .transcript()          {sentences: [{id, text, start, end, spk, session}], partial}; times in ms on the
- *                          page's timeline (equal to the server's times within the first session); spk is the
- *                          server's 0-based speaker index or null, shown as "Speaker <spk + 1>"
+ *   .transcript()          {sentences: [{id, text, start, end, spk, session}], partial, stable}; times in ms on
+ *                          the page's timeline (equal to the server's times within the first session); spk is the
+ *                          server's 0-based speaker index or null, shown as "Speaker <spk + 1>"; stable: how many
+ *                          leading words of partial (split on white space) are settled (they lock as shown)
  *   .start(options?)       start captioning; options {language: code | null, hotwords: [..] | "a, b",
  *                          processing: bool}, missing fields taken from the page's controls. Resolves once
  *                          live, rejects if the run fails or is stopped first.
@@ -24,14 +25,17 @@
  *   .session, .model, .language, .latencyMs   from the latest `ready` / `caption` messages
  *   events (CustomEvent, read event.detail):
  *     "state"     {state, previous, detail}
- *     "caption"   {seq, sentences: [newly locked records], partial, partialSpk, isFinal, latencyMs}
+ *     "caption"   {seq, sentences: [newly locked records], partial, stable, partialSpk, isFinal, latencyMs}
  *     "sentence"  one newly locked record {id, text, start, end, spk, session}
+ *     "words"     {seq, record}: better word times arrived for a locked record (its `words` were replaced)
  *     "speakers"  {seq, changed: [relabelled records]}
  *     "stopped"   {session}
  *     "error"     {code, message, detail}
  *     "ready"     {session, model, language}
  * DOM: each locked sentence is `[data-sentence-id][data-spk]` (data-spk "" while the speaker is unknown);
- * the partial line is `[data-partial]` (empty when there is no open segment).
+ * the partial line is `[data-partial]` (empty when there is no open segment; its text is the server's partial,
+ * after a speaker label when one is shown); inside it `[data-stable]` holds the settled words (shown like locked
+ * text, only ever growing) and `[data-tentative]` the rest (shown quieter). See js/view.js.
  * ───────────────────────────────────────────────────────────────────────────────────────────────────────
  */
 
@@ -97,7 +101,7 @@ controller.addEventListener("sentence", ({ detail }) => view.add(detail));
 let partialSpk = null; // the voice now speaking, as the last caption named it
 controller.addEventListener("caption", ({ detail }) => {
   partialSpk = detail.partialSpk ?? null;
-  view.setPartial(detail.partial, partialSpk);
+  view.setPartial(detail.partial, partialSpk, null, detail.stable);
   showLatency();
 });
 controller.addEventListener("speakers", () => rerender());
@@ -140,7 +144,8 @@ ui.clear.addEventListener("click", () => {
 });
 
 function rerender() {
-  view.render(controller.sentences, controller.transcript().partial, partialSpk);
+  const { partial, stable } = controller.transcript();
+  view.render(controller.sentences, partial, partialSpk, null, stable);
 }
 
 function showState(state, detail) {

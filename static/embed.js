@@ -17,10 +17,14 @@
  *   host → widget   {type: "start", language?}   {type: "stop"}   {type: "set-language", language}
  *   widget → host   {type: "ready", version: 1, mode: "viewer" | "microphone", room}
  *                   {type: "state", state, detail}
- *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial, partialSpk}
+ *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial, stable,
+ *                    partialSpk}
  *                   {type: "speakers", relabel: {id: spk}}
  *                   {type: "error", code, message}
- * `caption` carries only newly locked sentences plus the whole current partial text (as on the data channel).
+ * `caption` carries only newly locked sentences plus the whole current partial text (as on the data channel);
+ * `stable` is how many leading words of `partial` (split on white space) are settled: they lock exactly as shown and
+ * never change, only the words after them may (0 when none is). The widget shows the settled words like locked
+ * text and the rest quieter (`[data-stable]` and `[data-tentative]` inside `[data-partial]`, js/caption-lines.js).
  */
 
 import { CaptionLines } from "./js/caption-lines.js";
@@ -50,12 +54,14 @@ const lines = new CaptionLines(document.getElementById("captions"), { speakers: 
 if (shown) {
   shown.addEventListener("sentence", ({ detail }) => lines.add(detail));
   shown.addEventListener("caption", ({ detail }) => {
-    lines.setPartial(detail.partial, detail.partialSpk ?? null, detail.partialSession ?? null);
-    post({ type: "caption", seq: detail.seq ?? null, sentences: detail.sentences, partial: detail.partial,
+    const stable = detail.stable ?? 0;
+    lines.setPartial(detail.partial, detail.partialSpk ?? null, detail.partialSession ?? null, stable);
+    post({ type: "caption", seq: detail.seq ?? null, sentences: detail.sentences, partial: detail.partial, stable,
            partialSpk: detail.partialSpk ?? null });
   });
   shown.addEventListener("speakers", ({ detail }) => {
-    lines.render(shown.sentences, shown.transcript().partial);
+    const { partial, stable } = shown.transcript();
+    lines.render(shown.sentences, partial, shown.partialSpk ?? null, shown.partialSession ?? null, stable);
     post({ type: "speakers", relabel: Object.fromEntries(detail.changed.map((r) => [r.id, r.spk])) });
   });
 }

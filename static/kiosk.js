@@ -13,7 +13,8 @@
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events);
  * `window.liveCaptions.mic` is the microphone's CaptionController with mic=1, else null.
- * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]`.
+ * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the
+ * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js).
  */
 
 import { CaptionLines } from "./js/caption-lines.js";
@@ -37,9 +38,9 @@ const mic = query.get("mic") === "1" ? microphone() : null;
 
 feed.addEventListener("sentence", ({ detail }) => lines.add(detail));
 feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial, detail.partialSpk,
-                                                                  detail.partialSession));
+                                                                  detail.partialSession, detail.stable));
 feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial, feed.partialSpk,
-                                                     feed.partialSession));
+                                                     feed.partialSession, feed.stable));
 feed.addEventListener("state", showStatus);
 mic?.addEventListener("state", showStatus);
 

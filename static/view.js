@@ -3,7 +3,8 @@
  * code. Same look as the main page (captions.css, the same transcript view); no microphone.
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events).
- * DOM: `[data-sentence-id][data-spk]`, `[data-partial]`, `#badge[data-state]`.
+ * DOM: `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the settled words, shown like
+ * locked text; `[data-tentative]`: the rest, quieter; see js/view.js), `#badge[data-state]`.
  */
 
 import { Follow } from "./js/follow.js";
@@ -28,9 +29,9 @@ const view = new TranscriptView({ log: $("transcript"), partial: $("partial"), f
 
 feed.addEventListener("sentence", ({ detail }) => view.add(detail));
 feed.addEventListener("caption", ({ detail }) => view.setPartial(detail.partial, detail.partialSpk,
-                                                                 detail.partialSession));
+                                                                 detail.partialSession, detail.stable));
 feed.addEventListener("speakers", () => view.render(feed.sentences, feed.partial, feed.partialSpk,
-                                                    feed.partialSession));
+                                                    feed.partialSession, feed.stable));
 feed.addEventListener("state", ({ detail }) => {
   const badgeState = BADGE_STATE[detail.state] ?? detail.state;
   $("badge").dataset.state = badgeState;

@@ -42,8 +42,10 @@ const STABLE_LIVE_MS = 20000;
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}   detail: plain-language text for the person, or ""
  *   ready     decoded `ready` message      {session, model, language}
- *   caption   {seq, sentences: [records added], partial, partialSpk, isFinal, latencyMs}
+ *   caption   {seq, sentences: [records added], partial, stable, partialSpk, isFinal, latencyMs}
+ *             stable: how many leading words of `partial` are settled (shown as locked; only the rest may change)
  *   sentence  one record {id, text, start, end, spk, session}, once per newly locked sentence
+ *   words     {seq, record}                better word times arrived for a locked record (record.words replaced)
  *   speakers  {seq, changed: [records]}   after a relabel was applied
  *   stopped   {session}
  *   error     {code, message, detail}     from the server, or a failure that ended the run
@@ -106,7 +108,7 @@ export class CaptionController extends EventTarget {
     return this.#running;
   }
 
-  /** `{sentences: [{id, text, start, end, spk, session}], partial}`, a detached copy. */
+  /** `{sentences: [{id, text, start, end, spk, session}], partial, stable}`, a detached copy. */
   transcript() {
     return this.#transcript.snapshot();
   }
@@ -356,16 +358,23 @@ export class CaptionController extends EventTarget {
       case "caption": {
         const added = this.#transcript.addSentences(message.sentences);
         this.#transcript.partial = message.partial;
+        this.#transcript.stable = message.stable;
         if (message.latencyMs !== null) this.latencyMs = message.latencyMs;
         for (const record of added) this.#emit("sentence", { ...record });
         this.#emit("caption", {
           seq: message.seq,
           sentences: added.map((record) => ({ ...record })),
           partial: message.partial,
+          stable: message.stable,
           partialSpk: message.partialSpk,
           isFinal: message.isFinal,
           latencyMs: message.latencyMs,
         });
+        break;
+      }
+      case "words": {
+        const record = this.#transcript.setWords(message.id, message.words);
+        if (record) this.#emit("words", { seq: message.seq, record: { ...record } });
         break;
       }
       case "speakers": {
@@ -392,7 +401,9 @@ export class CaptionController extends EventTarget {
   #dropPartial() {
     if (!this.#transcript.partial) return;
     this.#transcript.partial = "";
-    this.#emit("caption", { seq: null, sentences: [], partial: "", isFinal: false, latencyMs: null });
+    this.#transcript.stable = 0;
+    this.#emit("caption", { seq: null, sentences: [], partial: "", stable: 0, partialSpk: null, isFinal: false,
+                            latencyMs: null });
   }
 
   #setState(state, detail = "") {

@@ -27,11 +27,15 @@ export function readOptions(search, defaults) {
   };
 }
 
-/** Set data-theme / data-position on <html> and the CSS variables --font, --fg, --bg, --lines. */
+/**
+ * Set data-theme / data-position / data-open-text ("shown" | "hidden": the `partial` option) on <html> and the CSS
+ * variables --font, --fg, --bg, --lines. (Not "data-partial": that attribute marks the open text's element, which
+ * tests and other programs find by it.)
+ */
 export function applyOptions(options, root = document.documentElement) {
   root.dataset.theme = options.theme;
   root.dataset.position = options.position;
-  root.dataset.partial = options.partial ? "shown" : "hidden";
+  root.dataset.openText = options.partial ? "shown" : "hidden";
   root.style.setProperty("--font", `${options.font}px`);
   root.style.setProperty("--lines", String(options.lines));
   if (options.fg) root.style.setProperty("--fg", options.fg);

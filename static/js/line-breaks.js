@@ -39,9 +39,10 @@ export function breakCost(before, after) {
  * Lay a run of words out as lines of at most `maxChars` characters that also pass `fits(text)` (the screen's
  * width in pixels), choosing the breaks that read best (a dynamic programme over the word boundaries; a line left
  * short costs more the shorter it is, the last line excepted). Returns the indices of the words that begin a new
- * line (never 0). A word longer than a line gets a line of its own.
+ * line (never 0). A word longer than a line gets a line of its own. `keep`: the first `keep` words stay together
+ * on the first line (a line laid out already, which more words continue); ignored if they do not fit on one.
  */
-export function lineStarts(words, maxChars, fits = () => true) {
+export function lineStarts(words, maxChars, fits = () => true, keep = 0) {
   const n = words.length;
   const best = new Array(n + 1).fill(Infinity);
   const from = new Array(n + 1).fill(0);
@@ -51,6 +52,7 @@ export function lineStarts(words, maxChars, fits = () => true) {
     for (let i = j - 1; i >= 0; i--) {
       width += words[i].length + 1;
       if ((width > maxChars || !fits(words.slice(i, j).join(" "))) && i < j - 1) break;
+      if (i > 0 && i < keep) continue; // no line starts inside the kept words
       const slack = Math.max(0, maxChars - width) / maxChars;
       const cost = best[i] + (j < n ? breakCost(words[j - 1], words[j]) + COST_RAGGED * slack * slack : 0);
       if (cost < best[j]) {
@@ -59,6 +61,7 @@ export function lineStarts(words, maxChars, fits = () => true) {
       }
     }
   }
+  if (best[n] === Infinity) return lineStarts(words, maxChars, fits);
   const starts = [];
   for (let j = n; j > 0; j = from[j]) if (from[j] > 0) starts.push(from[j]);
   return starts.reverse();

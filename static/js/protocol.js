@@ -6,6 +6,8 @@
  * malformed field cannot reach the DOM.
  */
 
+import { stableCount } from "./stable.js";
+
 export const CHANNEL_LABEL = "captions";
 
 /** Client → server: begin captioning. `language` "" or null means auto-detect (sent as null). */
@@ -46,7 +48,10 @@ export class ProtocolError extends Error {
  * Returns `{raw, message}`: `raw` is the JSON exactly as sent, `message` a normalised copy, one of
  *   {type: "ready", seq, session, model, language}
  *   {type: "caption", seq, sentences: [{id, text, start, end, spk, words?: [{w, start_ms, end_ms}]}], partial,
- *    partialSpk (null when the server names no voice), isFinal, latencyMs}
+ *    stable, partialSpk (null when the server names no voice), isFinal, latencyMs}
+ *     stable: how many leading words of `partial` (split on white space) are settled: they lock exactly as shown;
+ *     only the words after them may still change (0 when the server did not say; never more than partial has)
+ *   {type: "words", seq, id, words: [{w, start_ms, end_ms}]}: better word times for the locked sentence `id`
  *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
  *   {type: "stopped", seq}
  *   {type: "error", seq, code, message}
@@ -89,6 +94,7 @@ export function decodeServerMessage(data) {
           seq,
           sentences: Array.isArray(raw.sentences) ? raw.sentences.map(sentence) : [],
           partial: textOr(raw.partial, ""),
+          stable: stableCount(raw.stable, textOr(raw.partial, "")),
           partialSpk: Number.isInteger(raw.partial_spk) ? raw.partial_spk : null,
           isFinal: raw.is_final === true,
           latencyMs: finiteOr(raw.latency_ms, null),
@@ -98,6 +104,10 @@ export function decodeServerMessage(data) {
       const relabel = new Map();
       for (const [id, spk] of Object.entries(raw.relabel ?? {})) relabel.set(String(id), speaker(spk));
       return { raw, message: { type: "speakers", seq, relabel } };
+    }
+    case "words": {
+      const words = Array.isArray(raw.words) ? raw.words.map(word).filter((w) => w.w) : [];
+      return { raw, message: { type: "words", seq, id: raw.id, words } };
     }
     case "stopped":
       return { raw, message: { type: "stopped", seq } };

@@ -17,14 +17,19 @@
  *
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}
- *   caption   {seq, sentences: [records newly added], partial, partialSpk, partialSession}   for every caption
- *             message (even partial-only); partialSpk/partialSession: the voice now speaking (label and publishing
- *             session) when the server names it, else null
+ *   caption   {seq, sentences: [records newly added], partial, stable, partialSpk, partialSession}   for every
+ *             caption message (even partial-only); stable: how many leading words of partial are settled (they
+ *             lock as shown; only the rest may change); partialSpk/partialSession: the voice now speaking (label and
+ *             publishing session) when the server names it, else null
  *   sentence  one newly added record {id, text, start, end, spk, session}
  *   speakers  {seq, changed: [records]}
  *   status    {live, publishers, viewers}
  * Records: `id` is the room-wide sentence id; `start`/`end` are ms since the room was created; `spk` 0-based.
+ * Other message types (`words` for viewers that asked for word times, types a newer server adds) are kept in
+ * `messages` and otherwise ignored.
  */
+
+import { stableCount } from "./stable.js";
 
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000];
 // The server sends a `ping` every 15 s: three missed ones mean the connection is dead without saying so.
@@ -43,6 +48,8 @@ export class RoomFeed extends EventTarget {
   /** Every message received (decoded JSON), in order; for tests and the embed API. */
   messages = [];
   partial = "";
+  /** How many leading words of `partial` are settled. */
+  stable = 0;
   partialSpk = null;
   partialSession = null;
   lastSeq = null;
@@ -87,9 +94,9 @@ export class RoomFeed extends EventTarget {
     return [...this.#records.values()];
   }
 
-  /** `{sentences: [...copies], partial}` */
+  /** `{sentences: [...copies], partial, stable}` */
   transcript() {
-    return { sentences: this.sentences.map((s) => ({ ...s })), partial: this.partial };
+    return { sentences: this.sentences.map((s) => ({ ...s })), partial: this.partial, stable: this.stable };
   }
 
   /** URL of a server resource of this room, with the viewer token if there is one. */
@@ -214,14 +221,15 @@ export class RoomFeed extends EventTarget {
       }
     }
     this.partial = typeof message.partial === "string" ? message.partial : "";
+    this.stable = stableCount(message.stable, this.partial);
     this.partialSpk = this.partial && Number.isInteger(message.partial_spk) ? message.partial_spk : null;
     this.partialSession = this.partialSpk !== null && typeof message.partial_session === "string"
       ? message.partial_session : null;
     for (const record of added) this.dispatchEvent(new CustomEvent("sentence", { detail: record }));
     const seq = Number.isFinite(message.seq) ? message.seq : null;
-    const { partial, partialSpk, partialSession } = this;
+    const { partial, stable, partialSpk, partialSession } = this;
     this.dispatchEvent(new CustomEvent("caption", {
-      detail: { seq, sentences: added, partial, partialSpk, partialSession },
+      detail: { seq, sentences: added, partial, stable, partialSpk, partialSession },
     }));
   }
 

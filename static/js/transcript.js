@@ -1,6 +1,6 @@
 /**
- * What the page has captioned so far: locked sentences in arrival order plus the one partial line.
- * Pure data, no DOM, no network.
+ * What the page has captioned so far: locked sentences in arrival order plus the one partial line (and how many of
+ * its leading words are settled: `stable`). Pure data, no DOM, no network.
  *
  * A page may hold several server sessions (a reconnect or a new Start continues the same transcript), and
  * each session numbers its sentences and times from zero. Sentences are therefore keyed by (session, id),
@@ -10,6 +10,8 @@
 
 export class Transcript {
   partial = "";
+  /** How many leading words of `partial` are settled (they lock exactly as shown). */
+  stable = 0;
 
   #sentences = [];
   #byKey = new Map();
@@ -26,6 +28,7 @@ export class Transcript {
     this.#session = id;
     this.#offsetMs = Math.max(Math.round(nowMs - this.#originMs), lastEnd);
     this.partial = "";
+    this.stable = 0;
   }
 
   /**
@@ -56,6 +59,18 @@ export class Transcript {
     return added;
   }
 
+  /**
+   * Replace the word times of the current session's locked sentence `id` (a `words` message: the aligner's times,
+   * which follow the lock). Returns the record, or null when this page does not hold that sentence.
+   */
+  setWords(id, words) {
+    const record = this.#byKey.get(this.#key(this.#session, id));
+    if (!record || !words.length) return null;
+    record.words = words.map((w) => ({ w: w.w, start_ms: w.start_ms + this.#offsetMs,
+                                       end_ms: w.end_ms + this.#offsetMs }));
+    return record;
+  }
+
   /** Apply a speaker relabel (Map of sentence id → spk) to the current session; returns changed records. */
   relabel(relabel) {
     const changed = [];
@@ -75,6 +90,7 @@ export class Transcript {
     this.#session = "";
     this.#offsetMs = 0;
     this.partial = "";
+    this.stable = 0;
   }
 
   /** Live records, in order. Callers must not modify them. */
@@ -82,9 +98,9 @@ export class Transcript {
     return this.#sentences;
   }
 
-  /** A detached copy: `{sentences: [{id, text, start, end, spk, session}], partial}`. */
+  /** A detached copy: `{sentences: [{id, text, start, end, spk, session}], partial, stable}`. */
   snapshot() {
-    return { sentences: this.#sentences.map((s) => ({ ...s })), partial: this.partial };
+    return { sentences: this.#sentences.map((s) => ({ ...s })), partial: this.partial, stable: this.stable };
   }
 
   #key(session, id) {

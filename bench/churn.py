@@ -9,6 +9,7 @@ costs nothing; a word that later changed, or a word that never made it into a lo
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,8 +45,8 @@ def partial_churn(captions: Iterable[dict[str, Any]]) -> tuple[int, int]:
     return changed, shown
 
 
-def _key(word: str) -> list[str]:
-    return normalise(word)
+def _key(word: str) -> str:
+    return " ".join(normalise(word))
 
 
 def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
@@ -54,8 +55,9 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
 
     The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces);
     its first ``stable`` partial words are settled, the rest tentative. Every tentative word instance shown counts
-    once per screen state; it changed when the next state has another word, or none, at its place (compared without
-    case or punctuation, as ``partial_churn`` and WER compare: "home." becoming "home," is not another word). A
+    once per screen state; it changed when the next state does not keep it (the tails aligned from the same place,
+    compared without case or punctuation, as ``partial_churn`` and WER compare: "home." becoming "home," is not
+    another word, and a word inserted before it does not change it). A
     settled word (compared exactly) that any later state changes or
     drops, or shows as tentative again, is withdrawn (the product promises none)."""
     states: list[tuple[list[str], int, int]] = []  # (screen words, first settled index, first tentative index)
@@ -70,10 +72,13 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
     for k, (screen, settled_from, tentative_from) in enumerate(states):
         later = states[k + 1:]
         if later:
-            nxt = later[0][0]
-            for p in range(tentative_from, len(screen)):
-                shown += 1
-                changed += int(p >= len(nxt) or _key(nxt[p]) != _key(screen[p]))
+            # The tail against the next screen from the same place, aligned: a word inserted before others does not
+            # make the words after it count as changed.
+            tail = [_key(w) for w in screen[tentative_from:]]
+            nxt = [_key(w) for w in later[0][0][tentative_from:]]
+            kept = sum(b.size for b in difflib.SequenceMatcher(None, tail, nxt, autojunk=False).get_matching_blocks())
+            shown += len(tail)
+            changed += len(tail) - kept
         else:
             shown += len(screen) - tentative_from
         if later:  # the next state must keep each settled word, settled or locked (the chain covers every later one)

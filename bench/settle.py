@@ -6,6 +6,8 @@ before stable words and early locks, side by side.
 Each clip (``../shared/data/speech``, English, 1 s of silence before it and 2.5 s after) is streamed once per mode,
 the modes alternating which goes first from clip to clip, on one loaded engine (default: the embedded whisper-base,
 speaker labels on). ``--parallel N`` streams N clips at once (each mode in turn), for the engine under load.
+``--join A B ...`` streams one recording of those clips instead (1 s lead, ``--gap-s`` between them), ``--repeat``
+times (``--parallel 3 --repeat 15``: five runs of three sessions at once).
 
 Modes: ``new`` is the shipped engine; ``old`` is it without stable words and without the early lock (every sentence
 waits for the endpoint's silence schedule) and without holding back a partial's last word cut by the audio's end,
@@ -16,7 +18,8 @@ Per mode and clip kind:
 - sentences locked, and the extra sentences against ``old`` on the same clips (a sentence split early and then
   continued shows up as one more);
 - first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
-  end of speech), p50 and p95;
+  end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
+  the message that settled it;
 - flicker: tentative words shown that the next update changed or dropped, over tentative words shown; stable words
   withdrawn (``bench.churn.flicker``: must be 0);
 - CPU seconds of the whole process tree (the engine core included) per second of audio.
@@ -40,11 +43,11 @@ from bench.churn import flicker
 from bench.harness import pct, tree_cpu_rss
 from bench.metrics import print_markdown_table
 from engine import EngineObserver
-from engine.audio.pcm import SAMPLE_RATE
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
-from engine.stream.runner import stream_audio
+from engine.stream.runner import StreamResult, stream_audio
 from tests.speech import audio, manifest, pad
 from tests.wer import word_errors
 
@@ -83,6 +86,17 @@ class Latencies(EngineObserver):
 
     def locked(self, latency_s: float) -> None:
         self.lock.append(latency_s)
+
+
+def stable_after_spoken(result: StreamResult) -> list[float]:
+    """Seconds from when each settled word's audio (its estimated end) was fed to when it was sent as stable."""
+    out = []
+    for m, at in zip(result.messages, result.arrivals_s, strict=True):
+        if isinstance(m, Caption):
+            for w in m.stable_words:
+                chunk = min(len(result.fed_at_s) - 1, w.end_ms * SAMPLE_RATE // 1000 // CHUNK_SAMPLES)
+                out.append(at - result.fed_at_s[chunk])
+    return out
 
 
 def configure(engine: CaptionEngine, base: EngineConfig, mode: str) -> None:
@@ -129,7 +143,7 @@ async def main(args: argparse.Namespace) -> int:
                     entry = recordings[clip]
                     by = row["by_kind"].setdefault(entry.kind, {"errors": 0, "words": 0, "sentences": 0,
                                                                    "flickered": 0, "tentative": 0, "withdrawn": 0,
-                                                                   "first": [], "lock": []})
+                                                                   "first": [], "lock": [], "stable": []})
                     wire = [m.wire() for m in result.messages if isinstance(m, Caption)]
                     locked = [s for m in wire for s in m["sentences"]]
                     if entry.text:
@@ -138,6 +152,7 @@ async def main(args: argparse.Namespace) -> int:
                         by["words"] += w
                     by["sentences"] += len(locked)
                     sentences[mode][clip] = len(locked)
+                    by["stable"] += stable_after_spoken(result)
                     f, t, wd = flicker(wire)
                     by["flickered"] += f
                     by["tentative"] += t
@@ -163,6 +178,7 @@ async def main(args: argparse.Namespace) -> int:
                           "sentences": by["sentences"], "extra_sentences": float("nan") if extra is None else extra,
                           "first_p50": pct(by["first"], 50), "first_p95": pct(by["first"], 95),
                           "lock_p50": pct(by["lock"], 50), "lock_p95": pct(by["lock"], 95),
+                          "stable_p50": pct(by["stable"], 50), "stable_p95": pct(by["stable"], 95),
                           "first_max": max(by["first"], default=float("nan")),
                           "lock_max": max(by["lock"], default=float("nan")),
                           "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
@@ -172,6 +188,7 @@ async def main(args: argparse.Namespace) -> int:
                ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
                ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
+               ("stable_p50", "stable p50", "{:.2f}"), ("stable_p95", "p95", "{:.2f}"),
                ("first_max", "first max", "{:.2f}"), ("lock_max", "lock max", "{:.2f}"),
                ("flicker", "flicker", "{:.1%}"), ("withdrawn", "withdrawn", "{:d}"),
                ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.churn import flicker
 from engine import EngineObserver, SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import DecodeRequest, Transcript
@@ -94,6 +95,19 @@ class StopsAfterForcedWords(LocatingFake):
     async def transcribe(self, request: DecodeRequest) -> Transcript:
         result = await super().transcribe(request)
         return replace(result, text=request.prefix + ".") if request.prefix else result
+
+
+@dataclass
+class WordPerHalfSecond(LocatingFake):
+    """The fake recognizer, its text one word per half second of the stream it heard, named by that half second
+    ("h16 h17 ..."): every decode of the same audio says the same words, wherever it starts."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        start = _located(self.stream, request.audio)
+        half = SAMPLE_RATE // 2
+        words = [f"h{k}" for k in range(-(-start // half), (start + request.audio.size) // half)]
+        return replace(result, text=" ".join(words))
 
 
 def _located(stream: np.ndarray, piece: np.ndarray) -> int:
@@ -361,6 +375,34 @@ async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_
     # post-roll and its half of the pause), none of the other's: no word twice.
     heard = [float(s.text.split()[2]) for s in sentences]
     assert heard[0] <= a.size / SAMPLE_RATE + 1.0 and heard[1] <= b.size / SAMPLE_RATE + 1.0, heard
+
+
+@pytest.mark.asyncio
+async def test_words_settled_after_a_change_of_voice_open_the_new_voice_s_sentence() -> None:
+    lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(SAMPLE_RATE // 2, np.float32)
+    a, b = audio(CLIP_A), audio(CLIP_B) + np.float32(0.04)
+    stream = np.concatenate([lead, a, turn_gap, b, lead])
+    speech = [(lead.size, lead.size + a.size), (lead.size + a.size + turn_gap.size, stream.size - lead.size)]
+    # A slow turn detector (five deviating windows half a second apart), as with voices that sound alike: words of
+    # the new voice settle before the change is confirmed.
+    service = SpeakerService(load=DcEmbedder, turns=TurnConfig(hop_s=0.5, confirm_hop_s=0.5, confirm_windows=5))
+    await service.start()
+    try:
+        messages, _ = await _run(speakers=service, layout=(stream, speech), recognizer=WordPerHalfSecond)
+    finally:
+        await service.close()
+    sentences = _sentences(messages)
+    assert [s.spk for s in sentences] == [0, 1], sentences
+    first, second = ([int(w[1:]) for w in s.text.split()] for s in sentences)
+    turn = speech[1][0] / (SAMPLE_RATE // 2)  # the second voice's first half second
+    # Each voice's words in its own sentence (give or take the half second at the cut), none twice.
+    assert max(first) <= turn + 1 and min(second) >= turn - 2, (first, second)
+    assert not set(first) & set(second)
+    # Words had settled past the change before it was heard (the turn detector needs a second or more of the new
+    # voice), and none of them changed or went back to tentative on screen.
+    settled = [int(w.w[1:]) for m in messages if isinstance(m, Caption) for w in m.stable_words]
+    assert max(settled) > turn + 1, settled
+    assert flicker([m.wire() for m in messages if isinstance(m, Caption)])[2] == 0
 
 
 @pytest.mark.asyncio

@@ -48,7 +48,7 @@ from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, Segme
 from engine.stream.mailbox import Mailbox
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.sentence_end import ends_sentence
-from engine.stream.stable import StableWords, onto
+from engine.stream.stable import StableWords, onto, without_lead
 from engine.stream.vad_batch import VadFeed
 from engine.stream.words import place_words
 
@@ -153,6 +153,8 @@ class Session:
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
         self._stable = StableWords()  # the open segment's settled words (``engine.stream.stable``)
         self._stable_end = 0  # where they end, estimated (session sample index)
+        self._decoded: list[tuple[int, int]] = []  # the open segment's partials: (audio end sample, words decoded)
+        self._carried: list[str] = []  # settled words moving to the next segment at a split (``_on_window``)
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
         self._aligning: set[asyncio.Future[None]] = set()  # locked sentences whose aligned word times are on the way
         self._pending: deque[_Pending] = deque()
@@ -273,12 +275,36 @@ class Session:
         if vector is None:
             return
         at = self.turns.add(window, vector, self.endpointer.open_probs, opened.speech_start)
-        if at is not None and (events := self.endpointer.split(at)):
+        if at is None:
+            self._update_partial_speaker()
+            return
+        shown, settled, sent = self._partial_text.split(), self._stable.words, self._stable.sent
+        keep = self._settled_before(at)
+        if events := self.endpointer.split(at):
             self._log.debug("voice change at %d ms: segment %d split", samples_to_ms(at), opened.index)
+            # Words that settled after the cut were the new voice's: they open its sentence (in the same place on
+            # screen, still settled) instead of ending the last one.
+            carried = settled[keep:]
+            if carried:
+                self._stable = StableWords(settled[:keep], sent=min(sent, keep))
+                self._partial_text = " ".join(shown[:keep])
+                self._carried = carried
             self._on_events(events, cut=at)
+            if carried:
+                self._stable = StableWords(list(carried), sent=max(0, sent - keep))
+                self._stable_end = at
+                self._partial_text = " ".join(carried + shown[len(settled):])
+                self._text_shown = True
             self._trim()
             self._maybe_want_partial()
         self._update_partial_speaker()
+
+    def _settled_before(self, at: int) -> int:
+        """How many settled words of the open segment were said before sample ``at``: as many as the newest partial
+        decode of audio that ended there or earlier held (it heard nothing after), all of them if none did."""
+        n = len(self._stable.words)
+        before = [words for end, words in self._decoded if end <= at]
+        return min(n, before[-1]) if before else n
 
     def _update_partial_speaker(self) -> None:
         """The label the open segment's voice would lock with now, shown with its partial text (``partial_spk``)."""
@@ -296,6 +322,7 @@ class Session:
         self.stats.segments += 1
         self._stable = StableWords()
         self._stable_end = 0
+        self._decoded = []
         self._ends_sentence = False
         self._partial_text = ""
         self._text_shown = False
@@ -308,10 +335,11 @@ class Session:
         self.scheduler.cancel_partial(self)
         self._last_partial = None
         self._ends_sentence = False
-        stable = list(self._stable.words)
+        stable, carried, self._carried = list(self._stable.words), self._carried, []
         audio = self.audio.slice(event.start, event.end)
         speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
-        task = asyncio.create_task(self._finalize(event, audio, speech_s, stable, self._stable_end, prior, adopted),
+        task = asyncio.create_task(self._finalize(event, audio, speech_s, stable, self._stable_end, prior, adopted,
+                                                  carried),
                                    name=f"{self.session_id}-final-{event.index}")
         self._pending.append(_Pending(event, self._partial_text, task, speech_s, shown=self._text_shown,
                                       stable=len(stable), audio=audio))
@@ -417,6 +445,7 @@ class Session:
             if len(self._stable.words) > settled:
                 self._log.debug("segment %d: %d words stable", index, len(self._stable.words))
                 self._stable_end = self._settled_until(text)
+        self._decoded.append((end, len(text.split())))
         # Only a decode of everything said so far can end the sentence (``_maybe_end_sentence``).
         self._ends_sentence = end >= self.endpointer.speech_end and not result.truncated and ends_sentence(text)
         if in_speech and self.config.partial.hold_back_cut_word:
@@ -488,14 +517,16 @@ class Session:
     # ---- finals ---------------------------------------------------------------------------------------------
     async def _finalize(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float, stable: list[str],
                         stable_end: int = 0, prior: Transcript | None = None,
-                        adopted: asyncio.Task[Transcript | None] | None = None) -> _Final:
+                        adopted: asyncio.Task[Transcript | None] | None = None,
+                        carried: list[str] | None = None) -> _Final:
         """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
 
         ``prior`` (a finished partial) or ``adopted`` (a running one) that covers all the speech stands in for the
         final decode. ``stable``: the segment's settled words; the text begins with exactly them (forced as the
         decode's start, or reconciled), and they lock even if the guard rejects the rest: a stable word is never
-        withdrawn. A file's sentence waits for its aligned word times; a live one locks without them (they follow,
-        ``_align_locked``)."""
+        withdrawn. ``carried``: settled words that went on to the next sentence at a change of voice (they were said
+        after the cut, as far as the partials tell): the text does not say them again. A file's sentence waits for
+        its aligned word times; a live one locks without them (they follow, ``_align_locked``)."""
         background = self.options.background
         request = DecodeRequest(f"{self.session_id}-f{closed.index}", audio,
                                 Priority.BACKGROUND if background else Priority.FINAL,
@@ -526,7 +557,8 @@ class Session:
             return None, (), None, 0.0, None
         if prior is None:
             self.stats.final_decode_s.append(result.decode_s)
-        text = " ".join(onto(stable, result.text.split()))
+        words = onto(stable, result.text.split())
+        text = " ".join(stable + without_lead(words[len(stable):], carried or []))
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self.config.guard)
         if reason:

@@ -12,6 +12,7 @@ Pure and synchronous; one ``StableWords`` per open segment (``engine.stream.sess
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 from engine.asr.guard import normalise
@@ -20,16 +21,30 @@ from engine.asr.guard import normalise
 def onto(stable: list[str], decoded: list[str]) -> list[str]:
     """``decoded`` with ``stable`` in front: the words a decode that was forced to start with ``stable`` returns,
     whatever the decode did. Where it strayed (compared without case or punctuation), the settled words stay and
-    the decode's words continue after the nearest match of the last settled word, or after as many words."""
+    the decode's words continue from where the settled words' end lies in it: after the last settled word it
+    matches, as many words on as the settled words go on past that match. A decode that says none of the settled
+    words (it heard none of them: audio that begins after them) follows them whole."""
     n = len(stable)
     if not n:
         return list(decoded)
-    if [normalise(w) for w in decoded[:n]] == [normalise(w) for w in stable]:
+    key_s, key_d = [normalise(w) for w in stable], [normalise(w) for w in decoded]
+    if key_d[:n] == key_s:
         return stable + decoded[n:]
-    last = normalise(stable[-1])
-    near = sorted(range(max(0, n - 3), min(len(decoded), n + 3)), key=lambda k: abs(k - (n - 1)))
-    k = next((k for k in near if normalise(decoded[k]) == last), n - 1)
-    return stable + decoded[k + 1:]
+    blocks = [b for b in difflib.SequenceMatcher(None, key_s, key_d[:n + 3], autojunk=False).get_matching_blocks()
+              if b.size]
+    if not blocks:
+        return stable + decoded
+    last = blocks[-1]
+    end = last.b + last.size + (n - last.a - last.size)  # where the settled words end in the decode
+    return stable + decoded[end:]
+
+
+def without_lead(words: list[str], lead: list[str]) -> list[str]:
+    """``words`` less their longest start that is a start of ``lead`` (compared without case or punctuation)."""
+    k = 0
+    while k < min(len(words), len(lead)) and normalise(words[k]) == normalise(lead[k]):
+        k += 1
+    return words[k:]
 
 
 @dataclass

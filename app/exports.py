@@ -4,7 +4,9 @@ with the sentences the page shows) both come from here. Times are milliseconds (
 the session's for the page).
 
 SRT and WebVTT carry the same cues: subtitle-grade ones from ``cues`` by default (``ExportOptions``, set from the
-URL's query by ``parse_options``), or one cue per sentence on one line with ``?cues=sentence``."""
+URL's query by ``parse_options``), or one cue per sentence on one line with ``?cues=sentence``. A change of speaker
+is marked in the text as ``?speakers=`` says (``cues.SPEAKER_STYLES``: a dialogue dash by default); WebVTT also
+names the speaker of every cue in a voice span."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .cues import Cue, CueRules, build_cues, label_for, speaker_name
+from .cues import SPEAKER_STYLES, Cue, CueRules, build_cues, speaker_mark, speaker_name
 from .store import RoomRecord, SentenceRecord
 
 MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
@@ -26,10 +28,12 @@ CUE_MODES = ("subtitle", "sentence")
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """How SRT and WebVTT files cut the transcript: ``cues`` "subtitle" (``rules`` apply) or "sentence"."""
+    """How SRT and WebVTT files cut the transcript: ``cues`` "subtitle" (``rules`` apply) or "sentence"; and how
+    the text marks a change of speaker: ``speakers``, one of ``cues.SPEAKER_STYLES``."""
 
     cues: str = "subtitle"
     rules: CueRules = field(default_factory=CueRules)
+    speakers: str = "dash"
 
 
 class OptionError(ValueError):
@@ -48,15 +52,20 @@ _RULE_PARAMS: dict[str, tuple[str, float, float]] = {
     "max_ms": ("max_ms", 1000, 60_000),
     "max_cps": ("max_cps", 5, 100),
     "gap_ms": ("gap_ms", 0, 2000),
+    "lead_ms": ("lead_ms", 0, 2000),
 }
 
 
 def parse_options(query: Mapping[str, str]) -> ExportOptions:
-    """Export options from a transcript URL's query (``?cues=sentence``, ``?max_chars=32&max_lines=2``, ...);
-    absent parameters keep the defaults. Raises ``OptionError`` naming the first bad parameter."""
+    """Export options from a transcript URL's query (``?cues=sentence``, ``?max_chars=32&max_lines=2``,
+    ``?speakers=label``, ...); absent parameters keep the defaults. Raises ``OptionError`` naming the first bad
+    parameter."""
     cues = query.get("cues", "subtitle")
     if cues not in CUE_MODES:
         raise OptionError("cues", f"cues must be one of {', '.join(CUE_MODES)}")
+    speakers = query.get("speakers", "dash")
+    if speakers not in SPEAKER_STYLES:
+        raise OptionError("speakers", f"speakers must be one of {', '.join(SPEAKER_STYLES)}")
     values: dict[str, Any] = {}
     for param, (name, lo, hi) in _RULE_PARAMS.items():
         raw = query.get(param)
@@ -70,7 +79,7 @@ def parse_options(query: Mapping[str, str]) -> ExportOptions:
     rules = CueRules(**values)
     if rules.min_ms > rules.max_ms:
         raise OptionError("min_ms", "min_ms must not exceed max_ms")
-    return ExportOptions(cues, rules)
+    return ExportOptions(cues, rules, speakers)
 
 
 def _number(raw: str, integer: bool) -> float | None:
@@ -117,7 +126,8 @@ def to_srt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportO
 
 def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportOptions()) -> str:
     """Starts with ``WEBVTT`` even when there is no cue. The text is the SRT's; each cue of a known speaker also
-    opens with a voice span ``<v Speaker 1>`` (not shown, for players that style speakers)."""
+    opens with a voice span ``<v Speaker 1>`` (not shown, for players that style speakers): the name is there
+    whatever mark the text uses."""
     blocks = ["WEBVTT\n"]
     for i, c in enumerate(_cues(sentences, options), 1):
         lines = [_vtt_escape(_cue_line(line)) for line in c.lines]
@@ -130,13 +140,16 @@ def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportO
 
 def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[Cue]:
     if options.cues == "subtitle":
-        return build_cues(sentences, options.rules)
-    # One cue per sentence, on one line: the label and the whole text (players drop a cue whose end is not after
-    # its start: such a cue gets one millisecond).
-    return [Cue(s.start_ms, max(s.end_ms, s.start_ms + 1), (" ".join(filter(None, (label_for(s.spk),
-                                                                                 _one_line(s.text)))),),
-                s.spk, s.session, ())
-            for s in sentences]
+        return build_cues(sentences, options.rules, options.speakers)
+    # One cue per sentence, on one line: the speaker's mark (a label on every sentence of a known speaker, a dash
+    # or chevrons where the speaker changes) and the whole text (players drop a cue whose end is not after its
+    # start: such a cue gets one millisecond).
+    out = []
+    for k, s in enumerate(sentences):
+        changed = k > 0 and (s.spk, s.session) != (sentences[k - 1].spk, sentences[k - 1].session)
+        out.append(Cue(s.start_ms, max(s.end_ms, s.start_ms + 1),
+                       (speaker_mark(options.speakers, s.spk, changed) + _one_line(s.text),), s.spk, s.session, ()))
+    return out
 
 
 def _vtt_escape(text: str) -> str:

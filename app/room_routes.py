@@ -153,6 +153,7 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     Without ``Last-Event-ID`` (or ``?after=``) it starts with one ``caption`` holding every sentence so far; with
     it, the stored events after that seq are replayed. Then a ``room`` status, the current partial, and live
     updates. Durable events carry ``id: <seq>``; partials and status carry none (they are never replayed).
+    ``?words=1``: sentences carry their word times, and ``words`` updates are sent (else only their ids).
     """
     room = await viewable_room(request, keep=True)
     after = _after_seq(request)
@@ -232,8 +233,14 @@ async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, words
 
 async def _send(response: web.StreamResponse, message: protocol.ServerMessage, event_id: int | None,
                 words: bool = False) -> None:
-    data = protocol.dumps(message, words)
+    """One event. ``words`` False (the viewer did not ask for word times): a ``words`` update goes as its ``id``
+    alone, which moves the client's ``Last-Event-ID`` on (a resume starts after it) and dispatches nothing."""
     head = f"id: {event_id}\n" if event_id is not None else ""
+    if isinstance(message, protocol.WordTimes) and not words:
+        if head:
+            await response.write(f"{head}\n".encode())
+        return
+    data = protocol.dumps(message, words)
     await response.write(f"{head}data: {data}\n\n".encode())
 
 

@@ -50,19 +50,27 @@ async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_en
             assert status == 200 and ctype.startswith(("text/", "application/x-subrip")), (status, ctype)
             async with http.get(f"{url}/rooms/{room.id}/transcript.{fmt}") as r:
                 assert await r.text() == page_file, fmt
-        # One cue per sentence, on one line, as before word times (?cues=sentence).
-        status, _, srt = await _post(http, f"{url}/exports/transcript.srt?cues=sentence", {"sentences": SENTENCES})
+        # One cue per sentence, on one line, as before word times (?cues=sentence), labels in the text as before
+        # (?speakers=label).
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt?cues=sentence&speakers=label",
+                                     {"sentences": SENTENCES})
         assert "00:00:01,200 --> 00:00:04,000\nSpeaker 1: Hello there" in srt and ",1000" not in srt
         assert "00:00:06,500 --> 00:00:06,501" in srt, "a cue never ends where it starts"
         assert "Speaker 2: And a reply → with an arrow <b>" in srt
         assert "01:02:03,004 --> 01:02:04,000\nNo label here." in srt
-        status, _, vtt = await _post(http, f"{url}/exports/transcript.vtt?cues=sentence", {"sentences": SENTENCES})
+        status, _, vtt = await _post(http, f"{url}/exports/transcript.vtt?cues=sentence&speakers=label",
+                                     {"sentences": SENTENCES})
         assert vtt.startswith("WEBVTT\n") and "<v Speaker 2>Speaker 2: And a reply → with an arrow &lt;b&gt;" in vtt
         # Subtitle cues (the default): two lines of at most 42 characters, label first, broken after the comma;
         # a sentence said in no time stays up as long as reading its 35 characters at 20 per second takes.
-        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": SENTENCES})
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt?speakers=label", {"sentences": SENTENCES})
         assert "00:00:01,200 --> 00:00:04,000\nSpeaker 1: Hello there,\nthis is the first sentence.\n" in srt
         assert "00:00:06,500 --> 00:00:08,250\nSpeaker 1: Back to the first voice.\n" in srt
+        # By default a change of speaker is a dialogue dash (counted: 25 characters stay up 1.25 s); the first
+        # speaker needs none.
+        status, _, srt = await _post(http, f"{url}/exports/transcript.srt", {"sentences": SENTENCES})
+        assert "00:00:01,200 --> 00:00:04,000\nHello there, this is the first sentence.\n" in srt
+        assert "00:00:06,500 --> 00:00:07,750\n-Back to the first voice.\n" in srt and "Speaker" not in srt
         status, _, narrow = await _post(http, f"{url}/exports/transcript.srt?max_chars=20&max_lines=1",
                                         {"sentences": SENTENCES})
         text_lines = [line for line in narrow.splitlines() if line and " --> " not in line and not line.isdigit()]
@@ -169,3 +177,32 @@ async def test_word_times_reach_the_room_file_and_viewers_that_ask(fake_engine: 
                 await viewer.wait_for(lambda r: any(m["type"] == "caption" and m["sentences"] for _, m in r.events))
                 sent = next(m for _, m in viewer.events if m["type"] == "caption" and m["sentences"])["sentences"][0]
                 assert sent.get("words") == expect, query
+
+
+async def test_room_subtitles_follow_the_aligned_word_times_once_they_come(fake_engine: CaptionEngine) -> None:
+    """A live sentence locks with estimated word times; the aligner's follow as a ``words`` update, and the room's
+    subtitle cues are cut at those from then on (the sentence's own start and end stay as locked)."""
+    from engine.protocol import Caption, Sentence, Word, WordTimes
+
+    estimated = (Word("Hello", 1200, 1500), Word("there,", 1500, 1900), Word("friends.", 1900, 2600))
+    aligned = (Word("Hello", 1340, 1580), Word("there,", 1600, 1880), Word("friends.", 1950, 2410))
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        room, _ = await app[ROOMS].create()
+        publisher = room.join("s1")
+        publisher.offset_ms = 0  # session time is room time here: the file's times read as given
+        await publisher.publish(Caption([Sentence(0, "Hello there, friends.", 1200, 2600, 0, words=estimated)], ""))
+
+        async def srt() -> str:
+            async with http.get(f"{url}/rooms/{room.id}/transcript.srt") as r:
+                return await r.text()
+
+        assert "00:00:01,200 --> 00:00:02,600\n" in await srt()
+        await publisher.publish(WordTimes(0, aligned))
+        assert "00:00:01,340 --> 00:00:02,410\n" in await srt()
+        async with http.get(f"{url}/rooms/{room.id}/transcript.srt?cues=sentence") as r:
+            assert "00:00:01,200 --> 00:00:02,600\n" in await r.text()
+        async with http.get(f"{url}/rooms/{room.id}/transcript.json") as r:
+            sentence = (await r.json())["sentences"][0]
+        assert (sentence["start_ms"], sentence["end_ms"]) == (1200, 2600)
+        assert sentence["words"] == [w.wire() for w in aligned]
+        publisher.leave()

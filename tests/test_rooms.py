@@ -187,14 +187,16 @@ def test_export_timing_and_speakers() -> None:
     sentences = [SentenceRecord(0, "a", "Hi -->\nthere <b>", 59_999.7, 60_000, 1),  # type: ignore[arg-type]
                  SentenceRecord(1, "a", "Bye.", 61_000, 62_500, None)]
     sentences = [SentenceRecord(s.id, s.session, s.text, round(s.start_ms), s.end_ms, s.spk) for s in sentences]
-    per_sentence = exports.ExportOptions(cues="sentence")
+    per_sentence = exports.ExportOptions(cues="sentence", speakers="label")
     srt = exports.render("srt", sentences, room, per_sentence)
     assert "00:01:00,000 --> 00:01:00,001\nSpeaker 2: Hi → there <b>\n" in srt and ",1000" not in srt
     vtt = exports.render("vtt", sentences, room, per_sentence)
     assert "<v Speaker 2>Speaker 2: Hi → there &lt;b&gt;" in vtt and "00:01:01.000 --> 00:01:02.500\nBye." in vtt
-    # Subtitle cues: the first stays up until the next (less two frames) instead of one millisecond.
-    srt = exports.render("srt", sentences, room)
-    assert "00:01:00,000 --> 00:01:00,917\nSpeaker 2: Hi → there <b>\n" in srt and ",1000" not in srt
+    # Subtitle cues: the first is up long enough to be read (0.83 s at least), here from a little before its words;
+    # by default a speaker is marked by a dialogue dash when the voice changes, not named in the text.
+    srt = exports.render("srt", sentences, room, exports.ExportOptions(speakers="label"))
+    assert "00:00:59,567 --> 00:01:00,917\nSpeaker 2: Hi → there <b>\n" in srt and ",1000" not in srt
+    assert "00:01:00,000 --> 00:01:00,833\nHi → there <b>\n" in exports.render("srt", sentences, room)
     assert exports.render("txt", sentences, room).startswith("[00:01:00] Speaker 2\n")
 
 

@@ -55,11 +55,12 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
 
     The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces);
     its first ``stable`` partial words are settled, the rest tentative. Every tentative word instance shown counts
-    once per screen state; it changed when the next state does not keep it (the tails aligned from the same place,
-    compared without case or punctuation, as ``partial_churn`` and WER compare: "home." becoming "home," is not
-    another word, and a word inserted before it does not change it). A
-    settled word (compared exactly) that any later state changes or
-    drops, or shows as tentative again, is withdrawn (the product promises none)."""
+    once per screen state; it changed when the text finally locked there does not have it (the tail aligned with
+    the locked words from the same place, compared without case or punctuation as ``partial_churn`` and WER compare:
+    "home." locking as "home," is the same word, and a word inserted before it does not change it; a word that
+    never locks changed). This is ``partial_churn`` over the tentative words only: settled words cannot change.
+    A settled word (compared exactly) that any later screen changes, drops or shows as tentative again is withdrawn
+    (the product promises none)."""
     states: list[tuple[list[str], int, int]] = []  # (screen words, first settled index, first tentative index)
     locked: list[str] = []
     for m in captions:
@@ -68,21 +69,16 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
         state = (locked + partial, len(locked), len(locked) + min(int(m.get("stable") or 0), len(partial)))
         if not states or states[-1] != state:
             states.append(state)
+    final = [_key(w) for w in locked]
     changed = shown = withdrawn = 0
     for k, (screen, settled_from, tentative_from) in enumerate(states):
-        later = states[k + 1:]
-        if later:
-            # The tail against the next screen from the same place, aligned: a word inserted before others does not
-            # make the words after it count as changed.
-            tail = [_key(w) for w in screen[tentative_from:]]
-            nxt = [_key(w) for w in later[0][0][tentative_from:]]
-            kept = sum(b.size for b in difflib.SequenceMatcher(None, tail, nxt, autojunk=False).get_matching_blocks())
-            shown += len(tail)
-            changed += len(tail) - kept
-        else:
-            shown += len(screen) - tentative_from
-        if later:  # the next state must keep each settled word, settled or locked (the chain covers every later one)
-            nxt, _, nxt_tentative = later[0]
+        tail = [_key(w) for w in screen[tentative_from:]]
+        there = final[tentative_from:tentative_from + len(tail) + 2]
+        kept = sum(b.size for b in difflib.SequenceMatcher(None, tail, there, autojunk=False).get_matching_blocks())
+        shown += len(tail)
+        changed += len(tail) - kept
+        if k + 1 < len(states):  # the next screen keeps each settled word, settled or locked (and so on, by chain)
+            nxt, _, nxt_tentative = states[k + 1]
             withdrawn += sum(1 for p in range(settled_from, tentative_from)
                              if p >= nxt_tentative or nxt[p] != screen[p])
     return changed, shown, withdrawn

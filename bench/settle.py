@@ -118,6 +118,7 @@ async def main(args: argparse.Namespace) -> int:
     me = psutil.Process()
     rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
+    texts: dict[str, dict[str, str]] = {m: {} for m in args.modes}
     groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
     t_start = time.monotonic()
     try:
@@ -152,6 +153,7 @@ async def main(args: argparse.Namespace) -> int:
                         by["words"] += w
                     by["sentences"] += len(locked)
                     sentences[mode][clip] = len(locked)
+                    texts[mode][clip] = " | ".join(s["text"] for s in locked)
                     by["stable"] += stable_after_spoken(result)
                     f, t, wd = flicker(wire)
                     by["flickered"] += f
@@ -182,6 +184,7 @@ async def main(args: argparse.Namespace) -> int:
                           "first_max": max(by["first"], default=float("nan")),
                           "lock_max": max(by["lock"], default=float("nan")),
                           "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
+                          "flickered": by["flickered"],
                           "withdrawn": by["withdrawn"],
                           "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
     columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
@@ -190,13 +193,13 @@ async def main(args: argparse.Namespace) -> int:
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
                ("stable_p50", "stable p50", "{:.2f}"), ("stable_p95", "p95", "{:.2f}"),
                ("first_max", "first max", "{:.2f}"), ("lock_max", "lock max", "{:.2f}"),
-               ("flicker", "flicker", "{:.1%}"), ("withdrawn", "withdrawn", "{:d}"),
+               ("flicker", "flicker", "{:.1%}"), ("flickered", "changed", "{:d}"), ("withdrawn", "withdrawn", "{:d}"),
                ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]
     print(f"\n{len(clips)} clips, parallel {args.parallel}, {time.monotonic() - t_start:.0f} s\n")
     print_markdown_table(columns, table)
     if args.json:
         report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
-                             "rows": table, "sentences": sentences}, indent=2, default=str)
+                             "rows": table, "sentences": sentences, "texts": texts}, indent=2, default=str)
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
 

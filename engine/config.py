@@ -94,9 +94,12 @@ class PartialConfig:
     # change, and are forced as the start of every later decode of the segment, its final included: a decode then
     # generates only the words after them (the decoder, not the encoder, is most of a long partial's cost).
     stable_words: bool = True
+    # A word settles only once it has held, unchanged, over partials spanning this much audio: the last words said
+    # are the ones more audio corrects (measured on noisy speech, docs/benchmarks.md "Captions that settle").
+    stable_min_age_s: float = 1.0
     # Of a partial whose audio ended inside speech, show all but its last word (it may be cut mid-syllable; the next
-    # partial shows it whole) once the segment shows some text; the first text of a segment shows at once, without
-    # the final punctuation Whisper guesses where the audio stops. Fewer words on screen change (docs/benchmarks.md).
+    # partial shows it whole) unless it is the only one (then it shows at once, without the final punctuation Whisper
+    # guesses where the audio stops). Fewer words on screen change (docs/benchmarks.md).
     hold_back_cut_word: bool = True
 
 

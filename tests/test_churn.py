@@ -38,14 +38,18 @@ def shown(partial: str, stable: int = 0, *locked: str) -> dict[str, Any]:
     return {"type": "caption", "partial": partial, "stable": stable, "sentences": [{"text": t} for t in locked]}
 
 
-def test_flicker_counts_tentative_words_the_next_screen_changes_or_drops() -> None:
+def test_flicker_counts_tentative_words_that_do_not_lock_as_shown() -> None:
     from bench.churn import flicker
 
-    stream = [shown("The tool"),  # "tool" changes: 1 of 2
-              shown("The two stray", 1),  # "The" settled; "two stray" tentative, both kept
-              shown("The two stray kittens.", 3),  # "kittens." tentative, locked as is
+    stream = [shown("The tool"),  # "tool" locks as "two": 1 of 2
+              shown("The two stray", 1),  # "The" settled; "two stray" tentative, both lock so
+              shown("The two stray kit", 3),  # "kit" locks as "kittens."
+              shown("The two stray kittens,", 3),  # "kittens," locks as "kittens." (punctuation aside)
               shown("", 0, "The two stray kittens.")]
-    assert flicker(stream) == (1, 2 + 2 + 1, 0)
+    assert flicker(stream) == (1 + 1, 2 + 2 + 1 + 1, 0)
+    # Settled words do not count: the same stream without them would count every word shown.
+    unsettled = [dict(m, stable=0) for m in stream]
+    assert flicker(unsettled) == (2, 2 + 3 + 4 + 4, 0)
 
 
 def test_a_settled_word_that_changes_or_turns_tentative_again_is_withdrawn() -> None:

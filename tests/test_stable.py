@@ -103,3 +103,23 @@ def test_text_that_ends_a_sentence(text: str) -> None:
 ])
 def test_text_that_stops_mid_clause_keeps_the_long_wait(text: str) -> None:
     assert not ends_sentence(text)
+
+
+def test_a_word_settles_only_once_it_has_held_for_the_minimum_age() -> None:
+    stable = StableWords(min_age_s=1.0)
+    # Decodes every half second of audio; "which plays" holds for two decodes, then more audio corrects it.
+    stable.update("Concorde returned which plays".split(), True, 1.0)
+    stable.update("Concorde returned which plays amidst".split(), True, 1.5)
+    assert stable.words == []  # agreed, but held for only 0.5 s
+    stable.update("Concorde returned to its place amidst the".split(), True, 2.0)
+    assert stable.words == ["Concorde", "returned"]  # held since the decode at 1.0 s
+    stable.update("Concorde returned to its place amidst the tents".split(), True, 2.5)
+    assert stable.words == ["Concorde", "returned"]  # "to its place" is 0.5 s old
+    stable.update("Concorde returned to its place amidst the tents.".split(), True, 3.0)
+    assert stable.words == "Concorde returned to its place amidst the".split()  # held since 2.0 s
+
+
+def test_punctuation_the_decode_wrote_after_forced_words_that_had_it_is_not_doubled() -> None:
+    assert onto("that you don't.".split(), "that you don't . When you".split()) == \
+        "that you don't. When you".split()
+    assert onto("Mr.".split(), "Mr. John".split()) == ["Mr.", "John"]

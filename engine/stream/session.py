@@ -74,10 +74,12 @@ EARLY_STOP_S = 1.5  # speech after the settled words that a decode adding no wor
 
 
 def _forced(stable: list[str]) -> str:
-    """The settled words as a decode's forced start, without the last one's sentence-final punctuation: after a
-    forced full stop Whisper tends to end the text there, though the speaker went on."""
+    """The settled words as a decode's forced start, without the sentence-final punctuation of a last word that
+    ends a sentence ("Mr." keeps its full stop): after a forced full stop Whisper tends to end the text there,
+    though the speaker went on."""
     text = " ".join(stable)
-    return text.rstrip(".?!。？！") if text.rstrip(".?!。？！") else text
+    bare = text.rstrip(".?!。？！")
+    return bare if bare and ends_sentence(text) else text
 
 
 def _nothing() -> asyncio.Future[Any]:
@@ -151,7 +153,7 @@ class Session:
         # request id -> (segment index, audio end sample, the audio ended inside speech)
         self._partial_meta: dict[str, tuple[int, int, bool]] = {}
         self._last_partial: tuple[int, int, Transcript] | None = None  # newest finished partial of the open segment
-        self._stable = StableWords()  # the open segment's settled words (``engine.stream.stable``)
+        self._stable = self._new_stable()  # the open segment's settled words (``engine.stream.stable``)
         self._stable_end = 0  # where they end, estimated (session sample index)
         self._decoded: list[tuple[int, int]] = []  # the open segment's partials: (audio end sample, words decoded)
         self._carried: list[str] = []  # settled words moving to the next segment at a split (``_on_window``)
@@ -286,18 +288,21 @@ class Session:
             # screen, still settled) instead of ending the last one.
             carried = settled[keep:]
             if carried:
-                self._stable = StableWords(settled[:keep], sent=min(sent, keep))
+                self._stable = self._new_stable(settled[:keep], sent=min(sent, keep))
                 self._partial_text = " ".join(shown[:keep])
                 self._carried = carried
             self._on_events(events, cut=at)
             if carried:
-                self._stable = StableWords(list(carried), sent=max(0, sent - keep))
+                self._stable = self._new_stable(list(carried), sent=max(0, sent - keep))
                 self._stable_end = at
                 self._partial_text = " ".join(carried + shown[len(settled):])
                 self._text_shown = True
             self._trim()
             self._maybe_want_partial()
         self._update_partial_speaker()
+
+    def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
+        return StableWords(list(words or ()), sent, min_age_s=self.config.partial.stable_min_age_s)
 
     def _settled_before(self, at: int) -> int:
         """How many settled words of the open segment were said before sample ``at``: as many as the newest partial
@@ -320,7 +325,7 @@ class Session:
 
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
-        self._stable = StableWords()
+        self._stable = self._new_stable()
         self._stable_end = 0
         self._decoded = []
         self._ends_sentence = False
@@ -441,7 +446,7 @@ class Session:
         if self.config.partial.stable_words:
             settled = len(self._stable.words)
             # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
-            text = " ".join(self._stable.update(text.split(), in_speech or result.truncated))
+            text = " ".join(self._stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE))
             if len(self._stable.words) > settled:
                 self._log.debug("segment %d: %d words stable", index, len(self._stable.words))
                 self._stable_end = self._settled_until(text)
@@ -481,12 +486,12 @@ class Session:
     def _held_back(self, text: str) -> str:
         """What to show of a decode whose audio ended while the speaker was talking: its last word may be cut
         mid-syllable and its final punctuation is a guess about where the audio ends, so the last word is held back
-        once the segment shows some text (the next decode shows it, whole), and the first text of a segment, shown
-        at once, loses only that punctuation. Settled words always show."""
+        (the next decode shows it, whole), unless it is the only word: then it shows at once (the first words of a
+        sentence should not wait), without that punctuation. Settled words always show."""
         words = text.split()
         if not words:
             return text
-        if self._partial_text and len(words) > max(1, len(self._stable.words)):
+        if len(words) > max(1, len(self._stable.words)):
             return " ".join(words[:-1])
         if len(words) > len(self._stable.words):
             words[-1] = words[-1].rstrip(".,?!;:") or words[-1]

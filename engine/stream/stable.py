@@ -29,14 +29,23 @@ def onto(stable: list[str], decoded: list[str]) -> list[str]:
         return list(decoded)
     key_s, key_d = [normalise(w) for w in stable], [normalise(w) for w in decoded]
     if key_d[:n] == key_s:
-        return stable + decoded[n:]
+        return stable + _after(stable, decoded[n:])
     blocks = [b for b in difflib.SequenceMatcher(None, key_s, key_d[:n + 3], autojunk=False).get_matching_blocks()
               if b.size]
     if not blocks:
-        return stable + decoded
+        return stable + _after(stable, decoded)
     last = blocks[-1]
     end = last.b + last.size + (n - last.a - last.size)  # where the settled words end in the decode
-    return stable + decoded[end:]
+    return stable + _after(stable, decoded[end:])
+
+
+def _after(stable: list[str], rest: list[str]) -> list[str]:
+    """The decode's words after the settled ones, less the punctuation it wrote on its own right after them (forced
+    "don't" then ". When": the settled "don't." has its full stop already)."""
+    k = 0
+    while k < len(rest) and not normalise(rest[k]) and stable and not stable[-1][-1:].isalnum():
+        k += 1
+    return rest[k:]
 
 
 def without_lead(words: list[str], lead: list[str]) -> list[str]:
@@ -49,36 +58,44 @@ def without_lead(words: list[str], lead: list[str]) -> list[str]:
 
 @dataclass
 class StableWords:
-    """The settled words of one open segment and how many of them were sent."""
+    """The settled words of one open segment and how many of them were sent. ``min_age_s``: a word settles only once
+    it has held, unchanged and with every word before it, over decodes spanning this many seconds of audio (the words
+    said last are the ones a decode with more audio after them most often corrects: on noisy speech two partials
+    agreed on "which plays" that the whole sentence decoded as "to its place")."""
 
     words: list[str] = field(default_factory=list)
     sent: int = 0  # leading ``words`` already sent to the client as stable (``take_new``)
+    min_age_s: float = 0.0
     _previous: list[str] | None = None  # the words of the previous decode (with the settled words in front)
     _previous_open: bool = False  # that decode's audio ended inside speech
+    _since: list[float] = field(default_factory=list)  # per word of ``_previous``: audio end of the decode it began in
 
     @property
     def text(self) -> str:
         return " ".join(self.words)
 
-    def update(self, decoded: list[str], ended_in_speech: bool) -> list[str]:
+    def update(self, decoded: list[str], ended_in_speech: bool, audio_end_s: float = 0.0) -> list[str]:
         """Take the words of the segment's next partial decode (decodes in order; ``ended_in_speech``: its audio
-        stopped while the speaker was talking). Returns the words to show: the settled ones, then the decode's.
-        Settles the words it agrees on with the previous decode. An empty decode (rejected, or no words yet) settles
-        nothing and is not compared with."""
+        stopped while the speaker was talking; ``audio_end_s``: where its audio ends, seconds on any clock that
+        moves with the audio). Returns the words to show: the settled ones, then the decode's. Settles the words it
+        agrees on with the previous decode that have held for ``min_age_s``. An empty decode (rejected, or no words
+        yet) settles nothing and is not compared with."""
         words = onto(self.words, decoded)
         if not decoded:
             return words
-        previous = self._previous
-        if previous is not None:
-            limit = min(len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
-            agreed = 0
-            while agreed < limit and words[agreed] == previous[agreed]:
-                agreed += 1
-            if agreed > len(self.words):
-                self.words = words[:agreed]
-        self._previous, self._previous_open = words, ended_in_speech
+        previous = self._previous or []
+        agreed = 0
+        while agreed < min(len(words), len(previous)) and words[agreed] == previous[agreed]:
+            agreed += 1
+        since = self._since[:agreed] + [audio_end_s] * (len(words) - agreed)
+        if self._previous is not None:
+            limit = min(agreed, len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
+            while limit > len(self.words) and audio_end_s - since[limit - 1] < self.min_age_s:
+                limit -= 1
+            if limit > len(self.words):
+                self.words = words[:limit]
+        self._previous, self._previous_open, self._since = words, ended_in_speech, since
         return words
-
     def take_new(self) -> list[str]:
         """The settled words not sent yet (they count as sent from now on), with their indexes from ``sent``."""
         new = self.words[self.sent:]

@@ -95,20 +95,23 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
     result = await stream_audio(engine, samples, realtime=True)
     check_protocol(result)
     sentences = result.sentences()
-    assert len(sentences) == 2
+    # Each utterance is one sentence, or two where its reader paused at what Whisper heard as a full stop (the first
+    # pauses 0.83 s after "antecedents", long enough for the early lock).
+    by_clip = [[s for s in sentences if s.end <= 13_000], [s for s in sentences if s.start >= 13_000]]
+    assert [len(b) for b in by_clip] in ([1, 1], [2, 1]), [(s.start, s.end, s.text) for s in sentences]
     first_lock = next(i for i, m in enumerate(result.messages) if isinstance(m, Caption) and m.sentences)
     partials_before = [m.partial for m in result.messages[:first_lock] if isinstance(m, Caption) and m.partial]
     assert partials_before, "no partial text was shown before the first sentence locked"
     # The partial shown was on its way to the locked text: most of its words appear in it.
     last_words = set(partials_before[-1].lower().split())
     assert len(last_words & set(sentences[0].text.lower().split())) >= 0.5 * len(last_words)
-    for s, clip in zip(sentences, (first, second), strict=True):
-        errors, n = word_errors(reference(clip), s.text)
+    for said, clip in zip(by_clip, (first, second), strict=True):
+        errors, n = word_errors(reference(clip), " ".join(s.text for s in said))
         assert errors / n < 0.2
-        assert s.spk is not None
+        assert all(s.spk is not None for s in said)
     # Times are session milliseconds around the real speech.
-    assert 300 <= sentences[0].start <= 1200 and sentences[0].end <= 12_600
-    assert sentences[1].start >= 14_000
+    assert 300 <= by_clip[0][0].start <= 1200 and by_clip[0][-1].end <= 12_600
+    assert by_clip[1][0].start >= 14_000
 
 
 async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(engine: CaptionEngine) -> None:

@@ -13,7 +13,8 @@ from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.protocol import Caption, WordTimes
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
-from tests.speech import audio, manifest, pad
+from tests.speech import audio, manifest, pad, reference
+from tests.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 
@@ -49,7 +50,11 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
     result = await stream_audio(engine, np.concatenate(pieces), realtime=True)
     locks = [lock_after_speech_s(result, end) for end in ends]
     print("\nlock after the end of speech (s): " + ", ".join(f"{x:.2f}" for x in locks))
-    assert len(result.sentences()) == len(FINISHED), [s.text for s in result.sentences()]
+    # Everything said locked (a reader's long pause at what Whisper hears as a full stop may split a sentence:
+    # the first clip pauses 0.83 s after "antecedents").
+    errors, words = word_errors(" ".join(reference(c) for c in FINISHED), result.text())
+    assert errors / words < 0.1, result.text()
+    assert len(FINISHED) <= len(result.sentences()) <= len(FINISHED) + 2, [s.text for s in result.sentences()]
     # The silence schedule alone would wait 2 s after these sentences; the end-of-sentence rule locks after 0.4 s of
     # silence plus the decode. 1.2 s is the target's p95 on a calm machine; CI machines are shared.
     assert float(np.median(locks)) <= 1.2 and max(locks) <= 1.6, locks

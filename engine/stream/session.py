@@ -564,6 +564,13 @@ class Session:
             self.stats.final_decode_s.append(result.decode_s)
         words = onto(stable, result.text.split())
         text = " ".join(stable + without_lead(words[len(stable):], carried or []))
+        if carried:
+            # Settled words went on to the next sentence, and are on screen right after this one's settled words:
+            # anything more this sentence said would land in front of them. Those words are the next sentence's.
+            if not stable:
+                embed.cancel()
+                return None, (), None, 0.0, None
+            text = " ".join(stable)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self.config.guard)
         if reason:

@@ -351,13 +351,20 @@ class DcEmbedder:
         return np.array([[0.0, 1.0] if float(s.mean()) > 0.02 else [1.0, 0.0] for s in segments], np.float32)
 
 
-@pytest.mark.asyncio
-async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_splits_it() -> None:
-    # Two readers 0.5 s apart: the endpoint's silence wait is longer, so the endpointer alone makes one segment.
+def _two_voices() -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray]:
+    """Two readers 0.5 s apart, the second with a DC offset (``DcEmbedder`` tells them apart): the stream, the speech
+    ranges and each reader's audio."""
     lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(SAMPLE_RATE // 2, np.float32)
     a, b = audio(CLIP_A), audio(CLIP_B) + np.float32(0.04)
     stream = np.concatenate([lead, a, turn_gap, b, lead])
     speech = [(lead.size, lead.size + a.size), (lead.size + a.size + turn_gap.size, stream.size - lead.size)]
+    return stream, speech, a, b
+
+
+@pytest.mark.asyncio
+async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_splits_it() -> None:
+    # Two readers 0.5 s apart: the endpoint's silence wait is longer, so the endpointer alone makes one segment.
+    stream, speech, a, b = _two_voices()
     service = SpeakerService(load=DcEmbedder)
     await service.start()
     try:
@@ -379,10 +386,7 @@ async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_
 
 @pytest.mark.asyncio
 async def test_words_settled_after_a_change_of_voice_open_the_new_voice_s_sentence() -> None:
-    lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(SAMPLE_RATE // 2, np.float32)
-    a, b = audio(CLIP_A), audio(CLIP_B) + np.float32(0.04)
-    stream = np.concatenate([lead, a, turn_gap, b, lead])
-    speech = [(lead.size, lead.size + a.size), (lead.size + a.size + turn_gap.size, stream.size - lead.size)]
+    stream, speech, _a, _b = _two_voices()
     # A slow turn detector (five deviating windows half a second apart), as with voices that sound alike: words of
     # the new voice settle before the change is confirmed.
     service = SpeakerService(load=DcEmbedder, turns=TurnConfig(hop_s=0.5, confirm_hop_s=0.5, confirm_windows=5))

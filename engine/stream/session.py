@@ -471,16 +471,22 @@ class Session:
         return (bool(stable) and len(result.text.split()) <= len(stable)
                 and speech_end - stable_end > EARLY_STOP_S * SAMPLE_RATE)
 
+    def _placed_open(self, text: str) -> list[protocol.Word]:
+        """The words of ``text``, a decode of the open segment, laid along its speech by the VAD (estimated times)."""
+        opened = self.endpointer.open_segment
+        if opened is None:
+            return []
+        return place_words(text, samples_to_ms(opened.speech_start),
+                           samples_to_ms(max(self.endpointer.speech_end, opened.speech_start + WINDOW)),
+                           self.endpointer.open_probs, self.config.vad.offset, WINDOW_MS, (),
+                           samples_to_ms(opened.start), ())
+
     def _settled_until(self, text: str) -> int:
         """Where the settled words of the open segment end, estimated from the VAD (a session sample index)."""
-        opened = self.endpointer.open_segment
         n = len(self._stable.words)
-        if opened is None or not n:
+        if not n:
             return 0
-        placed = place_words(text, samples_to_ms(opened.speech_start),
-                             samples_to_ms(max(self.endpointer.speech_end, opened.speech_start + WINDOW)),
-                             self.endpointer.open_probs, self.config.vad.offset, WINDOW_MS, (),
-                             samples_to_ms(opened.start), ())
+        placed = self._placed_open(text)
         return placed[n - 1].end_ms * SAMPLE_RATE // 1000 if len(placed) >= n else self.endpointer.speech_end
 
     def _held_back(self, text: str) -> str:
@@ -695,16 +701,11 @@ class Session:
 
     def _new_stable_words(self) -> list[protocol.Word]:
         """The open segment's words that settled since they were last sent, with times estimated from the VAD."""
-        opened = self.endpointer.open_segment
         new = self._stable.take_new()
-        if not new or opened is None:
+        if not new:
             return []
         first = len(self._stable.words) - len(new)
-        probs = self.endpointer.open_probs
-        start_ms = samples_to_ms(opened.speech_start)
-        end_ms = samples_to_ms(max(self.endpointer.speech_end, opened.speech_start + WINDOW))
-        placed = place_words(self._partial_text, start_ms, end_ms, probs, self.config.vad.offset, WINDOW_MS, (),
-                             samples_to_ms(opened.start), ())
+        placed = self._placed_open(self._partial_text)
         return placed[first : first + len(new)] if len(placed) >= first + len(new) else []
 
     def _since_arrival(self, sample: int) -> float:

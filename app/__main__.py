@@ -8,11 +8,12 @@ import sys
 from aiohttp import web
 
 from .config import build_parser, config_from_args
-from .keys import EXIT_STATUS
+from .keys import DRAIN, EXIT_STATUS, STORE
 from .server import create_app, tls_context
 from .store import StoreError
 
 EXIT_STORE_FAILED = 2  # the transcript store (--db) could not be opened
+_HANDLERS_AFTER_DRAIN_S = 3.0  # requests still running after the drain (a download) get this long, then are cancelled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,11 +32,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"live captions: {scheme}://{config.host}:{config.port}/ (model loads in the background)", flush=True)
     app = create_app(config)
     try:
-        web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None)
+        # Sessions drain in a shutdown handler of their own (app.drain), so little is left for aiohttp to wait for.
+        web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None,
+                    shutdown_timeout=_HANDLERS_AFTER_DRAIN_S)
     except StoreError as exc:  # the transcript store cannot be opened: say why, no traceback
         print(f"live captions: {exc}", file=sys.stderr, flush=True)
         return EXIT_STORE_FAILED
+    print(stopped_line(app), flush=True)
     return app.get(EXIT_STATUS, 0)
+
+
+def stopped_line(app: web.Application) -> str:
+    """The one line a stop prints: what it finished and where the transcripts are."""
+    report = app[DRAIN]
+    store = app.get(STORE)
+    where = f"; transcripts in {store.where}" if store is not None else ""
+    if not report.done:
+        return f"live captions: stopped{where}"
+    unfinished = f", {report.unfinished} closed unfinished" if report.unfinished else ""
+    return (f"live captions: stopped; {_count(report.sessions, 'session')} ended{unfinished}, "
+            f"{_count(report.sentences, 'sentence')} locked on the way out{where}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ class Admission:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._in_use = 0
+        self.closed = False  # the server is stopping: no new session (``refusal`` says so)
 
     @property
     def in_use(self) -> int:
@@ -32,7 +33,17 @@ class Admission:
 
     def try_acquire(self) -> Slot | None:
         """A slot, or ``None`` when all ``limit`` are taken. Never awaits: the check and the take are one step."""
-        if self._in_use >= self.limit:
+        if self.closed or self._in_use >= self.limit:
             return None
         self._in_use += 1
         return Slot(self)
+
+    def close(self) -> None:
+        """Admit no one from now on (slots taken stay valid until released)."""
+        self.closed = True
+
+    def refusal(self, what: str) -> str:
+        """Why ``try_acquire`` said no, for the client: ``what`` names the slots (``"caption sessions"``)."""
+        if self.closed:
+            return "the server is shutting down; connect again in a moment"
+        return f"all {self.limit} {what} are in use; try later"

@@ -91,6 +91,9 @@ class ServerConfig:
     ptime_ms: int = 60
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
+    # SIGTERM/Ctrl-C: how long live sessions get to finish their open sentences before the server exits anyway
+    # (well inside Kubernetes' default 30 s grace period, with room for the engine to close)
+    drain_timeout_s: float = 15.0
     room_idle_s: float = 300.0  # a room nobody uses leaves memory after this long (it loads again on demand)
     # The transcript store: a SQLite file, or a postgresql:// URL shared by several front ends; None keeps
     # transcripts in memory only (tests)
@@ -233,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-jobs", type=int, default=int(_env("MAX_FILE_JOBS", "2") or 2),
                    help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode "
                         "behind every live session)")
+    p.add_argument("--drain-timeout-s", type=float, default=float(_env("DRAIN_TIMEOUT_S", "15") or 15),
+                   help="on SIGTERM or Ctrl-C, how long live sessions get to finish their open sentences before the "
+                        "server exits anyway (default 15; keep it under your supervisor's stop timeout)")
     p.add_argument("--max-upload-mb", type=int, default=int(_env("MAX_UPLOAD_MB", "25") or 25),
                    help="largest file /v1/audio/transcriptions accepts, in MB; larger get 413")
     p.add_argument("--funasr-port", type=int, default=int(_env("FUNASR_PORT", "0") or 0) or None,
@@ -282,7 +288,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                       udp_ports=args.udp_ports, loopback_only=args.loopback_only),
         funasr_port=args.funasr_port, audio_decoder=args.audio_decoder, ptime_ms=args.ptime_ms,
         max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
-        max_upload_mb=args.max_upload_mb,
+        max_upload_mb=args.max_upload_mb, drain_timeout_s=args.drain_timeout_s,
         db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
         metrics=args.metrics,

@@ -9,14 +9,16 @@ memory, not the hour. Cancelling the caller (a client that hung up) closes the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine import CaptionEngine, SessionOptions, SessionState, protocol
+from engine import SAMPLE_RATE, CaptionEngine, SessionOptions, SessionState, protocol
 
 from .audio_files import AudioFileReader
+from .drain import LiveStreams
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class FileTranscript:
     sentences: list[protocol.Sentence] = field(default_factory=list)
     duration_s: float = 0.0
     language: str | None = None
+    cut_short: bool = False  # the server stopped part way: the sentences cover the file's first ``read_s`` only
+    read_s: float = 0.0  # seconds of the file fed to the engine
 
     @property
     def text(self) -> str:
@@ -51,10 +55,12 @@ async def open_file(path: str | Path) -> AudioFileReader:
 
 
 async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, options: SessionOptions,
-                          on_sentences: SentenceSink | None = None) -> FileTranscript:
+                          on_sentences: SentenceSink | None = None,
+                          streams: LiveStreams | None = None) -> FileTranscript:
     """Transcribe the file ``reader`` reads (``open_file``), and close it. ``on_sentences`` gets each batch of newly
     locked sentences as they lock (their labels may still change at the end; the returned transcript has the
-    final ones).
+    final ones). Registered in ``streams`` while it runs: a server that stops asks it to finish, and it locks what
+    was read so far and returns with ``cut_short``.
 
     Raises ``AudioFileError`` (a stream that breaks part way), ``EngineNotReady``/``EngineError`` (cannot open a
     session) and ``FileJobError`` (the engine failed part way)."""
@@ -81,28 +87,38 @@ async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, option
                 failure.append(msg.message)
 
     collector = asyncio.create_task(collect(), name=f"{session.session_id}-file-collect")
-    try:
-        while (block := await asyncio.to_thread(reader.read)) is not None:
-            if session.state is not SessionState.LIVE or collector.done():  # the engine ended it, or the sink failed
-                break
-            session.feed(block)
-            catch_up = asyncio.ensure_future(session.caught_up(_MAX_VAD_BACKLOG_S, _MAX_PENDING_SEGMENTS))
-            await asyncio.wait({catch_up, collector}, return_when=asyncio.FIRST_COMPLETED)
-            catch_up.cancel()
-        result.duration_s = reader.duration_s
-        if session.state is SessionState.LIVE and not collector.done():
-            await session.stop()
-        await collector  # raises what the sink raised (a client that went away)
-        if failure:
-            raise FileJobError(failure[0])
-        if session.stats.languages:
-            result.language = max(session.stats.languages.items(), key=lambda kv: kv[1])[0]
-        else:
-            result.language = options.language
-        log.info("file %s: %.1f s, %d sentences", session.session_id, result.duration_s, len(result.sentences))
-        return result
-    finally:
-        reader.close()
-        collector.cancel()
-        await session.close()
-        await asyncio.gather(collector, return_exceptions=True)
+    stopping = asyncio.Event()
+    running = streams.running(session, stopping.set) if streams is not None else contextlib.nullcontext()
+    with running:
+        try:
+            while (block := await asyncio.to_thread(reader.read)) is not None:
+                # The engine ended it, or the sink failed:
+                if session.state is not SessionState.LIVE or collector.done():
+                    break
+                if stopping.is_set():
+                    result.cut_short = True
+                    break
+                session.feed(block)
+                result.read_s += block.size / SAMPLE_RATE
+                catch_up = asyncio.ensure_future(session.caught_up(_MAX_VAD_BACKLOG_S, _MAX_PENDING_SEGMENTS))
+                stop = asyncio.ensure_future(stopping.wait())
+                await asyncio.wait({catch_up, collector, stop}, return_when=asyncio.FIRST_COMPLETED)
+                catch_up.cancel()
+                stop.cancel()
+            result.duration_s = reader.duration_s
+            if session.state is SessionState.LIVE and not collector.done():
+                await session.stop()
+            await collector  # raises what the sink raised (a client that went away)
+            if failure:
+                raise FileJobError(failure[0])
+            if session.stats.languages:
+                result.language = max(session.stats.languages.items(), key=lambda kv: kv[1])[0]
+            else:
+                result.language = options.language
+            log.info("file %s: %.1f s, %d sentences", session.session_id, result.duration_s, len(result.sentences))
+            return result
+        finally:
+            reader.close()
+            collector.cancel()
+            await session.close()
+            await asyncio.gather(collector, return_exceptions=True)

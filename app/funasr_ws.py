@@ -32,12 +32,13 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 import av
 import numpy as np
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 
 from engine import (
     MAX_HOTWORDS,
@@ -53,7 +54,7 @@ from engine import (
 
 from .auth import presented_token
 from .file_jobs import FileJobError, open_file, transcribe_file
-from .keys import ADMISSION, CONFIG, ENGINE, MAIN_APP, ROOMS
+from .keys import ADMISSION, CONFIG, ENGINE, MAIN_APP, ROOMS, STREAMS
 from .rooms import RoomPublisher, token_matches
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ _MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message; FunASR's clients send 60-
 _LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, segments) a live stream may run ahead before reading pauses
 _FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send files in as fast as they read
 _AFTER_FINAL_S = 30.0  # the connection stays open this long after the final message for the client to close it
+_AFTER_FINAL_STOPPING_S = 1.0  # ...or this long when the server is stopping
 
 
 class FunasrError(ValueError):
@@ -246,7 +248,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return ws
     slot = app[ADMISSION].try_acquire()
     if slot is None:
-        await _refuse(ws, f"all {config.max_sessions} caption sessions are in use; try later", code=1013)
+        await _refuse(ws, app[ADMISSION].refusal("caption sessions"), code=1013)
         return ws
     try:
         await _serve(request, app, ws, fconfig)
@@ -288,44 +290,75 @@ async def _serve(request: web.Request, app: web.Application, ws: web.WebSocketRe
         room = await app[ROOMS].get(room.id) or room
         stream.publisher = room.join(session.session_id)
     relay = asyncio.create_task(stream.relay(session), name=f"{session.session_id}-funasr-relay")
-    backlog = _FILE_BACKLOG if fconfig.mode == "offline" else _LIVE_BACKLOG
     resampler = None if fconfig.audio_fs == SAMPLE_RATE else av.AudioResampler(format="s16", layout="mono",
                                                                                 rate=SAMPLE_RATE)
+    stopping = asyncio.Event()  # the server is stopping: finish as if the client had said it stopped speaking
+    with app[STREAMS].running(session, stopping.set):
+        try:
+            await _live(ws, session, stream, relay, stopping, resampler, fconfig, app[CONFIG].stop_timeout_s)
+        except TimeoutError:
+            log.warning("funasr %s: stop took over %.0f s", session.session_id, app[CONFIG].stop_timeout_s)
+        finally:
+            relay.cancel()
+            if stream.publisher is not None:
+                stream.publisher.leave()
+            await session.close()
+            await asyncio.gather(relay, return_exceptions=True)
+            await ws.close(code=WSCloseCode.GOING_AWAY if stopping.is_set() else WSCloseCode.OK)
+
+
+async def _live(ws: web.WebSocketResponse, session: Session, stream: FunasrStream, relay: asyncio.Task[None],
+                stopping: asyncio.Event, resampler: av.AudioResampler | None, fconfig: FunasrConfig,
+                stop_timeout_s: float) -> None:
+    """Feed the client's PCM to ``session`` until it ends its audio, goes away or ``stopping`` is set; then lock
+    the open sentence, send the final message, and give the client a moment to close."""
+    backlog = _FILE_BACKLOG if fconfig.mode == "offline" else _LIVE_BACKLOG
     odd = b""  # a message may end half way through a sample
-    try:
-        async for msg in ws:
-            if msg.type is WSMsgType.BINARY and session.state is SessionState.LIVE:
-                data = odd + msg.data
-                odd = data[len(data) // 2 * 2:]
-                pcm = np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2")
-                if resampler is not None and pcm.size:
-                    pcm = _resample(resampler, pcm, fconfig.audio_fs)
-                if pcm.size:
-                    session.feed(pcm)
-                    await session.caught_up(*backlog)
-            elif msg.type is WSMsgType.TEXT:
-                if _ends_audio(msg.data):
-                    break
-            elif msg.type is WSMsgType.ERROR:
+    async for msg in _until(ws, stopping):
+        if msg.type is WSMsgType.BINARY and session.state is SessionState.LIVE:
+            data = odd + msg.data
+            odd = data[len(data) // 2 * 2:]
+            pcm = np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2")
+            if resampler is not None and pcm.size:
+                pcm = _resample(resampler, pcm, fconfig.audio_fs)
+            if pcm.size:
+                session.feed(pcm)
+                await session.caught_up(*backlog)
+        elif msg.type is WSMsgType.TEXT:
+            if _ends_audio(msg.data):
                 break
-        # End of audio, or the client went away mid-sentence: either way the open sentence is finished (and
-        # published to the room) before the session closes.
-        if session.state is SessionState.LIVE:
-            await asyncio.wait_for(session.stop(), app[CONFIG].stop_timeout_s)
-        await relay
-        if not ws.closed:
-            await stream.send(stream.final_mode, "", True)
-            with contextlib.suppress(TimeoutError):
-                await ws.receive(timeout=_AFTER_FINAL_S)  # the client closes after the final message
-    except TimeoutError:
-        log.warning("funasr %s: stop took over %.0f s", session.session_id, app[CONFIG].stop_timeout_s)
+        elif msg.type is WSMsgType.ERROR:
+            break
+    # End of audio, the client went away mid-sentence, or the server stops: the open sentence is finished (and
+    # published to the room) before the session closes.
+    if session.state is SessionState.LIVE:
+        await asyncio.wait_for(session.stop(), stop_timeout_s)
+    await relay
+    if not ws.closed:
+        await stream.send(stream.final_mode, "", True)
+        with contextlib.suppress(TimeoutError):
+            # The client closes after the final message (a stopping server waits only a moment for that).
+            await ws.receive(timeout=_AFTER_FINAL_STOPPING_S if stopping.is_set() else _AFTER_FINAL_S)
+
+
+async def _until(ws: web.WebSocketResponse, stop: asyncio.Event) -> AsyncIterator[WSMessage]:
+    """``ws``'s messages until it closes or ``stop`` is set (a waiting receive is cancelled then: aiohttp's
+    ``receive`` leaves unread messages queued when cancelled)."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            receive = asyncio.ensure_future(ws.receive())
+            await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not receive.done():
+                receive.cancel()
+                await asyncio.gather(receive, return_exceptions=True)
+                return
+            msg = receive.result()
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                return
+            yield msg
     finally:
-        relay.cancel()
-        if stream.publisher is not None:
-            stream.publisher.leave()
-        await session.close()
-        await asyncio.gather(relay, return_exceptions=True)
-        await ws.close()
+        stopped.cancel()
 
 
 def _ends_audio(raw: str) -> bool:
@@ -372,9 +405,13 @@ async def _serve_file(app: web.Application, ws: web.WebSocketResponse, stream: F
 
         try:
             reader = await open_file(handle.name)
-            await transcribe_file(app[ENGINE], reader, options, on_sentences)
+            result = await transcribe_file(app[ENGINE], reader, options, on_sentences, app[STREAMS])
         except (ValueError, EngineNotReady, EngineError, FileJobError) as exc:
             await _refuse(ws, f"cannot transcribe this file: {exc}", 1003)
+            return
+        if result.cut_short:
+            await _refuse(ws, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into "
+                              "the file; send it again in a moment", WSCloseCode.GOING_AWAY)
             return
         await stream.send("2pass-offline", "", True)
         with contextlib.suppress(TimeoutError):

@@ -11,6 +11,7 @@ from engine import CaptionEngine
 
 from .admission import Admission
 from .config import ServerConfig
+from .drain import DrainReport, LiveStreams
 from .metrics import ServerMetrics
 from .rooms import RoomRegistry
 from .store import TranscriptStore
@@ -18,6 +19,8 @@ from .store import TranscriptStore
 CONFIG = web.AppKey("config", ServerConfig)
 ENGINE = web.AppKey("engine", CaptionEngine)
 PEERS = web.AppKey("peers", dict)  # session id -> PeerSession
+STREAMS = web.AppKey("streams", LiveStreams)  # the live streams that are not peers (FunASR, file jobs)
+DRAIN = web.AppKey("drain", DrainReport)  # what the stop finished (filled in as the server stops)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
 ENGINE_START = web.AppKey("engine_start", asyncio.Task)
 STORE = web.AppKey("store", TranscriptStore)

@@ -39,7 +39,7 @@ from .auth import presented_token
 from .cues import speaker_name
 from .exports import to_srt, to_vtt
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file
-from .keys import CONFIG, ENGINE, FILE_JOBS
+from .keys import CONFIG, ENGINE, FILE_JOBS, STREAMS
 from .rooms import token_matches
 from .store import SentenceRecord
 
@@ -125,6 +125,9 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
                            code="model_not_ready")
         slot = request.app[FILE_JOBS].try_acquire()
         if slot is None:
+            if request.app[FILE_JOBS].closed:
+                raise ApiError(503, "the server is shutting down; send the file again in a moment",
+                               kind="server_error", code="server_shutting_down")
             raise ApiError(429, f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
                            kind="rate_limit_error", code="rate_limit_exceeded")
     except ApiError as exc:
@@ -136,7 +139,10 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         reader = await open_file(form.file_path)  # a file that is not audio is a 400 before any answer starts
         if form.stream:
             return await _stream(request, form, options, reader)
-        result = await _unless_client_leaves(request, transcribe_file(engine, reader, options))
+        result = await _unless_client_leaves(request, transcribe_file(engine, reader, options,
+                                                                      streams=request.app[STREAMS]))
+        if result.cut_short:
+            raise _shutting_down(result)
         return _answer(form, result)
     except ApiError as exc:
         return exc.response()
@@ -211,6 +217,11 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
     except ApiError:
         _discard(path)
         raise
+
+
+def _shutting_down(result: FileTranscript) -> ApiError:
+    return ApiError(503, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into the "
+                         "file; send it again in a moment", kind="server_error", code="server_shutting_down")
 
 
 def _too_large(limit: int) -> ApiError:
@@ -362,7 +373,7 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
 
     try:
         result = await _unless_client_leaves(request, transcribe_file(request.app[ENGINE], reader, options,
-                                                                      on_sentences))
+                                                                      on_sentences, request.app[STREAMS]))
     except AudioFileError as exc:
         await event(ApiError(400, f"the file cannot be decoded: {exc}", param="file", code="invalid_file").body())
     except (EngineNotReady, EngineError, FileJobError) as exc:
@@ -371,6 +382,9 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
         log.info("%s: the client went away; its file's transcription was abandoned", request.path)
         return response
     else:
-        await event({"type": "transcript.text.done", "text": result.text, "usage": _usage(result)})
+        if result.cut_short:  # the deltas sent are all there is: say so rather than end as if complete
+            await event(_shutting_down(result).body())
+        else:
+            await event({"type": "transcript.text.done", "text": result.text, "usage": _usage(result)})
     await response.write_eof()
     return response

@@ -74,6 +74,7 @@ class PeerSession:
         self._channel_open = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()  # set once ``close`` has torn everything down
         self._ingesting = False
         self._bad_tokens = float(_BAD_REPLY_BURST)  # see _reply_to_bad_message
         self._bad_refill_at = time.monotonic()
@@ -277,9 +278,12 @@ class PeerSession:
         tasks = [t for t in self._tasks if t is not current]
         for t in tasks:
             t.cancel()
-        if self.publisher is not None:
-            self.publisher.leave()
-        await self.session.close()
-        await self.pc.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            if self.publisher is not None:
+                self.publisher.leave()
+            await self.session.close()
+            await self.pc.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.closed.set()
         self._log.info("closed (%.1f s audio received, %.1f s skipped)", self.ingest.audio_s, self.ingest.skipped_s)

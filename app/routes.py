@@ -107,7 +107,7 @@ async def offer(request: web.Request) -> web.Response:
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
     slot = app[ADMISSION].try_acquire()  # taken before the first await: concurrent offers cannot overshoot
     if slot is None:
-        return json_error(503, ErrorCode.BUSY, f"all {config.max_sessions} caption sessions are in use; try later")
+        return json_error(503, ErrorCode.BUSY, app[ADMISSION].refusal("caption sessions"))
     try:
         room = await app[ROOMS].get(room_id) if room_id else None
     except BaseException:

@@ -33,9 +33,11 @@ from . import (
 )
 from .admission import Admission
 from .config import EXIT_ENGINE_FAILED, ServerConfig
+from .drain import DrainReport, LiveStreams, drain
 from .keys import (
     ADMISSION,
     CONFIG,
+    DRAIN,
     ENGINE,
     ENGINE_START,
     EXIT_STATUS,
@@ -44,6 +46,7 @@ from .keys import (
     PEERS,
     ROOMS,
     STORE,
+    STREAMS,
     TEMPLATES,
 )
 from .metrics import ServerMetrics
@@ -77,6 +80,8 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app = web.Application(client_max_size=routes.MAX_OFFER_BYTES, middlewares=[store_errors])
     app[CONFIG] = config
     app[PEERS] = {}
+    app[STREAMS] = LiveStreams()
+    app[DRAIN] = DrainReport()
     app[ADMISSION] = Admission(config.max_sessions)
     app[FILE_JOBS] = Admission(config.max_file_jobs)
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
@@ -110,11 +115,20 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[ROOMS].close()
         await app[STORE].close()
 
+    async def finish_sessions(app: web.Application) -> None:
+        # First of the shutdown: every open sentence is locked, stored and published while viewers still listen.
+        report = app[DRAIN]
+        await drain(app[PEERS], app[STREAMS], [app[ADMISSION], app[FILE_JOBS]], config.drain_timeout_s, report)
+        if report.sessions:
+            log.info("stopping: %d sessions finished in %.1f s, %d sentences locked on the way out",
+                     report.sessions - report.unfinished, report.seconds, report.sentences)
+
     async def end_viewer_streams(app: web.Application) -> None:
         # Open event streams would hold the shutdown for its whole timeout; viewers reconnect and resume.
         app[ROOMS].close()
 
     app.cleanup_ctx.append(transcripts)
+    app.on_shutdown.append(finish_sessions)
     app.on_shutdown.append(end_viewer_streams)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -199,6 +213,8 @@ async def _start_engine(engine: CaptionEngine) -> None:
     except Exception:
         log.exception("the speech engine failed to start; /ready reports it")
         return
+    dtype = f" ({engine.model_dtype})" if engine.model_dtype else ""
+    print(f"live captions: model {engine.model_name}{dtype} ready in {engine.load_s:.1f} s", flush=True)
     freeze_startup_objects()
 
 

@@ -109,7 +109,7 @@ async def publish(request: web.Request) -> web.Response:
                       f"the speech model is {engine.state.value}; try again shortly", **{"Retry-After": _RETRY_AFTER_S})
     slot = app[ADMISSION].try_acquire()  # before the first await below: concurrent offers cannot overshoot
     if slot is None:
-        return _error(503, "busy", f"all {config.max_sessions} caption sessions are in use; try later",
+        return _error(503, "busy", app[ADMISSION].refusal("caption sessions"),
                       **{"Retry-After": _RETRY_AFTER_S})
     try:
         room = await app[ROOMS].get(request.match_info["room"])

@@ -100,6 +100,7 @@ class VllmTranscriber:
         self.config = config
         self.name = config.model or "whisper-base"
         self.device = "unknown"
+        self.dtype = ""  # the weights' dtype on the device, once loaded ("bfloat16" on most CPUs)
         self.spec: ModelSpec | None = None
         self._llm: Any = None
         self._state = TranscriberState.NEW
@@ -206,7 +207,9 @@ class VllmTranscriber:
             kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True)
         else:
             kwargs.update(dtype=dtype, gpu_memory_utilization=self.config.gpu_memory_utilization)
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self.dtype = str(getattr(llm.model_config, "dtype", kwargs["dtype"])).removeprefix("torch.")
+        return llm
 
     def _language_tokens(self) -> dict[int, str]:
         """Token id -> language code, to report what a multilingual model detected."""

@@ -77,6 +77,7 @@ class CaptionEngine:
         self._watch_task: asyncio.Task[None] | None = None
         self.failed = asyncio.Event()  # set when the recognizer dies after READY (sessions already ended)
         self.started_at = time.monotonic()
+        self.load_s = 0.0  # seconds ``start`` took to load the models (set when READY)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     @property
@@ -93,6 +94,13 @@ class CaptionEngine:
     def model_name(self) -> str:
         return self.transcriber.name
 
+    @property
+    def model_dtype(self) -> str:
+        """The recognizer's weights' dtype (e.g. ``bfloat16``); ``remote`` for ``vllm serve`` instances, empty
+        before READY or where the recognizer does not say."""
+        device = getattr(self.transcriber, "device", "")
+        return "remote" if device == "remote" else str(getattr(self.transcriber, "dtype", ""))
+
     async def start(self) -> None:
         """Load the speaker model and the recognizer (minutes on CPU); READY when both are up.
 
@@ -101,6 +109,7 @@ class CaptionEngine:
         if self._state is not EngineState.NEW:
             raise IllegalTransition("start the engine", self._state)
         self._state = EngineState.LOADING
+        t0 = time.monotonic()
         self.vad.start()
         try:
             if self.speakers is not None:
@@ -120,6 +129,7 @@ class CaptionEngine:
         elif self.config.partial.max_inflight == 0 and device == "remote":
             # Each instance as many as one CPU engine takes; GPU instances take more (PartialConfig.max_inflight).
             self.scheduler.max_inflight_partials = 2 * len(self.config.transcriber.asr_urls)
+        self.load_s = time.monotonic() - t0
         self._state = EngineState.READY
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         log.info("engine ready: model %s", self.model_name)

@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from tests.wer import normalise
+from speechdata.wer import normalise
 
 
 def _edit_distance(a: list[str], b: list[str]) -> int:

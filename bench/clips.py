@@ -1,6 +1,6 @@
 """Bench audio: real read-speech clips joined into one "microphone" per session, encoded once to Opus.
 
-Each session plays its own sequence of real English utterances from ``../shared/data/speech`` (the clips with a
+Each session plays its own sequence of real English utterances from ``shared/data/speech`` (the clips with a
 human reference transcript), joined by pauses long enough for the balanced endpointer to close each one, with
 leading and trailing silence. Where the speech lies inside each utterance comes from Silero VAD run offline on the
 source file, so every utterance gives one reference sentence with speech onset, speech end and reference text.
@@ -11,7 +11,6 @@ folder; aiortc's ``MediaPlayer(path, decode=False)`` then forwards their packets
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -20,10 +19,11 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.pcm import SAMPLE_RATE
 from engine.audio.vad import WINDOW, BatchedVad
+from speechdata.corpus import audio as clip_audio
+from speechdata.corpus import manifest
 
-SPEECH_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech"
 CACHE_DIR = Path(tempfile.gettempdir()) / "live-captions-bench"
 LEAD_S = 1.0  # leading silence: the first word is never cut by connection set-up
 TAIL_S = 3.5  # trailing silence: the last sentence closes by its endpoint, not by the stop
@@ -57,25 +57,16 @@ class SessionClip:
 @cache
 def pool() -> tuple[tuple[str, str], ...]:
     """(clip id, reference text) of every English read clip with a reference, in a fixed shuffled order."""
-    out = []
-    with open(SPEECH_DIR / "manifest.jsonl", encoding="utf-8") as f:
-        for line in f:
-            e = json.loads(line)
-            if e["lang"] == "en" and e["kind"] == "read" and e["text"] and e["duration_s"] >= 2.0:
-                out.append((e["id"], e["text"]))
+    out = [(e["id"], e["text"]) for e in manifest().values()
+           if e["lang"] == "en" and e["kind"] == "read" and e["text"] and e["duration_s"] >= 2.0]
     order = np.random.default_rng(7).permutation(len(out))
     return tuple(out[i] for i in order)
 
 
 @cache
-def _clip(clip_id: str) -> np.ndarray:
-    return load_wav(SPEECH_DIR / "wav" / f"{clip_id}.wav")
-
-
-@cache
 def speech_bounds(clip_id: str, threshold: float = 0.5) -> tuple[float, float]:
     """(first, last) second of speech in a clip by Silero VAD (windows at or above ``threshold``)."""
-    audio = _clip(clip_id)
+    audio = clip_audio(clip_id)
     vad = BatchedVad(max_sessions=1)
     k = audio.size // WINDOW
     probs = vad.run({0: audio[: k * WINDOW].reshape(k, WINDOW)})[0]
@@ -98,7 +89,7 @@ def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarra
     while pos < LEAD_S + seconds or not utterances:
         clip_id, text = clips[k % len(clips)]
         k += 1
-        audio = _clip(clip_id)
+        audio = clip_audio(clip_id)
         first, last = speech_bounds(clip_id)
         utterances.append(Utterance(clip_id, text, pos + first, pos + last))
         parts += [audio, np.zeros(int(pause_s * SAMPLE_RATE), np.float32)]

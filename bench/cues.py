@@ -64,8 +64,8 @@ from engine.config import EngineConfig, TranscriberConfig
 from engine.protocol import Sentence, Word
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
-from tests.speech import audio, manifest
-from tests.wer import normalise, word_errors
+from speechdata.corpus import audio, manifest
+from speechdata.wer import normalise, word_errors
 
 SR = 16_000
 GAP_S = (0.3, 1.5)

@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES, speaker_model
-from tests.speech import audio
+from speechdata.corpus import audio
 
 
 def main() -> None:

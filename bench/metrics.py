@@ -14,7 +14,7 @@ loopback.
   audio while someone speaks); messages that lock sentences are left out, because their ``latency_ms`` runs from
   the end of the sentence and so includes the endpoint's silence wait, which the lock latency already reports;
 - lost: reference sentences no locked sentence overlaps;
-- WER of all locked text against the reference (``tests.wer``'s normalisation);
+- WER of all locked text against the reference (``speechdata.wer``'s normalisation);
 - flicker: tentative words shown that the next screen changed or dropped, and stable words withdrawn
   (``bench.churn.flicker``).
 """
@@ -29,7 +29,7 @@ from bench.churn import flicker, partial_churn
 from bench.client import BenchClient
 from bench.clips import SessionClip
 from engine.config import EndpointConfig
-from tests.wer import word_errors
+from speechdata.wer import word_errors
 
 _SLOP_S = 0.3  # VAD edges vs reference edges
 

@@ -14,7 +14,7 @@ waits for the endpoint's silence schedule) and without holding back a partial's 
 as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each.
 
 Per mode and clip kind:
-- WER of the locked text against the reference (clips that have one; ``tests.wer`` normalisation);
+- WER of the locked text against the reference (clips that have one; ``speechdata.wer`` normalisation);
 - sentences locked, and the extra sentences against ``old`` on the same clips (a sentence split early and then
   continued shows up as one more);
 - first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
@@ -48,8 +48,8 @@ from engine.config import EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
-from tests.speech import audio, manifest, pad
-from tests.wer import word_errors
+from speechdata.corpus import audio, manifest, pad
+from speechdata.wer import word_errors
 
 MODES = ("new", "old", "nostable", "noearly", "noholdback")
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -40,11 +39,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.pcm import SAMPLE_RATE
 from engine.audio.vad import WINDOW
+from speechdata import corpus
+from speechdata.corpus import Turn
 
-DATA_DIR = Path(os.environ.get("LIVE_CAPTIONS_SPEECH_DIR")
-                or Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 GROUPS = ("read", "noisy", "meeting")
 MIN_SEGMENT_S = 1.0
 MIN_WINDOW_SPEECH = 0.6
@@ -95,20 +94,17 @@ class ModelResult:
     segments: dict[str, Score]  # same for whole segments
 
 
-def collect_segments(data_dir: Path = DATA_DIR) -> list[Item]:
+def collect_segments() -> list[Item]:
     """The single-speaker segments of the shared clips, in the three groups (see the module docstring)."""
-    from bench.speakers import read_rttm
-
-    manifest = [json.loads(line) for line in (data_dir / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    by_id = {clip["id"]: clip for clip in manifest}
+    by_id = corpus.manifest()
     items: list[Item] = []
-    for clip in manifest:
+    for clip in by_id.values():
         if clip["lang"] != "en":
             continue
         kind = clip["kind"]
         if kind == "conversational" and clip["id"].startswith("ami_") and clip.get("rttm"):
-            audio = load_wav(data_dir / clip["wav"])
-            for start, end, name in _solo_stretches(read_rttm(data_dir / clip["rttm"])):
+            audio = corpus.audio(clip["id"])
+            for start, end, name in _solo_stretches(corpus.turns(clip["id"])):
                 piece = audio[round(start * SAMPLE_RATE) : round(end * SAMPLE_RATE)]
                 if piece.size >= MIN_SEGMENT_S * SAMPLE_RATE:
                     items.append(Item("meeting", f"ami:{name}", clip["id"], len(items), piece))
@@ -119,7 +115,7 @@ def collect_segments(data_dir: Path = DATA_DIR) -> list[Item]:
         speaker = _reader(by_id.get(source, clip))
         if speaker is None:
             continue
-        items.append(Item(kind, speaker, source, len(items), load_wav(data_dir / clip["wav"])))
+        items.append(Item(kind, speaker, source, len(items), corpus.audio(clip["id"])))
     return items
 
 
@@ -146,7 +142,7 @@ def _reader(clip: dict[str, Any]) -> str | None:
     return None
 
 
-def _solo_stretches(turns: list[Any]) -> list[tuple[float, float, str]]:
+def _solo_stretches(turns: list[Turn]) -> list[tuple[float, float, str]]:
     """Parts of RTTM turns where no other speaker talks: (start_s, end_s, speaker)."""
     out: list[tuple[float, float, str]] = []
     for turn in turns:

@@ -1,6 +1,6 @@
 """Speaker-assignment bench: speaker error and DER of streaming labels and after re-clustering.
 
-    python bench/speakers.py [--json out.json] [--preset balanced|low-latency|oracle-turns|all]
+    python -m bench.speakers [--json out.json] [--preset balanced|low-latency|oracle-turns|all]
                              [--similarity-threshold X] [--recluster-distance X] ...
 
 For each clip with reference speaker turns (RTTM) it runs what a live session runs: Silero VAD and the
@@ -17,7 +17,8 @@ on overlap time), on 10 ms frames, no collar:
 ``--preset oracle-turns`` cuts segments at the reference turns instead (a diagnostic of assignment alone; a
 live session never has those). The ``1-lab`` column is the baseline of labelling everything as one speaker.
 
-The helpers (``segment_clip``, ``read_rttm``, ``score_labels``, ``run_clip``) are also used by the unit tests.
+The helpers (``segment_clip``, ``score_labels``, ``run_clip``) are also used by the unit tests; clips and their
+RTTM turns come from ``speechdata.corpus``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -33,15 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.pcm import SAMPLE_RATE
 from engine.audio.vad import WINDOW
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODELS
 from engine.speakers.service import Embedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 from engine.speakers.turns import TurnConfig
+from speechdata import corpus
+from speechdata.corpus import Turn
 
-DATA_DIR = Path(os.environ.get("LIVE_CAPTIONS_SPEECH_DIR")
-                or Path(__file__).resolve().parents[2] / "shared" / "data" / "speech")
 CLIPS: tuple[str, ...] = (
     "libri_3spk_turns",
     "libri_2spk_overlap_dialogue",
@@ -80,15 +80,6 @@ class Segment:
     @property
     def speech_s(self) -> float:
         return self.end_s - self.start_s
-
-
-@dataclass(frozen=True)
-class Turn:
-    """A reference speaker turn from an RTTM file."""
-
-    start_s: float
-    end_s: float
-    speaker: str
 
 
 @dataclass(frozen=True)
@@ -255,17 +246,6 @@ def clip_probs(audio: np.ndarray) -> np.ndarray:
     return vad.run({slot: VadStream().push(audio)})[slot]
 
 
-def read_rttm(path: Path) -> list[Turn]:
-    """Speaker turns of an RTTM file (``SPEAKER file chan start dur <NA> <NA> name ...`` lines)."""
-    turns = []
-    for line in path.read_text().splitlines():
-        fields = line.split()
-        if len(fields) >= 8 and fields[0] == "SPEAKER":
-            start, duration = float(fields[3]), float(fields[4])
-            turns.append(Turn(start, start + duration, fields[7]))
-    return turns
-
-
 def score_labels(reference: list[Turn], segments: list[Segment], labels: list[int], duration_s: float) -> Scores:
     """Speaker error and DER of per-segment ``labels`` against ``reference`` (see the module docstring)."""
     from scipy.optimize import linear_sum_assignment
@@ -346,8 +326,8 @@ def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
     if clip.startswith("alt:"):
         audio, reference = alternating_clip(tuple(clip[4:].split("+")))
     else:
-        audio = load_wav(DATA_DIR / "wav" / f"{clip}.wav")
-        reference = read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
+        audio = corpus.audio(clip)
+        reference = corpus.turns(clip)
     decided: list[float] = []
     shown: list[Shown] = []
     windows = 0
@@ -391,7 +371,7 @@ def alternating_clip(readers: tuple[str, ...], seed: int = 0,
     leading and trailing silence comes on top). Returns the audio and the reference turns (each utterance from its
     first to its last speech window by the VAD at 0.5)."""
     rng = np.random.default_rng(seed)
-    utterances = {r: [load_wav(DATA_DIR / "wav" / f"{c}.wav") for c in READERS[r]] for r in readers}
+    utterances = {r: [corpus.audio(c) for c in READERS[r]] for r in readers}
     rounds = min(len(u) for u in utterances.values())
     pieces: list[np.ndarray] = []
     turns: list[Turn] = []

@@ -159,7 +159,7 @@ async def file_wer(args: argparse.Namespace) -> int:
     from bench.cues import reference_words
     from engine import SessionOptions
     from engine.stream.engine import CaptionEngine
-    from tests.wer import word_errors
+    from speechdata.wer import word_errors
 
     path = upload_file(args.upload_minutes)
     _audio, pieces = build_recording(args.upload_minutes)

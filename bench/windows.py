@@ -35,8 +35,8 @@ from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
-from tests.speech import audio, manifest, pad
-from tests.wer import word_errors
+from speechdata.corpus import audio, manifest, pad
+from speechdata.wer import word_errors
 
 MAX_CLIP_S = 25.0
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from engine.asr.align import POSITION_S, AlignedWord, dtw_path, word_times
 from engine.asr.align_service import AlignService
 from engine.stream.words import place_words
-from tests.speech import audio, manifest
-from tests.wer import normalise
+from speechdata.corpus import audio, manifest
+from speechdata.wer import normalise
 
 WINDOW_MS = 32.0
 

@@ -26,8 +26,8 @@ from app.store import SentenceRecord
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
-from tests.speech import audio, manifest
-from tests.wer import normalise, word_errors
+from speechdata.corpus import audio, manifest
+from speechdata.wer import normalise, word_errors
 
 pytestmark = pytest.mark.heavy
 

@@ -19,10 +19,10 @@ from playwright.async_api import Browser, Page
 
 from app.keys import PEERS
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad, reference
+from speechdata.wer import word_errors
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
-from tests.speech import audio, pad, reference
-from tests.wer import word_errors
 
 pytestmark = [pytest.mark.heavy, pytest.mark.e2e]
 

@@ -7,7 +7,7 @@ import numpy as np
 from engine.audio.vad import WINDOW, BatchedVad, VadStream
 from engine.config import BALANCED_SCHEDULE, ENDPOINT_PRESETS, EndpointConfig, VadConfig
 from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, SegmentOpened
-from tests.speech import audio, pad
+from speechdata.corpus import audio, pad
 
 W_MS = WINDOW * 1000 / 16000
 

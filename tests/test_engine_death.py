@@ -20,9 +20,9 @@ import pytest
 
 from app import ice
 from app.config import EXIT_ENGINE_FAILED
+from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import LOOPBACK
-from tests.speech import audio, pad
 
 pytestmark = pytest.mark.heavy
 ROOT = Path(__file__).resolve().parent.parent

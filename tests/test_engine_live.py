@@ -17,8 +17,8 @@ from engine.asr.transcriber import DecodeRequest, Priority
 from engine.protocol import Caption, Ready, Speakers, Stopped
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
-from tests.speech import audio, manifest, pad, reference, wav_path
-from tests.wer import word_errors
+from speechdata.corpus import audio, manifest, pad, reference, wav_path
+from speechdata.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 

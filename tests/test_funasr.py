@@ -20,8 +20,8 @@ import pytest
 from app.funasr_ws import OnlineText, parse_config, parse_hotwords
 from app.keys import ROOMS
 from engine import CaptionEngine
+from speechdata.corpus import reference, wav_path
 from tests.servers import running_server
-from tests.speech import reference, wav_path
 
 CLIP = "whisper_jfk"
 
@@ -138,7 +138,7 @@ async def test_funasr_offline_file_formats_rooms_and_bad_input(fake_engine: Capt
 
 @pytest.mark.heavy
 async def test_real_speech_through_funasr_client(engine: CaptionEngine) -> None:
-    from tests.wer import wer
+    from speechdata.wer import wer
 
     async with running_server(engine) as (url, _app):
         uri = f"ws{url[4:]}/funasr"

@@ -21,9 +21,9 @@ from app.store_sqlite import SCHEMA_VERSION
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 from tests.sse import SseReader
 
 TOKEN = "s3cret-server-token"

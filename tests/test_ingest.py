@@ -19,9 +19,9 @@ from aiortc.rtcrtpreceiver import RemoteStreamTrack
 from app.ingest import IngestStats, pump_track, queued_frames
 from app.keys import PEERS
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.rtc_client import ArrayAudioTrack, CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 
 FRAME_S = 0.02
 

@@ -23,9 +23,9 @@ from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, PartialConfig
 from engine.observe import Observers
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad, wav_path
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad, wav_path
 from tests.sse import SseReader
 from tests.test_hardening import disk_full
 

@@ -21,8 +21,8 @@ import webvtt
 
 from engine import CaptionEngine
 from engine.asr.transcriber import Priority
+from speechdata.corpus import wav_path
 from tests.servers import running_server
-from tests.speech import wav_path
 
 CLIP = "whisper_jfk"  # 11 s, one sentence
 
@@ -160,8 +160,8 @@ async def test_a_long_file_decodes_at_background_priority_one_segment_at_a_time(
 
 @pytest.mark.heavy
 async def test_real_speech_in_every_format(engine: CaptionEngine) -> None:
-    from tests.speech import reference
-    from tests.wer import wer
+    from speechdata.corpus import reference
+    from speechdata.wer import wer
 
     async with running_server(engine) as (url, _app):
         api = client(url)

@@ -27,11 +27,11 @@ from engine.asr.remote import RemoteTranscriber
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.config import EngineConfig, RemoteAsrConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine, EngineState
+from speechdata.corpus import audio, pad, reference
+from speechdata.wer import word_errors
 from tests.fake_vllm import free_port
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad, reference
-from tests.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 

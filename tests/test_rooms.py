@@ -25,9 +25,9 @@ from app.store import RoomRecord, SentenceRecord, Snapshot, TranscriptStore
 from app.store_sqlite import SCHEMA_VERSION, SqliteStore
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Sentence, Word, WordTimes
+from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 from tests.sse import SseReader
 
 TOKEN = "s3cret-publisher-token"

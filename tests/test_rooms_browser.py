@@ -26,11 +26,11 @@ from app.keys import ROOMS
 from app.rooms import Room
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad, reference
+from speechdata.wer import word_errors
 from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad, reference
-from tests.wer import word_errors
 
 # Four of these run on the named fake recognizer (what they check is delivery, not the words); the two that
 # caption Chromium's microphone judge real speech and need the model.

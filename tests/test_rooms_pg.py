@@ -28,9 +28,9 @@ from app.rooms import Room, RoomRegistry, Viewer
 from app.store import TranscriptStore
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Sentence, Word, WordTimes
+from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 from tests.sse import SseReader
 from tests.test_rooms import raw_events
 

@@ -27,9 +27,9 @@ from app.opus import OpusDecoder, OpusError
 from app.rtp_audio import AudioReceiver, InlineDecoder
 from engine import CHUNK_SAMPLES
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.rtc_client import ArrayAudioTrack, CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=96)
 CLIP = "ls_1988-24833-0000"

@@ -13,9 +13,9 @@ import pytest
 from app.keys import PEERS
 from app.rtp_audio import InlineDecoder
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
-from tests.speech import audio, pad
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~9 s each: the page streams its clip at real time
 

@@ -15,7 +15,7 @@ from engine.config import EngineConfig, PartialConfig
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
-from tests.speech import audio, pad
+from speechdata.corpus import audio, pad
 
 
 async def started_engine(fake: FakeTranscriber, **partial: object) -> CaptionEngine:

@@ -15,9 +15,9 @@ from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.protocol import MAX_CLIENT_MESSAGE_BYTES
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad
 
 
 async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict]:  # type: ignore[type-arg]

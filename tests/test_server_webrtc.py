@@ -8,10 +8,10 @@ import pytest
 
 from app.keys import PEERS
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad, reference
+from speechdata.wer import word_errors
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.speech import audio, pad, reference
-from tests.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 

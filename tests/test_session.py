@@ -27,7 +27,7 @@ from engine.speakers.service import SpeakerService
 from engine.speakers.turns import TurnConfig
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
-from tests.speech import audio
+from speechdata.corpus import audio
 
 CLIP_A = "ls_1988-24833-0001"  # 7.9 s, one reader
 CLIP_B = "ls_2412-153948-0000"  # 11.7 s, another reader

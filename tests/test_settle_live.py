@@ -13,8 +13,8 @@ from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.protocol import Caption, WordTimes
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
-from tests.speech import audio, manifest, pad, reference
-from tests.wer import word_errors
+from speechdata.corpus import audio, manifest, pad, reference
+from speechdata.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 

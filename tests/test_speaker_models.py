@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from app.config import build_parser, config_from_args
-from bench.speakers import read_rttm, score_labels, segment_clip
+from bench.speakers import score_labels, segment_clip
 from engine.audio.pcm import SAMPLE_RATE
 from engine.config import EngineConfig
 from engine.errors import ModelError
@@ -32,7 +32,7 @@ from engine.speakers.models import (
 from engine.speakers.tracker import SpeakerTracker
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
-from tests.speech import SPEECH_DIR, audio
+from speechdata.corpus import audio, turns
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def test_campplus_labels_three_readers_with_its_own_thresholds(campplus: CamppEm
     tracker = SpeakerTracker(config)
     streaming = [tracker.assign(i, vectors[i] if s.speech_s >= config.min_embed_speech_s else None, s.speech_s)
                  for i, s in enumerate(segments)]
-    reference = read_rttm(SPEECH_DIR / "rttm" / "libri_3spk_turns.rttm")
+    reference = turns("libri_3spk_turns")
     assert len(set(streaming)) == 3
     assert score_labels(reference, segments, streaming, clip.size / SAMPLE_RATE).speaker_error <= 0.10
 

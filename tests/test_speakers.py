@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.audio.pcm import SAMPLE_RATE, load_wav
+from engine.audio.pcm import SAMPLE_RATE
 from engine.speakers.embedder import SpeakerEmbedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
-from tests.speech import SPEECH_DIR
+from speechdata import corpus
+from speechdata.corpus import SPEECH_DIR, Turn
 
-DATA_DIR = SPEECH_DIR  # found beside the repository (or a folder above a worktree): tests/speech.py
 BENCH_FILE = Path(__file__).resolve().parents[1] / "bench" / "speakers.py"
 
 # Each clip below is one reader; several utterances are joined with 1 s of silence so that a session sees
@@ -54,14 +54,14 @@ bench = _load_bench()
 
 @pytest.fixture(scope="module")
 def embedder() -> SpeakerEmbedder:
-    if not DATA_DIR.is_dir():
-        pytest.fail(f"shared speech data not found at {DATA_DIR}")
+    if not SPEECH_DIR.is_dir():
+        pytest.fail(f"shared speech data not found at {SPEECH_DIR}")
     return SpeakerEmbedder()
 
 
 @cache
 def _clip(clip: str) -> np.ndarray:
-    return load_wav(DATA_DIR / "wav" / f"{clip}.wav")
+    return corpus.audio(clip)
 
 
 @cache
@@ -99,13 +99,13 @@ def _run(
 
 
 def _scores(clip: str, segments: list, labels: list[int]) -> Any:
-    reference = bench.read_rttm(DATA_DIR / "rttm" / f"{clip}.rttm")
+    reference = corpus.turns(clip)
     return bench.score_labels(reference, segments, labels, _clip(clip).size / SAMPLE_RATE)
 
 
 def test_scorer_counts_wrongly_labelled_speech() -> None:
     """The bench's metric itself: one label for two 10 s turns is half wrong; a missed second is a miss."""
-    reference = [bench.Turn(0.0, 10.0, "A"), bench.Turn(10.0, 20.0, "B")]
+    reference = [Turn(0.0, 10.0, "A"), Turn(10.0, 20.0, "B")]
     segments = [bench.Segment(0.0, 10.0, 0, 1), bench.Segment(10.0, 19.0, 0, 1)]
     same = bench.score_labels(reference, segments, [0, 0], 20.0)
     assert same.speaker_error == pytest.approx(9.0 / 19.0, abs=0.01)

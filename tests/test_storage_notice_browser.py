@@ -10,9 +10,9 @@ import pytest
 
 from app.keys import ROOMS, STORE
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
 from tests.servers import running_server
-from tests.speech import audio, pad
 from tests.test_hardening import disk_full
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -29,10 +29,10 @@ from app import ice, ice_servers
 from app.config import IceConfig
 from app.keys import PEERS, ROOMS
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
 from tests.rtc_client import ArrayAudioTrack
 from tests.servers import running_server
-from tests.speech import audio, pad
 from tests.turn import TURNSERVER, PeerUsage, TurnServer, coturn, wait_for_usage
 
 pytestmark = pytest.mark.skipif(TURNSERVER is None, reason="needs turnserver (Debian package coturn)")

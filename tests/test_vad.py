@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.audio.vad import WINDOW, BatchedVad, VadStream
-from tests.speech import audio, pad
+from speechdata.corpus import audio, pad
 
 
 def probs(vad: BatchedVad, slot: int, samples: np.ndarray) -> np.ndarray:

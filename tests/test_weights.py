@@ -27,8 +27,8 @@ from engine.models.resolve import (
     resolve_model,
     safetensors_shapes,
 )
-from tests import speech
-from tests.wer import wer
+from speechdata import corpus as speech
+from speechdata.wer import wer
 
 CLIP_ID = "ls_1988-24833-0001"
 MODELS = ["whisper-tiny.en", "whisper-base"]

@@ -21,10 +21,10 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from app.keys import PEERS, ROOMS
 from engine import CaptionEngine
+from speechdata.corpus import audio, pad, reference, wav_path
+from speechdata.wer import wer
 from tests.rtc_client import ArrayAudioTrack
 from tests.servers import running_server
-from tests.speech import audio, pad, reference, wav_path
-from tests.wer import wer
 
 CLIP = "whisper_jfk"
 SHORT = "ls_1988-24833-0000"  # 3.3 s: the fast test streams it at real time

@@ -13,8 +13,8 @@ from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats, encoder_positions, tandem_repeat
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
-from tests.speech import audio, manifest, pad, reference
-from tests.wer import normalise, word_errors
+from speechdata.corpus import audio, manifest, pad, reference
+from speechdata.wer import normalise, word_errors
 
 pytestmark = pytest.mark.heavy
 

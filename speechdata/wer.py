@@ -1,4 +1,4 @@
-"""Word error rate for tests: normalise case and punctuation, then jiwer's word alignment.
+"""Word error rate for tests and benchmarks: normalise case and punctuation, then jiwer's word alignment.
 
 LibriSpeech references are upper case without punctuation while Whisper writes cased, punctuated text, so both
 sides are lower-cased and stripped of punctuation (apostrophes inside words are kept: "he's" stays one word).

@@ -1,17 +1,21 @@
-"""The shared real-speech corpus (``shared/data/speech`` beside the repository, or ``LIVE_CAPTIONS_SPEECH_DIR``) for
-tests."""
+"""The shared real-speech corpus: ``shared/data/speech`` beside the repository, or ``LIVE_CAPTIONS_SPEECH_DIR``.
+
+``manifest.jsonl`` names each clip (``id``), its WAV file (``wav``, 16 kHz mono), its reference transcript (``text``,
+empty where there is none) and its reference speaker turns (``rttm``, null where there are none).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.audio.pcm import load_wav
+from engine.audio.pcm import SAMPLE_RATE, load_wav
 
 
 def _speech_dir() -> Path:
@@ -27,9 +31,18 @@ def _speech_dir() -> Path:
 SPEECH_DIR = _speech_dir()
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A reference speaker turn from an RTTM file; seconds from the clip's start."""
+
+    start_s: float
+    end_s: float
+    speaker: str
+
+
 @cache
 def manifest() -> dict[str, dict[str, Any]]:
-    """Clip id -> manifest entry."""
+    """Clip id -> manifest entry, in the manifest's order."""
     with open(SPEECH_DIR / "manifest.jsonl", encoding="utf-8") as f:
         return {e["id"]: e for e in (json.loads(line) for line in f if line.strip())}
 
@@ -49,23 +62,31 @@ def audio(clip_id: str) -> np.ndarray:
 
 
 def reference(clip_id: str) -> str:
+    """The clip's reference transcript (fails for a clip without one)."""
     text = manifest()[clip_id]["text"]
     assert text, f"{clip_id} has no reference transcript"
     return str(text)
 
 
-def rttm_turns(clip_id: str) -> list[tuple[float, float, str]]:
-    """(start_s, end_s, speaker) per RTTM line."""
+def read_rttm(path: Path) -> list[Turn]:
+    """Speaker turns of an RTTM file (``SPEAKER file chan start dur <NA> <NA> name ...`` lines)."""
     turns = []
-    for line in (SPEECH_DIR / manifest()[clip_id]["rttm"]).read_text().splitlines():
-        parts = line.split()
-        if parts and parts[0] == "SPEAKER":
-            start, dur = float(parts[3]), float(parts[4])
-            turns.append((start, start + dur, parts[7]))
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[0] == "SPEAKER":
+            start, duration = float(fields[3]), float(fields[4])
+            turns.append(Turn(start, start + duration, fields[7]))
     return turns
+
+
+def turns(clip_id: str) -> list[Turn]:
+    """The clip's reference speaker turns (fails for a clip without an RTTM file)."""
+    rttm = manifest()[clip_id]["rttm"]
+    assert rttm, f"{clip_id} has no reference speaker turns"
+    return read_rttm(SPEECH_DIR / rttm)
 
 
 def pad(samples: np.ndarray, before_s: float = 0.0, after_s: float = 0.0) -> np.ndarray:
     """Add digital silence around a clip."""
-    return np.concatenate([np.zeros(int(before_s * 16000), np.float32), samples,
-                           np.zeros(int(after_s * 16000), np.float32)])
+    return np.concatenate([np.zeros(int(before_s * SAMPLE_RATE), np.float32), samples,
+                           np.zeros(int(after_s * SAMPLE_RATE), np.float32)])

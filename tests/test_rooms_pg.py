@@ -353,3 +353,28 @@ async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentenc
     print(f"\nstable words A -> B ({len(delays)} updates): median {statistics.median(delays) * 1000:.0f} ms, "
           f"max {max(delays) * 1000:.0f} ms (target 200 ms)")
     assert max(delays) < DELAY_BOUND_S, delays
+
+
+async def test_a_front_end_that_stops_mid_sentence_locks_it_for_viewers_on_the_other(
+        front_ends: tuple[FrontEnd, FrontEnd]) -> None:
+    """SIGTERM's path on front end A (its runner's cleanup) while its publisher is mid-sentence: the sentence is
+    locked on the way out and reaches the room's viewer on B, which stays connected."""
+    a, b = front_ends
+    assert a.app is not None
+    room, _ = await a.app[ROOMS].create()
+    async with SseReader(f"{b.url}/rooms/{room.id}/events") as viewer:
+        await viewer.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
+        client = await publish(a.url, room.id, pad(audio("ls_1988-24833-0001"), 0.3, 20.0))  # 7.9 s of speech
+        try:
+            while not any(m["type"] == "caption" and m.get("partial") for m in client.messages):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)
+            assert not client.sentences(), "the sentence locked before the stop: the test needs it open"
+            await a.stop()
+        finally:
+            await client.close()
+        assert client.stopped.is_set()
+        (sentence,) = client.sentences()
+        await viewer.wait_for(lambda r: sentence["id"] in r.sentences(), timeout_s=10)
+        assert viewer.sentences()[sentence["id"]]["text"] == sentence["text"]
+        assert not viewer.ended.is_set(), "B's viewer was cut off by A's stop"

@@ -1,6 +1,7 @@
 /**
- * A room's captions, read-only (`/view?room=<id>[&token=<viewer token>]`): what a phone opens from the kiosk's QR
- * code. Same look as the main page (captions.css, the same transcript view); no microphone.
+ * The /view page's entry: a room's captions, read-only (`/view?room=<id>[&token=<viewer token>]`), what a phone
+ * opens from the kiosk's QR code. Same look as the main page (captions.css, the same transcript view, js/view.js);
+ * no microphone.
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events).
  * DOM: `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the settled words, shown like

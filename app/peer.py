@@ -95,15 +95,15 @@ class PeerSession:
         ``accept``): no message exists before that, so the room misses nothing."""
         if self.publisher is None:
             self.publisher = room.join(self.id)
-            self.publisher.on_saving = self._on_saving
-            if not room.saving:
-                self._on_saving(False, room.store_error)
+            self._spawn(self._tell_saving(self.publisher), "saving")
 
-    def _on_saving(self, saving: bool, why: str) -> None:
-        text = ("captions are saved again; nothing was lost" if saving else
-                "captions are not being saved (the server's transcript store fails: "
-                f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers")
-        self.session.post_storage(saving, text)
+    async def _tell_saving(self, publisher: RoomPublisher) -> None:
+        """Tell the client when its room's transcript store stops or resumes taking its captions."""
+        async for saving, why in publisher.saving_changes():
+            text = ("captions are saved again; nothing was lost" if saving else
+                    "captions are not being saved (the server's transcript store fails: "
+                    f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers")
+            self.session.post_storage(saving, text)
 
     async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
         """Apply the client's offer and return the answer (non-trickle: candidates included).

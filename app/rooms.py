@@ -38,7 +38,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -163,7 +163,7 @@ class Room:
     Store failures (a full disk) never hold captions back from viewers: an event the store refuses is broadcast
     all the same, kept in memory in order (``unsaved``), replayed to viewers who (re)connect meanwhile, and written
     as soon as the store takes writes again (the next event, or the registry's sweep). Publishers are told when
-    saving stops and when it resumes (``RoomPublisher.on_saving``)."""
+    saving stops and when it resumes (``RoomPublisher.saving_changes``)."""
 
     def __init__(self, record: RoomRecord, store: TranscriptStore, last_seq: int, next_sentence: int,
                  stats: RoomStats | None = None) -> None:
@@ -474,14 +474,15 @@ class Room:
 
     def _saving_changed(self) -> None:
         for publisher in list(self.publishers.values()):
-            if publisher.on_saving is not None:
-                publisher.on_saving(self.saving, self.store_error)
+            publisher.saving_changed(self.saving, self.store_error)
         self._broadcast_status()
 
     # ---- publishers --------------------------------------------------------------------------------------------
     def join(self, session_id: str) -> RoomPublisher:
         publisher = RoomPublisher(self, session_id)
         self.publishers[session_id] = publisher
+        if not self.saving:
+            publisher.saving_changed(False, self.store_error)
         self.touch()
         self._broadcast_status()
         return publisher
@@ -521,7 +522,7 @@ class RoomPublisher:
         self.stable = 0  # how many leading words of ``partial`` are settled
         self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
         self.announced = ""  # the stable text the other front ends were last told of
-        self.on_saving: Callable[[bool, str], None] | None = None  # (saving, why not) when the store fails/recovers
+        self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._log = SessionLog(log, session_id)
 
@@ -549,6 +550,16 @@ class RoomPublisher:
             if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
                 await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
                                              self.session_id)
+
+    async def saving_changes(self) -> AsyncIterator[tuple[bool, str]]:
+        """``(saving, why not)`` each time the room's store stops or starts taking its writes again, beginning
+        with the state at ``join`` when it was not saving. Runs until the caller stops reading."""
+        while True:
+            yield await self._saving.get()
+
+    def saving_changed(self, saving: bool, why: str) -> None:
+        """Called by the room: the store stopped (``why``) or resumed taking writes."""
+        self._saving.put_nowait((saving, why))
 
     def _announce(self, locked: bool, settled: list[Word]) -> None:
         """Tell the other front ends when this publisher's stable text changed (``app.room_open``)."""

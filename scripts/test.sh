@@ -7,5 +7,5 @@ scripts/setup.sh --tests
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache  # layer contracts: pyproject.toml [tool.importlinter]
 .venv/bin/mypy engine app
-.venv/bin/mypy --explicit-package-bases bench
+.venv/bin/mypy --explicit-package-bases bench speechdata tests  # tests/ and bench/ have no __init__.py: names from the root
 exec .venv/bin/python -m pytest "$@"

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 MODEL_ID = "fake-whisper"
 
@@ -65,10 +65,11 @@ class FakeVllm:
         form: dict[str, str] = {}
         audio = b""
         async for part in await request.multipart():
+            assert isinstance(part, BodyPartReader), "a flat form: no nested multipart"
             if part.name == "file":
-                audio = await part.read()  # type: ignore[union-attr]
+                audio = await part.read()
             elif part.name:
-                form[part.name] = await part.text()  # type: ignore[union-attr]
+                form[part.name] = await part.text()
         with wave.open(io.BytesIO(audio)) as w:
             if (w.getframerate(), w.getnchannels(), w.getsampwidth()) != (16000, 1, 2):
                 return web.json_response({"error": {"message": "expected 16 kHz mono s16"}}, status=400)

@@ -261,7 +261,7 @@ def test_srt_and_vtt_carry_the_same_cues_and_load_in_third_party_parsers(tmp_pat
     parsed_srt = list(srt_lib.parse(srt_text))
     path = tmp_path / "captions.vtt"
     path.write_text(vtt_text, encoding="utf-8")
-    parsed_vtt = webvtt.read(str(path))
+    parsed_vtt = webvtt.read(str(path)).captions
     assert len(parsed_srt) == len(parsed_vtt) == len(build_cues(sentences)) >= 4
     for a, b in zip(parsed_srt, parsed_vtt, strict=True):
         assert abs(a.start.total_seconds() - _seconds(b.start)) < 1e-6

@@ -23,7 +23,7 @@ from tests.browser import chromium, write_wav
 from tests.servers import running_server
 
 TOKEN = "export-test-token-1"
-SENTENCES = [
+SENTENCES: list[dict[str, Any]] = [
     {"id": 0, "text": "Hello there, this is the first sentence.", "start": 1200, "end": 3999.6, "spk": 0},
     {"id": 1, "text": "And a reply --> with an arrow <b>", "start": 4100, "end": 6000, "spk": 1},
     {"id": 2, "text": "Back to the first voice.", "start": 6500, "end": 6500, "spk": 0},
@@ -40,7 +40,7 @@ async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_en
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         room, _ = await app[ROOMS].create()
         publisher = room.join("s1")
-        await room.commit_sentences([("s1", s["text"], round(s["start"]), round(s["end"]), s["spk"])
+        await room.commit_sentences([("s1", s["text"], round(s["start"]), round(s["end"]), s["spk"], ())
                                      for s in SENTENCES])
         publisher.leave()
         for fmt in ("txt", "srt", "vtt"):

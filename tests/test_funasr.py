@@ -12,7 +12,7 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
@@ -22,6 +22,9 @@ from app.keys import ROOMS
 from engine import CaptionEngine
 from speechdata.corpus import reference, wav_path
 from tests.servers import running_server
+
+if TYPE_CHECKING:
+    from funasr_client.types import FunASRMessageDecoded, InitMessageMode
 
 CLIP = "whisper_jfk"
 
@@ -47,14 +50,14 @@ async def funasr_cli(uri: str, path: Path, mode: str) -> dict[str, Any]:
             proc.kill()
             await proc.wait()
     assert proc.returncode == 0, err.decode()[-2000:]
-    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(out.decode().strip().splitlines()[-1])
 
 
-async def funasr_messages(uri: str, path: Path, mode: str) -> list[dict[str, Any]]:
+async def funasr_messages(uri: str, path: Path, mode: InitMessageMode) -> list[FunASRMessageDecoded]:
     """Every message of one file through ``funasr_client.async_file_asr_stream`` (the package's streaming API)."""
     from funasr_client import async_file_asr_stream
 
-    return [m async for m in async_file_asr_stream(str(path), uri, mode=mode)]  # type: ignore[misc]
+    return [m async for m in async_file_asr_stream(str(path), uri, mode=mode)]
 
 
 def test_first_message_and_online_text_rules() -> None:

@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiortc import RTCPeerConnection
@@ -42,7 +43,7 @@ async def offer_sdp(audio_tracks: int = 1) -> str:
     return sdp
 
 
-async def post_json(url: str, body: object, token: str | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+async def post_json(url: str, body: object, token: str | None = None) -> tuple[int, dict[str, Any]]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as r:
         return r.status, await r.json()
@@ -148,7 +149,7 @@ async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_unt
             await until(lambda: len(room.viewers) == 21)
             for i in range(3000):
                 await room.commit_sentences([("s", f"Sentence {i} of a long meeting, as long as captions are.",
-                                              i * 1000, i * 1000 + 900, 0)])
+                                              i * 1000, i * 1000 + 900, 0, ())])
                 room.broadcast_partial()
             await reading.wait_for(lambda r: len(r.sentences()) == 3000, timeout_s=30)
             await until(lambda: len(room.viewers) == 1, "viewers far behind must be cut off")
@@ -187,7 +188,7 @@ async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: Ca
         # An evicted room comes back on demand with its numbering intact.
         room = await rooms.get(ids[2])
         assert room is not None
-        await room.commit_sentences([("s", "Back again.", 0, 500, None)])
+        await room.commit_sentences([("s", "Back again.", 0, 500, None, ())])
         await rooms.sweep()
         again = await rooms.get(ids[2])
         assert again is not None and again is not room and again.seq == 1

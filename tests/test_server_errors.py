@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,7 +21,7 @@ from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 
 
-async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict]:  # type: ignore[type-arg]
+async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as http, http.post(f"{url}/offer", data=data,
                                                           headers={"Content-Type": content_type}) as r:
         return r.status, await r.json()
@@ -121,7 +122,7 @@ async def test_health_answers_in_milliseconds_while_sessions_stream(fake_engine:
     assert sorted(times)[len(times) // 2] < 0.05
 
 
-async def _raw_post(url: str, path: str, body: bytes, pieces: int, pause_s: float) -> tuple[int, dict]:  # type: ignore[type-arg]
+async def _raw_post(url: str, path: str, body: bytes, pieces: int, pause_s: float) -> tuple[int, dict[str, Any]]:
     """POST ``body`` over a raw socket in ``pieces`` writes ``pause_s`` apart, as a slow network delivers it."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ THRESHOLD = VadConfig().offset
 A, B = np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0])
 
 
-def _probs(seconds: float, pauses: list[tuple[float, float]] = ()) -> np.ndarray:  # type: ignore[assignment]
+def _probs(seconds: float, pauses: Sequence[tuple[float, float]] = ()) -> np.ndarray:
     """Speech everywhere but in ``pauses`` (seconds from the segment's speech start)."""
     n = int(seconds * SAMPLE_RATE) // WINDOW
     probs = np.ones(n, np.float32)
@@ -24,7 +26,10 @@ def _probs(seconds: float, pauses: list[tuple[float, float]] = ()) -> np.ndarray
     return probs
 
 
-def _drive(voice_at: object, seconds: float, pauses: list[tuple[float, float]] = (),  # type: ignore[assignment]
+Voice = Callable[[float, float], np.ndarray]  # (start_s, end_s) of a window -> its embedding
+
+
+def _drive(voice_at: Voice, seconds: float, pauses: Sequence[tuple[float, float]] = (),
            config: TurnConfig | None = None) -> tuple[int | None, float]:
     """Grow one segment (speech from sample 0) VAD window by VAD window, embedding each window the detector asks
     for with ``voice_at(start_s, end_s)``. Returns (change sample or None, seconds of audio when it was found)."""
@@ -36,14 +41,14 @@ def _drive(voice_at: object, seconds: float, pauses: list[tuple[float, float]] =
         window = detector.next_window(position, probs[:i], 0)
         if window is None:
             continue
-        vector = voice_at(window.start / SAMPLE_RATE, window.end / SAMPLE_RATE)  # type: ignore[operator]
+        vector = voice_at(window.start / SAMPLE_RATE, window.end / SAMPLE_RATE)
         at = detector.add(window, vector, probs[:i], 0)
         if at is not None:
             return at, position / SAMPLE_RATE
     return None, seconds
 
 
-def _two_voices(change_s: float, noise: float = 0.0, seed: int = 0):  # type: ignore[no-untyped-def]
+def _two_voices(change_s: float, noise: float = 0.0, seed: int = 0) -> Voice:
     rng = np.random.default_rng(seed)
 
     def voice_at(start: float, end: float) -> np.ndarray:

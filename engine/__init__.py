@@ -12,9 +12,8 @@ prepares weights offline.
 
 from engine import protocol
 from engine.asr.instances import normalise_url as normalise_asr_url
-from engine.asr.windows import WINDOW_MODES
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
-from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
+from engine.config import ENDPOINT_PRESETS, WINDOW_MODES, EngineConfig, SessionOptions, TranscriberConfig
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
 from engine.observe import DECODE_KINDS, EngineObserver

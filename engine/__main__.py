@@ -13,9 +13,8 @@ import logging
 import sys
 from dataclasses import replace
 
-from engine.asr.windows import WINDOW_MODES
 from engine.audio.pcm import load_wav
-from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
+from engine.config import ENDPOINT_PRESETS, WINDOW_MODES, EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import dumps
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine

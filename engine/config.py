@@ -1,14 +1,13 @@
 """Engine configuration: one dataclass per concern, units in field names.
 
-Presets for the endpointer live here so that the CLI, the server and the benches name them the same way.
+Presets for the endpointer and the encoder window modes live here so that the CLI, the server and the benches name
+them the same way. The ground floor of the engine: this module imports nothing else of it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-
-from engine.asr.windows import MAX_COMPRESSION_RATIO, STOCK_WINDOW, WINDOW_MODES, WindowPolicy
 
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
@@ -103,6 +102,10 @@ class PartialConfig:
     hold_back_cut_word: bool = True
 
 
+# Whisper's own threshold: text that gzip shrinks more than this repeats itself (``engine.asr.windows``).
+MAX_COMPRESSION_RATIO = 2.4
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     """Hallucination guard thresholds (see ``engine.asr.guard``)."""
@@ -128,6 +131,56 @@ class RemoteAsrConfig:
     down_grace_s: float = 10.0
     start_timeout_s: float = 900.0  # start() waits this long for the first instance (vLLM on a CPU: minutes)
     warm_up: bool = True  # decode a tone in every window on each instance as it comes up, before it takes requests
+
+
+FULL_WINDOW_S = 30.0  # Whisper's own encoder window: 3000 mel frames, 1500 encoder positions
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """Which window a request runs in: the smallest of ``buckets_s`` that holds its audio plus a margin of
+    ``margin_s`` or ``margin_fraction`` of the audio, whichever is larger.
+
+    ``buckets_s`` ascend and end with ``FULL_WINDOW_S``. A few fixed sizes rather than exact lengths keep the
+    shapes the encoder sees (and vLLM's batches) few, and leave every request some silence after its speech, as
+    Whisper saw in training.
+    """
+
+    buckets_s: tuple[float, ...] = (4.0, 8.0, 15.0, FULL_WINDOW_S)
+    margin_s: float = 1.0
+    margin_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.buckets_s or list(self.buckets_s) != sorted(set(self.buckets_s)):
+            raise ValueError(f"window buckets must be distinct and ascending, got {self.buckets_s}")
+        if self.buckets_s[-1] != FULL_WINDOW_S or self.buckets_s[0] <= 0:
+            raise ValueError(f"window buckets must be positive and end with {FULL_WINDOW_S:g} s")
+        if self.margin_s < 0 or self.margin_fraction < 0:
+            raise ValueError("window margin must be >= 0")
+
+    @property
+    def stock(self) -> bool:
+        """True when every request runs in Whisper's full 30 s window."""
+        return self.buckets_s == (FULL_WINDOW_S,)
+
+    def window_for(self, audio_s: float) -> float:
+        """The window for ``audio_s`` seconds of audio (longer audio than the largest window gets the largest)."""
+        need = audio_s + max(self.margin_s, self.margin_fraction * audio_s)
+        for bucket in self.buckets_s:
+            if bucket >= need:
+                return bucket
+        return self.buckets_s[-1]
+
+    def next_window(self, window_s: float) -> float | None:
+        """The next larger window after ``window_s``, or None when ``window_s`` is already the largest."""
+        for bucket in self.buckets_s:
+            if bucket > window_s:
+                return bucket
+        return None
+
+
+STOCK_WINDOW = WindowPolicy(buckets_s=(FULL_WINDOW_S,), margin_s=0.0)
+WINDOW_MODES: dict[str, WindowPolicy] = {"fit": WindowPolicy(), "stock": STOCK_WINDOW}
 
 
 @dataclass(frozen=True)

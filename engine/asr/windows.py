@@ -23,9 +23,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The window policy is configuration (``TranscriberConfig.window_policy``): it lives on the engine's ground floor,
+# and is named here too for the recognizers and tools that choose windows.
+from engine.config import FULL_WINDOW_S as FULL_WINDOW_S
+from engine.config import MAX_COMPRESSION_RATIO
+from engine.config import STOCK_WINDOW as STOCK_WINDOW
+from engine.config import WINDOW_MODES as WINDOW_MODES
+from engine.config import WindowPolicy as WindowPolicy
+
 SAMPLE_RATE = 16_000
 MEL_HOP_SAMPLES = 160  # one log-mel frame per 10 ms
-FULL_WINDOW_S = 30.0  # Whisper's own window: 3000 mel frames, 1500 encoder positions
 
 # Measured (docs/benchmarks.md, "Windows"): normal speech yields 3-4 Whisper tokens per second of audio and fast
 # speech about 6; a cap well above that never cuts real text and stops a loop within a few seconds of tokens.
@@ -37,8 +44,6 @@ LOOP_MIN_SPAN_TOKENS = 6
 # Shorter spans must come three times in a row (a phrase spinning), single tokens five times.
 LOOP_MIN_COPIES_SHORT = 3
 LOOP_MIN_COPIES_TOKEN = 5
-# Whisper's own threshold: text that gzip shrinks more than this repeats itself.
-MAX_COMPRESSION_RATIO = 2.4
 _MIN_COMPRESSION_CHARS = 40  # too short for the ratio to mean anything
 _RECENT_DECODES = 2048  # decode times kept per window for percentiles
 
@@ -51,53 +56,6 @@ def encoder_positions(window_s: float) -> int:
 def window_samples(window_s: float) -> int:
     """The window in 16 kHz samples: what the feature extractor pads the audio to (``max_length``)."""
     return round(window_s * SAMPLE_RATE)
-
-
-@dataclass(frozen=True)
-class WindowPolicy:
-    """Which window a request runs in: the smallest of ``buckets_s`` that holds its audio plus a margin of
-    ``margin_s`` or ``margin_fraction`` of the audio, whichever is larger.
-
-    ``buckets_s`` ascend and end with ``FULL_WINDOW_S``. A few fixed sizes rather than exact lengths keep the
-    shapes the encoder sees (and vLLM's batches) few, and leave every request some silence after its speech, as
-    Whisper saw in training.
-    """
-
-    buckets_s: tuple[float, ...] = (4.0, 8.0, 15.0, FULL_WINDOW_S)
-    margin_s: float = 1.0
-    margin_fraction: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.buckets_s or list(self.buckets_s) != sorted(set(self.buckets_s)):
-            raise ValueError(f"window buckets must be distinct and ascending, got {self.buckets_s}")
-        if self.buckets_s[-1] != FULL_WINDOW_S or self.buckets_s[0] <= 0:
-            raise ValueError(f"window buckets must be positive and end with {FULL_WINDOW_S:g} s")
-        if self.margin_s < 0 or self.margin_fraction < 0:
-            raise ValueError("window margin must be >= 0")
-
-    @property
-    def stock(self) -> bool:
-        """True when every request runs in Whisper's full 30 s window."""
-        return self.buckets_s == (FULL_WINDOW_S,)
-
-    def window_for(self, audio_s: float) -> float:
-        """The window for ``audio_s`` seconds of audio (longer audio than the largest window gets the largest)."""
-        need = audio_s + max(self.margin_s, self.margin_fraction * audio_s)
-        for bucket in self.buckets_s:
-            if bucket >= need:
-                return bucket
-        return self.buckets_s[-1]
-
-    def next_window(self, window_s: float) -> float | None:
-        """The next larger window after ``window_s``, or None when ``window_s`` is already the largest."""
-        for bucket in self.buckets_s:
-            if bucket > window_s:
-                return bucket
-        return None
-
-
-STOCK_WINDOW = WindowPolicy(buckets_s=(FULL_WINDOW_S,), margin_s=0.0)
-WINDOW_MODES: dict[str, WindowPolicy] = {"fit": WindowPolicy(), "stock": STOCK_WINDOW}
 
 
 def max_tokens_for(audio_s: float, cap: int) -> int:

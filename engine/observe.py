@@ -8,11 +8,14 @@ Contract: calls come on the event loop, synchronously, in the middle of the engi
 cheap (count and return; no I/O, no waiting). An observer that raises is logged once and otherwise ignored: counting
 never breaks captioning. Latencies are seconds of the engine's monotonic clock, measured from when the audio in
 question reached the session (``Session.feed``), so they are what the server adds, not the network before it.
+
+``SessionStats`` are one session's own counters (``Session.stats``), read by benches and logs once it is done.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +97,16 @@ class Observers(EngineObserver):
                 observer.locked(latency_s)
             except Exception:
                 self._failure(observer)
+
+
+@dataclass
+class SessionStats:
+    """One session's counters, for benches and logs."""
+
+    segments: int = 0
+    sentences: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # segments the guard dropped, by reason
+    partials: int = 0
+    reused: int = 0  # finals that took a partial decode covering all the speech instead of decoding again
+    final_decode_s: list[float] = field(default_factory=list)
+    languages: dict[str, int] = field(default_factory=dict)  # sentences kept, by the language they were decoded in

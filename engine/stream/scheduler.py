@@ -42,7 +42,11 @@ class PartialClient(Protocol):
     """What the scheduler needs from a session."""
 
     session_id: str
-    last_partial_started: float  # when its last partial request was made (the client's clock); 0 if never
+
+    @property
+    def last_partial_started(self) -> float:
+        """When its last partial request was made (the client's clock); 0 if never."""
+        ...
 
     @property
     def closing(self) -> bool:

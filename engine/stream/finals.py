@@ -1,0 +1,216 @@
+"""Closed segments on their way to locked sentences: final decodes, then locking in segment order.
+
+When a segment closes, ``Finals.start`` runs its final decode and its speaker embedding concurrently (a partial that
+already heard all of its speech stands in for the decode: ``Handover``). The decode is made to start with the
+segment's settled words, and the sentence locks with exactly them even if the guard rejects the rest: a stable word
+is never withdrawn. Settled words that went on to the next voice's sentence at a split are not said again.
+
+``lock`` locks every finished segment at the head of the queue, in order, each once: an id, its speaker label
+(assigned in that order) and word times. The session sends what it returns; nothing here posts a caption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+import engine.protocol as protocol
+from engine.asr.align import AlignedWord
+from engine.asr.guard import reject_reason
+from engine.asr.timestamps import TimedSpan
+from engine.asr.transcriber import Priority
+from engine.audio.pcm import SAMPLE_RATE, rms_dbfs, samples_to_ms
+from engine.audio.vad import WINDOW
+from engine.config import EngineConfig
+from engine.errors import EngineNotReady
+from engine.logs import SessionLog
+from engine.observe import SessionStats
+from engine.speakers.service import SpeakerService
+from engine.speakers.tracker import SpeakerTracker
+from engine.stream.alignment import Alignment, closed_words, nothing
+from engine.stream.endpoint import SegmentClosed
+from engine.stream.mailbox import Mailbox
+from engine.stream.partials import DecodeSettings, Handover, stopped_early
+from engine.stream.scheduler import DecodeScheduler
+from engine.stream.stable import onto, without_lead
+
+# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
+# decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned).
+Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None]
+
+
+@dataclass
+class Pending:
+    """A closed segment on its way to becoming a locked sentence."""
+
+    closed: SegmentClosed
+    preview: str  # the last partial text shown for it, kept on screen until it locks
+    task: asyncio.Task[Final]
+    speech_s: float = 0.0
+    shown: bool = False  # some text of it was shown as a partial before it closed
+    stable: int = 0  # leading words of ``preview`` that were settled (the sentence locks with them)
+    audio: np.ndarray | None = None  # the segment's audio (the aligner reads it once the sentence has locked)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A sentence ``lock`` locked, the segment it came from and Whisper's timed stretches of its text."""
+
+    sentence: protocol.Sentence
+    pending: Pending
+    spans: tuple[TimedSpan, ...]
+
+
+class Finals:
+    """One session's closed segments, oldest first (``pending``), until each has locked."""
+
+    def __init__(self, session_id: str, decoding: DecodeSettings, *, config: EngineConfig,
+                 scheduler: DecodeScheduler, speakers: SpeakerService | None, tracker: SpeakerTracker | None,
+                 alignment: Alignment, mailbox: Mailbox, stats: SessionStats, log: SessionLog,
+                 on_done: Callable[[], None]) -> None:
+        """``speakers``/``tracker``: the speaker service and the session's tracker (None: no labels); ``mailbox``:
+        where an ``error`` goes when the recognizer is unavailable; ``on_done`` runs as each final finishes (the
+        session then locks what it can)."""
+        self._session_id = session_id
+        self._decoding = decoding
+        self._config = config
+        self._scheduler = scheduler
+        self._speakers = speakers
+        self._tracker = tracker
+        self._alignment = alignment
+        self._mailbox = mailbox
+        self._stats = stats
+        self._log = log
+        self._on_done = on_done
+        self.pending: deque[Pending] = deque()
+        self._next_sentence = 0
+
+    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover) -> None:
+        """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz)."""
+        speech_s = (closed.speech_end - closed.speech_start) / SAMPLE_RATE
+        task = asyncio.create_task(self._final(closed, audio, speech_s, handover),
+                                   name=f"{self._session_id}-final-{closed.index}")
+        self.pending.append(Pending(closed, handover.preview, task, speech_s, shown=handover.shown,
+                                    stable=len(handover.stable), audio=audio))
+        task.add_done_callback(lambda _t: self._on_done())
+
+    def previews(self) -> list[tuple[str, int]]:
+        """The text shown for each segment waiting to lock (oldest first, those that showed some) and how many of
+        its leading words are settled."""
+        return [(p.preview, p.stable) for p in self.pending if p.preview]
+
+    def cancel(self) -> list[asyncio.Task[Final]]:
+        """Cancel every final and forget the segments; returns their tasks (to await)."""
+        tasks = [p.task for p in self.pending]
+        for t in tasks:
+            t.cancel()
+        self.pending.clear()
+        return tasks
+
+    async def _final(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float, handover: Handover) -> Final:
+        """Final decode and speaker embedding of one closed segment, concurrently. Text None = nothing to show.
+
+        ``handover.prior`` (a finished partial) or ``handover.adopted`` (a running one) that covers all the speech
+        stands in for the final decode. The text begins with exactly the settled words (forced as the decode's
+        start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times;
+        a live one locks without them (they follow, ``Alignment.after_lock``)."""
+        background = self._decoding.options.background
+        stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
+                                                       handover.adopted, handover.carried)
+        request = self._decoding.request(f"{self._session_id}-f{closed.index}", audio,
+                                         Priority.BACKGROUND if background else Priority.FINAL, stable,
+                                         self._config.transcriber.timestamps)
+        embed = self._speakers.embed(audio, speech_s) if self._speakers is not None else nothing()
+        try:
+            result = prior
+            if result is None and adopted is not None:
+                result = await self._scheduler.final_of(adopted)
+                if result is not None and (result.truncated or stopped_early(result, closed.speech_end, stable,
+                                                                             stable_end)):
+                    result = None  # a partial's text that stops before its audio does: decode it properly
+                else:
+                    self._stats.reused += 1
+            elif result is not None:
+                self._stats.reused += 1
+            if result is None:
+                result = await (self._scheduler.background(request) if background
+                                else self._scheduler.final(request))
+                if stopped_early(result, closed.speech_end, stable, stable_end):
+                    # Decode it whole, unforced; the settled words are then put back in front (``onto``).
+                    result = await self._scheduler.final(dataclasses.replace(request, prefix=""))
+        except EngineNotReady as exc:
+            self._mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
+            embed.cancel()
+            if stable:
+                return " ".join(stable), (), None, 0.0, None
+            return None, (), None, 0.0, None
+        if prior is None:
+            self._stats.final_decode_s.append(result.decode_s)
+        words = onto(stable, result.text.split())
+        text = " ".join(stable + without_lead(words[len(stable):], carried))
+        if carried:
+            # Settled words went on to the next sentence, and are on screen right after this one's settled words:
+            # anything more this sentence said would land in front of them. Those words are the next sentence's.
+            if not stable:
+                embed.cancel()
+                return None, (), None, 0.0, None
+            text = " ".join(stable)
+        reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
+                               self._config.guard)
+        if reason:
+            kind = reason.split(" (")[0]
+            self._stats.dropped[kind] = self._stats.dropped.get(kind, 0) + 1
+            self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
+            if not stable:
+                embed.cancel()
+                return None, (), None, 0.0, None
+            text = " ".join(stable)  # already on screen as settled: it locks, whatever the rest was
+        if result.language:
+            self._stats.languages[result.language] = self._stats.languages.get(result.language, 0) + 1
+        options = self._decoding.options
+        aligned = (self._alignment.align(audio, text, result.language or options.language, queue=options.background)
+                   if background else nothing())
+        try:
+            embedding = await embed
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed embedding costs the label, never the text
+            self._log.warning("speaker embedding failed: %s", exc)
+            embedding = None
+        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned
+
+    def lock(self) -> tuple[list[Locked], int]:
+        """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
+        (sample) of the audio the finished segments covered, 0 if none finished (a segment with nothing to show
+        locks no sentence but counts)."""
+        locked: list[Locked] = []
+        covered = 0
+        while self.pending and self.pending[0].task.done():
+            item = self.pending.popleft()
+            if item.task.cancelled():
+                continue
+            exc = item.task.exception()
+            if exc is not None:
+                self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
+                continue
+            text, spans, embedding, avg_logprob, aligned = item.task.result()
+            covered = max(covered, item.closed.end)
+            if text is None:
+                continue
+            sid = self._next_sentence
+            self._next_sentence += 1
+            closed = item.closed
+            spk = self._tracker.assign(sid, embedding, item.speech_s, closed.after_turn) if self._tracker else None
+            words = closed_words(closed, text, self._config.vad.offset, spans, aligned)
+            speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
+            no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
+            sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start),
+                                         samples_to_ms(closed.speech_end), spk, words=tuple(words),
+                                         avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech)
+            locked.append(Locked(sentence, item, spans))
+        return locked, covered

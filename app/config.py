@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,12 +17,63 @@ from engine import (
     normalise_asr_url,
 )
 
-from . import ice_servers
-
 
 def default_db() -> Path:
     """``$XDG_DATA_HOME/live-captions/captions.db`` (``~/.local/share/...`` by default)."""
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "live-captions" / "captions.db"
+
+
+# ---- ICE servers: what --ice-server and its companions accept -----------------------------------------------------
+TRANSPORT_POLICIES = ("all", "relay")
+
+_URL = re.compile(r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
+                  r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
+
+
+@dataclass(frozen=True)
+class ServerUrl:
+    """One ``--ice-server`` value, parsed: ``url`` without credentials (``turn:host:port?transport=tcp``) and the
+    static credentials it carried, if any."""
+
+    url: str
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def is_turn(self) -> bool:
+        return self.url.startswith("turn")
+
+
+def parse_server_url(text: str) -> ServerUrl:
+    """``stun:host[:port]``, ``turn[s]:[user:pass@]host[:port][?transport=udp|tcp]``; raises ``ValueError`` naming
+    the value otherwise. STUN URLs carry no credentials. The host is a name or an IPv4 address (aiortc cannot
+    parse a bracketed IPv6 literal)."""
+    m = _URL.fullmatch(text.strip())
+    if m is None or (m["scheme"] == "stun" and (m["user"] or m["query"])) or (
+            m["scheme"] == "turns" and m["query"] == "?transport=udp"):  # TURN over TLS runs on TCP only
+        raise ValueError(f"bad ICE server URL {text!r}: expected stun:host:port, turn:host:port or "
+                         "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs; the host a name "
+                         "or an IPv4 address)")
+    if m["port"] and not 0 < int(m["port"]) < 65536:
+        raise ValueError(f"bad ICE server URL {text!r}: port {m['port']} is out of range")
+    url = f"{m['scheme']}:{m['host']}" + (f":{m['port']}" if m["port"] else "") + (m["query"] or "")
+    return ServerUrl(url, m["user"], m["password"])
+
+
+def check_ice(config: IceConfig) -> None:
+    """Raise ``ValueError`` with a clear message when ``config`` cannot work: a bad URL, a TURN URL with neither
+    credentials nor ``turn_secret``, an unknown policy, or ``relay`` without any TURN server."""
+    parsed = [parse_server_url(url) for url in config.servers]
+    if config.transport_policy not in TRANSPORT_POLICIES:
+        raise ValueError(f"ICE transport policy {config.transport_policy!r}: expected 'all' or 'relay'")
+    for server in parsed:
+        if server.is_turn and server.username is None and not config.turn_secret:
+            raise ValueError(f"TURN server {server.url!r} has no credentials: give turn:user:pass@host:port or "
+                             "--turn-secret (the TURN server's static-auth-secret)")
+    if config.transport_policy == "relay" and not any(s.is_turn for s in parsed):
+        raise ValueError("--ice-transport-policy relay needs a TURN server (--ice-server turn:...)")
+    if config.turn_ttl_s <= 0:
+        raise ValueError(f"TURN credential lifetime must be positive, got {config.turn_ttl_s} s")
 
 
 @dataclass(frozen=True)
@@ -37,7 +89,7 @@ class IceConfig:
     ``udp_ports``: bind host candidates within this inclusive port range (firewalled deployments), or None.
     ``loopback_only``: accept only loopback candidates from the browser (tests: no packet leaves the machine).
 
-    Raises ``ValueError`` for a configuration that cannot work (``app.ice_servers.check``).
+    Raises ``ValueError`` for a configuration that cannot work (``check_ice``).
     """
 
     hosts: tuple[str, ...] = ()
@@ -49,7 +101,7 @@ class IceConfig:
     loopback_only: bool = False
 
     def __post_init__(self) -> None:
-        ice_servers.check(self)
+        check_ice(self)
 
 
 AUDIO_DECODERS = ("direct", "aiortc")  # see ServerConfig.audio_decoder
@@ -216,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "time-limited TURN credentials instead of a fixed user:pass (env LIVE_CAPTIONS_TURN_SECRET)")
     p.add_argument("--turn-ttl-s", type=int, default=int(_env("TURN_TTL_S", "86400") or 86400),
                    help="lifetime of the time-limited TURN credentials, in seconds (default 86400: one day)")
-    p.add_argument("--ice-transport-policy", choices=ice_servers.TRANSPORT_POLICIES,
+    p.add_argument("--ice-transport-policy", choices=TRANSPORT_POLICIES,
                    default=_env("ICE_TRANSPORT_POLICY", "all"),
                    help="'relay': the server and the pages use only TURN-relayed candidates (hides both ends' "
                         "addresses; needs a TURN server); default 'all'")

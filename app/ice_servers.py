@@ -21,31 +21,13 @@ import hmac
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .config import IceConfig
+from .config import IceConfig, parse_server_url
 
-TRANSPORT_POLICIES = ("all", "relay")
 DEFAULT_LABEL = "live-captions"  # the label of credentials for a page that publishes into no given room yet
 
-_URL = re.compile(r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
-                  r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
 _LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-@dataclass(frozen=True)
-class ServerUrl:
-    """One ``--ice-server`` value, parsed: ``url`` without credentials (``turn:host:port?transport=tcp``) and the
-    static credentials it carried, if any."""
-
-    url: str
-    username: str | None = None
-    password: str | None = None
-
-    @property
-    def is_turn(self) -> bool:
-        return self.url.startswith("turn")
 
 
 @dataclass(frozen=True)
@@ -62,38 +44,6 @@ class IceServer:
         if self.username is not None and self.credential is not None:
             entry.update(username=self.username, credential=self.credential)
         return entry
-
-
-def parse_server_url(text: str) -> ServerUrl:
-    """``stun:host[:port]``, ``turn[s]:[user:pass@]host[:port][?transport=udp|tcp]``; raises ``ValueError`` naming
-    the value otherwise. STUN URLs carry no credentials. The host is a name or an IPv4 address (aiortc cannot
-    parse a bracketed IPv6 literal)."""
-    m = _URL.fullmatch(text.strip())
-    if m is None or (m["scheme"] == "stun" and (m["user"] or m["query"])) or (
-            m["scheme"] == "turns" and m["query"] == "?transport=udp"):  # TURN over TLS runs on TCP only
-        raise ValueError(f"bad ICE server URL {text!r}: expected stun:host:port, turn:host:port or "
-                         "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs; the host a name "
-                         "or an IPv4 address)")
-    if m["port"] and not 0 < int(m["port"]) < 65536:
-        raise ValueError(f"bad ICE server URL {text!r}: port {m['port']} is out of range")
-    url = f"{m['scheme']}:{m['host']}" + (f":{m['port']}" if m["port"] else "") + (m["query"] or "")
-    return ServerUrl(url, m["user"], m["password"])
-
-
-def check(config: IceConfig) -> None:
-    """Raise ``ValueError`` with a clear message when ``config`` cannot work: a bad URL, a TURN URL with neither
-    credentials nor ``turn_secret``, an unknown policy, or ``relay`` without any TURN server."""
-    parsed = [parse_server_url(url) for url in config.servers]
-    if config.transport_policy not in TRANSPORT_POLICIES:
-        raise ValueError(f"ICE transport policy {config.transport_policy!r}: expected 'all' or 'relay'")
-    for server in parsed:
-        if server.is_turn and server.username is None and not config.turn_secret:
-            raise ValueError(f"TURN server {server.url!r} has no credentials: give turn:user:pass@host:port or "
-                             "--turn-secret (the TURN server's static-auth-secret)")
-    if config.transport_policy == "relay" and not any(s.is_turn for s in parsed):
-        raise ValueError("--ice-transport-policy relay needs a TURN server (--ice-server turn:...)")
-    if config.turn_ttl_s <= 0:
-        raise ValueError(f"TURN credential lifetime must be positive, got {config.turn_ttl_s} s")
 
 
 def turn_rest_credentials(secret: str, label: str, expiry_s: int) -> tuple[str, str]:

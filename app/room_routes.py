@@ -15,7 +15,6 @@ import io
 import json
 import logging
 import socket
-from pathlib import Path
 from typing import Any
 
 import segno
@@ -23,7 +22,7 @@ from aiohttp import web
 
 from engine import protocol
 
-from . import exports
+from . import exports, resources
 from .auth import presented_token
 from .bodies import BodyError, read_json_object
 from .keys import CONFIG, ROOMS, STORE, TEMPLATES
@@ -36,7 +35,6 @@ HEARTBEAT_S = 15.0  # a `ping` event this often keeps proxies from closing an id
 RETRY_MS = 2000  # EventSource's reconnect delay after a drop
 MAX_ROOM_BODY_BYTES = 4096
 SSE_SEND_BUFFER_BYTES = 32 * 1024  # kernel send buffer per viewer stream (see _small_send_buffer)
-STATIC = Path(__file__).resolve().parent.parent / "static"
 
 
 def add_routes(app: web.Application) -> None:
@@ -273,7 +271,7 @@ def page(template: str) -> Any:
 
 async def embed_loader(request: web.Request) -> web.FileResponse:
     """``/embed.js``: the one-line snippet's script (inserts the widget's iframe into the host page)."""
-    return web.FileResponse(STATIC / "embed-loader.js",
+    return web.FileResponse(resources.static_dir() / "embed-loader.js",
                             headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
 
 

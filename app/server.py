@@ -10,7 +10,6 @@ import signal
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 import jinja2
 from aiohttp import web
@@ -26,6 +25,7 @@ from . import (
     ice,
     metrics_routes,
     openai_api,
+    resources,
     room_routes,
     routes,
     rtp_audio,
@@ -55,7 +55,6 @@ from .store import MEMORY, StoreError, TranscriptStore
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 _DRAIN_BEFORE_EXIT_S = 5.0  # after the engine died: time for ended sessions to reach their clients
 
 
@@ -85,7 +84,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[ADMISSION] = Admission(config.max_sessions)
     app[FILE_JOBS] = Admission(config.max_file_jobs)
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
-    app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "templates"),
+    app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
                                         autoescape=jinja2.select_autoescape(["html"]))
     ice.install(config.ice)
     dtls.install()
@@ -102,7 +101,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     funasr_ws.add_routes(app)
     whip.add_routes(app)
     metrics_routes.add_routes(app)
-    app.router.add_static("/static", ROOT / "static")
+    app.router.add_static("/static", resources.static_dir())
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
         # Opened before the engine and closed after every session: no locked sentence finds the store closed.

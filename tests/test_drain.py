@@ -5,6 +5,7 @@ and no new session starts once the stop has begun. ``tests/test_stop.py`` does t
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import subprocess
 from dataclasses import replace
@@ -80,7 +81,7 @@ async def test_an_upload_cut_short_by_a_stop_says_so_after_its_sentences(fake_en
         form = aiohttp.FormData()
         form.add_field("model", "whisper-1")
         form.add_field("stream", "true")
-        form.add_field("file", long.read_bytes(), filename="long.wav", content_type="audio/wav")
+        form.add_field("file", io.BytesIO(long.read_bytes()), filename="long.wav", content_type="audio/wav")
         async with aiohttp.ClientSession() as http, http.post(f"{url}/v1/audio/transcriptions", data=form) as r:
             assert r.status == 200
             stop: asyncio.Task[None] | None = None

@@ -177,8 +177,8 @@ async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: Ca
 
 
 async def test_an_upload_counts_as_file_audio_and_background_decodes(fake_engine: CaptionEngine) -> None:
-    async with running_server(fake_engine) as (url, _app):
-        api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    async with (running_server(fake_engine) as (url, _app),
+                openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as api):
         with wav_path(UPLOAD).open("rb") as f:
             await api.audio.transcriptions.create(model="whisper-1", file=f)
         s = await scrape_until(url, lambda s: s.value("live_captions_sessions_active", kind="file") == 0)

@@ -36,12 +36,12 @@ def leftover_uploads() -> set[Path]:
 
 
 def client(url: str, key: str = "unused", retries: int = 0) -> openai.AsyncOpenAI:
+    """OpenAI's client of the server at ``url``; use it in ``async with`` (it closes its connections there)."""
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=retries, timeout=120)
 
 
 async def test_every_response_format_through_the_official_client(fake_engine: CaptionEngine, tmp_path: Path) -> None:
-    async with running_server(fake_engine) as (url, _app):
-        api = client(url)
+    async with running_server(fake_engine) as (url, _app), client(url) as api:
         with wav_path(CLIP).open("rb") as f:
             plain = await api.audio.transcriptions.create(model="whisper-1", file=f)
         assert plain.text.startswith("audio of ") and plain.usage is not None
@@ -88,9 +88,9 @@ async def test_stream_gives_a_delta_per_sentence_then_the_whole_text(fake_engine
     two = tmp_path / "two.ogg"  # two clips with a pause: two sentences; Ogg Opus shows any FFmpeg format works
     await asyncio.to_thread(ffmpeg, "-i", str(wav_path(CLIP)), "-i", str(wav_path(CLIP)), "-filter_complex",
                             "[0]apad=pad_dur=3[a];[a][1]concat=n=2:v=0:a=1", "-c:a", "libopus", str(two))
-    async with running_server(fake_engine) as (url, _app):
+    async with running_server(fake_engine) as (url, _app), client(url) as api:
         with two.open("rb") as f:
-            stream = await client(url).audio.transcriptions.create(model="whisper-1", file=f, stream=True)
+            stream = await api.audio.transcriptions.create(model="whisper-1", file=f, stream=True)
             events = [e async for e in stream]
     kinds = [e.type for e in events]
     assert kinds[-1] == "transcript.text.done" and kinds.count("transcript.text.delta") >= 2, kinds
@@ -104,11 +104,11 @@ async def test_errors_in_openais_shape(fake_engine: CaptionEngine, tmp_path: Pat
     text = tmp_path / "notes.mp3"
     text.write_text("this is not audio at all\n" * 50)
     before = leftover_uploads()
-    async with running_server(fake_engine, max_upload_mb=1, auth_token="sekrit") as (url, _app):
+    async with (running_server(fake_engine, max_upload_mb=1, auth_token="sekrit") as (url, _app),
+                client(url, key="wrong") as stranger, client(url, key="sekrit") as api):
         with pytest.raises(openai.AuthenticationError) as denied:
-            await client(url, key="wrong").audio.transcriptions.create(model="m", file=wav_path(CLIP))
+            await stranger.audio.transcriptions.create(model="m", file=wav_path(CLIP))
         assert denied.value.status_code == 401 and denied.value.code == "invalid_api_key"
-        api = client(url, key="sekrit")
         with pytest.raises(openai.APIStatusError) as too_big:
             await api.audio.transcriptions.create(model="m", file=big)
         assert too_big.value.status_code == 413 and too_big.value.body["param"] == "file"  # type: ignore[index]
@@ -131,9 +131,9 @@ async def test_errors_in_openais_shape(fake_engine: CaptionEngine, tmp_path: Pat
                 assert r.status == 400 and (await r.json())["error"]["type"] == "invalid_request_error"
             async with http.get(f"{url}/v1/models") as r:
                 assert r.status == 401
-    async with running_server(fake_engine, max_file_jobs=0) as (url, _app):
+    async with running_server(fake_engine, max_file_jobs=0) as (url, _app), client(url) as api:
         with pytest.raises(openai.RateLimitError):
-            await client(url).audio.transcriptions.create(model="m", file=wav_path(CLIP))
+            await api.audio.transcriptions.create(model="m", file=wav_path(CLIP))
     assert leftover_uploads() <= before, "every refused or finished upload's temporary file is removed"
 
 
@@ -143,9 +143,9 @@ async def test_a_long_file_decodes_at_background_priority_one_segment_at_a_time(
     long = tmp_path / "long.flac"
     await asyncio.to_thread(ffmpeg, "-stream_loop", "5", "-i", str(wav_path(CLIP)), str(long))
     fake = fake_engine.transcriber
-    async with running_server(fake_engine) as (url, _app):
+    async with running_server(fake_engine) as (url, _app), client(url) as api:
         with long.open("rb") as f:
-            result = await client(url).audio.transcriptions.create(model="m", file=f, response_format="verbose_json")
+            result = await api.audio.transcriptions.create(model="m", file=f, response_format="verbose_json")
     assert result.duration > 60 and result.segments
     priorities = {p for _rid, p, _n in fake.started}  # type: ignore[attr-defined]
     assert priorities == {Priority.BACKGROUND}
@@ -163,8 +163,7 @@ async def test_real_speech_in_every_format(engine: CaptionEngine) -> None:
     from speechdata.corpus import reference
     from speechdata.wer import wer
 
-    async with running_server(engine) as (url, _app):
-        api = client(url)
+    async with running_server(engine) as (url, _app), client(url) as api:
         for fmt in ("json", "text", "verbose_json"):
             with wav_path(CLIP).open("rb") as f:
                 out = await api.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
@@ -194,15 +193,15 @@ async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
             for stream in (False, True):
                 slow.finished.clear()
                 slow.cancelled.clear()
-                api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=2.5)
-                with long.open("rb") as f:
-                    if stream:
-                        events = await api.audio.transcriptions.create(model="m", file=f, stream=True)
-                        await asyncio.sleep(2.5)
-                        await events.close()  # hang up mid-stream
-                    else:
-                        with pytest.raises(openai.APITimeoutError):
-                            await api.audio.transcriptions.create(model="m", file=f)
+                async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=2.5) as api:
+                    with long.open("rb") as f:
+                        if stream:
+                            events = await api.audio.transcriptions.create(model="m", file=f, stream=True)
+                            await asyncio.sleep(2.5)
+                            await events.close()  # hang up mid-stream
+                        else:
+                            with pytest.raises(openai.APITimeoutError):
+                                await api.audio.transcriptions.create(model="m", file=f)
                 for _ in range(30):
                     if not engine.sessions and app[FILE_JOBS].in_use == 0:
                         break

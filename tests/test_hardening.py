@@ -267,7 +267,8 @@ async def test_when_the_engine_dies_sessions_end_with_the_reason_and_health_says
         async with running_server(engine) as (url, app), aiohttp.ClientSession() as http:
             client = CaptionClient(url, pad(audio(CLIP), 0.3, 30.0))
             await client.connect()
-            await asyncio.sleep(4.0)
+            await until(lambda: any(m["type"] == "caption" and m["partial"] for m in client.messages),
+                        "captions flow before the engine dies")
             recognizer.die("engine core process killed")
             await asyncio.wait_for(client.stopped.wait(), 10)
             ended = [m for m in client.messages if m["type"] == "error" and m["code"] == "engine"]

@@ -92,7 +92,11 @@ async def test_a_client_that_vanishes_mid_sentence_leaves_nothing_behind(fake_en
     async with running_server(fake_engine) as (url, app):
         client = CaptionClient(url, audio("ls_2412-153948-0000"))
         await client.connect()
-        await asyncio.sleep(3.0)  # mid-sentence
+        deadline = time.monotonic() + 15
+        while not any(m["type"] == "caption" and m["partial"] for m in client.messages):
+            assert time.monotonic() < deadline, "no partial: the sentence never opened"
+            await asyncio.sleep(0.05)
+        assert not client.sentences(), "mid-sentence: nothing locked yet"
         await client.close()  # gone: no stop, no goodbye
         deadline = time.monotonic() + 15
         while (app[PEERS] or fake_engine.sessions) and time.monotonic() < deadline:  # noqa: ASYNC110

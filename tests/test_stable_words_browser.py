@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
-from playwright.async_api import Frame, Page, Route
+from playwright.async_api import Browser, Frame, Page, Route
 
 from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
@@ -188,15 +189,26 @@ def shots(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+async def chromium_silent(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Browser]:
+    """One Chromium for the module (no test here uses the microphone)."""
+    silence = write_wav(tmp_path_factory.mktemp("mic") / "silence.wav", np.zeros(16_000, np.float32))
+    async with chromium(silence) as browser:
+        yield browser
+
+
 @pytest.fixture
-def silence(tmp_path: Path) -> Path:
-    return write_wav(tmp_path / "silence.wav", np.zeros(16_000, np.float32))
+async def browser(chromium_silent: Browser) -> AsyncIterator[Browser]:
+    """The module's Chromium; every page a test opened (each in a context of its own) closes after it."""
+    yield chromium_silent
+    for context in chromium_silent.contexts:
+        await context.close()
 
 
 async def test_microphone_page_shows_settled_words_as_locked_and_only_the_tail_tentative(
-        fake_engine: CaptionEngine, silence: Path, shots: Path) -> None:
+        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
     messages = scripted()
-    async with running_server(fake_engine) as (url, _), chromium(silence) as browser:
+    async with running_server(fake_engine) as (url, _):
         page = await browser.new_page(viewport={"width": 900, "height": 640})
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
@@ -230,8 +242,8 @@ ROOM_SCREENS = {
 
 @pytest.mark.parametrize("screen", list(ROOM_SCREENS))
 async def test_room_screens_show_settled_words_as_locked_and_only_the_tail_tentative(
-        fake_engine: CaptionEngine, silence: Path, shots: Path, screen: str) -> None:
-    async with running_server(fake_engine) as (url, _), chromium(silence) as browser:
+        fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str) -> None:
+    async with running_server(fake_engine) as (url, _):
         async with aiohttp.ClientSession() as http, http.post(f"{url}/rooms", json={"title": "Stable"}) as r:
             room = (await r.json())["room"]
         messages = scripted(room)

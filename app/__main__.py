@@ -8,9 +8,10 @@ import sys
 from aiohttp import web
 
 from .config import build_parser, config_from_args
-from .keys import DRAIN, EXIT_STATUS, STORE
+from .drain import DRAIN
+from .keys import EXIT_STATUS
+from .rooms import STORE, StoreError
 from .server import create_app, tls_context
-from .store import StoreError
 
 EXIT_STORE_FAILED = 2  # the transcript store (--db) could not be opened
 _HANDLERS_AFTER_DRAIN_S = 3.0  # requests still running after the drain (a download) get this long, then are cancelled

@@ -135,7 +135,7 @@ class ServerConfig:
     max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
     max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
     funasr_port: int | None = None  # also speak FunASR's protocol at the root path of this port
-    # "direct": Opus decoded on arrival at 16 kHz mono (app.rtp_audio); "aiortc": aiortc's decoder thread at
+    # "direct": Opus decoded on arrival at 16 kHz mono (app.webrtc.rtp_audio); "aiortc": aiortc's decoder thread at
     # 48 kHz stereo, then resampled (the old path, kept for comparison and as a fallback)
     audio_decoder: str = "direct"
     # Audio per packet asked of senders (a=ptime in the answer; browsers follow it): 60 ms = a third of the packets

@@ -8,22 +8,22 @@ stored, published to the room's viewers on every front end, and the client gets 
 last message), then waits for them. Only then do room viewers' event streams end and the store close.
 
 Streams are WebRTC peers (the page, kiosks, widgets, WHIP publishers: ``app[PEERS]``) and the others
-(``LiveStreams``: FunASR WebSocket streams, OpenAI file jobs).
+(``app.ops.streams.LiveStreams``: FunASR WebSocket streams, OpenAI file jobs).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from aiohttp import web
 
 from engine import Session
 
-from .admission import Admission
-from .peer import PeerSession
+from .ops import Admission, LiveStreams
+from .webrtc import PeerSession
 
 log = logging.getLogger(__name__)
 
@@ -38,38 +38,6 @@ class DrainReport:
     sentences: int = 0  # sentences locked on the way out
     unfinished: int = 0
     seconds: float = 0.0
-
-
-@dataclass
-class _Stream:
-    session: Session
-    stop: Callable[[], None]
-    done: asyncio.Event
-
-
-class LiveStreams:
-    """The caption streams that are not WebRTC peers, while they run. A stream registers with ``running`` and
-    gives a ``stop`` that asks it to finish (non-blocking, idempotent): stop reading audio, let its session lock
-    the open sentence and send its last message, then leave ``running``."""
-
-    def __init__(self) -> None:
-        self._live: dict[str, _Stream] = {}
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    @contextlib.contextmanager
-    def running(self, session: Session, stop: Callable[[], None]) -> Iterator[None]:
-        stream = _Stream(session, stop, asyncio.Event())
-        self._live[session.session_id] = stream
-        try:
-            yield
-        finally:
-            stream.done.set()
-            self._live.pop(session.session_id, None)
-
-    def streams(self) -> list[_Stream]:
-        return list(self._live.values())
 
 
 async def drain(peers: dict[str, PeerSession], others: LiveStreams, admissions: list[Admission],
@@ -111,3 +79,6 @@ async def drain(peers: dict[str, PeerSession], others: LiveStreams, admissions: 
     report.sentences = sum(session.stats.sentences - before for session, _, before in asked.values())
     report.seconds = time.monotonic() - t0
     report.done = True
+
+
+DRAIN = web.AppKey("drain", DrainReport)  # what the stop finished (filled in as the server stops)

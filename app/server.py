@@ -1,5 +1,8 @@
 """``create_app(config)``: the aiohttp application. aiohttp owns the lifecycle (``cleanup_ctx``); nothing happens
-at import time and nothing is global but aioice's address policy (see ``app.ice``)."""
+at import time and nothing is global but aioice's address policy (see ``app.webrtc.ice``).
+
+The composition root: the packages (``webrtc``, ``rooms``, ``transcripts``, ``compat``, ``ops``) know nothing of
+each other's wiring; this module creates their shared state, adds their routes and runs the lifecycle."""
 
 from __future__ import annotations
 
@@ -17,41 +20,24 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import (
-    access_log,
-    dtls,
-    export_routes,
-    funasr_ws,
-    ice,
-    metrics_routes,
-    openai_api,
-    resources,
-    room_routes,
-    routes,
-    rtp_audio,
-    whip,
-)
-from .admission import Admission
+from . import compat, ops, pages, resources, webrtc
 from .config import EXIT_ENGINE_FAILED, ServerConfig
-from .drain import DrainReport, LiveStreams, drain
-from .keys import (
+from .drain import DRAIN, DrainReport, drain
+from .keys import CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, TEMPLATES
+from .ops import (
     ADMISSION,
-    CONFIG,
-    DRAIN,
-    ENGINE,
-    ENGINE_START,
-    EXIT_STATUS,
     FILE_JOBS,
     METRICS,
-    PEERS,
-    ROOMS,
-    STORE,
     STREAMS,
-    TEMPLATES,
+    Admission,
+    LiveStreams,
+    ServerMetrics,
 )
-from .metrics import ServerMetrics
-from .rooms import RoomRegistry
-from .store import MEMORY, StoreError, TranscriptStore
+from .responses import json_error
+from .rooms import MEMORY, ROOMS, STORE, RoomRegistry, StoreError, open_store
+from .rooms import add_routes as add_room_routes
+from .transcripts import add_routes as add_transcript_routes
+from .webrtc import PEERS
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +62,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     """The server. With ``engine`` given (already started, e.g. shared by tests) the app uses it and leaves its
     lifecycle to the caller; otherwise the app creates one and starts it in the background on startup (the page
     shows "loading model" until ``/ready`` says so) and closes it on cleanup."""
-    app = web.Application(client_max_size=routes.MAX_OFFER_BYTES, middlewares=[store_errors])
+    app = web.Application(client_max_size=webrtc.MAX_OFFER_BYTES, middlewares=[store_errors])
     app[CONFIG] = config
     app[PEERS] = {}
     app[STREAMS] = LiveStreams()
@@ -86,26 +72,19 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
                                         autoescape=jinja2.select_autoescape(["html"]))
-    ice.install(config.ice)
-    dtls.install()
-    rtp_audio.install(config.audio_decoder)
-    access_log.install()
-    app.router.add_get("/", routes.index)
-    app.router.add_get("/health", routes.health)
-    app.router.add_get("/ready", routes.ready)
-    app.router.add_post("/offer", routes.offer)
-    app.router.add_get("/ice", routes.ice)
-    room_routes.add_routes(app)
-    export_routes.add_routes(app)
-    openai_api.add_routes(app)
-    funasr_ws.add_routes(app)
-    whip.add_routes(app)
-    metrics_routes.add_routes(app)
+    webrtc.install(config.ice, config.audio_decoder)
+    ops.install_access_log()
+    pages.add_routes(app)
+    ops.add_routes(app)
+    webrtc.add_routes(app)
+    add_room_routes(app)
+    add_transcript_routes(app)
+    compat.add_routes(app)
     app.router.add_static("/static", resources.static_dir())
 
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
         # Opened before the engine and closed after every session: no locked sentence finds the store closed.
-        app[STORE] = await TranscriptStore.open(config.db_path or MEMORY)
+        app[STORE] = await open_store(config.db_path or MEMORY)
         app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
         app[ROOMS].start()
         app[METRICS].rooms, app[METRICS].store = app[ROOMS], app[STORE]
@@ -162,7 +141,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
 async def _funasr_port(app: web.Application) -> AsyncIterator[None]:
     """``--funasr-port``: FunASR's protocol at the root path of a second port (TLS as the main one)."""
     config = app[CONFIG]
-    runner = web.AppRunner(funasr_ws.side_app(app), handle_signals=False)
+    runner = web.AppRunner(compat.funasr_side_app(app), handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.funasr_port, ssl_context=tls_context(config))
     await site.start()
@@ -187,7 +166,7 @@ async def store_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except StoreError as exc:
         log.error("%s %s: %s", request.method, request.path, exc)
-        return routes.json_error(503, "storage", f"the transcript store fails: {exc}; try again later")
+        return json_error(503, "storage", f"the transcript store fails: {exc}; try again later")
 
 
 async def _exit_when_engine_dies(app: web.Application) -> None:

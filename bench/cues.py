@@ -55,9 +55,9 @@ import numpy as np
 import srt as srt_lib
 import webvtt
 
-from app import exports
-from app.cues import PAUSE_MS, SPEAKER_STYLES, Cue, CueRules, build_cues, sentence_words
-from app.store import SentenceRecord
+from app.rooms.store import SentenceRecord
+from app.transcripts import exports
+from app.transcripts.cues import PAUSE_MS, SPEAKER_STYLES, Cue, CueRules, build_cues, sentence_words
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import WindowStats
 from engine.config import EngineConfig, TranscriberConfig

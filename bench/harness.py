@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 
 from app.config import IceConfig
-from app.ice import install as install_ice_policy
+from app.webrtc.ice import install as install_ice_policy
 from bench.client import BenchClient
 
 ROOT = Path(__file__).resolve().parent.parent

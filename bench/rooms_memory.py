@@ -31,9 +31,9 @@ import psutil
 
 async def _run(rooms: int, sweep: bool, folder: str) -> dict[str, Any]:
     from app.rooms import RoomRegistry
-    from app.store import TranscriptStore
+    from app.rooms.store import open_store
 
-    store = await TranscriptStore.open(str(Path(folder) / f"rooms-{'evict' if sweep else 'keep'}.db"))
+    store = await open_store(str(Path(folder) / f"rooms-{'evict' if sweep else 'keep'}.db"))
     registry = RoomRegistry(store, idle_s=0.0)
     proc = psutil.Process()
     checkpoints: list[dict[str, Any]] = []

@@ -38,8 +38,8 @@ from typing import Any
 from aiohttp import web
 
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
-from app.keys import PEERS
 from app.server import create_app, engine_config, freeze_startup_objects
+from app.webrtc.keys import PEERS
 from bench.baseline import SerializedTranscriber, apply_mode
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
@@ -210,7 +210,7 @@ def main() -> int:
         tracemalloc.start(1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("app.peer").setLevel(logging.INFO)  # connect/close per session, for the record
+    logging.getLogger("app.webrtc.peer").setLevel(logging.INFO)  # connect/close per session, for the record
     asyncio.run(serve(args))
     return 0
 

@@ -21,7 +21,7 @@ Printed per mode: the live sessions' first-partial and lock latency (after the e
 WER (``bench/metrics.py``), and the upload's progress: seconds of the recording locked per wall second while the live
 clients streamed (``x real time``). The upload is cancelled (the client hangs up) when the live run ends.
 
-``--file-wer``: no server; the whole recording through ``app.file_jobs.transcribe_file`` on an in-process engine,
+``--file-wer``: no server; the whole recording through ``app.compat.file_jobs.transcribe_file`` on an in-process engine,
 once per longest file segment in ``--cuts-ms`` (alternating order over ``--rounds``), scored against the clips'
 reference transcripts: what cutting files shorter costs in accuracy.
 """
@@ -155,7 +155,7 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("lost", "lost", "
 async def file_wer(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from app.file_jobs import open_file, transcribe_file
+    from app.compat.file_jobs import open_file, transcribe_file
     from bench.cues import reference_words
     from engine import SessionOptions
     from engine.stream.engine import CaptionEngine

@@ -1,4 +1,5 @@
-"""Subtitle cues (app/cues.py) and line breaks (app/line_breaks.py) on hand-made sentences with word times.
+"""Subtitle cues (app/transcripts/cues.py) and line breaks (app/transcripts/line_breaks.py) on hand-made sentences
+with word times.
 
 Property tests (hypothesis) check the limits for any input and every way of marking a change of speaker: every line
 at most ``max_chars``, at most ``max_lines`` lines, cues in order and never overlapping, every cue on screen at least
@@ -21,10 +22,10 @@ import webvtt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import exports
-from app.cues import SPEAKER_STYLES, Cue, CueRules, build_cues
-from app.line_breaks import break_lines
-from app.store import SentenceRecord
+from app.rooms.store import SentenceRecord
+from app.transcripts import exports
+from app.transcripts.cues import SPEAKER_STYLES, Cue, CueRules, build_cues
+from app.transcripts.line_breaks import break_lines
 from engine.protocol import Word
 
 WORDS = ("the", "a", "and", "of", "to", "Holmes", "Sherlock", "said,", "remarkable", "evening.", "we", "shall",
@@ -292,8 +293,9 @@ def test_ffmpeg_converts_the_files(tmp_path: Path) -> None:
 
 
 def test_the_screens_break_lines_by_the_same_word_lists_as_the_files() -> None:
-    """static/js/line-breaks.js (kiosk and widget) and app/line_breaks.py (SRT, WebVTT) share their rules."""
-    from app import line_breaks
+    """static/js/line-breaks.js (kiosk and widget) and app/transcripts/line_breaks.py (SRT, WebVTT) share their
+    rules."""
+    from app.transcripts import line_breaks
 
     js = (Path(__file__).parent.parent / "static" / "js" / "line-breaks.js").read_text(encoding="utf-8")
     for name in ("BREAK_BEFORE", "NO_BREAK_AFTER"):

@@ -20,9 +20,9 @@ import pytest
 import srt as srt_lib
 import webvtt
 
-from app import exports
-from app.cues import CueRules, build_cues
-from app.store import SentenceRecord
+from app.rooms.store import SentenceRecord
+from app.transcripts import exports
+from app.transcripts.cues import CueRules, build_cues
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio

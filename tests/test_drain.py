@@ -14,10 +14,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from app.admission import Admission
-from app.keys import DRAIN, PEERS
+from app.drain import DRAIN
+from app.ops.admission import Admission
+from app.rooms.store import open_store
 from app.server import create_app
-from app.store import TranscriptStore
+from app.webrtc.keys import PEERS
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad, wav_path
 from tests.rtc_client import CaptionClient
@@ -63,7 +64,7 @@ async def test_a_stop_mid_sentence_locks_it_stores_it_and_tells_the_client(fake_
     assert client.messages[-1]["type"] == "stopped", "nothing may follow stopped"
     assert app[DRAIN].done and app[DRAIN].sessions == 1 and app[DRAIN].sentences == 1, app[DRAIN]
     assert not app[PEERS]
-    store = await TranscriptStore.open(str(tmp_path / "c.db"))
+    store = await open_store(str(tmp_path / "c.db"))
     try:
         assert [s.text for s in (await store.snapshot(client.room)).sentences] == [sentence["text"]]
     finally:

@@ -17,7 +17,7 @@ import srt as srt_lib
 import webvtt
 from playwright.async_api import Browser, Page
 
-from app.keys import PEERS
+from app.webrtc.keys import PEERS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors

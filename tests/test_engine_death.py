@@ -18,8 +18,8 @@ import aiohttp
 import psutil
 import pytest
 
-from app import ice
 from app.config import EXIT_ENGINE_FAILED
+from app.webrtc import ice
 from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import LOOPBACK

@@ -1,4 +1,5 @@
-"""Transcript files: one formatter (app/exports.py) for a room's transcript and for the page's download buttons.
+"""Transcript files: one formatter (app/transcripts/exports.py) for a room's transcript and for the page's
+download buttons.
 
 The page posts the sentences it shows to ``POST /exports/transcript.{fmt}``; a room's files come from
 ``GET /rooms/{id}/transcript.{fmt}``. Both must give the same file for the same sentences, and the export route
@@ -18,7 +19,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from app.keys import ROOMS
+from app.rooms.keys import ROOMS
 from engine import CaptionEngine
 from tests.browser import chromium, write_wav
 from tests.servers import running_server

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from app.funasr_ws import OnlineText, parse_config, parse_hotwords
-from app.keys import ROOMS
+from app.compat.funasr import OnlineText, parse_config, parse_hotwords
+from app.rooms.keys import ROOMS
 from engine import CaptionEngine
 from speechdata.corpus import reference, wav_path
 from tests.servers import running_server

@@ -16,9 +16,11 @@ from typing import Any
 import aiohttp
 from aiortc import RTCPeerConnection
 
-from app.keys import ADMISSION, PEERS, ROOMS, STORE
-from app.store import TranscriptStore
-from app.store_sqlite import SCHEMA_VERSION
+from app.ops.keys import ADMISSION
+from app.rooms.keys import ROOMS, STORE
+from app.rooms.store import TranscriptStore, open_store
+from app.rooms.store.sqlite import SCHEMA_VERSION
+from app.webrtc.keys import PEERS
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.stream.engine import CaptionEngine
@@ -123,7 +125,7 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
             INSERT INTO rooms VALUES ('old-room-abcdef', 5, 'Old', 'ab12');
             INSERT INTO sentences VALUES ('old-room-abcdef', 0, 's', 'Said before word times.', 100, 900, 0, 7);
             PRAGMA user_version=1;""")
-    store = await TranscriptStore.open(str(path))
+    store = await open_store(str(path))
     record = await store.room("old-room-abcdef")
     assert record is not None and record.title == "Old" and record.viewer_token_sha256 == "ab12"
     assert record.viewer_token is None

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
-from app import ice
 from app.config import IceConfig
+from app.webrtc import ice
 
 
 @pytest.fixture(autouse=True)

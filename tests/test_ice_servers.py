@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from aiohttp import ClientSession
 
-from app import ice_servers
 from app.__main__ import main
 from app.config import IceConfig, build_parser, config_from_args
+from app.webrtc import stun_turn
 from engine.stream.engine import CaptionEngine
 from tests.servers import running_server
 
@@ -17,47 +17,47 @@ NOW_S = 1_700_000_000
 
 def test_turn_rest_credentials_are_what_coturn_computes() -> None:
     # Expected password from OpenSSL: printf '1700000000:room-1234' | openssl dgst -sha1 -hmac north -binary | base64
-    assert ice_servers.turn_rest_credentials("north", "room-1234", 1_700_000_000) == (
+    assert stun_turn.turn_rest_credentials("north", "room-1234", 1_700_000_000) == (
         "1700000000:room-1234", "pOy98nSpSWqk832XuN5bGMeBPg8=")
 
 
 def test_time_limited_credentials_expire_after_the_lifetime_and_name_the_label() -> None:
     config = IceConfig(servers=("stun:stun.example.org:3478", "turn:turn.example.org:3478?transport=tcp"),
                        turn_secret="north", turn_ttl_s=3600)
-    stun, turn = ice_servers.ice_servers(config, label="room-1234", now_s=NOW_S)
-    assert stun == ice_servers.IceServer("stun:stun.example.org:3478")  # STUN needs no credentials
+    stun, turn = stun_turn.ice_servers(config, label="room-1234", now_s=NOW_S)
+    assert stun == stun_turn.IceServer("stun:stun.example.org:3478")  # STUN needs no credentials
     assert turn.urls == "turn:turn.example.org:3478?transport=tcp"
     assert turn.username == f"{NOW_S + 3600}:room-1234"
-    assert (turn.username, turn.credential) == ice_servers.turn_rest_credentials("north", "room-1234", NOW_S + 3600)
-    later = ice_servers.ice_servers(config, label="room-1234", now_s=NOW_S + 60)[1]
+    assert (turn.username, turn.credential) == stun_turn.turn_rest_credentials("north", "room-1234", NOW_S + 3600)
+    later = stun_turn.ice_servers(config, label="room-1234", now_s=NOW_S + 60)[1]
     assert later.username == f"{NOW_S + 3660}:room-1234" and later.credential != turn.credential
     # A label that is no plain id (a ':' would shift the username's fields) is replaced, never passed on.
     for bad in (None, "", "a:b", "x" * 65, "room 1"):
-        assert ice_servers.ice_servers(config, label=bad, now_s=NOW_S)[1].username == f"{NOW_S + 3600}:live-captions"
+        assert stun_turn.ice_servers(config, label=bad, now_s=NOW_S)[1].username == f"{NOW_S + 3600}:live-captions"
 
 
 def test_static_credentials_are_used_as_given_even_with_a_secret() -> None:
     config = IceConfig(servers=("turn:alice:s3:cret@turn.example.org", "turn:turn2.example.org:3479"),
                        turn_secret="north")
-    static, rest = ice_servers.ice_servers(config, label="r" * 8, now_s=NOW_S)
-    assert static == ice_servers.IceServer("turn:turn.example.org", "alice", "s3:cret")
+    static, rest = stun_turn.ice_servers(config, label="r" * 8, now_s=NOW_S)
+    assert static == stun_turn.IceServer("turn:turn.example.org", "alice", "s3:cret")
     assert rest.urls == "turn:turn2.example.org:3479" and rest.username == f"{NOW_S + 86400}:{'r' * 8}"
 
 
 def test_page_config_and_link_headers_come_from_the_same_list() -> None:
     config = IceConfig(servers=("stun:stun.example.org", "turn:turn.example.org"), turn_secret="north",
                        transport_policy="relay")
-    servers = ice_servers.ice_servers(config, label="room-1234", now_s=NOW_S)
-    assert ice_servers.page_config(config, label="room-1234", now_s=NOW_S) == {
+    servers = stun_turn.ice_servers(config, label="room-1234", now_s=NOW_S)
+    assert stun_turn.page_config(config, label="room-1234", now_s=NOW_S) == {
         "iceServers": [{"urls": "stun:stun.example.org"},
                        {"urls": "turn:turn.example.org", "username": servers[1].username,
                         "credential": servers[1].credential}],
         "iceTransportPolicy": "relay"}
-    assert ice_servers.link_headers(servers) == [
+    assert stun_turn.link_headers(servers) == [
         '<stun:stun.example.org>; rel="ice-server"',
         f'<turn:turn.example.org>; rel="ice-server"; username="{servers[1].username}"; '
         f'credential="{servers[1].credential}"; credential-type="password"']
-    assert ice_servers.page_config(IceConfig()) == {"iceServers": [], "iceTransportPolicy": "all"}
+    assert stun_turn.page_config(IceConfig()) == {"iceServers": [], "iceTransportPolicy": "all"}
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -109,4 +109,4 @@ async def test_pages_get_the_servers_configuration_with_fresh_credentials(fake_e
     (turn,) = body["iceServers"]
     expiry, label = turn["username"].split(":")
     assert turn["urls"] == "turn:127.0.0.1:3478" and label == "room-1234"
-    assert ice_servers.turn_rest_credentials("north", label, int(expiry)) == (turn["username"], turn["credential"])
+    assert stun_turn.turn_rest_credentials("north", label, int(expiry)) == (turn["username"], turn["credential"])

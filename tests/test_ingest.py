@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from aiortc.rtcrtpreceiver import RemoteStreamTrack
 
-from app.ingest import IngestStats, pump_track, queued_frames
-from app.keys import PEERS
+from app.webrtc.ingest import IngestStats, pump_track, queued_frames
+from app.webrtc.keys import PEERS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from tests.rtc_client import ArrayAudioTrack, CaptionClient

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from app.config import ServerConfig, build_parser, config_from_args
-from app.keys import STORE
+from app.rooms.keys import STORE
 from engine import EngineObserver
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, PartialConfig

@@ -179,7 +179,7 @@ async def test_real_speech_in_every_format(engine: CaptionEngine) -> None:
 async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
     """The decodes of a file whose client went away stop at once, streamed or not (aiohttp does not cancel the
     handler itself), and its place is free for the next upload."""
-    from app.keys import FILE_JOBS
+    from app.ops.keys import FILE_JOBS
     from engine.asr.fake import FakeTranscriber
     from engine.config import EngineConfig
 

@@ -17,12 +17,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from app import exports
-from app.keys import ROOMS
-from app.room_open import STALE_S, RemoteOpen
 from app.rooms import Room, RoomRegistry, Viewer, ViewerState, merged_stable
-from app.store import RoomRecord, SentenceRecord, Snapshot, TranscriptStore
-from app.store_sqlite import SCHEMA_VERSION, SqliteStore
+from app.rooms.keys import ROOMS
+from app.rooms.open_text import STALE_S, RemoteOpen
+from app.rooms.store import RoomRecord, SentenceRecord, Snapshot, open_store
+from app.rooms.store.sqlite import SCHEMA_VERSION, SqliteStore
+from app.transcripts import exports
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Sentence, Word, WordTimes
 from speechdata.corpus import audio, pad
@@ -219,7 +219,7 @@ async def test_a_slow_viewer_gets_the_newest_partial_and_is_cut_off_rather_than_
 async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> None:
     """A publisher's ``partial_spk`` reaches the room's viewers with the session it belongs to (labels are per
     session); while two publishers speak at once the merged partial names nobody."""
-    store = await TranscriptStore.open(":memory:")
+    store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     try:
         room, _ = await rooms.create("talk")
@@ -331,7 +331,7 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
 async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> None:
     """While the store refuses writes, a ``words`` update is kept in memory with the sentence it times, in order,
     and read paths (``snapshot_with``) apply it."""
-    store = await TranscriptStore.open(":memory:")
+    store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     room, _ = await rooms.create()
     await store.close()  # every write fails from now on
@@ -354,7 +354,7 @@ def test_the_merged_partial_is_settled_up_to_the_first_unsettled_word() -> None:
 
 
 async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_words() -> None:
-    store = await TranscriptStore.open(":memory:")
+    store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     try:
         room, _ = await rooms.create()

@@ -22,8 +22,8 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Browser, ConsoleMessage, Page
 
-from app.keys import ROOMS
 from app.rooms import Room
+from app.rooms.keys import ROOMS
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference

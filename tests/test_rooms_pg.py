@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from app.keys import ROOMS, STORE
 from app.rooms import Room, RoomRegistry, Viewer
-from app.store import TranscriptStore
+from app.rooms.keys import ROOMS, STORE
+from app.rooms.store import open_store
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Sentence, Word, WordTimes
 from speechdata.corpus import audio, pad
@@ -182,7 +182,7 @@ def _first_status(reader: SseReader) -> float:
 
 async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_agree_on_labels(
         postgres_url: str) -> None:
-    store_a, store_b = await TranscriptStore.open(postgres_url), await TranscriptStore.open(postgres_url)
+    store_a, store_b = await open_store(postgres_url), await open_store(postgres_url)
     rooms_a, rooms_b = RoomRegistry(store_a), RoomRegistry(store_b)
     rooms_a.start()
     rooms_b.start()
@@ -215,7 +215,7 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
 
         # A front end that missed every notice (its registry never listened) still delivers in order: its own
         # next event brings in the ones before it from the table first.
-        deaf = RoomRegistry(await TranscriptStore.open(postgres_url))
+        deaf = RoomRegistry(await open_store(postgres_url))
         room_c = await deaf.get(made.id)
         assert room_c is not None and room_c.seq == 41
         viewer_c = room_c.subscribe()

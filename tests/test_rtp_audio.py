@@ -19,12 +19,12 @@ from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
 
-from app import rtp_audio
 from app.config import ServerConfig, build_parser, config_from_args
-from app.ingest import IngestStats, pump_track
-from app.keys import PEERS
-from app.opus import OpusDecoder, OpusError
-from app.rtp_audio import AudioReceiver, InlineDecoder
+from app.webrtc import rtp_audio
+from app.webrtc.ingest import IngestStats, pump_track
+from app.webrtc.keys import PEERS
+from app.webrtc.opus import OpusDecoder, OpusError
+from app.webrtc.rtp_audio import AudioReceiver, InlineDecoder
 from engine import CHUNK_SAMPLES
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad

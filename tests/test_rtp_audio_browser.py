@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.keys import PEERS
-from app.rtp_audio import InlineDecoder
+from app.webrtc.keys import PEERS
+from app.webrtc.rtp_audio import InlineDecoder
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav

@@ -11,7 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from app.keys import PEERS, ROOMS
+from app.rooms.keys import ROOMS
+from app.webrtc.keys import PEERS
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.protocol import MAX_CLIENT_MESSAGE_BYTES

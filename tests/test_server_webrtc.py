@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.keys import PEERS
+from app.webrtc.keys import PEERS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors

@@ -174,7 +174,7 @@ def check_looks(styles: dict[str, dict[str, Any]]) -> None:
 
 
 def sse(messages: list[dict[str, Any]], room: str) -> str:
-    """A room's event stream (app/room_routes.py's format) carrying ``messages``; the browser waits long before it
+    """A room's event stream (app/rooms/routes.py's format) carrying ``messages``; the browser waits long before it
     reconnects once the body ends."""
     status = {"type": "room", "seq": 0, "room": room, "live": True, "publishers": 1, "viewers": 1, "saving": True}
     events = ["retry: 600000\n\n", f"data: {json.dumps(status)}\n\n"]

@@ -25,10 +25,11 @@ import pytest
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from app import ice
-from app.keys import DRAIN, ROOMS
+from app.drain import DRAIN
+from app.rooms.keys import ROOMS
+from app.rooms.store import open_store
 from app.server import create_app
-from app.store import TranscriptStore
+from app.webrtc import ice
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import normalise, word_errors
@@ -65,7 +66,7 @@ def check_open_sentence(texts: list[str], who: str) -> None:
 
 
 async def stored_texts(db: Path, room_id: str) -> list[str]:
-    store = await TranscriptStore.open(str(db))
+    store = await open_store(str(db))
     try:
         return [s.text for s in (await store.snapshot(room_id)).sentences]
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.keys import ROOMS, STORE
+from app.rooms.keys import ROOMS, STORE
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav

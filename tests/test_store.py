@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from app.__main__ import EXIT_STORE_FAILED, main
-from app.store import SentenceRecord, StoreError, TranscriptStore
-from app.store_pg import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from app.rooms.store import SentenceRecord, StoreError, TranscriptStore, open_store
+from app.rooms.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from engine import protocol
 
 ROOM = "room-one-abcdef"
@@ -35,7 +35,7 @@ def caption(*records: SentenceRecord, seq: int = 0) -> protocol.Caption:
 
 
 async def test_commits_survive_reopening(target: str) -> None:
-    store = await TranscriptStore.open(target)
+    store = await open_store(target)
     await store.create_room(ROOM, "t")
     first = SentenceRecord(0, "s", "Hello there.", 0, 999, 0, (protocol.Word("Hello", 0, 400),))
     await store.append(ROOM, caption(first, seq=1), [first])
@@ -44,7 +44,7 @@ async def test_commits_survive_reopening(target: str) -> None:
     await store.close()  # idempotent
     with pytest.raises(StoreError, match="closed"):
         await store.room(ROOM)
-    again = await TranscriptStore.open(target)
+    again = await open_store(target)
     snap = await again.snapshot(ROOM)
     assert snap.seq == 2 and snap.sentences == [SentenceRecord(0, "s", "Hello there.", 0, 999, 1,
                                                                (protocol.Word("Hello", 0, 400),))]
@@ -58,7 +58,7 @@ async def test_commits_survive_reopening(target: str) -> None:
 async def test_better_word_times_replace_a_sentences_words_and_replay_in_order(target: str) -> None:
     """A ``words`` event (the aligner's times, after the lock) is a room event like a relabel: it gets the next
     seq, replays from ``events_after``, and the stored sentence (snapshots, transcripts) has the new times."""
-    store = await TranscriptStore.open(target)
+    store = await open_store(target)
     estimated = (protocol.Word("Hello", 0, 500), protocol.Word("there.", 500, 999))
     aligned = (protocol.Word("Hello", 120, 430), protocol.Word("there.", 480, 910))
     other = SentenceRecord(0, "s", "Other.", 0, 99, 0)
@@ -72,7 +72,7 @@ async def test_better_word_times_replace_a_sentences_words_and_replay_in_order(t
         await store.append(ROOM, protocol.Speakers({0: 1}, seq=3), relabel={0: 1})
     finally:
         await store.close()
-    again = await TranscriptStore.open(target)
+    again = await open_store(target)
     try:
         snap = await again.snapshot(ROOM)
         assert snap.seq == 3 and snap.sentences[0] == SentenceRecord(0, "s", "Hello there.", 0, 999, 1, aligned)
@@ -84,7 +84,7 @@ async def test_better_word_times_replace_a_sentences_words_and_replay_in_order(t
 
 
 async def test_the_store_numbers_events_and_two_writers_never_collide(target: str) -> None:
-    a, b = await TranscriptStore.open(target), await TranscriptStore.open(target)
+    a, b = await open_store(target), await open_store(target)
     try:
         await a.create_room(ROOM)
         # The caller's numbers are a guess: the store gives out the next ones.
@@ -120,7 +120,7 @@ async def test_the_store_numbers_events_and_two_writers_never_collide(target: st
 
 
 async def test_a_room_that_does_not_exist_or_exists_already_is_a_store_error(target: str) -> None:
-    store = await TranscriptStore.open(target)
+    store = await open_store(target)
     try:
         r = SentenceRecord(0, "s", "x", 0, 1, None)
         with pytest.raises(StoreError):
@@ -134,7 +134,7 @@ async def test_a_room_that_does_not_exist_or_exists_already_is_a_store_error(tar
 
 
 async def test_a_newer_schema_is_refused(target: str) -> None:
-    store = await TranscriptStore.open(target)
+    store = await open_store(target)
     await store.close()
     if target.startswith("postgresql://"):
         with psycopg.connect(target, autocommit=True) as conn:
@@ -144,11 +144,11 @@ async def test_a_newer_schema_is_refused(target: str) -> None:
         with sqlite3.connect(target) as db:
             db.execute("PRAGMA user_version = 99")
     with pytest.raises(StoreError, match="schema version 99"):
-        await TranscriptStore.open(target)
+        await open_store(target)
 
 
 async def test_front_ends_starting_together_create_the_schema_once(postgres_url: str) -> None:
-    stores = await asyncio.gather(*(TranscriptStore.open(postgres_url) for _ in range(4)))
+    stores = await asyncio.gather(*(open_store(postgres_url) for _ in range(4)))
     await stores[0].create_room(ROOM)
     assert all([await s.room(ROOM) is not None for s in stores])
     for store in stores:
@@ -159,17 +159,17 @@ async def test_front_ends_starting_together_create_the_schema_once(postgres_url:
 
 async def test_bad_targets_are_clear_errors_that_keep_passwords_out(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="unsupported database URL scheme 'mysql'"):
-        await TranscriptStore.open("mysql://user@127.0.0.1/db")
+        await open_store("mysql://user@127.0.0.1/db")
     with pytest.raises(StoreError) as refused:  # nothing listens on port 1
-        await TranscriptStore.open("postgresql://user:hunter2@127.0.0.1:1/captions")
+        await open_store("postgresql://user:hunter2@127.0.0.1:1/captions")
     assert "127.0.0.1" in str(refused.value) and "hunter2" not in str(refused.value)
     (tmp_path / "not-a-folder").write_text("")
     with pytest.raises(StoreError):
-        await TranscriptStore.open(str(tmp_path / "not-a-folder" / "c.db"))
+        await open_store(str(tmp_path / "not-a-folder" / "c.db"))
 
 
 async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_connection(postgres_url: str) -> None:
-    a, b = await TranscriptStore.open(postgres_url), await TranscriptStore.open(postgres_url)
+    a, b = await open_store(postgres_url), await open_store(postgres_url)
     heard: list[tuple[str, int]] = []
     missed, more = asyncio.Event(), asyncio.Event()
 
@@ -210,7 +210,7 @@ async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_conne
 
 async def test_postgres_announcements_reach_the_other_front_ends_in_order_and_never_their_sender(
         postgres_url: str, tmp_path: Path) -> None:
-    a, b = await TranscriptStore.open(postgres_url), await TranscriptStore.open(postgres_url)
+    a, b = await open_store(postgres_url), await open_store(postgres_url)
     heard: dict[str, list[tuple[str, dict[str, Any]]]] = {"a": [], "b": []}
     ready = {"a": asyncio.Event(), "b": asyncio.Event()}
     more = asyncio.Event()
@@ -240,7 +240,7 @@ async def test_postgres_announcements_reach_the_other_front_ends_in_order_and_ne
     finally:
         await a.close()
         await b.close()
-    sqlite = await TranscriptStore.open(str(tmp_path / "one.db"))  # one server: nobody to tell
+    sqlite = await open_store(str(tmp_path / "one.db"))  # one server: nobody to tell
     await sqlite.announce(ROOM, {"text": "x"})
     await sqlite.close()
 

@@ -25,9 +25,10 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from playwright.async_api import Browser, Page
 
-from app import ice, ice_servers
 from app.config import IceConfig
-from app.keys import PEERS, ROOMS
+from app.rooms.keys import ROOMS
+from app.webrtc import ice, stun_turn
+from app.webrtc.keys import PEERS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
@@ -211,7 +212,7 @@ async def test_whip_links_announce_the_relay_the_server_itself_uses(
         m = re.fullmatch(rf'<{re.escape(rest_turn.url)}>; rel="ice-server"; username="((\d+):{room.id})"; '
                          r'credential="([^"]+)"; credential-type="password"', link)
         assert m is not None, link
-        assert ice_servers.turn_rest_credentials(SECRET, room.id, int(m[2])) == (m[1], m[3])
+        assert stun_turn.turn_rest_credentials(SECRET, room.id, int(m[2])) == (m[1], m[3])
         assert all(" typ relay" in line for line in answer.splitlines() if line.startswith("a=candidate:"))
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         for _ in range(200):

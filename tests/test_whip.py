@@ -19,7 +19,8 @@ import aiohttp
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from app.keys import PEERS, ROOMS
+from app.rooms.keys import ROOMS
+from app.webrtc.keys import PEERS
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference, wav_path
 from speechdata.wer import wer

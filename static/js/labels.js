@@ -1,6 +1,6 @@
 /**
  * How the page labels time and speakers. Transcript files (TXT, SRT, WebVTT, JSON) are not made here: the
- * server renders them (app/exports.py) for the download buttons and for room transcripts alike.
+ * server renders them (app/transcripts/exports.py) for the download buttons and for room transcripts alike.
  */
 
 /** "Speaker 1" for spk 0: the server's speaker indices are 0-based, people count from one. */

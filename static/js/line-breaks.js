@@ -1,8 +1,8 @@
 /**
- * Broadcast line breaks for the kiosk and the widget: the rules of the subtitle files (app/line_breaks.py), so a
+ * Broadcast line breaks for the kiosk and the widget: the rules of the subtitle files (app/transcripts/line_breaks.py), so a
  * wall screen reads like broadcast captions rather than a wrapped paragraph. A break after punctuation is best,
  * before a conjunction or preposition next; never after an article or a preposition, never inside a name.
- * The word lists must stay equal to app/line_breaks.py's (a test compares them).
+ * The word lists must stay equal to app/transcripts/line_breaks.py's (a test compares them).
  */
 
 export const BREAK_BEFORE = new Set(
@@ -25,7 +25,7 @@ const COST_RAGGED = 12; // a line left short, per (unused share of the width) sq
 const bare = (word) => word.replace(/^["'()[\]“”‘’]+|["'()[\]“”‘’]+$/g, "").toLowerCase();
 const isUpper = (ch) => ch !== undefined && ch !== ch.toLowerCase() && ch === ch.toUpperCase();
 
-/** How bad a line break between the words `before` and `after` reads (as app/line_breaks.py break_cost). */
+/** How bad a line break between the words `before` and `after` reads (as app/transcripts/line_breaks.py break_cost). */
 export function breakCost(before, after) {
   if (/[.?!]$/.test(before)) return COST_SENTENCE;
   if (/[,;:]$/.test(before)) return COST_CLAUSE;

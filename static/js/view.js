@@ -1,6 +1,6 @@
 /**
  * Renders the transcript: locked sentences grouped into speaker turns (consecutive sentences of one speaker
- * in one session, as the server's TXT export groups them: app/exports.py `turns`), then the partial line.
+ * in one session, as the server's TXT export groups them: app/transcripts/exports.py `turns`), then the partial line.
  *
  * Locked sentences are only ever appended (they never change), so the common update touches one element and
  * the reader's text selection survives. A speaker relabel or a clear re-renders everything: both are rare.

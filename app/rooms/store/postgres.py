@@ -1,5 +1,5 @@
 """The PostgreSQL transcript store: one database shared by several front ends (``--db postgresql://...``). The
-interface and its contracts are ``app.store.TranscriptStore``'s.
+interface and its contracts are ``app.rooms.store.base.TranscriptStore``'s.
 
 Why psycopg 3's async API with a small pool (``psycopg_pool.AsyncConnectionPool``, 1 to ``POOL_MAX`` connections)
 and one more connection for ``LISTEN``:
@@ -50,7 +50,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from engine import protocol
 
-from .store import (
+from .base import (
     Appended,
     Retimed,
     RoomEvent,
@@ -138,7 +138,7 @@ class PostgresStore(TranscriptStore):
         self._announcing = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str) -> PostgresStore:  # type: ignore[override]
+    async def open(cls, url: str) -> PostgresStore:
         store = cls(url)
         try:
             await store._migrate()

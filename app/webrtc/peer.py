@@ -21,11 +21,11 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from engine import CaptionEngine, IllegalTransition, Session, SessionLog, SessionOptions, SessionState, protocol
 
-from .admission import Slot
-from .config import ServerConfig
+from ..config import ServerConfig
+from ..ops import Slot
+from ..rooms import Room, RoomPublisher
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
-from .rooms import Room, RoomPublisher
 from .rtp_audio import with_ptime
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class PeerSession:
         self.state = PeerState.LIVE
         self._log.info("peer connected (%d live)", len(self.registry))
         local = self.pc.localDescription
-        # Longer packets from the sender: a third of the per-packet receive work (app.rtp_audio.with_ptime).
+        # Longer packets from the sender: a third of the per-packet receive work (app.webrtc.rtp_audio.with_ptime).
         return RTCSessionDescription(sdp=with_ptime(local.sdp, self.config.ptime_ms), type=local.type)
 
     # ---- events from aiortc ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Microphone audio from a WebRTC track into an engine session: 16 kHz mono in 60 ms chunks.
 
-Opus arrives already decoded at 16 kHz mono in 60 ms frames (``app.rtp_audio``) and goes straight to the chunker;
+Opus arrives already decoded at 16 kHz mono in 60 ms frames (``app.webrtc.rtp_audio``) and goes straight to the chunker;
 anything else (aiortc's own receiver: 20 ms s16 frames, usually stereo 48 kHz; G.722, PCMU) goes through PyAV's
 resampler first. aiortc's receive queues are unbounded, so when this server falls behind, audio piles up and
 captions drift further and further from the speaker. ``Backlog`` watches the audio waiting in the track's receive

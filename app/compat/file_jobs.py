@@ -17,8 +17,8 @@ from pathlib import Path
 
 from engine import SAMPLE_RATE, CaptionEngine, SessionOptions, SessionState, protocol
 
+from ..ops import LiveStreams
 from .audio_files import AudioFileReader
-from .drain import LiveStreams
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from typing import NamedTuple
 
 from engine.protocol import Word
 
+from ..rooms import SentenceRecord
 from .line_breaks import break_cost, break_lines, line_count
-from .store import SentenceRecord
 
 MAX_INNER_PAUSE_MS = 1500  # a pause this long inside a cue would show words long before they are said
 _PAUSE_COST_PER_S = 8.0  # pauses inside a cue past half a second

@@ -1,13 +1,13 @@
-"""``GET /metrics``: the app's Prometheus registry (``app.metrics``), guarded as ``--metrics`` says."""
+"""``GET /metrics``: the app's Prometheus registry (``app.ops.metrics``), guarded as ``--metrics`` says."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from .auth import presented_token
-from .keys import CONFIG, METRICS
-from .rooms import token_matches
-from .routes import json_error
+from ..auth import presented_token, token_matches
+from ..keys import CONFIG
+from ..responses import json_error
+from .keys import METRICS
 
 
 def add_routes(app: web.Application) -> None:

@@ -1,53 +1,28 @@
-"""HTTP handlers: the page, signalling, liveness and readiness. Errors are JSON ``{"error": {code, message}}``."""
+"""WebRTC signalling over HTTP: ``POST /offer`` (an SDP offer in, the answer and the session out) and ``GET /ice``
+(the STUN/TURN servers a page uses for its next connection). Errors are JSON ``{"error": {code, message}}``."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from aiohttp import web
 
-from engine import LANGUAGE_CODES, MAX_HOTWORDS, EngineError, EngineNotReady, EngineState, ErrorCode
+from engine import EngineError, EngineNotReady, EngineState, ErrorCode
 
-from . import ice_servers
-from .auth import presented_token, presented_token_or_field
-from .bodies import BodyError, read_json_object
-from .exports import OptionError
-from .keys import ADMISSION, CONFIG, ENGINE, METRICS, PEERS, ROOMS, TEMPLATES
+from ..auth import presented_token, presented_token_or_field, token_matches
+from ..bodies import BodyError, read_json_object
+from ..keys import CONFIG, ENGINE
+from ..ops import ADMISSION, METRICS
+from ..responses import json_error
+from ..rooms import ROOMS, StoreError
+from . import stun_turn
+from .keys import PEERS
 from .peer import PeerSession
-from .rooms import token_matches
-from .store import StoreError
 
 log = logging.getLogger(__name__)
 
 MAX_OFFER_BYTES = 64 * 1024  # a browser's audio offer is a few KB
-LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "fr": "Français", "es": "Español", "it": "Italiano",
-                  "nl": "Nederlands", "pt": "Português", "pl": "Polski", "sv": "Svenska", "zh": "中文",
-                  "ja": "日本語", "ko": "한국어", "ru": "Русский", "uk": "Українська", "tr": "Türkçe"}
 
-
-def json_error(status: int, code: ErrorCode | str, message: str) -> web.Response:
-    code_text = code.value if isinstance(code, ErrorCode) else code
-    return web.json_response({"error": {"code": code_text, "message": message}}, status=status)
-
-
-def bad_parameter(exc: OptionError) -> web.Response:
-    """400 for a bad query parameter: the error JSON names it (``"param"``)."""
-    return web.json_response({"error": {"code": "bad_parameter", "message": str(exc), "param": exc.param}},
-                             status=400)
-
-
-async def index(request: web.Request) -> web.Response:
-    app = request.app
-    engine = app[ENGINE]
-    config = app[CONFIG]
-    languages = [("", "Detect automatically")] + [(c, n) for c, n in LANGUAGE_NAMES.items() if c in LANGUAGE_CODES]
-    html = app[TEMPLATES].get_template("index.html").render(
-        model=engine.model_name, languages=languages, default_language=config.language or "",
-        static="/static", max_hotwords=MAX_HOTWORDS)
-    # The microphone page is never framed by another site (clickjacking); only /embed follows --embed-origin.
-    return web.Response(text=html, content_type="text/html",
-                        headers={"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"})
 
 
 async def ice(request: web.Request) -> web.Response:
@@ -58,27 +33,8 @@ async def ice(request: web.Request) -> web.Response:
     config = request.app[CONFIG]
     if not token_matches(presented_token(request), config.auth_token):
         return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
-    return web.json_response(ice_servers.page_config(config.ice, label=request.query.get("room")),
+    return web.json_response(stun_turn.page_config(config.ice, label=request.query.get("room")),
                              headers={"Cache-Control": "no-store"})
-
-
-async def health(request: web.Request) -> web.Response:
-    """Liveness: answers at once (no engine call, no I/O). 200 while the server can serve or is loading; 503 once
-    its speech engine failed (it failed to load, or died: then the process is on its way out)."""
-    engine = request.app[ENGINE]
-    if engine.state is EngineState.FAILED:
-        return web.json_response({"status": "failed", "engine": "failed", "detail": engine.detail}, status=503)
-    return web.json_response({"status": "ok"})
-
-
-async def ready(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    body: dict[str, Any] = {"ready": engine.state is EngineState.READY, "state": engine.state.value,
-                            "model": engine.model_name, "sessions": len(request.app[PEERS]),
-                            "rooms": request.app[ROOMS].snapshot_stats()}
-    if engine.state is not EngineState.READY and engine.detail:
-        body["detail"] = engine.detail
-    return web.json_response(body, status=200 if body["ready"] else 503)
 
 
 async def offer(request: web.Request) -> web.Response:
@@ -142,3 +98,8 @@ async def offer(request: web.Request) -> web.Response:
         return json_error(503, "storage", f"the transcript store fails: {exc}")
     peer.join(room)
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/offer", offer)
+    app.router.add_get("/ice", ice)

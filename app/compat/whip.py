@@ -4,7 +4,7 @@ room's audio over WebRTC with one HTTP request, and its viewers, kiosk and trans
 - ``POST /whip/{room}`` with ``Content-Type: application/sdp`` (the offer) and ``Authorization: Bearer <token>``
   (when the server has a token) -> ``201 Created``, the SDP answer, ``Location: /whip/{room}/{session}`` (the
   session resource), ``ETag`` and a ``Link: <...>; rel="ice-server"`` per configured STUN/TURN server, with the
-  credentials to use (static, or time-limited for the room: ``app.ice_servers``, the pages' source too).
+  credentials to use (static, or time-limited for the room: ``app.webrtc.stun_turn``, the pages' source too).
 - ``PATCH`` on the resource with ``Content-Type: application/trickle-ice-sdpfrag``: the client's trickled ICE
   candidates (``204``). ICE restarts (a new ``ice-ufrag``) are not supported: ``422``.
 - ``DELETE`` on the resource ends the session: its open sentence is finished and locked, then it closes (``200``).
@@ -28,14 +28,13 @@ from aiortc.sdp import candidate_from_sdp
 
 from engine import EngineError, EngineNotReady, EngineState
 
-from .auth import presented_token
-from .bodies import BodyError
-from .ice import is_loopback
-from .ice_servers import ice_servers, link_headers
-from .keys import ADMISSION, CONFIG, ENGINE, METRICS, PEERS, ROOMS
-from .peer import PeerSession
-from .rooms import token_matches
-from .routes import MAX_OFFER_BYTES, json_error
+from ..auth import presented_token, token_matches
+from ..bodies import BodyError
+from ..keys import CONFIG, ENGINE
+from ..ops import ADMISSION, METRICS
+from ..responses import json_error
+from ..rooms import ROOMS
+from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
 
 log = logging.getLogger(__name__)
 

@@ -52,10 +52,11 @@ from engine import (
     protocol,
 )
 
-from .auth import presented_token
+from ..auth import presented_token, token_matches
+from ..keys import CONFIG, ENGINE, MAIN_APP
+from ..ops import ADMISSION, STREAMS
+from ..rooms import ROOMS, RoomPublisher
 from .file_jobs import FileJobError, open_file, transcribe_file
-from .keys import ADMISSION, CONFIG, ENGINE, MAIN_APP, ROOMS, STREAMS
-from .rooms import RoomPublisher, token_matches
 
 log = logging.getLogger(__name__)
 

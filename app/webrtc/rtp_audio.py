@@ -8,7 +8,7 @@ resamples every frame to 16 kHz mono. At 16 live sessions, replacing that took 4
 ``AudioReceiver`` keeps everything of aiortc's receiver (SRTP, RTCP, RTX, jitter buffer, statistics) and replaces
 only the step after the jitter buffer, on the event loop, without a thread hop:
 
-- Opus goes through our own libopus decoder (``app.opus``) at 16 kHz mono: about a third of the CPU of decoding
+- Opus goes through our own libopus decoder (``app.webrtc.opus``) at 16 kHz mono: about a third of the CPU of decoding
   at 48 kHz stereo and resampling, the same audio within the codec's precision. Stereo senders are downmixed by
   libopus.
 - Decoded audio is gathered into 60 ms frames (the engine's chunk: the ingest waits for whole chunks anyway, so
@@ -16,7 +16,7 @@ only the step after the jitter buffer, on the event loop, without a thread hop:
 - Any other codec (G.722, PCMU, PCMA) goes through aiortc's own decoder as before, and the ingest resamples it.
 
 The queue stays the track's ``asyncio.Queue`` of ``av.AudioFrame`` objects, so ``track.recv()`` and the ingest's
-backlog watch (``app.ingest.queued_frames``) behave as before. If libopus cannot be loaded, the receiver falls
+backlog watch (``app.webrtc.ingest.queued_frames``) behave as before. If libopus cannot be loaded, the receiver falls
 back to aiortc's path (with a warning).
 
 ``with_ptime`` asks senders for longer packets (``a=ptime`` in the answer, RFC 4566 / JSEP 5.9, which browsers
@@ -25,7 +25,8 @@ per-packet work (SRTP, RTP parsing, jitter buffer, RTCP statistics), for at most
 60 ms chunks anyway). Senders that ignore it (aiortc's own) keep sending 20 ms; both are received alike.
 
 ``install("direct")`` makes every ``RTCPeerConnection`` created afterwards use ``AudioReceiver``;
-``install("aiortc")`` restores aiortc's receiver (benches compare the two). Process-wide, like ``app.ice.install``.
+``install("aiortc")`` restores aiortc's receiver (benches compare the two). Process-wide, like
+``app.webrtc.ice.install``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from engine import CHUNK_SAMPLES, SAMPLE_RATE
 
-from .config import AUDIO_DECODERS
+from ..config import AUDIO_DECODERS
 from .opus import OpusDecoder, OpusError, opus_available
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""HTTP handlers for rooms: create, status, the viewer event stream (server-sent events), transcript exports, the
-QR code, and the pages that show a room (phone viewer, embeddable widget, meeting-room kiosk).
+"""HTTP handlers for rooms: create, status, the viewer event stream (server-sent events) and the QR code. (The
+room's transcript files are ``app.transcripts``'; the pages that show a room are ``app.pages``'.)
 
 Why server-sent events for viewers: viewers only read; SSE is plain HTTP (proxies, no upgrade, nothing to parse
 for the server), and the browser's ``EventSource`` reconnects by itself and sends ``Last-Event-ID``, which is the
@@ -9,25 +9,23 @@ the store. WebSocket would need all of that built by hand for no gain in this di
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
 import logging
 import socket
-from typing import Any
 
 import segno
 from aiohttp import web
 
 from engine import protocol
 
-from . import exports, resources
-from .auth import presented_token
-from .bodies import BodyError, read_json_object
-from .keys import CONFIG, ROOMS, STORE, TEMPLATES
-from .rooms import ROOM_ID_PATTERN, Room, Viewer, token_matches
-from .routes import bad_parameter, json_error
+from ..auth import presented_token, token_matches
+from ..bodies import BodyError, read_json_object
+from ..keys import CONFIG
+from ..responses import json_error
+from .keys import ROOMS
+from .room import ROOM_ID_PATTERN, Room, Viewer
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +40,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/rooms", create_room)
     app.router.add_get(room, room_status)
     app.router.add_get(room + "/events", room_events)
-    app.router.add_get(room + "/transcript.{fmt:txt|srt|vtt|json}", room_transcript)
     app.router.add_get(room + "/qr.svg", room_qr)
-    app.router.add_get("/view", page("view.html"))
-    app.router.add_get("/kiosk", page("kiosk.html"))
-    app.router.add_get("/embed", page("embed.html"))
-    app.router.add_get("/embed.js", embed_loader)
 
 
 def base_url(request: web.Request) -> str:
@@ -103,24 +96,6 @@ async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
     return web.json_response({**room.status().wire(), "title": room.record.title, "created_ms": room.record.created_ms,
                               "private": room.private})
-
-
-async def room_transcript(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store. SRT and
-    WebVTT take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
-    room = await viewable_room(request)
-    fmt = request.match_info["fmt"]
-    try:
-        options = exports.parse_options(request.query)
-    except exports.OptionError as exc:
-        return bad_parameter(exc)
-    pending = room.pending()
-    snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record),
-                                   options)
-    return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
-                        headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
-                                 "Cache-Control": "no-store"})
 
 
 async def room_qr(request: web.Request) -> web.Response:
@@ -248,31 +223,6 @@ def _after_seq(request: web.Request) -> int | None:
         value = int(raw) if raw is not None else None
         return value if value is None or value >= 0 else None
     return None
-
-
-def page(template: str) -> Any:
-    """A page handler: renders ``template``; the page's script reads its options from the URL."""
-
-    async def handler(request: web.Request) -> web.Response:
-        config = request.app[CONFIG]
-        origins = config.embed_origins
-        html = request.app[TEMPLATES].get_template(template).render(
-            static="/static", embed_origins=json.dumps(list(origins)), base_url=base_url(request))
-        # Only the embed page may be framed by other sites, and only by the configured ones.
-        ancestors = " ".join(["'self'", *origins]) if template == "embed.html" else "'self'"
-        if "*" in origins and template == "embed.html":
-            ancestors = "*"
-        return web.Response(text=html, content_type="text/html",
-                            headers={"Content-Security-Policy": f"frame-ancestors {ancestors}",
-                                     "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
-
-    return handler
-
-
-async def embed_loader(request: web.Request) -> web.FileResponse:
-    """``/embed.js``: the one-line snippet's script (inserts the widget's iframe into the host page)."""
-    return web.FileResponse(resources.static_dir() / "embed-loader.js",
-                            headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
 
 
 def _http_error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:

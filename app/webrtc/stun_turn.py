@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .config import IceConfig, parse_server_url
+from ..config import IceConfig, parse_server_url
 
 DEFAULT_LABEL = "live-captions"  # the label of credentials for a page that publishes into no given room yet
 

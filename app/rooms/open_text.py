@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.protocol import Word
 
-from .store import StoreError, TranscriptStore, announce_json
+from .store.base import StoreError, TranscriptStore, announce_json
 
 log = logging.getLogger(__name__)
 

@@ -1,80 +1,30 @@
-"""Rooms: named caption channels. Publishers (microphone sessions) post into a room; viewers read it.
+"""One room in memory: its durable events committed in seq order and delivered to its viewers, its publishers'
+open text, and what it keeps while the store refuses writes (see the package's docstring)."""
 
-A room re-numbers what its publishers send onto one room-level stream:
-- sentence ids are room-wide (0, 1, 2, ...), times are milliseconds since the room was created (so sentences of
-  successive or concurrent publisher sessions share one timeline), and each sentence names its ``session``;
-- every durable event (a ``caption`` carrying newly locked sentences, a ``speakers`` relabel, a ``words`` update
-  of a sentence's word times) gets the next room ``seq`` and is committed to the ``TranscriptStore`` *before* any
-  viewer sees it; viewers resume from a seq;
-- partial text and ``room`` status messages are ephemeral: they repeat the latest seq and are never stored. The
-  partial is the open text of every speaking publisher, joined; its ``stable`` count is how many of its leading
-  words are settled (a publisher's count, then the next one's only if the first one's text is all settled).
-
-Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) serve the same rooms:
-- the store gives out seqs and sentence ids inside each commit, so publishers on different front ends never
-  collide; a relabel names room sentence ids, which are the same everywhere;
-- each front end delivers every durable event of a room to its viewers in seq order, once: its own commits
-  directly, the others' when the store tells of them (``Room.heard``), read back from the table. An event whose seq
-  is more than one past what viewers here got first brings in the events between (read from the table), so a late
-  or lost notice delays an event, never reorders or drops it;
-- what stays per front end, by design: the partial (open) text (a publisher's partials reach the viewers of the
-  front end it publishes to), the ``room`` status counts (the publishers and viewers *of this front end*), and
-  memory (each front end loads and lets go of rooms itself). A publisher's *stable* words do travel: the room
-  announces them through the store, and viewers elsewhere see them as that publisher's open text until its
-  sentence locks (``app.room_open``).
-
-Viewers cost no audio and no model work: one small in-memory queue each. A slow viewer's queued partials are
-coalesced (newest wins); a viewer that falls ``_VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes
-from the store when it reconnects, so the server never buffers without bound.
-"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import hmac
 import logging
-import secrets
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from engine import SessionLog
 from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word, WordTimes
 
-from .room_open import Announcer, RemoteOpen
-from .store import Appended, Retimed, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
+from ..auth import token_digest
+from .open_text import Announcer, RemoteOpen
+from .publisher import RoomPublisher
+from .store.base import Appended, Retimed, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
+from .viewer import VIEWER_QUEUE_MAX, Viewer
 
 log = logging.getLogger(__name__)
 
-_VIEWER_QUEUE_MAX = 512
 _UNSAVED_MAX = 20_000  # durable events a room keeps in memory while the store refuses writes (~300 B each)
-ROOM_ID_BYTES = 12  # 96 random bits, 16 URL-safe characters: not guessable, short enough for a QR code
 ROOM_ID_PATTERN = r"[A-Za-z0-9_-]{8,64}"
-
-
-def new_token(nbytes: int = 16) -> str:
-    return secrets.token_urlsafe(nbytes)
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def token_matches(given: str | None, expected: str | None) -> bool:
-    """Constant-time comparison of a presented token with an expected one (``None`` expected = nothing to check)."""
-    if expected is None:
-        return True
-    return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
-
-
-class ViewerState(StrEnum):
-    OPEN = "open"
-    ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 
 
 @dataclass
@@ -84,65 +34,6 @@ class RoomStats:
     viewers_dropped: int = 0  # cut off for falling _VIEWER_QUEUE_MAX durable events behind
     rooms_loaded: int = 0  # rooms brought into memory (created or loaded from the store)
     rooms_evicted: int = 0  # idle rooms that left memory
-
-
-class Viewer:
-    """One subscriber's queue of ``(seq, message, durable)``. ``get`` returns ``None`` once the stream must end.
-
-    ``on_overflow`` runs once if the viewer falls too far behind. A reader that stopped reading is blocked in a
-    socket write, not in ``get``, so ending the queue alone would not free it: the stream's handler sets this to
-    abort its connection (the client's ``EventSource`` reconnects and resumes from the store)."""
-
-    def __init__(self, on_overflow: Callable[[], None] | None = None) -> None:
-        self.state = ViewerState.OPEN
-        self.on_overflow = on_overflow
-        self._items: deque[tuple[int, ServerMessage, bool]] = deque()
-        self._wake = asyncio.Event()
-
-    def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
-        if self.state is ViewerState.ENDED:
-            return
-        last = self._items[-1] if self._items else None
-        merged = _coalesced(last[1], message) if last and not last[2] and not durable else None
-        if last is not None and merged is not None:
-            self._items[-1] = (seq, merged, durable)  # the newer partial or status replaces the unsent one
-        elif len(self._items) >= _VIEWER_QUEUE_MAX:
-            self.end()  # too far behind: the client resumes from the store on reconnect
-            if self.on_overflow is not None:
-                self.on_overflow()
-            return
-        else:
-            self._items.append((seq, message, durable))
-        self._wake.set()
-
-    def end(self) -> None:
-        self.state = ViewerState.ENDED
-        self._items.clear()
-        self._wake.set()
-
-    async def get(self, timeout_s: float) -> tuple[int, ServerMessage, bool] | None:
-        """The next item; raises ``TimeoutError`` after ``timeout_s`` with nothing to send (time for a heartbeat)."""
-        while not self._items:
-            if self.state is ViewerState.ENDED:
-                return None
-            self._wake.clear()
-            await asyncio.wait_for(self._wake.wait(), timeout_s)
-        if self.state is ViewerState.ENDED:
-            return None
-        return self._items.popleft()
-
-
-def _coalesced(unsent: ServerMessage, newer: ServerMessage) -> ServerMessage | None:
-    """What replaces an unsent partial or status when a newer one comes, or None if both must go. Stable words
-    are sent once each: a partial that carries some is replaced only by one carrying the same publisher's next
-    words, and takes them along (a message never mixes two publishers' words)."""
-    if type(unsent) is not type(newer):
-        return None
-    if not isinstance(unsent, Caption) or not unsent.stable_words:
-        return newer
-    if isinstance(newer, Caption) and newer.stable_words and newer.partial_session == unsent.partial_session:
-        return dataclasses.replace(newer, stable_words=[*unsent.stable_words, *newer.stable_words])
-    return None
 
 
 @dataclass
@@ -217,7 +108,7 @@ class Room:
 
         def dropped() -> None:
             self.stats.viewers_dropped += 1
-            log.info("room %s: a viewer fell %d events behind and was cut off", self.id, _VIEWER_QUEUE_MAX)
+            log.info("room %s: a viewer fell %d events behind and was cut off", self.id, VIEWER_QUEUE_MAX)
             if on_overflow is not None:
                 on_overflow()
 
@@ -274,7 +165,7 @@ class Room:
         """The open text to every viewer (``partial_message``'s arguments)."""
         self._broadcast(self.partial_message(latency_ms, stable_words, words_session), durable=False)
 
-    # ---- stable open text across front ends (app.room_open) -------------------------------------------------------
+    # ---- stable open text across front ends (app.rooms.open_text) ------------------------------------------------
     def announce_open(self, session: str, text: str, words: list[Word]) -> None:
         """Tell the other front ends that this front end's publisher ``session`` has ``text`` settled ("": none
         any more), ``words`` newly (room timeline)."""
@@ -504,198 +395,6 @@ class Room:
         for viewer in list(self.viewers):
             viewer.end()
         self.viewers.clear()
-
-
-class RoomPublisher:
-    """A publisher session's view of its room: maps its session sentence ids and times onto the room's.
-
-    ``publish`` takes every message the session sends to its own client, in order, and returns once anything
-    durable in it is committed.
-    """
-
-    def __init__(self, room: Room, session_id: str) -> None:
-        self.room = room
-        self.session_id = session_id
-        # Session audio time 0 is (about) now: shift its times onto the room's timeline.
-        self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
-        self.partial = ""
-        self.stable = 0  # how many leading words of ``partial`` are settled
-        self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
-        self.announced = ""  # the stable text the other front ends were last told of
-        self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
-        self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
-        self._log = SessionLog(log, session_id)
-
-    async def publish(self, message: ServerMessage) -> None:
-        if isinstance(message, Caption):
-            self.partial = "" if message.is_final else message.partial
-            self.stable = min(message.stable, len(self.partial.split())) if self.partial else 0
-            self.partial_spk = message.partial_spk if self.partial else None
-            settled = [w.shifted(self.offset_ms) for w in message.stable_words]
-            new = [s for s in message.sentences if s.id not in self._ids]
-            if new:
-                records = await self.room.commit_sentences(
-                    [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
-                      tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
-                    message.latency_ms, settled, self.session_id)
-                for s, r in zip(new, records, strict=True):
-                    self._ids[s.id] = r.id
-            else:
-                self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
-            self._announce(bool(new), settled)
-        elif isinstance(message, Speakers):
-            await self.room.commit_relabel({self._ids[k]: v for k, v in message.relabel.items() if k in self._ids})
-        elif isinstance(message, WordTimes):
-            sid = self._ids.get(message.id)
-            if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
-                await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
-                                             self.session_id)
-
-    async def saving_changes(self) -> AsyncIterator[tuple[bool, str]]:
-        """``(saving, why not)`` each time the room's store stops or starts taking its writes again, beginning
-        with the state at ``join`` when it was not saving. Runs until the caller stops reading."""
-        while True:
-            yield await self._saving.get()
-
-    def saving_changed(self, saving: bool, why: str) -> None:
-        """Called by the room: the store stopped (``why``) or resumed taking writes."""
-        self._saving.put_nowait((saving, why))
-
-    def _announce(self, locked: bool, settled: list[Word]) -> None:
-        """Tell the other front ends when this publisher's stable text changed (``app.room_open``)."""
-        text = " ".join(self.partial.split()[: self.stable])
-        if text == self.announced and not settled and not (locked and text):  # (a lock clears what was announced)
-            return
-        self.announced = text
-        if text or not locked:  # text gone because its sentence locked: the lock clears it everywhere by itself
-            self.room.announce_open(self.session_id, text, settled)
-
-    def leave(self) -> None:
-        self.room.leave(self.session_id)
-        self._log.info("left room %s", self.room.id)
-
-
-class RoomRegistry:
-    """The rooms this server knows. A room is in memory while someone uses it (a publisher, a viewer, unsaved
-    events) and for ``idle_s`` after; then a sweep every ``sweep_s`` lets it go, and it loads again from the store
-    on demand. Reads that only look (status, transcript, QR code) get a detached copy and load nothing."""
-
-    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0) -> None:
-        self.store = store
-        self.idle_s = idle_s
-        self.sweep_s = sweep_s
-        self.stats = RoomStats()
-        self._rooms: dict[str, Room] = {}
-        self._loading = asyncio.Lock()
-        self._sweeper: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the sweep, and hear of other front ends' commits and announcements (needs the running event
-        loop)."""
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
-            self.store.watch(self._heard, self._missed, self._announced)
-
-    def _heard(self, room_id: str, seq: int) -> None:
-        room = self._rooms.get(room_id)
-        if room is not None:  # a room not in memory reads the store when it loads
-            room.heard(seq)
-
-    def _missed(self) -> None:
-        for room in self._rooms.values():
-            room.heard()
-
-    def _announced(self, room_id: str, body: dict[str, Any]) -> None:
-        room = self._rooms.get(room_id)
-        if room is not None:  # a room not in memory has no viewers here
-            room.heard_announcement(body)
-
-    async def create(self, title: str = "", private: bool = False,
-                     unsaved_ok: bool = False) -> tuple[Room, str | None]:
-        """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
-        and links carry it). Raises ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the
-        room lives in memory and is written with its events once the store takes writes again (a microphone
-        session's own room: captions must not wait for a disk)."""
-        viewer_token = new_token() if private else None
-        record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
-                            token_digest(viewer_token) if viewer_token else None, viewer_token)
-        room = Room(record, self.store, 0, 0, self.stats)
-        try:
-            await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
-                                         record.viewer_token)
-        except StoreError as exc:
-            if not unsaved_ok:
-                raise
-            room.record_saved = False
-            room.store_error = str(exc)
-            log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
-        self._add(room)
-        log.info("room %s created%s", room.id, " (viewer token required)" if private else "")
-        return room, viewer_token
-
-    async def get(self, room_id: str, keep: bool = True) -> Room | None:
-        """The room, or ``None`` if there is none. ``keep=False`` (a read that only looks): a room not in memory
-        comes back detached (never registered, not to be joined or subscribed to), so reads never pin rooms."""
-        room = self._rooms.get(room_id)
-        if room is not None:
-            if keep:
-                room.touch()
-            return room
-        async with self._loading:  # two first requests for one stored room must not build two Room objects
-            room = self._rooms.get(room_id)
-            if room is None:
-                record = await self.store.room(room_id)
-                if record is None:
-                    return None
-                last_seq, next_id = await self.store.counters(room_id)
-                room = Room(record, self.store, last_seq, next_id, self.stats)
-                if keep:
-                    self._add(room)
-            return room
-
-    def _add(self, room: Room) -> Room:
-        self._rooms[room.id] = room
-        self.stats.rooms_loaded += 1
-        return room
-
-    async def sweep(self) -> int:
-        """Let idle rooms go and retry unsaved events; returns how many rooms left memory."""
-        now = time.monotonic()
-        for room in [r for r in self._rooms.values() if r.needs_saving]:
-            await room.retry_unsaved()
-        if self.store.shared:  # a safety net under the store's notices: rooms with viewers look once a sweep
-            for room in self._rooms.values():
-                if room.viewers:
-                    room.heard()
-                room.expire_open()
-        idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
-        for room_id in idle:
-            del self._rooms[room_id]
-        self.stats.rooms_evicted += len(idle)
-        return len(idle)
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_s)
-            try:
-                await self.sweep()
-            except Exception:  # a sweep must never end the sweeping
-                log.exception("room sweep failed")
-
-    def snapshot_stats(self) -> dict[str, Any]:
-        """Counts for ``/ready`` and ``/metrics``: rooms in memory and their viewers now, totals since start."""
-        return {"in_memory": len(self._rooms), "viewers": sum(len(r.viewers) for r in self._rooms.values()),
-                "loaded": self.stats.rooms_loaded,
-                "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
-                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
-                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values())}
-
-    def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        for room in self._rooms.values():
-            room.close()
 
 
 def merged_stable(parts: list[tuple[str, str, int]]) -> int:

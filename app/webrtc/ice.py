@@ -1,5 +1,5 @@
 """ICE policy for the server's WebRTC side: which local addresses and ports it offers, which ICE servers and
-transport policy it uses (``app.ice_servers``), and (in loopback-only mode) which remote candidates it accepts.
+transport policy it uses (``app.webrtc.stun_turn``), and (in loopback-only mode) which remote candidates it accepts.
 
 aioice enumerates host addresses through a module-level function and binds ephemeral ports; both are replaced
 here, process-wide, by ``install``. One server per process is the model (``create_app`` calls it once); calling it
@@ -20,8 +20,8 @@ import aioice.ice
 from aioice import Candidate
 from aiortc import RTCConfiguration, RTCIceServer, RTCIceTransportPolicy
 
-from .config import IceConfig
-from .ice_servers import ice_servers
+from ..config import IceConfig
+from .stun_turn import ice_servers
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def _bind_in_range(loop: asyncio.AbstractEventLoop, connection: Any, addre
 
 def rtc_configuration(config: IceConfig, label: str | None = None) -> RTCConfiguration:
     """The server side's ``RTCConfiguration``: the configured STUN/TURN servers with the credentials to use now
-    (``app.ice_servers``; ``label`` names the session in time-limited TURN usernames) and the transport policy
+    (``app.webrtc.stun_turn``; ``label`` names the session in time-limited TURN usernames) and the transport policy
     (``relay``: aioice gathers only a relayed candidate). Empty list = no ICE servers (aiortc's default would be a
     public STUN host: never used). aiortc uses the first STUN and the first TURN server of the list only."""
     servers = [RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)

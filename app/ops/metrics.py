@@ -33,8 +33,7 @@ from prometheus_client.registry import Collector
 
 from engine import DECODE_KINDS, CaptionEngine, EngineObserver, EngineState
 
-from .rooms import RoomRegistry
-from .store import TranscriptStore
+from ..rooms import RoomRegistry, TranscriptStore
 
 PREFIX = "live_captions"
 

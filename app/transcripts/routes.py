@@ -1,4 +1,5 @@
-"""``POST /exports/transcript.{txt,srt,vtt,json}``: the caption page's download buttons.
+"""Transcript files over HTTP: ``GET /rooms/{id}/transcript.{txt,srt,vtt,json}`` (a room's, from the store) and
+``POST /exports/transcript.{txt,srt,vtt,json}`` (the caption page's download buttons).
 
 The page sends the sentences it shows (its own session's, after any "clear"), and gets the file back from the one
 formatter the room transcripts use (``exports``), so a download from the page and a room's transcript file never
@@ -15,13 +16,12 @@ from aiohttp import web
 
 from engine.protocol import Word
 
+from ..auth import presented_token_or_field, token_matches
+from ..bodies import BodyError, read_json_object
+from ..keys import CONFIG
+from ..responses import bad_parameter, json_error
+from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, viewable_room
 from . import exports
-from .auth import presented_token_or_field
-from .bodies import BodyError, read_json_object
-from .keys import CONFIG
-from .rooms import token_matches
-from .routes import bad_parameter, json_error
-from .store import SentenceRecord
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
 MAX_EXPORT_SENTENCES = 200_000
@@ -29,6 +29,7 @@ MAX_EXPORT_SENTENCES = 200_000
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/exports/transcript.{fmt:txt|srt|vtt|json}", export_transcript)
+    app.router.add_get("/rooms/{room:" + ROOM_ID_PATTERN + "}/transcript.{fmt:txt|srt|vtt|json}", room_transcript)
 
 
 async def export_transcript(request: web.Request) -> web.Response:
@@ -106,3 +107,21 @@ def _header(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(model, str) or (language is not None and not isinstance(language, str)):
         raise ValueError('"model" must be a string and "language" a string or null')
     return {"model": model, "language": language}
+
+
+async def room_transcript(request: web.Request) -> web.Response:
+    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store. SRT and
+    WebVTT take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
+    room = await viewable_room(request)
+    fmt = request.match_info["fmt"]
+    try:
+        options = exports.parse_options(request.query)
+    except exports.OptionError as exc:
+        return bad_parameter(exc)
+    pending = room.pending()
+    snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
+    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record),
+                                   options)
+    return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
+                        headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
+                                 "Cache-Control": "no-store"})

@@ -1,5 +1,5 @@
 """The SQLite transcript store: one file (or ``:memory:``) for one server on one box. The interface and its
-contracts are ``app.store.TranscriptStore``'s.
+contracts are ``app.rooms.store.base.TranscriptStore``'s.
 
 Durability: WAL journal, ``synchronous=FULL``: a committed sentence survives a process crash *and* a power cut; the
 cost is one fsync per locked sentence, a few milliseconds on the store's thread, never on the event loop.
@@ -9,7 +9,7 @@ no locking of ours, writes are serialised in the order they were submitted, and 
 backup, ``sqlite3`` on the command line) read while the server writes. Numbers are given out inside ``BEGIN
 IMMEDIATE`` (the next seq and sentence id follow the highest stored), so even a second process writing the same
 file would not collide; it would not hear of the other's events, though (``watch`` does nothing): several front
-ends need ``app.store_pg``.
+ends need ``app.rooms.store.postgres``.
 
 Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
 Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``.
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from engine import protocol
 
-from .store import (
+from .base import (
     MEMORY,
     Appended,
     Retimed,
@@ -95,7 +95,7 @@ class SqliteStore(TranscriptStore):
         self._closed = False
 
     @classmethod
-    async def open(cls, path: str) -> SqliteStore:  # type: ignore[override]
+    async def open(cls, path: str) -> SqliteStore:
         store = cls(path)
         try:
             await store._run(store._open)

@@ -2,9 +2,9 @@
 durably.
 
 Two backends share it, and the rest of the server does not care which one it has:
-- ``app.store_sqlite.SqliteStore``: one SQLite file (or ``:memory:``) for one server on one box (the default);
-- ``app.store_pg.PostgresStore``: a PostgreSQL database (``postgresql://...``) shared by several front ends.
-``TranscriptStore.open(target)`` picks the backend from the target.
+- ``sqlite.SqliteStore``: one SQLite file (or ``:memory:``) for one server on one box (the default);
+- ``postgres.PostgresStore``: a PostgreSQL database (``postgresql://...``) shared by several front ends.
+``open_store(target)`` (this package's ``__init__``) picks the backend from the target.
 
 Contracts both keep:
 - ``append`` returns only after the event is committed. Callers broadcast an event only after that, so nothing a
@@ -108,25 +108,11 @@ class Appended:
 
 
 class TranscriptStore(ABC):
-    """Open with ``await TranscriptStore.open(target)``; ``close()`` is idempotent.
-
-    ``target``: a SQLite file path, ``":memory:"`` (tests, or nothing kept), or a ``postgresql://`` URL."""
+    """Opened by ``open_store(target)``; ``close()`` is idempotent."""
 
     shared = False  # True when other processes (front ends) write the same rooms: see ``watch``
     where = ""  # what the store is, for logs (never a password)
     errors = 0  # operations that failed with ``StoreError`` since open (the server's metrics count them)
-
-    @staticmethod
-    async def open(target: str) -> TranscriptStore:
-        if "://" in target:
-            if not target.startswith(POSTGRES_SCHEMES):
-                scheme = target.split("://", 1)[0]
-                raise StoreError(f"unsupported database URL scheme {scheme!r}: use a SQLite file path or a "
-                                 f"postgresql:// URL")
-            from .store_pg import PostgresStore  # psycopg is imported only by servers that use it
-            return await PostgresStore.open(target)
-        from .store_sqlite import SqliteStore
-        return await SqliteStore.open(target)
 
     @abstractmethod
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,

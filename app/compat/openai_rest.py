@@ -34,14 +34,13 @@ from aiohttp import BodyPartReader, web
 
 from engine import LANGUAGE_CODES, LANGUAGES, EngineError, EngineNotReady, EngineState, SessionOptions, protocol
 
+from ..auth import presented_token, token_matches
+from ..keys import CONFIG, ENGINE
+from ..ops import FILE_JOBS, STREAMS
+from ..rooms import SentenceRecord
+from ..transcripts import speaker_name, to_srt, to_vtt
 from .audio_files import AudioFileError, AudioFileReader
-from .auth import presented_token
-from .cues import speaker_name
-from .exports import to_srt, to_vtt
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file
-from .keys import CONFIG, ENGINE, FILE_JOBS, STREAMS
-from .rooms import token_matches
-from .store import SentenceRecord
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..responses import ParameterError
+from ..rooms import RoomRecord, SentenceRecord
 from .cues import SPEAKER_STYLES, Cue, CueRules, build_cues, speaker_mark, speaker_name
-from .store import RoomRecord, SentenceRecord
 
 MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
 
@@ -36,12 +37,8 @@ class ExportOptions:
     speakers: str = "dash"
 
 
-class OptionError(ValueError):
-    """A bad query parameter; ``param`` names it."""
-
-    def __init__(self, param: str, message: str) -> None:
-        self.param = param
-        super().__init__(message)
+class OptionError(ParameterError):
+    """A bad cue option in the query; ``param`` names it."""
 
 
 # Query parameter -> (CueRules field, lowest, highest). Bounds keep a file readable and the cue search small.

@@ -1,0 +1,23 @@
+"""Operations: what an operator and a load balancer see and control. Admission (how many live sessions and file
+jobs at once), the live streams a stop must finish, Prometheus metrics (``GET /metrics``), liveness and readiness
+probes (``GET /health``, ``GET /ready``) and the access log."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from . import metrics_routes, probes
+from .access_log import install as install_access_log
+from .admission import Admission, Slot
+from .keys import ADMISSION, FILE_JOBS, METRICS, STREAMS
+from .metrics import ServerMetrics
+from .streams import LiveStreams
+
+__all__ = ["ADMISSION", "FILE_JOBS", "METRICS", "STREAMS", "Admission", "LiveStreams", "ServerMetrics", "Slot",
+           "add_routes", "install_access_log"]
+
+
+def add_routes(app: web.Application) -> None:
+    """``GET /health``, ``GET /ready`` and ``GET /metrics``."""
+    probes.add_routes(app)
+    metrics_routes.add_routes(app)

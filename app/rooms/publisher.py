@@ -1,0 +1,110 @@
+"""A publisher session's side of its room: it maps the session's sentence ids and times onto the room's and posts
+every message the session sends. The room is seen through ``RoomPort``, the few calls a publisher makes, so this
+module does not import the room's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from engine import SessionLog
+from engine.protocol import Caption, ServerMessage, Speakers, Word, WordTimes
+
+from .store.base import RoomRecord, SentenceRecord
+
+log = logging.getLogger(__name__)
+
+
+class RoomPort(Protocol):
+    """What a publisher calls on its room (``app.rooms.room.Room``)."""
+
+    id: str
+    record: RoomRecord
+
+    async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
+                               latency_ms: int | None, settled: list[Word], session: str) -> list[SentenceRecord]: ...
+
+    def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
+                          session: str | None = None) -> None: ...
+
+    async def commit_relabel(self, relabel: dict[int, int]) -> None: ...
+
+    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> None: ...
+
+    def announce_open(self, session: str, text: str, words: list[Word]) -> None: ...
+
+    def leave(self, session_id: str) -> None: ...
+
+
+class RoomPublisher:
+    """A publisher session's view of its room: maps its session sentence ids and times onto the room's.
+
+    ``publish`` takes every message the session sends to its own client, in order, and returns once anything
+    durable in it is committed.
+    """
+
+    def __init__(self, room: RoomPort, session_id: str) -> None:
+        self.room = room
+        self.session_id = session_id
+        # Session audio time 0 is (about) now: shift its times onto the room's timeline.
+        self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
+        self.partial = ""
+        self.stable = 0  # how many leading words of ``partial`` are settled
+        self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
+        self.announced = ""  # the stable text the other front ends were last told of
+        self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
+        self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
+        self._log = SessionLog(log, session_id)
+
+    async def publish(self, message: ServerMessage) -> None:
+        if isinstance(message, Caption):
+            self.partial = "" if message.is_final else message.partial
+            self.stable = min(message.stable, len(self.partial.split())) if self.partial else 0
+            self.partial_spk = message.partial_spk if self.partial else None
+            settled = [w.shifted(self.offset_ms) for w in message.stable_words]
+            new = [s for s in message.sentences if s.id not in self._ids]
+            if new:
+                records = await self.room.commit_sentences(
+                    [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
+                      tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
+                    message.latency_ms, settled, self.session_id)
+                for s, r in zip(new, records, strict=True):
+                    self._ids[s.id] = r.id
+            else:
+                self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
+            self._announce(bool(new), settled)
+        elif isinstance(message, Speakers):
+            await self.room.commit_relabel({self._ids[k]: v for k, v in message.relabel.items() if k in self._ids})
+        elif isinstance(message, WordTimes):
+            sid = self._ids.get(message.id)
+            if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
+                await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
+                                             self.session_id)
+
+    async def saving_changes(self) -> AsyncIterator[tuple[bool, str]]:
+        """``(saving, why not)`` each time the room's store stops or starts taking its writes again, beginning
+        with the state at ``join`` when it was not saving. Runs until the caller stops reading."""
+        while True:
+            yield await self._saving.get()
+
+    def saving_changed(self, saving: bool, why: str) -> None:
+        """Called by the room: the store stopped (``why``) or resumed taking writes."""
+        self._saving.put_nowait((saving, why))
+
+    def _announce(self, locked: bool, settled: list[Word]) -> None:
+        """Tell the other front ends when this publisher's stable text changed (``app.rooms.open_text``)."""
+        text = " ".join(self.partial.split()[: self.stable])
+        if text == self.announced and not settled and not (locked and text):  # (a lock clears what was announced)
+            return
+        self.announced = text
+        if text or not locked:  # text gone because its sentence locked: the lock clears it everywhere by itself
+            self.room.announce_open(self.session_id, text, settled)
+
+    def leave(self) -> None:
+        self.room.leave(self.session_id)
+        self._log.info("left room %s", self.room.id)
+
+

@@ -1,0 +1,142 @@
+"""The rooms one server knows, loaded from the store on demand and let go when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Any
+
+from ..auth import new_token, token_digest
+from .room import Room, RoomStats
+from .store.base import RoomRecord, StoreError, TranscriptStore
+
+log = logging.getLogger(__name__)
+
+ROOM_ID_BYTES = 12  # 96 random bits, 16 URL-safe characters: not guessable, short enough for a QR code
+
+
+class RoomRegistry:
+    """The rooms this server knows. A room is in memory while someone uses it (a publisher, a viewer, unsaved
+    events) and for ``idle_s`` after; then a sweep every ``sweep_s`` lets it go, and it loads again from the store
+    on demand. Reads that only look (status, transcript, QR code) get a detached copy and load nothing."""
+
+    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0) -> None:
+        self.store = store
+        self.idle_s = idle_s
+        self.sweep_s = sweep_s
+        self.stats = RoomStats()
+        self._rooms: dict[str, Room] = {}
+        self._loading = asyncio.Lock()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the sweep, and hear of other front ends' commits and announcements (needs the running event
+        loop)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="room-sweep")
+            self.store.watch(self._heard, self._missed, self._announced)
+
+    def _heard(self, room_id: str, seq: int) -> None:
+        room = self._rooms.get(room_id)
+        if room is not None:  # a room not in memory reads the store when it loads
+            room.heard(seq)
+
+    def _missed(self) -> None:
+        for room in self._rooms.values():
+            room.heard()
+
+    def _announced(self, room_id: str, body: dict[str, Any]) -> None:
+        room = self._rooms.get(room_id)
+        if room is not None:  # a room not in memory has no viewers here
+            room.heard_announcement(body)
+
+    async def create(self, title: str = "", private: bool = False,
+                     unsaved_ok: bool = False) -> tuple[Room, str | None]:
+        """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
+        and links carry it). Raises ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the
+        room lives in memory and is written with its events once the store takes writes again (a microphone
+        session's own room: captions must not wait for a disk)."""
+        viewer_token = new_token() if private else None
+        record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
+                            token_digest(viewer_token) if viewer_token else None, viewer_token)
+        room = Room(record, self.store, 0, 0, self.stats)
+        try:
+            await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
+                                         record.viewer_token)
+        except StoreError as exc:
+            if not unsaved_ok:
+                raise
+            room.record_saved = False
+            room.store_error = str(exc)
+            log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
+        self._add(room)
+        log.info("room %s created%s", room.id, " (viewer token required)" if private else "")
+        return room, viewer_token
+
+    async def get(self, room_id: str, keep: bool = True) -> Room | None:
+        """The room, or ``None`` if there is none. ``keep=False`` (a read that only looks): a room not in memory
+        comes back detached (never registered, not to be joined or subscribed to), so reads never pin rooms."""
+        room = self._rooms.get(room_id)
+        if room is not None:
+            if keep:
+                room.touch()
+            return room
+        async with self._loading:  # two first requests for one stored room must not build two Room objects
+            room = self._rooms.get(room_id)
+            if room is None:
+                record = await self.store.room(room_id)
+                if record is None:
+                    return None
+                last_seq, next_id = await self.store.counters(room_id)
+                room = Room(record, self.store, last_seq, next_id, self.stats)
+                if keep:
+                    self._add(room)
+            return room
+
+    def _add(self, room: Room) -> Room:
+        self._rooms[room.id] = room
+        self.stats.rooms_loaded += 1
+        return room
+
+    async def sweep(self) -> int:
+        """Let idle rooms go and retry unsaved events; returns how many rooms left memory."""
+        now = time.monotonic()
+        for room in [r for r in self._rooms.values() if r.needs_saving]:
+            await room.retry_unsaved()
+        if self.store.shared:  # a safety net under the store's notices: rooms with viewers look once a sweep
+            for room in self._rooms.values():
+                if room.viewers:
+                    room.heard()
+                room.expire_open()
+        idle = [room_id for room_id, room in self._rooms.items() if room.idle(now, self.idle_s)]
+        for room_id in idle:
+            del self._rooms[room_id]
+        self.stats.rooms_evicted += len(idle)
+        return len(idle)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except Exception:  # a sweep must never end the sweeping
+                log.exception("room sweep failed")
+
+    def snapshot_stats(self) -> dict[str, Any]:
+        """Counts for ``/ready`` and ``/metrics``: rooms in memory and their viewers now, totals since start."""
+        return {"in_memory": len(self._rooms), "viewers": sum(len(r.viewers) for r in self._rooms.values()),
+                "loaded": self.stats.rooms_loaded,
+                "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
+                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
+                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values())}
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for room in self._rooms.values():
+            room.close()
+
+

@@ -1,0 +1,11 @@
+"""Transcript files: a room's (or the page's) locked sentences as TXT, SRT, WebVTT or JSON. ``cues`` cuts the
+words into subtitle cues (lines, reading speed, pauses, speaker changes; ``line_breaks`` places the line break),
+``exports`` renders the formats, ``routes`` serves them."""
+
+from __future__ import annotations
+
+from .cues import speaker_name
+from .exports import to_srt, to_vtt
+from .routes import add_routes
+
+__all__ = ["add_routes", "speaker_name", "to_srt", "to_vtt"]

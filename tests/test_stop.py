@@ -149,6 +149,7 @@ async def test_a_stop_mid_sentence_locks_stores_and_delivers_every_streams_open_
         if whip is not None:
             await whip.close()
 
+    print(f"\nstop with a page, a WHIP publisher, a FunASR stream and a viewer open: {stop_s:.1f} s")
     assert stop_s < STOP_BUDGET_S, f"the stop took {stop_s:.1f} s"
     report = app[DRAIN]
     assert report.done and report.sessions == 3 and report.unfinished == 0 and report.sentences >= 3, report
@@ -181,6 +182,7 @@ async def test_sigterm_exits_0_promptly_with_the_open_sentence_kept_and_says_so(
         exit_s = time.monotonic() - t0
         await client.close()
     log = (tmp_path / "server.log").read_text(errors="replace")
+    print(f"\nSIGTERM 2.5 s into a sentence: exit {proc.returncode} after {exit_s:.1f} s")
     assert proc.returncode == 0, log[-3000:]
     assert exit_s < STOP_BUDGET_S, f"exit {exit_s:.1f} s after SIGTERM\n{log[-3000:]}"
     assert client.stopped.is_set(), f"the client was not told its stream stopped: {client.messages[-3:]}"

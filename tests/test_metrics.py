@@ -123,7 +123,7 @@ async def finals_engine() -> AsyncIterator[CaptionEngine]:
 
 
 async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: CaptionEngine) -> None:
-    samples = pad(audio(CLIP), 0.3, 2.5)
+    samples = pad(audio(CLIP), 0.3, 1.0)  # the stop locks the open sentence
     async with running_server(finals_engine) as (url, _app):
         before = await scrape(url)
         assert before.value("live_captions_sessions_active", kind="live") == 0

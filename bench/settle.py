@@ -11,12 +11,14 @@ times (``--parallel 3 --repeat 15``: five runs of three sessions at once).
 
 Modes: ``new`` is the shipped engine; ``old`` is it without stable words and without the early lock (every sentence
 waits for the endpoint's silence schedule) and without holding back a partial's last word cut by the audio's end,
-as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each.
+as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each. ``--variant
+NAME:SECTION.FIELD=VALUE,...`` adds mode NAME: ``new`` with those ``EngineConfig`` fields changed.
 
 Per mode and clip kind:
 - WER of the locked text against the reference (clips that have one; ``speechdata.wer`` normalisation);
 - sentences locked, and the extra sentences against ``old`` on the same clips (a sentence split early and then
-  continued shows up as one more);
+  continued shows up as one more); "split inside": of those splits, the ones inside a sentence of ``old``'s text
+  of the same speech (``bench.splits``: the sentence went on, where an extra split at a full stop is a real end);
 - first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
   end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
   the message that settled it;
@@ -42,6 +44,7 @@ import psutil
 from bench.churn import flicker
 from bench.harness import pct, tree_cpu_rss
 from bench.metrics import print_markdown_table
+from bench.splits import inside_splits
 from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig
@@ -99,8 +102,29 @@ def stable_after_spoken(result: StreamResult) -> list[float]:
     return out
 
 
-def configure(engine: CaptionEngine, base: EngineConfig, mode: str) -> None:
-    """Switch the engine to ``mode`` (no session live)."""
+def parse_variant(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``NAME:SECTION.FIELD=VALUE[,SECTION.FIELD=VALUE...]`` (``p5:partial.stable_min_prob=0.5``): the shipped
+    engine with those ``EngineConfig`` fields changed, as mode NAME."""
+    name, _, spec = text.partition(":")
+    if not name or name in MODES or not spec:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: NAME:SECTION.FIELD=VALUE,... with a new NAME")
+    changes: dict[str, dict[str, Any]] = {}
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        section, _, name_ = key.strip().partition(".")
+        if not section or not name_ or not value:
+            raise argparse.ArgumentTypeError(f"--variant {text!r}: {item!r} is not SECTION.FIELD=VALUE")
+        changes.setdefault(section, {})[name_] = json.loads(value)
+    return name, changes
+
+
+def configure(engine: CaptionEngine, base: EngineConfig, mode: str,
+              variants: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
+    """Switch the engine to ``mode`` (no session live): one of ``MODES`` or a ``--variant`` of ``new``."""
+    if variants and mode in variants:
+        engine.config = replace(base, **{section: replace(getattr(base, section), **fields)
+                                         for section, fields in variants[mode].items()})
+        return
     stable = mode in ("new", "noearly", "noholdback")
     early = mode in ("new", "nostable", "noholdback")
     holdback = mode in ("new", "nostable", "noearly")
@@ -112,6 +136,8 @@ def configure(engine: CaptionEngine, base: EngineConfig, mode: str) -> None:
 async def main(args: argparse.Namespace) -> int:
     recordings = build_recordings(args)
     clips = list(recordings)
+    variants = dict(args.variant)
+    args.modes = [*args.modes, *variants]
     engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
     await engine.start()
     base = engine.config
@@ -119,16 +145,17 @@ async def main(args: argparse.Namespace) -> int:
     rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
     texts: dict[str, dict[str, str]] = {m: {} for m in args.modes}
+    locked_texts: dict[str, dict[str, list[str]]] = {m: {} for m in args.modes}
     groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
     t_start = time.monotonic()
     try:
         if args.warmup:
-            configure(engine, base, args.modes[0])
+            configure(engine, base, args.modes[0], variants)
             await stream_audio(engine, recordings[clips[0]].samples[: 10 * 16_000], realtime=True)
         for k, group in enumerate(groups):
             order = list(args.modes) if k % 2 == 0 else list(reversed(args.modes))
             for mode in order:
-                configure(engine, base, mode)
+                configure(engine, base, mode, variants)
                 seen = Latencies()
                 engine.observers.add(seen)
                 await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity
@@ -154,6 +181,7 @@ async def main(args: argparse.Namespace) -> int:
                     by["sentences"] += len(locked)
                     sentences[mode][clip] = len(locked)
                     texts[mode][clip] = " | ".join(s["text"] for s in locked)
+                    locked_texts[mode][clip] = [s["text"] for s in locked]
                     by["stable"] += stable_after_spoken(result)
                     f, t, wd = flicker(wire)
                     by["flickered"] += f
@@ -171,13 +199,18 @@ async def main(args: argparse.Namespace) -> int:
     for mode in args.modes:
         for kind, by in sorted(rows[mode]["by_kind"].items()):
             extra = None
+            inside = placed = 0
             if "old" in sentences and mode != "old":
                 same = [c for c in sentences[mode] if recordings[c].kind == kind and c in sentences["old"]]
                 old_n = sum(sentences["old"][c] for c in same)
                 extra = (sum(sentences[mode][c] for c in same) - old_n) / old_n if old_n else None
+                for c in same:
+                    i, n = inside_splits(locked_texts[mode][c], locked_texts["old"][c])
+                    inside, placed = inside + i, placed + n
             wer = by["errors"] / by["words"] if by["words"] else float("nan")
             table.append({"mode": mode, "kind": kind, "wer": wer,
                           "sentences": by["sentences"], "extra_sentences": float("nan") if extra is None else extra,
+                          "inside_splits": inside if extra is not None else float("nan"),
                           "first_p50": pct(by["first"], 50), "first_p95": pct(by["first"], 95),
                           "lock_p50": pct(by["lock"], 50), "lock_p95": pct(by["lock"], 95),
                           "stable_p50": pct(by["stable"], 50), "stable_p95": pct(by["stable"], 95),
@@ -189,6 +222,7 @@ async def main(args: argparse.Namespace) -> int:
                           "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
     columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
                ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
+               ("inside_splits", "split inside", "{}"),
                ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
                ("stable_p50", "stable p50", "{:.2f}"), ("stable_p95", "p95", "{:.2f}"),
@@ -199,7 +233,8 @@ async def main(args: argparse.Namespace) -> int:
     print_markdown_table(columns, table)
     if args.json:
         report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
-                             "rows": table, "sentences": sentences, "texts": texts}, indent=2, default=str)
+                             "rows": table, "sentences": sentences, "texts": texts,
+                             "locked": locked_texts}, indent=2, default=str)
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
 
@@ -209,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"])
     p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "old"])
+    p.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME:SECTION.FIELD=VALUE",
+                   help="one more mode: the shipped engine with EngineConfig fields changed (repeatable), e.g. "
+                        "p5:partial.stable_min_prob=0.5,partial.show_min_prob=0.3")
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--clip-prefix", nargs="+", default=[""], help="only clips whose id starts so")
     p.add_argument("--join", nargs="+", default=None,

@@ -96,10 +96,19 @@ class PartialConfig:
     # A word settles only once it has held, unchanged, over partials spanning this much audio: the last words said
     # are the ones more audio corrects (measured on noisy speech, docs/benchmarks.md "Captions that settle").
     stable_min_age_s: float = 1.0
+    # ...and only if the decoder gave it at least this probability (``Transcript.word_probs``; a recognizer that does
+    # not say is trusted): on noisy speech the words two partials agree on wrongly are mostly ones the decoder was
+    # unsure of. 0 = off.
+    stable_min_prob: float = 0.5
     # Of a partial whose audio ended inside speech, show all but its last word (it may be cut mid-syllable; the next
     # partial shows it whole) unless it is the only one (then it shows at once, without the final punctuation Whisper
     # guesses where the audio stops). Fewer words on screen change (docs/benchmarks.md).
     hold_back_cut_word: bool = True
+    # Nor show a tentative word the decoder gave less than this probability, or the words after it, unless the
+    # partial before said them too (they wait for the next partial; a segment's first word shows at once): words the
+    # decoder guesses are the ones the next partial changes (on noisy speech 9.6 % of the tentative words shown
+    # changed, 4.9 % with this, shown 0.3 s later on average: docs/benchmarks.md). 0 = off.
+    show_min_prob: float = 0.5
 
 
 # Whisper's own threshold: text that gzip shrinks more than this repeats itself (``engine.asr.windows``).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.churn import partial_churn
+from bench.splits import inside_splits
 
 
 def caption(partial: str, *locked: str) -> dict[str, Any]:
@@ -61,3 +62,13 @@ def test_a_settled_word_that_changes_or_turns_tentative_again_is_withdrawn() -> 
     assert flicker(unsettled)[2] == 1
     locked = [shown("If the reader", 2), shown("", 0, "If the reader.")]
     assert flicker(locked)[2] == 0
+
+
+def test_a_split_counts_as_inside_a_sentence_only_where_the_whole_decode_reads_on() -> None:
+    whole = ["I'm Abigail Claflin. You can call me Abby, and then", "we went home."]
+    # A split at the whole decode's full stop, one at its boundary, one inside its sentence.
+    split = ["I'm Abigail Claflin.", "You can call me Abby.", "And then.", "We went home."]
+    assert inside_splits(split, whole) == (1, 3)
+    assert inside_splits(whole, whole) == (0, 1)
+    # A split after the last word of the whole decode's text ends nothing that goes on.
+    assert inside_splits(["one two", "three"], ["one two"]) == (0, 1)

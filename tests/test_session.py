@@ -110,6 +110,17 @@ class WordPerHalfSecond(LocatingFake):
         return replace(result, text=" ".join(words))
 
 
+@dataclass
+class UnsureOfNumbers(LocatingFake):
+    """The fake recognizer, its decoder unsure of the numbers in its text (probability 0.2, the other words 0.99):
+    they change with every decode, as the words a real decoder guesses at do."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        probs = tuple(0.2 if any(c.isdigit() for c in w) else 0.99 for w in result.text.split())
+        return replace(result, word_probs=probs)
+
+
 def _located(stream: np.ndarray, piece: np.ndarray) -> int:
     """Where ``piece`` lies in ``stream`` (sample index), or -1."""
     nonzero = np.flatnonzero(piece)
@@ -176,13 +187,15 @@ async def _run(speakers: SpeakerService | None,
                layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
                observer: EngineObserver | None = None,
                ending: str = "",
-               recognizer: type[LocatingFake] = LocatingFake) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+               recognizer: type[LocatingFake] = LocatingFake,
+               config: EngineConfig | None = None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock()
     closed: list[Session] = []
     scheduler = DecodeScheduler(recognizer(delay_s=0.005, stream=stream, ending=ending), 2, observer=observer)
-    session = Session("s1", SessionOptions(), config=EngineConfig(speakers=speakers is not None),
+    config = replace(config or EngineConfig(), speakers=speakers is not None)
+    session = Session("s1", SessionOptions(), config=config,
                       scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
                       clock=clock, observer=observer)
     messages, reader = _reading(session)
@@ -318,6 +331,25 @@ async def test_stable_words_are_sent_once_and_every_later_text_keeps_them() -> N
             assert words[: len(settled)] == settled, (m.partial, settled)
     # The fake recognizer's texts agree on "audio of" while a sentence grows; the numbers after change every time.
     assert seen_stable == 4, seen_stable
+
+
+@pytest.mark.asyncio
+async def test_tentative_words_the_decoder_is_unsure_of_wait_for_a_partial_that_says_them_again() -> None:
+    def shown(messages: list[protocol.ServerMessage]) -> list[str]:
+        return [m.partial for m in messages if isinstance(m, Caption) and m.partial]
+
+    messages, _ = await _run(speakers=None, recognizer=UnsureOfNumbers)
+    # No partial says the same numbers twice: none is shown, and nothing shown changes before the lock.
+    assert shown(messages) and not any(c.isdigit() for p in shown(messages) for c in p), shown(messages)
+    assert flicker(m.wire() for m in messages if isinstance(m, Caption))[0] == 0
+    # The locked sentences have every word: the gate is on what partials show, never on what locks.
+    assert [len(s.text.split()) for s in _sentences(messages)] == [6, 6], _sentences(messages)
+    # Without the gate the numbers show, and change.
+    config = EngineConfig()
+    messages, _ = await _run(speakers=None, recognizer=UnsureOfNumbers,
+                             config=replace(config, partial=replace(config.partial, show_min_prob=0.0)))
+    assert any(c.isdigit() for p in shown(messages) for c in p)
+    assert flicker(m.wire() for m in messages if isinstance(m, Caption))[0] > 0
 
 
 @pytest.mark.asyncio

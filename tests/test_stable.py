@@ -123,3 +123,32 @@ def test_punctuation_the_decode_wrote_after_forced_words_that_had_it_is_not_doub
     assert onto("that you don't.".split(), "that you don't . When you".split()) == \
         "that you don't. When you".split()
     assert onto("Mr.".split(), "Mr. John".split()) == ["Mr.", "John"]
+
+
+def test_a_word_the_decoder_was_unsure_of_does_not_settle_nor_does_any_after_it() -> None:
+    stable = StableWords(min_prob=0.5)
+    probs = (0.99, 0.98, 0.3, 0.9, 0.95)  # "which" is a guess in both decodes
+    stable.update("Concorde returned which plays amidst".split(), True, 1.0, probs)
+    stable.update("Concorde returned which plays amidst the".split(), True, 1.5, (*probs, 0.6))
+    assert stable.words == ["Concorde", "returned"]
+    # Once the decoder is sure of it, it settles with the words after it that held.
+    sure = (0.99, 0.98, 0.8, 0.9, 0.95, 0.9, 0.9)
+    stable.update("Concorde returned which plays amidst the tents".split(), True, 2.0, sure)
+    assert stable.words == "Concorde returned which plays amidst".split()  # "the" ended the last decode's audio
+
+
+def test_probabilities_apply_to_the_decodes_own_words_after_the_settled_ones() -> None:
+    stable = StableWords(["Well", "hello"], min_prob=0.5)
+    # A recognizer that could not force the settled words heard only the second: onto keeps both and the decode's
+    # words after "hello"; the probabilities are the decode's own, word for word.
+    stable.update("hello there my friend".split(), True, 1.0, (0.2, 0.9, 0.4, 0.9))
+    stable.update("hello there my friend again".split(), True, 1.5, (0.2, 0.9, 0.4, 0.9, 0.9))
+    assert stable.words == ["Well", "hello", "there"]
+
+
+def test_a_decode_without_probabilities_is_trusted() -> None:
+    stable = StableWords(min_prob=0.9)
+    stable.update("one two three".split(), True, 1.0)
+    stable.update("one two three four".split(), False, 1.5)
+    stable.update("one two three four".split(), False, 2.0)
+    assert stable.words == "one two three four".split()

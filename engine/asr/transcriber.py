@@ -74,6 +74,9 @@ class Transcript:
     # shown for a moment and not worth a larger window's decode, which every other session would wait for), or the
     # session found that the decoder ended right after the words it was made to start with. Never a final's text.
     truncated: bool = False
+    # Per word of ``text`` (split on spaces): the decoder's probability of it, 1.0 for forced words
+    # (``engine.asr.confidence``); empty when the recognizer does not say or the words could not be matched.
+    word_probs: tuple[float, ...] = ()
 
 
 class Transcriber(Protocol):

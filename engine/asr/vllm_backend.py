@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.asr.confidence import text_word_probabilities
 from engine.asr.guard import strip_nonspeech
 from engine.asr.timestamps import TimedSpan, parse_spans
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
@@ -107,6 +108,7 @@ class VllmTranscriber:
         self._detail = ""
         self._inflight: dict[str, Priority] = {}
         self._lang_tokens: dict[int, str] = {}
+        self._pieces: dict[int, str] = {}  # token id -> its text (``_piece``)
         self._watch: asyncio.Task[None] | None = None
         self._first_special_id = 1 << 30  # ids from here up are Whisper's special tokens (set once loaded)
         self._first_timestamp_id = 1 << 30  # <|0.00|>; every later id is a timestamp
@@ -271,6 +273,7 @@ class VllmTranscriber:
         self._inflight[request.request_id] = request.priority
         fallbacks = 0
         truncated = False
+        kept_generated: int | None = None  # of a decode cut at a loop: its generated text tokens kept
         try:
             while True:
                 t1 = time.monotonic()
@@ -287,6 +290,7 @@ class VllmTranscriber:
                 if reason and partial:
                     cut = loop_start(text_ids)
                     kept = text_ids[:cut] if cut is not None else forced_ids
+                    kept_generated = max(0, len(kept) - len(forced_ids))
                     text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
                     truncated = True
                     log.info("partial %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
@@ -312,8 +316,10 @@ class VllmTranscriber:
         if language is None:
             language = self._lang_tokens.get(ids[0])
         spans = self._spans(ids, forced, audio_s) if timestamps and not truncated else ()
-        result = Transcript(strip_nonspeech(text), language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans, truncated)
+        text = strip_nonspeech(text)
+        probs = self._word_probs(completion, ids, text, len(forced.split()), generated, kept_generated)
+        result = Transcript(text, language, avg, len(ids), decode_s, window,
+                            encoder_positions(window), fallbacks, spans, truncated, probs)
         stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
                          and audio_s - spans[-1].end_s >= _CONTINUE_S)
         if stopped_early and continuations < _MAX_CONTINUATIONS:
@@ -339,8 +345,10 @@ class VllmTranscriber:
         spans = head.spans + tuple(TimedSpan(s.start_s + cut_s, s.end_s + cut_s, s.text) for s in tail.spans)
         tokens = head.tokens + tail.tokens
         avg = (head.avg_logprob * head.tokens + tail.avg_logprob * tail.tokens) / max(1, tokens)
+        probs = head.word_probs + tail.word_probs if head.word_probs and tail.word_probs else ()
         return Transcript(f"{head.text} {tail.text}", head.language, avg, tokens, head.decode_s + tail.decode_s,
-                          head.window_s, head.encoder_positions, head.fallbacks + tail.fallbacks, spans)
+                          head.window_s, head.encoder_positions, head.fallbacks + tail.fallbacks, spans,
+                          word_probs=probs)
 
     def _avg_logprob(self, completion: Any, ids: list[int], timestamps: bool) -> float:
         """Mean log-probability per generated token, timestamp tokens left out: the model is often unsure *when*
@@ -353,6 +361,28 @@ class VllmTranscriber:
             return total / len(ids)
         total -= sum(completion.logprobs[k][ids[k]].logprob for k in timing)
         return total / (len(ids) - len(timing))
+
+    def _word_probs(self, completion: Any, ids: list[int], text: str, forced_words: int, generated: str,
+                    kept: int | None = None) -> tuple[float, ...]:
+        """Per word of ``text``, the decoder's probability of it (``engine.asr.confidence``); () when the
+        completion has no log-probabilities or its tokens do not line up with the words. ``kept``: of a decode cut
+        at a loop, how many generated text tokens its text keeps (``generated`` is then their text)."""
+        logprobs = completion.logprobs
+        if logprobs is None or len(logprobs) < len(ids):
+            return ()
+        text_at = [k for k, t in enumerate(ids) if t < self._first_special_id][:kept]
+        pieces = [self._piece(ids[k]) for k in text_at]
+        if kept is not None:
+            generated = "".join(pieces)
+        return text_word_probabilities(text, forced_words, generated, pieces,
+                                       [logprobs[k][ids[k]].logprob for k in text_at])
+
+    def _piece(self, token_id: int) -> str:
+        """The text of one token as it reads inside a transcript (its leading space kept)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = str(self._llm.tokenizer.decode([token_id]))
+        return piece
 
     def _spans(self, ids: list[int], forced: str, audio_s: float) -> tuple[TimedSpan, ...]:
         """The timed stretches of a timestamped decode, each text cleaned as the whole text is."""

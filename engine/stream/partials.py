@@ -137,7 +137,8 @@ class Partials:
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
 
     def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
-        return StableWords(list(words or ()), sent, min_age_s=self._cfg.stable_min_age_s)
+        return StableWords(list(words or ()), sent, min_age_s=self._cfg.stable_min_age_s,
+                           min_prob=self._cfg.stable_min_prob)
 
     # ---- the open segment's bounds --------------------------------------------------------------------------
     def open(self, start: int) -> None:
@@ -249,18 +250,25 @@ class Partials:
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
         text = "" if reject_reason(result, level, speech_ms, self._config.guard) else result.text
+        probs = result.word_probs if text == result.text else ()
+        decoded = len(text.split())
         if self._cfg.stable_words:
             settled = len(self.stable.words)
             # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
-            text = " ".join(self.stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE))
+            text = " ".join(self.stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE,
+                                               probs))
             if len(self.stable.words) > settled:
                 self._log.debug("segment %d: %d words stable", index, len(self.stable.words))
                 self.stable_end = self._settled_until(text)
+        # The decode's words end the text (``onto`` put the settled words in front): text word k is decoded word
+        # k + shift.
+        shift = decoded - len(text.split())
         self._decoded.append((end, len(text.split())))
         # Only a decode of everything said so far can end the sentence (``sentence_ended``).
         self._ends_sentence = end >= self._endpointer.speech_end and not result.truncated and ends_sentence(text)
         if in_speech and self._cfg.hold_back_cut_word:
             text = self._held_back(text)
+        text = self._sure_part(text, probs, shift)
         first = bool(text) and not self.shown
         self.shown = self.shown or first
         changed = text != self.text or self.stable.sent < len(self.stable.words)
@@ -295,6 +303,22 @@ class Partials:
         if len(words) > len(self.stable.words):
             words[-1] = words[-1].rstrip(".,?!;:") or words[-1]
         return " ".join(words)
+
+    def _sure_part(self, text: str, probs: tuple[float, ...], shift: int) -> str:
+        """``text`` up to its first tentative word that the decoder gave less than ``show_min_prob`` and the previous
+        partial did not say too (``probs``: per word of the decode; text word k is its word k + ``shift``): that word
+        and the ones after it wait for the next partial. The settled words, and the first word of a segment, always
+        show."""
+        threshold = self._cfg.show_min_prob
+        words = text.split()
+        if threshold <= 0 or not probs:
+            return text
+        settled = len(self.stable.words)
+        agreed = self.stable.agreed if self._cfg.stable_words else 0
+        for k in range(settled, len(words)):
+            if k >= agreed and 0 <= k + shift < len(probs) and probs[k + shift] < threshold:
+                return " ".join(words[:max(k, settled, 1)])
+        return text
 
     # ---- settled words --------------------------------------------------------------------------------------
     def _placed(self, text: str) -> list[Word]:

@@ -66,6 +66,8 @@ class StableWords:
     words: list[str] = field(default_factory=list)
     sent: int = 0  # leading ``words`` already sent to the client as stable (``take_new``)
     min_age_s: float = 0.0
+    min_prob: float = 0.0  # a word the decode gave a lower probability than this does not settle
+    agreed: int = 0  # leading words the newest decode said as the one before it did (settled or not)
     _previous: list[str] | None = None  # the words of the previous decode (with the settled words in front)
     _previous_open: bool = False  # that decode's audio ended inside speech
     _since: list[float] = field(default_factory=list)  # per word of ``_previous``: audio end of the decode it began in
@@ -74,12 +76,14 @@ class StableWords:
     def text(self) -> str:
         return " ".join(self.words)
 
-    def update(self, decoded: list[str], ended_in_speech: bool, audio_end_s: float = 0.0) -> list[str]:
+    def update(self, decoded: list[str], ended_in_speech: bool, audio_end_s: float = 0.0,
+               probs: tuple[float, ...] = ()) -> list[str]:
         """Take the words of the segment's next partial decode (decodes in order; ``ended_in_speech``: its audio
         stopped while the speaker was talking; ``audio_end_s``: where its audio ends, seconds on any clock that
-        moves with the audio). Returns the words to show: the settled ones, then the decode's. Settles the words it
-        agrees on with the previous decode that have held for ``min_age_s``. An empty decode (rejected, or no words
-        yet) settles nothing and is not compared with."""
+        moves with the audio; ``probs``: the decoder's probability of each word of ``decoded``, or () if unknown).
+        Returns the words to show: the settled ones, then the decode's. Settles the words it agrees on with the
+        previous decode that have held for ``min_age_s`` and that it gave at least ``min_prob``. An empty decode
+        (rejected, or no words yet) settles nothing and is not compared with."""
         words = onto(self.words, decoded)
         if not decoded:
             return words
@@ -88,14 +92,30 @@ class StableWords:
         while agreed < min(len(words), len(previous)) and words[agreed] == previous[agreed]:
             agreed += 1
         since = self._since[:agreed] + [audio_end_s] * (len(words) - agreed)
+        self.agreed = agreed
         if self._previous is not None:
             limit = min(agreed, len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
             while limit > len(self.words) and audio_end_s - since[limit - 1] < self.min_age_s:
                 limit -= 1
+            limit = min(limit, len(self.words) + self._sure(words, decoded, probs, limit))
             if limit > len(self.words):
                 self.words = words[:limit]
         self._previous, self._previous_open, self._since = words, ended_in_speech, since
         return words
+    def _sure(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
+        """How many of ``words[len(self.words):limit]`` (not settled yet) in a row the decode was sure enough of.
+        ``words`` ends with the decode's last words (``onto`` put the settled ones in front of what follows them)."""
+        n = len(self.words)
+        if self.min_prob <= 0 or len(probs) != len(decoded):
+            return limit - n
+        shift = len(decoded) - len(words)  # words[k] is decoded[k + shift]
+        sure = 0
+        for k in range(n, limit):
+            if k + shift >= 0 and probs[k + shift] < self.min_prob:
+                break
+            sure += 1
+        return sure
+
     def take_new(self) -> list[str]:
         """The settled words not sent yet (they count as sent from now on), with their indexes from ``sent``."""
         new = self.words[self.sent:]

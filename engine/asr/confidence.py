@@ -1,0 +1,76 @@
+"""How sure the recognizer was of each word it wrote: the probability of the word's tokens, from the decoder.
+
+Whisper's BPE tokens that begin a word carry its leading space, so the generated tokens group into the words of the
+text; a word's probability is the product of its tokens' (the chance the decoder gives the whole word, given what
+came before). A word Whisper's decoder was made to start with (a forced prefix) was not generated: it counts as
+certain. The stability policy (``engine.stream.stable``) settles no word the decoder was unsure of, and the streaming
+APIs report these values as word confidences.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def word_probabilities(pieces: Sequence[str], logprobs: Sequence[float]) -> list[float]:
+    """Per word of ``"".join(pieces).split()``: the product of its tokens' probabilities, its punctuation left out
+    (unless it is all punctuation).
+
+    The words are what matters: where the audio stops, the decoder is often unsure whether a comma or a full stop
+    follows a word it is sure of ("antecedents," at 0.5, "antecedents" at 0.99); agreement between decodes already
+    judges the punctuation.
+
+    ``pieces``: the decoded text of each generated text token, in order (a piece that starts with whitespace begins
+    a word); ``logprobs``: each token's natural log-probability. A piece of whitespace alone, or a piece that both
+    begins a word and holds a space inside it, is taken as the text says (``split`` decides what a word is): the
+    result has exactly one value per word of the joined text."""
+    if len(pieces) != len(logprobs):
+        raise ValueError(f"{len(pieces)} pieces but {len(logprobs)} log-probabilities")
+    probs: list[float] = []
+    lexical = punctuation = 0.0  # log-probabilities of the open word's lexical and punctuation pieces
+    has_word = has_lexical = False  # a word is open; it has a lexical piece
+
+    def close() -> None:
+        nonlocal lexical, punctuation, has_word, has_lexical
+        if has_word:
+            probs.append(math.exp(lexical if has_lexical else punctuation))
+        lexical = punctuation = 0.0
+        has_word = has_lexical = False
+
+    def add(text: str, logprob: float) -> None:
+        nonlocal lexical, punctuation, has_word, has_lexical
+        has_word = True
+        if any(c.isalnum() for c in text):
+            lexical += logprob
+            has_lexical = True
+        else:
+            punctuation += logprob
+
+    for piece, logprob in zip(pieces, logprobs, strict=True):
+        parts = piece.split()
+        if not parts or piece[:1].isspace():  # a space ends the open word
+            close()
+        for k, part in enumerate(parts):  # each part but the last ends at a space inside the piece
+            add(part, logprob)
+            if k < len(parts) - 1 or piece[-1:].isspace():
+                close()
+    close()
+    return probs
+
+
+def text_word_probabilities(text: str, forced_words: int, generated: str, pieces: Sequence[str],
+                            logprobs: Sequence[float]) -> tuple[float, ...]:
+    """Per word of ``text`` (split on spaces), or () when the words cannot be matched one to one.
+
+    ``text`` is the transcript: ``forced_words`` words the decoder was made to start with (probability 1), then the
+    words of ``generated``, the text of the generated tokens ``pieces`` (with ``logprobs``). Cleaning that changed
+    the words (a non-speech tag taken out) leaves nothing to match: ()."""
+    words = text.split()
+    generated_words = generated.split()
+    if len(words) != forced_words + len(generated_words) or "".join(pieces).split() != generated_words:
+        return ()
+    probs = word_probabilities(pieces, logprobs)
+    if len(probs) != len(generated_words):
+        return ()
+    return (1.0,) * forced_words + tuple(round(p, 4) for p in probs)

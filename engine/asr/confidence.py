@@ -59,18 +59,23 @@ def word_probabilities(pieces: Sequence[str], logprobs: Sequence[float]) -> list
     return probs
 
 
-def text_word_probabilities(text: str, forced_words: int, generated: str, pieces: Sequence[str],
+def text_word_probabilities(text: str, forced: str, generated: str, pieces: Sequence[str],
                             logprobs: Sequence[float]) -> tuple[float, ...]:
     """Per word of ``text`` (split on spaces), or () when the words cannot be matched one to one.
 
-    ``text`` is the transcript: ``forced_words`` words the decoder was made to start with (probability 1), then the
-    words of ``generated``, the text of the generated tokens ``pieces`` (with ``logprobs``). Cleaning that changed
-    the words (a non-speech tag taken out) leaves nothing to match: ()."""
-    words = text.split()
-    generated_words = generated.split()
-    if len(words) != forced_words + len(generated_words) or "".join(pieces).split() != generated_words:
-        return ()
+    ``text`` is the transcript: the words the decoder was made to start with (``forced``, probability 1), then the
+    words of ``generated``, the text of the generated tokens ``pieces`` (with ``logprobs``); where ``generated``
+    does not begin with a space it goes on inside the last forced word ("other" + ", Kat"), and that word keeps its
+    probability unless letters were added to it. Cleaning that changed the words (a non-speech tag taken out)
+    leaves nothing to match: ()."""
+    words, forced_words, generated_words = text.split(), forced.split(), generated.split()
     probs = word_probabilities(pieces, logprobs)
-    if len(probs) != len(generated_words):
+    if "".join(pieces).split() != generated_words or len(probs) != len(generated_words):
         return ()
-    return (1.0,) * forced_words + tuple(round(p, 4) for p in probs)
+    if forced_words and generated[:1] and not generated[:1].isspace():
+        glued = any(c.isalnum() for c in generated_words[0])
+        merged = probs[0] if glued else 1.0
+        result = (1.0,) * (len(forced_words) - 1) + (merged,) + tuple(probs[1:])
+    else:
+        result = (1.0,) * len(forced_words) + tuple(probs)
+    return tuple(round(p, 4) for p in result) if len(result) == len(words) else ()

@@ -94,6 +94,15 @@ def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: 
     return prefix + f"<|startoftranscript|><|{language}|><|transcribe|>{mode}" + forced
 
 
+def joined(forced: str, generated: str) -> str:
+    """The transcript of a decode made to start with ``forced``: ``generated`` (the generated tokens' text, its
+    leading space kept) after it, glued on where the decoder went on inside the forced text's last word (forced
+    "other", generated ", Kat": "other, Kat"), spaces folded."""
+    if forced and generated[:1] and not generated[:1].isspace():
+        return " ".join((forced + generated).split())
+    return " ".join(filter(None, (forced, " ".join(generated.split()))))
+
+
 class VllmTranscriber:
     """``Transcriber`` on vLLM. States: NEW -> LOADING -> READY (-> FAILED if the engine dies) -> CLOSED."""
 
@@ -284,8 +293,8 @@ class VllmTranscriber:
                                                   forced=forced, forced_ids=forced_ids, timestamps=timestamps)
                 ids = [] if completion is None else list(completion.token_ids)
                 text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
-                generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text).strip()
-                text = " ".join(filter(None, (forced, " ".join(generated.split()))))
+                generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text)
+                text = joined(forced, generated)
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
                 if reason and partial:
                     cut = loop_start(text_ids)
@@ -317,7 +326,7 @@ class VllmTranscriber:
             language = self._lang_tokens.get(ids[0])
         spans = self._spans(ids, forced, audio_s) if timestamps and not truncated else ()
         text = strip_nonspeech(text)
-        probs = self._word_probs(completion, ids, text, len(forced.split()), generated, kept_generated)
+        probs = self._word_probs(completion, ids, text, forced, generated, kept_generated)
         result = Transcript(text, language, avg, len(ids), decode_s, window,
                             encoder_positions(window), fallbacks, spans, truncated, probs)
         stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
@@ -362,7 +371,7 @@ class VllmTranscriber:
         total -= sum(completion.logprobs[k][ids[k]].logprob for k in timing)
         return total / (len(ids) - len(timing))
 
-    def _word_probs(self, completion: Any, ids: list[int], text: str, forced_words: int, generated: str,
+    def _word_probs(self, completion: Any, ids: list[int], text: str, forced: str, generated: str,
                     kept: int | None = None) -> tuple[float, ...]:
         """Per word of ``text``, the decoder's probability of it (``engine.asr.confidence``); () when the
         completion has no log-probabilities or its tokens do not line up with the words. ``kept``: of a decode cut
@@ -374,7 +383,7 @@ class VllmTranscriber:
         pieces = [self._piece(ids[k]) for k in text_at]
         if kept is not None:
             generated = "".join(pieces)
-        return text_word_probabilities(text, forced_words, generated, pieces,
+        return text_word_probabilities(text, forced, generated, pieces,
                                        [logprobs[k][ids[k]].logprob for k in text_at])
 
     def _piece(self, token_id: int) -> str:

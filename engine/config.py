@@ -99,7 +99,7 @@ class PartialConfig:
     # ...and only if the decoder gave it at least this probability (``Transcript.word_probs``; a recognizer that does
     # not say is trusted): on noisy speech the words two partials agree on wrongly are mostly ones the decoder was
     # unsure of. 0 = off.
-    stable_min_prob: float = 0.5
+    stable_min_prob: float = 0.4
     # Of a partial whose audio ended inside speech, show all but its last word (it may be cut mid-syllable; the next
     # partial shows it whole) unless it is the only one (then it shows at once, without the final punctuation Whisper
     # guesses where the audio stops). Fewer words on screen change (docs/benchmarks.md).

@@ -18,7 +18,7 @@ import pytest
 from bench.churn import flicker
 from engine import EngineObserver, SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
-from engine.asr.transcriber import DecodeRequest, Transcript
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.audio.vad import WINDOW, VadStream
 from engine.config import EngineConfig
@@ -108,6 +108,17 @@ class WordPerHalfSecond(LocatingFake):
         half = SAMPLE_RATE // 2
         words = [f"h{k}" for k in range(-(-start // half), (start + request.audio.size) // half)]
         return replace(result, text=" ".join(words))
+
+
+@dataclass
+class LoopsAfterTheSentence(LocatingFake):
+    """The fake recognizer, every partial cut where it began to repeat itself (after its full stop), as Whisper's
+    partials loop into the padding of their window; finals are whole."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        partial = request.priority is Priority.PARTIAL
+        return replace(result, truncated=partial, looped=partial)
 
 
 @dataclass
@@ -309,6 +320,20 @@ async def test_a_sentence_whose_text_ends_one_locks_after_a_short_pause_and_one_
             assert int(s.text.split()[5].rstrip(".")) + float(s.text.split()[2]) * SAMPLE_RATE >= b - WINDOW, s
             pause = waits(s.end - s.start) / 1000
             assert pause - 0.1 <= lock <= pause + 0.3, (ending, lock, pause)
+
+
+@pytest.mark.asyncio
+async def test_a_partial_cut_at_a_loop_right_after_the_sentence_s_end_still_locks_it_early() -> None:
+    seen = Recorder()
+    messages, info = await _run(speakers=None, observer=seen, ending=".", recognizer=LoopsAfterTheSentence)
+    sentences = _sentences(messages)
+    assert len(sentences) == 2, sentences
+    pause = EngineConfig().endpoint.sentence_pause_ms / 1000
+    assert all(pause - 0.1 <= lock <= pause + 0.3 for lock in seen.lock_s), seen.lock_s
+    # A cut decode is never the final: each sentence is decoded again, whole, and has all of its speech.
+    assert [kind for kind, _ in seen.decodes].count("final") == 2, seen.decodes
+    for s, (_a, b) in zip(sentences, info["speech"], strict=True):
+        assert int(s.text.split()[5].rstrip(".")) + float(s.text.split()[2]) * SAMPLE_RATE >= b - WINDOW, s
 
 
 @pytest.mark.asyncio

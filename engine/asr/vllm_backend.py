@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import math
 import os
 import re
 import time
@@ -44,6 +45,9 @@ _TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")
 _LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop while a decode streams
 _CONTINUE_S = 1.0  # a timestamped decode whose last stretch ends this long before the audio stopped early
 _MAX_CONTINUATIONS = 3  # decodes of the rest after one that stopped early
+# Alternatives the decoder reports per generated token with the chosen one: its other spellings are among them
+# ("Somehow", " somehow"), so a word's probability is that of the word, not of its case (``_spelling_logprob``).
+_TOP_LOGPROBS = 3
 
 
 def detect_device(requested: str) -> str:
@@ -328,7 +332,7 @@ class VllmTranscriber:
         text = strip_nonspeech(text)
         probs = self._word_probs(completion, ids, text, forced, generated, kept_generated)
         result = Transcript(text, language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans, truncated, probs)
+                            encoder_positions(window), fallbacks, spans, truncated, truncated, probs)
         stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
                          and audio_s - spans[-1].end_s >= _CONTINUE_S)
         if stopped_early and continuations < _MAX_CONTINUATIONS:
@@ -384,7 +388,16 @@ class VllmTranscriber:
         if kept is not None:
             generated = "".join(pieces)
         return text_word_probabilities(text, forced, generated, pieces,
-                                       [logprobs[k][ids[k]].logprob for k in text_at])
+                                       [self._spelling_logprob(logprobs[k], ids[k]) for k in text_at])
+
+    def _spelling_logprob(self, alternatives: dict[int, Any], token_id: int) -> float:
+        """The log-probability of token ``token_id`` with its other spellings among the decoder's top alternatives
+        (``_TOP_LOGPROBS``) counted in: " somehow" and "Somehow" are one word to a reader, and at the start of a
+        sentence Whisper splits its certainty between them."""
+        mine = self._piece(token_id).strip().lower()
+        total = sum(math.exp(lp.logprob) for tid, lp in alternatives.items()
+                    if tid == token_id or (tid < self._first_special_id and self._piece(tid).strip().lower() == mine))
+        return math.log(min(1.0, total)) if total > 0 else alternatives[token_id].logprob
 
     def _piece(self, token_id: int) -> str:
         """The text of one token as it reads inside a transcript (its leading space kept)."""
@@ -418,7 +431,7 @@ class VllmTranscriber:
         from vllm import SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        params = SamplingParams(temperature=request.temperature, max_tokens=max_tokens, logprobs=0,
+        params = SamplingParams(temperature=request.temperature, max_tokens=max_tokens, logprobs=_TOP_LOGPROBS,
                                 skip_special_tokens=True)
         prompt = {
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},

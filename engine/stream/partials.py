@@ -245,7 +245,7 @@ class Partials:
         if opened is None or opened.index != index:
             return None
         if stopped_early(result, min(end, self._endpointer.speech_end), self.stable.words, self.stable_end):
-            result = dataclasses.replace(result, truncated=True)
+            result = dataclasses.replace(result, truncated=True, looped=False)
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start)
@@ -264,8 +264,12 @@ class Partials:
         # k + shift.
         shift = decoded - len(text.split())
         self._decoded.append((end, len(text.split())))
-        # Only a decode of everything said so far can end the sentence (``sentence_ended``).
-        self._ends_sentence = end >= self._endpointer.speech_end and not result.truncated and ends_sentence(text)
+        # Only a decode of everything said so far can end the sentence (``sentence_ended``): one cut short cannot,
+        # unless it was cut where it began to repeat itself right after the sentence's end (the final is then decoded
+        # afresh: a cut decode is never the final, ``_reusable``). A partial that is forced to start with few settled
+        # words loops into its window's padding more often, and the sentence would wait for the long silence.
+        whole = not result.truncated or result.looped
+        self._ends_sentence = end >= self._endpointer.speech_end and whole and ends_sentence(text)
         if in_speech and self._cfg.hold_back_cut_word:
             text = self._held_back(text)
         text = self._sure_part(text, probs, shift)

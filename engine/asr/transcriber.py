@@ -74,9 +74,9 @@ class Transcript:
     # shown for a moment and not worth a larger window's decode, which every other session would wait for), or the
     # session found that the decoder ended right after the words it was made to start with. Never a final's text.
     truncated: bool = False
-    # Of a truncated text: it was cut where the decode began to repeat itself (not cut for any other reason). Cut
-    # right after a sentence's end, the first copy is most often all of what was said: Whisper repeats the speech
-    # into the silence its window pads it with.
+    # The text was cut where the decode began to repeat itself: a partial's (it is ``truncated`` too), or any
+    # decode's that looped in the largest window as well. Cut right after a sentence's end, the first copy is most
+    # often all of what was said: Whisper repeats the speech into the silence its window pads it with.
     looped: bool = False
     # Per word of ``text`` (split on spaces): the decoder's probability of it, 1.0 for forced words
     # (``engine.asr.confidence``); empty when the recognizer does not say or the words could not be matched.

@@ -300,17 +300,20 @@ class VllmTranscriber:
                 generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text)
                 text = joined(forced, generated)
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
-                if reason and partial:
-                    cut = loop_start(text_ids)
-                    kept = text_ids[:cut] if cut is not None else forced_ids
-                    kept_generated = max(0, len(kept) - len(forced_ids))
+                larger = policy.next_window(window) if reason else None
+                cut = loop_start(text_ids) if reason and (partial or larger is None) else None
+                if (reason and partial) or cut is not None:
+                    # A partial is cut where it began to repeat; so is any decode that loops in the largest window
+                    # too (Whisper said the sentence again into the window's padding): its first copy is the text,
+                    # where the whole repetition would lock (the guard passes a sentence said twice).
+                    kept = text_ids[:max(cut, len(forced_ids))] if cut is not None else forced_ids
+                    kept_generated = len(kept) - len(forced_ids)
                     text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
-                    truncated = True
-                    log.info("partial %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
+                    truncated = partial
+                    log.info("request %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
                              window, reason, len(kept), len(text_ids))
                     self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=False)
                     break
-                larger = policy.next_window(window) if reason else None
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
                 if larger is None:
                     break
@@ -328,11 +331,11 @@ class VllmTranscriber:
         language = request.language
         if language is None:
             language = self._lang_tokens.get(ids[0])
-        spans = self._spans(ids, forced, audio_s) if timestamps and not truncated else ()
+        spans = self._spans(ids, forced, audio_s) if timestamps and kept_generated is None else ()
         text = strip_nonspeech(text)
         probs = self._word_probs(completion, ids, text, forced, generated, kept_generated)
         result = Transcript(text, language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans, truncated, truncated, probs)
+                            encoder_positions(window), fallbacks, spans, truncated, kept_generated is not None, probs)
         stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
                          and audio_s - spans[-1].end_s >= _CONTINUE_S)
         if stopped_early and continuations < _MAX_CONTINUATIONS:

@@ -131,6 +131,7 @@ class DeepgramStream:
         self._finalizing: set[asyncio.Task[None]] = set()
         self._last_word_end_ms = 0
         self._utterance_open = False  # words were sent since the last UtteranceEnd
+        self._last_speaker = 0
         self._send_lock = asyncio.Lock()
 
     async def run(self) -> None:
@@ -243,11 +244,18 @@ class DeepgramStream:
         conf = dg.confidence(s)
         await self.send(dg.results(self.request_id, self.model, words, start_ms=start, end_ms=end, is_final=True,
                                    speech_final=self._speech_final(s), from_finalize=from_finalize, conf=conf,
-                                   speaker=s.spk if self.params.diarize else None, formatted=self.params.formatted))
+                                   speaker=self._speaker(s.spk), formatted=self.params.formatted))
         self._tiling.end_ms = end
         self._last_interim = ""
         if words:
             self._last_word_end_ms, self._utterance_open = words[-1].end_ms, True
+
+    def _speaker(self, spk: int | None) -> int | None:
+        """A word's ``speaker`` with ``diarize=true`` (0 where the server runs without speaker labels), else None."""
+        if not self.params.diarize:
+            return None
+        self._last_speaker = spk if spk is not None else self._last_speaker
+        return self._last_speaker
 
     def _speech_final(self, s: protocol.Sentence) -> bool:
         """The speaker paused after this sentence (Deepgram's endpoint): false when the next speech began right
@@ -266,7 +274,7 @@ class DeepgramStream:
         end = max(self.watch.heard_ms, self._tiling.end_ms)
         rest_start = known[-1].end_ms if known else max(self._tiling.end_ms, self._speech_ms())
         words = known + dg.estimate_words(" ".join(texts[len(known):]), rest_start, max(end, rest_start))
-        speaker = c.partial_spk if self.params.diarize else None
+        speaker = self._speaker(c.partial_spk if c.partial_spk is not None else self._last_speaker)
         await self.send(dg.results(self.request_id, self.model, words, start_ms=self._tiling.end_ms,
                                    end_ms=max(end, words[-1].end_ms), is_final=False, speech_final=False,
                                    from_finalize=False, conf=0.0, speaker=speaker, formatted=self.params.formatted))

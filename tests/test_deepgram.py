@@ -1,0 +1,238 @@
+"""Deepgram's live API at /v1/listen, driven by Deepgram's own Python SDK (``deepgram-sdk``) and, for refusals and
+close codes, by a plain WebSocket client.
+
+Quick tests use the named fake recognizer (real VAD, real endpointing, real WebSocket): the protocol is what is
+tested. The heavy tests stream real speech at real time through the real engine and judge the text by WER.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import wave
+
+import aiohttp
+import numpy as np
+import pytest
+from multidict import MultiDict
+
+from app.compat import deepgram
+from app.compat.deepgram_params import ParamError, parse_params
+from app.compat.live_audio import WavHeader, decode
+from app.drain import DRAIN
+from app.rooms.keys import ROOMS
+from engine import CaptionEngine
+from speechdata.corpus import audio, reference
+from speechdata.wer import wer
+from tests.live_clients import pcm16, speech, stream_deepgram
+from tests.servers import running_server
+
+CLIP = "whisper_jfk"
+
+
+def wav_bytes(samples: np.ndarray, rate: int = 16000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm16(samples, rate))
+    return out.getvalue()
+
+
+def mulaw(samples: np.ndarray) -> bytes:
+    """G.711 µ-law codes of ``samples`` (the nearest code of the decoder's table)."""
+    table = decode(bytes(range(256)), "mulaw").astype(np.int32)
+    order = np.argsort(table)
+    target = (np.clip(samples, -1, 1) * 32767).astype(np.int32)
+    pos = np.clip(np.searchsorted(table[order], target), 1, 255)
+    nearer = np.where(np.abs(table[order][pos - 1] - target) < np.abs(table[order][pos] - target), pos - 1, pos)
+    return order[nearer].astype(np.uint8).tobytes()
+
+
+def test_parameters_codecs_and_wav_headers() -> None:
+    p = parse_params(MultiDict([("encoding", "linear16"), ("sample_rate", "48000"), ("language", "en-US"),
+                                ("keyterm", "Kubernetes"), ("keywords", "Quilter:3"), ("interim_results", "true"),
+                                ("endpointing", "false"), ("utterance_end_ms", "1000"), ("diarize", "true"),
+                                ("filler_words", "true")]), "en")
+    assert (p.encoding, p.sample_rate, p.language, p.hotwords) == ("linear16", 48000, "en", ("Kubernetes", "Quilter"))
+    assert p.interim_results and p.diarize and p.endpointing_ms is None and p.utterance_end_ms == 1000
+    assert parse_params(MultiDict([("language", "multi")]), "en").language is None
+    for bad in ([("encoding", "flac"), ("sample_rate", "16000")], [("encoding", "linear16")],
+                [("encoding", "mulaw"), ("sample_rate", "4000")], [("channels", "2")], [("language", "xx")],
+                [("utterance_end_ms", "500")], [("interim_results", "maybe")]):
+        with pytest.raises(ParamError):
+            parse_params(MultiDict(bad), "en")
+    # G.711 through our tables round-trips speech closely (µ-law keeps ~38 dB SNR).
+    x = audio(CLIP)[:16000]
+    back = decode(mulaw(x), "mulaw").astype(np.float32) / 32767
+    assert np.corrcoef(x, back)[0, 1] > 0.999
+    head = wav_bytes(x[:100], 22050)
+    assert WavHeader.parse(head[:20]) is None  # more bytes needed
+    assert WavHeader.parse(head) == WavHeader("linear16", 22050, 1, 44)
+    with pytest.raises(ValueError):
+        WavHeader.parse(b"OggS" + bytes(40))
+
+
+async def test_deepgram_sdk_streams_through_the_engine(fake_engine: CaptionEngine) -> None:
+    data = pcm16(audio(CLIP))
+    async with running_server(fake_engine) as (url, app):
+        room, _ = await app[ROOMS].create()
+        run = await stream_deepgram(url, data, speed=4, finalize=True,
+                                    after=bytes(2 * 16000 * 2), encoding="linear16", sample_rate=16000,
+                                    interim_results="true", vad_events="true", utterance_end_ms="1000",
+                                    punctuate="true", diarize="true")
+        kinds = [m.type for m in run.messages]
+        assert kinds[-1] == "Metadata" and abs(run.messages[-1].duration - (len(data) / 32000 + 2)) < 0.1
+        assert "SpeechStarted" in kinds and "UtteranceEnd" in kinds
+        first_final = next(i for i, m in enumerate(run.messages) if m.type == "Results" and m.is_final)
+        assert any(m.type == "Results" and not m.is_final for m in run.messages[:first_final]), "interims first"
+        assert run.text.startswith("audio of"), run.text
+        final = run.finals[-1]
+        assert final.from_finalize, "the sentence Finalize flushed says so"
+        duration = len(data) / 32000
+        for m in run.finals:
+            words = m.channel.alternatives[0].words
+            assert words and all(0 <= w.start <= w.end <= duration + 0.1 for w in words)
+            assert all(w.speaker is not None for w in words) and 0 < m.channel.alternatives[0].confidence <= 1
+        assert kinds.index("UtteranceEnd") > first_final
+
+        # The same stream published into a room: the room's transcript has it.
+        await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id)
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{room.id}/transcript.txt") as r:
+            assert "audio of" in await r.text()
+
+
+async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) -> None:
+    x = audio("ls_1988-24833-0000")
+    async with running_server(fake_engine) as (url, _app):
+        # µ-law at 8 kHz, as telephony sends it.
+        run = await stream_deepgram(url, mulaw(np.interp(np.arange(0, len(x), 2), np.arange(len(x)), x)),
+                                    speed=0, bytes_per_s=8000, chunk=800, encoding="mulaw", sample_rate=8000)
+        assert run.text.startswith("audio of"), run.messages
+        # No encoding: a WAV stream (here at 44.1 kHz), its header split and every message an odd length.
+        run = await stream_deepgram(url, wav_bytes(x, 44100), speed=0, chunk=1001, punctuate="true")
+        assert run.text.startswith("audio of"), run.messages
+        seconds = float(run.text.split()[2])
+        assert abs(seconds - len(x) / 16000) < 0.6, "all of the audio arrived, none doubled"
+
+
+async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with running_server(fake_engine, auth_token="sekret", max_sessions=2) as (url, _app), \
+            aiohttp.ClientSession() as http:
+        ws_url = "ws" + url[4:] + "/v1/listen"
+        for query, status in (("encoding=flac&sample_rate=16000", 400), ("encoding=linear16", 400),
+                              ("channels=2&encoding=linear16&sample_rate=16000", 400), ("room=nosuchroom", 404)):
+            with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                await http.ws_connect(f"{ws_url}?{query}", headers={"Authorization": "Token sekret"})
+            assert err.value.status == status and err.value.headers is not None
+            assert err.value.headers.get("dg-error"), query
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(ws_url, headers={"Authorization": "Token wrong"})
+        assert err.value.status == 401
+        # The key as the browser SDK sends it: the subprotocols "token, <key>".
+        async with http.ws_connect(f"{ws_url}?encoding=linear16&sample_rate=16000",
+                                   protocols=("token", "sekret")) as ws:
+            assert ws.protocol == "token"
+            await ws.send_str('{"type": "Dance"}')
+            msg = await ws.receive_json(timeout=5)
+            assert msg["type"] == "Error" and msg["variant"] == "SchemaError"
+            # An oversized message: 1009.
+            await ws.send_bytes(bytes(deepgram.MAX_MESSAGE_BYTES + 2))
+            while (m := await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
+                pass
+            assert ws.close_code == 1009
+        auth = {"Authorization": "Token sekret"}
+        # Not audio (no encoding given and no WAV header): 1008 DATA-0000.
+        async with http.ws_connect(ws_url, headers=auth) as ws:
+            await ws.send_bytes(b"this is certainly not a WAV file" * 4)
+            while (m := await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
+                pass
+            assert ws.close_code == 1008 and str(m.extra).startswith("DATA-0000")
+        # No audio or KeepAlive within the timeout: 1011 NET-0001, after the open sentence is locked.
+        monkeypatch.setattr(deepgram, "TIMEOUT_S", 1.0)
+        async with http.ws_connect(f"{ws_url}?encoding=linear16&sample_rate=16000", headers=auth) as ws:
+            await ws.send_bytes(pcm16(audio(CLIP)[:16000 * 3]))
+            await ws.send_str('{"type": "KeepAlive"}')
+            texts = []
+            while (m := await ws.receive(timeout=15)).type is aiohttp.WSMsgType.TEXT:
+                texts.append(m.json())
+            assert ws.close_code == 1011 and str(m.extra).startswith("NET-0001")
+            assert [t for t in texts if t["type"] == "Results" and t["is_final"]], "the open sentence was sent"
+            assert texts[-1]["type"] == "Metadata"
+
+
+async def test_admission_holds_under_a_flood_of_connects(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine, max_sessions=4) as (url, _app), aiohttp.ClientSession() as http:
+        ws = "ws" + url[4:]
+
+        async def connect(i: int) -> aiohttp.ClientWebSocketResponse | int:
+            path = "/v1/listen?encoding=linear16&sample_rate=16000" if i % 2 else "/v1/realtime?intent=transcription"
+            try:
+                return await http.ws_connect(ws + path)
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+
+        results = await asyncio.gather(*(connect(i) for i in range(200)))
+        held = [r for r in results if not isinstance(r, int)]
+        assert len(held) == 4 and sorted(set(r for r in results if isinstance(r, int))) == [429]
+        async with http.get(f"{url}/metrics") as r:
+            assert 'live_captions_sessions_active{kind="live"} 4.0' in await r.text()
+        for conn in held:
+            await conn.close()
+        for _ in range(50):
+            if not fake_engine.sessions:
+                break
+            await asyncio.sleep(0.1)
+        assert not fake_engine.sessions
+        conn = await http.ws_connect(ws + "/v1/listen?encoding=linear16&sample_rate=16000")  # the slots came back
+        await conn.close()
+
+
+async def test_a_stopping_server_finishes_the_open_sentence(fake_engine: CaptionEngine) -> None:
+    texts: list[dict[str, object]] = []
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        ws = await http.ws_connect("ws" + url[4:] + "/v1/listen?encoding=linear16&sample_rate=16000")
+        await ws.send_bytes(pcm16(audio(CLIP)[:16000 * 4]))  # mid-sentence, no pause after it
+        await asyncio.sleep(1.0)
+
+        async def read() -> None:
+            while (m := await ws.receive()).type is aiohttp.WSMsgType.TEXT:
+                texts.append(m.json())
+
+        reader = asyncio.create_task(read())
+        stopping = asyncio.create_task(app.shutdown())  # what SIGTERM runs first: the drain
+        await asyncio.wait_for(reader, 20)
+        await stopping
+        assert ws.close_code == 1001
+        assert any(t["type"] == "Results" and t["is_final"] for t in texts)
+        assert app[DRAIN].sentences >= 1
+
+
+@pytest.mark.heavy
+async def test_deepgram_sdk_real_speech_at_real_time(engine: CaptionEngine) -> None:
+    clips = ["librivox_sns01_0880", "cmuarctic_a0024", "ls_6930-75918-0000", "librivox_sns01_0930"]
+    samples, ref = speech(clips)
+    async with running_server(engine) as (url, _app):
+        run = await stream_deepgram(url, pcm16(samples), speed=1.0, encoding="linear16", sample_rate=16000,
+                                    interim_results="true", punctuate="true", language="en")
+    finals = run.finals
+    assert wer(ref, run.text) <= 0.08, run.text
+    first_final = run.messages.index(finals[0])
+    assert any(m.type == "Results" and not m.is_final for m in run.messages[:first_final])
+    duration = len(samples) / 16000
+    for m in finals:
+        words = m.channel.alternatives[0].words
+        assert words and all(0 <= w.start <= w.end <= duration for w in words), m
+        assert words[0].start >= m.start - 0.01 and words[-1].end <= m.start + m.duration + 0.01
+
+
+@pytest.mark.heavy
+async def test_deepgram_diarize_two_readers(engine: CaptionEngine) -> None:
+    clip = "libri_2spk_overlap_dialogue"
+    async with running_server(engine) as (url, _app):
+        run = await stream_deepgram(url, pcm16(audio(clip)) + bytes(3 * 32000), speed=3.0, encoding="linear16",
+                                    sample_rate=16000, diarize="true", punctuate="true")
+    speakers = {w.speaker for m in run.finals for w in m.channel.alternatives[0].words}
+    assert len(speakers) == 2, speakers
+    assert wer(reference(clip), run.text) <= 0.15

@@ -117,6 +117,28 @@ async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) 
         assert abs(seconds - len(x) / 16000) < 0.6, "all of the audio arrived, none doubled"
 
 
+async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: CaptionEngine) -> None:
+    """A client that sends a minute of speech at once is read only as fast as the engine keeps up: the audio waiting
+    for the VAD and the sentences waiting for their final stay bounded (``live_audio.LIVE_BACKLOG``)."""
+    data = pcm16(audio("libri_3spk_turns"))
+    peaks = [0.0, 0.0]
+
+    async def watch() -> None:
+        while True:
+            for s in list(fake_engine.sessions.values()):
+                peaks[0] = max(peaks[0], s.vad_backlog_s)
+                peaks[1] = max(peaks[1], s.finals_pending)
+            await asyncio.sleep(0.01)
+
+    async with running_server(fake_engine) as (url, _app):
+        watcher = asyncio.create_task(watch())
+        run = await stream_deepgram(url, data, speed=0, chunk=256 * 1024, encoding="linear16", sample_rate=16000)
+        watcher.cancel()
+    last_word = run.finals[-1].channel.alternatives[0].words[-1].end
+    assert last_word > len(data) / 32000 - 3, "all of the speech came through"
+    assert peaks[0] <= 6.5 and peaks[1] <= 5, peaks
+
+
 async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     async with running_server(fake_engine, auth_token="sekret", max_sessions=2) as (url, _app), \
             aiohttp.ClientSession() as http:

@@ -120,12 +120,12 @@ def realtime_client(url: str, key: str = "any-key") -> Any:
 
 
 async def stream_realtime(url: str, data: bytes, *, manual: bool = False, speed: float = 1.0,
-                          commit_every: int = 0, settle_s: float = 3.0, session: dict[str, Any] | None = None,
+                          commit_at: int = 0, settle_s: float = 3.0, session: dict[str, Any] | None = None,
                           query: str = "", rate: int = 24000, expect: int = 0) -> RealtimeRun:
     """A transcription session through the ``openai`` package's realtime client: ``session.update`` (server VAD,
     or ``turn_detection: null`` when ``manual``), ``data`` (PCM at ``rate``) appended in 100 ms events at ``speed``,
-    a commit every ``commit_every`` bytes and at the end when ``manual``; events until ``expect`` items have
-    completed (at most ``settle_s`` after the last audio; ``expect=0``: ``settle_s``)."""
+    when ``manual`` a commit once ``commit_at`` bytes are sent (0: none) and one at the end; events until
+    ``expect`` items have completed (at most ``settle_s`` after the last audio; ``expect=0``: ``settle_s``)."""
     run = RealtimeRun()
     client = realtime_client(url)
     extra = {"intent": "transcription", **dict(p.split("=", 1) for p in query.split("&") if p)}
@@ -147,9 +147,9 @@ async def stream_realtime(url: str, data: bytes, *, manual: bool = False, speed:
         sent = 0
         async for piece in paced(data, chunk, chunk * 10, speed):
             await conn.input_audio_buffer.append(audio=base64.b64encode(piece).decode())
-            sent += len(piece)
-            if manual and commit_every and sent % commit_every < chunk:
+            if manual and commit_at and sent < commit_at <= sent + len(piece):
                 await conn.input_audio_buffer.commit()
+            sent += len(piece)
         if manual:
             await conn.input_audio_buffer.commit()
         with contextlib.suppress(TimeoutError):

@@ -127,5 +127,5 @@ async def test_openai_realtime_real_speech(engine: CaptionEngine) -> None:
         # Manual commits: the client commits after each clip; one completed per commit, in order.
         first, rest = speech(clips[:1], tail_s=0.3)[0], speech(clips[1:], lead_s=0.0)[0]
         run = await stream_realtime(url, pcm16(first, 24000) + pcm16(rest, 24000), manual=True, speed=2.0,
-                                    commit_every=len(pcm16(first, 24000)), settle_s=8.0, expect=2)
+                                    commit_at=len(pcm16(first, 24000)), settle_s=8.0, expect=2)
         assert len(run.completed) == 2 and wer(ref, run.text) <= 0.10, [e.transcript for e in run.completed]

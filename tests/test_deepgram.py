@@ -117,6 +117,30 @@ async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) 
         assert abs(seconds - len(x) / 16000) < 0.6, "all of the audio arrived, none doubled"
 
 
+async def test_prerecorded_files(fake_engine: CaptionEngine) -> None:
+    """``POST /v1/listen``: LiveKit's Deepgram plugin's ``recognize`` (a WAV body), and raw PCM with an encoding."""
+    from livekit import rtc
+    from livekit.plugins import deepgram as lk_deepgram
+
+    x = audio("ls_1988-24833-0000")
+    async with running_server(fake_engine, max_upload_mb=1) as (url, _app), aiohttp.ClientSession() as http:
+        stt = lk_deepgram.STT(api_key="any", base_url=f"{url}/v1/listen", http_session=http)
+        frame = rtc.AudioFrame(data=pcm16(x), sample_rate=16000, num_channels=1, samples_per_channel=len(x))
+        event = await stt.recognize(buffer=[frame])
+        assert event.alternatives[0].text.startswith("audio of"), event
+        async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&diarize=true&utterances=true"
+                             "&punctuate=true", data=pcm16(x)) as r:
+            body = await r.json()
+            assert r.status == 200 and abs(body["metadata"]["duration"] - len(x) / 16000) < 0.1
+            alt = body["results"]["channels"][0]["alternatives"][0]
+            assert alt["transcript"].startswith("audio of") and all(w["speaker"] == 0 for w in alt["words"])
+            assert body["results"]["utterances"][0]["transcript"] == alt["transcript"]
+        async with http.post(f"{url}/v1/listen", json={"url": "https://example.org/a.wav"}) as r:
+            assert r.status == 400 and "URL" in (await r.json())["err_msg"]
+        async with http.post(f"{url}/v1/listen", data=io.BytesIO(bytes(2 * 1024 * 1024))) as r:
+            assert r.status == 413 and r.headers["dg-error"]
+
+
 async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: CaptionEngine) -> None:
     """A client that sends a minute of speech at once is read only as fast as the engine keeps up: the audio waiting
     for the VAD and the sentences waiting for their final stay bounded (``live_audio.LIVE_BACKLOG``)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import deepgram, funasr, openai_realtime, openai_rest, whip
+from . import deepgram, deepgram_files, funasr, openai_realtime, openai_rest, whip
 from .funasr import side_app as funasr_side_app
 
 __all__ = ["add_routes", "funasr_side_app"]
@@ -18,9 +18,10 @@ __all__ = ["add_routes", "funasr_side_app"]
 
 def add_routes(app: web.Application) -> None:
     """WHIP (``/whip/{room}``), OpenAI's ``/v1/models`` and ``/v1/audio/transcriptions``, FunASR's ``/funasr``,
-    Deepgram's ``/v1/listen``, OpenAI's ``/v1/realtime``."""
+    Deepgram's ``/v1/listen`` (live, and ``POST`` for files), OpenAI's ``/v1/realtime``."""
     whip.add_routes(app)
     openai_rest.add_routes(app)
     funasr.add_routes(app)
     deepgram.add_routes(app)
+    deepgram_files.add_routes(app)
     openai_realtime.add_routes(app)

@@ -157,7 +157,7 @@ def ws_metrics(sessions: list[WsSession]) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    serve = ["--recognizer", "vllm", "--max-sessions", "64", *(["--model", args.model] if args.model else []),
+    serve = ["--recognizer", args.recognizer, "--max-sessions", "64", *(["--model", args.model] if args.model else []),
              *(["--no-speakers"] if args.no_speakers else [])]
     kinds = ["deepgram"] * args.deepgram + ["realtime"] * args.realtime
     ws_sessions = []
@@ -203,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deepgram", type=int, default=8, help="Deepgram /v1/listen sessions")
     p.add_argument("--realtime", type=int, default=8, help="OpenAI /v1/realtime sessions")
     p.add_argument("--webrtc", type=int, default=2, help="WebRTC sessions")
+    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
+                   help="fake: the named fake recognizer (checks the bench itself, measures no model)")
     p.add_argument("--model", default=None, help="the server's --model (default: the embedded whisper-base)")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--seconds", type=float, default=30.0, help="speech and pauses per session")

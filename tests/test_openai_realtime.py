@@ -15,6 +15,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from app.compat import openai_realtime
 from app.compat.realtime_config import ConfigError, RealtimeConfig, apply_update
 from app.rooms.keys import ROOMS
 from engine import CaptionEngine
@@ -84,7 +85,10 @@ async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionE
         assert run.text.startswith("audio of"), run.events
 
 
-async def test_errors_and_refusals(fake_engine: CaptionEngine) -> None:
+async def test_errors_and_refusals(fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A smaller message limit than OpenAI's 15 MiB, so that an oversized message fits the socket buffers and the
+    # client reads the server's close frame instead of a reset.
+    monkeypatch.setattr(openai_realtime, "MAX_MESSAGE_BYTES", 1024 * 1024)
     async with running_server(fake_engine, auth_token="sekret") as (url, _app), aiohttp.ClientSession() as http:
         ws_url = "ws" + url[4:] + "/v1/realtime?intent=transcription"
         with pytest.raises(aiohttp.WSServerHandshakeError) as err:
@@ -113,6 +117,16 @@ async def test_errors_and_refusals(fake_engine: CaptionEngine) -> None:
                                           "audio": base64.b64encode(b"\x01\x02\x03").decode()}))  # odd length
             reply = await ask({"type": "input_audio_buffer.clear"})
             assert reply["type"] == "input_audio_buffer.cleared"
+            await ws.send_bytes(bytes(openai_realtime.MAX_MESSAGE_BYTES + 2))  # oversized: 1009
+            await ws.receive(timeout=10)
+            assert ws.close_code == 1009
+        # A connection that says nothing for the idle timeout: an error event, then a normal close.
+        monkeypatch.setattr(openai_realtime, "IDLE_TIMEOUT_S", 0.5)
+        async with http.ws_connect(ws_url, headers={"Authorization": "Bearer sekret"}) as ws:
+            assert (await ws.receive_json(timeout=5))["type"] == "session.created"
+            reply = await ws.receive_json(timeout=5)
+            assert reply["type"] == "error" and reply["error"]["code"] == "idle_timeout"
+            assert (await ws.receive(timeout=5)).type is aiohttp.WSMsgType.CLOSE and ws.close_code == 1000
 
 
 @pytest.mark.heavy

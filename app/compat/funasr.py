@@ -121,8 +121,8 @@ def parse_hotwords(raw: Any) -> tuple[str, ...]:
 
 
 class FunasrStream:
-    """One FunASR connection: its engine session, the translation of caption messages into FunASR's, and the
-    optional room it publishes into."""
+    """One FunASR connection: the translation of its session's caption messages into FunASR's (the session and the
+    room it publishes into are its ``LiveStream``'s)."""
 
     def __init__(self, ws: web.WebSocketResponse, config: FunasrConfig) -> None:
         self.ws = ws

@@ -163,6 +163,35 @@ async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: Cap
     assert peaks[0] <= 6.5 and peaks[1] <= 5, peaks
 
 
+@pytest.mark.slow
+async def test_pings_are_answered_while_the_engine_catches_up() -> None:
+    """A client far ahead of a slow recognizer keeps its connection: its pings are answered while its audio waits
+    (clients such as deepgram-sdk's drop a connection whose pings go unanswered for 20 s)."""
+    from engine.asr.fake import FakeTranscriber
+    from engine.config import EngineConfig
+
+    slow = CaptionEngine(EngineConfig(speakers=False), transcriber=FakeTranscriber(delay_s=6.0))
+    await slow.start()
+    try:
+        async with running_server(slow, drain_timeout_s=1.0) as (url, _app), aiohttp.ClientSession() as http:
+            ws = await http.ws_connect("ws" + url[4:] + "/v1/listen?encoding=linear16&sample_rate=16000",
+                                       autoping=False)
+            data = pcm16(audio("libri_3spk_turns"))
+            for i in range(0, len(data), 256 * 1024):
+                await ws.send_bytes(data[i:i + 256 * 1024])
+            await asyncio.sleep(1.0)  # the server's reader of the audio now waits for the recognizer
+            assert any(s.finals_pending >= 4 for s in slow.sessions.values()), "the engine is behind"
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            await ws.ping(b"still there?")
+            while (await ws.receive(timeout=5)).type is not aiohttp.WSMsgType.PONG:
+                pass
+            assert loop.time() - t0 < 1.0
+            await ws.close()
+    finally:
+        await slow.close()
+
+
 async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     async with running_server(fake_engine, auth_token="sekret", max_sessions=2) as (url, _app), \
             aiohttp.ClientSession() as http:

@@ -50,11 +50,11 @@ from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
 from .live_stream import (
     ClientSilent,
     LiveStream,
+    ReadAhead,
     Refused,
     SpeechStarted,
     SpeechWatch,
     admit,
-    client_messages,
     open_live,
 )
 
@@ -155,20 +155,24 @@ class DeepgramStream:
         """Read the client until it ends the stream, goes away or falls silent, or the server stops or the
         session ends; returns the close code and reason to send (if the socket is still open)."""
         try:
-            async for msg in client_messages(self.ws, self.live.stopping, self.live.ended, timeout_s=TIMEOUT_S):
-                if msg.type is WSMsgType.BINARY:
-                    if not msg.data:  # Deepgram's older way to close a stream
-                        return 1000, ""
-                    self._sha.update(msg.data)
-                    if not await self.audio(msg.data):
-                        return 1008, DATA_0000
-                elif msg.type is WSMsgType.TEXT:
-                    if await self.control(msg.data):
-                        return 1000, ""
-                elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
-                    return 1000, ""
+            async with ReadAhead(self.ws, self.live.stopping, self.live.ended, timeout_s=TIMEOUT_S) as messages:
+                return await self._read(messages)
         except ClientSilent:
             return 1011, NET_0001
+
+    async def _read(self, messages: ReadAhead) -> tuple[int, str]:
+        async for msg in messages:
+            if msg.type is WSMsgType.BINARY:
+                if not msg.data:  # Deepgram's older way to close a stream
+                    return 1000, ""
+                self._sha.update(msg.data)
+                if not await self.audio(msg.data):
+                    return 1008, DATA_0000
+            elif msg.type is WSMsgType.TEXT:
+                if await self.control(msg.data):
+                    return 1000, ""
+            elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
+                return 1000, ""
         return (1001, "the server is shutting down") if self.live.stopping.is_set() else (1000, "")
 
     async def audio(self, data: bytes) -> bool:

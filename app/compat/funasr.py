@@ -51,7 +51,7 @@ from ..keys import CONFIG, ENGINE, MAIN_APP
 from ..ops import STREAMS
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
-from .live_stream import LiveStream, OnlineText, Refused, admit, client_messages, open_live
+from .live_stream import LiveStream, OnlineText, ReadAhead, Refused, admit, open_live
 
 log = logging.getLogger(__name__)
 
@@ -251,14 +251,15 @@ async def _live(ws: web.WebSocketResponse, live: LiveStream, stream: FunasrStrea
     open sentence, send the final message, and give the client a moment to close."""
     feed = PcmFeed(live.session, "linear16", fconfig.audio_fs,
                    _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG)
-    async for msg in client_messages(ws, live.stopping):
-        if msg.type is WSMsgType.BINARY:
-            await feed.feed(msg.data)
-        elif msg.type is WSMsgType.TEXT:
-            if _ends_audio(msg.data):
+    async with ReadAhead(ws, live.stopping) as messages:
+        async for msg in messages:
+            if msg.type is WSMsgType.BINARY:
+                await feed.feed(msg.data)
+            elif msg.type is WSMsgType.TEXT:
+                if _ends_audio(msg.data):
+                    break
+            elif msg.type is WSMsgType.ERROR:
                 break
-        elif msg.type is WSMsgType.ERROR:
-            break
     # End of audio, the client went away mid-sentence, or the server stops: the open sentence is finished (and
     # published to the room) before the session closes.
     await live.finish()

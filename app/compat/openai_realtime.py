@@ -54,12 +54,12 @@ from .live_stream import (
     ClientSilent,
     LiveStream,
     OnlineText,
+    ReadAhead,
     Refused,
     SpeechStarted,
     SpeechStopped,
     SpeechWatch,
     admit,
-    client_messages,
     open_live,
 )
 from .openai_rest import ApiError
@@ -168,14 +168,15 @@ class RealtimeStream:
         code = 1000
         try:
             try:
-                async for msg in client_messages(self.ws, self.live.stopping, self.live.ended,
-                                                 timeout_s=IDLE_TIMEOUT_S):
-                    if msg.type is WSMsgType.TEXT:
-                        await self.event(msg.data)
-                    elif msg.type is WSMsgType.BINARY:
-                        await self.error("send events as JSON text messages", code="invalid_json")
-                    elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
-                        break
+                async with ReadAhead(self.ws, self.live.stopping, self.live.ended,
+                                     timeout_s=IDLE_TIMEOUT_S) as messages:
+                    async for msg in messages:
+                        if msg.type is WSMsgType.TEXT:
+                            await self.event(msg.data)
+                        elif msg.type is WSMsgType.BINARY:
+                            await self.error("send events as JSON text messages", code="invalid_json")
+                        elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009: an oversized message)
+                            break
             except ClientSilent:
                 await self.error(f"no event for {IDLE_TIMEOUT_S:.0f} s: the session is closed", code="idle_timeout",
                                  kind="server_error")

@@ -7,8 +7,8 @@ backpressure. Shared by the WebSocket protocols (FunASR, Deepgram, OpenAI Realti
 - Backpressure: audio goes to the session in slices of at most one second, and after each slice ``feed`` waits
   until the session's VAD backlog and its closed segments waiting for a final decode are under the given bounds
   (``Session.caught_up``). A client that sends faster than real time is therefore read no faster than the engine
-  keeps up: the socket's buffers fill and TCP slows the sender, and the server never holds more than a few seconds
-  of its audio, however much it sends.
+  keeps up: once the protocol's read-ahead is full (``live_stream.ReadAhead``) the socket's buffers fill and TCP
+  slows the sender, and the server holds a bounded amount of its audio, however much it sends.
 - A WAV header (``RIFF``) at the start of a stream whose encoding was not given is read by ``WavHeader``.
 """
 

@@ -159,7 +159,12 @@ async def client_messages(ws: web.WebSocketResponse, *stops: asyncio.Event,
     try:
         while not any(stop.is_set() for stop in stops):
             receive = asyncio.ensure_future(ws.receive())
-            await asyncio.wait({receive, *stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait({receive, *stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # (a ReadAhead closed): the socket is the caller's again
+                receive.cancel()
+                await asyncio.gather(receive, return_exceptions=True)
+                raise
             if not receive.done():
                 receive.cancel()
                 await asyncio.gather(receive, return_exceptions=True)

@@ -8,7 +8,7 @@ stored, published to the room's viewers on every front end, and the client gets 
 last message), then waits for them. Only then do room viewers' event streams end and the store close.
 
 Streams are WebRTC peers (the page, kiosks, widgets, WHIP publishers: ``app[PEERS]``) and the others
-(``app.ops.streams.LiveStreams``: FunASR WebSocket streams, OpenAI file jobs).
+(``app.ops.streams.LiveStreams``: FunASR, Deepgram and OpenAI Realtime WebSocket streams, OpenAI file jobs).
 """
 
 from __future__ import annotations

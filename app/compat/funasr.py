@@ -32,38 +32,32 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-import av
-import numpy as np
-from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine import (
     MAX_HOTWORDS,
     SAMPLE_RATE,
     EngineError,
     EngineNotReady,
-    EngineState,
-    Session,
     SessionOptions,
-    SessionState,
     protocol,
 )
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG, ENGINE, MAIN_APP
-from ..ops import ADMISSION, STREAMS
-from ..rooms import ROOMS, RoomPublisher
+from ..ops import STREAMS
 from .file_jobs import FileJobError, open_file, transcribe_file
+from .live_audio import LIVE_BACKLOG, PcmFeed
+from .live_stream import LiveStream, OnlineText, ReadAhead, Refused, admit, open_live
 
 log = logging.getLogger(__name__)
 
 MODES = ("offline", "online", "2pass")
 _FIRST_MESSAGE_S = 10.0  # a client that connects and says nothing is dropped after this long
 _MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message; FunASR's clients send 60-600 ms
-_LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, segments) a live stream may run ahead before reading pauses
 _FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send files in as fast as they read
 _AFTER_FINAL_S = 30.0  # the connection stays open this long after the final message for the client to close it
 _AFTER_FINAL_STOPPING_S = 1.0  # ...or this long when the server is stopping
@@ -126,38 +120,13 @@ def parse_hotwords(raw: Any) -> tuple[str, ...]:
     return tuple(w.strip()[:48] for w in words if w.strip())[:MAX_HOTWORDS]
 
 
-class OnlineText:
-    """Append-only online text: the engine's stable words (``Caption.stable``: settled, they lock exactly as shown),
-    each sent once; when a sentence locks, its words not sent yet go out. Word counts are of the text not locked
-    yet."""
-
-    def __init__(self) -> None:
-        self._sent = 0  # words of the unlocked text already sent
-
-    def partial(self, text: str, stable: int) -> list[str]:
-        """New settled words of the unlocked text ``text``, whose first ``stable`` words are settled (may be none)."""
-        if stable <= self._sent:
-            return []
-        out = text.split()[self._sent:stable]
-        self._sent = stable
-        return out
-
-    def locked(self, text: str) -> list[str]:
-        """A sentence locked: its words not sent as online text yet."""
-        words = text.split()
-        rest = words[self._sent:]
-        self._sent = max(0, self._sent - len(words))
-        return rest
-
-
 class FunasrStream:
-    """One FunASR connection: its engine session, the translation of caption messages into FunASR's, and the
-    optional room it publishes into."""
+    """One FunASR connection: the translation of its session's caption messages into FunASR's (the session and the
+    room it publishes into are its ``LiveStream``'s)."""
 
-    def __init__(self, ws: web.WebSocketResponse, config: FunasrConfig, publisher: RoomPublisher | None) -> None:
+    def __init__(self, ws: web.WebSocketResponse, config: FunasrConfig) -> None:
         self.ws = ws
         self.config = config
-        self.publisher = publisher
         self.online = OnlineText()
         self.offline_sent = 0
         self.online_sent = 0
@@ -167,14 +136,9 @@ class FunasrStream:
         with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
             await self.ws.send_str(json.dumps(msg, ensure_ascii=False))
 
-    async def relay(self, session: Session) -> None:
-        """Every message of ``session`` to the client (and the room), until the session ends."""
-        async for msg in session.messages():
-            if self.publisher is not None:
-                try:
-                    await self.publisher.publish(msg)
-                except Exception:  # a failing store must not cost the client its captions
-                    log.exception("could not publish to room %s", self.publisher.room.id)
+    async def relay(self, live: LiveStream) -> None:
+        """Every message of the stream's session to the client (the room has it first), until the session ends."""
+        async for msg in live.messages():
             if isinstance(msg, protocol.Caption):
                 for sentence in msg.sentences:
                     await self.sentence(sentence)
@@ -222,7 +186,7 @@ def side_app(main: web.Application) -> web.Application:
 
 async def handle(request: web.Request) -> web.StreamResponse:
     app = request.app.get(MAIN_APP, request.app)
-    config, engine = app[CONFIG], app[ENGINE]
+    config = app[CONFIG]
     if not token_matches(presented_token(request), config.auth_token):
         return web.json_response({"error": {"code": "unauthorized", "message": "this server needs its token"}},
                                  status=401)
@@ -244,17 +208,33 @@ async def handle(request: web.Request) -> web.StreamResponse:
     except FunasrError as exc:
         await _refuse(ws, str(exc))
         return ws
-    if engine.state is not EngineState.READY:
-        await _refuse(ws, f"the speech model is {engine.state.value}; try again shortly", code=1013)
+    try:
+        admitted = await admit(app, request.query.get("room"))
+    except Refused as exc:
+        await _refuse(ws, str(exc), code=1008 if exc.reason == "no_room" else 1013)
         return ws
-    slot = app[ADMISSION].try_acquire()
-    if slot is None:
-        await _refuse(ws, app[ADMISSION].refusal("caption sessions"), code=1013)
+    # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
+    # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
+    options = SessionOptions(language=config.language, hotwords=fconfig.hotwords, words=True,
+                             partials=fconfig.online)
+    stream = FunasrStream(ws, fconfig)
+    if fconfig.wav_format != "pcm":
+        try:
+            await _serve_file(app, ws, stream, options)
+        finally:
+            admitted.slot.release()
         return ws
     try:
-        await _serve(request, app, ws, fconfig)
-    finally:
-        slot.release()
+        async with open_live(app, admitted, options) as live:
+            relay = asyncio.create_task(stream.relay(live), name=f"{live.session.session_id}-funasr-relay")
+            try:
+                await _live(ws, live, stream, relay, fconfig)
+            finally:
+                relay.cancel()
+                await asyncio.gather(relay, return_exceptions=True)
+                await ws.close(code=WSCloseCode.GOING_AWAY if live.stopping.is_set() else WSCloseCode.OK)
+    except Refused as exc:
+        await _refuse(ws, str(exc), code=1013)
     return ws
 
 
@@ -265,101 +245,30 @@ async def _refuse(ws: web.WebSocketResponse, why: str, code: int = 1008) -> None
     await ws.close(code=code, message=why[:120].encode())
 
 
-async def _serve(request: web.Request, app: web.Application, ws: web.WebSocketResponse,
-                 fconfig: FunasrConfig) -> None:
-    room_id = request.query.get("room")
-    room = await app[ROOMS].get(room_id) if room_id else None
-    if room_id and room is None:
-        await _refuse(ws, "there is no such room")
-        return
-    # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
-    # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
-    options = SessionOptions(language=app[CONFIG].language, hotwords=fconfig.hotwords, words=True,
-                             partials=fconfig.online)
-    stream = FunasrStream(ws, fconfig, None)
-    if fconfig.wav_format != "pcm":
-        await _serve_file(app, ws, stream, options)
-        return
-    try:
-        session = app[ENGINE].open_session(options)
-    except (EngineNotReady, EngineError) as exc:
-        await _refuse(ws, str(exc), code=1013)
-        return
-    session.configure(options)
-    if room is not None:
-        # The room object fetched before may have left memory meanwhile (as in POST /offer).
-        room = await app[ROOMS].get(room.id) or room
-        stream.publisher = room.join(session.session_id)
-    relay = asyncio.create_task(stream.relay(session), name=f"{session.session_id}-funasr-relay")
-    resampler = None if fconfig.audio_fs == SAMPLE_RATE else av.AudioResampler(format="s16", layout="mono",
-                                                                                rate=SAMPLE_RATE)
-    stopping = asyncio.Event()  # the server is stopping: finish as if the client had said it stopped speaking
-    with app[STREAMS].running(session, stopping.set):
-        try:
-            await _live(ws, session, stream, relay, stopping, resampler, fconfig, app[CONFIG].stop_timeout_s)
-        except TimeoutError:
-            log.warning("funasr %s: stop took over %.0f s", session.session_id, app[CONFIG].stop_timeout_s)
-        finally:
-            relay.cancel()
-            if stream.publisher is not None:
-                stream.publisher.leave()
-            await session.close()
-            await asyncio.gather(relay, return_exceptions=True)
-            await ws.close(code=WSCloseCode.GOING_AWAY if stopping.is_set() else WSCloseCode.OK)
-
-
-async def _live(ws: web.WebSocketResponse, session: Session, stream: FunasrStream, relay: asyncio.Task[None],
-                stopping: asyncio.Event, resampler: av.AudioResampler | None, fconfig: FunasrConfig,
-                stop_timeout_s: float) -> None:
-    """Feed the client's PCM to ``session`` until it ends its audio, goes away or ``stopping`` is set; then lock
-    the open sentence, send the final message, and give the client a moment to close."""
-    backlog = _FILE_BACKLOG if fconfig.mode == "offline" else _LIVE_BACKLOG
-    odd = b""  # a message may end half way through a sample
-    async for msg in _until(ws, stopping):
-        if msg.type is WSMsgType.BINARY and session.state is SessionState.LIVE:
-            data = odd + msg.data
-            odd = data[len(data) // 2 * 2:]
-            pcm = np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2")
-            if resampler is not None and pcm.size:
-                pcm = _resample(resampler, pcm, fconfig.audio_fs)
-            if pcm.size:
-                session.feed(pcm)
-                await session.caught_up(*backlog)
-        elif msg.type is WSMsgType.TEXT:
-            if _ends_audio(msg.data):
+async def _live(ws: web.WebSocketResponse, live: LiveStream, stream: FunasrStream, relay: asyncio.Task[None],
+                fconfig: FunasrConfig) -> None:
+    """Feed the client's PCM to the session until it ends its audio, goes away or the server stops; then lock the
+    open sentence, send the final message, and give the client a moment to close."""
+    feed = PcmFeed(live.session, "linear16", fconfig.audio_fs,
+                   _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG)
+    async with ReadAhead(ws, live.stopping) as messages:
+        async for msg in messages:
+            if msg.type is WSMsgType.BINARY:
+                await feed.feed(msg.data)
+            elif msg.type is WSMsgType.TEXT:
+                if _ends_audio(msg.data):
+                    break
+            elif msg.type is WSMsgType.ERROR:
                 break
-        elif msg.type is WSMsgType.ERROR:
-            break
     # End of audio, the client went away mid-sentence, or the server stops: the open sentence is finished (and
     # published to the room) before the session closes.
-    if session.state is SessionState.LIVE:
-        await asyncio.wait_for(session.stop(), stop_timeout_s)
+    await live.finish()
     await relay
     if not ws.closed:
         await stream.send(stream.final_mode, "", True)
         with contextlib.suppress(TimeoutError):
             # The client closes after the final message (a stopping server waits only a moment for that).
-            await ws.receive(timeout=_AFTER_FINAL_STOPPING_S if stopping.is_set() else _AFTER_FINAL_S)
-
-
-async def _until(ws: web.WebSocketResponse, stop: asyncio.Event) -> AsyncIterator[WSMessage]:
-    """``ws``'s messages until it closes or ``stop`` is set (a waiting receive is cancelled then: aiohttp's
-    ``receive`` leaves unread messages queued when cancelled)."""
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        while not stop.is_set():
-            receive = asyncio.ensure_future(ws.receive())
-            await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not receive.done():
-                receive.cancel()
-                await asyncio.gather(receive, return_exceptions=True)
-                return
-            msg = receive.result()
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
-                return
-            yield msg
-    finally:
-        stopped.cancel()
+            await ws.receive(timeout=_AFTER_FINAL_STOPPING_S if live.stopping.is_set() else _AFTER_FINAL_S)
 
 
 def _ends_audio(raw: str) -> bool:
@@ -368,13 +277,6 @@ def _ends_audio(raw: str) -> bool:
         data = json.loads(raw)
         return isinstance(data, dict) and data.get("is_speaking") is False
     return False
-
-
-def _resample(resampler: av.AudioResampler, pcm: np.ndarray, rate: int) -> np.ndarray:
-    frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
-    frame.sample_rate = rate
-    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
-    return np.concatenate(out).astype(np.int16, copy=False) if out else np.zeros(0, np.int16)
 
 
 async def _serve_file(app: web.Application, ws: web.WebSocketResponse, stream: FunasrStream,

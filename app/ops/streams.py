@@ -1,5 +1,5 @@
-"""The live caption streams that are not WebRTC peers (FunASR WebSocket streams, OpenAI file jobs), while they run:
-what a server that stops asks to finish (``app.drain``)."""
+"""The live caption streams that are not WebRTC peers (FunASR, Deepgram and OpenAI Realtime WebSocket streams,
+OpenAI file jobs), while they run: what a server that stops asks to finish (``app.drain``)."""
 
 from __future__ import annotations
 

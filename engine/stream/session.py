@@ -314,6 +314,27 @@ class Session:
                                   stable=stable, stable_words=self._partials.new_stable_words())
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
+    async def finalize(self) -> None:
+        """Lock the open sentence now with the audio fed so far, as ``stop`` does, but stay live: audio fed later
+        opens the next sentence. Returns once every segment closed up to now has locked (their sentences are in
+        the mailbox). For protocols whose clients flush on their own (Deepgram's ``Finalize``, OpenAI Realtime's
+        ``input_audio_buffer.commit``). Audio may keep flowing meanwhile; it belongs to what comes after.
+        Raises ``IllegalTransition`` unless LIVE."""
+        if self.state is not SessionState.LIVE:
+            raise IllegalTransition("finalize", self.state)
+        self.scheduler.cancel_partial(self)
+        await self.vad.drained()
+        if self.state is not SessionState.LIVE:
+            return
+        closed = self.endpointer.flush()
+        if closed is not None:
+            self._on_events([closed])
+        pending = [p.task for p in self._finals.pending]
+        if pending:
+            await asyncio.wait(pending)
+        if self.state is SessionState.LIVE:
+            self._lock_ready()  # each final's own callback locked it already; this is a no-op safeguard
+
     async def stop(self) -> None:
         """Finish: run the VAD over what was fed, close the open segment, lock everything, re-cluster speakers,
         then post the final caption, any ``speakers`` relabel, and ``stopped``. Raises ``IllegalTransition`` unless

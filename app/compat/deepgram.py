@@ -1,0 +1,301 @@
+"""Deepgram's live transcription API at ``/v1/listen``, so that Deepgram's clients (``deepgram-sdk``, LiveKit
+Agents' ``livekit-plugins-deepgram``, Pipecat's ``DeepgramSTTService``) stream to this server unchanged but for
+their URL and key. Every connection is an ordinary engine session: admitted like a WebRTC one, batched with every
+other session, endpointed and speaker-labelled, published into ``?room=<id>``, finished by a stopping server.
+
+The protocol (Deepgram's "Live Audio" reference):
+
+- Connect with query parameters (``deepgram_params``) and ``Authorization: Token <key>`` (or the WebSocket
+  subprotocols ``token, <key>``), checked against ``--auth-token``. A connection this server cannot serve is
+  refused before the upgrade: ``400`` bad parameters, ``401`` a wrong key, ``404`` no such room, ``429`` every
+  session slot in use, ``503`` the model is loading or the server is stopping; a ``dg-error`` header and a JSON
+  body ``{"err_code", "err_msg", "request_id"}`` say why.
+- The client sends audio as binary messages and, as text, ``{"type": "KeepAlive"}``, ``{"type": "Finalize"}``
+  (lock the open sentence now, keep streaming) and ``{"type": "CloseStream"}`` (lock it, send the last results and
+  ``Metadata``, close with 1000). An empty binary message closes the stream as ``CloseStream`` does.
+- The server sends ``Results``: interim ones (``is_final: false``, with ``interim_results=true``) from the
+  engine's partial text, whose settled words carry their times and never change while the rest may; and one final
+  (``is_final: true``) per locked sentence, with its words (``speaker`` with ``diarize=true``), ``speech_final``
+  (false when the speaker went on without a pause: a change of voice or a long sentence cut) and ``from_finalize``
+  (the sentence a ``Finalize`` flushed). A final's word times are the ones the sentence locks with (the VAD's
+  estimates; the aligner's better times that follow a lock are not sent: Deepgram has no message for them, and a
+  final is never held back for them). ``SpeechStarted`` (``vad_events=true``) when speech begins,
+  ``UtteranceEnd`` (``utterance_end_ms``) after that long without words, ``Metadata`` at the end.
+- Errors close the stream as Deepgram's do: no audio or ``KeepAlive`` for 10 s: 1011 ``NET-0001``; audio this
+  server cannot decode (without ``encoding``: not a mono WAV file): 1008 ``DATA-0000``; a message over 1 MiB: 1009;
+  a server that stops: 1001. The open sentence is locked and sent (and stored in the room) before any close. A text
+  message that is not one of the above gets an ``Error`` message (``SchemaError``) and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from engine import IllegalTransition, SessionOptions, protocol
+
+from ..auth import token_matches
+from ..keys import CONFIG, ENGINE
+from . import deepgram_results as dg
+from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
+from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
+from .live_stream import (
+    ClientSilent,
+    LiveStream,
+    ReadAhead,
+    Refused,
+    SpeechStarted,
+    SpeechWatch,
+    admit,
+    open_live,
+)
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 10.0  # Deepgram closes a stream that sent no audio or KeepAlive for this long (NET-0001)
+MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message (Deepgram's clients send 20-250 ms)
+_WATCH_S = 0.05  # how often speech starts/stops and utterance ends are looked for
+_GOES_ON_MS = 300  # a sentence whose next speech began within this long after it is not ``speech_final``
+_REFUSALS = {"loading": (503, "SERVICE_UNAVAILABLE"), "shutting_down": (503, "SERVICE_UNAVAILABLE"),
+             "engine": (503, "SERVICE_UNAVAILABLE"), "busy": (429, "TOO_MANY_REQUESTS"), "no_room": (404, "NOT_FOUND")}
+NET_0001 = "NET-0001: no audio or KeepAlive received within 10 s"
+DATA_0000 = "DATA-0000: the payload cannot be decoded as audio"
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/listen", listen)
+
+
+def http_error(status: int, code: str, message: str, request_id: str) -> web.Response:
+    """Deepgram's refusal of a connection or request: ``dg-error`` header and JSON body."""
+    return web.json_response({"err_code": code, "err_msg": message, "request_id": request_id}, status=status,
+                             headers={"dg-error": message[:200], "dg-request-id": request_id})
+
+
+async def listen(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/listen``: one live stream (see the module's docstring)."""
+    app, request_id = request.app, str(uuid.uuid4())
+    key, as_subprotocol = presented_key(request)
+    if not token_matches(key, app[CONFIG].auth_token):
+        return http_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
+    protocols = ("token", "bearer") if as_subprotocol else ()
+    ws = web.WebSocketResponse(protocols=protocols, max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
+    if not ws.can_prepare(request).ok:
+        return http_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
+    try:
+        params = parse_params(request.query, app[CONFIG].language)
+        admitted = await admit(app, request.query.get("room"))
+    except ParamError as exc:
+        return http_error(400, "Bad Request", str(exc), request_id)
+    except Refused as exc:
+        status, code = _REFUSALS[exc.reason]
+        return http_error(status, code, str(exc), request_id)
+    ws.headers["dg-request-id"] = request_id
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        admitted.slot.release()
+        raise
+    options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
+    try:
+        async with open_live(app, admitted, options) as live:
+            await DeepgramStream(ws, params, live, request_id, app[ENGINE].model_name).run()
+    except Refused as exc:
+        await ws.close(code=1011, message=f"NET-0000: {exc}"[:120].encode())
+    return ws
+
+
+class DeepgramStream:
+    """One ``/v1/listen`` connection: its audio into the engine session, the session's messages out as Deepgram's."""
+
+    def __init__(self, ws: web.WebSocketResponse, params: ListenParams, live: LiveStream, request_id: str,
+                 model: str) -> None:
+        self.ws, self.params, self.live, self.request_id, self.model = ws, params, live, request_id, model
+        self.watch = SpeechWatch(live.session)
+        self.created = datetime.now(UTC)
+        self._sha = hashlib.sha256()
+        self._feed: PcmFeed | None = None
+        self._head = b""  # the start of a WAV stream, until its header is complete
+        self._tiling = dg.Tiling()
+        self._settled: list[protocol.Word] = []  # the settled words of the text not locked yet, with their times
+        self._last_interim = ""
+        self._finalize_upto_ms: int | None = None  # a Finalize flushes the sentences that end by here
+        self._finalizing: set[asyncio.Task[None]] = set()
+        self._last_word_end_ms = 0
+        self._utterance_open = False  # words were sent since the last UtteranceEnd
+        self._last_speaker = 0
+        self._send_lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-deepgram-relay")
+        watch = asyncio.create_task(self.watch_speech(), name=f"{self.live.session.session_id}-deepgram-watch")
+        try:
+            code, reason = await self.read()
+            await self.live.finish()
+            await relay
+        finally:
+            for task in (relay, watch, *self._finalizing):
+                task.cancel()
+            await asyncio.gather(relay, watch, *self._finalizing, return_exceptions=True)
+        if not self.ws.closed:
+            duration = self._feed.received_s if self._feed is not None else 0.0
+            await self.send(dg.metadata(self.request_id, self.model, duration, self._sha.hexdigest(), self.created))
+            await self.ws.close(code=code, message=reason.encode()[:120])
+
+    # ---- client -> server --------------------------------------------------------------------------------------
+    async def read(self) -> tuple[int, str]:
+        """Read the client until it ends the stream, goes away or falls silent, or the server stops or the
+        session ends; returns the close code and reason to send (if the socket is still open)."""
+        try:
+            async with ReadAhead(self.ws, self.live.stopping, self.live.ended, timeout_s=TIMEOUT_S) as messages:
+                return await self._read(messages)
+        except ClientSilent:
+            return 1011, NET_0001
+
+    async def _read(self, messages: ReadAhead) -> tuple[int, str]:
+        async for msg in messages:
+            if msg.type is WSMsgType.BINARY:
+                if not msg.data:  # Deepgram's older way to close a stream
+                    return 1000, ""
+                self._sha.update(msg.data)
+                if not await self.audio(msg.data):
+                    return 1008, DATA_0000
+            elif msg.type is WSMsgType.TEXT:
+                if await self.control(msg.data):
+                    return 1000, ""
+            elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
+                return 1000, ""
+        return (1001, "the server is shutting down") if self.live.stopping.is_set() else (1000, "")
+
+    async def audio(self, data: bytes) -> bool:
+        """Feed one audio message; False for audio this server cannot decode."""
+        if self._feed is None:
+            if self.params.encoding is not None:
+                self._feed = PcmFeed(self.live.session, self.params.encoding, self.params.sample_rate or 16000)
+            else:
+                self._head += data
+                try:
+                    header = WavHeader.parse(self._head)
+                except ValueError as exc:
+                    log.info("%s: %s", self.live.session.session_id, exc)
+                    return False
+                if header is None:
+                    return True
+                if header.channels != 1 or not MIN_RATE_HZ <= header.rate <= MAX_RATE_HZ:
+                    log.info("%s: WAV of %d channels at %d Hz refused", self.live.session.session_id,
+                             header.channels, header.rate)
+                    return False
+                self._feed = PcmFeed(self.live.session, header.encoding, header.rate)
+                data, self._head = self._head[header.data_offset:], b""
+        await self._feed.feed(data)
+        return True
+
+    async def control(self, raw: str) -> bool:
+        """A text message; True when it ends the stream."""
+        try:
+            kind = json.loads(raw).get("type")
+        except (ValueError, AttributeError):
+            kind = None
+        if kind == "CloseStream":
+            return True
+        if kind == "Finalize":
+            self._finalize_upto_ms = self._feed.fed_ms if self._feed is not None else 0
+            task = asyncio.create_task(self._finalize(), name=f"{self.live.session.session_id}-finalize")
+            self._finalizing.add(task)
+            task.add_done_callback(self._finalizing.discard)
+        elif kind != "KeepAlive":
+            await self.send(dg.error("expected a JSON message of type KeepAlive, Finalize or CloseStream", message=raw))
+        return False
+
+    async def _finalize(self) -> None:
+        with contextlib.suppress(IllegalTransition):  # the stream is ending anyway
+            await self.live.session.finalize()
+
+    # ---- server -> client --------------------------------------------------------------------------------------
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self._send_lock:
+            with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
+                await self.ws.send_str(json.dumps(message, ensure_ascii=False))
+
+    async def relay(self) -> None:
+        """The session's messages as Deepgram's, until the session ends."""
+        async for msg in self.live.messages():
+            if isinstance(msg, protocol.Caption):
+                for sentence in msg.sentences:
+                    await self.final(sentence)
+                self._settled = (self._settled + msg.stable_words)[-msg.stable:] if msg.stable else []
+                if not msg.is_final:
+                    await self.interim(msg)
+            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+                await self.send(dg.error(msg.message, variant="ServerError"))
+
+    async def final(self, s: protocol.Sentence) -> None:
+        words = list(s.words) or dg.estimate_words(s.text, s.start, s.end)
+        upto = self._finalize_upto_ms
+        from_finalize = upto is not None and s.end <= upto
+        if upto is not None and not from_finalize:
+            self._finalize_upto_ms = None
+        start = self._tiling.end_ms
+        end = max(s.end, start)
+        conf = dg.confidence(s)
+        await self.send(dg.results(self.request_id, self.model, words, start_ms=start, end_ms=end, is_final=True,
+                                   speech_final=self._speech_final(s), from_finalize=from_finalize, conf=conf,
+                                   speaker=self._speaker(s.spk), formatted=self.params.formatted))
+        self._tiling.end_ms = end
+        self._last_interim = ""
+        if words:
+            self._last_word_end_ms, self._utterance_open = words[-1].end_ms, True
+
+    def _speaker(self, spk: int | None) -> int | None:
+        """A word's ``speaker`` with ``diarize=true`` (0 where the server runs without speaker labels), else None."""
+        if not self.params.diarize:
+            return None
+        self._last_speaker = spk if spk is not None else self._last_speaker
+        return self._last_speaker
+
+    def _speech_final(self, s: protocol.Sentence) -> bool:
+        """The speaker paused after this sentence (Deepgram's endpoint): false when the next speech began right
+        after it (a change of voice, a long sentence cut at its cap), and always with ``endpointing=false``."""
+        if self.params.endpointing_ms is None:
+            return False
+        speaking = self.watch.speaking
+        return speaking is None or speaking.speech_ms - s.end > _GOES_ON_MS
+
+    async def interim(self, c: protocol.Caption) -> None:
+        if not self.params.interim_results or not c.partial or c.partial == self._last_interim:
+            return
+        self._last_interim = c.partial
+        texts = c.partial.split()
+        known = [protocol.Word(t, w.start_ms, w.end_ms) for t, w in zip(texts, self._settled, strict=False)]
+        end = max(self.watch.heard_ms, self._tiling.end_ms)
+        rest_start = known[-1].end_ms if known else max(self._tiling.end_ms, self._speech_ms())
+        words = known + dg.estimate_words(" ".join(texts[len(known):]), rest_start, max(end, rest_start))
+        speaker = self._speaker(c.partial_spk if c.partial_spk is not None else self._last_speaker)
+        await self.send(dg.results(self.request_id, self.model, words, start_ms=self._tiling.end_ms,
+                                   end_ms=max(end, words[-1].end_ms), is_final=False, speech_final=False,
+                                   from_finalize=False, conf=0.0, speaker=speaker, formatted=self.params.formatted))
+
+    def _speech_ms(self) -> int:
+        speaking = self.watch.speaking
+        return speaking.speech_ms if speaking is not None else 0
+
+    async def watch_speech(self) -> None:
+        """``SpeechStarted`` and ``UtteranceEnd`` as the session's VAD hears speech begin and end."""
+        gap_ms = self.params.utterance_end_ms
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            for event in self.watch.poll():
+                if isinstance(event, SpeechStarted) and self.params.vad_events:
+                    await self.send(dg.speech_started(event.speech_ms))
+            if (gap_ms is not None and self._utterance_open and self.watch.speaking is None
+                    and self.watch.heard_ms - self._last_word_end_ms >= gap_ms):
+                self._utterance_open = False
+                await self.send(dg.utterance_end(self._last_word_end_ms))

@@ -1,0 +1,342 @@
+"""A live caption stream over a WebSocket (FunASR's, Deepgram's and OpenAI Realtime's protocols), in the pieces
+every such protocol shares, so that each protocol module only translates messages:
+
+- ``admit``: the engine is ready, the ``?room=`` exists, and an admission slot is free (the same cap as WebRTC
+  sessions); raises ``Refused`` with the reason, which each protocol answers in its own way.
+- ``LiveStream`` (``open_live``): the engine session of an admitted stream, configured, publishing into its room,
+  registered in ``STREAMS`` so that a stopping server asks it to finish (``stopping``); ``messages`` yields the
+  session's messages after each has gone to the room; leaving the ``open_live`` block closes everything once.
+- ``client_messages``: the client's WebSocket messages until it closes, the server stops, or it stays silent
+  longer than the protocol's timeout (``ClientSilent``); ``ReadAhead`` reads them ahead of a consumer that waits
+  for the engine, so that pings are answered and the connection stays alive while the engine catches up.
+- ``OnlineText``: append-only text out of the engine's captions (settled words, each once, then the rest of each
+  sentence as it locks), for protocols whose clients append what they get (FunASR's online text, OpenAI's deltas).
+- ``SpeechWatch``: when speech starts and stops in the session (its endpointer's segments), for protocols that
+  announce it (Deepgram's ``SpeechStarted``, OpenAI's ``input_audio_buffer.speech_started``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import WSMessage, WSMsgType, web
+
+from engine import (
+    SAMPLE_RATE,
+    EngineError,
+    EngineNotReady,
+    EngineState,
+    Session,
+    SessionOptions,
+    SessionState,
+    protocol,
+)
+
+from ..keys import CONFIG, ENGINE
+from ..ops import ADMISSION, STREAMS, Slot
+from ..rooms import ROOMS, Room, RoomPublisher
+
+log = logging.getLogger(__name__)
+
+
+class Refused(Exception):
+    """A stream that cannot start. ``reason``: ``loading`` (the model is not ready), ``busy`` (every session slot is
+    taken), ``shutting_down``, ``no_room`` or ``engine`` (the engine would not open a session)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ClientSilent(Exception):
+    """The client sent nothing for the protocol's timeout."""
+
+
+@dataclass
+class Admitted:
+    """An admitted stream's slot (released when its ``LiveStream`` closes) and room (None: no room)."""
+
+    slot: Slot
+    room: Room | None
+
+
+async def admit(app: web.Application, room_id: str | None) -> Admitted:
+    """Check that a stream may start; take its admission slot. Raises ``Refused``."""
+    engine = app[ENGINE]
+    if engine.state is not EngineState.READY:
+        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly")
+    room = await app[ROOMS].get(room_id) if room_id else None
+    if room_id and room is None:
+        raise Refused("no_room", "there is no such room")
+    slot = app[ADMISSION].try_acquire()
+    if slot is None:
+        admission = app[ADMISSION]
+        raise Refused("shutting_down" if admission.closed else "busy", admission.refusal("caption sessions"))
+    return Admitted(slot, room)
+
+
+class LiveStream:
+    """An admitted stream's engine session and room publisher (see ``open_live``)."""
+
+    def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float) -> None:
+        self.session = session
+        self.publisher = publisher
+        self.stopping = asyncio.Event()  # the server is stopping: finish as if the client had ended its audio
+        self.ended = asyncio.Event()  # the session has said its last message (``messages`` is over)
+        self._stop_timeout_s = stop_timeout_s
+
+    async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
+        """The session's messages until it ends, each published to the room first (a failing store never costs the
+        client its captions). ``ended`` is set after the last one."""
+        try:
+            async for msg in self.session.messages():
+                if self.publisher is not None:
+                    try:
+                        await self.publisher.publish(msg)
+                    except Exception:
+                        log.exception("%s: could not publish to room %s", self.session.session_id,
+                                      self.publisher.room.id)
+                yield msg
+        finally:
+            self.ended.set()
+
+    async def finish(self) -> None:
+        """Lock the open sentence and end the session (its last messages follow), unless it has ended already."""
+        if self.session.state is SessionState.LIVE:
+            try:
+                await asyncio.wait_for(self.session.stop(), self._stop_timeout_s)
+            except TimeoutError:
+                log.warning("%s: stop took over %.0f s", self.session.session_id, self._stop_timeout_s)
+
+    @property
+    def audio_ms(self) -> int:
+        """Milliseconds of audio the session received (its timeline)."""
+        return int(self.session.audio_s * 1000)
+
+
+@contextlib.asynccontextmanager
+async def open_live(app: web.Application, admitted: Admitted, options: SessionOptions,
+                    configure: bool = True) -> AsyncIterator[LiveStream]:
+    """The engine session of ``admitted``, configured with ``options`` (``configure=False``: the caller configures
+    it before the first audio, once its client has said how) and joined to its room, registered in ``STREAMS``
+    while the block runs. Leaving the block leaves the room, closes the session and frees the slot
+    (whatever happened). Raises ``Refused("engine", ...)`` when the engine will not open a session."""
+    try:
+        try:
+            session = app[ENGINE].open_session(options)
+        except (EngineNotReady, EngineError) as exc:
+            raise Refused("engine", str(exc)) from None
+        if configure:
+            session.configure(options)
+        publisher = None
+        if admitted.room is not None:
+            # The room object fetched at admission may have left memory meanwhile (as in POST /offer).
+            room = await app[ROOMS].get(admitted.room.id) or admitted.room
+            publisher = room.join(session.session_id)
+        stream = LiveStream(session, publisher, app[CONFIG].stop_timeout_s)
+        try:
+            with app[STREAMS].running(session, stream.stopping.set):
+                yield stream
+        finally:
+            if publisher is not None:
+                publisher.leave()
+            await session.close()
+    finally:
+        admitted.slot.release()
+
+
+async def client_messages(ws: web.WebSocketResponse, *stops: asyncio.Event,
+                          timeout_s: float | None = None) -> AsyncIterator[WSMessage]:
+    """``ws``'s messages until it closes or one of ``stops`` is set (a waiting receive is cancelled then: aiohttp's
+    ``receive`` leaves unread messages queued when cancelled). Raises ``ClientSilent`` when nothing arrives for
+    ``timeout_s`` seconds (None: no limit); the time the caller spends between messages does not count."""
+    stopped = [asyncio.ensure_future(stop.wait()) for stop in stops]
+    try:
+        while not any(stop.is_set() for stop in stops):
+            receive = asyncio.ensure_future(ws.receive())
+            try:
+                await asyncio.wait({receive, *stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # (a ReadAhead closed): the socket is the caller's again
+                receive.cancel()
+                await asyncio.gather(receive, return_exceptions=True)
+                raise
+            if not receive.done():
+                receive.cancel()
+                await asyncio.gather(receive, return_exceptions=True)
+                if any(stop.is_set() for stop in stops):
+                    return
+                raise ClientSilent(f"nothing received for {timeout_s:.0f} s")
+            msg = receive.result()
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                return
+            yield msg
+    finally:
+        for waiter in stopped:
+            waiter.cancel()
+
+
+READ_AHEAD_BYTES = 4 * 1024 * 1024  # client messages read ahead of the engine, at most (then reading pauses)
+
+
+class ReadAhead:
+    """``client_messages`` read by a task of its own ahead of the consumer, in order, up to ``max_bytes`` of message
+    payload waiting (one message is always let in, whatever its size).
+
+    Why: a consumer that feeds audio waits for the engine whenever the client sends faster than it is transcribed
+    (``live_audio.PcmFeed``). If that wait also stopped the socket's reading, the client's pings would go
+    unanswered (aiohttp answers them inside ``receive``) and clients that watch them (``websockets``, under
+    ``deepgram-sdk`` and ``funasr-client``: 20 s) would drop a connection that is only slow. Read ahead, they are
+    answered until ``max_bytes`` wait; past that reading pauses and TCP slows the sender, so memory stays bounded.
+    Iteration ends when the client closes or one of ``stops`` is set (messages still waiting are then dropped: a
+    stopping server finishes with the audio the engine has); it raises ``ClientSilent`` after ``timeout_s`` without
+    a message (time spent paused does not count)."""
+
+    def __init__(self, ws: web.WebSocketResponse, *stops: asyncio.Event, timeout_s: float | None = None,
+                 max_bytes: int = READ_AHEAD_BYTES) -> None:
+        self._ws, self._stops, self._timeout_s, self._max_bytes = ws, stops, timeout_s, max_bytes
+        self._queue: collections.deque[WSMessage | ClientSilent | None] = collections.deque()
+        self._bytes = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ReadAhead:
+        self._task = asyncio.create_task(self._read(), name="websocket-read-ahead")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _put(self, item: WSMessage | ClientSilent | None) -> None:
+        self._queue.append(item)
+        self._bytes += _size(item)
+        self._changed.set()
+
+    async def _read(self) -> None:
+        try:
+            async for msg in client_messages(self._ws, *self._stops, timeout_s=self._timeout_s):
+                self._put(msg)
+                while self._bytes > self._max_bytes and len(self._queue) > 1:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except ClientSilent as exc:
+            self._put(exc)
+        finally:
+            self._put(None)
+
+    async def __aiter__(self) -> AsyncIterator[WSMessage]:
+        while not any(stop.is_set() for stop in self._stops):
+            if not self._queue:
+                self._changed.clear()
+                await _first(self._changed, *self._stops)
+                continue
+            item = self._queue.popleft()
+            self._bytes -= _size(item)
+            self._changed.set()
+            if item is None:
+                return
+            if isinstance(item, ClientSilent):
+                raise item
+            yield item
+
+
+def _size(item: WSMessage | ClientSilent | None) -> int:
+    return len(item.data) if isinstance(item, WSMessage) and isinstance(item.data, bytes | str) else 0
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Return once one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def samples_ms(samples: int) -> int:
+    """Milliseconds of the session's timeline at sample ``samples`` (the engine's own rounding)."""
+    return samples * 1000 // SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Segment ``index`` opened: its audio starts at ``start_ms`` (pre-roll included), its speech at ``speech_ms``."""
+
+    index: int
+    start_ms: int
+    speech_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """Segment ``index`` closed; its speech ended at ``speech_end_ms``."""
+
+    index: int
+    speech_end_ms: int
+
+
+class SpeechWatch:
+    """When speech starts and stops in ``session``, read from its endpointer (the segments that become sentences)
+    each time ``poll`` is called. A segment that opens and closes between two polls is not reported (its sentence
+    still locks); a change of voice reports the old segment's stop and the new one's start together."""
+
+    def __init__(self, session: Session) -> None:
+        self._endpointer = session.endpointer
+        self._open: int | None = None
+        self._speech_end_ms = 0
+
+    @property
+    def speaking(self) -> SpeechStarted | None:
+        """The segment open now, if any."""
+        opened = self._endpointer.open_segment
+        return None if opened is None else SpeechStarted(opened.index, samples_ms(opened.start),
+                                                         samples_ms(opened.speech_start))
+
+    @property
+    def heard_ms(self) -> int:
+        """How far the VAD has heard the session's audio (ms)."""
+        return samples_ms(self._endpointer.position)
+
+    def poll(self) -> list[SpeechStarted | SpeechStopped]:
+        events: list[SpeechStarted | SpeechStopped] = []
+        now = self.speaking
+        if self._open is not None and (now is None or now.index != self._open):
+            events.append(SpeechStopped(self._open, self._speech_end_ms))
+            self._open = None
+        if now is not None:
+            if self._open is None:
+                events.append(now)
+                self._open = now.index
+            self._speech_end_ms = samples_ms(self._endpointer.speech_end)
+        return events
+
+
+class OnlineText:
+    """Append-only online text: the engine's stable words (``Caption.stable``: settled, they lock exactly as shown),
+    each sent once; when a sentence locks, its words not sent yet go out. Word counts are of the text not locked
+    yet."""
+
+    def __init__(self) -> None:
+        self._sent = 0  # words of the unlocked text already sent
+
+    def partial(self, text: str, stable: int) -> list[str]:
+        """New settled words of the unlocked text ``text``, whose first ``stable`` words are settled (may be none)."""
+        if stable <= self._sent:
+            return []
+        out = text.split()[self._sent:stable]
+        self._sent = stable
+        return out
+
+    def locked(self, text: str) -> list[str]:
+        """A sentence locked: its words not sent as online text yet."""
+        words = text.split()
+        rest = words[self._sent:]
+        self._sent = max(0, self._sent - len(words))
+        return rest

@@ -1,0 +1,421 @@
+"""OpenAI's Realtime API for transcription at ``/v1/realtime?intent=transcription``, so that clients written for
+it (the ``openai`` package's ``client.realtime.connect``, LiveKit Agents' ``openai.STT(use_realtime=True)``) stream
+to this server unchanged but for their base URL and key. Every connection is an ordinary engine session: admitted
+like a WebRTC one, batched with every other session, endpointed and speaker-labelled, published into
+``?room=<id>``, finished by a stopping server.
+
+The protocol (OpenAI's Realtime reference, transcription sessions):
+
+- Connect with ``Authorization: Bearer <key>`` (or the subprotocol ``openai-insecure-api-key.<key>``), checked
+  against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``401``, ``404`` no such
+  room, ``429`` every session slot in use, ``503`` loading or stopping). The server opens with ``session.created``.
+- Client events: ``session.update`` / ``transcription_session.update`` (``realtime_config``), answered with
+  ``session.updated`` / ``transcription_session.updated``; ``input_audio_buffer.append`` (base64 audio, any
+  length, odd bytes included; at most 15 MiB per event), ``input_audio_buffer.commit`` and
+  ``input_audio_buffer.clear``.
+- With ``server_vad`` (the default), each sentence the engine hears is an item: ``input_audio_buffer.speech_started``
+  when its speech begins, ``speech_stopped`` and ``committed`` (then ``conversation.item.added``) when the
+  endpointer closes it, ``conversation.item.input_audio_transcription.delta`` events with its words as they
+  settle (settled words never change; the last words come when it locks, so the deltas add up to the
+  transcript), and one ``...completed`` with the locked sentence. A client's ``commit`` ends the sentence at once.
+- With ``turn_detection: null`` the client commits: every sentence locked since the previous commit, and the open
+  one (locked at once), make the committed item's one ``completed``; ``committed`` answers the commit itself.
+  A commit with less than 100 ms of new audio is an ``error`` (``input_audio_buffer_commit_empty``), as OpenAI's.
+- ``clear`` drops the audio not committed yet: its words will be in no item (they still reach the room: a room
+  keeps everything that was said).
+- Errors are ``error`` events (``{"type", "code", "message", "param", "event_id"}``: the client event's id) and
+  the session goes on; a failed recognition is ``...failed`` for its item. A message over 16 MiB closes with 1009;
+  a server that stops finishes every item, then closes with 1001 (OpenAI's clients reconnect). OpenAI documents no
+  timeout for a quiet connection; this server closes one that sent no event for 5 minutes (an ``error`` with code
+  ``idle_timeout``, then 1000), after finishing its items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from engine import IllegalTransition, SessionOptions, SessionState, protocol
+
+from ..auth import presented_token, token_matches
+from ..keys import CONFIG
+from .live_audio import PcmFeed
+from .live_stream import (
+    ClientSilent,
+    LiveStream,
+    OnlineText,
+    ReadAhead,
+    Refused,
+    SpeechStarted,
+    SpeechStopped,
+    SpeechWatch,
+    admit,
+    open_live,
+)
+from .openai_rest import ApiError
+from .realtime_config import ConfigError, RealtimeConfig, apply_update
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 300.0  # a connection that sends no event for this long is closed (its items finished first)
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # OpenAI takes up to 15 MiB of audio per append event
+_MIN_COMMIT_MS = 100  # OpenAI refuses to commit less audio than this
+_WATCH_S = 0.05
+_REFUSALS = {"loading": (503, "server_error", "model_not_ready"), "engine": (503, "server_error", None),
+             "shutting_down": (503, "server_error", "server_shutting_down"),
+             "busy": (429, "rate_limit_error", "rate_limit_exceeded"),
+             "no_room": (404, "invalid_request_error", "room_not_found")}
+_SUBPROTOCOL_KEY = "openai-insecure-api-key."
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/realtime", realtime)
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(12).replace('-', 'x').replace('_', 'y')}"
+
+
+def _presented_key(request: web.Request) -> tuple[str | None, str | None]:
+    """The API key (``Authorization: Bearer``, ``?token=``, or the browser subprotocol
+    ``openai-insecure-api-key.<key>``) and that subprotocol, if it came so."""
+    for proto in (p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")):
+        if proto.startswith(_SUBPROTOCOL_KEY):
+            return proto[len(_SUBPROTOCOL_KEY):], proto
+    return presented_token(request), None
+
+
+async def realtime(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/realtime``: one transcription session (see the module's docstring)."""
+    app = request.app
+    key, key_protocol = _presented_key(request)
+    if not token_matches(key, app[CONFIG].auth_token):
+        return ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
+                        code="invalid_api_key").response()
+    ws = web.WebSocketResponse(protocols=("realtime", *((key_protocol,) if key_protocol else ())),
+                               max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
+    if not ws.can_prepare(request).ok:
+        return ApiError(400, "connect with a WebSocket client").response()
+    try:
+        admitted = await admit(app, request.query.get("room"))
+    except Refused as exc:
+        status, kind, code = _REFUSALS[exc.reason]
+        return ApiError(status, str(exc), kind=kind, code=code).response()
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        admitted.slot.release()
+        raise
+    config = RealtimeConfig(language=app[CONFIG].language)
+    try:
+        # The session is configured with the client's settings when its first audio arrives.
+        async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
+                             configure=False) as live:
+            await RealtimeStream(ws, live, config).run()
+    except Refused as exc:
+        await ws.close(code=1011, message=str(exc)[:120].encode())
+    return ws
+
+
+@dataclass
+class Item:
+    """One user audio item: ``speech_ms`` the start of its segment's speech (server VAD: how sentences find their
+    item), ``end_ms`` the audio it covers up to (set when committed by the client)."""
+
+    id: str
+    speech_ms: int | None = None
+    end_ms: int | None = None
+    texts: list[str] = field(default_factory=list)
+    start_ms: int = 0
+    stop_ms: int = 0
+    delta_sent: bool = False
+
+
+class RealtimeStream:
+    """One ``/v1/realtime`` connection: client events into the engine session, its messages out as OpenAI's."""
+
+    def __init__(self, ws: web.WebSocketResponse, live: LiveStream, config: RealtimeConfig) -> None:
+        self.ws, self.live, self.config = ws, live, config
+        self.session_id = _new_id("sess")
+        self.watch = SpeechWatch(live.session)
+        self.online = OnlineText()
+        self._feed: PcmFeed | None = None
+        self._current: Item | None = None  # the item taking audio now (not committed)
+        self._awaiting: deque[Item] = deque()  # committed items waiting for their transcript, oldest first
+        self._previous_id: str | None = None  # the last item committed
+        self._committed_ms = 0  # audio fed up to the last commit or clear
+        self._discard_upto_ms = -1  # sentences that end by here were cleared
+        self._sentences_seen = 0
+        self._relayed = asyncio.Event()  # the relay handled a message (or ended)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._send_lock = asyncio.Lock()
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.emit("session.created", session=self.config.session(self.session_id))
+        relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-realtime-relay")
+        watch = asyncio.create_task(self.watch_speech(), name=f"{self.live.session.session_id}-realtime-watch")
+        code = 1000
+        try:
+            try:
+                async with ReadAhead(self.ws, self.live.stopping, self.live.ended,
+                                     timeout_s=IDLE_TIMEOUT_S) as messages:
+                    async for msg in messages:
+                        if msg.type is WSMsgType.TEXT:
+                            await self.event(msg.data)
+                        elif msg.type is WSMsgType.BINARY:
+                            await self.error("send events as JSON text messages", code="invalid_json")
+                        elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009: an oversized message)
+                            break
+            except ClientSilent:
+                await self.error(f"no event for {IDLE_TIMEOUT_S:.0f} s: the session is closed", code="idle_timeout",
+                                 kind="server_error")
+            if self.live.stopping.is_set():
+                code = 1001
+            if self._feed is None and self.live.session.state is SessionState.LIVE:
+                self.live.session.configure(self._options())  # nothing was said; end it cleanly all the same
+            await self.live.finish()
+            await relay
+            await self.finish_items()
+        finally:
+            for task in (relay, watch, *self._tasks):
+                task.cancel()
+            await asyncio.gather(relay, watch, *self._tasks, return_exceptions=True)
+        await self.ws.close(code=code)
+
+    def _options(self) -> SessionOptions:
+        return SessionOptions(language=self.config.language, prompt=self.config.prompt, words=True)
+
+    # ---- client events ---------------------------------------------------------------------------------------
+    async def event(self, raw: str) -> None:
+        try:
+            data = json.loads(raw)
+            kind = data["type"]
+        except (ValueError, TypeError, KeyError):
+            await self.error("each message must be a JSON object with a 'type'", code="invalid_json")
+            return
+        event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
+        try:
+            if kind in ("session.update", "transcription_session.update"):
+                await self.update(data.get("session"), beta=kind.startswith("transcription_session"))
+            elif kind == "input_audio_buffer.append":
+                await self.append(data.get("audio"))
+            elif kind == "input_audio_buffer.commit":
+                await self.commit()
+            elif kind == "input_audio_buffer.clear":
+                await self.clear()
+            else:
+                raise ConfigError(f"event type {kind!r} is not supported by a transcription session", "type",
+                                  code="unsupported_event")
+        except ConfigError as exc:
+            await self.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)
+
+    async def update(self, session: Any, beta: bool) -> None:
+        config = apply_update(self.config, session, beta)
+        if self._feed is not None:
+            if (config.language, config.prompt) != (self.config.language, self.config.prompt):
+                raise ConfigError("language and prompt apply to the whole session: set them before the first audio",
+                                  "session.audio.input.transcription", code="unsupported_update")
+            if config.format != self.config.format:
+                self._feed.set_format(config.encoding, config.rate)
+        self.config = config
+        if beta:
+            await self.emit("transcription_session.updated", session=config.beta_session(self.session_id))
+        else:
+            await self.emit("session.updated", session=config.session(self.session_id))
+
+    async def append(self, audio: Any) -> None:
+        try:
+            data = base64.b64decode(audio if isinstance(audio, str) else b"", validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError("audio must be base64-encoded audio in the session's format", "audio") from None
+        if self.live.session.state is not SessionState.LIVE:
+            return
+        if self._feed is None:
+            self.live.session.configure(self._options())
+            self._feed = PcmFeed(self.live.session, self.config.encoding, self.config.rate)
+        await self._feed.feed(data)
+
+    async def commit(self) -> None:
+        fed_ms = self._feed.fed_ms if self._feed is not None else 0
+        if fed_ms - self._committed_ms < _MIN_COMMIT_MS:
+            raise ConfigError(f"buffer too small: expected at least {_MIN_COMMIT_MS} ms of audio, have "
+                              f"{fed_ms - self._committed_ms} ms", "audio", code="input_audio_buffer_commit_empty")
+        self._committed_ms = fed_ms
+        if self.config.server_vad:  # the open sentence ends now; its item follows the usual way
+            self._spawn(self._finalize())
+            return
+        item = self._current or Item(_new_id("item"), start_ms=self._committed_ms)
+        self._current, item.end_ms = None, fed_ms
+        await self._commit_item(item)
+        self._spawn(self._complete_after_finalize(item))
+
+    async def clear(self) -> None:
+        self._discard_upto_ms = self._committed_ms = self._feed.fed_ms if self._feed is not None else 0
+        self._current = None
+        if self.live.session.state is SessionState.LIVE and self._feed is not None:
+            self._spawn(self._finalize())
+        await self.emit("input_audio_buffer.cleared")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finalize(self) -> None:
+        with contextlib.suppress(IllegalTransition):  # the session is ending: its stop locks everything
+            await self.live.session.finalize()
+
+    async def _complete_after_finalize(self, item: Item) -> None:
+        """A manual commit: lock the open sentence, wait until the relay has every sentence, complete ``item``."""
+        await self._finalize()
+        while self._sentences_seen < self.live.session.stats.sentences and not self.live.ended.is_set():
+            self._relayed.clear()
+            await self._relayed.wait()
+        if item in self._awaiting:
+            await self._complete(item)
+
+    # ---- server events ---------------------------------------------------------------------------------------
+    async def emit(self, kind: str, **fields: Any) -> None:
+        async with self._send_lock:
+            with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
+                await self.ws.send_str(json.dumps({"type": kind, "event_id": _new_id("event"), **fields},
+                                                  ensure_ascii=False))
+
+    async def error(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None,
+                    kind: str = "invalid_request_error") -> None:
+        await self.emit("error", error={"type": kind, "code": code, "message": message, "param": param,
+                                        "event_id": event_id})
+
+    async def watch_speech(self) -> None:
+        """``speech_started`` / ``speech_stopped`` and the item's ``committed`` as the endpointer opens and closes
+        segments (server VAD only)."""
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            for event in self.watch.poll():
+                if not self.config.server_vad:
+                    continue
+                if isinstance(event, SpeechStarted):
+                    await self._speech_started(event)
+                elif self._current is not None and isinstance(event, SpeechStopped):
+                    await self._speech_stopped(self._current, event.speech_end_ms)
+
+    async def _speech_started(self, event: SpeechStarted) -> Item:
+        # Words that settled before the watch saw the segment open went to an item made for them: it is this one.
+        item = self._current if self._current is not None and self._current.speech_ms is None else Item(
+            _new_id("item"))
+        item.speech_ms, item.start_ms = event.speech_ms, event.start_ms
+        self._current = item
+        await self.emit("input_audio_buffer.speech_started", audio_start_ms=event.start_ms, item_id=item.id)
+        return item
+
+    async def _speech_stopped(self, item: Item, end_ms: int) -> None:
+        await self.emit("input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item.id)
+        if self._current is item:
+            self._current = None
+        await self._commit_item(item)
+
+    async def _commit_item(self, item: Item) -> None:
+        self._awaiting.append(item)
+        await self.emit("input_audio_buffer.committed", previous_item_id=self._previous_id, item_id=item.id)
+        await self.emit("conversation.item.added", previous_item_id=self._previous_id,
+                        item={"id": item.id, "type": "message", "object": "realtime.item", "status": "completed",
+                              "role": "user", "content": [{"type": "input_audio", "transcript": None}]})
+        self._previous_id = item.id
+
+    async def _delta(self, item: Item, words: list[str]) -> None:
+        if words:
+            text = " ".join(words)
+            await self.emit("conversation.item.input_audio_transcription.delta", item_id=item.id, content_index=0,
+                            delta=(" " if item.delta_sent else "") + text)
+            item.delta_sent = True
+
+    async def _complete(self, item: Item) -> None:
+        with contextlib.suppress(ValueError):
+            self._awaiting.remove(item)
+        seconds = max(0, item.stop_ms - item.start_ms) / 1000
+        await self.emit("conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
+                        transcript=" ".join(item.texts), usage={"type": "duration", "seconds": seconds})
+
+    def _open_item(self) -> Item:
+        """The item words being spoken now belong to: the oldest not transcribed yet."""
+        if self._awaiting:
+            return self._awaiting[0]
+        if self._current is None:
+            speaking = self.watch.speaking
+            self._current = Item(_new_id("item"), speech_ms=speaking.speech_ms if speaking else None,
+                                 start_ms=self._committed_ms)
+        return self._current
+
+    async def relay(self) -> None:
+        """The session's messages as OpenAI's events, until the session ends."""
+        try:
+            await self._relay()
+        finally:
+            self._relayed.set()
+
+    async def _relay(self) -> None:
+        async for msg in self.live.messages():
+            self._relayed.set()
+            if isinstance(msg, protocol.Caption):
+                for sentence in msg.sentences:
+                    await self.sentence(sentence)
+                    self._sentences_seen += 1
+                    self._relayed.set()
+                if not msg.is_final and msg.stable:
+                    words = self.online.partial(msg.partial, msg.stable)
+                    if words:
+                        await self._delta(self._open_item(), words)
+            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+                for item in list(self._awaiting):
+                    self._awaiting.remove(item)
+                    await self.emit("conversation.item.input_audio_transcription.failed", item_id=item.id,
+                                    content_index=0, error={"type": "server_error", "code": "engine",
+                                                            "message": msg.message, "param": None})
+                await self.error(msg.message, code="engine", kind="server_error")
+
+    async def sentence(self, s: protocol.Sentence) -> None:
+        """A locked sentence: its item's last delta, and in server VAD mode its ``completed``."""
+        rest = self.online.locked(s.text)
+        if s.end <= self._discard_upto_ms:
+            return  # cleared by the client
+        if not self.config.server_vad:
+            item = self._awaiting[0] if self._awaiting and s.end <= (self._awaiting[0].end_ms or 0) else None
+            item = item or self._open_item()
+            await self._delta(item, rest)
+            item.texts.append(s.text)
+            item.stop_ms = max(item.stop_ms, s.end)
+            return
+        item = next((i for i in self._awaiting if i.speech_ms == s.start), None)
+        if item is None:
+            current = self._current if self._current is not None and self._current.speech_ms == s.start else None
+            if current is None:  # a segment that opened and closed between two looks
+                current = await self._speech_started(SpeechStarted(-1, max(0, s.start - 300), s.start))
+            await self._speech_stopped(current, s.end)
+            item = current
+        for earlier in list(self._awaiting):  # segments before it that locked no sentence (noise)
+            if earlier is item:
+                break
+            await self._complete(earlier)
+        await self._delta(item, rest)
+        item.texts.append(s.text)
+        item.stop_ms = s.end
+        await self._complete(item)
+
+    async def finish_items(self) -> None:
+        """The session ended: every item still open gets its ``completed`` (what was said of it, maybe nothing)."""
+        if self._current is not None and self._current.texts:
+            await self._commit_item(self._current)
+        self._current = None
+        for item in list(self._awaiting):
+            await self._complete(item)

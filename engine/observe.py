@@ -104,6 +104,7 @@ class SessionStats:
     """One session's counters, for benches and logs."""
 
     segments: int = 0
+    closed: dict[str, int] = field(default_factory=dict)  # segments closed, by why (``CloseReason`` values)
     sentences: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # segments the guard dropped, by reason
     partials: int = 0

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench.churn import flicker
+from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.protocol import Caption, WordTimes
 from engine.stream.engine import CaptionEngine
@@ -40,6 +41,17 @@ def lock_after_speech_s(result: StreamResult, end_s: float) -> float:
     raise AssertionError(f"no sentence locked around {end_s:.2f} s")
 
 
+class PartialTimes(EngineObserver):
+    """How long the run's partial decodes took (seconds): the machine's speed, which the lock waits for."""
+
+    def __init__(self) -> None:
+        self.partial_s: list[float] = []
+
+    def decoded(self, kind: str, window_s: float, decode_s: float, fallbacks: int) -> None:
+        if kind == "partial":
+            self.partial_s.append(decode_s)
+
+
 async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: CaptionEngine) -> None:
     pieces = [pad(audio(c), LEAD_S if i == 0 else 0.0, PAUSE_S) for i, c in enumerate(FINISHED)]
     ends, t = [], 0.0
@@ -47,17 +59,29 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
         lead = LEAD_S if c == FINISHED[0] else 0.0
         ends.append(t + lead + speech_end_s(audio(c)))
         t += piece.size / SAMPLE_RATE
-    result = await stream_audio(engine, np.concatenate(pieces), realtime=True)
+    decodes = PartialTimes()
+    engine.observers.add(decodes)
+    try:
+        result = await stream_audio(engine, np.concatenate(pieces), realtime=True)
+    finally:
+        engine.observers.remove(decodes)
     locks = [lock_after_speech_s(result, end) for end in ends]
-    print("\nlock after the end of speech (s): " + ", ".join(f"{x:.2f}" for x in locks))
+    decode_s = float(np.median(decodes.partial_s))
+    print(f"\nlock after the end of speech (s): {', '.join(f'{x:.2f}' for x in locks)}; partial decode p50 "
+          f"{decode_s:.2f} s; segments closed {result.stats.closed}")
     # Everything said locked (a reader's long pause at what Whisper hears as a full stop may split a sentence:
     # the first clip pauses 0.83 s after "antecedents").
     errors, words = word_errors(" ".join(reference(c) for c in FINISHED), result.text())
     assert errors / words < 0.1, result.text()
     assert len(FINISHED) <= len(result.sentences()) <= len(FINISHED) + 2, [s.text for s in result.sentences()]
-    # The silence schedule alone would wait 2 s after these sentences; the end-of-sentence rule locks after 0.4 s of
-    # silence plus the decode. 1.2 s is the target's p95 on a calm machine; CI machines are shared.
-    assert float(np.median(locks)) <= 1.2 and max(locks) <= 1.6, locks
+    # Each sentence ended at its full stop (the end-of-sentence rule), not after the silence schedule's wait (2 s for
+    # these); one may miss it (the closing decode can still be running when the pause is long enough).
+    assert result.stats.closed.get("sentence", 0) >= len(FINISHED) - 1, result.stats.closed
+    # The lock waits for the short pause, then for the closing partial (it starts 0.3 s into the pause, and may wait
+    # for the partial running then): about 1 s on a calm machine whose decodes take 0.2 s, more on a slower CPU.
+    pause_s = engine.config.endpoint.sentence_pause_ms / 1000
+    bound = pause_s + 2 * decode_s + 0.3
+    assert float(np.median(locks)) <= max(1.2, bound) and max(locks) <= max(1.6, bound + 0.6), (locks, bound)
     # The aligner's times came after each lock, for the same words.
     updates = [m for m in result.messages if isinstance(m, WordTimes)]
     assert {u.id for u in updates} == {s.id for s in result.sentences()}, "every sentence's word times follow it"

@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -127,7 +128,9 @@ class DeepgramStream:
         self._tiling = dg.Tiling()
         self._settled: list[protocol.Word] = []  # the settled words of the text not locked yet, with their times
         self._last_interim = ""
-        self._finalize_upto_ms: int | None = None  # a Finalize flushes the sentences that end by here
+        # A Finalize flushes the sentences that end by here: every one until its flush has run (the flush takes
+        # whatever audio reached the session meanwhile), then those that end by where the flush ended.
+        self._finalize_upto_ms: float | None = None
         self._finalizing: set[asyncio.Task[None]] = set()
         self._last_word_end_ms = 0
         self._utterance_open = False  # words were sent since the last UtteranceEnd
@@ -207,7 +210,7 @@ class DeepgramStream:
         if kind == "CloseStream":
             return True
         if kind == "Finalize":
-            self._finalize_upto_ms = self._feed.fed_ms if self._feed is not None else 0
+            self._finalize_upto_ms = math.inf
             task = asyncio.create_task(self._finalize(), name=f"{self.live.session.session_id}-finalize")
             self._finalizing.add(task)
             task.add_done_callback(self._finalizing.discard)
@@ -217,7 +220,9 @@ class DeepgramStream:
 
     async def _finalize(self) -> None:
         with contextlib.suppress(IllegalTransition):  # the stream is ending anyway
-            await self.live.session.finalize()
+            flushed_ms = await self.live.session.finalize()
+            if self._finalize_upto_ms is not None:  # no later sentence came meanwhile
+                self._finalize_upto_ms = flushed_ms
 
     # ---- server -> client --------------------------------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import SessionOptions
+from engine.observe import SessionStats
 from engine.protocol import Caption, Sentence, ServerMessage, Speakers, WordTimes
 from engine.stream.engine import CaptionEngine
 
@@ -26,6 +27,7 @@ class StreamResult:
     audio_s: float = 0.0
     wall_s: float = 0.0
     fed_at_s: list[float] = field(default_factory=list)  # when chunk i was fed (seconds since start)
+    stats: SessionStats = field(default_factory=SessionStats)  # the session's counters
 
     def captions(self) -> list[Caption]:
         return [m for m in self.messages if isinstance(m, Caption)]
@@ -92,4 +94,5 @@ async def stream_audio(engine: CaptionEngine, audio: np.ndarray, *, realtime: bo
         reader.cancel()
         await session.close()
     result.wall_s = time.monotonic() - t0
+    result.stats = session.stats
     return result

@@ -196,6 +196,8 @@ class Session:
 
     def _on_close(self, event: SegmentClosed) -> None:
         handover = self._partials.close(event)
+        reason = event.reason.value
+        self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         audio = self.audio.slice(event.start, event.end)
         self._finals.start(event, audio, handover)
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
@@ -314,18 +316,21 @@ class Session:
                                   stable=stable, stable_words=self._partials.new_stable_words())
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
-    async def finalize(self) -> None:
+    async def finalize(self) -> int:
         """Lock the open sentence now with the audio fed so far, as ``stop`` does, but stay live: audio fed later
         opens the next sentence. Returns once every segment closed up to now has locked (their sentences are in
-        the mailbox). For protocols whose clients flush on their own (Deepgram's ``Finalize``, OpenAI Realtime's
-        ``input_audio_buffer.commit``). Audio may keep flowing meanwhile; it belongs to what comes after.
-        Raises ``IllegalTransition`` unless LIVE."""
+        the mailbox), with where the flushed audio ends (ms of session audio: every sentence it locked ends there or
+        before). For protocols whose clients flush on their own (Deepgram's ``Finalize``, OpenAI Realtime's
+        ``input_audio_buffer.commit``). Audio may keep flowing meanwhile; it belongs to what comes after (what
+        arrived before the VAD caught up with the call is flushed with it). Raises ``IllegalTransition`` unless
+        LIVE."""
         if self.state is not SessionState.LIVE:
             raise IllegalTransition("finalize", self.state)
         self.scheduler.cancel_partial(self)
         await self.vad.drained()
+        flushed_ms = samples_to_ms(self.endpointer.position)
         if self.state is not SessionState.LIVE:
-            return
+            return flushed_ms
         closed = self.endpointer.flush()
         if closed is not None:
             self._on_events([closed])
@@ -334,6 +339,7 @@ class Session:
             await asyncio.wait(pending)
         if self.state is SessionState.LIVE:
             self._lock_ready()  # each final's own callback locked it already; this is a no-op safeguard
+        return flushed_ms
 
     async def stop(self) -> None:
         """Finish: run the VAD over what was fed, close the open segment, lock everything, re-cluster speakers,

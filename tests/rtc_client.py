@@ -26,28 +26,39 @@ class ArrayAudioTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, samples: np.ndarray) -> None:
+    def __init__(self, samples: np.ndarray, held: bool = False) -> None:
+        """``held``: send silence, not the clip, until ``release()`` (a microphone muted at first)."""
         super().__init__()
         self._pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
-        self._pos = 0
+        self._pos = 0  # samples of the clip sent
+        self._sent = 0  # samples sent in all, silence while held included: the pacing clock and the pts
         self._start: float | None = None
-        self.played_s = 0.0
+        self._held = held
+        self.played_s = 0.0  # of the clip
         self.played = asyncio.Event()  # set once the whole clip has been sent (silence follows)
+
+    def release(self) -> None:
+        """Start the clip now, at real time from here: a sender that fell behind while held does not burst."""
+        self._held = False
+        self._start = time.monotonic() - self._sent / RATE
 
     async def recv(self) -> av.AudioFrame:
         if self._start is None:
             self._start = time.monotonic()
-        due = self._start + self._pos / RATE
+        due = self._start + self._sent / RATE
         delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        chunk = self._pcm[self._pos : self._pos + FRAME]
+        chunk = np.zeros(0, np.int16) if self._held else self._pcm[self._pos : self._pos + FRAME]
         if chunk.size < FRAME:
             chunk = np.concatenate([chunk, np.zeros(FRAME - chunk.size, np.int16)])
         frame = av.AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = RATE
-        frame.pts = self._pos
+        frame.pts = self._sent
         frame.time_base = fractions.Fraction(1, RATE)
+        self._sent += FRAME
+        if self._held:
+            return frame
         self._pos += FRAME
         self.played_s = self._pos / RATE
         if self._pos >= self._pcm.size:
@@ -58,9 +69,10 @@ class ArrayAudioTrack(MediaStreamTrack):
 class CaptionClient:
     """Connect, stream, stop, collect. ``messages`` holds every server message in order with arrival times."""
 
-    def __init__(self, base_url: str, samples: np.ndarray) -> None:
+    def __init__(self, base_url: str, samples: np.ndarray, held: bool = False) -> None:
+        """``held``: the microphone sends silence until ``track.release()``."""
         self.base_url = base_url
-        self.track = ArrayAudioTrack(samples)
+        self.track = ArrayAudioTrack(samples, held)
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.channel = self.pc.createDataChannel("captions")
         self.messages: list[dict[str, Any]] = []

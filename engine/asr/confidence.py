@@ -59,6 +59,12 @@ def word_probabilities(pieces: Sequence[str], logprobs: Sequence[float]) -> list
     return probs
 
 
+def glues_on(forced: str, generated: str) -> bool:
+    """Whether a decode made to start with ``forced`` went on inside its last word: its generated text
+    (``generated``, leading space kept) begins without a space ("other" + ", Kat")."""
+    return bool(forced.strip()) and generated[:1] != "" and not generated[:1].isspace()
+
+
 def text_word_probabilities(text: str, forced: str, generated: str, pieces: Sequence[str],
                             logprobs: Sequence[float]) -> tuple[float, ...]:
     """Per word of ``text`` (split on spaces), or () when the words cannot be matched one to one.
@@ -72,7 +78,7 @@ def text_word_probabilities(text: str, forced: str, generated: str, pieces: Sequ
     probs = word_probabilities(pieces, logprobs)
     if "".join(pieces).split() != generated_words or len(probs) != len(generated_words):
         return ()
-    if forced_words and generated[:1] and not generated[:1].isspace():
+    if glues_on(forced, generated):
         glued = any(c.isalnum() for c in generated_words[0])
         merged = probs[0] if glued else 1.0
         result = (1.0,) * (len(forced_words) - 1) + (merged,) + tuple(probs[1:])

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.asr.confidence import text_word_probabilities
+from engine.asr.confidence import glues_on, text_word_probabilities
 from engine.asr.guard import strip_nonspeech
 from engine.asr.timestamps import TimedSpan, parse_spans
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
@@ -102,7 +102,7 @@ def joined(forced: str, generated: str) -> str:
     """The transcript of a decode made to start with ``forced``: ``generated`` (the generated tokens' text, its
     leading space kept) after it, glued on where the decoder went on inside the forced text's last word (forced
     "other", generated ", Kat": "other, Kat"), spaces folded."""
-    if forced and generated[:1] and not generated[:1].isspace():
+    if glues_on(forced, generated):
         return " ".join((forced + generated).split())
     return " ".join(filter(None, (forced, " ".join(generated.split()))))
 

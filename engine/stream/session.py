@@ -316,6 +316,12 @@ class Session:
                                   stable=stable, stable_words=self._partials.new_stable_words())
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
+    def _close_open_segment(self) -> None:
+        """Close the segment the VAD has open, if any, as a long enough pause would: its final starts decoding."""
+        closed = self.endpointer.flush()
+        if closed is not None:
+            self._on_events([closed])
+
     async def finalize(self) -> int:
         """Lock the open sentence now with the audio fed so far, as ``stop`` does, but stay live: audio fed later
         opens the next sentence. Returns once every segment closed up to now has locked (their sentences are in
@@ -331,14 +337,11 @@ class Session:
         flushed_ms = samples_to_ms(self.endpointer.position)
         if self.state is not SessionState.LIVE:
             return flushed_ms
-        closed = self.endpointer.flush()
-        if closed is not None:
-            self._on_events([closed])
+        self._close_open_segment()
         pending = [p.task for p in self._finals.pending]
         if pending:
+            # Each final locks in its own done callback, which runs before this wait returns.
             await asyncio.wait(pending)
-        if self.state is SessionState.LIVE:
-            self._lock_ready()  # each final's own callback locked it already; this is a no-op safeguard
         return flushed_ms
 
     async def stop(self) -> None:
@@ -352,9 +355,7 @@ class Session:
         await self.vad.drained()
         if self.state is SessionState.CLOSED:  # closed meanwhile: its audio is gone, nobody is listening
             return
-        closed = self.endpointer.flush()
-        if closed is not None:
-            self._on_events([closed])
+        self._close_open_segment()
         while self._finals.pending:
             await asyncio.wait([p.task for p in self._finals.pending])
             self._lock_ready()

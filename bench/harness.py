@@ -162,12 +162,14 @@ def ogg_duration_s(path: Path) -> float:
 
 
 async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: int = 8,
-                      stop_timeout_s: float = 120.0) -> Run:
+                      stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None) -> Run:
     """Connect one client per file (at most ``connect_concurrency`` offers at once), stream them all at real time,
-    stop each when its file ends, and return once every one has stopped (or timed out)."""
+    stop each when its file ends, and return once every one has stopped (or timed out). ``offer_fields``: extra
+    ``POST /offer`` fields per client (``{"room": id}``)."""
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))  # the clients gather loopback candidates only
     t0 = time.monotonic()
-    clients = [BenchClient(base_url, ogg) for ogg in oggs]
+    fields = offer_fields or [{} for _ in oggs]
+    clients = [BenchClient(base_url, ogg, f) for ogg, f in zip(oggs, fields, strict=True)]
     gate = asyncio.Semaphore(connect_concurrency)
 
     async def one(client: BenchClient, http: aiohttp.ClientSession) -> None:

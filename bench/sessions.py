@@ -15,27 +15,38 @@ sweeping a mode once it has lost real time beyond doubt (display lag p95 over ``
 A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`` (1 s), lock latency p95 <=
 endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. Metrics: see
 ``bench/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
-streaming, divided by N, in % of one core.
+streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
+engine estimated it) leaving the client to the word arriving as stable on that client's data channel.
+
+``--remote-viewer`` adds a second front end (``bench/remote_viewer.py``): a PostgreSQL server is started for the
+run, both servers use it as their store, each session publishes into a room of its own on the measured server,
+and a viewer follows that room on the other front end. ``on B``: seconds from the same moment to the word's first
+arrival there, settled (a stable word through the store's announcements, or its locked sentence);
+``remote_missing`` in the JSON counts settled words that never got there.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
 
+from bench import postgres
 from bench.baseline import MODES
 from bench.clips import CACHE_DIR, session_clip
-from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
+from bench.harness import CpuTrace, ServerProcess, bench_server, get_json, pct, run_clients
 from bench.metrics import merge, print_markdown_table, session_metrics
+from bench.remote_viewer import RemoteViewer, StableDelays, follow, stable_delays, stop
 from engine.config import ENDPOINT_PRESETS
 
 
@@ -77,11 +88,26 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
 
 
 async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mode: str, n: int,
-                   args: argparse.Namespace) -> dict[str, Any]:
+                   args: argparse.Namespace, remote: ServerProcess | None = None) -> dict[str, Any]:
+    """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
+    session publishes into a room of its own and a viewer follows that room on ``remote``."""
     await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
     clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+    rooms: list[str] = []
+    viewers: list[RemoteViewer] = []
+    readers: list[asyncio.Task[None]] = []
+    if remote is not None:
+        for i in range(n):
+            async with http.post(f"{server.base_url}/rooms", json={"title": f"{mode}-{n}-{i}"}) as r:
+                rooms.append((await r.json())["room"])
+        viewers, readers = await follow(http, remote.base_url, rooms)
     await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
-    run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s)
+    try:
+        run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
+                                offer_fields=[{"room": room} for room in rooms] if rooms else None)
+        await asyncio.sleep(1.0 if remote is not None else 0.0)  # the last locks reach the other front end
+    finally:
+        await stop(readers)
     stats = await get_json(http, f"{server.base_url}/bench/stats")
     endpoint = ENDPOINT_PRESETS[args.preset]
     metrics = merge([session_metrics(cl, clip, endpoint) for cl, clip in zip(run.clients, clips, strict=True)])
@@ -94,6 +120,12 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     row["final_decode_s_p50"] = pct(stats["final_s"], 50)
     row["partial_decode_s_p50"] = pct(stats["partial_s"], 50)
     row["decodes"] = len(stats["final_s"]) + len(stats["partial_s"])
+    delays = StableDelays()
+    for i, client in enumerate(run.clients):
+        delays.add(stable_delays(client, viewers[i] if viewers else None))
+    row["stable_s_p50"], row["stable_s_p95"] = pct(delays.local_s, 50), pct(delays.local_s, 95)
+    row["remote_stable_s_p50"], row["remote_stable_s_p95"] = pct(delays.remote_s, 50), pct(delays.remote_s, 95)
+    row["remote_missing"] = delays.missing
     if args.dump:
         await asyncio.to_thread(dump_step, Path(args.dump) / f"{mode}-n{n}-{time.strftime('%H%M%S')}.json",
                                 run.clients, clips)
@@ -121,6 +153,8 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
            ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
            ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
            ("churn", "churn", "{:.1%}"), ("flicker", "flicker", "{:.1%}"), ("stable_withdrawn", "withdrawn", "{:d}"),
+           ("stable_s_p50", "stable p50", "{:.2f}"), ("remote_stable_s_p50", "on B p50", "{:.2f}"),
+           ("remote_stable_s_p95", "p95", "{:.2f}"),
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
            ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
@@ -155,6 +189,22 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@contextlib.asynccontextmanager
+async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess]:
+    """A PostgreSQL server for this run, the measured server's store (appended to ``server_args``), and a second
+    front end on the same store (the named fake recognizer: it only serves viewers), which this yields."""
+    bin_dir = postgres.binaries()
+    if bin_dir is None:
+        raise SystemExit("--remote-viewer needs PostgreSQL's server binaries (apt-get install postgresql)")
+    with postgres.server(bin_dir) as url:
+        db = await asyncio.to_thread(postgres.new_database, url)
+        server_args += ["--db", db]
+        async with bench_server(["--recognizer", "fake", "--no-speakers", "--db", db],
+                                CACHE_DIR / "sessions-front-end-b.log") as remote:
+            print(f"front end B ready: {remote.info}", file=sys.stderr)
+            yield remote
+
+
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
@@ -166,7 +216,9 @@ async def main(args: argparse.Namespace) -> int:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
-    async with bench_server(server_args, CACHE_DIR / "sessions-server.log") as server:
+    async with contextlib.AsyncExitStack() as stack:
+        remote = await stack.enter_async_context(other_front_end(server_args)) if args.remote_viewer else None
+        server = await stack.enter_async_context(bench_server(server_args, CACHE_DIR / "sessions-server.log"))
         print(f"server ready: {server.info}", file=sys.stderr)
         trace = CpuTrace(server.ps)
         sampler = asyncio.create_task(trace.run())
@@ -181,7 +233,7 @@ async def main(args: argparse.Namespace) -> int:
                     # Alternate which mode goes first, so that neither always follows the other's backlog.
                     for mode in (list(active) if step % 2 == 0 else list(reversed(active))):
                         await asyncio.sleep(args.settle_s)  # the engine core busy-waits ~1 s after activity
-                        row = await run_step(server, http, trace, mode, n, args)
+                        row = await run_step(server, http, trace, mode, n, args, remote)
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr)
                         lost = [r for r in rows if r["mode"] == mode][-2:]
@@ -233,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-timeout-s", type=float, default=120.0)
     p.add_argument("--settle-s", type=float, default=3.0)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured first session")
+    p.add_argument("--remote-viewer", action="store_true",
+                   help="each session publishes into a room, followed by a viewer on a second front end that shares "
+                        "the store (a PostgreSQL server started for the run): reports how soon settled words reach it")
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--dump", default=None, help="folder: write every client's messages per step (diagnosis)")
     return p

@@ -72,7 +72,7 @@ fi
 # The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP
 # client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
 # namespace (tests/whip_scenario.py), coturn's turnserver for the TURN relay tests (tests/turn.py; the package's
-# own service is not needed: the tests start turnserver themselves), PostgreSQL's server binaries (tests/postgres.py
+# own service is not needed: the tests start turnserver themselves), PostgreSQL's server binaries (bench/postgres.py
 # starts a throwaway server).
 if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -v whip-client && command -v cc \
     && command -v ip && command -v turnserver && [ -e /usr/share/doc/gstreamer1.0-nice ] \

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from bench import postgres
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
-from tests import postgres
 
 
 @pytest.fixture(scope="session")

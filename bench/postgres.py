@@ -1,6 +1,7 @@
-"""A throwaway PostgreSQL server for tests: Debian's ``postgresql`` binaries, ``initdb`` into a temporary folder,
-listening on 127.0.0.1 at a free port (and a Unix socket in that folder), trust authentication (loopback only),
-stopped and deleted afterwards. Run as root, the server runs as the ``postgres`` user (PostgreSQL refuses root)."""
+"""A throwaway PostgreSQL server for tests and benches (rooms shared by several front ends): Debian's
+``postgresql`` binaries, ``initdb`` into a temporary folder, listening on 127.0.0.1 at a free port (and a Unix socket
+in that folder), trust authentication (loopback only), stopped and deleted afterwards. Run as root, the server runs
+as the ``postgres`` user (PostgreSQL refuses root)."""
 
 from __future__ import annotations
 

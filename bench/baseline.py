@@ -46,8 +46,9 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-noalign: the engine with word times from the VAD alone (no cross-attention alignment per locked sentence);
 # engine-noconf: the engine without the decoder's word probabilities: any word two partials agree on (and that held)
 #   settles, and a partial shows every word it decoded (the held-back word aside).
+# engine-nosure: the engine without settling words one decode is sure of (every word waits for two decodes to agree).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
-         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf")
+         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -56,7 +57,8 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "engine-nostable": {"stable_words": False},
     "engine-before": {"stable_words": False, "hold_back_cut_word": False},
     "engine-noclose": {"closing_after_ms": 0},
-    "engine-noconf": {"stable_min_prob": 0.0, "show_min_prob": 0.0},
+    "engine-noconf": {"stable_min_prob": 0.0, "show_min_prob": 0.0, "stable_sure_prob": 0.0},
+    "engine-nosure": {"stable_sure_prob": 0.0},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {

@@ -152,3 +152,20 @@ def test_a_decode_without_probabilities_is_trusted() -> None:
     stable.update("one two three four".split(), False, 1.5)
     stable.update("one two three four".split(), False, 2.0)
     assert stable.words == "one two three four".split()
+
+
+def test_words_one_decode_is_sure_of_settle_at_once_once_enough_of_its_words_follow_them() -> None:
+    stable = StableWords(min_prob=0.4, sure_prob=0.9, sure_after=2)
+    # The first decode: "the" is a guess, so only the sure words before it settle, each followed by two words.
+    settled_first = stable.update("Concorde returned the plays amidst".split(), True, 1.0, (0.99, 0.95, 0.5, 0.9, 0.9))
+    assert stable.words == ["Concorde", "returned"]
+    assert settled_first[:2] == ["Concorde", "returned"]
+    # Words the decoder is sure of but that too few words follow wait, as do words after an unsure one.
+    stable.update("Concorde returned to its place".split(), True, 1.3, (0.99, 0.95, 0.95, 0.99, 0.99))
+    assert stable.words == "Concorde returned to".split()
+
+
+def test_without_sure_words_a_first_decode_settles_nothing() -> None:
+    stable = StableWords(min_prob=0.4)
+    stable.update("Concorde returned to its place in the".split(), True, 1.0, (0.99,) * 7)
+    assert stable.words == []

@@ -138,7 +138,8 @@ class Partials:
 
     def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
         return StableWords(list(words or ()), sent, min_age_s=self._cfg.stable_min_age_s,
-                           min_prob=self._cfg.stable_min_prob)
+                           min_prob=self._cfg.stable_min_prob, sure_prob=self._cfg.stable_sure_prob,
+                           sure_after=self._cfg.stable_sure_after)
 
     # ---- the open segment's bounds --------------------------------------------------------------------------
     def open(self, start: int) -> None:

@@ -5,7 +5,9 @@ segment agree on it and on every word before it, exactly (spelling, case and pun
 decode whose audio ended inside speech does not count: the audio may have cut it mid-syllable ("fore" of
 "forest"). Settled words are forced as the start of every later decode of the segment, its final included
 (``DecodeRequest.prefix``), so the locked sentence begins with exactly them; a recognizer that cannot force text
-is reconciled afterwards (``onto``).
+is reconciled afterwards (``onto``). A word one decode is very sure of (``sure_prob``) settles without waiting for
+the next decode once enough of that decode's words follow it (``sure_after``): the rule that two decodes agree
+is what makes a word wait, not its age (docs/benchmarks.md, "Captions that settle").
 
 Pure and synchronous; one ``StableWords`` per open segment (``engine.stream.session``).
 """
@@ -67,6 +69,10 @@ class StableWords:
     sent: int = 0  # leading ``words`` already sent to the client as stable (``take_new``)
     min_age_s: float = 0.0
     min_prob: float = 0.0  # a word the decode gave a lower probability than this does not settle
+    # A word one decode gave at least ``sure_prob`` settles without waiting for the next decode once ``sure_after``
+    # words follow it in that decode, as do all before it (0: off; a word of its first decode has no age to hold).
+    sure_prob: float = 0.0
+    sure_after: int = 2
     agreed: int = 0  # leading words the newest decode said as the one before it did (settled or not)
     _previous: list[str] | None = None  # the words of the previous decode (with the settled words in front)
     _previous_open: bool = False  # that decode's audio ended inside speech
@@ -93,13 +99,15 @@ class StableWords:
             agreed += 1
         since = self._since[:agreed] + [audio_end_s] * (len(words) - agreed)
         self.agreed = agreed
+        limit = len(self.words)
         if self._previous is not None:
             limit = min(agreed, len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
             while limit > len(self.words) and audio_end_s - since[limit - 1] < self.min_age_s:
                 limit -= 1
-            limit = min(limit, len(self.words) + self._sure(words, decoded, probs, limit))
-            if limit > len(self.words):
-                self.words = words[:limit]
+            limit = max(len(self.words), min(limit, len(self.words) + self._sure(words, decoded, probs, limit)))
+        limit = self._sure_alone(words, decoded, probs, limit)
+        if limit > len(self.words):
+            self.words = words[:limit]
         self._previous, self._previous_open, self._since = words, ended_in_speech, since
         return words
     def _sure(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
@@ -115,6 +123,17 @@ class StableWords:
                 break
             sure += 1
         return sure
+
+    def _sure_alone(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
+        """``limit`` moved on over the words from it that this decode alone is sure of (``sure_prob``), each followed by
+        at least ``sure_after`` of its words."""
+        if self.sure_prob <= 0 or len(probs) != len(decoded):
+            return limit
+        shift = len(decoded) - len(words)  # words[k] is decoded[k + shift]
+        k = limit
+        while k < len(words) - self.sure_after and k + shift >= 0 and probs[k + shift] >= self.sure_prob:
+            k += 1
+        return k
 
     def take_new(self) -> list[str]:
         """The settled words not sent yet (they count as sent from now on), with their indexes from ``sent``."""

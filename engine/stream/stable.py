@@ -70,7 +70,8 @@ class StableWords:
     min_age_s: float = 0.0
     min_prob: float = 0.0  # a word the decode gave a lower probability than this does not settle
     # A word one decode gave at least ``sure_prob`` settles without waiting for the next decode once ``sure_after``
-    # words follow it in that decode, as do all before it (0: off; a word of its first decode has no age to hold).
+    # words follow it in that decode, as do all before it (0: off). The age limit does not apply to it: the words
+    # after it stand for the audio after it.
     sure_prob: float = 0.0
     sure_after: int = 2
     agreed: int = 0  # leading words the newest decode said as the one before it did (settled or not)
@@ -88,7 +89,8 @@ class StableWords:
         stopped while the speaker was talking; ``audio_end_s``: where its audio ends, seconds on any clock that
         moves with the audio; ``probs``: the decoder's probability of each word of ``decoded``, or () if unknown).
         Returns the words to show: the settled ones, then the decode's. Settles the words it agrees on with the
-        previous decode that have held for ``min_age_s`` and that it gave at least ``min_prob``. An empty decode
+        previous decode that have held for ``min_age_s`` and that it gave at least ``min_prob``, then those it alone
+        gave at least ``sure_prob`` with ``sure_after`` of its words after them. An empty decode
         (rejected, or no words yet) settles nothing and is not compared with."""
         words = onto(self.words, decoded)
         if not decoded:
@@ -110,6 +112,7 @@ class StableWords:
             self.words = words[:limit]
         self._previous, self._previous_open, self._since = words, ended_in_speech, since
         return words
+
     def _sure(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
         """How many of ``words[len(self.words):limit]`` (not settled yet) in a row the decode was sure enough of.
         ``words`` ends with the decode's last words (``onto`` put the settled ones in front of what follows them)."""

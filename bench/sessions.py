@@ -105,7 +105,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     try:
         run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
                                 offer_fields=[{"room": room} for room in rooms] if rooms else None)
-        await asyncio.sleep(1.0 if remote is not None else 0.0)  # the last locks reach the other front end
+        if remote is not None:
+            await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
         await stop(readers)
     stats = await get_json(http, f"{server.base_url}/bench/stats")

@@ -106,35 +106,24 @@ class StableWords:
             limit = min(agreed, len(words) - int(ended_in_speech), len(previous) - int(self._previous_open))
             while limit > len(self.words) and audio_end_s - since[limit - 1] < self.min_age_s:
                 limit -= 1
-            limit = max(len(self.words), min(limit, len(self.words) + self._sure(words, decoded, probs, limit)))
-        limit = self._sure_alone(words, decoded, probs, limit)
+            limit = max(len(self.words), self._sure_run(words, decoded, probs, len(self.words), limit, self.min_prob))
+        if self.sure_prob > 0 and len(probs) == len(decoded):  # words this decode alone is sure of
+            limit = self._sure_run(words, decoded, probs, limit, len(words) - self.sure_after, self.sure_prob)
         if limit > len(self.words):
             self.words = words[:limit]
         self._previous, self._previous_open, self._since = words, ended_in_speech, since
         return words
 
-    def _sure(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
-        """How many of ``words[len(self.words):limit]`` (not settled yet) in a row the decode was sure enough of.
-        ``words`` ends with the decode's last words (``onto`` put the settled ones in front of what follows them)."""
-        n = len(self.words)
-        if self.min_prob <= 0 or len(probs) != len(decoded):
-            return limit - n
+    @staticmethod
+    def _sure_run(words: list[str], decoded: list[str], probs: tuple[float, ...], start: int, stop: int,
+                  threshold: float) -> int:
+        """Where the run of ``words[start:stop]`` that the decode gave at least ``threshold`` each ends (``start``
+        if ``stop`` is not past it). A decode without probabilities is sure of every word. ``words`` ends with the
+        decode's words (``onto`` put the settled ones in front of what follows them)."""
         shift = len(decoded) - len(words)  # words[k] is decoded[k + shift]
-        sure = 0
-        for k in range(n, limit):
-            if k + shift >= 0 and probs[k + shift] < self.min_prob:
-                break
-            sure += 1
-        return sure
-
-    def _sure_alone(self, words: list[str], decoded: list[str], probs: tuple[float, ...], limit: int) -> int:
-        """``limit`` moved on over the words from it that this decode alone is sure of (``sure_prob``), each followed by
-        at least ``sure_after`` of its words."""
-        if self.sure_prob <= 0 or len(probs) != len(decoded):
-            return limit
-        shift = len(decoded) - len(words)  # words[k] is decoded[k + shift]
-        k = limit
-        while k < len(words) - self.sure_after and k + shift >= 0 and probs[k + shift] >= self.sure_prob:
+        known = len(probs) == len(decoded)
+        k = start
+        while k < stop and (not known or k + shift < 0 or probs[k + shift] >= threshold):
             k += 1
         return k
 

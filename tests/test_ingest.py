@@ -9,7 +9,7 @@ import asyncio
 import fractions
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import av
 import numpy as np
@@ -39,14 +39,27 @@ def produce(track: RemoteStreamTrack, loop: asyncio.AbstractEventLoop, seconds: 
     """Put ``seconds`` of 20 ms frames into ``track`` at real time from a thread (as aiortc's decoder thread
     does); at ``stall_at_s`` stop for ``stall_s``, then deliver the overdue frames at once (a sender catching up
     after a stall), then real time again. Ends the track."""
+    def put(frames: Sequence[av.AudioFrame | None]) -> None:
+        for f in frames:
+            track._queue.put_nowait(f)
+
     def run() -> None:
         start = time.monotonic()
-        for i in range(int(seconds / FRAME_S)):
+        count = int(seconds / FRAME_S)
+        i = 0
+        while i < count:
             if stall_at_s is not None and i == int(stall_at_s / FRAME_S):
                 time.sleep(stall_s)
+                # The overdue frames land together, in one turn of the loop: put one by one, a busy machine could
+                # let the reader take each as it comes, and the burst would never wait (what the test checks).
+                due = min(count, int((time.monotonic() - start) / FRAME_S) + 1)
+                loop.call_soon_threadsafe(put, [frame(k) for k in range(i, due)])
+                i = due
+                continue
             time.sleep(max(0.0, start + i * FRAME_S - time.monotonic()))
-            loop.call_soon_threadsafe(track._queue.put_nowait, frame(i))
-        loop.call_soon_threadsafe(track._queue.put_nowait, None)
+            loop.call_soon_threadsafe(put, [frame(i)])
+            i += 1
+        loop.call_soon_threadsafe(put, [None])
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from engine.models import resolve as weights
+from engine.models.convert import missing_merges, with_complete_merges
 from engine.models.resolve import (
     DEFAULT_MODEL,
     EMBEDDED_MODELS,
@@ -250,3 +251,26 @@ def test_prepare_prints_the_folder_to_serve(shared_cache: Path, capsys: pytest.C
     for bad in (["prepare", "whisper-huge"], ["prepare", "openai/whisper-large-v3"]):
         assert main([*bad, "--cache-dir", str(shared_cache)]) == 2
         assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_tokenizer_reads_text_as_the_model_writes_it(name: str, shared_cache: Path) -> None:
+    """Text is encoded into the tokens the decoder writes itself (settled words are forced as decoder tokens): " to"
+    and " the" one token each. The packaged whisper-base tokenizer lacks the merge "Ġ t", which the conversion
+    puts back."""
+    from tokenizers import Tokenizer
+
+    path = Path(resolve_model(name, shared_cache).path) / "tokenizer.json"
+    assert missing_merges(json.loads(path.read_text(encoding="utf-8"))["model"]) == []
+    tokens = Tokenizer.from_file(str(path)).encode(" to the tents", add_special_tokens=False).tokens
+    assert tokens == ["Ġto", "Ġthe", "Ġtents"]
+
+
+def test_missing_merges_are_found_in_their_places() -> None:
+    vocab = {chr(0x100 + i): i for i in range(256)}  # 256 byte symbols
+    a, b, c = chr(0x100), chr(0x101), chr(0x102)
+    vocab |= {a + b: 256, a + b + c: 257, b + c: 258, c + c: 259}
+    model = {"vocab": vocab, "merges": [f"{a + b} {c}", f"{b} {c}"]}  # lacks "a b" (256) and "c c" (259)
+    assert missing_merges(model) == [(0, [a, b]), (3, [c, c])]
+    data = with_complete_merges({"model": {"type": "BPE", **model}})
+    assert data["model"]["merges"] == [f"{a} {b}", f"{a + b} {c}", f"{b} {c}", f"{c} {c}"]

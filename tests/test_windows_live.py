@@ -108,3 +108,23 @@ async def test_no_loop_reaches_a_locked_caption(engine: CaptionEngine) -> None:
             assert words and len(words) <= len(normalise(reference(clip))) + 2, text
             assert " ".join(normalise(reference(clip))[:4]) not in " ".join(words[4:]), f"repeated: {text}"
         assert sum(w["fallbacks"] for w in t.windows.as_list()) >= 1, "the guard had nothing to do"
+
+
+@pytest.mark.parametrize("settled", [3, 5])
+async def test_a_partial_made_to_start_with_settled_words_is_cut_at_its_first_copy(engine: CaptionEngine,
+                                                                                   settled: int) -> None:
+    """A partial of the looping clip, made to start with its first settled words (as a live session's partials are),
+    loops into its window's padding: it is cut where the sentence starts again, never after ("... the tents. Concord
+    returned to" once settled, and locked twice). The settled words must be read to the decoder as the tokens it
+    writes itself, or the two copies differ and the cut misses the first."""
+    clip = audio(LOOPER)
+    start = int(0.26 * 16_000)  # where a live session's segment opened (its speech began)
+    sentence = reference(LOOPER).capitalize().split()
+    forced = " ".join(sentence[:settled])
+    with window_policy(engine, WindowPolicy()) as t:
+        for tail_s in (0.05, 0.55):
+            samples = pad(clip[start:], 0.0, tail_s)
+            result = await t.transcribe(DecodeRequest(f"settled{settled}-{tail_s}", samples, Priority.PARTIAL,
+                                                      prefix=forced))
+            words = normalise(result.text)
+            assert " ".join(words).count(" ".join(normalise(reference(LOOPER))[1:3])) == 1, result.text

@@ -176,13 +176,55 @@ def tokenizer_configs(dims: WhisperDims, tokens: WhisperTokens) -> dict[str, dic
     return {"tokenizer_config.json": tokenizer_config, "special_tokens_map.json": special_map}
 
 
+def missing_merges(model: dict[str, Any]) -> list[tuple[int, list[str]]]:
+    """The merges a byte-level BPE ``model`` (``tokenizer.json``'s ``model``) lacks, as (rank, pair), in rank order.
+
+    In a byte-level BPE vocabulary the 256 byte symbols come first and then one token per merge, in merge order:
+    token id ``256 + r`` is what merge ``r`` makes. A token past the bytes that no merge makes is one the tokenizer
+    can never produce from text, though the model writes it. Its merge is the one split of it into two tokens
+    made before it (a split that is not unique is left alone)."""
+    vocab: dict[str, int] = model.get("vocab") or {}
+    pairs = [m.split(" ") if isinstance(m, str) else list(m) for m in model.get("merges") or ()]
+    made = {a + b for a, b in pairs}
+    last = 256 + len(pairs)  # with every merge missing below it found, the highest id merges make
+    found: list[tuple[int, list[str]]] = []
+    for token, token_id in sorted(vocab.items(), key=lambda item: item[1]):
+        if token_id < 256 or token in made:
+            continue
+        if token_id > last:
+            break
+        splits = [[token[:k], token[k:]] for k in range(1, len(token))
+                  if vocab.get(token[:k], token_id) < token_id and vocab.get(token[k:], token_id) < token_id]
+        if len(splits) == 1:
+            found.append((token_id - 256, splits[0]))
+            last += 1
+    return found
+
+
+def with_complete_merges(data: dict[str, Any]) -> dict[str, Any]:
+    """``tokenizer.json`` ``data`` with the merges its BPE model lacks put back in their places (``missing_merges``).
+
+    The embedded checkpoints' ``tokenizer.json`` lacks Whisper's first merge, "Ġ t": every word that begins with
+    "t" after a space (" the", " to") was encoded as a lone space and the rest, which the model never writes.
+    Text the decoder is made to start with (settled words) then read to it as odd tokens, and a loop that repeated
+    that text was not seen as one (its copies were different tokens)."""
+    model = data.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("merges"), list):
+        return data
+    merges = model["merges"]
+    for rank, pair in missing_merges(model):
+        merges.insert(rank, " ".join(pair) if not merges or isinstance(merges[0], str) else pair)
+    return data
+
+
 def with_timestamp_tokens(tokenizer: Path, dims: WhisperDims, tokens: WhisperTokens) -> dict[str, Any]:
-    """The packaged ``tokenizer.json`` with Whisper's timestamp tokens added where the model has them.
+    """The packaged ``tokenizer.json``, its BPE merges completed (``with_complete_merges``), with Whisper's timestamp
+    tokens added where the model has them.
 
     faster-whisper's tokenizer stops at ``<|notimestamps|>``; the model's vocabulary goes on with ``<|0.00|>``,
     ``<|0.02|>``, ... (one per 20 ms, up to ``<|30.00|>``) to ``vocab_size``. They are added as OpenAI's Hugging
     Face tokenizers have them (not special), so prompts can hold ``<|0.00|>`` and decodes can write them."""
-    data: dict[str, Any] = json.loads(tokenizer.read_text(encoding="utf-8"))
+    data: dict[str, Any] = with_complete_merges(json.loads(tokenizer.read_text(encoding="utf-8")))
     first = max(tokens.by_content.values()) + 1
     if "<|0.00|>" in tokens.by_content:
         return data

@@ -27,7 +27,8 @@ import numpy as np
 from engine.models.ct2 import Ct2FormatError, Ct2Model
 
 # Bump whenever the files written here change, so cached conversions are rebuilt.
-CONVERTER_VERSION = 3  # 2: config names the windowed vLLM architecture; 3: tokenizer has timestamp tokens
+# 2: config names the windowed vLLM architecture; 3: tokenizer has timestamp tokens; 4: tokenizer has every BPE merge
+CONVERTER_VERSION = 4
 
 WEIGHTS_FILE = "model.safetensors"
 OUTPUT_FILES = (

@@ -204,7 +204,7 @@ def missing_merges(model: dict[str, Any]) -> list[tuple[int, list[str]]]:
 def with_complete_merges(data: dict[str, Any]) -> dict[str, Any]:
     """``tokenizer.json`` ``data`` with the merges its BPE model lacks put back in their places (``missing_merges``).
 
-    The embedded checkpoints' ``tokenizer.json`` lacks Whisper's first merge, "Ġ t": every word that begins with
+    The embedded whisper-base's ``tokenizer.json`` lacks Whisper's first merge, "Ġ t": every word that begins with
     "t" after a space (" the", " to") was encoded as a lone space and the rest, which the model never writes.
     Text the decoder is made to start with (settled words) then read to it as odd tokens, and a loop that repeated
     that text was not seen as one (its copies were different tokens)."""

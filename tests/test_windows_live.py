@@ -117,14 +117,11 @@ async def test_a_partial_made_to_start_with_settled_words_is_cut_at_its_first_co
     loops into its window's padding: it is cut where the sentence starts again, never after ("... the tents. Concord
     returned to" once settled, and locked twice). The settled words must be read to the decoder as the tokens it
     writes itself, or the two copies differ and the cut misses the first."""
-    clip = audio(LOOPER)
-    start = int(0.26 * 16_000)  # where a live session's segment opened (its speech began)
-    sentence = reference(LOOPER).capitalize().split()
-    forced = " ".join(sentence[:settled])
+    speech = audio(LOOPER)[int(0.26 * 16_000):]  # from where a live session's segment opened (its speech began)
+    forced = " ".join(reference(LOOPER).capitalize().split()[:settled])
+    said_again = " ".join(normalise(reference(LOOPER))[1:3])  # "returned to": once in the sentence
     with window_policy(engine, WindowPolicy()) as t:
         for tail_s in (0.05, 0.55):
-            samples = pad(clip[start:], 0.0, tail_s)
-            result = await t.transcribe(DecodeRequest(f"settled{settled}-{tail_s}", samples, Priority.PARTIAL,
-                                                      prefix=forced))
-            words = normalise(result.text)
-            assert " ".join(words).count(" ".join(normalise(reference(LOOPER))[1:3])) == 1, result.text
+            result = await t.transcribe(DecodeRequest(f"settled{settled}-{tail_s}", pad(speech, 0.0, tail_s),
+                                                      Priority.PARTIAL, prefix=forced))
+            assert " ".join(normalise(result.text)).count(said_again) == 1, result.text

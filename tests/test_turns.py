@@ -109,6 +109,24 @@ def test_a_window_straddling_the_change_does_not_hide_the_new_voice() -> None:
     assert 5.8 <= at / SAMPLE_RATE <= 6.0 and found_s <= 8.0, (at / SAMPLE_RATE, found_s)
 
 
+def test_two_voices_at_once_do_not_become_the_turns_voice() -> None:
+    # CAM++'s scale (change at 0.28): windows where the second speaker starts over the first sound like neither
+    # (cosine about 0.4 to the first). Averaged into the turn's voice they drag it towards the second speaker, who
+    # then never deviates from it; kept out of it, the second speaker is found.
+    mixed = 0.4 * A + np.sqrt(1 - 0.4**2) * B
+
+    def voice_at(start: float, end: float) -> np.ndarray:
+        middle = (start + end) / 2
+        return A if middle < 6.0 else mixed if middle < 9.0 else B
+
+    campplus = TurnConfig(change_similarity=0.28, join_margin=0.2)
+    at, found_s = _drive(voice_at, seconds=16.0, config=campplus)
+    assert at is not None, "the second voice was never found"
+    assert 6.0 <= at / SAMPLE_RATE <= 9.5 and found_s <= 11.0, (at / SAMPLE_RATE, found_s)
+    # Without the margin every window that is not unlike the voice joins it, and the change is lost.
+    assert _drive(voice_at, seconds=16.0, config=TurnConfig(change_similarity=0.28, join_margin=0.0))[0] is None
+
+
 def test_after_a_cut_the_new_voice_is_known_at_once() -> None:
     # The deviating windows mostly after the cut seed the new turn's voice: its label can show straight away.
     detector = TurnDetector(TurnConfig(), THRESHOLD)
@@ -163,6 +181,8 @@ def test_config_rejects_nonsense() -> None:
         TurnConfig(hop_s=3.0, window_s=1.5)
     with pytest.raises(ValueError, match="confirm_windows"):
         TurnConfig(confirm_windows=0)
+    with pytest.raises(ValueError, match="join_margin"):
+        TurnConfig(join_margin=-0.1)
 
 
 def test_endpointer_split_closes_at_the_cut_and_carries_the_rest_on() -> None:

@@ -52,12 +52,15 @@ class SpeakerModel:
 # Printed by ``python -m bench.speaker_models --fit`` (its ``fit_thresholds``; docs/benchmarks.md, "Speaker-embedding
 # models"): the turn detector's change threshold is CAM++'s EER threshold on 1.5 s window pairs; the tracker's are
 # Resemblyzer's tuned cosines placed at the same relative position between the median different-speaker and the
-# median same-speaker cosine of whole-segment pairs.
+# median same-speaker cosine of whole-segment pairs. The join margin (a window joins the turn's voice at 0.48 and
+# above) is from ``python -m bench.speaker_fit --change 0.23 0.28 0.33 --join 0 0.1 0.2 0.3 --leads 0 0.02 0.04``:
+# 0.1-0.3 all keep the windows where two readers overlap out of the voice, 0.2 is the middle of that flat optimum.
 CAMPPLUS_FIT: dict[str, float] = {
     "similarity_threshold": 0.60,
     "recluster_distance": 0.22,
     "recluster_margin": 0.15,
     "change_similarity": 0.28,
+    "join_margin": 0.20,
 }
 
 SPEAKER_MODELS: dict[str, SpeakerModel] = {
@@ -67,7 +70,8 @@ SPEAKER_MODELS: dict[str, SpeakerModel] = {
         tracker=replace(SpeakerConfig(), similarity_threshold=CAMPPLUS_FIT["similarity_threshold"],
                         recluster_distance=CAMPPLUS_FIT["recluster_distance"],
                         recluster_margin=CAMPPLUS_FIT["recluster_margin"]),
-        turns=replace(TurnConfig(), change_similarity=CAMPPLUS_FIT["change_similarity"]),
+        turns=replace(TurnConfig(), change_similarity=CAMPPLUS_FIT["change_similarity"],
+                      join_margin=CAMPPLUS_FIT["join_margin"]),
     ),
 }
 SPEAKER_MODEL_NAMES: tuple[str, ...] = tuple(SPEAKER_MODELS)

@@ -4,11 +4,12 @@ Two readers who follow each other with a 0.3-1 s gap end up in one segment (the 
 for a sentence to end), and a segment gets one embedding and one label. ``TurnDetector`` watches the open segment
 as it grows: every ``hop_s`` of audio (every ``confirm_hop_s`` once a window sounds unlike the turn) it asks for the
 speaker embedding of the last ``window_s`` when that window is mostly speech, keeps the mean embedding of the
-current turn's windows as the turn's voice, and reports a change when ``confirm_windows`` windows in a row fall below
-``change_similarity`` to that voice and agree with each other. The change is placed at the longest pause (else the
-least speech-like moment) where the first deviating window says the new voice began, so that the cut falls between
-words; the caller ends the segment there (decoding each side on its own audio) and the detector starts the new turn
-with the windows that lie after the cut.
+current turn's windows that sound like it (``join_margin``: not those where two voices overlap) as the turn's voice,
+and reports a change when ``confirm_windows`` windows in a row fall below ``change_similarity`` to that voice and
+agree with each other. The change is placed at the longest pause (else the least speech-like moment) where the
+first deviating window says the new voice began, so that the cut falls between words; the caller ends the segment
+there (decoding each side on its own audio) and the detector starts the new turn with the windows that lie after
+the cut.
 
 Pure and synchronous; one per session. Positions are absolute sample indices of the session's audio, as in the
 endpointer; ``probs`` are the endpointer's speech probabilities of its open segment, one per VAD window.
@@ -43,6 +44,12 @@ class TurnConfig:
     """Cosine to the turn's voice below which a window is another voice. Fitted by ``python -m bench.speaker_fit``
     (0.62-0.83 tried): lower values miss changes, higher ones split single readers; 0.77 also lowered the held-out
     AMI clips' speaker error (docs/benchmarks.md, "Speaker thresholds fitted on data")."""
+    join_margin: float = 0.0
+    """A window joins the turn's voice (the mean of the windows that joined) only at a cosine of at least
+    ``change_similarity + join_margin`` to it. A window in between sounds like neither voice surely, most often two
+    voices overlapping: averaged in, it drags the voice towards the other speaker until that speaker no longer
+    deviates from it, and the change is never found. Such a window only breaks a run of deviating windows. 0 (the
+    default, Resemblyzer's) lets every window that is not unlike the voice join it."""
     confirm_windows: int = 2
     """Consecutive deviating windows that make a change (one alone is often a word the encoder hears oddly)."""
     min_turn_s: float = 1.5
@@ -60,6 +67,8 @@ class TurnConfig:
             raise ValueError(f"min_speech must be a share in [0, 1], got {self.min_speech}")
         if not -1.0 <= self.change_similarity <= 1.0:
             raise ValueError(f"change_similarity must be a cosine in [-1, 1], got {self.change_similarity}")
+        if not 0.0 <= self.join_margin <= 1.0:
+            raise ValueError(f"join_margin must be a cosine difference in [0, 1], got {self.join_margin}")
         if self.confirm_windows < 1:
             raise ValueError(f"confirm_windows must be >= 1, got {self.confirm_windows}")
         if self.min_turn_s < 0.0:
@@ -141,10 +150,13 @@ class TurnDetector:
         voice = self._voice_vector()
         spans_turn = bool(self._voice) and self._voice[-1][0].end - self._voice[0][0].start >= self._min_turn
         if voice is None or not spans_turn:
+            # Too little of the turn to judge a window against: every window makes the voice.
             self._voice.append((window, unit))
             return None
-        if float(unit @ voice) >= self.config.change_similarity:
-            self._voice.append((window, unit))
+        similarity = float(unit @ voice)
+        if similarity >= self.config.change_similarity:
+            if similarity >= self.config.change_similarity + self.config.join_margin:
+                self._voice.append((window, unit))
             self._deviating = []
             return None
         self._deviating.append((window, unit))

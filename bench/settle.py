@@ -12,7 +12,8 @@ times (``--parallel 3 --repeat 15``: five runs of three sessions at once).
 Modes: ``new`` is the shipped engine; ``old`` is it without stable words and without the early lock (every sentence
 waits for the endpoint's silence schedule) and without holding back a partial's last word cut by the audio's end,
 as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each. ``--variant
-NAME:SECTION.FIELD=VALUE,...`` adds mode NAME: ``new`` with those ``EngineConfig`` fields changed.
+NAME:SECTION.FIELD=VALUE,...`` adds mode NAME: ``new`` with those ``EngineConfig`` fields changed (section ``turns``:
+the speaker service's ``TurnConfig``, the voice-change detector of each new session).
 
 Per mode and clip kind:
 - WER of the locked text against the reference (clips that have one; ``speechdata.wer`` normalisation);
@@ -49,6 +50,7 @@ from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import Caption
+from engine.speakers.turns import TurnConfig
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
 from speechdata.corpus import audio, manifest, pad
@@ -104,7 +106,8 @@ def stable_after_spoken(result: StreamResult) -> list[float]:
 
 def parse_variant(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
     """``NAME:SECTION.FIELD=VALUE[,SECTION.FIELD=VALUE...]`` (``p5:partial.stable_min_prob=0.5``): the shipped
-    engine with those ``EngineConfig`` fields changed, as mode NAME."""
+    engine with those ``EngineConfig`` fields changed, as mode NAME; section ``turns`` is the speaker service's
+    ``TurnConfig`` (``nojoin:turns.join_margin=0``)."""
     name, _, spec = text.partition(":")
     if not name or name in MODES or not spec:
         raise argparse.ArgumentTypeError(f"--variant {text!r}: NAME:SECTION.FIELD=VALUE,... with a new NAME")
@@ -119,11 +122,16 @@ def parse_variant(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
 
 
 def configure(engine: CaptionEngine, base: EngineConfig, mode: str,
-              variants: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
-    """Switch the engine to ``mode`` (no session live): one of ``MODES`` or a ``--variant`` of ``new``."""
+              variants: dict[str, dict[str, dict[str, Any]]] | None = None,
+              base_turns: TurnConfig | None = None) -> None:
+    """Switch the engine to ``mode`` (no session live): one of ``MODES`` or a ``--variant`` of ``new``;
+    ``base_turns``: the speaker service's shipped ``TurnConfig``, which ``turns`` variants change."""
+    if engine.speakers is not None and base_turns is not None:
+        # Sessions take their turn detector from the service as they open: its config is the mode's too.
+        engine.speakers.turns = replace(base_turns, **(variants or {}).get(mode, {}).get("turns", {}))
     if variants and mode in variants:
         engine.config = replace(base, **{section: replace(getattr(base, section), **fields)
-                                         for section, fields in variants[mode].items()})
+                                         for section, fields in variants[mode].items() if section != "turns"})
         return
     stable = mode in ("new", "noearly", "noholdback")
     early = mode in ("new", "nostable", "noholdback")
@@ -141,6 +149,7 @@ async def main(args: argparse.Namespace) -> int:
     engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
     await engine.start()
     base = engine.config
+    base_turns = engine.speakers.turns if engine.speakers is not None else None
     me = psutil.Process()
     rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
@@ -150,12 +159,12 @@ async def main(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     try:
         if args.warmup:
-            configure(engine, base, args.modes[0], variants)
+            configure(engine, base, args.modes[0], variants, base_turns)
             await stream_audio(engine, recordings[clips[0]].samples[: 10 * 16_000], realtime=True)
         for k, group in enumerate(groups):
             order = list(args.modes) if k % 2 == 0 else list(reversed(args.modes))
             for mode in order:
-                configure(engine, base, mode, variants)
+                configure(engine, base, mode, variants, base_turns)
                 seen = Latencies()
                 engine.observers.add(seen)
                 await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity

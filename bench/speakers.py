@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio.pcm import SAMPLE_RATE
+from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.audio.vad import WINDOW
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODELS
 from engine.speakers.service import Embedder
@@ -147,9 +147,9 @@ class Shown:
 def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config: SpeakerConfig,
                 preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int]:
     """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
-    the endpointer 64 ms at a time and ``TurnDetector`` embeds its windows of the open segment as it asks (here at
-    once; a server does it in the speaker thread a few milliseconds later) and may split the segment; each closed
-    segment is labelled at once and the open one's voice gets a provisional label (``SpeakerTracker.peek``).
+    the endpointer as 60 ms chunks complete them and ``TurnDetector`` embeds its windows of the open segment as it
+    asks (here at once; a server does it in the speaker thread a few milliseconds later) and may split the segment;
+    each closed segment is labelled at once and the open one's voice gets a provisional label (``SpeakerTracker.peek``).
     Returns the segments, the audio position (seconds) at which each split was decided, the labels shown and the
     number of windows embedded."""
     from engine.config import ENDPOINT_PRESETS, VadConfig
@@ -183,9 +183,15 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
                 else:
                     detector.cut(cut)
 
-    step = 2
-    for i in range(0, len(probs), step):
-        handle(endpointer.push(probs[i : i + step]))
+    # VAD windows reach the endpointer as a live session's 60 ms chunks complete them (one or two at a time), so
+    # the detector's windows fall where a live session's do: a window is due at the first push past its hop, and a
+    # push that brings two windows moves it one window later than a fixed step would.
+    done = 0
+    for chunk_end in range(CHUNK_SAMPLES, len(probs) * WINDOW + CHUNK_SAMPLES, CHUNK_SAMPLES):
+        i, done = done, min(len(probs), chunk_end // WINDOW)
+        if i == done:
+            continue
+        handle(endpointer.push(probs[i:done]))
         opened = endpointer.open_segment
         if opened is None or not detector.due(endpointer.position):
             continue
@@ -322,12 +328,18 @@ def label_segments(
 def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
              turns: TurnConfig | None = None) -> ClipResult:
     """Segment, label and score one clip: a clip of the shared speech folder with an RTTM file, or an
-    ``alternating_clip`` named ``alt:<reader>+<reader>[+...]``. ``turns``: find voice changes inside segments."""
-    if clip.startswith("alt:"):
-        audio, reference = alternating_clip(tuple(clip[4:].split("+")))
+    ``alternating_clip`` named ``alt:<reader>+<reader>[+...]``; ``<clip>@<seconds>`` is that clip after that much
+    leading silence. ``turns``: find voice changes inside segments."""
+    name, _, lead = clip.partition("@")
+    if name.startswith("alt:"):
+        audio, reference = alternating_clip(tuple(name[4:].split("+")))
     else:
-        audio = corpus.audio(clip)
-        reference = corpus.turns(clip)
+        audio = corpus.audio(name)
+        reference = corpus.turns(name)
+    if lead:
+        # The same speech later by ``lead`` seconds: the turn detector's windows fall elsewhere in it.
+        audio = corpus.pad(audio, float(lead))
+        reference = [Turn(t.start_s + float(lead), t.end_s + float(lead), t.speaker) for t in reference]
     decided: list[float] = []
     shown: list[Shown] = []
     windows = 0
@@ -469,14 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="all", choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
                         help=f"endpointer preset; 'all' = both presets; '{ORACLE}' = reference turns (diagnostic)")
     parser.add_argument("--clips", nargs="*", default=[*CLIPS, *alternating_names()],
-                        help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips")
+                        help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips; "
+                             "<clip>@<seconds>: after that much leading silence")
     parser.add_argument("--turns", default="both", choices=["on", "off", "both"],
                         help="find voice changes inside segments (engine.speakers.turns); 'both' runs each clip twice")
     parser.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL, choices=sorted(SPEAKER_MODELS),
                         help="embedding model; the thresholds below default to the ones fitted for it")
     # Unset thresholds take the chosen model's own (engine.speakers.models).
     for flag, kind in (("--change-similarity", float), ("--window-s", float), ("--hop-s", float),
-                       ("--confirm-hop-s", float), ("--confirm-windows", int), ("--min-turn-s", float),
+                       ("--confirm-hop-s", float), ("--confirm-windows", int), ("--join-margin", float),
+                       ("--min-turn-s", float),
                        ("--similarity-threshold", float), ("--min-embed-speech-s", float),
                        ("--recluster-distance", float), ("--recluster-margin", float)):
         parser.add_argument(flag, type=kind, default=None)
@@ -498,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     turns = replace(tdefaults, window_s=pick(args.window_s, tdefaults.window_s), hop_s=hop_s,
                     confirm_hop_s=min(pick(args.confirm_hop_s, tdefaults.confirm_hop_s), hop_s),
                     change_similarity=pick(args.change_similarity, tdefaults.change_similarity),
+                    join_margin=pick(args.join_margin, tdefaults.join_margin),
                     confirm_windows=int(pick(args.confirm_windows, tdefaults.confirm_windows)),
                     min_turn_s=pick(args.min_turn_s, tdefaults.min_turn_s))
     presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]

@@ -32,6 +32,7 @@ from engine.config import EndpointConfig, PartialConfig
 
 if TYPE_CHECKING:
     from engine.asr.align_service import AlignService
+    from engine.speakers.turns import TurnConfig
     from engine.stream.engine import CaptionEngine
 
 PARTIAL_INTERVAL_S = 0.48
@@ -47,8 +48,10 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-noconf: the engine without the decoder's word probabilities: any word two partials agree on (and that held)
 #   settles, and a partial shows every word it decoded (the held-back word aside).
 # engine-nosure: the engine without settling words one decode is sure of (every word waits for two decodes to agree).
+# engine-nojoin: the engine with every window not unlike a turn's voice joining it (join_margin 0), as before the
+#   windows where two voices overlap were kept out of it.
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
-         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure")
+         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -129,13 +132,16 @@ class SerializedTranscriber:
 
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
                real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
-               real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None) -> None:
+               real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None,
+               real_turns: TurnConfig | None = None) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
     ``real_partial``, ``real_max_inflight``, ``real_window``, ``real_aligner`` and ``real_endpoint`` are the engine's
     own settings,
     read once after ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s
-    window; ``engine-noalign`` takes word times from the VAD alone (the server's ``--no-word-align``).
+    window; ``engine-noalign`` takes word times from the VAD alone (the server's ``--no-word-align``);
+    ``engine-nojoin`` lets every window that is not unlike a turn's voice join it (``TurnConfig.join_margin`` 0;
+    ``real_turns``: the speaker service's own, which new sessions take their detector from).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -151,6 +157,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
     engine.aligner = None if mode == "engine-noalign" else real_aligner
+    if engine.speakers is not None and real_turns is not None:
+        engine.speakers.turns = replace(real_turns, join_margin=0.0) if mode == "engine-nojoin" else real_turns
     inner: Any = transcriber.inner
     if hasattr(inner, "window_policy"):  # the vLLM recognizer (the fake has no windows)
         inner.window_policy = STOCK_WINDOW if mode in ("baseline", "engine-stock") else real_window

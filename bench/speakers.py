@@ -336,10 +336,10 @@ def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
     else:
         audio = corpus.audio(name)
         reference = corpus.turns(name)
-    if lead:
-        # The same speech later by ``lead`` seconds: the turn detector's windows fall elsewhere in it.
-        audio = corpus.pad(audio, float(lead))
-        reference = [Turn(t.start_s + float(lead), t.end_s + float(lead), t.speaker) for t in reference]
+    if lead_s := float(lead or 0):
+        # The same speech later by ``lead_s`` seconds: the turn detector's windows fall elsewhere in it.
+        audio = corpus.pad(audio, lead_s)
+        reference = [Turn(t.start_s + lead_s, t.end_s + lead_s, t.speaker) for t in reference]
     decided: list[float] = []
     shown: list[Shown] = []
     windows = 0

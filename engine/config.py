@@ -209,8 +209,8 @@ class TranscriberConfig:
     window: str = "fit"  # "fit": encoder window per request (engine.asr.windows); "stock": always Whisper's 30 s
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
-    # OpenMP threads of the CPU engine, bound to cores 0..n-1; 0 = vLLM's own binding (every core but one, which it
-    # leaves to the server process: one thread on 2 cores). Measured in docs/benchmarks.md ("CPU threads").
+    # Compute threads of the CPU engine core; 0 = every core but one, which is left to the server process (one
+    # thread on 2 cores). Measured in docs/benchmarks.md ("CPU threads"); ``vllm_backend.cpu_engine_threads``.
     cpu_threads: int = 0
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85

@@ -14,6 +14,8 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,39 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
             cpuinfo = ""
     flags = set(cpuinfo.split())
     return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
+def cpu_engine_threads(requested: int, cores: int | None = None) -> int:
+    """The CPU engine core's compute threads: ``requested`` if positive, else every core this process may run on
+    but one (one on 2 cores), which it leaves to the server process (VAD, speakers, WebRTC, the aligner).
+
+    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread made Whisper base's decodes ~20 %
+    faster alone but cost ~50 % more CPU for the same decodes, taken from the server process's core.
+    """
+    if requested > 0:
+        return requested
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+@contextmanager
+def engine_core_threads(threads: int | None) -> Iterator[None]:
+    """Spawn the engine core inside this block to give it ``threads`` OpenMP threads (None: leave it alone).
+
+    The engine core is a spawned child that runs the worker in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING``
+    0), where vLLM binds no threads (its ``VLLM_CPU_OMP_THREADS_BIND`` applies only to the workers of its
+    multiprocess executor) and torch starts one per core. The child reads ``OMP_NUM_THREADS`` as it starts; the
+    server process's own value is put back afterwards. An ``OMP_NUM_THREADS`` set by whoever runs the server wins.
+    """
+    if threads is None or "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)
 
 
 def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "",
@@ -200,8 +235,6 @@ class VllmTranscriber:
             # worker saves ~0.8 GB.
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            if self.config.cpu_threads > 0:  # else vLLM's own binding: all cores but one (one on 2 cores)
-                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{self.config.cpu_threads - 1}")
         importlib.import_module("vllm")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -222,7 +255,8 @@ class VllmTranscriber:
             kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True)
         else:
             kwargs.update(dtype=dtype, gpu_memory_utilization=self.config.gpu_memory_utilization)
-        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        with engine_core_threads(cpu_engine_threads(self.config.cpu_threads) if device == "cpu" else None):
+            llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))  # spawns the engine core
         self.dtype = str(getattr(llm.model_config, "dtype", kwargs["dtype"])).removeprefix("torch.")
         return llm
 

@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm")
     p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
+    p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
     p.add_argument("--audio-decoder", choices=AUDIO_DECODERS, default="direct",
@@ -73,7 +74,7 @@ async def serve(args: argparse.Namespace) -> None:
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
                           ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
                           max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
-                          ptime_ms=args.ptime_ms)
+                          ptime_ms=args.ptime_ms, cpu_threads=args.cpu_threads)
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")
@@ -81,7 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
         from engine.asr.vllm_backend import VllmTranscriber
         from engine.config import TranscriberConfig
 
-        inner = VllmTranscriber(TranscriberConfig(model=args.model))
+        inner = VllmTranscriber(TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads))
     transcriber = SerializedTranscriber(inner)
     base = engine_config(config)
     if args.vad_batch_interval_ms is not None:

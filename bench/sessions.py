@@ -213,6 +213,8 @@ async def main(args: argparse.Namespace) -> int:
     server_args = ["--recognizer", args.recognizer, "--preset", args.preset]
     if args.model:
         server_args += ["--model", args.model]
+    if args.cpu_threads:
+        server_args += ["--cpu-threads", str(args.cpu_threads)]
     if args.no_speakers:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
@@ -277,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fake: the named FakeTranscriber, to check the harness only (no model)")
     p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
+    p.add_argument("--cpu-threads", type=int, default=0, help="server --cpu-threads (0: the server's default)")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
     p.add_argument("--pause-s", type=float, default=2.5, help="pause between sentences")

@@ -146,7 +146,8 @@ async def main(args: argparse.Namespace) -> int:
     clips = list(recordings)
     variants = dict(args.variant)
     args.modes = [*args.modes, *variants]
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads),
+                                         speakers=not args.no_speakers))
     await engine.start()
     base = engine.config
     base_turns = engine.speakers.turns if engine.speakers is not None else None
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap-s", type=float, default=2.0)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--model", default=None)
+    p.add_argument("--cpu-threads", type=int, default=0, help="the CPU engine core's threads (0: every core but one)")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--json", default=None)

@@ -46,8 +46,8 @@ async def test_the_engine_core_decodes_on_its_share_of_the_cores(engine: Caption
     """While a sentence streams, the engine core's busy threads are at most its share: on 2 cores, one thread
     decodes and the other core stays with the server (torch would otherwise compute on every core)."""
     cores = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::EngineCor")]
-    if not cores or "OMP_NUM_THREADS" in os.environ:
-        pytest.skip("no CPU engine core child (GPU or remote recognizer), or OMP_NUM_THREADS set by the caller")
+    if getattr(engine.transcriber, "device", None) != "cpu" or not cores or "OMP_NUM_THREADS" in os.environ:
+        pytest.skip("not vLLM on a CPU in this process (a GPU, or a remote recognizer), or OMP_NUM_THREADS set")
     core = cores[0]
     before = _thread_cpu(core)
     result = await stream_audio(engine, pad(audio("ls_1988-24833-0001"), 0.5, 1.5), realtime=True)

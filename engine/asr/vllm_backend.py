@@ -81,8 +81,8 @@ def cpu_engine_threads(requested: int, cores: int | None = None) -> int:
     """The CPU engine core's compute threads: ``requested`` if positive, else every core this process may run on
     but one (one on 2 cores), which it leaves to the server process (VAD, speakers, WebRTC, the aligner).
 
-    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread made Whisper base's decodes ~20 %
-    faster alone but cost ~50 % more CPU for the same decodes, taken from the server process's core.
+    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread made one session's first words ~0.05 s
+    sooner for ~40 % more CPU, taken from the server process's core, and every session slower from three on.
     """
     if requested > 0:
         return requested

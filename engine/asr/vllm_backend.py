@@ -81,8 +81,9 @@ def cpu_engine_threads(requested: int, cores: int | None = None) -> int:
     """The CPU engine core's compute threads: ``requested`` if positive, else every core this process may run on
     but one (one on 2 cores), which it leaves to the server process (VAD, speakers, WebRTC, the aligner).
 
-    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread made one session's first words ~0.05 s
-    sooner for ~40 % more CPU, taken from the server process's core, and every session slower from three on.
+    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread gives one speaker faster decodes (first
+    words ~0.05-0.09 s sooner; long sentences locked ~0.45 s sooner) for 30-40 % more CPU, taken from the server
+    process's core, and makes every session slower from three on (first words up to 1.3 s later).
     """
     if requested > 0:
         return requested

@@ -120,7 +120,7 @@ class ServerConfig:
     preset: str = "balanced"
     sentence_pause_ms: int | None = None  # silence that locks a finished sentence; None: the preset's, 0: off
     window: str = "fit"  # encoder window: "fit" (per request, engine.asr.windows) or "stock" (always 30 s)
-    cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = every core but one
+    cpu_threads: int = TranscriberConfig.cpu_threads  # CPU engine threads; 0 = one per core
     word_timestamps: bool = False  # Whisper's timestamp tokens in every decode (word times; costs decode time)
     word_align: bool = True  # word times from Whisper's cross-attention, one extra pass per locked sentence
     device: str = "auto"
@@ -232,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast), "
                         "'stock' always to 30 s")
     p.add_argument("--cpu-threads", type=int, default=int(_env("CPU_THREADS", str(TranscriberConfig.cpu_threads)) or 0),
-                   help="compute threads of the CPU speech engine (0: every core but one, which is left to the server; "
-                        "an OMP_NUM_THREADS in the environment wins)")
+                   help="compute threads of the CPU speech engine (0: one per core; 1 on a 2-core machine serves more "
+                        "sessions; an OMP_NUM_THREADS in the environment wins)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
     p.add_argument("--asr-url", action="append", type=_asr_url, default=None, metavar="URL",
                    help="decode on this `vllm serve` instance (base URL, e.g. http://10.0.0.5:8000) instead of an "

@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap-s", type=float, default=2.0)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--model", default=None)
-    p.add_argument("--cpu-threads", type=int, default=0, help="the CPU engine core's threads (0: every core but one)")
+    p.add_argument("--cpu-threads", type=int, default=0, help="the CPU engine core's threads (0: one per core)")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--json", default=None)

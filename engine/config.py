@@ -209,8 +209,9 @@ class TranscriberConfig:
     window: str = "fit"  # "fit": encoder window per request (engine.asr.windows); "stock": always Whisper's 30 s
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
-    # Compute threads of the CPU engine core; 0 = every core but one, which is left to the server process (one
-    # thread on 2 cores). Measured in docs/benchmarks.md ("CPU threads"); ``vllm_backend.cpu_engine_threads``.
+    # Compute threads of the CPU engine core; 0 = torch's own (one per core). On 2 cores, 1 costs ~30 % less CPU and
+    # serves 3-5 sessions faster, 2 locks one speaker's long sentences ~0.45 s sooner: docs/benchmarks.md ("CPU
+    # threads"), ``vllm_backend.cpu_engine_threads``.
     cpu_threads: int = 0
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85

@@ -77,24 +77,20 @@ def cpu_dtype(cpuinfo: str | None = None) -> str:
     return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
-def cpu_engine_threads(requested: int, cores: int | None = None) -> int:
-    """The CPU engine core's compute threads: ``requested`` if positive, else every core this process may run on
-    but one (one on 2 cores), which it leaves to the server process (VAD, speakers, WebRTC, the aligner).
+def cpu_engine_threads(requested: int) -> int | None:
+    """The CPU engine core's compute threads: ``requested`` if positive, else None (torch's own: one per core).
 
-    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): a second thread gives one speaker faster decodes (first
-    words ~0.05-0.09 s sooner; long sentences locked ~0.45 s sooner) for 30-40 % more CPU, taken from the server
-    process's core, and makes every session slower from three on (first words up to 1.3 s later).
+    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): one thread instead of two costs ~30 % less CPU per
+    session and makes three to five sessions 0.2-1.3 s faster, but one speaker's long sentences lock ~0.45 s later
+    (over the 1.2 s the live lock test allows). The default keeps one speaker fastest; ``--cpu-threads 1`` on a
+    2-core machine serves more sessions.
     """
-    if requested > 0:
-        return requested
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores - 1)
+    return requested if requested > 0 else None
 
 
 @contextmanager
 def engine_core_threads(threads: int | None) -> Iterator[None]:
-    """Spawn the engine core inside this block to give it ``threads`` OpenMP threads (None: leave it alone).
+    """Spawn the engine core inside this block to give it ``threads`` OpenMP threads (None: torch's own count).
 
     The engine core is a spawned child that runs the worker in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING``
     0), where vLLM binds no threads (its ``VLLM_CPU_OMP_THREADS_BIND`` applies only to the workers of its

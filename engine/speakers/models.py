@@ -52,20 +52,15 @@ class SpeakerModel:
 # Printed by ``python -m bench.speaker_models --fit`` (its ``fit_thresholds``; docs/benchmarks.md, "Speaker-embedding
 # models"): the turn detector's change threshold is CAM++'s EER threshold on 1.5 s window pairs; the tracker's are
 # Resemblyzer's tuned cosines placed at the same relative position between the median different-speaker and the
-# median same-speaker cosine of whole-segment pairs. The join margin (a window joins the turn's voice at 0.43 and
-# above) lies between the windows it must keep out and those it must let in. Windows where two readers of
-# libri_2spk_overlap_dialogue overlap reach 0.29-0.31 against the voice (margin 0 let them in, and a whole turn of the
-# other reader went unnoticed); single readers' windows fall to 0.45-0.47 (libri_3spk_turns, and one reader under
-# 0 dB babble, ls_1272-128104-0000_babble0dB). At margin 0.2 that babble window (0.467) stayed out, the voice it would
-# have widened took the next two noisy windows for a new one, and the sentence was cut in two whose halves the
-# guard then dropped. ``python -m bench.speaker_fit --assign 0.60 --change 0.28 --join 0 0.1 0.15 0.2``: 0.15 and
-# 0.2 give the same DER (3.9 %), 0.1 a little more (4.0 %), 0 the most (5.3 %).
+# median same-speaker cosine of whole-segment pairs. The join margin (a window joins the turn's voice at 0.48 and
+# above) is from ``python -m bench.speaker_fit --change 0.23 0.28 0.33 --join 0 0.1 0.2 0.3 --leads 0 0.02 0.04``:
+# 0.1-0.3 all keep the windows where two readers overlap out of the voice, 0.2 is the middle of that flat optimum.
 CAMPPLUS_FIT: dict[str, float] = {
     "similarity_threshold": 0.60,
     "recluster_distance": 0.22,
     "recluster_margin": 0.15,
     "change_similarity": 0.28,
-    "join_margin": 0.15,
+    "join_margin": 0.20,
 }
 
 SPEAKER_MODELS: dict[str, SpeakerModel] = {

@@ -51,7 +51,8 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-nojoin: the engine with every window not unlike a turn's voice joining it (join_margin 0), as before the
 #   windows where two voices overlap were kept out of it.
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
-         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin")
+         "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
+         "engine-norestart")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -62,6 +63,7 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "engine-noclose": {"closing_after_ms": 0},
     "engine-noconf": {"stable_min_prob": 0.0, "show_min_prob": 0.0, "stable_sure_prob": 0.0},
     "engine-nosure": {"stable_sure_prob": 0.0},
+    "engine-norestart": {"closing_restarts": False},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {
@@ -141,7 +143,9 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     read once after ``start``. The baseline and ``engine-stock`` decode every request in Whisper's stock 30 s
     window; ``engine-noalign`` takes word times from the VAD alone (the server's ``--no-word-align``);
     ``engine-nojoin`` lets every window that is not unlike a turn's voice join it (``TurnConfig.join_margin`` 0;
-    ``real_turns``: the speaker service's own, which new sessions take their detector from).
+    ``real_turns``: the speaker service's own, which new sessions take their detector from); ``engine-norestart``
+    lets a partial that began before a pause run on while the decode of all the speech waits for it
+    (``PartialConfig.closing_restarts`` off).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")

@@ -88,6 +88,11 @@ class PartialConfig:
     # Once this much silence follows the open segment's speech, its next partial skips the interval and the queue:
     # it covers all the speech, so it becomes the final, decoded during the endpoint's wait. 0 = off.
     closing_after_ms: int = 300
+    # ...and a partial of the segment still running then, started before the pause on less of the speech, is cancelled
+    # for it: else the decode that becomes the final waits for that one to finish, and the sentence locks as much
+    # later (up to a whole partial's decode, 0.5 s and more for a long sentence on one CPU thread). Once per pause:
+    # the new partial hears all the speech. A running partial is otherwise never cancelled for newer audio.
+    closing_restarts: bool = True
     # Stable words: words two consecutive partials of a segment agree on (LocalAgreement-2, the last word of a decode
     # that ended inside speech held back) settle. They are sent once (``Caption.stable``/``stable_words``), never
     # change, and are forced as the start of every later decode of the segment, its final included: a decode then

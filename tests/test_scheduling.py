@@ -72,8 +72,10 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
 @pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
     # A 5 s partial starts early in a 3 s utterance: at the endpoint it is still running on old audio.
+    # A partial restarted at the pause would cover all the speech and be adopted: this is the path without it (and
+    # that of a segment cut while its speaker goes on).
     fake = FakeTranscriber(delay_s=5.0, final_delay_s=0.2)
-    await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0))
+    await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), closing_restarts=False)
     kinds = [(e, rid) for e, rid, _, _ in fake.log]
     cancelled_partials = [rid for e, rid in kinds if e == "cancel" and "-p" in rid]
     assert cancelled_partials, "the partial still running at the endpoint should have been cancelled"
@@ -81,6 +83,30 @@ async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -
     cancel_at = next(i for i, (e, rid) in enumerate(kinds) if e == "cancel" and "-p" in rid)
     assert cancel_at < final_start
     assert any(e == "finish" and "-f" in rid for e, rid in kinds)
+
+
+@pytest.mark.slow  # several seconds of real-time audio: full runs only
+async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
+    """Partials take 1.5 s, so one is always running when the speaker pauses, on audio that stops before the last
+    words. The decode of all the speech (it becomes the final) must start in the pause, not after that one: the
+    running partial is cancelled ~0.3 s into the pause (``closing_restarts``), long before the endpoint's 2 s."""
+    fake = FakeTranscriber(delay_s=1.5, final_delay_s=0.2)
+    engine = await started_engine(fake)
+    try:
+        began = time.monotonic()
+        result = await stream_audio(engine, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), realtime=True)
+    finally:
+        await engine.close()
+    [sentence] = result.sentences()
+    speech_end = began + sentence.end / 1000
+    restarted = [t for event, rid, _, t in fake.log if event == "cancel" and "-p" in rid and t > speech_end]
+    assert restarted and restarted[0] < speech_end + 1.0, (restarted, speech_end)
+    whole = [t for event, rid, _, t in fake.log if event == "start" and "-p" in rid and t > speech_end]
+    assert whole and whole[0] < speech_end + 1.0  # it started at once: nothing else was running
+    assert not [rid for rid, _, _ in fake.started if "-f" in rid]  # and it was the final
+    lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
+                   if isinstance(m, Caption) and m.sentences)
+    assert lock_at < sentence.end / 1000 + 2.0 + 0.5  # the balanced preset's 2 s pause, then at once
 
 
 @pytest.mark.slow

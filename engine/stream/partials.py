@@ -197,7 +197,8 @@ class Partials:
 
     def want(self) -> None:
         """Ask the scheduler for a partial if one is due: the segment holds ``first_after_ms`` of speech, new speech
-        came since the last request (``min_new_audio_ms`` of audio at least) and the cadence's interval has passed."""
+        came since the last request (``min_new_audio_ms`` of audio at least) and the cadence's interval has passed. In a
+        pause (``closing``), a partial still running on less of the speech is restarted (``closing_restarts``)."""
         opened = self._endpointer.open_segment
         options = self._decoding.options
         if opened is None or options.background or not options.partials:
@@ -216,7 +217,14 @@ class Partials:
         new_speech = self._endpointer.speech_end > self._audio_end
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
                 and self._clock() - self.last_started >= interval):
-            self._scheduler.want_partial(self._client)
+            running = self._scheduler.running_partial(self._client)
+            if running is not None and self.closing and cfg.closing_restarts:
+                # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it.
+                self._meta.pop(running.request_id, None)
+                self._log.debug("partial %s restarted: the speaker paused after it began", running.request_id)
+                self._scheduler.restart_partial(self._client)
+            else:
+                self._scheduler.want_partial(self._client)
 
     def request(self, request_id: str) -> DecodeRequest | None:
         """The decode of the open segment's audio up to now (None if no segment is open); it becomes the newest

@@ -7,8 +7,10 @@ never dropped (sessions ask as VAD results come in; for a sender ahead of real t
 audio at a time, and what made the partial due, the first words or a pause, may be over by the next ones).
 Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
 first (that partial is about to become a final), then the least recently served; none starts while a final is
-in flight. A running partial is never aborted for newer audio (on CPU that
-starved partials entirely); when its segment ends it is cancelled so that the final goes first, unless it
+in flight. A running partial is not aborted for newer audio (on CPU that
+starved partials entirely), with one exception: once its speaker has paused after words it did not hear, it is
+restarted on all of them (``restart_partial``), because that decode is the one the sentence's lock waits for; a
+pause allows one restart. When its segment ends it is cancelled so that the final goes first, unless it
 already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
 starting the same work again (``adopt_partial``).
 
@@ -87,6 +89,7 @@ class DecodeScheduler:
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
         self.partials_started = 0
         self.partials_done = 0
+        self.partials_restarted = 0  # running partials cancelled for a decode of all the speech (``restart_partial``)
         self.partial_decode_ema_s = 0.0  # smoothed wall time of a partial decode
 
     @property
@@ -123,6 +126,17 @@ class DecodeScheduler:
             return
         self._waiting[client.session_id] = client
         self._pump()
+
+    def restart_partial(self, client: PartialClient) -> None:
+        """Cancel the client's running partial and ask for a new one of its newest audio at once. For a client whose
+        speaker paused after words the running one did not hear (``PartialConfig.closing_restarts``): it is
+        ``closing``, so its new partial goes ahead of the others waiting."""
+        self._again.pop(client.session_id, None)
+        entry = self._running.pop(client.session_id, None)
+        if entry is not None:
+            entry[1].cancel()
+            self.partials_restarted += 1
+        self.want_partial(client)
 
     def running_partial(self, client: PartialClient) -> DecodeRequest | None:
         """The request of the client's partial decode in flight, if any."""

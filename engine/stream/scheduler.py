@@ -89,7 +89,6 @@ class DecodeScheduler:
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
         self.partials_started = 0
         self.partials_done = 0
-        self.partials_restarted = 0  # running partials cancelled for a decode of all the speech (``restart_partial``)
         self.partial_decode_ema_s = 0.0  # smoothed wall time of a partial decode
 
     @property
@@ -135,7 +134,6 @@ class DecodeScheduler:
         entry = self._running.pop(client.session_id, None)
         if entry is not None:
             entry[1].cancel()
-            self.partials_restarted += 1
         self.want_partial(client)
 
     def running_partial(self, client: PartialClient) -> DecodeRequest | None:

@@ -215,7 +215,7 @@ class TranscriberConfig:
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
     # Compute threads of the CPU engine core; 0 = torch's own (one per core). On 2 cores, 1 costs ~30 % less CPU and
-    # serves 3-5 sessions faster, 2 locks one speaker's long sentences ~0.45 s sooner: docs/benchmarks.md ("CPU
+    # serves 3-5 sessions faster, 2 locks one speaker's long sentences 0.1-0.5 s sooner: docs/benchmarks.md ("CPU
     # threads"), ``vllm_backend.cpu_engine_threads``.
     cpu_threads: int = 0
     cache_dir: str | None = None

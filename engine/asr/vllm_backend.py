@@ -81,7 +81,7 @@ def cpu_engine_threads(requested: int) -> int | None:
     """The CPU engine core's compute threads: ``requested`` if positive, else None (torch's own: one per core).
 
     Measured on 2 cores (docs/benchmarks.md, "CPU threads"): one thread instead of two costs ~30 % less CPU per
-    session and makes three to five sessions 0.2-1.3 s faster, but one speaker's long sentences lock ~0.45 s later.
+    session and makes three to five sessions 0.2-1.3 s faster, but one speaker's long sentences lock 0.1-0.5 s later.
     The default keeps one speaker fastest; ``--cpu-threads 1`` on a 2-core machine serves more sessions.
     """
     return requested if requested > 0 else None

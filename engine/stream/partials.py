@@ -207,7 +207,8 @@ class Partials:
         speech_ms = samples_to_ms(self._endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self._endpointer.position - self._audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self._scheduler.partial_decode_ema_s)
-        if self.closing or not self.text:
+        closing = self.closing
+        if closing or not self.text:
             # No waiting for the interval when the speaker has paused (a decode of everything up to now is most
             # likely the sentence's final: run it during the endpoint's silence wait, not after it), or when nothing
             # is on screen yet for this segment (the first words were too short or only a non-speech tag came
@@ -218,9 +219,9 @@ class Partials:
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
                 and self._clock() - self.last_started >= interval):
             running = self._scheduler.running_partial(self._client)
-            if running is not None and self.closing and cfg.closing_restarts:
+            if running is not None and closing and cfg.closing_restarts:
                 # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it.
-                self._meta.pop(running.request_id, None)
+                self.forget(running)
                 self._log.debug("partial %s restarted: the speaker paused after it began", running.request_id)
                 self._scheduler.restart_partial(self._client)
             else:

@@ -133,6 +133,10 @@ class GuardConfig:
     max_compression_ratio: float = MAX_COMPRESSION_RATIO  # repeated text compresses too well
     quiet_dbfs: float = -42.0  # below this a known silence-phrase is dropped
     min_speech_ms: int = 200
+    # When the guard drops both halves of a segment a change of voice cut, decode them again as one (``Finals``).
+    # Noise can sound like a second voice: on one reader under 0 dB babble the two halves decode at -1.0 and -1.6
+    # and every word was lost; joined, the sentence passes.
+    rejoin_dropped_halves: bool = True
 
 
 @dataclass(frozen=True)

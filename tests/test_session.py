@@ -466,6 +466,38 @@ async def test_words_settled_after_a_change_of_voice_open_the_new_voice_s_senten
     assert flicker([m.wire() for m in messages if isinstance(m, Caption)])[2] == 0
 
 
+@dataclass
+class UnsureOfHalves(LocatingFake):
+    """The fake recognizer, unsure (mean log-probability -1.5, under the guard's -1.0) of any audio shorter than
+    15 s: of either voice of ``_two_voices`` alone, as Whisper is of two halves of one noisy sentence that a false
+    change of voice cut apart; sure (-0.3) of the two heard together."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        return replace(result, avg_logprob=-0.3 if request.audio.size > 15 * SAMPLE_RATE else -1.5)
+
+
+@pytest.mark.asyncio
+async def test_two_halves_of_a_cut_that_the_guard_drops_are_decoded_again_as_one() -> None:
+    stream, speech, a, b = _two_voices()
+    service = SpeakerService(load=DcEmbedder)
+    await service.start()
+    try:
+        messages, _ = await _run(speakers=service, layout=(stream, speech), recognizer=UnsureOfHalves)
+        off = replace(EngineConfig(), guard=replace(EngineConfig().guard, rejoin_dropped_halves=False))
+        dropped, _ = await _run(speakers=service, layout=(stream, speech), recognizer=UnsureOfHalves, config=off)
+    finally:
+        await service.close()
+    assert _sentences(dropped) == [], "each half alone is dropped: without the rejoin every word is lost"
+    [sentence] = _sentences(messages)
+    # One sentence over both voices' speech, decoded from all of it (both clips and the pause between them).
+    start_ms, end_ms = (speech[0][0] * 1000 // SAMPLE_RATE, speech[1][1] * 1000 // SAMPLE_RATE)
+    assert abs(sentence.start - start_ms) <= 64 and abs(sentence.end - end_ms) <= 400, sentence
+    heard = float(sentence.text.split()[2])
+    assert heard >= (a.size + b.size) / SAMPLE_RATE, sentence.text
+    assert sentence.words and sentence.words[0].start_ms >= sentence.start - 64, sentence.words[:2]
+
+
 @pytest.mark.asyncio
 async def test_session_errors_from_the_transport_reach_the_client_and_the_session_goes_on() -> None:
     stream, speech = _layout()

@@ -5,6 +5,10 @@ already heard all of its speech stands in for the decode: ``Handover``). The dec
 segment's settled words, and the sentence locks with exactly them even if the guard rejects the rest: a stable word
 is never withdrawn. Settled words that went on to the next voice's sentence at a split are not said again.
 
+A change of voice cuts a segment in two (``CloseReason.TURN``). When neither half passes the guard, the cut is taken
+for a mistake (noise that sounded like another voice, two halves too short for Whisper to be sure of) and the two
+are decoded again as one segment, which locks if that passes: without it a false cut loses every word of both.
+
 ``lock`` locks every finished segment at the head of the queue, in order, each once: an id, its speaker label
 (assigned in that order) and word times. The session sends what it returns; nothing here posts a caption.
 """
@@ -33,15 +37,19 @@ from engine.observe import SessionStats
 from engine.speakers.service import SpeakerService
 from engine.speakers.tracker import SpeakerTracker
 from engine.stream.alignment import Alignment, closed_words, nothing
-from engine.stream.endpoint import SegmentClosed
+from engine.stream.endpoint import CloseReason, SegmentClosed
 from engine.stream.mailbox import Mailbox
 from engine.stream.partials import DecodeSettings, Handover, stopped_early
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.stable import onto, without_lead
 
 # A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
-# decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned).
-Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None]
+# decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned), and the
+# segment with its audio when the text is that of it joined to the turn's half before it (None: the segment itself).
+Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None,
+              tuple[SegmentClosed, np.ndarray] | None]
+_NOTHING: Final = (None, (), None, 0.0, None, None)
+_WHISPER_SAMPLES = 30 * SAMPLE_RATE  # the most audio one decode hears
 
 
 @dataclass
@@ -89,6 +97,9 @@ class Finals:
         self._on_done = on_done
         self.pending: deque[Pending] = deque()
         self._next_sentence = 0
+        # The last segment a change of voice ended whose final the guard dropped, with its audio: the next segment
+        # is decoded joined to it if the guard drops that one too.
+        self._dropped_half: tuple[SegmentClosed, np.ndarray] | None = None
 
     def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover) -> None:
         """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz)."""
@@ -110,6 +121,7 @@ class Finals:
         for t in tasks:
             t.cancel()
         self.pending.clear()
+        self._dropped_half = None
         return tasks
 
     async def _final(self, closed: SegmentClosed, audio: np.ndarray, speech_s: float, handover: Handover) -> Final:
@@ -147,8 +159,8 @@ class Finals:
             self._mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
             embed.cancel()
             if stable:
-                return " ".join(stable), (), None, 0.0, None
-            return None, (), None, 0.0, None
+                return " ".join(stable), (), None, 0.0, None, None
+            return _NOTHING
         if prior is None:
             self._stats.final_decode_s.append(result.decode_s)
         words = onto(stable, result.text.split())
@@ -158,7 +170,7 @@ class Finals:
             # anything more this sentence said would land in front of them. Those words are the next sentence's.
             if not stable:
                 embed.cancel()
-                return None, (), None, 0.0, None
+                return _NOTHING
             text = " ".join(stable)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self._config.guard)
@@ -168,7 +180,12 @@ class Finals:
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
             if not stable:
                 embed.cancel()
-                return None, (), None, 0.0, None
+                if carried:
+                    return _NOTHING
+                joined = await self._rejoined(closed, audio)
+                if joined is None:
+                    self._hold_if_cut(closed, audio)
+                return joined or _NOTHING
             text = " ".join(stable)  # already on screen as settled: it locks, whatever the rest was
         if result.language:
             self._stats.languages[result.language] = self._stats.languages.get(result.language, 0) + 1
@@ -182,7 +199,56 @@ class Finals:
         except Exception as exc:  # a failed embedding costs the label, never the text
             self._log.warning("speaker embedding failed: %s", exc)
             embedding = None
-        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned
+        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
+
+    def _hold_if_cut(self, closed: SegmentClosed, audio: np.ndarray) -> None:
+        """Keep a dropped segment that a change of voice ended, for the segment after it (``_rejoined``)."""
+        self._dropped_half = (closed, audio) if closed.reason is CloseReason.TURN else None
+
+    async def _rejoined(self, closed: SegmentClosed, audio: np.ndarray) -> Final | None:
+        """The final of ``closed`` (dropped by the guard) decoded joined to the turn's half before it, when that one
+        was dropped too; None when there is no such half, the two are too long for one decode, or the guard drops
+        the joined text as well (then the joined segment is kept for the next half, if a change of voice ended it)."""
+        held, self._dropped_half = self._dropped_half, None
+        if (held is None or not self._config.guard.rejoin_dropped_halves or not closed.after_turn
+                or held[0].index != closed.index - 1):
+            return None
+        segment, both = joined_segment(*held, closed, audio)
+        if both.size > _WHISPER_SAMPLES:
+            return None
+        background = self._decoding.options.background
+        request = self._decoding.request(f"{self._session_id}-f{closed.index}-joined", both,
+                                         Priority.BACKGROUND if background else Priority.FINAL, [],
+                                         self._config.transcriber.timestamps)
+        speech_s = (segment.speech_end - segment.speech_start) / SAMPLE_RATE
+        embed = self._speakers.embed(both, speech_s) if self._speakers is not None else nothing()
+        try:
+            result = await (self._scheduler.background(request) if background else self._scheduler.final(request))
+        except EngineNotReady:
+            embed.cancel()
+            return None
+        self._stats.final_decode_s.append(result.decode_s)
+        reason = reject_reason(result, rms_dbfs(both), samples_to_ms(segment.speech_end - segment.speech_start),
+                               self._config.guard)
+        if reason:
+            embed.cancel()
+            self._log.info("segments %d-%d joined dropped: %s", held[0].index, closed.index, reason)
+            self._hold_if_cut(segment, both)
+            return None
+        self._stats.rejoined += 1
+        self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held[0].index, closed.index,
+                       result.avg_logprob)
+        options = self._decoding.options
+        aligned = (self._alignment.align(both, result.text, result.language or options.language,
+                                         queue=options.background) if background else nothing())
+        try:
+            embedding = await embed
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed embedding costs the label, never the text
+            self._log.warning("speaker embedding failed: %s", exc)
+            embedding = None
+        return result.text, result.spans, embedding, result.avg_logprob, await aligned, (segment, both)
 
     def lock(self) -> tuple[list[Locked], int]:
         """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
@@ -198,7 +264,10 @@ class Finals:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embedding, avg_logprob, aligned = item.task.result()
+            text, spans, embedding, avg_logprob, aligned, joined = item.task.result()
+            if joined is not None:  # the sentence is this segment joined to the one before it
+                item.closed, item.audio = joined
+                item.speech_s = (item.closed.speech_end - item.closed.speech_start) / SAMPLE_RATE
             covered = max(covered, item.closed.end)
             if text is None:
                 continue
@@ -214,3 +283,16 @@ class Finals:
                                          avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech)
             locked.append(Locked(sentence, item, spans))
         return locked, covered
+
+
+def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: SegmentClosed,
+                   second_audio: np.ndarray) -> tuple[SegmentClosed, np.ndarray]:
+    """Segment ``second`` joined to ``first``, the one before it, as one (its index, reason and end; ``first``'s start,
+    speech start and change of voice), with its audio: silence stands in for any samples between the two, which
+    belong to neither (the quiet windows after a cut, before the next segment's pre-roll)."""
+    gap = np.zeros(max(0, second.start - first.end), np.float32)
+    skip = max(0, (second.speech_start - first.speech_start) // WINDOW - first.probs.size)
+    probs = np.concatenate([first.probs, np.zeros(skip, np.float32), second.probs]).astype(np.float32)
+    segment = dataclasses.replace(second, start=first.start, speech_start=first.speech_start, probs=probs,
+                                  after_turn=first.after_turn)
+    return segment, np.concatenate([first_audio, gap, second_audio]).astype(np.float32)

@@ -372,8 +372,8 @@ class Session:
         self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()
-        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s", self.audio_s, self.stats.sentences,
-                       self.stats.dropped)
+        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d", self.audio_s,
+                       self.stats.sentences, self.stats.dropped, self.stats.rejoined)
 
     async def end(self, code: protocol.ErrorCode, reason: str) -> None:
         """End at once (the engine cannot finish it): the client gets an ``error`` with ``reason``, then

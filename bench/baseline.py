@@ -50,11 +50,12 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-nosure: the engine without settling words one decode is sure of (every word waits for two decodes to agree).
 # engine-nojoin: the engine with every window not unlike a turn's voice joining it (join_margin 0), as before the
 #   windows where two voices overlap were kept out of it.
-# engine-close200 / engine-close150: the closing partial (the one that decodes all of a pause's speech and can lock
-#   it) starts 200 / 150 ms into the pause instead of 300.
+# engine-close200 / engine-close150 / engine-close300: the closing partial (the one that decodes all of a pause's
+#   speech and can lock it) starts 200 / 150 / 300 ms into the pause, whatever the other sessions do (the engine:
+#   150 ms while no other session decodes, else 300).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
-         "engine-norestart", "engine-close200", "engine-close150")
+         "engine-norestart", "engine-close200", "engine-close150", "engine-close300")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -66,8 +67,9 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "engine-noconf": {"stable_min_prob": 0.0, "show_min_prob": 0.0, "stable_sure_prob": 0.0},
     "engine-nosure": {"stable_sure_prob": 0.0},
     "engine-norestart": {"closing_restarts": False},
-    "engine-close200": {"closing_after_ms": 200},
-    "engine-close150": {"closing_after_ms": 150},
+    "engine-close200": {"closing_after_ms": 200, "closing_after_alone_ms": 0},
+    "engine-close150": {"closing_after_ms": 150, "closing_after_alone_ms": 0},
+    "engine-close300": {"closing_after_alone_ms": 0},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {

@@ -88,6 +88,12 @@ class PartialConfig:
     # Once this much silence follows the open segment's speech, its next partial skips the interval and the queue:
     # it covers all the speech, so it becomes the final, decoded during the endpoint's wait. 0 = off.
     closing_after_ms: int = 300
+    # ...and this much while the session is alone (``DecodeScheduler.alone``: no other session asked for a partial
+    # in the last 3 s, no final decoding): with the cores to itself the closing partial jumps no queue and holds no
+    # one back, and the sentence locks sooner (``bench.sessions``, one session: lock p50 0.73-0.81 against
+    # 0.89-0.92 s). Not for everyone: 150 ms for all made three sessions lock 0.57 s and five show first words 1.6 s
+    # later (a pause between words then restarts partials in a full queue). 0 = always ``closing_after_ms``.
+    closing_after_alone_ms: int = 150
     # ...and a partial of the segment still running then, started before the pause on less of the speech, is cancelled
     # for it: else the decode that becomes the final waits for that one to finish, and the sentence locks as much
     # later (up to a whole partial's decode, 0.5 s and more for a long sentence on one CPU thread). Once per pause:

@@ -202,6 +202,35 @@ class _Speaker:
         pass
 
 
+async def test_a_client_is_alone_while_no_other_client_decodes() -> None:
+    """``DecodeScheduler.alone`` (a pause closes sooner then, ``closing_after_alone_ms``): another client's running
+    or waiting partial, any final decoding, or another client that asked for a partial in the last
+    ``ALONE_AFTER_S``, means the client is not alone."""
+    from engine.asr.transcriber import DecodeRequest
+    from engine.stream import scheduler as scheduler_module
+    from engine.stream.scheduler import DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.3)
+    await fake.start()
+    scheduler = DecodeScheduler(fake, max_inflight_partials=1)
+    a, b = _Speaker("a", scheduler, False), _Speaker("b", scheduler, False)
+    assert scheduler.alone(a) and scheduler.alone(b)  # type: ignore[arg-type]
+    scheduler.want_partial(a)  # type: ignore[arg-type]  # runs: its own partial does not count
+    assert scheduler.alone(a) and not scheduler.alone(b)  # type: ignore[arg-type]
+    scheduler.want_partial(b)  # type: ignore[arg-type]  # waits for the one slot
+    assert not scheduler.alone(a)  # type: ignore[arg-type]
+    await scheduler.idle(a)  # type: ignore[arg-type]
+    await scheduler.idle(b)  # type: ignore[arg-type]
+    assert not scheduler.alone(a)  # type: ignore[arg-type]  # b spoke a moment ago: between its partials
+    await asyncio.sleep(scheduler_module.ALONE_AFTER_S)  # b went quiet
+    assert scheduler.alone(a)  # type: ignore[arg-type]
+    final = asyncio.create_task(scheduler.final(DecodeRequest("c-f0", np.zeros(1600, np.float32), Priority.FINAL)))
+    await asyncio.sleep(0.05)
+    assert not scheduler.alone(a)  # type: ignore[arg-type]
+    await final
+    assert scheduler.alone(a)  # type: ignore[arg-type]
+
+
 async def test_file_segments_wait_for_live_partials_but_never_starve() -> None:
     """A file segment waits while live partials run and until live speech has paused (``LIVE_QUIET_S``); under
     partials without a pause (two sessions taking turns) it starts once it has waited ``background_floor_s``."""

@@ -190,9 +190,13 @@ class Partials:
     # ---- scheduling and requests ----------------------------------------------------------------------------
     @property
     def closing(self) -> bool:
-        """True in a pause of ``PartialConfig.closing_after_ms`` or more after the open segment's speech: the next
-        partial covers all of it and will most likely be reused as the final (the scheduler runs it first)."""
+        """True in a pause of ``PartialConfig.closing_after_ms`` or more after the open segment's speech
+        (``closing_after_alone_ms`` while the session is alone, ``DecodeScheduler.alone``): the next partial covers
+        all of it and will most likely be reused as the final (the scheduler runs it first)."""
         after_ms = self._cfg.closing_after_ms
+        alone_ms = self._cfg.closing_after_alone_ms
+        if 0 < alone_ms < after_ms and self._scheduler.alone(self._client):
+            after_ms = alone_ms
         return 0 < after_ms <= samples_to_ms(self._endpointer.position - self._endpointer.speech_end)
 
     def want(self) -> None:

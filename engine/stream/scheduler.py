@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 BACKGROUND_FLOOR_S = 3.0  # a file segment that has waited this long for live speech to pause goes regardless
 LIVE_QUIET_S = 1.0  # live speech has paused once no partial was asked for in this long
+# A client counts as alone once no other has asked for a partial in this long: longer than the pause between two
+# sentences, so that other speakers who have paused still count, and than a partial's interval under load.
+ALONE_AFTER_S = 3.0
 
 
 class PartialClient(Protocol):
@@ -85,6 +88,7 @@ class DecodeScheduler:
         self._waiting: dict[str, PartialClient] = {}
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
+        self._asked: dict[str, float] = {}  # monotonic time each client last asked for a partial (``alone``)
         self._finals = 0
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
         self.partials_started = 0
@@ -103,6 +107,17 @@ class DecodeScheduler:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def alone(self, client: PartialClient) -> bool:
+        """True while no other client has asked for a partial in the last ``ALONE_AFTER_S`` (or has one waiting or
+        running) and no final is decoding: the client is the only one speaking, and a request of its own waits for
+        nothing but its own partial."""
+        me, now = client.session_id, time.monotonic()
+        if self._finals or any(sid != me for sid in self._waiting) or any(sid != me for sid in self._running):
+            return False
+        for sid in [sid for sid, t in self._asked.items() if now - t >= ALONE_AFTER_S]:
+            del self._asked[sid]  # gone quiet (or closed)
+        return all(sid == me for sid in self._asked)
+
     def is_busy(self, client: PartialClient) -> bool:
         """True while the client has a partial waiting or running."""
         return client.session_id in self._waiting or client.session_id in self._running
@@ -117,7 +132,7 @@ class DecodeScheduler:
     def want_partial(self, client: PartialClient) -> None:
         """Ask for a partial of the client's newest audio: a no-op if one is already waiting; if one is running,
         the client waits for the next slot once that one has finished (unless it is cancelled or adopted)."""
-        self._live_at = time.monotonic()
+        self._live_at = self._asked[client.session_id] = time.monotonic()
         if client.session_id in self._running:
             self._again[client.session_id] = client
             return

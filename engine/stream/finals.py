@@ -178,10 +178,8 @@ class Finals:
             kind = reason.split(" (")[0]
             self._stats.dropped[kind] = self._stats.dropped.get(kind, 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
-            if not stable:
+            if not stable:  # (nor carried words: those returned above)
                 embed.cancel()
-                if carried:
-                    return _NOTHING
                 joined = await self._rejoined(closed, audio)
                 if joined is None:
                     self._hold_if_cut(closed, audio)
@@ -192,14 +190,18 @@ class Finals:
         options = self._decoding.options
         aligned = (self._alignment.align(audio, text, result.language or options.language, queue=options.background)
                    if background else nothing())
+        embedding = await self._embedding(embed)
+        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
+
+    async def _embedding(self, embed: asyncio.Future[np.ndarray | None]) -> np.ndarray | None:
+        """The speaker embedding ``embed`` resolves to; None if it failed (that costs the label, never the text)."""
         try:
-            embedding = await embed
+            return await embed
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a failed embedding costs the label, never the text
+        except Exception as exc:
             self._log.warning("speaker embedding failed: %s", exc)
-            embedding = None
-        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
+            return None
 
     def _hold_if_cut(self, closed: SegmentClosed, audio: np.ndarray) -> None:
         """Keep a dropped segment that a change of voice ended, for the segment after it (``_rejoined``)."""
@@ -207,8 +209,9 @@ class Finals:
 
     async def _rejoined(self, closed: SegmentClosed, audio: np.ndarray) -> Final | None:
         """The final of ``closed`` (dropped by the guard) decoded joined to the turn's half before it, when that one
-        was dropped too; None when there is no such half, the two are too long for one decode, or the guard drops
-        the joined text as well (then the joined segment is kept for the next half, if a change of voice ended it)."""
+        was dropped too (its final began first and has nearly always finished by now; if not, nothing is joined).
+        None when there is no such half, the two are too long for one decode, or the guard drops the joined text as
+        well (then the joined segment is kept for the next half, if a change of voice ended it)."""
         held, self._dropped_half = self._dropped_half, None
         if (held is None or not self._config.guard.rejoin_dropped_halves or not closed.after_turn
                 or held[0].index != closed.index - 1):
@@ -241,13 +244,7 @@ class Finals:
         options = self._decoding.options
         aligned = (self._alignment.align(both, result.text, result.language or options.language,
                                          queue=options.background) if background else nothing())
-        try:
-            embedding = await embed
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a failed embedding costs the label, never the text
-            self._log.warning("speaker embedding failed: %s", exc)
-            embedding = None
+        embedding = await self._embedding(embed)
         return result.text, result.spans, embedding, result.avg_logprob, await aligned, (segment, both)
 
     def lock(self) -> tuple[list[Locked], int]:

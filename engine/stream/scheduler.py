@@ -111,12 +111,16 @@ class DecodeScheduler:
         """True while no other client has asked for a partial in the last ``ALONE_AFTER_S`` (or has one waiting or
         running) and no final is decoding: the client is the only one speaking, and a request of its own waits for
         nothing but its own partial."""
-        me, now = client.session_id, time.monotonic()
+        me = client.session_id
         if self._finals or any(sid != me for sid in self._waiting) or any(sid != me for sid in self._running):
             return False
-        for sid in [sid for sid, t in self._asked.items() if now - t >= ALONE_AFTER_S]:
-            del self._asked[sid]  # gone quiet (or closed)
+        self._forget_quiet(time.monotonic())
         return all(sid == me for sid in self._asked)
+
+    def _forget_quiet(self, now: float) -> None:
+        """Drop from ``_asked`` the clients that have not asked for ``ALONE_AFTER_S`` (gone quiet, or closed)."""
+        for sid in [sid for sid, t in self._asked.items() if now - t >= ALONE_AFTER_S]:
+            del self._asked[sid]
 
     def is_busy(self, client: PartialClient) -> bool:
         """True while the client has a partial waiting or running."""
@@ -132,7 +136,9 @@ class DecodeScheduler:
     def want_partial(self, client: PartialClient) -> None:
         """Ask for a partial of the client's newest audio: a no-op if one is already waiting; if one is running,
         the client waits for the next slot once that one has finished (unless it is cancelled or adopted)."""
-        self._live_at = self._asked[client.session_id] = time.monotonic()
+        now = time.monotonic()
+        self._forget_quiet(now)  # (here too: ``alone`` may never be asked, and sessions come and go)
+        self._live_at = self._asked[client.session_id] = now
         if client.session_id in self._running:
             self._again[client.session_id] = client
             return

@@ -27,7 +27,7 @@ import engine.protocol as protocol
 from engine.asr.align import AlignedWord
 from engine.asr.guard import reject_reason
 from engine.asr.timestamps import TimedSpan
-from engine.asr.transcriber import Priority
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.audio.pcm import SAMPLE_RATE, rms_dbfs, samples_to_ms
 from engine.audio.vad import WINDOW
 from engine.config import EngineConfig
@@ -134,9 +134,7 @@ class Finals:
         background = self._decoding.options.background
         stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
                                                        handover.adopted, handover.carried)
-        request = self._decoding.request(f"{self._session_id}-f{closed.index}", audio,
-                                         Priority.BACKGROUND if background else Priority.FINAL, stable,
-                                         self._config.transcriber.timestamps)
+        request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
         embed = self._speakers.embed(audio, speech_s) if self._speakers is not None else nothing()
         try:
             result = prior
@@ -150,8 +148,7 @@ class Finals:
             elif result is not None:
                 self._stats.reused += 1
             if result is None:
-                result = await (self._scheduler.background(request) if background
-                                else self._scheduler.final(request))
+                result = await self._decode(request)
                 if stopped_early(result, closed.speech_end, stable, stable_end):
                     # Decode it whole, unforced; the settled words are then put back in front (``onto``).
                     result = await self._scheduler.final(dataclasses.replace(request, prefix=""))
@@ -193,6 +190,17 @@ class Finals:
         embedding = await self._embedding(embed)
         return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
 
+    def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
+        """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
+        priority = Priority.BACKGROUND if self._decoding.options.background else Priority.FINAL
+        return self._decoding.request(request_id, audio, priority, stable, self._config.transcriber.timestamps)
+
+    async def _decode(self, request: DecodeRequest) -> Transcript:
+        """Run a final decode through the scheduler's queue for its priority."""
+        if request.priority is Priority.BACKGROUND:
+            return await self._scheduler.background(request)
+        return await self._scheduler.final(request)
+
     async def _embedding(self, embed: asyncio.Future[np.ndarray | None]) -> np.ndarray | None:
         """The speaker embedding ``embed`` resolves to; None if it failed (that costs the label, never the text)."""
         try:
@@ -220,13 +228,11 @@ class Finals:
         if both.size > _WHISPER_SAMPLES:
             return None
         background = self._decoding.options.background
-        request = self._decoding.request(f"{self._session_id}-f{closed.index}-joined", both,
-                                         Priority.BACKGROUND if background else Priority.FINAL, [],
-                                         self._config.transcriber.timestamps)
+        request = self._request(f"{self._session_id}-f{closed.index}-joined", both, [])
         speech_s = (segment.speech_end - segment.speech_start) / SAMPLE_RATE
         embed = self._speakers.embed(both, speech_s) if self._speakers is not None else nothing()
         try:
-            result = await (self._scheduler.background(request) if background else self._scheduler.final(request))
+            result = await self._decode(request)
         except EngineNotReady:
             embed.cancel()
             return None

@@ -11,6 +11,7 @@ import asyncio
 import json
 import socket
 import sys
+import wave
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +54,35 @@ async def funasr_cli(uri: str, path: Path, mode: str) -> dict[str, Any]:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-async def funasr_messages(uri: str, path: Path, mode: InitMessageMode) -> list[FunASRMessageDecoded]:
-    """Every message of one file through ``funasr_client.async_file_asr_stream`` (the package's streaming API)."""
-    from funasr_client import async_file_asr_stream
+async def funasr_messages(uri: str, path: Path, mode: InitMessageMode,
+                          real_time: bool = False) -> list[FunASRMessageDecoded]:
+    """Every message of one WAV file through the package's streaming client, as its ``async_file_asr_stream`` runs it
+    (60 ms chunks, ``recv`` polled between sends, ``signal_close`` at the end).
 
-    return [m async for m in async_file_asr_stream(str(path), uri, mode=mode)]
+    ``real_time``: one chunk per 60 ms, as a microphone sends. The package's own file stream sends as fast as it
+    reads, so a 2pass session may lock each sentence before any partial of it settled: whether online text appears
+    then depends on the machine's speed, not on the server."""
+    from funasr_client import async_funasr_client
+
+    messages: list[FunASRMessageDecoded] = []
+    with wave.open(str(path), "rb") as wav:
+        async with async_funasr_client(uri, mode=mode, wav_name=path.name, audio_fs=wav.getframerate(),
+                                       blocking=True) as client:
+            frames = wav.getframerate() * 60 // 1000
+            while chunk := wav.readframes(frames):
+                await client.send(chunk)
+                while True:  # what has arrived so far, without waiting
+                    try:
+                        messages.append(await client.recv(0.001))
+                    except TimeoutError:
+                        break
+                if real_time:
+                    await asyncio.sleep(0.06)
+            await client.signal_close()
+            deadline = asyncio.get_running_loop().time() + 60
+            while (message := await client.recv(max(0.0, deadline - asyncio.get_running_loop().time()))) is not None:
+                messages.append(message)
+    return messages
 
 
 def test_first_message_and_online_text_rules() -> None:
@@ -89,7 +114,7 @@ async def test_funasr_client_in_every_mode(fake_engine: CaptionEngine) -> None:
         stamps = offline["timestamp"]
         assert len(stamps) == len(offline["text"].split()) and all(a <= b for a, b in stamps)
 
-        two = await funasr_messages(f"ws{url[4:]}/funasr", wav_path(CLIP), "2pass")
+        two = await funasr_messages(f"ws{url[4:]}/funasr", wav_path(CLIP), "2pass", real_time=True)
         modes = [m["mode"] for m in two]
         assert "2pass-online" in modes and "2pass-offline" in modes and two[-1]["is_final"], modes
         assert sum(m["is_final"] for m in two) == 1

@@ -79,9 +79,9 @@ async def funasr_messages(uri: str, path: Path, mode: InitMessageMode,
                 if real_time:
                     await asyncio.sleep(0.06)
             await client.signal_close()
-            deadline = asyncio.get_running_loop().time() + 60
-            while (message := await client.recv(max(0.0, deadline - asyncio.get_running_loop().time()))) is not None:
-                messages.append(message)
+            async with asyncio.timeout(60):  # the rest, up to the final message
+                while (message := await client.recv()) is not None:
+                    messages.append(message)
     return messages
 
 

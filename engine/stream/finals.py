@@ -131,11 +131,10 @@ class Finals:
         stands in for the final decode. The text begins with exactly the settled words (forced as the decode's
         start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times;
         a live one locks without them (they follow, ``Alignment.after_lock``)."""
-        background = self._decoding.options.background
         stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
                                                        handover.adopted, handover.carried)
         request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
-        embed = self._speakers.embed(audio, speech_s) if self._speakers is not None else nothing()
+        embed = self._embed(audio, speech_s)
         try:
             result = prior
             if result is None and adopted is not None:
@@ -184,9 +183,7 @@ class Finals:
             text = " ".join(stable)  # already on screen as settled: it locks, whatever the rest was
         if result.language:
             self._stats.languages[result.language] = self._stats.languages.get(result.language, 0) + 1
-        options = self._decoding.options
-        aligned = (self._alignment.align(audio, text, result.language or options.language, queue=options.background)
-                   if background else nothing())
+        aligned = self._file_alignment(audio, text, result.language)
         embedding = await self._embedding(embed)
         return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
 
@@ -200,6 +197,19 @@ class Finals:
         if request.priority is Priority.BACKGROUND:
             return await self._scheduler.background(request)
         return await self._scheduler.final(request)
+
+    def _embed(self, audio: np.ndarray, speech_s: float) -> asyncio.Future[np.ndarray | None]:
+        """The speaker embedding of ``audio`` (``speech_s`` seconds of speech), started now; None without speakers."""
+        return self._speakers.embed(audio, speech_s) if self._speakers is not None else nothing()
+
+    def _file_alignment(self, audio: np.ndarray, text: str,
+                        language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
+        """A file's word times for ``text``, which its sentence waits for; a live sentence locks without them
+        (nothing to await: they follow, ``Alignment.after_lock``)."""
+        options = self._decoding.options
+        if not options.background:
+            return nothing()
+        return self._alignment.align(audio, text, language or options.language, queue=True)
 
     async def _embedding(self, embed: asyncio.Future[np.ndarray | None]) -> np.ndarray | None:
         """The speaker embedding ``embed`` resolves to; None if it failed (that costs the label, never the text)."""
@@ -227,10 +237,9 @@ class Finals:
         segment, both = joined_segment(*held, closed, audio)
         if both.size > _WHISPER_SAMPLES:
             return None
-        background = self._decoding.options.background
         request = self._request(f"{self._session_id}-f{closed.index}-joined", both, [])
         speech_s = (segment.speech_end - segment.speech_start) / SAMPLE_RATE
-        embed = self._speakers.embed(both, speech_s) if self._speakers is not None else nothing()
+        embed = self._embed(both, speech_s)
         try:
             result = await self._decode(request)
         except EngineNotReady:
@@ -247,9 +256,7 @@ class Finals:
         self._stats.rejoined += 1
         self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held[0].index, closed.index,
                        result.avg_logprob)
-        options = self._decoding.options
-        aligned = (self._alignment.align(both, result.text, result.language or options.language,
-                                         queue=options.background) if background else nothing())
+        aligned = self._file_alignment(both, result.text, result.language)
         embedding = await self._embedding(embed)
         return result.text, result.spans, embedding, result.avg_logprob, await aligned, (segment, both)
 

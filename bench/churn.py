@@ -49,6 +49,28 @@ def _key(word: str) -> str:
     return " ".join(normalise(word))
 
 
+def _screens(captions: Iterable[dict[str, Any]]) -> tuple[list[tuple[list[str], int, int]], list[str]]:
+    """The distinct screen states of a caption stream, as (screen words, first settled index, first tentative index),
+    and the locked words at the end: the screen after each message is the locked sentences' words followed by
+    ``partial``'s words (split on spaces), the first ``stable`` of those settled, the rest tentative."""
+    states: list[tuple[list[str], int, int]] = []
+    locked: list[str] = []
+    for m in captions:
+        locked += [w for s in m["sentences"] for w in s["text"].split()]
+        partial = (m.get("partial") or "").split()
+        state = (locked + partial, len(locked), len(locked) + min(int(m.get("stable") or 0), len(partial)))
+        if not states or states[-1] != state:
+            states.append(state)
+    return states, locked
+
+
+def _tail_matches(screen: list[str], tentative_from: int, final: list[str]) -> difflib.SequenceMatcher[str]:
+    """The screen's tentative words aligned with the words that finally locked from the same place."""
+    tail = [_key(w) for w in screen[tentative_from:]]
+    there = final[tentative_from:tentative_from + len(tail) + 2]
+    return difflib.SequenceMatcher(None, tail, there, autojunk=False)
+
+
 def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
     """(tentative words that changed, tentative words shown, stable words withdrawn) for one session's caption
     messages in arrival order, as a reader sees them.
@@ -61,24 +83,39 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
     never locks changed). This is ``partial_churn`` over the tentative words only: settled words cannot change.
     A settled word (compared exactly) that any later screen changes, drops or shows as tentative again is withdrawn
     (the product promises none)."""
-    states: list[tuple[list[str], int, int]] = []  # (screen words, first settled index, first tentative index)
-    locked: list[str] = []
-    for m in captions:
-        locked += [w for s in m["sentences"] for w in s["text"].split()]
-        partial = (m.get("partial") or "").split()
-        state = (locked + partial, len(locked), len(locked) + min(int(m.get("stable") or 0), len(partial)))
-        if not states or states[-1] != state:
-            states.append(state)
+    states, locked = _screens(captions)
     final = [_key(w) for w in locked]
     changed = shown = withdrawn = 0
     for k, (screen, settled_from, tentative_from) in enumerate(states):
-        tail = [_key(w) for w in screen[tentative_from:]]
-        there = final[tentative_from:tentative_from + len(tail) + 2]
-        kept = sum(b.size for b in difflib.SequenceMatcher(None, tail, there, autojunk=False).get_matching_blocks())
-        shown += len(tail)
-        changed += len(tail) - kept
+        matches = _tail_matches(screen, tentative_from, final)
+        tail_n = len(screen) - tentative_from
+        shown += tail_n
+        changed += tail_n - sum(b.size for b in matches.get_matching_blocks())
         if k + 1 < len(states):  # the next screen keeps each settled word, settled or locked (and so on, by chain)
             nxt, _, nxt_tentative = states[k + 1]
             withdrawn += sum(1 for p in range(settled_from, tentative_from)
                              if p >= nxt_tentative or nxt[p] != screen[p])
     return changed, shown, withdrawn
+
+
+def flicker_causes(captions: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """What became of the tentative words ``flicker`` counts as changed, for one session's caption messages:
+
+    - ``never_locked``: shown in a segment whose partial text then went away with nothing locked (the guard dropped
+      its final, or a later segment took the speech over): mostly a lone first word, a filler or a misheard one;
+    - ``replaced``: the locked text has other words in their place (a longer decode heard them differently);
+    - ``dropped``: the locked text goes on without them.
+
+    The three add up to ``flicker(captions)[0]``."""
+    states, locked = _screens(captions)
+    final = [_key(w) for w in locked]
+    out = {"never_locked": 0, "replaced": 0, "dropped": 0}
+    for k, (screen, settled_from, tentative_from) in enumerate(states):
+        # The segment went away unlocked if a later screen, before anything more locks, shows no partial at all
+        # (or the stream ends without another lock).
+        later = (s for s in states[k + 1:] if s[1] == settled_from)
+        vanished = any(len(s[0]) == s[1] for s in later) or len(locked) == settled_from
+        for op, i1, i2, _j1, _j2 in _tail_matches(screen, tentative_from, final).get_opcodes():
+            if op in ("replace", "delete"):
+                out["never_locked" if vanished else "replaced" if op == "replace" else "dropped"] += i2 - i1
+    return out

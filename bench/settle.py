@@ -24,8 +24,11 @@ Per mode and clip kind:
   end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
   the message that settled it;
 - flicker: tentative words shown that the next update changed or dropped, over tentative words shown; stable words
-  withdrawn (``bench.churn.flicker``: must be 0);
+  withdrawn (``bench.churn.flicker``: must be 0); what became of the changed words (``bench.churn.flicker_causes``):
+  shown in a segment that never locked, replaced by other words, or dropped from the locked text;
 - CPU seconds of the whole process tree (the engine core included) per second of audio.
+
+``--json`` writes the rows, each clip's locked text per mode, and with ``--wire`` every caption message as sent.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench.churn import flicker
+from bench.churn import flicker, flicker_causes
 from bench.harness import pct, tree_cpu_rss
 from bench.metrics import print_markdown_table
 from bench.splits import inside_splits
@@ -156,6 +159,7 @@ async def main(args: argparse.Namespace) -> int:
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
     texts: dict[str, dict[str, str]] = {m: {} for m in args.modes}
     locked_texts: dict[str, dict[str, list[str]]] = {m: {} for m in args.modes}
+    wires: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in args.modes}
     groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
     t_start = time.monotonic()
     try:
@@ -181,6 +185,7 @@ async def main(args: argparse.Namespace) -> int:
                     entry = recordings[clip]
                     by = row["by_kind"].setdefault(entry.kind, {"errors": 0, "words": 0, "sentences": 0,
                                                                    "flickered": 0, "tentative": 0, "withdrawn": 0,
+                                                                   "never_locked": 0, "replaced": 0, "dropped": 0,
                                                                    "first": [], "lock": [], "stable": []})
                     wire = [m.wire() for m in result.messages if isinstance(m, Caption)]
                     locked = [s for m in wire for s in m["sentences"]]
@@ -192,11 +197,15 @@ async def main(args: argparse.Namespace) -> int:
                     sentences[mode][clip] = len(locked)
                     texts[mode][clip] = " | ".join(s["text"] for s in locked)
                     locked_texts[mode][clip] = [s["text"] for s in locked]
+                    if args.wire:
+                        wires[mode][clip] = wire
                     by["stable"] += stable_after_spoken(result)
                     f, t, wd = flicker(wire)
                     by["flickered"] += f
                     by["tentative"] += t
                     by["withdrawn"] += wd
+                    for cause, n in flicker_causes(wire).items():
+                        by[cause] += n
                     row["audio_s"] += result.audio_s
                 # Latencies are per engine, not per clip: give them to the group's first kind.
                 by = row["by_kind"][recordings[group[0]].kind]
@@ -229,6 +238,7 @@ async def main(args: argparse.Namespace) -> int:
                           "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
                           "flickered": by["flickered"],
                           "withdrawn": by["withdrawn"],
+                          "never_locked": by["never_locked"], "replaced": by["replaced"], "dropped": by["dropped"],
                           "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
     columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
                ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
@@ -237,14 +247,17 @@ async def main(args: argparse.Namespace) -> int:
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
                ("stable_p50", "stable p50", "{:.2f}"), ("stable_p95", "p95", "{:.2f}"),
                ("first_max", "first max", "{:.2f}"), ("lock_max", "lock max", "{:.2f}"),
-               ("flicker", "flicker", "{:.1%}"), ("flickered", "changed", "{:d}"), ("withdrawn", "withdrawn", "{:d}"),
+               ("flicker", "flicker", "{:.1%}"), ("flickered", "changed", "{:d}"),
+               ("never_locked", "of which never locked", "{:d}"), ("replaced", "replaced", "{:d}"),
+               ("dropped", "dropped", "{:d}"), ("withdrawn", "withdrawn", "{:d}"),
                ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]
     print(f"\n{len(clips)} clips, parallel {args.parallel}, {time.monotonic() - t_start:.0f} s\n")
     print_markdown_table(columns, table)
     if args.json:
         report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
                              "rows": table, "sentences": sentences, "texts": texts,
-                             "locked": locked_texts}, indent=2, default=str)
+                             "locked": locked_texts, **({"wire": wires} if args.wire else {})},
+                            indent=2, default=str)
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
 
@@ -268,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--json", default=None)
+    p.add_argument("--wire", action="store_true",
+                   help="the JSON also holds every clip's caption messages as sent, per mode (for diagnosis)")
     return p
 
 

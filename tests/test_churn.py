@@ -72,3 +72,20 @@ def test_a_split_counts_as_inside_a_sentence_only_where_the_whole_decode_reads_o
     assert inside_splits(whole, whole) == (0, 1)
     # A split after the last word of the whole decode's text ends nothing that goes on.
     assert inside_splits(["one two", "three"], ["one two"]) == (0, 1)
+
+
+def test_changed_words_are_told_apart_by_what_became_of_them() -> None:
+    from bench.churn import flicker, flicker_causes
+
+    stream = [shown("Yeah"),  # a lone word whose segment goes away unlocked
+              shown(""),
+              shown("And swimming"),  # "swimming" locks as "symbols"
+              shown("And swimming balls that"),  # "swimming balls" locks as "symbols"
+              shown("And uh symbols that"),  # the lock goes on without "uh"
+              shown("", 0, "And symbols that you know.")]
+    causes = flicker_causes(stream)
+    assert causes == {"never_locked": 1, "replaced": 1 + 2, "dropped": 1}
+    assert sum(causes.values()) == flicker(stream)[0]
+    # A partial still on screen when the stream ends never locked either.
+    assert flicker_causes([shown("", 0, "Hello."), shown("Thank you")]) == {"never_locked": 2, "replaced": 0,
+                                                                              "dropped": 0}

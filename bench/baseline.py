@@ -53,9 +53,10 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-close200 / engine-close150 / engine-close300: the closing partial (the one that decodes all of a pause's
 #   speech and can lock it) starts 200 / 150 / 300 ms into the pause, whatever the other sessions do (the engine:
 #   150 ms while no other session decodes, else 300).
+# engine-first240: a segment's first partial once 240 ms of speech is in (the engine: 200 ms; 240 before 2026-11-27).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
-         "engine-norestart", "engine-close200", "engine-close150", "engine-close300")
+         "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -70,6 +71,7 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "engine-close200": {"closing_after_ms": 200, "closing_after_alone_ms": 0},
     "engine-close150": {"closing_after_ms": 150, "closing_after_alone_ms": 0},
     "engine-close300": {"closing_after_alone_ms": 0},
+    "engine-first240": {"first_after_ms": 240},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {

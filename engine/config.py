@@ -80,7 +80,11 @@ class PartialConfig:
     """
 
     interval_s: float = 0.5
-    first_after_ms: int = 240  # the first partial of a segment once this much speech is in
+    # The first partial of a segment once this much speech is in. 200 rather than 240: first words came sooner at p50
+    # with one, three and five sessions (by 0.01-0.06, 0.5 and 1.8-2.3 s) and on conversation (0.3 s), for the same
+    # WER (docs/benchmarks.md, "The first partial at 200 ms of speech"). 160 was no sooner: the guard drops a decode
+    # of less than 200 ms of speech (``GuardConfig.min_speech_ms``).
+    first_after_ms: int = 200
     min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
     load_factor: float = 1.0
     max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)

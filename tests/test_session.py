@@ -296,8 +296,8 @@ async def test_session_reports_audio_decodes_first_text_and_lock_to_its_observer
     sentences = _sentences(messages)
     assert len(seen.first_text_s) == len(seen.lock_s) == len(sentences) == 2
     assert all(abs(t - 0.06 * round(t / 0.06)) < 1e-6 for t in seen.first_text_s + seen.lock_s)
-    # The first partial is asked for 240 ms into speech (as the VAD and the endpointer see it) and comes back within
-    # a few chunks (the fake takes 5 ms).
+    # The first partial is asked for ``first_after_ms`` into speech (as the VAD and the endpointer see it) and comes
+    # back within a few chunks (the fake takes 5 ms).
     first = EngineConfig().partial.first_after_ms / 1000
     assert all(first <= t <= first + 0.5 for t in seen.first_text_s), seen.first_text_s
     # A sentence locks once the endpoint's pause for its length has passed (its final decode reused a partial).

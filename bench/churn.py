@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from speechdata.wer import normalise
@@ -71,9 +72,25 @@ def _tail_matches(screen: list[str], tentative_from: int, final: list[str]) -> d
     return difflib.SequenceMatcher(None, tail, there, autojunk=False)
 
 
-def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
-    """(tentative words that changed, tentative words shown, stable words withdrawn) for one session's caption
-    messages in arrival order, as a reader sees them.
+@dataclass(frozen=True)
+class Flicker:
+    """One session's flicker (``flicker_report``): ``changed`` of the ``shown`` tentative word instances did not lock
+    as shown, and ``withdrawn`` settled words changed. The changed ones by what became of them: ``never_locked``
+    (shown in a segment whose partial then went away with nothing locked: the guard dropped its final, or a later
+    segment took the speech over; mostly a lone first word, a filler or a misheard one), ``replaced`` (the locked
+    text has other words in their place: a longer decode heard them differently) or ``dropped`` (the locked text
+    goes on without them); the three add up to ``changed``."""
+
+    changed: int
+    shown: int
+    withdrawn: int
+    never_locked: int
+    replaced: int
+    dropped: int
+
+
+def flicker_report(captions: Iterable[dict[str, Any]]) -> Flicker:
+    """``Flicker`` for one session's caption messages in arrival order, as a reader sees them.
 
     The screen after each message is the locked sentences' words followed by ``partial``'s words (split on spaces);
     its first ``stable`` partial words are settled, the rest tentative. Every tentative word instance shown counts
@@ -85,37 +102,38 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
     (the product promises none)."""
     states, locked = _screens(captions)
     final = [_key(w) for w in locked]
+    # Per state: does a later screen, before anything more locks, show no partial at all (the segment went away
+    # unlocked)? One pass from the end; the locked length only grows. The stream's last segment, if nothing locked
+    # after it, went away too.
+    vanishes = [False] * len(states)
+    empty_after: dict[int, bool] = {len(locked): True}
+    for k in range(len(states) - 1, -1, -1):
+        screen, settled_from, _ = states[k]
+        vanishes[k] = empty_after.get(settled_from, False)
+        empty_after[settled_from] = vanishes[k] or len(screen) == settled_from
     changed = shown = withdrawn = 0
+    causes = {"never_locked": 0, "replaced": 0, "dropped": 0}
     for k, (screen, settled_from, tentative_from) in enumerate(states):
-        matches = _tail_matches(screen, tentative_from, final)
-        tail_n = len(screen) - tentative_from
-        shown += tail_n
-        changed += tail_n - sum(b.size for b in matches.get_matching_blocks())
+        shown += len(screen) - tentative_from
+        for op, i1, i2, _j1, _j2 in _tail_matches(screen, tentative_from, final).get_opcodes():
+            if op in ("replace", "delete"):
+                changed += i2 - i1
+                causes["never_locked" if vanishes[k] else "replaced" if op == "replace" else "dropped"] += i2 - i1
         if k + 1 < len(states):  # the next screen keeps each settled word, settled or locked (and so on, by chain)
             nxt, _, nxt_tentative = states[k + 1]
             withdrawn += sum(1 for p in range(settled_from, tentative_from)
                              if p >= nxt_tentative or nxt[p] != screen[p])
-    return changed, shown, withdrawn
+    return Flicker(changed, shown, withdrawn, **causes)
+
+
+def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
+    """(tentative words that changed, tentative words shown, stable words withdrawn): ``flicker_report``'s counts."""
+    r = flicker_report(captions)
+    return r.changed, r.shown, r.withdrawn
 
 
 def flicker_causes(captions: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """What became of the tentative words ``flicker`` counts as changed, for one session's caption messages:
-
-    - ``never_locked``: shown in a segment whose partial text then went away with nothing locked (the guard dropped
-      its final, or a later segment took the speech over): mostly a lone first word, a filler or a misheard one;
-    - ``replaced``: the locked text has other words in their place (a longer decode heard them differently);
-    - ``dropped``: the locked text goes on without them.
-
-    The three add up to ``flicker(captions)[0]``."""
-    states, locked = _screens(captions)
-    final = [_key(w) for w in locked]
-    out = {"never_locked": 0, "replaced": 0, "dropped": 0}
-    for k, (screen, settled_from, tentative_from) in enumerate(states):
-        # The segment went away unlocked if a later screen, before anything more locks, shows no partial at all
-        # (or the stream ends without another lock).
-        later = (s for s in states[k + 1:] if s[1] == settled_from)
-        vanished = any(len(s[0]) == s[1] for s in later) or len(locked) == settled_from
-        for op, i1, i2, _j1, _j2 in _tail_matches(screen, tentative_from, final).get_opcodes():
-            if op in ("replace", "delete"):
-                out["never_locked" if vanished else "replaced" if op == "replace" else "dropped"] += i2 - i1
-    return out
+    """What became of the tentative words ``flicker`` counts as changed (``Flicker``): never locked, replaced or
+    dropped."""
+    r = flicker_report(captions)
+    return {"never_locked": r.never_locked, "replaced": r.replaced, "dropped": r.dropped}

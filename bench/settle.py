@@ -24,7 +24,7 @@ Per mode and clip kind:
   end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
   the message that settled it;
 - flicker: tentative words shown that the next update changed or dropped, over tentative words shown; stable words
-  withdrawn (``bench.churn.flicker``: must be 0); what became of the changed words (``bench.churn.flicker_causes``):
+  withdrawn (must be 0); what became of the changed words (``bench.churn.flicker_report``):
   shown in a segment that never locked, replaced by other words, or dropped from the locked text;
 - CPU seconds of the whole process tree (the engine core included) per second of audio.
 
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench.churn import flicker, flicker_causes
+from bench.churn import flicker_report
 from bench.harness import pct, tree_cpu_rss
 from bench.metrics import print_markdown_table
 from bench.splits import inside_splits
@@ -200,12 +200,12 @@ async def main(args: argparse.Namespace) -> int:
                     if args.wire:
                         wires[mode][clip] = wire
                     by["stable"] += stable_after_spoken(result)
-                    f, t, wd = flicker(wire)
-                    by["flickered"] += f
-                    by["tentative"] += t
-                    by["withdrawn"] += wd
-                    for cause, n in flicker_causes(wire).items():
-                        by[cause] += n
+                    seen_flicker = flicker_report(wire)
+                    by["flickered"] += seen_flicker.changed
+                    by["tentative"] += seen_flicker.shown
+                    by["withdrawn"] += seen_flicker.withdrawn
+                    for cause in ("never_locked", "replaced", "dropped"):
+                        by[cause] += getattr(seen_flicker, cause)
                     row["audio_s"] += result.audio_s
                 # Latencies are per engine, not per clip: give them to the group's first kind.
                 by = row["by_kind"][recordings[group[0]].kind]

@@ -42,12 +42,14 @@ def lock_after_speech_s(result: StreamResult, end_s: float) -> float:
 
 
 class PartialTimes(EngineObserver):
-    """How long the run's partial decodes took (seconds): the machine's speed, which the lock waits for."""
+    """How long the run's decodes took (seconds): the machine's speed, which the lock waits for."""
 
     def __init__(self) -> None:
         self.partial_s: list[float] = []
+        self.all_s: list[float] = []  # partials and finals
 
     def decoded(self, kind: str, window_s: float, decode_s: float, fallbacks: int) -> None:
+        self.all_s.append(decode_s)
         if kind == "partial":
             self.partial_s.append(decode_s)
 
@@ -67,8 +69,9 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
         engine.observers.remove(decodes)
     locks = [lock_after_speech_s(result, end) for end in ends]
     decode_s = float(np.median(decodes.partial_s))
+    slowest_s = max(decodes.all_s)
     print(f"\nlock after the end of speech (s): {', '.join(f'{x:.2f}' for x in locks)}; partial decode p50 "
-          f"{decode_s:.2f} s; segments closed {result.stats.closed}")
+          f"{decode_s:.2f} s, slowest decode {slowest_s:.2f} s; segments closed {result.stats.closed}")
     # Everything said locked (a reader's long pause at what Whisper hears as a full stop may split a sentence:
     # the first clip pauses 0.83 s after "antecedents").
     errors, words = word_errors(" ".join(reference(c) for c in FINISHED), result.text())
@@ -77,11 +80,17 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
     # Each sentence ended at its full stop (the end-of-sentence rule), not after the silence schedule's wait (2 s for
     # these); one may miss it (the closing decode can still be running when the pause is long enough).
     assert result.stats.closed.get("sentence", 0) >= len(FINISHED) - 1, result.stats.closed
-    # The lock waits for the short pause, then for the closing partial (it starts 0.3 s into the pause, and may wait
-    # for the partial running then): about 1 s on a calm machine whose decodes take 0.2 s, more on a slower CPU.
+    # The lock waits for the short pause, then for the closing partial (it starts 0.15-0.3 s into the pause, and may
+    # wait for the partial running then): about 1 s on a calm machine whose decodes take 0.2 s, more on a slower CPU.
     pause_s = engine.config.endpoint.sentence_pause_ms / 1000
     bound = pause_s + 2 * decode_s + 0.3
-    assert float(np.median(locks)) <= max(1.2, bound) and max(locks) <= max(1.6, bound + 0.6), (locks, bound)
+    assert float(np.median(locks)) <= max(1.2, bound), (locks, bound)
+    # A long sentence's lock waits for its closing decode, which generates every word of it not settled yet: the run's
+    # slowest decode, not a median one (0.9-1.2 s for the 7.6 s sentence on a 2-core CPU, and once in CI longer than
+    # the silence schedule's 1.5 s for it: the schedule then closes the segment, and the lock still waits for that same
+    # decode). The lock follows it by the start of the closing partial (0.15-0.3 s into the pause), the speaker
+    # embedding (0.2-0.3 s) and the message (docs/benchmarks.md, "A long sentence's lock").
+    assert max(locks) <= max(1.6, slowest_s + 1.0), (locks, slowest_s)
     # The aligner's times came after each lock, for the same words.
     updates = [m for m in result.messages if isinstance(m, WordTimes)]
     assert {u.id for u in updates} == {s.id for s in result.sentences()}, "every sentence's word times follow it"

@@ -88,6 +88,11 @@ class Flicker:
     replaced: int
     dropped: int
 
+    @property
+    def causes(self) -> dict[str, int]:
+        """The changed words by what became of them: never locked, replaced or dropped."""
+        return {"never_locked": self.never_locked, "replaced": self.replaced, "dropped": self.dropped}
+
 
 def flicker_report(captions: Iterable[dict[str, Any]]) -> Flicker:
     """``Flicker`` for one session's caption messages in arrival order, as a reader sees them.
@@ -135,5 +140,4 @@ def flicker(captions: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
 def flicker_causes(captions: Iterable[dict[str, Any]]) -> dict[str, int]:
     """What became of the tentative words ``flicker`` counts as changed (``Flicker``): never locked, replaced or
     dropped."""
-    r = flicker_report(captions)
-    return {"never_locked": r.never_locked, "replaced": r.replaced, "dropped": r.dropped}
+    return flicker_report(captions).causes

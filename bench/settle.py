@@ -204,8 +204,8 @@ async def main(args: argparse.Namespace) -> int:
                     by["flickered"] += seen_flicker.changed
                     by["tentative"] += seen_flicker.shown
                     by["withdrawn"] += seen_flicker.withdrawn
-                    for cause in ("never_locked", "replaced", "dropped"):
-                        by[cause] += getattr(seen_flicker, cause)
+                    for cause, n in seen_flicker.causes.items():
+                        by[cause] += n
                     row["audio_s"] += result.audio_s
                 # Latencies are per engine, not per clip: give them to the group's first kind.
                 by = row["by_kind"][recordings[group[0]].kind]

@@ -41,7 +41,7 @@ def lock_after_speech_s(result: StreamResult, end_s: float) -> float:
     raise AssertionError(f"no sentence locked around {end_s:.2f} s")
 
 
-class PartialTimes(EngineObserver):
+class DecodeTimes(EngineObserver):
     """How long the run's decodes took (seconds): the machine's speed, which the lock waits for."""
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
         lead = LEAD_S if c == FINISHED[0] else 0.0
         ends.append(t + lead + speech_end_s(audio(c)))
         t += piece.size / SAMPLE_RATE
-    decodes = PartialTimes()
+    decodes = DecodeTimes()
     engine.observers.add(decodes)
     try:
         result = await stream_audio(engine, np.concatenate(pieces), realtime=True)

@@ -56,7 +56,8 @@ PARTIAL_INTERVAL_S = 0.48
 # engine-first240: a segment's first partial once 240 ms of speech is in (the engine: 200 ms; 240 before 2026-11-27).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
-         "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240")
+         "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
+         "engine-labelwait")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -143,7 +144,7 @@ class SerializedTranscriber:
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
                real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
                real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None,
-               real_turns: TurnConfig | None = None) -> None:
+               real_turns: TurnConfig | None = None, real_lock_before_label: bool = True) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
     ``real_partial``, ``real_max_inflight``, ``real_window``, ``real_aligner`` and ``real_endpoint`` are the engine's
@@ -153,7 +154,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     ``engine-nojoin`` lets every window that is not unlike a turn's voice join it (``TurnConfig.join_margin`` 0;
     ``real_turns``: the speaker service's own, which new sessions take their detector from); ``engine-norestart``
     lets a partial that began before a pause run on while the decode of all the speech waits for it
-    (``PartialConfig.closing_restarts`` off).
+    (``PartialConfig.closing_restarts`` off); ``engine-labelwait`` locks each sentence only once its speaker embedding
+    is in (``EngineConfig.lock_before_label`` off; ``real_lock_before_label``: the engine's own).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -163,7 +165,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     transcriber.serialized = baseline
     partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     endpoint = replace(real_endpoint or engine.config.endpoint, **_ENDPOINT_CHANGES.get(mode, {}))  # type: ignore[arg-type]
-    engine.config = replace(engine.config, partial=partial, endpoint=endpoint)
+    engine.config = replace(engine.config, partial=partial, endpoint=endpoint,
+                            lock_before_label=real_lock_before_label and mode != "engine-labelwait")
     engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
         mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0

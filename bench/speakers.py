@@ -14,6 +14,11 @@ on overlap time), on 10 ms frames, no collar:
   this is the assignment's own error.
 - DER: (missed + false alarm + confusion) / reference speech time, overlapping speakers counted each.
 
+With turns on, ``guess`` counts the segments whose label differs from the one shown beside their partial text when
+they closed (their voice's provisional label, else the label before them): a live sentence that locks before its
+embedding is in locks with that label and is corrected by a ``speakers`` message (``engine.stream.labels``), so this
+bounds the corrections after a lock (most sentences' embeddings are in by their lock).
+
 ``--preset oracle-turns`` cuts segments at the reference turns instead (a diagnostic of assignment alone; a
 live session never has those). The ``1-lab`` column is the baseline of labelling everything as one speaker.
 
@@ -114,6 +119,10 @@ class ClipResult:
     split_delay_s: list[float] = field(default_factory=list)  # audio seconds from a change to its split's decision
     label_delay_s: list[float] = field(default_factory=list)  # per change: until the new label shows (``label_delays``)
     windows: int = 0  # turn-detector windows embedded
+    # Segments whose label differs from the one shown beside their text when they closed (their voice's provisional
+    # label, else the label before them): a live sentence that locks before its embedding is in shows that label
+    # first, and a ``speakers`` message corrects it (``engine.stream.labels``). At most that many corrections.
+    guessed_wrong: int = 0
 
 
 def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
@@ -145,13 +154,14 @@ class Shown:
 
 
 def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config: SpeakerConfig,
-                preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int]:
+                preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int, list[int | None]]:
     """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
     the endpointer as 60 ms chunks complete them and ``TurnDetector`` embeds its windows of the open segment as it
     asks (here at once; a server does it in the speaker thread a few milliseconds later) and may split the segment;
     each closed segment is labelled at once and the open one's voice gets a provisional label (``SpeakerTracker.peek``).
-    Returns the segments, the audio position (seconds) at which each split was decided, the labels shown and the
-    number of windows embedded."""
+    Returns the segments, the audio position (seconds) at which each split was decided, the labels shown, the
+    number of windows embedded and, per segment, the provisional label its voice showed when it closed (None: none
+    was shown)."""
     from engine.config import ENDPOINT_PRESETS, VadConfig
     from engine.speakers.turns import TurnDetector
     from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
@@ -164,11 +174,14 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
     closed: list[SegmentClosed] = []
     decided: list[float] = []
     shown: list[Shown] = []
+    guesses: list[int | None] = []
     windows = 0
 
     def handle(events: list, cut: int | None = None) -> None:
         for event in events:
             if isinstance(event, SegmentClosed):
+                start_s = event.speech_start / SAMPLE_RATE
+                guesses.append(next((x.label for x in reversed(shown) if x.segment_s == start_s), None))
                 closed.append(event)
                 speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
                 vector = (embedder.embed([audio[event.start : event.end]])[0]
@@ -213,7 +226,7 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
         handle([last])
     segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end, e.after_turn)
                 for e in closed]
-    return segments, decided, shown, windows
+    return segments, decided, shown, windows, guesses
 
 
 def label_delays(reference: list[Turn], segments: list[Segment], labels: list[int],
@@ -342,15 +355,17 @@ def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
         reference = [Turn(t.start_s + lead_s, t.end_s + lead_s, t.speaker) for t in reference]
     decided: list[float] = []
     shown: list[Shown] = []
+    guesses: list[int | None] = []
     windows = 0
     if preset == ORACLE:
         segments = oracle_segments(reference)
     elif turns is not None and turns.enabled:
-        segments, decided, shown, windows = stream_clip(audio, embedder, turns, config, preset)
+        segments, decided, shown, windows, guesses = stream_clip(audio, embedder, turns, config, preset)
     else:
         segments = segment_clip(audio, preset)
     duration_s = audio.size / SAMPLE_RATE
     streaming, final, embedded, embed_cpu_s = label_segments(audio, segments, embedder, config)
+    guesses = guesses or [None] * len(segments)
     changes = [b.start_s for a, b in itertools.pairwise(reference) if a.speaker != b.speaker]
     bounds = [b.start_s for b in segments[1:]]
     found = [c for c in changes if any(abs(b - c) <= 0.5 for b in bounds)]
@@ -373,6 +388,8 @@ def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
         split_delay_s=sorted(delays),
         windows=windows,
         label_delay_s=label_delays(reference, segments, streaming, shown) if shown else [],
+        guessed_wrong=sum(label != (guess if guess is not None else (streaming[i - 1] if i else 0))
+                          for i, (label, guess) in enumerate(zip(streaming, guesses, strict=True))),
     )
 
 
@@ -416,7 +433,7 @@ def alternating_names() -> list[str]:
 def _table(results: list[ClipResult]) -> str:
     head = (f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
             f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}"
-            f" {'chg':>7} {'split':>5} {'delay':>5} {'label':>5}")
+            f" {'chg':>7} {'split':>5} {'delay':>5} {'label':>5} {'guess':>5}")
     lines = [head, "-" * len(head)]
     for r in results:
         s, c = r.streaming, r.reclustered
@@ -427,7 +444,7 @@ def _table(results: list[ClipResult]) -> str:
             f" {s.der:>6.1%} {c.der:>6.1%} {s.missed_s / max(s.reference_s, 1e-9):>5.1%}"
             f" {s.false_alarm_s / max(s.reference_s, 1e-9):>5.1%} {r.relabelled:>5}"
             f" {f'{r.changes_found}/{r.changes}':>7} {r.splits:>5}"
-            f" {_p50(r.split_delay_s):>5} {_p50(r.label_delay_s):>5}"
+            f" {_p50(r.split_delay_s):>5} {_p50(r.label_delay_s):>5} {r.guessed_wrong:>5}"
         )
     families = {"alternating readers": lambda r: r.clip.startswith("alt:"),
                 "RTTM clips": lambda r: not r.clip.startswith("alt:")}
@@ -455,6 +472,7 @@ def _table(results: list[ClipResult]) -> str:
                 f" {f'{sum(r.changes_found for r in group)}/{sum(r.changes for r in group)}':>7}"
                 f" {sum(r.splits for r in group):>5} {_p50(delays):>5} {_p50(shown):>5}"
                 + (f"  new label shown within 1.5 s: {sum(d <= 1.5 for d in shown)}/{len(shown)}" if shown else "")
+                + f"  label at close wrong: {sum(r.guessed_wrong for r in group)}/{sum(r.segments for r in group)}"
             )
     windows = sum(r.windows for r in results)
     if windows:

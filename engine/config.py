@@ -276,6 +276,11 @@ class EngineConfig:
     # runs in this process (a local checkpoint); else, or when the aligner falls behind, from the VAD alone. Costs a
     # second encoder pass per final on the front end's CPU (docs/benchmarks.md, "Word times").
     word_align: bool = True
+    # A live sentence locks as soon as its text is final, before its speaker embedding is in, with the label its
+    # voice showed, where its client applies ``speakers`` corrections (``SessionOptions.relabels``,
+    # engine.stream.labels). False: every sentence waits for its embedding. Measured in docs/benchmarks.md ("Locks
+    # that do not wait for the speaker embedding").
+    lock_before_label: bool = True
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,10 @@ class SessionOptions:
     # (``DecodeScheduler.background``), so that live sessions keep their latency while a long file is transcribed.
     background: bool = False
     temperature: float = 0.0  # the decoder's sampling temperature (0 = greedy)
+    # The client applies ``speakers`` corrections to sentences it already has (docs/protocol.md): a live sentence then
+    # locks as soon as its text is final, with a provisional speaker label if its embedding is not in yet
+    # (``engine.stream.labels``). False: each sentence waits for its label (a protocol that cannot correct one).
+    relabels: bool = True
 
 
 def env_str(name: str, default: str | None) -> str | None:

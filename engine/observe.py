@@ -112,3 +112,5 @@ class SessionStats:
     rejoined: int = 0  # changes of voice undone: both halves dropped, decoded again as one that the guard kept
     final_decode_s: list[float] = field(default_factory=list)
     languages: dict[str, int] = field(default_factory=dict)  # sentences kept, by the language they were decoded in
+    provisional_labels: int = 0  # sentences that locked before their speaker embedding was in (``Labels``)
+    corrected_labels: int = 0  # ... whose label a ``speakers`` message then changed

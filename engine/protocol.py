@@ -17,8 +17,9 @@ increasing ``seq``):
 - ``{"type":"words","seq":N,"id":K,"words":[{"w":W,"start_ms":MS,"end_ms":MS},...]}``: better word times for the
   locked sentence ``K`` (Whisper's cross-attention, which runs after the lock so that it never delays it); they
   replace the times sent with the sentence. Sent only to clients that asked for words.
-- ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (after the
-  re-clustering at stop). Sentence text never changes.
+- ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (once the
+  speaker embedding of a sentence that locked before it was in gives another label, and after the re-clustering at
+  stop). Sentence text never changes.
 - After a stop: ``{"type":"caption",...,"is_final":true}`` (the last sentences, empty partial), then
   ``{"type":"stopped","seq":N}``.
 - ``{"type":"error","seq":N,"code":C,"message":M}`` for anything the client must know; see ``ErrorCode``.

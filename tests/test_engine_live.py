@@ -131,8 +131,9 @@ async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(eng
     pieces.append(np.zeros(16000, np.float32))
     result = await stream_audio(engine, np.concatenate(pieces), realtime=True)
     check_protocol(result)
-    # The labels as they locked (a relabel at stop may correct them later; these are what a viewer saw live).
-    sentences = [s for m in result.messages if isinstance(m, Caption) for s in m.sentences]
+    # The labels a viewer saw live: as they locked, with any correction right after a lock (a relabel at stop may
+    # correct them later).
+    sentences = result.sentences(live=True)
     assert len({s.spk for s in sentences}) == 2, [(s.spk, s.start, s.text) for s in sentences]
     changes = [(a.spk, b.spk, b.start) for a, b in itertools.pairwise(sentences) if a.spk != b.spk]
     for true_start in starts_ms[1:]:

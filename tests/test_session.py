@@ -389,15 +389,34 @@ async def test_a_decode_that_ends_right_after_the_forced_words_neither_locks_nor
         assert int(words[5]) + float(words[2]) * SAMPLE_RATE >= b - WINDOW, s
 
 
+def _labelled(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]:
+    """The locked sentences as a client ends up showing them: with every ``speakers`` correction applied."""
+    out: dict[int, protocol.Sentence] = {}
+    for m in messages:
+        if isinstance(m, Caption):
+            out.update((s.id, s) for s in m.sentences)
+        elif isinstance(m, protocol.Speakers):
+            assert set(m.relabel) <= set(out), "a correction names only sentences the client already has"
+            out.update((sid, replace(out[sid], spk=spk)) for sid, spk in m.relabel.items())
+    return [out[k] for k in sorted(out)]
+
+
 @pytest.mark.asyncio
-async def test_session_labels_each_voice_through_the_speaker_service() -> None:
+@pytest.mark.parametrize("lock_before_label", [True, False])
+async def test_session_labels_each_voice_through_the_speaker_service(lock_before_label: bool) -> None:
+    """Each voice ends up with its own label. A sentence may lock before its embedding is in, with the label its
+    voice showed (the fake's turn windows all sound like the first voice), and be corrected after; without
+    ``lock_before_label`` it locks with its label."""
     service = SpeakerService(load=FakeEmbedder)
     await service.start()
     try:
-        messages, _ = await _run(speakers=service)
+        messages, _ = await _run(speakers=service, config=EngineConfig(lock_before_label=lock_before_label))
     finally:
         await service.close()
-    assert [s.spk for s in _sentences(messages)] == [0, 1]
+    assert [s.spk for s in _labelled(messages)] == [0, 1]
+    if not lock_before_label:
+        assert [s.spk for s in _sentences(messages)] == [0, 1]
+        assert not any(isinstance(m, protocol.Speakers) for m in messages)
 
 
 class DcEmbedder:
@@ -431,7 +450,7 @@ async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_
     finally:
         await service.close()
     assert len(_sentences(unsplit)) == 1, "without turn detection both voices are one sentence"
-    sentences = _sentences(messages)
+    sentences = _labelled(messages)
     assert [s.spk for s in sentences] == [0, 1], sentences
     a_end_ms, b_start_ms = speech[0][1] * 1000 // SAMPLE_RATE, speech[1][0] * 1000 // SAMPLE_RATE
     assert abs(sentences[0].end - a_end_ms) <= 64 and abs(sentences[1].start - b_start_ms) <= 64, sentences
@@ -452,7 +471,7 @@ async def test_words_settled_after_a_change_of_voice_open_the_new_voice_s_senten
         messages, _ = await _run(speakers=service, layout=(stream, speech), recognizer=WordPerHalfSecond)
     finally:
         await service.close()
-    sentences = _sentences(messages)
+    sentences = _labelled(messages)
     assert [s.spk for s in sentences] == [0, 1], sentences
     first, second = ([int(w[1:]) for w in s.text.split()] for s in sentences)
     turn = speech[1][0] / (SAMPLE_RATE // 2)  # the second voice's first half second

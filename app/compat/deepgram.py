@@ -105,7 +105,10 @@ async def listen(request: web.Request) -> web.StreamResponse:
     except BaseException:
         admitted.slot.release()
         raise
-    options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
+    # With ``diarize`` each final result names its words' speaker, and Deepgram's protocol has no way to correct one
+    # later: each sentence waits for its speaker embedding.
+    options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True,
+                             relabels=not params.diarize)
     try:
         async with open_live(app, admitted, options) as live:
             await DeepgramStream(ws, params, live, request_id, app[ENGINE].model_name).run()

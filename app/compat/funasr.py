@@ -215,8 +215,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return ws
     # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
     # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
+    # Each sentence's message names its speaker (``spk``) and the protocol cannot correct one later: each sentence
+    # waits for its speaker embedding.
     options = SessionOptions(language=config.language, hotwords=fconfig.hotwords, words=True,
-                             partials=fconfig.online)
+                             partials=fconfig.online, relabels=False)
     stream = FunasrStream(ws, fconfig)
     if fconfig.wav_format != "pcm":
         try:

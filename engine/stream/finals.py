@@ -10,7 +10,9 @@ for a mistake (noise that sounded like another voice, two halves too short for W
 are decoded again as one segment, which locks if that passes: without it a false cut loses every word of both.
 
 ``lock`` locks every finished segment at the head of the queue, in order, each once: an id, its speaker label
-(assigned in that order) and word times. The session sends what it returns; nothing here posts a caption.
+(``Labels``, in that order) and word times. A live sentence whose client takes speaker corrections locks without
+waiting for its embedding (its label may follow in a ``speakers`` message); a file's, or one whose client cannot
+take a correction, waits for it. The session sends what it returns; nothing here posts a caption.
 """
 
 from __future__ import annotations
@@ -35,19 +37,20 @@ from engine.errors import EngineNotReady
 from engine.logs import SessionLog
 from engine.observe import SessionStats
 from engine.speakers.service import SpeakerService
-from engine.speakers.tracker import SpeakerTracker
 from engine.stream.alignment import Alignment, closed_words, nothing
 from engine.stream.endpoint import CloseReason, SegmentClosed
+from engine.stream.labels import Labels
 from engine.stream.mailbox import Mailbox
 from engine.stream.partials import DecodeSettings, Handover, stopped_early
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.stable import onto, without_lead
 
-# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding, the
-# decode's mean token log-probability, its words aligned by Whisper's cross-attention (None: not aligned), and the
-# segment with its audio when the text is that of it joined to the turn's half before it (None: the segment itself).
-Final = tuple[str | None, tuple[TimedSpan, ...], np.ndarray | None, float, list[AlignedWord] | None,
-              tuple[SegmentClosed, np.ndarray] | None]
+# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding (a
+# future: a live sentence may lock before it is in; None: none was asked for), the decode's mean token
+# log-probability, its words aligned by Whisper's cross-attention (None: not aligned), and the segment with its audio
+# when the text is that of it joined to the turn's half before it (None: the segment itself).
+Final = tuple[str | None, tuple[TimedSpan, ...], asyncio.Future[np.ndarray | None] | None, float,
+              list[AlignedWord] | None, tuple[SegmentClosed, np.ndarray] | None]
 _NOTHING: Final = (None, (), None, 0.0, None, None)
 _WHISPER_SAMPLES = 30 * SAMPLE_RATE  # the most audio one decode hears
 
@@ -63,6 +66,7 @@ class Pending:
     shown: bool = False  # some text of it was shown as a partial before it closed
     stable: int = 0  # leading words of ``preview`` that were settled (the sentence locks with them)
     audio: np.ndarray | None = None  # the segment's audio (the aligner reads it once the sentence has locked)
+    voice: int | None = None  # the speaker label its voice showed beside its partial text when it closed
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,10 @@ class Finals:
     """One session's closed segments, oldest first (``pending``), until each has locked."""
 
     def __init__(self, session_id: str, decoding: DecodeSettings, *, config: EngineConfig,
-                 scheduler: DecodeScheduler, speakers: SpeakerService | None, tracker: SpeakerTracker | None,
+                 scheduler: DecodeScheduler, speakers: SpeakerService | None, labels: Labels | None,
                  alignment: Alignment, mailbox: Mailbox, stats: SessionStats, log: SessionLog,
                  on_done: Callable[[], None]) -> None:
-        """``speakers``/``tracker``: the speaker service and the session's tracker (None: no labels); ``mailbox``:
+        """``speakers``/``labels``: the speaker service and the session's labels (None: no labels); ``mailbox``:
         where an ``error`` goes when the recognizer is unavailable; ``on_done`` runs as each final finishes (the
         session then locks what it can)."""
         self._session_id = session_id
@@ -89,7 +93,7 @@ class Finals:
         self._config = config
         self._scheduler = scheduler
         self._speakers = speakers
-        self._tracker = tracker
+        self._labels = labels
         self._alignment = alignment
         self._mailbox = mailbox
         self._stats = stats
@@ -101,13 +105,14 @@ class Finals:
         # is decoded joined to it if the guard drops that one too.
         self._dropped_half: tuple[SegmentClosed, np.ndarray] | None = None
 
-    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover) -> None:
-        """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz)."""
+    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None) -> None:
+        """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz; ``voice``: the speaker label shown
+        beside its partial text, if any: it locks with that one if its embedding is not in yet)."""
         speech_s = (closed.speech_end - closed.speech_start) / SAMPLE_RATE
         task = asyncio.create_task(self._final(closed, audio, speech_s, handover),
                                    name=f"{self._session_id}-final-{closed.index}")
         self.pending.append(Pending(closed, handover.preview, task, speech_s, shown=handover.shown,
-                                    stable=len(handover.stable), audio=audio))
+                                    stable=len(handover.stable), audio=audio, voice=voice))
         task.add_done_callback(lambda _t: self._on_done())
 
     def previews(self) -> list[tuple[str, int]]:
@@ -129,8 +134,9 @@ class Finals:
 
         ``handover.prior`` (a finished partial) or ``handover.adopted`` (a running one) that covers all the speech
         stands in for the final decode. The text begins with exactly the settled words (forced as the decode's
-        start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times;
-        a live one locks without them (they follow, ``Alignment.after_lock``)."""
+        start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times
+        and its speaker embedding; a live one locks without its word times (they follow, ``Alignment.after_lock``)
+        and, if its client takes corrections, without its embedding (``Labels``)."""
         stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
                                                        handover.adopted, handover.carried)
         request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
@@ -184,8 +190,8 @@ class Finals:
         if result.language:
             self._stats.languages[result.language] = self._stats.languages.get(result.language, 0) + 1
         aligned = self._file_alignment(audio, text, result.language)
-        embedding = await self._embedding(embed)
-        return text, result.spans if text == result.text else (), embedding, result.avg_logprob, await aligned, None
+        await self._label_wait(embed)
+        return text, result.spans if text == result.text else (), embed, result.avg_logprob, await aligned, None
 
     def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
         """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
@@ -211,15 +217,18 @@ class Finals:
             return nothing()
         return self._alignment.align(audio, text, language or options.language, queue=True)
 
-    async def _embedding(self, embed: asyncio.Future[np.ndarray | None]) -> np.ndarray | None:
-        """The speaker embedding ``embed`` resolves to; None if it failed (that costs the label, never the text)."""
+    async def _label_wait(self, embed: asyncio.Future[np.ndarray | None]) -> None:
+        """Wait for the speaker embedding ``embed`` (failed or not) where the sentence must lock with its final
+        label: a file's, one whose client cannot take a correction (``SessionOptions.relabels``), or every one
+        without ``EngineConfig.lock_before_label``."""
+        options = self._decoding.options
+        if self._config.lock_before_label and options.relabels and not options.background:
+            return
         try:
-            return await embed
+            await asyncio.wait([embed])
         except asyncio.CancelledError:
+            embed.cancel()
             raise
-        except Exception as exc:
-            self._log.warning("speaker embedding failed: %s", exc)
-            return None
 
     def _hold_if_cut(self, closed: SegmentClosed, audio: np.ndarray) -> None:
         """Keep a dropped segment that a change of voice ended, for the segment after it (``_rejoined``)."""
@@ -257,8 +266,8 @@ class Finals:
         self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held[0].index, closed.index,
                        result.avg_logprob)
         aligned = self._file_alignment(both, result.text, result.language)
-        embedding = await self._embedding(embed)
-        return result.text, result.spans, embedding, result.avg_logprob, await aligned, (segment, both)
+        await self._label_wait(embed)
+        return result.text, result.spans, embed, result.avg_logprob, await aligned, (segment, both)
 
     def lock(self) -> tuple[list[Locked], int]:
         """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
@@ -274,7 +283,7 @@ class Finals:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embedding, avg_logprob, aligned, joined = item.task.result()
+            text, spans, embed, avg_logprob, aligned, joined = item.task.result()
             if joined is not None:  # the sentence is this segment joined to the one before it
                 item.closed, item.audio = joined
                 item.speech_s = (item.closed.speech_end - item.closed.speech_start) / SAMPLE_RATE
@@ -284,7 +293,8 @@ class Finals:
             sid = self._next_sentence
             self._next_sentence += 1
             closed = item.closed
-            spk = self._tracker.assign(sid, embedding, item.speech_s, closed.after_turn) if self._tracker else None
+            spk = (self._labels.label(sid, embed or nothing(), item.speech_s, closed.after_turn, item.voice)
+                   if self._labels else None)
             words = closed_words(closed, text, self._config.vad.offset, spans, aligned)
             speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None

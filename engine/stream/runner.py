@@ -32,12 +32,16 @@ class StreamResult:
     def captions(self) -> list[Caption]:
         return [m for m in self.messages if isinstance(m, Caption)]
 
-    def sentences(self) -> list[Sentence]:
-        """Locked sentences in order, with any later speaker relabels and word times (the aligner's) applied."""
+    def sentences(self, live: bool = False) -> list[Sentence]:
+        """Locked sentences in order, with any later speaker relabels and word times (the aligner's) applied.
+        ``live``: only what came before the final caption, i.e. without the speaker re-clustering at stop (the labels
+        a viewer read while the session ran, corrections after a lock included: ``engine.stream.labels``)."""
         out: dict[int, Sentence] = {}
         for m in self.messages:
             if isinstance(m, Caption):
                 out.update((s.id, s) for s in m.sentences)
+                if live and m.is_final:
+                    break
             elif isinstance(m, WordTimes) and m.id in out:
                 out[m.id] = dataclasses.replace(out[m.id], words=m.words)
             elif isinstance(m, Speakers):

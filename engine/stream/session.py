@@ -10,7 +10,9 @@ told what it needs when the session is built:
 - ``Partials`` (``partials.py``): the open segment's partial decodes, its stable words and the early end of a
   sentence;
 - ``Finals`` (``finals.py``): a closed segment's final decode and speaker embedding, run concurrently, then locking
-  in segment order: a sentence locks when both are done and every earlier segment has locked;
+  in segment order: a sentence locks when its text is final and every earlier segment has locked;
+- ``Labels`` (``labels.py``): each locked sentence's speaker label, corrected by a ``speakers`` message when the
+  sentence locked before its embedding was in;
 - ``Voices`` (``voices.py``): a change of voice inside the open segment, which splits it;
 - ``Alignment`` (``alignment.py``): the aligner's word times, after a live sentence's lock;
 - ``Arrivals`` (``arrivals.py``): when each piece of audio arrived, for the latencies it reports.
@@ -43,6 +45,7 @@ from engine.stream.alignment import Alignment
 from engine.stream.arrivals import Arrivals
 from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentEvent, SegmentOpened
 from engine.stream.finals import Finals
+from engine.stream.labels import Labels
 from engine.stream.mailbox import Mailbox
 from engine.stream.partials import STEP_WINDOWS, DecodeSettings, Partials
 from engine.stream.scheduler import DecodeScheduler
@@ -96,8 +99,10 @@ class Session:
         self._partials = Partials(self, self._decoding, config=config, scheduler=scheduler,
                                   endpointer=self.endpointer, audio=self.audio, clock=clock, log=self._log)
         self._alignment = Alignment(aligner, scheduler, self.mailbox, config.vad.offset)
+        self._labels = (Labels(self.speakers, self._relabelled, stats=self.stats, log=self._log)
+                        if self.speakers is not None else None)
         self._finals = Finals(session_id, self._decoding, config=config, scheduler=scheduler, speakers=speakers,
-                              tracker=self.speakers, alignment=self._alignment, mailbox=self.mailbox,
+                              labels=self._labels, alignment=self._alignment, mailbox=self.mailbox,
                               stats=self.stats, log=self._log, on_done=self._lock_ready)
         self._voices = Voices(speakers, self.speakers, self.turns, endpointer=self.endpointer, audio=self.audio,
                               live=lambda: self.state is SessionState.LIVE, on_turn=self._on_turn)
@@ -199,7 +204,7 @@ class Session:
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         audio = self.audio.slice(event.start, event.end)
-        self._finals.start(event, audio, handover)
+        self._finals.start(event, audio, handover, voice=self._voices.label)
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
 
     def _on_turn(self, at: int | None) -> None:
@@ -290,6 +295,11 @@ class Session:
         if locked or covered:
             self._post([item.sentence for item in locked], covered_end=covered)
 
+    def _relabelled(self, relabel: dict[int, int]) -> None:
+        """Locked sentences got their speaker labels after they locked, and these changed (``Labels``)."""
+        if self.state is not SessionState.CLOSED:
+            self.mailbox.post(protocol.Speakers(relabel))
+
     def _tentative(self) -> tuple[str, int]:
         """The text not locked yet (closed segments awaiting their final, then the open segment) and how many of its
         leading words are settled (they lock exactly as shown)."""
@@ -360,6 +370,8 @@ class Session:
             await asyncio.wait([p.task for p in self._finals.pending])
             self._lock_ready()
         await self._alignment.drained()  # the last sentences' word times
+        if self._labels is not None:
+            await self._labels.drained()  # the last sentences' speaker labels, before re-clustering reads them
         if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
             return
         self._post([], covered_end=0, is_final=True)

@@ -1,0 +1,124 @@
+"""Speaker labels of locked sentences (``engine.stream.labels``): a sentence locks without waiting for its speaker
+embedding, with the label its voice showed, and a ``speakers`` correction follows only where the tracker, labelling
+in sentence order once the embeddings are in, disagrees.
+
+Voices here are orthogonal unit vectors (one per speaker), so the tracker's answer is known without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import numpy as np
+import pytest
+
+from engine.logs import SessionLog
+from engine.observe import SessionStats
+from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
+from engine.stream.labels import Labels
+
+A, B, C = np.eye(3, dtype=np.float32)
+
+
+def _labels() -> tuple[Labels, SpeakerTracker, list[dict[int, int]], SessionStats]:
+    """Labels over a fresh tracker, with the ``speakers`` corrections it posts, in order, and its counters."""
+    tracker = SpeakerTracker(SpeakerConfig())
+    posted: list[dict[int, int]] = []
+    stats = SessionStats()
+    labels = Labels(tracker, posted.append, stats=stats, log=SessionLog(logging.getLogger(__name__), "t"))
+    return labels, tracker, posted, stats
+
+
+def _ready(vector: np.ndarray | None) -> asyncio.Future[np.ndarray | None]:
+    fut: asyncio.Future[np.ndarray | None] = asyncio.get_running_loop().create_future()
+    fut.set_result(vector)
+    return fut
+
+
+def _later() -> asyncio.Future[np.ndarray | None]:
+    return asyncio.get_running_loop().create_future()
+
+
+async def _settle() -> None:
+    """Let the done callbacks of resolved futures run."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_sentence_whose_embedding_is_in_locks_with_its_tracker_label() -> None:
+    labels, tracker, posted, stats = _labels()
+    assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0
+    assert labels.label(1, _ready(B), 4.0, False, voice=0) == 1  # its voice's guess is not needed: it is in
+    assert labels.label(2, _ready(None), 0.5, False, voice=None) == 1  # too short to embed: the sentence before's
+    await _settle()
+    assert tracker.labels == {0: 0, 1: 1, 2: 1}
+    assert posted == [] and stats.provisional_labels == 0 and labels.waiting == 0
+
+
+async def test_a_late_embedding_locks_with_the_voice_label_and_corrects_only_a_wrong_one() -> None:
+    labels, tracker, posted, stats = _labels()
+    assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0
+    right, wrong = _later(), _later()
+    assert labels.label(1, right, 4.0, False, voice=0) == 0  # locks at once, with the label shown beside its text
+    assert labels.label(2, wrong, 4.0, True, voice=0) == 0
+    assert labels.waiting == 2 and 1 not in tracker.labels
+    right.set_result(A)
+    await _settle()
+    assert posted == [] and labels.waiting == 1  # the guess was right: nothing to correct
+    wrong.set_result(B)  # another voice: a new speaker
+    await _settle()
+    assert posted == [{2: 1}]
+    assert tracker.labels == {0: 0, 1: 0, 2: 1}
+    assert (stats.provisional_labels, stats.corrected_labels) == (2, 1)
+    # The next short sentence continues the corrected speaker, as the tracker would have it.
+    assert labels.label(3, _ready(None), 0.5, False, voice=None) == 1
+
+
+async def test_labels_are_assigned_in_sentence_order_whatever_order_embeddings_come_in() -> None:
+    labels, tracker, posted, _ = _labels()
+    assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0
+    first = _later()
+    assert labels.label(1, first, 4.0, False, voice=None) == 0  # no voice label: the sentence before's
+    # The next one's embedding is in, but the tracker must label sentence 1 first: it shows what it would get now.
+    assert labels.label(2, _ready(C), 4.0, False, voice=None) == 1
+    assert labels.label(3, _ready(None), 0.5, False, voice=None) == 1  # short: continues the label shown before it
+    await _settle()
+    assert labels.waiting == 3 and posted == []
+    first.set_result(B)  # sentence 1 was a second speaker: C is then the third, and the short one follows C
+    await _settle()
+    assert tracker.labels == {0: 0, 1: 1, 2: 2, 3: 2}
+    assert posted == [{1: 1, 2: 2, 3: 2}]
+    assert labels.waiting == 0
+
+
+async def test_a_failed_embedding_costs_the_label_not_the_sentence() -> None:
+    labels, tracker, posted, _ = _labels()
+    assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0
+    broken, dropped = _later(), _later()
+    assert labels.label(1, broken, 4.0, False, voice=1) == 1  # its voice looked new
+    assert labels.label(2, dropped, 4.0, False, voice=None) == 1
+    broken.set_exception(RuntimeError("speaker model failed"))
+    dropped.cancel()
+    await labels.drained()
+    assert tracker.labels == {0: 0, 1: 0, 2: 0}  # no embedding: the context label
+    assert posted == [{1: 0, 2: 0}]
+
+
+async def test_drained_returns_once_every_sentence_is_labelled() -> None:
+    labels, tracker, posted, _ = _labels()
+    late = _later()
+    assert labels.label(0, late, 4.0, False, voice=None) == 0
+    asyncio.get_running_loop().call_later(0.05, late.set_result, A)
+    await asyncio.wait_for(labels.drained(), 2.0)
+    assert tracker.labels == {0: 0} and posted == [] and labels.waiting == 0
+
+
+@pytest.mark.parametrize("voice", [None, 0])
+async def test_the_first_sentence_is_speaker_zero_until_told_otherwise(voice: int | None) -> None:
+    labels, _, posted, _ = _labels()
+    late = _later()
+    assert labels.label(0, late, 4.0, False, voice=voice) == 0
+    late.set_result(B)
+    await labels.drained()
+    assert posted == []  # the tracker's first speaker is 0, whoever it is

@@ -51,6 +51,10 @@ class SessionMetrics:
     flickered: int = 0  # tentative words shown that the next screen changed or dropped (bench.churn.flicker)
     tentative_words: int = 0  # tentative words shown
     withdrawn: int = 0  # stable words a later screen changed or dropped (must be 0)
+    # Seconds from a sentence's end of speech to its speaker label as final while live: its lock, or a ``speakers``
+    # correction after it (engine.stream.labels), whichever came last; the re-clustering at stop is not counted.
+    label_s: list[float] = field(default_factory=list)
+    relabelled: int = 0  # locked sentences whose label a ``speakers`` message changed while live
     failures: list[str] = field(default_factory=list)
 
 
@@ -62,6 +66,27 @@ def partial_lags(captions: list[dict[str, Any]]) -> list[float]:
     """Display lag in seconds of every caption message that updates the partial text and locks nothing."""
     return [msg["latency_ms"] / 1000 for msg in captions
             if msg.get("latency_ms") is not None and msg["partial"] and not msg["sentences"]]
+
+
+def live_relabels(messages: list[tuple[float, dict[str, Any]]]) -> tuple[dict[int, float], int]:
+    """When a ``speakers`` message last changed each locked sentence's label before the final caption (sentence id:
+    arrival time), and how many sentence labels such messages changed."""
+    labels: dict[int, int | None] = {}
+    changed_at: dict[int, float] = {}
+    changes = 0
+    for t, msg in messages:
+        if msg["type"] == "caption":
+            if msg.get("is_final"):
+                break
+            labels.update((s["id"], s.get("spk")) for s in msg["sentences"])
+        elif msg["type"] == "speakers":
+            for key, spk in msg["relabel"].items():
+                sid = int(key)
+                if sid in labels and labels[sid] != spk:
+                    labels[sid] = spk
+                    changed_at[sid] = t
+                    changes += 1
+    return changed_at, changes
 
 
 def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig) -> SessionMetrics:
@@ -78,6 +103,7 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
     m.lag_s = partial_lags([msg for _, msg in captions])
     m.churned, m.partial_words = partial_churn(msg for _, msg in captions)
     m.flickered, m.tentative_words, m.withdrawn = flicker(msg for _, msg in captions)
+    labelled_at, m.relabelled = live_relabels(client.messages)
     for u in clip.utterances:
         onset = client.sent_at(u.speech_start_s)
         before = [msg["partial"] for t, msg in captions if t < onset]
@@ -95,6 +121,8 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
             continue
         lock = max(covering) - client.sent_at(u.speech_end_s)
         m.lock_s.append(lock)
+        labelled = [labelled_at.get(s["id"], t) for t, s in locked if _overlaps(s, u.speech_start_s, u.speech_end_s)]
+        m.label_s.append(max(labelled) - client.sent_at(u.speech_end_s))
         silence_s = endpoint.silence_for(int((u.speech_end_s - u.speech_start_s) * 1000)) / 1000
         m.lock_over_silence_s.append(lock - silence_s)
     text = " ".join(s["text"] for _, s in sorted(locked, key=lambda ts: ts[1]["id"]))
@@ -120,6 +148,8 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
         out.flickered += m.flickered
         out.tentative_words += m.tentative_words
         out.withdrawn += m.withdrawn
+        out.label_s += m.label_s
+        out.relabelled += m.relabelled
         out.failures += m.failures
     return out
 

@@ -16,7 +16,10 @@ A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`
 endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. Metrics: see
 ``bench/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
 streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
-engine estimated it) leaving the client to the word arriving as stable on that client's data channel.
+engine estimated it) leaving the client to the word arriving as stable on that client's data channel. ``label
+p95``: seconds from a sentence's end of speech leaving the client to its speaker label being final while live (its
+lock, or the ``speakers`` correction after it, whichever came last); ``relabelled``: locked sentences whose label
+such a correction changed (the re-clustering at stop is counted in neither).
 
 ``--remote-viewer`` adds a second front end (``bench/remote_viewer.py``): a PostgreSQL server is started for the
 run, both servers use it as their store, each session publishes into a room of its own on the measured server,
@@ -65,6 +68,7 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
         "churn": m.churned / m.partial_words if m.partial_words else float("nan"),
         "flicker": m.flickered / m.tentative_words if m.tentative_words else float("nan"),
         "stable_withdrawn": m.withdrawn,
+        "label_s_p50": pct(m.label_s, 50), "label_s_p95": pct(m.label_s, 95), "relabelled": m.relabelled,
         "cpu_pct_per_session": 100 * cpu_s / window_s / n if window_s > 0 else float("nan"),
         "server_cpu_pct": 100 * cpu_s / window_s if window_s > 0 else float("nan"),
         "rss_gb": rss / 1e9,
@@ -154,6 +158,7 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
            ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
            ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
            ("churn", "churn", "{:.1%}"), ("flicker", "flicker", "{:.1%}"), ("stable_withdrawn", "withdrawn", "{:d}"),
+           ("label_s_p95", "label p95", "{:.2f}"), ("relabelled", "relabelled", "{:d}"),
            ("stable_s_p50", "stable p50", "{:.2f}"), ("remote_stable_s_p50", "on B p50", "{:.2f}"),
            ("remote_stable_s_p95", "p95", "{:.2f}"),
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),

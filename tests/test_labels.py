@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -122,3 +123,22 @@ async def test_the_first_sentence_is_speaker_zero_until_told_otherwise(voice: in
     late.set_result(B)
     await labels.drained()
     assert posted == []  # the tracker's first speaker is 0, whoever it is
+
+
+def test_the_bench_counts_corrections_while_live_not_the_reclustering_at_stop() -> None:
+    from bench.metrics import live_relabels
+
+    def caption(*sentences: tuple[int, int], final: bool = False) -> dict[str, Any]:
+        return {"type": "caption", "is_final": final, "partial": "",
+                "sentences": [{"id": sid, "spk": spk} for sid, spk in sentences]}
+
+    messages: list[tuple[float, dict[str, Any]]] = [
+        (1.0, caption((0, 0))),
+        (2.0, caption((1, 0))),
+        (2.2, {"type": "speakers", "relabel": {"1": 1}}),  # sentence 1 corrected after its lock
+        (3.0, caption((2, 1))),
+        (3.1, {"type": "speakers", "relabel": {"2": 1}}),  # names a sentence but changes nothing
+        (4.0, caption(final=True)),
+        (4.1, {"type": "speakers", "relabel": {"0": 1}}),  # the re-clustering at stop
+    ]
+    assert live_relabels(messages) == ({1: 2.2}, 1)

@@ -57,7 +57,7 @@ PARTIAL_INTERVAL_S = 0.48
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
          "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
-         "engine-labelwait")
+         "engine-labelwait", "engine-embedbeside")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -155,7 +155,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     ``real_turns``: the speaker service's own, which new sessions take their detector from); ``engine-norestart``
     lets a partial that began before a pause run on while the decode of all the speech waits for it
     (``PartialConfig.closing_restarts`` off); ``engine-labelwait`` locks each sentence only once its speaker embedding
-    is in (``EngineConfig.lock_before_label`` off; ``real_lock_before_label``: the engine's own).
+    is in (``EngineConfig.lock_before_label`` off; ``real_lock_before_label``: the engine's own);
+    ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -166,7 +167,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     endpoint = replace(real_endpoint or engine.config.endpoint, **_ENDPOINT_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     engine.config = replace(engine.config, partial=partial, endpoint=endpoint,
-                            lock_before_label=real_lock_before_label and mode != "engine-labelwait")
+                            lock_before_label=real_lock_before_label and mode != "engine-labelwait",
+                            embed_after_decode=mode != "engine-embedbeside")
     engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
         mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0

@@ -281,6 +281,10 @@ class EngineConfig:
     # engine.stream.labels). False: every sentence waits for its embedding. Measured in docs/benchmarks.md ("Locks
     # that do not wait for the speaker embedding").
     lock_before_label: bool = True
+    # Where a sentence locks before its label, its speaker embedding starts once its text is decoded rather than beside
+    # that decode: on 2 cores the two shared the cores, and the lock waits for the decode. Lock p95 of one speaker
+    # 0.79-1.16 s against 0.88-1.37 s (docs/benchmarks.md, "Locks that do not wait for the speaker embedding").
+    embed_after_decode: bool = True
 
 
 @dataclass(frozen=True)

@@ -402,15 +402,17 @@ def _labelled(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("lock_before_label", [True, False])
-async def test_session_labels_each_voice_through_the_speaker_service(lock_before_label: bool) -> None:
-    """Each voice ends up with its own label. A sentence may lock before its embedding is in, with the label its
-    voice showed (the fake's turn windows all sound like the first voice), and be corrected after; without
-    ``lock_before_label`` it locks with its label."""
+@pytest.mark.parametrize(("lock_before_label", "embed_after_decode"), [(True, True), (True, False), (False, True)])
+async def test_session_labels_each_voice_through_the_speaker_service(lock_before_label: bool,
+                                                                     embed_after_decode: bool) -> None:
+    """Each voice ends up with its own label. A sentence may lock before its embedding is in (started after its
+    decode, or beside it), with the label its voice showed (the fake's turn windows all sound like the first voice),
+    and be corrected after; without ``lock_before_label`` it locks with its label."""
     service = SpeakerService(load=FakeEmbedder)
     await service.start()
     try:
-        messages, _ = await _run(speakers=service, config=EngineConfig(lock_before_label=lock_before_label))
+        config = EngineConfig(lock_before_label=lock_before_label, embed_after_decode=embed_after_decode)
+        messages, _ = await _run(speakers=service, config=config)
     finally:
         await service.close()
     assert [s.spk for s in _labelled(messages)] == [0, 1]

@@ -1,9 +1,10 @@
 """Closed segments on their way to locked sentences: final decodes, then locking in segment order.
 
-When a segment closes, ``Finals.start`` runs its final decode and its speaker embedding concurrently (a partial that
-already heard all of its speech stands in for the decode: ``Handover``). The decode is made to start with the
-segment's settled words, and the sentence locks with exactly them even if the guard rejects the rest: a stable word
-is never withdrawn. Settled words that went on to the next voice's sentence at a split are not said again.
+When a segment closes, ``Finals.start`` runs its final decode and its speaker embedding (a partial that already heard
+all of its speech stands in for the decode: ``Handover``): concurrently where the sentence waits for its label, the
+embedding after the decode where it locks without it (``EngineConfig.embed_after_decode``). The decode is made to
+start with the segment's settled words, and the sentence locks with exactly them even if the guard rejects the rest:
+a stable word is never withdrawn. Settled words that went on to the next voice's sentence at a split are not said again.
 
 A change of voice cuts a segment in two (``CloseReason.TURN``). When neither half passes the guard, the cut is taken
 for a mistake (noise that sounded like another voice, two halves too short for Whisper to be sure of) and the two
@@ -140,7 +141,10 @@ class Finals:
         stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
                                                        handover.adopted, handover.carried)
         request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
-        embed = self._embed(audio, speech_s)
+        # Where the sentence does not wait for its label, its embedding starts once its text is decoded: on a CPU
+        # it would otherwise share the cores with that decode, which the lock does wait for.
+        after = self._locks_before_label() and self._config.embed_after_decode
+        embed = None if after else self._embed(audio, speech_s)
         try:
             result = prior
             if result is None and adopted is not None:
@@ -159,12 +163,15 @@ class Finals:
                     result = await self._scheduler.final(dataclasses.replace(request, prefix=""))
         except EngineNotReady as exc:
             self._mailbox.post(protocol.Error(protocol.ErrorCode.ENGINE, f"recognizer unavailable: {exc}"))
-            embed.cancel()
+            if embed is not None:
+                embed.cancel()
             if stable:
                 return " ".join(stable), (), None, 0.0, None, None
             return _NOTHING
         if prior is None:
             self._stats.final_decode_s.append(result.decode_s)
+        if embed is None:
+            embed = self._embed(audio, speech_s)
         words = onto(stable, result.text.split())
         text = " ".join(stable + without_lead(words[len(stable):], carried))
         if carried:
@@ -221,14 +228,18 @@ class Finals:
         """Wait for the speaker embedding ``embed`` (failed or not) where the sentence must lock with its final
         label: a file's, one whose client cannot take a correction (``SessionOptions.relabels``), or every one
         without ``EngineConfig.lock_before_label``."""
-        options = self._decoding.options
-        if self._config.lock_before_label and options.relabels and not options.background:
+        if self._locks_before_label():
             return
         try:
             await asyncio.wait([embed])
         except asyncio.CancelledError:
             embed.cancel()
             raise
+
+    def _locks_before_label(self) -> bool:
+        """This session's sentences lock without waiting for their speaker embedding (``Labels``)."""
+        options = self._decoding.options
+        return self._config.lock_before_label and options.relabels and not options.background
 
     def _hold_if_cut(self, closed: SegmentClosed, audio: np.ndarray) -> None:
         """Keep a dropped segment that a change of voice ended, for the segment after it (``_rejoined``)."""

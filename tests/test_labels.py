@@ -93,6 +93,18 @@ async def test_labels_are_assigned_in_sentence_order_whatever_order_embeddings_c
     assert labels.waiting == 0
 
 
+async def test_a_short_sentence_behind_a_late_one_continues_the_label_before_it_whatever_its_voice_showed() -> None:
+    labels, tracker, posted, _ = _labels()
+    assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0
+    late = _later()
+    assert labels.label(1, late, 4.0, False, voice=None) == 0
+    # Too short to embed (its embedding is in: None): the tracker will give it sentence 1's label, not its voice's.
+    assert labels.label(2, _ready(None), 0.5, False, voice=1) == 0
+    late.set_result(A)
+    await labels.drained()
+    assert tracker.labels == {0: 0, 1: 0, 2: 0} and posted == []
+
+
 async def test_a_failed_embedding_costs_the_label_not_the_sentence() -> None:
     labels, tracker, posted, _ = _labels()
     assert labels.label(0, _ready(A), 4.0, False, voice=None) == 0

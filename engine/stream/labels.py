@@ -72,9 +72,11 @@ class Labels:
         if not self._waiting and embed.done():
             label = self._tracker.assign(sid, self._result(embed), speech_s, new_voice)
         else:
-            embedding = self._result(embed) if embed.done() else None
-            if embedding is not None:
-                label = self._tracker.peek(embedding, speech_s, new_voice)
+            if embed.done():
+                # In, behind an earlier sentence: what the tracker would say now. Without an embedding (too short,
+                # or it failed) the tracker gives the label before it, whatever the voice showed.
+                embedding = self._result(embed, warn=False)
+                label = self._tracker.peek(embedding, speech_s, new_voice) if embedding is not None else self._last
             else:
                 label = voice if voice is not None else self._last
             self._waiting.append(_Waiting(sid, embed, speech_s, new_voice, label))
@@ -104,12 +106,13 @@ class Labels:
             self._log.debug("speaker labels corrected after lock: %s", changed)
             self._on_relabel(changed)
 
-    def _result(self, embed: asyncio.Future[np.ndarray | None]) -> np.ndarray | None:
+    def _result(self, embed: asyncio.Future[np.ndarray | None], warn: bool = True) -> np.ndarray | None:
         """The embedding ``embed`` (done) holds; None if it failed or was cancelled (that costs the label, never the
-        text)."""
+        text; ``warn``: log the failure, once per sentence)."""
         if embed.cancelled():
             return None
         if (exc := embed.exception()) is not None:
-            self._log.warning("speaker embedding failed: %s", exc)
+            if warn:
+                self._log.warning("speaker embedding failed: %s", exc)
             return None
         return embed.result()

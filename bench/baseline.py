@@ -144,7 +144,7 @@ class SerializedTranscriber:
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
                real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
                real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None,
-               real_turns: TurnConfig | None = None, real_lock_before_label: bool = True) -> None:
+               real_turns: TurnConfig | None = None) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
     ``real_partial``, ``real_max_inflight``, ``real_window``, ``real_aligner`` and ``real_endpoint`` are the engine's
@@ -155,7 +155,7 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     ``real_turns``: the speaker service's own, which new sessions take their detector from); ``engine-norestart``
     lets a partial that began before a pause run on while the decode of all the speech waits for it
     (``PartialConfig.closing_restarts`` off); ``engine-labelwait`` locks each sentence only once its speaker embedding
-    is in (``EngineConfig.lock_before_label`` off; ``real_lock_before_label``: the engine's own);
+    is in (``EngineConfig.lock_before_label`` off);
     ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off).
     """
     if mode not in MODES:
@@ -167,7 +167,7 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     endpoint = replace(real_endpoint or engine.config.endpoint, **_ENDPOINT_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     engine.config = replace(engine.config, partial=partial, endpoint=endpoint,
-                            lock_before_label=real_lock_before_label and mode != "engine-labelwait",
+                            lock_before_label=mode != "engine-labelwait",
                             embed_after_decode=mode != "engine-embedbeside")
     engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
         mode, real_max_inflight)

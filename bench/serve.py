@@ -96,7 +96,6 @@ async def serve(args: argparse.Namespace) -> None:
     real_aligner = engine.aligner
     real_endpoint = engine.config.endpoint
     real_turns = engine.speakers.turns if engine.speakers is not None else None
-    real_lock_before_label = engine.config.lock_before_label
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
     mode = {"mode": "engine"}
@@ -122,7 +121,7 @@ async def serve(args: argparse.Namespace) -> None:
     async def set_mode(request: web.Request) -> web.Response:
         try:
             apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window,
-                       real_aligner, real_endpoint, real_turns, real_lock_before_label)
+                       real_aligner, real_endpoint, real_turns)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
         mode["mode"] = request.query["mode"]

@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.protocol import Caption, Ready, Stopped
 from engine.speakers.service import SpeakerService
 from engine.speakers.turns import TurnConfig
+from engine.stream.runner import StreamResult
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
 from speechdata.corpus import audio
@@ -391,14 +392,13 @@ async def test_a_decode_that_ends_right_after_the_forced_words_neither_locks_nor
 
 def _labelled(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]:
     """The locked sentences as a client ends up showing them: with every ``speakers`` correction applied."""
-    out: dict[int, protocol.Sentence] = {}
+    sent: set[int] = set()
     for m in messages:
         if isinstance(m, Caption):
-            out.update((s.id, s) for s in m.sentences)
+            sent.update(s.id for s in m.sentences)
         elif isinstance(m, protocol.Speakers):
-            assert set(m.relabel) <= set(out), "a correction names only sentences the client already has"
-            out.update((sid, replace(out[sid], spk=spk)) for sid, spk in m.relabel.items())
-    return [out[k] for k in sorted(out)]
+            assert set(m.relabel) <= sent, "a correction names only sentences the client already has"
+    return StreamResult(messages=list(messages)).sentences()
 
 
 @pytest.mark.asyncio

@@ -99,7 +99,9 @@ class Session:
         self._partials = Partials(self, self._decoding, config=config, scheduler=scheduler,
                                   endpointer=self.endpointer, audio=self.audio, clock=clock, log=self._log)
         self._alignment = Alignment(aligner, scheduler, self.mailbox, config.vad.offset)
-        self._labels = (Labels(self.speakers, self._relabelled, stats=self.stats, log=self._log)
+        # A correction after a lock goes out as a ``speakers`` message (a closed mailbox drops it).
+        self._labels = (Labels(self.speakers, lambda relabel: self.mailbox.post(protocol.Speakers(relabel)),
+                               stats=self.stats, log=self._log)
                         if self.speakers is not None else None)
         self._finals = Finals(session_id, self._decoding, config=config, scheduler=scheduler, speakers=speakers,
                               labels=self._labels, alignment=self._alignment, mailbox=self.mailbox,
@@ -295,11 +297,6 @@ class Session:
         if locked or covered:
             self._post([item.sentence for item in locked], covered_end=covered)
 
-    def _relabelled(self, relabel: dict[int, int]) -> None:
-        """Locked sentences got their speaker labels after they locked, and these changed (``Labels``)."""
-        if self.state is not SessionState.CLOSED:
-            self.mailbox.post(protocol.Speakers(relabel))
-
     def _tentative(self) -> tuple[str, int]:
         """The text not locked yet (closed segments awaiting their final, then the open segment) and how many of its
         leading words are settled (they lock exactly as shown)."""
@@ -384,8 +381,9 @@ class Session:
         self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()
-        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d", self.audio_s,
-                       self.stats.sentences, self.stats.dropped, self.stats.rejoined)
+        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d, labels corrected after the"
+                       " lock %d of %d", self.audio_s, self.stats.sentences, self.stats.dropped, self.stats.rejoined,
+                       self.stats.corrected_labels, self.stats.provisional_labels)
 
     async def end(self, code: protocol.ErrorCode, reason: str) -> None:
         """End at once (the engine cannot finish it): the client gets an ``error`` with ``reason``, then

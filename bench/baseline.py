@@ -57,7 +57,7 @@ PARTIAL_INTERVAL_S = 0.48
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
          "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
-         "engine-labelwait", "engine-embedbeside")
+         "engine-labelwait", "engine-embedbeside", "engine-jitter4")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -156,7 +156,9 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     lets a partial that began before a pause run on while the decode of all the speech waits for it
     (``PartialConfig.closing_restarts`` off); ``engine-labelwait`` locks each sentence only once its speaker embedding
     is in (``EngineConfig.lock_before_label`` off);
-    ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off).
+    ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off);
+    ``engine-jitter4`` is the engine as shipped: the bench server receives its audio through aiortc's jitter buffer
+    (four packets held) instead (``app.webrtc.rtp_audio.install``, in ``bench/serve.py``).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")

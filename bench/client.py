@@ -1,8 +1,9 @@
 """A browserless load client: aiortc forwarding an Ogg Opus file's packets (no re-encoding) like a live microphone.
 
 ``MediaPlayer(path, decode=False)`` paces the packets at real time; ``TimedTrack`` records when each packet left,
-so that any moment of the source audio maps to the wall-clock time it was sent (``sent_at``). Every data-channel
-message is kept with its arrival time (``time.monotonic()``).
+so that any moment of the source audio maps to the wall-clock time it was spoken (``sent_at``): a microphone's
+packet leaves once its last sample is captured, so the end of each packet's audio is taken as spoken when the packet
+left. Every data-channel message is kept with its arrival time (``time.monotonic()``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 
 class TimedTrack(MediaStreamTrack):
-    """Forwards another track's encoded packets and logs (media seconds, monotonic send time) for each."""
+    """Forwards another track's encoded packets and logs (media seconds of the end of its audio, monotonic send
+    time) for each."""
 
     kind = "audio"
 
@@ -39,7 +41,10 @@ class TimedTrack(MediaStreamTrack):
             self.ended.set()
             raise
         if packet.pts is not None and packet.time_base is not None:
-            self.media_s.append(max(0.0, float(packet.pts * packet.time_base)))
+            # The end of the packet's audio: a microphone sends a packet once all of it is captured. (Taking its
+            # start, as until 2026-11-27, counted every latency one packet short.)
+            end = packet.pts + (packet.duration or 0)
+            self.media_s.append(max(0.0, float(end * packet.time_base)))
             self.wall_s.append(time.monotonic())
         return packet
 
@@ -124,5 +129,6 @@ class BenchClient:
         return self.track.wall_s[-1] if self.track.wall_s else None
 
     def sent_at(self, media_s: float) -> float:
-        """Monotonic time at which the source audio at ``media_s`` seconds was sent (interpolated)."""
+        """Monotonic time at which the source audio at ``media_s`` seconds was spoken, as a microphone sending these
+        packets would have captured it (interpolated)."""
         return float(np.interp(media_s, self.track.media_s, self.track.wall_s))

@@ -15,8 +15,9 @@ server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SI
   ``collect=1`` then runs a full garbage collection and reports the heap after it (memory that comes back was held
   by unreachable reference cycles), ``trim=1`` then returns free memory to the system (``malloc_trim``). Growth
   that trimming gives back is fragmentation, not a leak.
-- ``POST /bench/mode?mode=engine|baseline``: the real decode policy or the serialized baseline
-  (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live.
+- ``POST /bench/mode?mode=engine|baseline|...``: the real decode policy or the serialized baseline
+  (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live. ``engine-jitter4``
+  also receives the audio of the peer connections made afterwards through aiortc's jitter buffer.
 
 ``--recognizer fake`` uses the named ``FakeTranscriber`` (no model at all) for ``bench/pipeline.py``.
 """
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
 from app.server import create_app, engine_config, freeze_startup_objects
+from app.webrtc import rtp_audio
 from app.webrtc.keys import PEERS
 from bench.baseline import SerializedTranscriber, apply_mode
 from engine.asr.fake import FakeTranscriber
@@ -124,6 +126,9 @@ async def serve(args: argparse.Namespace) -> None:
                        real_aligner, real_endpoint, real_turns)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
+        # Peer connections made from now on receive audio through the jitter buffer of this mode.
+        rtp_audio.install(args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4"
+                          else "low-delay")
         mode["mode"] = request.query["mode"]
         return web.json_response(mode)
 

@@ -96,7 +96,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
     session publishes into a room of its own and a viewer follows that room on ``remote``."""
     await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
-    clips = [session_clip(i, args.seconds, args.pause_s) for i in range(n)]
+    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms) for i in range(n)]
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
     readers: list[asyncio.Task[None]] = []
@@ -214,7 +214,7 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, args.pause_s)
+        session_clip(i, args.seconds, args.pause_s, args.packet_ms)
     server_args = ["--recognizer", args.recognizer, "--preset", args.preset]
     if args.model:
         server_args += ["--model", args.model]
@@ -236,7 +236,7 @@ async def main(args: argparse.Namespace) -> int:
                 if args.warmup:
                     # vLLM's first decodes after start are several times slower: keep them out of the table.
                     print("warm-up session (not measured) ...", file=sys.stderr)
-                    await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s).ogg])
+                    await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s, args.packet_ms).ogg])
                 for step, n in enumerate(args.sessions):
                     # Alternate which mode goes first, so that neither always follows the other's backlog.
                     for mode in (list(active) if step % 2 == 0 else list(reversed(active))):
@@ -288,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
     p.add_argument("--pause-s", type=float, default=2.5, help="pause between sentences")
+    p.add_argument("--packet-ms", type=int, choices=(20, 60), default=60,
+                   help="audio per Opus packet the clients send: 60 as browsers do when the answer asks for it (the "
+                        "server's default a=ptime), 20 as they do unasked")
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
     p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")

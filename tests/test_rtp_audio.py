@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import fractions
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import aiortc.codecs
 import aiortc.rtcpeerconnection
@@ -15,13 +17,14 @@ import numpy as np
 import pytest
 from aiortc import RTCRtpSender
 from aiortc.codecs import PCMU_CODEC
-from aiortc.jitterbuffer import JitterFrame
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
 
 from app.config import ServerConfig, build_parser, config_from_args
 from app.webrtc import rtp_audio
 from app.webrtc.ingest import IngestStats, pump_track
+from app.webrtc.jitter import AudioJitterBuffer
 from app.webrtc.keys import PEERS
 from app.webrtc.opus import OpusDecoder, OpusError
 from app.webrtc.rtp_audio import AudioReceiver, InlineDecoder
@@ -171,8 +174,14 @@ def test_install_chooses_the_receiver_of_new_peer_connections() -> None:
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is RTCRtpReceiver
         rtp_audio.install("direct")
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is AudioReceiver
+        transport: Any = SimpleNamespace(state="new")  # all aiortc's receiver reads of it when made
+        assert isinstance(AudioReceiver("audio", transport)._RTCRtpReceiver__jitter_buffer, AudioJitterBuffer)
+        rtp_audio.install("direct", jitter="aiortc")
+        assert isinstance(AudioReceiver("audio", transport)._RTCRtpReceiver__jitter_buffer, JitterBuffer)
         with pytest.raises(ValueError, match="direct, aiortc"):
             rtp_audio.install("ffmpeg")
+        with pytest.raises(ValueError, match="low-delay, aiortc"):
+            rtp_audio.install("direct", jitter="none")
     finally:
         rtp_audio.install("direct")
 

@@ -1,6 +1,7 @@
 """The microphone page in real Chromium through the cheap receive path: Chromium follows the answer's ``a=ptime``
 (60 ms Opus packets, a third of the packets to receive) or sends its default 20 ms when not asked, and either way
-the audio reaches the engine whole, at 16 kHz mono. The recognizer is the named fake: no caption text is judged."""
+the audio reaches the engine whole, at 16 kHz mono, through the jitter buffer that holds no packet back. The
+recognizer is the named fake: no caption text is judged."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.webrtc.jitter import AudioJitterBuffer
 from app.webrtc.keys import PEERS
 from app.webrtc.rtp_audio import InlineDecoder
 from engine.stream.engine import CaptionEngine
@@ -35,10 +37,13 @@ async def test_the_page_sends_the_packets_the_server_asks_for(fake_engine: Capti
         (receiver,) = [r for r in peer.pc.getReceivers() if r.track is not None and r.track.kind == "audio"]
         sink = receiver._RTCRtpReceiver__decoder_queue
         assert isinstance(sink, InlineDecoder)
+        jitter = receiver._RTCRtpReceiver__jitter_buffer
+        assert isinstance(jitter, AudioJitterBuffer)  # no packet waits for later ones on the way in
         await asyncio.sleep(1.0)
         packet_ms = sink.samples / sink.packets / 16
         received_s, energy = peer.ingest.audio_s, peer.ingest.energy
         await page.click("#toggle")
         await page.wait_for_function("window.liveCaptions.state === 'idle'")
     assert packet_ms == pytest.approx(ptime_ms or 20, abs=1), packet_ms
+    assert jitter.skipped == 0 and sink.concealed_samples == 0  # nothing is lost on loopback
     assert received_s > 2.0 and energy > 0.05 * float(np.sum(np.square(clip)))

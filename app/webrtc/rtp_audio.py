@@ -5,12 +5,16 @@ through a ``queue.Queue``; the thread decodes at 48 kHz stereo (FFmpeg) and post
 to the event loop with ``run_coroutine_threadsafe`` (a task and a wake-up of the loop per frame); the ingest then
 resamples every frame to 16 kHz mono. At 16 live sessions, replacing that took 40 % off the front end's CPU.
 
-``AudioReceiver`` keeps everything of aiortc's receiver (SRTP, RTCP, RTX, jitter buffer, statistics) and replaces
-only the step after the jitter buffer, on the event loop, without a thread hop:
+``AudioReceiver`` keeps everything of aiortc's receiver (SRTP, RTCP, RTX, statistics) and replaces its audio jitter
+buffer and the step after it, on the event loop, without a thread hop:
 
+- aiortc's audio jitter buffer holds every packet until four more have arrived (240 ms at 60 ms a packet) and, after
+  a lost packet, for the rest of the session until fourteen more have; ``app.webrtc.jitter.AudioJitterBuffer``
+  passes each packet on as soon as the packets before it are in, and gives up a lost one after two more.
 - Opus goes through our own libopus decoder (``app.webrtc.opus``) at 16 kHz mono: about a third of the CPU of decoding
   at 48 kHz stereo and resampling, the same audio within the codec's precision. Stereo senders are downmixed by
   libopus.
+- Lost packets (a gap in the RTP timestamps) are concealed by libopus, so the session's audio keeps its length.
 - Decoded audio is gathered into 60 ms frames (the engine's chunk: the ingest waits for whole chunks anyway, so
   this adds no delay) and put on the track's queue with ``put_nowait``: a third of the frames and no per-frame task.
 - Any other codec (G.722, PCMU, PCMA) goes through aiortc's own decoder as before, and the ingest resamples it.
@@ -25,7 +29,8 @@ per-packet work (SRTP, RTP parsing, jitter buffer, RTCP statistics), for at most
 60 ms chunks anyway). Senders that ignore it (aiortc's own) keep sending 20 ms; both are received alike.
 
 ``install("direct")`` makes every ``RTCPeerConnection`` created afterwards use ``AudioReceiver``;
-``install("aiortc")`` restores aiortc's receiver (benches compare the two). Process-wide, like
+``install("aiortc")`` restores aiortc's receiver, ``install("direct", jitter="aiortc")`` only its jitter buffer
+(benches compare them). Process-wide, like
 ``app.webrtc.ice.install``.
 """
 
@@ -50,11 +55,17 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from engine import CHUNK_SAMPLES, SAMPLE_RATE
 
 from ..config import AUDIO_DECODERS
+from .jitter import AudioJitterBuffer, PacketRun
 from .opus import OpusDecoder, OpusError, opus_available
 
 log = logging.getLogger(__name__)
 
 _RTP_OPUS_CLOCK_HZ = 48000  # RFC 7587: Opus RTP timestamps always count at 48 kHz
+_RTP_TICKS_PER_SAMPLE = _RTP_OPUS_CLOCK_HZ // SAMPLE_RATE
+_OPUS_STEP_SAMPLES = SAMPLE_RATE // 400  # Opus frames come in multiples of 2.5 ms
+_OPUS_MAX_SAMPLES = SAMPLE_RATE * 120 // 1000  # the longest frame libopus conceals in one call
+JITTER_BUFFERS = ("low-delay", "aiortc")
+MAX_CONCEAL_S = 0.5  # a longer gap is the sender pausing, not packets lost: it is not filled
 _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 _ORIGINAL_RECEIVER = aiortc.rtcpeerconnection.RTCRtpReceiver
 
@@ -77,6 +88,8 @@ class InlineDecoder:
         self.decode_errors = 0
         self.packets = 0  # Opus packets decoded, and the samples they gave (16 kHz): their mean duration
         self.samples = 0
+        self.concealed_samples = 0  # audio that stood in for lost packets (16 kHz samples)
+        self._next_timestamp: int | None = None  # RTP timestamp right after the last decoded Opus packet
 
     # ---- the queue.Queue interface aiortc uses ------------------------------------------------------------
     def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
@@ -84,14 +97,20 @@ class InlineDecoder:
             self._close()
             return
         codec, encoded = task
-        try:
-            self._decode(codec, encoded)
-        except (OpusError, av.FFmpegError, ValueError) as exc:
-            # As aiortc: keep the decoder (resetting it would garble the next frames too) and go on. This runs in
-            # aiortc's receive path: an error escaping here would end the whole connection's packet loop.
-            self.decode_errors += 1
-            if self.decode_errors <= 3 or self.decode_errors % 100 == 0:
-                log.warning("audio decode failed (%s, %d so far): %s", codec.name, self.decode_errors, exc)
+        if isinstance(encoded, PacketRun):  # the low-delay buffer's packets released together (app.webrtc.jitter)
+            frames = [JitterFrame(data, ts) for (data, _), ts in zip(encoded.parts, encoded.part_timestamps(),
+                                                                       strict=True)]
+        else:
+            frames = [encoded]
+        for frame in frames:
+            try:
+                self._decode(codec, frame)
+            except (OpusError, av.FFmpegError, ValueError) as exc:
+                # As aiortc: keep the decoder (resetting it would garble the next frames too) and go on. This runs
+                # in aiortc's receive path: an error escaping here would end the whole connection's packet loop.
+                self.decode_errors += 1
+                if self.decode_errors <= 3 or self.decode_errors % 100 == 0:
+                    log.warning("audio decode failed (%s, %d so far): %s", codec.name, self.decode_errors, exc)
 
     def get(self) -> None:
         """Called by aiortc's decoder thread: returns ``None`` (end of stream) once ``put(None)`` was called."""
@@ -102,20 +121,44 @@ class InlineDecoder:
         if codec.name.lower() == "opus":
             if self._opus is None:
                 self._opus = OpusDecoder(SAMPLE_RATE, 1)
+            self._conceal_before(encoded.timestamp)
             pcm = self._opus.decode(encoded.data)
             self.packets += 1
             self.samples += pcm.size
-            if pcm.size:
-                self._pending.append(pcm)
-                self._pending_samples += pcm.size
-                if self._pending_samples >= self._frame_samples:
-                    self._emit()
+            self._next_timestamp = encoded.timestamp + pcm.size * _RTP_TICKS_PER_SAMPLE
+            self._add(pcm)
             return
         if codec.name != self._other_name:
             self._other, self._other_name = get_decoder(codec), codec.name
         assert self._other is not None
         for frame in self._other.decode(encoded):
             self._queue().put_nowait(frame)
+
+    def _conceal_before(self, timestamp: int) -> None:
+        """Packets lost before the one at RTP ``timestamp`` (48 kHz ticks): Opus's concealment stands in for them, so
+        the session's audio keeps the sender's length (up to ``MAX_CONCEAL_S``; a longer silence of the sender is
+        not filled)."""
+        assert self._opus is not None
+        if self._next_timestamp is None:
+            return
+        missing = (timestamp - self._next_timestamp) // _RTP_TICKS_PER_SAMPLE
+        if not 0 < missing <= MAX_CONCEAL_S * SAMPLE_RATE:
+            return
+        missing -= missing % _OPUS_STEP_SAMPLES
+        while missing > 0:
+            pcm = self._opus.conceal(min(missing, _OPUS_MAX_SAMPLES))
+            if not pcm.size:
+                break
+            self.concealed_samples += pcm.size
+            missing -= pcm.size
+            self._add(pcm)
+
+    def _add(self, pcm: np.ndarray) -> None:
+        if pcm.size:
+            self._pending.append(pcm)
+            self._pending_samples += pcm.size
+            if self._pending_samples >= self._frame_samples:
+                self._emit()
 
     def _emit(self) -> None:
         pcm = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
@@ -143,12 +186,19 @@ class InlineDecoder:
 
 
 class AudioReceiver(RTCRtpReceiver):
-    """aiortc's receiver with ``InlineDecoder`` after the jitter buffer for audio; video is untouched."""
+    """aiortc's receiver with, for audio, ``AudioJitterBuffer`` in place of aiortc's jitter buffer (no fixed delay)
+    and ``InlineDecoder`` after it; video is untouched. ``jitter`` = "aiortc" keeps aiortc's audio buffer (it holds
+    four packets: benches compare the two)."""
+
+    jitter = "low-delay"
 
     def __init__(self, kind: str, transport: RTCDtlsTransport) -> None:
         super().__init__(kind, transport)
         if kind == "audio":
-            # aiortc's private decoder queue (name-mangled); tests/test_rtp_audio.py fails if aiortc renames it.
+            # aiortc's private jitter buffer and decoder queue (name-mangled); tests/test_rtp_audio.py fails if aiortc
+            # renames them.
+            if self.jitter == "low-delay":
+                self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
             self._RTCRtpReceiver__decoder_queue = InlineDecoder(self)
 
 
@@ -175,11 +225,15 @@ def with_ptime(sdp: str, ptime_ms: int) -> str:
     return "\r\n".join(out) + "\r\n"
 
 
-def install(mode: str) -> None:
+def install(mode: str, jitter: str = "low-delay") -> None:
     """``direct``: peer connections created from now on receive audio through ``AudioReceiver``; ``aiortc``:
-    through aiortc's own receiver. Raises ``ValueError`` for another mode."""
+    through aiortc's own receiver. ``jitter``: ``AudioReceiver``'s audio jitter buffer, "low-delay"
+    (``AudioJitterBuffer``) or "aiortc". Raises ``ValueError`` for another mode or buffer."""
     if mode not in AUDIO_DECODERS:
         raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
+    if jitter not in JITTER_BUFFERS:
+        raise ValueError(f"jitter buffer must be one of {', '.join(JITTER_BUFFERS)}, got {jitter!r}")
+    AudioReceiver.jitter = jitter
     receiver = _ORIGINAL_RECEIVER
     if mode == "direct":
         if opus_available():

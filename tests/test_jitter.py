@@ -1,0 +1,131 @@
+"""Audio packets reach the decoder as soon as they can: in order, without the fixed four-packet hold of aiortc's
+buffer, and a lost packet delays only the packets right behind it, never the rest of the session."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from aiortc.jitterbuffer import JitterBuffer
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from aiortc.rtcrtpreceiver import RemoteStreamTrack
+from aiortc.rtp import RtpPacket
+
+from app.webrtc.jitter import MAX_MISORDER, AudioJitterBuffer, PacketRun
+from app.webrtc.rtp_audio import InlineDecoder
+from speechdata.corpus import audio
+from tests.test_rtp_audio import CLIP, frames_of, opus_packets
+
+OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
+TICKS = 960  # one 20 ms packet in RTP ticks (48 kHz)
+
+
+def packet(seq: int, data: bytes = b"x", pt: int = 111) -> RtpPacket:
+    p = RtpPacket(payload_type=pt, sequence_number=seq % 65536, timestamp=(seq * TICKS) % (1 << 32))
+    p._data = data  # type: ignore[attr-defined]  # what aiortc's receiver sets after depayloading
+    return p
+
+
+def released(buffer: AudioJitterBuffer | JitterBuffer, seqs: list[int]) -> list[list[int]]:
+    """For each packet added (by sequence number), the sequence numbers that came out at that moment."""
+    out = []
+    for s in seqs:
+        _, frame = buffer.add(packet(s, data=str(s).encode()))
+        parts = frame.parts if isinstance(frame, PacketRun) else [] if frame is None else [(frame.data, 0)]
+        out.append([int(data) for data, _ in parts])
+    return out
+
+
+def test_aiortc_holds_every_audio_packet_four_packets_long() -> None:
+    """Why this buffer exists: aiortc's audio buffer releases packet n only once packet n + 4 is in."""
+    out = released(JitterBuffer(capacity=16, prefetch=4), list(range(8)))
+    assert out == [[], [], [], [], [0], [1], [2], [3]]
+
+
+def test_each_packet_in_order_goes_out_the_moment_it_arrives() -> None:
+    assert released(AudioJitterBuffer(), list(range(6))) == [[0], [1], [2], [3], [4], [5]]
+
+
+def test_a_reordered_packet_is_waited_for_and_the_order_restored() -> None:
+    buffer = AudioJitterBuffer()
+    assert released(buffer, [0, 2, 1, 3]) == [[0], [], [1, 2], [3]]
+    assert buffer.skipped == buffer.late == 0
+
+
+def test_a_lost_packet_delays_only_the_packets_behind_it() -> None:
+    buffer = AudioJitterBuffer(max_held=2)
+    out = released(buffer, [0, 1, 3, 4, 5, 6, 7])
+    assert out == [[0], [1], [], [], [3, 4, 5], [6], [7]]
+    assert buffer.skipped == 1
+    # aiortc's buffer, same packets: those before the gap are never released, and from then on each packet waits
+    # until fourteen more are in, for good.
+    seqs = [0, 1, *range(3, 40)]
+    old = released(JitterBuffer(capacity=16, prefetch=4), seqs)
+    assert [s for out_s in old for s in out_s] == list(range(3, 26))
+    assert all(out_s == [seq - 14] for seq, out_s in zip(seqs, old, strict=True) if seq >= 17)
+
+
+def test_late_and_duplicate_packets_are_dropped() -> None:
+    buffer = AudioJitterBuffer()
+    assert released(buffer, [0, 1, 3, 4, 5, 2, 5, 6]) == [[0], [1], [], [], [3, 4, 5], [], [], [6]]
+    assert buffer.late == 2
+
+
+def test_sequence_numbers_wrap_and_a_restart_starts_over() -> None:
+    buffer = AudioJitterBuffer()
+    assert released(buffer, [65534, 65535, 65536, 65537]) == [[65534], [65535], [65536], [65537]]
+    jump = 1 + MAX_MISORDER + 50
+    assert released(buffer, [jump, jump + 1]) == [[jump], [jump + 1]]
+    assert buffer.restarts == 1
+    assert released(buffer, [jump - 3 * MAX_MISORDER]) == [[jump - 3 * MAX_MISORDER]]  # far back: a new sender
+    assert buffer.restarts == 2
+
+
+def test_a_codec_switch_in_the_held_packets_is_not_given_to_the_wrong_decoder() -> None:
+    buffer = AudioJitterBuffer()
+    buffer.add(packet(0))
+    assert buffer.add(packet(2))[1] is None
+    assert buffer.add(packet(3, pt=0))[1] is None  # another payload type waits behind the gap too
+    _, run = buffer.add(packet(1))
+    assert isinstance(run, PacketRun) and len(run.parts) == 2  # 1 and 2; 3 is PCMU, not Opus
+    _, run = buffer.add(packet(4))
+    assert isinstance(run, PacketRun) and len(run.parts) == 1 and buffer.late == 1
+
+
+class _Receiver:
+    def __init__(self) -> None:
+        self._track = RemoteStreamTrack("audio")
+
+
+@pytest.mark.parametrize("lost", [[], [10], [10, 11, 12], [30, 31]])
+def test_lost_audio_is_concealed_so_the_session_keeps_its_length(lost: list[int]) -> None:
+    clip = audio(CLIP)[:16000]
+    data = opus_packets(clip)  # 50 packets of 20 ms
+    receiver = _Receiver()
+    sink = InlineDecoder(receiver)  # type: ignore[arg-type]
+    buffer = AudioJitterBuffer()
+    for seq, payload in enumerate(data):
+        if seq in lost:
+            continue
+        _, run = buffer.add(packet(seq, payload))
+        if run is not None:
+            sink.put((OPUS, run))
+    sink.put(None)
+    pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in frames_of(receiver._track) if f is not None])
+    assert pcm.size == 320 * len(data)
+    assert sink.concealed_samples == 320 * len(lost)
+    assert buffer.skipped == len(lost)
+
+
+def test_a_long_pause_of_the_sender_is_not_filled() -> None:
+    data = opus_packets(audio(CLIP)[:16000])
+    receiver = _Receiver()
+    sink = InlineDecoder(receiver)  # type: ignore[arg-type]
+    buffer = AudioJitterBuffer()
+    for seq, payload in enumerate(data):
+        p = packet(seq, payload)
+        if seq >= 25:
+            p.timestamp += 48000  # the sender stopped for 1 s (its clock ran on), then went on
+        _, run = buffer.add(p)
+        if run is not None:
+            sink.put((OPUS, run))
+    assert sink.concealed_samples == 0

@@ -51,8 +51,9 @@ class AudioJitterBuffer:
     """Drop-in for aiortc's audio ``JitterBuffer`` (its ``add`` contract): packets in, runs of packets out.
 
     ``add`` returns ``(False, run)``: ``run`` is a ``PacketRun`` of the packets that can go to the decoder now (in
-    sequence order), or None. Counters: ``late`` (dropped: older than what went out), ``skipped`` (packets given
-    up as lost), ``restarts`` (sequence jumps beyond ``MAX_MISORDER``).
+    sequence order), or None. Counters: ``waited`` (packets that did not go out the moment they arrived), ``late``
+    (dropped: older than what went out), ``skipped`` (packets given up as lost), ``restarts`` (sequence jumps beyond
+    ``MAX_MISORDER``).
     """
 
     def __init__(self, max_held: int = 2) -> None:
@@ -61,6 +62,7 @@ class AudioJitterBuffer:
         self.max_held = max_held
         self._next: int | None = None  # sequence number of the packet the decoder needs next
         self._held: dict[int, RtpPacket] = {}  # packets waiting behind a gap, by sequence number
+        self.waited = 0
         self.late = 0
         self.skipped = 0
         self.restarts = 0
@@ -86,7 +88,10 @@ class AudioJitterBuffer:
             first = min(self._held, key=lambda s: (s - self._next) % _SEQ_MOD)  # type: ignore[operator]
             self.skipped += (first - self._next) % _SEQ_MOD
             self._next = first
-        return False, self._release(packet.payload_type)
+        run = self._release(packet.payload_type)
+        if self._held.get(seq) is packet:
+            self.waited += 1  # it waits now; it goes out with a later packet (or at a restart)
+        return False, run
 
     def _release(self, payload_type: int) -> PacketRun | None:
         """The packets from the next expected on, while consecutive and of ``payload_type`` (the decoder is told the

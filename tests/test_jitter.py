@@ -42,20 +42,22 @@ def test_aiortc_holds_every_audio_packet_four_packets_long() -> None:
 
 
 def test_each_packet_in_order_goes_out_the_moment_it_arrives() -> None:
-    assert released(AudioJitterBuffer(), list(range(6))) == [[0], [1], [2], [3], [4], [5]]
+    buffer = AudioJitterBuffer()
+    assert released(buffer, list(range(6))) == [[0], [1], [2], [3], [4], [5]]
+    assert buffer.waited == 0
 
 
 def test_a_reordered_packet_is_waited_for_and_the_order_restored() -> None:
     buffer = AudioJitterBuffer()
     assert released(buffer, [0, 2, 1, 3]) == [[0], [], [1, 2], [3]]
-    assert buffer.skipped == buffer.late == 0
+    assert buffer.waited == 1 and buffer.skipped == buffer.late == 0
 
 
 def test_a_lost_packet_delays_only_the_packets_behind_it() -> None:
     buffer = AudioJitterBuffer(max_held=2)
     out = released(buffer, [0, 1, 3, 4, 5, 6, 7])
     assert out == [[0], [1], [], [], [3, 4, 5], [6], [7]]
-    assert buffer.skipped == 1
+    assert buffer.skipped == 1 and buffer.waited == 2
     # aiortc's buffer, same packets: those before the gap are never released, and from then on each packet waits
     # until fourteen more are in, for good.
     seqs = [0, 1, *range(3, 40)]

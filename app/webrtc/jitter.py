@@ -52,8 +52,8 @@ class AudioJitterBuffer:
 
     ``add`` returns ``(False, run)``: ``run`` is a ``PacketRun`` of the packets that can go to the decoder now (in
     sequence order), or None. Counters: ``waited`` (packets that did not go out the moment they arrived), ``late``
-    (dropped: older than what went out), ``skipped`` (packets given up as lost), ``restarts`` (sequence jumps beyond
-    ``MAX_MISORDER``).
+    (dropped: older than what went out, a duplicate, or of another payload type than the packet that would release
+    it), ``skipped`` (packets given up as lost), ``restarts`` (sequence jumps beyond ``MAX_MISORDER``).
     """
 
     def __init__(self, max_held: int = 2) -> None:
@@ -83,10 +83,11 @@ class AudioJitterBuffer:
             self.late += 1  # a duplicate of a packet already waiting
             return False, None
         self._held[seq] = packet
-        if self._next not in self._held and len(self._held) > self.max_held:
+        expected = self._next
+        if expected not in self._held and len(self._held) > self.max_held:
             # Give the gap up: the oldest waiting packet is next.
-            first = min(self._held, key=lambda s: (s - self._next) % _SEQ_MOD)  # type: ignore[operator]
-            self.skipped += (first - self._next) % _SEQ_MOD
+            first = min(self._held, key=lambda s: (s - expected) % _SEQ_MOD)
+            self.skipped += (first - expected) % _SEQ_MOD
             self._next = first
         run = self._release(packet.payload_type)
         if self._held.get(seq) is packet:
@@ -102,7 +103,7 @@ class AudioJitterBuffer:
             if packet.payload_type != payload_type:
                 if parts:
                     break
-                self.late += 1  # nothing to decode it with here
+                self.late += 1  # the receiver hands over the codec of the packet just added: not this one's
             else:
                 parts.append((_payload(packet), packet.timestamp))
             del self._held[self._next]
@@ -112,8 +113,8 @@ class AudioJitterBuffer:
     def _restart(self, packet: RtpPacket) -> PacketRun | None:
         """The sender's numbering jumped: what waited goes out (its gaps given up), then numbering starts over."""
         self.restarts += 1
-        assert self._next is not None
-        waiting = sorted(self._held.values(), key=lambda p: (p.sequence_number - self._next) % _SEQ_MOD)  # type: ignore[operator]
+        expected = self._next if self._next is not None else packet.sequence_number
+        waiting = sorted(self._held.values(), key=lambda p: (p.sequence_number - expected) % _SEQ_MOD)
         self._held.clear()
         parts = [(_payload(p), p.timestamp) for p in [*waiting, packet] if p.payload_type == packet.payload_type]
         self._next = (packet.sequence_number + 1) % _SEQ_MOD

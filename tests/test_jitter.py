@@ -3,11 +3,14 @@ buffer, and a lost packet delays only the packets right behind it, never the res
 
 from __future__ import annotations
 
+import aiortc.codecs
+import av
 import numpy as np
 import pytest
-from aiortc.jitterbuffer import JitterBuffer
+from aiortc.codecs import PCMU_CODEC
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
-from aiortc.rtcrtpreceiver import RemoteStreamTrack
+from aiortc.rtcrtpreceiver import RemoteStreamTrack, TimestampMapper
 from aiortc.rtp import RtpPacket
 
 from app.webrtc.jitter import MAX_MISORDER, AudioJitterBuffer, PacketRun
@@ -98,21 +101,31 @@ class _Receiver:
         self._track = RemoteStreamTrack("audio")
 
 
-@pytest.mark.parametrize("lost", [[], [10], [10, 11, 12], [30, 31]])
-def test_lost_audio_is_concealed_so_the_session_keeps_its_length(lost: list[int]) -> None:
-    clip = audio(CLIP)[:16000]
-    data = opus_packets(clip)  # 50 packets of 20 ms
+def receive(packets: list[RtpPacket]) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
+    """``packets`` through the buffer and the decoder as aiortc's receiver passes them (its timestamp mapper
+    included): the 16 kHz audio that comes out, the decoder and the buffer."""
     receiver = _Receiver()
     sink = InlineDecoder(receiver)  # type: ignore[arg-type]
     buffer = AudioJitterBuffer()
-    for seq, payload in enumerate(data):
-        if seq in lost:
-            continue
-        _, run = buffer.add(packet(seq, payload))
+    mapper = TimestampMapper()
+    for p in packets:
+        _, run = buffer.add(p)
         if run is not None:
+            run.timestamp = mapper.map(run.timestamp)
             sink.put((OPUS, run))
     sink.put(None)
     pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in frames_of(receiver._track) if f is not None])
+    return pcm, sink, buffer
+
+
+@pytest.mark.parametrize("lost", [[], [10], [10, 11, 12], [30, 31], list(range(20, 28))])
+@pytest.mark.parametrize("first_timestamp", [0, (1 << 32) - 20 * TICKS])  # the RTP timestamp wraps at packet 20
+def test_lost_audio_is_concealed_so_the_session_keeps_its_length(lost: list[int], first_timestamp: int) -> None:
+    data = opus_packets(audio(CLIP)[:16000])  # 50 packets of 20 ms
+    packets = [packet(seq, payload) for seq, payload in enumerate(data) if seq not in lost]
+    for p in packets:
+        p.timestamp = (p.timestamp + first_timestamp) % (1 << 32)
+    pcm, sink, buffer = receive(packets)
     assert pcm.size == 320 * len(data)
     assert sink.concealed_samples == 320 * len(lost)
     assert buffer.skipped == len(lost)
@@ -120,14 +133,31 @@ def test_lost_audio_is_concealed_so_the_session_keeps_its_length(lost: list[int]
 
 def test_a_long_pause_of_the_sender_is_not_filled() -> None:
     data = opus_packets(audio(CLIP)[:16000])
+    packets = [packet(seq, payload) for seq, payload in enumerate(data)]
+    for p in packets[25:]:
+        p.timestamp += 48000  # the sender stopped for 1 s (its clock ran on), then went on
+    pcm, sink, _ = receive(packets)
+    assert sink.concealed_samples == 0 and pcm.size == 320 * len(data)
+
+
+def test_an_empty_packet_stands_for_its_own_time_only() -> None:
+    data = opus_packets(audio(CLIP)[:16000])
+    data[5] = b""  # aiortc hands an empty RTP payload on as empty data
+    pcm, sink, _ = receive([packet(seq, payload) for seq, payload in enumerate(data)])
+    assert pcm.size == 320 * len(data) and sink.concealed_samples == 320
+
+
+def test_audio_of_another_codec_between_opus_packets_is_not_concealed_again() -> None:
+    data = opus_packets(audio(CLIP)[:3200])  # 10 packets of 20 ms
     receiver = _Receiver()
     sink = InlineDecoder(receiver)  # type: ignore[arg-type]
-    buffer = AudioJitterBuffer()
-    for seq, payload in enumerate(data):
-        p = packet(seq, payload)
-        if seq >= 25:
-            p.timestamp += 48000  # the sender stopped for 1 s (its clock ran on), then went on
-        _, run = buffer.add(p)
-        if run is not None:
-            sink.put((OPUS, run))
+    for seq, payload in enumerate(data[:5]):
+        sink.put((OPUS, JitterFrame(payload, seq * TICKS)))
+    silence = av.AudioFrame.from_ndarray(np.zeros((1, 160), np.int16), format="s16", layout="mono")
+    silence.sample_rate = 8000
+    for k in range(5):  # the sender switched to PCMU for 100 ms
+        encoded, _ = aiortc.codecs.get_encoder(PCMU_CODEC).encode(silence)
+        sink.put((PCMU_CODEC, JitterFrame(encoded[0], k * 160)))
+    for seq, payload in enumerate(data[5:], start=10):  # and back to Opus, its clock 100 ms on
+        sink.put((OPUS, JitterFrame(payload, seq * TICKS)))
     assert sink.concealed_samples == 0

@@ -88,7 +88,9 @@ class InlineDecoder:
         self.decode_errors = 0
         self.packets = 0  # Opus packets decoded, and the samples they gave (16 kHz): their mean duration
         self.samples = 0
-        self.concealed_samples = 0  # audio that stood in for lost packets (16 kHz samples)
+        # audio that stood in for a gap in the sender's RTP timestamps, up to MAX_CONCEAL_S (16 kHz samples): lost
+        # packets, or a sender's discontinuous transmission (DTX, which this server does not ask for)
+        self.concealed_samples = 0
         self._next_timestamp: int | None = None  # RTP timestamp right after the last decoded Opus packet
 
     # ---- the queue.Queue interface aiortc uses ------------------------------------------------------------
@@ -121,6 +123,10 @@ class InlineDecoder:
         if codec.name.lower() == "opus":
             if self._opus is None:
                 self._opus = OpusDecoder(SAMPLE_RATE, 1)
+            if not encoded.data:
+                # An empty payload carries no audio (libopus would conceal its longest frame for it): the next
+                # packet's timestamp says how much is missing.
+                return
             self._conceal_before(encoded.timestamp)
             pcm = self._opus.decode(encoded.data)
             self.packets += 1
@@ -128,6 +134,7 @@ class InlineDecoder:
             self._next_timestamp = encoded.timestamp + pcm.size * _RTP_TICKS_PER_SAMPLE
             self._add(pcm)
             return
+        self._next_timestamp = None  # this codec's audio covers its own time: nothing to conceal across it
         if codec.name != self._other_name:
             self._other, self._other_name = get_decoder(codec), codec.name
         assert self._other is not None

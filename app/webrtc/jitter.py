@@ -35,17 +35,18 @@ MAX_MISORDER = 100
 class PacketRun(JitterFrame):
     """Packets released together, in sequence order, all of one payload type: ``parts`` holds (payload, RTP
     timestamp) of each. ``data`` and ``timestamp`` are the first packet's, as in aiortc's ``JitterFrame`` (the
-    receiver maps ``timestamp`` onto its own timeline before the decoder sees it); ``part_timestamps`` gives the
-    others on that timeline."""
+    receiver maps ``timestamp`` onto its own timeline before the decoder sees it); ``frames`` gives every packet
+    on that timeline."""
 
     def __init__(self, parts: list[tuple[bytes, int]]) -> None:
         super().__init__(data=parts[0][0], timestamp=parts[0][1])
         self.parts = parts
-        self._first_rtp = parts[0][1]
 
-    def part_timestamps(self) -> list[int]:
-        """Each part's timestamp on the timeline ``timestamp`` is on now (after the receiver's mapping)."""
-        return [self.timestamp + (ts - self._first_rtp) % _TS_MOD for _, ts in self.parts]
+    def frames(self) -> list[JitterFrame]:
+        """One frame per packet, each timestamp on the timeline ``timestamp`` is on now (after the receiver's
+        mapping)."""
+        first = self.parts[0][1]
+        return [JitterFrame(data, self.timestamp + (ts - first) % _TS_MOD) for data, ts in self.parts]
 
 
 class AudioJitterBuffer:

@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 _RTP_OPUS_CLOCK_HZ = 48000  # RFC 7587: Opus RTP timestamps always count at 48 kHz
 _RTP_TICKS_PER_SAMPLE = _RTP_OPUS_CLOCK_HZ // SAMPLE_RATE
 _OPUS_STEP_SAMPLES = SAMPLE_RATE // 400  # Opus frames come in multiples of 2.5 ms
-_OPUS_MAX_SAMPLES = SAMPLE_RATE * 120 // 1000  # the longest frame libopus conceals in one call
 JITTER_BUFFERS = ("low-delay", "aiortc")
 MAX_CONCEAL_S = 0.5  # a longer gap is the sender pausing, not packets lost: it is not filled
 _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
@@ -99,12 +98,8 @@ class InlineDecoder:
             self._close()
             return
         codec, encoded = task
-        if isinstance(encoded, PacketRun):  # the low-delay buffer's packets released together (app.webrtc.jitter)
-            frames = [JitterFrame(data, ts) for (data, _), ts in zip(encoded.parts, encoded.part_timestamps(),
-                                                                       strict=True)]
-        else:
-            frames = [encoded]
-        for frame in frames:
+        # The low-delay buffer releases packets together (app.webrtc.jitter); aiortc's, one at a time.
+        for frame in encoded.frames() if isinstance(encoded, PacketRun) else [encoded]:
             try:
                 self._decode(codec, frame)
             except (OpusError, av.FFmpegError, ValueError) as exc:
@@ -153,7 +148,7 @@ class InlineDecoder:
             return
         missing -= missing % _OPUS_STEP_SAMPLES
         while missing > 0:
-            pcm = self._opus.conceal(min(missing, _OPUS_MAX_SAMPLES))
+            pcm = self._opus.conceal(missing)  # at most one Opus frame (120 ms) a call
             if not pcm.size:
                 break
             self.concealed_samples += pcm.size

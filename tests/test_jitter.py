@@ -101,13 +101,41 @@ class _Receiver:
         self._track = RemoteStreamTrack("audio")
 
 
-def receive(packets: list[RtpPacket]) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
+class Losses:
+    """A ``LossObserver`` that adds up what it is told."""
+
+    def __init__(self) -> None:
+        self.lost = self.late = 0
+        self.concealed_s = 0.0
+
+    def audio_packets_lost(self, packets: int) -> None:
+        self.lost += packets
+
+    def audio_packets_late(self, packets: int) -> None:
+        self.late += packets
+
+    def audio_concealed(self, seconds: float) -> None:
+        self.concealed_s += seconds
+
+
+def receive(packets: list[RtpPacket], observer: Losses | None = None,
+            ) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
     """``packets`` through the buffer and the decoder as aiortc's receiver passes them (its timestamp mapper
-    included): the 16 kHz audio that comes out, the decoder and the buffer."""
+    included), then the end of the stream (the packets still waiting go to the decoder, as ``AudioReceiver`` hands
+    them over): the 16 kHz audio that comes out, the decoder and the buffer."""
     receiver = _Receiver()
-    sink = InlineDecoder(receiver)  # type: ignore[arg-type]
     buffer = AudioJitterBuffer()
     mapper = TimestampMapper()
+
+    def held() -> tuple[RTCRtpCodecParameters, JitterFrame] | None:
+        run = buffer.flush()
+        if run is None:
+            return None
+        run.timestamp = mapper.map(run.timestamp)
+        return OPUS, run
+
+    sink = InlineDecoder(receiver, held=held)  # type: ignore[arg-type]
+    buffer.observer = sink.observer = observer
     for p in packets:
         _, run = buffer.add(p)
         if run is not None:
@@ -161,3 +189,36 @@ def test_audio_of_another_codec_between_opus_packets_is_not_concealed_again() ->
     for seq, payload in enumerate(data[5:], start=10):  # and back to Opus, its clock 100 ms on
         sink.put((OPUS, JitterFrame(payload, seq * TICKS)))
     assert sink.concealed_samples == 0
+
+
+@pytest.mark.parametrize("lost", [[47], [46, 48], [47, 48]])
+def test_packets_waiting_behind_a_gap_when_the_stream_ends_are_not_lost(lost: list[int]) -> None:
+    data = opus_packets(audio(CLIP)[:16000])  # 50 packets of 20 ms; the last ones wait behind the gap at the end
+    pcm, sink, buffer = receive([packet(seq, payload) for seq, payload in enumerate(data) if seq not in lost])
+    assert pcm.size == 320 * len(data), "the stream keeps its length: the waiting packets, the gaps concealed"
+    assert sink.concealed_samples == 320 * len(lost) and buffer.skipped == len(lost)
+    assert buffer.flush() is None, "nothing is left waiting"
+
+
+def test_flush_gives_up_every_gap_and_keeps_one_codec() -> None:
+    buffer = AudioJitterBuffer(max_held=5)
+    for seq, pt in [(0, 111), (2, 111), (4, 111), (5, 0), (7, 111)]:
+        buffer.add(packet(seq, data=str(seq).encode(), pt=pt))
+    run = buffer.flush()
+    assert isinstance(run, PacketRun) and run.payload_type == 111
+    assert [int(data) for data, _ in run.parts] == [2, 4, 7]  # 5 is PCMU: dropped, not given to the Opus decoder
+    assert [f.timestamp - run.timestamp for f in run.frames()] == [0, 2 * TICKS, 5 * TICKS]
+    assert buffer.skipped == 3 and buffer.late == 1  # 1, 3 and 6 never came
+    assert buffer.flush() is None
+    assert released(buffer, [8, 9]) == [[8], [9]], "the stream goes on from the last packet flushed"
+
+
+def test_every_loss_is_told_to_the_observer_as_it_is_counted() -> None:
+    data = opus_packets(audio(CLIP)[:16000])
+    lost = {10, 30, 31, 45}
+    packets = [packet(seq, payload) for seq, payload in enumerate(data) if seq not in lost]
+    packets.insert(20, packet(15, data[15]))  # a duplicate, long after its audio went out
+    losses = Losses()
+    _, sink, buffer = receive(packets, losses)
+    assert (losses.lost, losses.late) == (buffer.skipped, buffer.late) == (4, 1)
+    assert losses.concealed_s == pytest.approx(sink.concealed_s) == pytest.approx(0.08)

@@ -5,6 +5,7 @@ the server counts what happens, not what the model hears."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -44,6 +45,9 @@ EXPECTED_TYPES = {
     "live_captions_store_errors": "counter",
     "live_captions_audio_received_seconds": "counter",
     "live_captions_audio_shed_seconds": "counter",
+    "live_captions_audio_packets_lost": "counter",
+    "live_captions_audio_packets_late": "counter",
+    "live_captions_audio_concealed_seconds": "counter",
     "live_captions_decode_seconds": "histogram",
     "live_captions_decode_fallbacks": "counter",
     "live_captions_first_partial_latency_seconds": "histogram",
@@ -158,6 +162,8 @@ async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: Ca
     assert clip_s - 0.5 <= received <= client.track.played_s + 0.1, (received, clip_s, client.track.played_s)
     assert after.value("live_captions_audio_received_seconds_total", kind="file") == 0
     assert after.value("live_captions_audio_shed_seconds_total") == 0  # loopback, an idle server: nothing shed
+    assert after.value("live_captions_audio_packets_lost_total") == 0  # nor lost
+    assert after.value("live_captions_audio_concealed_seconds_total") == 0
     # Decodes of both live kinds, in the fake's window (it always reports Whisper's 30 s).
     assert after.value("live_captions_decode_seconds_count", kind="partial") >= 1
     assert after.value("live_captions_decode_seconds_count", kind="final") >= len(client.sentences())
@@ -174,6 +180,33 @@ async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: Ca
     # The first text came before the lock (a partial while speaking), as the client saw.
     assert after.value("live_captions_first_partial_latency_seconds_sum") / firsts < \
         after.value("live_captions_lock_latency_seconds_sum") / locks
+
+
+async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(fake_engine: CaptionEngine,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="app.webrtc.peer")
+    samples = pad(audio(CLIP), 0.3, 1.0)  # 4.6 s: 230 packets of 20 ms
+    lose = {20, 40, 41, 100, 150, 151, 152, 200}
+    async with running_server(fake_engine) as (url, _app):
+        client = CaptionClient(url, samples)
+        client.lose = lose
+        await client.connect()
+        await client.until_played()
+        during = await scrape_until(url, lambda s: s.value("live_captions_audio_packets_lost_total") == len(lose))
+        await client.stop()
+        await client.close()
+        after = await scrape_until(url, lambda s: s.value("live_captions_sessions_active", kind="live") == 0)
+    assert client.lost_packets == len(lose)
+    assert during.value("live_captions_audio_concealed_seconds_total") == pytest.approx(0.02 * len(lose))
+    assert after.value("live_captions_audio_packets_lost_total") == len(lose)
+    assert after.value("live_captions_audio_packets_late_total") == 0
+    # The session's audio kept its length: the lost packets' audio was concealed, not left out.
+    received = after.value("live_captions_audio_received_seconds_total", kind="live")
+    assert samples.size / 16_000 - 0.5 <= received <= client.track.played_s + 0.1, received
+    assert client.sentences(), "the session locked no sentence"
+    # ...and the session's closing log line says what was lost.
+    assert any("8 packets lost, 0 late, 0.16 s concealed" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records if "closed" in r.getMessage()]
 
 
 async def test_an_upload_counts_as_file_audio_and_background_decodes(fake_engine: CaptionEngine) -> None:

@@ -20,11 +20,12 @@ from aiortc.codecs import PCMU_CODEC
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
+from aiortc.rtp import RtpPacket
 
 from app.config import ServerConfig, build_parser, config_from_args
 from app.webrtc import rtp_audio
 from app.webrtc.ingest import IngestStats, pump_track
-from app.webrtc.jitter import AudioJitterBuffer
+from app.webrtc.jitter import AudioJitterBuffer, PacketRun
 from app.webrtc.keys import PEERS
 from app.webrtc.opus import OpusDecoder, OpusError
 from app.webrtc.rtp_audio import AudioReceiver, InlineDecoder
@@ -184,6 +185,26 @@ def test_install_chooses_the_receiver_of_new_peer_connections() -> None:
             rtp_audio.install("direct", jitter="none")
     finally:
         rtp_audio.install("direct")
+
+
+def test_the_receiver_hands_over_the_packets_waiting_behind_a_gap_as_the_stream_ends() -> None:
+    transport: Any = SimpleNamespace(state="new")
+    receiver = AudioReceiver("audio", transport)
+    opus = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
+    vars(receiver)["_RTCRtpReceiver__codecs"][111] = opus  # as receive() fills it from the negotiated codecs
+    buffer = receiver.buffer
+    assert buffer is not None and receiver.decoder is not None
+    for seq in (0, 2, 3):  # 1 never comes; 2 and 3 wait for it
+        p = RtpPacket(payload_type=111, sequence_number=seq, timestamp=5000 + 960 * seq)
+        p._data = b"x"  # type: ignore[attr-defined]
+        buffer.add(p)
+    held = receiver._take_held()
+    assert held is not None
+    codec, run = held
+    assert codec is opus and isinstance(run, PacketRun) and len(run.parts) == 2
+    assert run.timestamp == 0  # aiortc's timestamp mapper: the first timestamp it sees is 0 on the track
+    assert [f.timestamp for f in run.frames()] == [0, 960]
+    assert receiver._take_held() is None
 
 
 class StereoTrack(ArrayAudioTrack):

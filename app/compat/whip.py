@@ -119,7 +119,8 @@ async def publish(request: web.Request) -> web.Response:
         slot.release()
         return _error(404, "no_room", "there is no such room: create it first (the page's Share, or POST /rooms)")
     try:
-        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False, on_shed=app[METRICS].shed)
+        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False,
+                           on_shed=app[METRICS].shed, loss=app[METRICS])
     except (EngineNotReady, EngineError) as exc:
         return _error(503, "busy", str(exc), **{"Retry-After": _RETRY_AFTER_S})
     try:

@@ -8,10 +8,11 @@ Two kinds of numbers, collected two ways:
 - **Now** (gauges: live sessions, room viewers, rooms in memory, recognizer requests by priority, the engine's
   state, unsaved room events) are read from the live objects when scraped (``_LiveState``), so nothing has to keep
   them up to date. Counts the objects keep themselves (store errors, viewers cut off) are exposed the same way.
-- **Events** (counters and histograms: audio received and shed, decodes by kind and encoder window, window
-  fallbacks, first-text and lock latency) are recorded at the one place where each happens: the engine reports its
-  own through ``engine.EngineObserver`` (``ServerMetrics`` is one, added to ``CaptionEngine.observers``); the
-  WebRTC ingest reports the audio it sheds.
+- **Events** (counters and histograms: audio received and shed, packets lost or late and the audio concealed for
+  them, decodes by kind and encoder window, window fallbacks, first-text and lock latency) are recorded at the one
+  place where each happens: the engine reports its own through ``engine.EngineObserver`` (``ServerMetrics`` is one,
+  added to ``CaptionEngine.observers``); the WebRTC ingest reports the audio it sheds, and each stream's receiver
+  what it loses (``app.webrtc.jitter.LossObserver``).
 
 A scrape only reads counters and walks a few dicts on the event loop (no model call, no I/O): measured with six
 sessions streaming on a busy 2-core machine, 2 ms median per request, HTTP included.
@@ -62,6 +63,15 @@ class ServerMetrics(EngineObserver):
         self._audio_shed = Counter(
             f"{PREFIX}_audio_shed_seconds", "Stream audio skipped because the server fell behind (a stream's "
             "receive queue stayed over the lag limit), in seconds", registry=r)
+        self._packets_lost = Counter(
+            f"{PREFIX}_audio_packets_lost", "RTP audio packets of WebRTC and WHIP streams that never arrived (given "
+            "up after two later packets came)", registry=r)
+        self._packets_late = Counter(
+            f"{PREFIX}_audio_packets_late", "RTP audio packets that arrived after their audio had been played "
+            "around, or twice, and were dropped", registry=r)
+        self._concealed = Counter(
+            f"{PREFIX}_audio_concealed_seconds", "Audio made up by the Opus decoder for lost packets, in seconds "
+            "(a stream keeps its length; its words there may be misheard)", registry=r)
         self._decode = Histogram(
             f"{PREFIX}_decode_seconds", "Wall time of each finished recognizer decode, submit to result (queueing "
             "and window fallbacks included), by kind (partial, final, background) and encoder window (seconds)",
@@ -117,6 +127,15 @@ class ServerMetrics(EngineObserver):
     def shed(self, seconds: float) -> None:
         """The WebRTC ingest skipped ``seconds`` of a stream's audio to catch up."""
         self._audio_shed.inc(seconds)
+
+    def audio_packets_lost(self, packets: int) -> None:
+        self._packets_lost.inc(packets)
+
+    def audio_packets_late(self, packets: int) -> None:
+        self._packets_late.inc(packets)
+
+    def audio_concealed(self, seconds: float) -> None:
+        self._concealed.inc(seconds)
 
 
 @dataclass

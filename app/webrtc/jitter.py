@@ -17,10 +17,16 @@ past the gap's end) is dropped: its audio has been played around already.
 
 Audio only: one RTP packet is one audio frame for Opus, G.722 and G.711, so no packet waits for others to complete
 it. Video keeps aiortc's buffer. The buffer runs on arriving packets, not on a clock: packets waiting behind a gap
-when the sender stops for good (at most ``max_held``, 120 ms at 60 ms a packet) are not released.
+when the sender stops for good (at most ``max_held``, 120 ms at 60 ms a packet) go out when the stream ends
+(``flush``, called by the decoder as the receiver stops), not sooner.
+
+What a stream loses is counted (``skipped``, ``late``) and told, as it happens, to a ``LossObserver`` (the server's
+metrics) when one is set.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtp import RtpPacket
@@ -32,15 +38,29 @@ _TS_MOD = 1 << 32
 MAX_MISORDER = 100
 
 
+class LossObserver(Protocol):
+    """Hears what a stream's receiver loses, as it happens (``app.ops.metrics.ServerMetrics`` is one)."""
+
+    def audio_packets_lost(self, packets: int) -> None:
+        """``packets`` never arrived: the buffer gave them up."""
+
+    def audio_packets_late(self, packets: int) -> None:
+        """``packets`` arrived after their audio had been played around (or twice), and were dropped."""
+
+    def audio_concealed(self, seconds: float) -> None:
+        """``seconds`` of audio the decoder made up for packets that never came."""
+
+
 class PacketRun(JitterFrame):
-    """Packets released together, in sequence order, all of one payload type: ``parts`` holds (payload, RTP
+    """Packets released together, in sequence order, all of ``payload_type``: ``parts`` holds (payload, RTP
     timestamp) of each. ``data`` and ``timestamp`` are the first packet's, as in aiortc's ``JitterFrame`` (the
     receiver maps ``timestamp`` onto its own timeline before the decoder sees it); ``frames`` gives every packet
     on that timeline."""
 
-    def __init__(self, parts: list[tuple[bytes, int]]) -> None:
+    def __init__(self, parts: list[tuple[bytes, int]], payload_type: int) -> None:
         super().__init__(data=parts[0][0], timestamp=parts[0][1])
         self.parts = parts
+        self.payload_type = payload_type
 
     def frames(self) -> list[JitterFrame]:
         """One frame per packet, each timestamp on the timeline ``timestamp`` is on now (after the receiver's
@@ -68,6 +88,7 @@ class AudioJitterBuffer:
         self.late = 0
         self.skipped = 0
         self.restarts = 0
+        self.observer: LossObserver | None = None  # told of each loss as it is counted
 
     def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
         seq = packet.sequence_number
@@ -76,25 +97,55 @@ class AudioJitterBuffer:
         ahead = (seq - self._next) % _SEQ_MOD
         if ahead >= _SEQ_MOD // 2:  # behind the next expected
             if _SEQ_MOD - ahead < MAX_MISORDER:
-                self.late += 1
+                self._late()
                 return False, None
             return False, self._restart(packet)
         if ahead >= MAX_MISORDER:
             return False, self._restart(packet)
         if seq in self._held:
-            self.late += 1  # a duplicate of a packet already waiting
+            self._late()  # a duplicate of a packet already waiting
             return False, None
         self._held[seq] = packet
         expected = self._next
         if expected not in self._held and len(self._held) > self.max_held:
             # Give the gap up: the oldest waiting packet is next.
-            first = min(self._held, key=lambda s: (s - expected) % _SEQ_MOD)
-            self.skipped += (first - expected) % _SEQ_MOD
-            self._next = first
+            self._give_up_gap()
         run = self._release(packet.payload_type)
         if self._held.get(seq) is packet:
             self.waited += 1  # it waits now; it goes out with a later packet (or at a restart)
         return False, run
+
+    def flush(self) -> PacketRun | None:
+        """The stream ended: every packet still waiting behind a gap, the gaps given up, as one run of the payload
+        type of the oldest (packets of another type are dropped as late). None when nothing waits."""
+        parts: list[tuple[bytes, int]] = []
+        payload_type: int | None = None
+        while self._held:  # each turn releases or drops at least the oldest waiting packet
+            self._give_up_gap()
+            assert self._next is not None
+            if payload_type is None:
+                payload_type = self._held[self._next].payload_type
+            run = self._release(payload_type)
+            if run is not None:
+                parts.extend(run.parts)
+        return PacketRun(parts, payload_type) if parts and payload_type is not None else None
+
+    def _give_up_gap(self) -> None:
+        """Stop waiting for the missing packets: the oldest waiting packet is next."""
+        expected = self._next
+        assert expected is not None
+        first = min(self._held, key=lambda s: (s - expected) % _SEQ_MOD)
+        lost = (first - expected) % _SEQ_MOD
+        self._next = first
+        if lost:
+            self.skipped += lost
+            if self.observer is not None:
+                self.observer.audio_packets_lost(lost)
+
+    def _late(self) -> None:
+        self.late += 1
+        if self.observer is not None:
+            self.observer.audio_packets_late(1)
 
     def _release(self, payload_type: int) -> PacketRun | None:
         """The packets from the next expected on, while consecutive and of ``payload_type`` (the decoder is told the
@@ -105,12 +156,12 @@ class AudioJitterBuffer:
             if packet.payload_type != payload_type:
                 if parts:
                     break
-                self.late += 1  # the receiver hands over the codec of the packet just added: not this one's
+                self._late()  # the receiver hands over the codec of the packet just added: not this one's
             else:
                 parts.append((_payload(packet), packet.timestamp))
             del self._held[self._next]
             self._next = (self._next + 1) % _SEQ_MOD
-        return PacketRun(parts) if parts else None
+        return PacketRun(parts, payload_type) if parts else None
 
     def _restart(self, packet: RtpPacket) -> PacketRun | None:
         """The sender's numbering jumped: what waited goes out (its gaps given up), then numbering starts over."""
@@ -120,7 +171,7 @@ class AudioJitterBuffer:
         self._held.clear()
         parts = [(_payload(p), p.timestamp) for p in [*waiting, packet] if p.payload_type == packet.payload_type]
         self._next = (packet.sequence_number + 1) % _SEQ_MOD
-        return PacketRun(parts) if parts else None
+        return PacketRun(parts, packet.payload_type) if parts else None
 
 
 def _payload(packet: RtpPacket) -> bytes:

@@ -74,7 +74,7 @@ async def offer(request: web.Request) -> web.Response:
         return json_error(404, "no_room", "there is no such room")
     try:
         # The session owns the slot from here (released on close).
-        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed)
+        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS])
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
     except EngineError as exc:

@@ -26,7 +26,8 @@ from ..ops import Slot
 from ..rooms import Room, RoomPublisher
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
-from .rtp_audio import with_ptime
+from .jitter import LossObserver
+from .rtp_audio import AudioReceiver, with_ptime
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,11 @@ class PeerSession:
 
     def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
                  room: Room | None = None, slot: Slot | None = None, data_channel: bool = True,
-                 on_shed: Callable[[float], None] | None = None) -> None:
+                 on_shed: Callable[[float], None] | None = None, loss: LossObserver | None = None) -> None:
         """``slot``: the admission place this session holds; released when it closes (or if opening fails).
         ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only.
-        ``on_shed(seconds)``: audio of this stream skipped because the server fell behind (metrics)."""
+        ``on_shed(seconds)``: audio of this stream skipped because the server fell behind (metrics).
+        ``loss``: hears the audio packets this stream loses and the audio concealed for them (metrics)."""
         self.engine = engine
         self.config = config
         self.registry = registry
@@ -71,6 +73,8 @@ class PeerSession:
         self.data_channel = data_channel
         self.ingest = IngestStats()
         self._on_shed = on_shed
+        self._loss = loss
+        self._receiver: AudioReceiver | None = None  # set when the audio track arrives (with the low-delay path)
         self._channel_open = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop_task: asyncio.Task[None] | None = None
@@ -146,6 +150,11 @@ class PeerSession:
         if track.kind != "audio" or self._ingesting:
             return  # only one audio track is ever accepted; this guards the invariant, not the offer check
         self._ingesting = True
+        receiver = next((t.receiver for t in self.pc.getTransceivers() if t.receiver.track is track), None)
+        if isinstance(receiver, AudioReceiver):
+            self._receiver = receiver
+            if self._loss is not None:
+                receiver.watch(self._loss)
         self._spawn(self._ingest(track), "ingest")
 
     async def _on_connection_state(self) -> None:
@@ -286,4 +295,16 @@ class PeerSession:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             self.closed.set()
-        self._log.info("closed (%.1f s audio received, %.1f s skipped)", self.ingest.audio_s, self.ingest.skipped_s)
+        self._log.info("closed (%.1f s audio received, %.1f s skipped%s)", self.ingest.audio_s, self.ingest.skipped_s,
+                       self._loss_summary())
+
+    def _loss_summary(self) -> str:
+        """What the network lost of this stream, for the closing log line ("" when nothing was lost)."""
+        receiver = self._receiver
+        buffer, decoder = (receiver.buffer, receiver.decoder) if receiver is not None else (None, None)
+        lost = buffer.skipped if buffer is not None else 0
+        late = buffer.late if buffer is not None else 0
+        concealed_s = decoder.concealed_s if decoder is not None else 0.0
+        if not (lost or late or concealed_s):
+            return ""
+        return f"; {lost} packets lost, {late} late, {concealed_s:.2f} s concealed"

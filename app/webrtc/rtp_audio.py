@@ -15,6 +15,8 @@ buffer and the step after it, on the event loop, without a thread hop:
   at 48 kHz stereo and resampling, the same audio within the codec's precision. Stereo senders are downmixed by
   libopus.
 - Lost packets (a gap in the RTP timestamps) are concealed by libopus, so the session's audio keeps its length.
+  What is lost is told to a ``LossObserver`` (``AudioReceiver.watch``: the server's metrics). When the stream ends,
+  packets still waiting behind a gap are decoded before the track ends.
 - Decoded audio is gathered into 60 ms frames (the engine's chunk: the ingest waits for whole chunks anyway, so
   this adds no delay) and put on the track's queue with ``put_nowait``: a third of the frames and no per-frame task.
 - Any other codec (G.722, PCMU, PCMA) goes through aiortc's own decoder as before, and the ingest resamples it.
@@ -40,6 +42,7 @@ import asyncio
 import fractions
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import aiortc.rtcpeerconnection
@@ -50,12 +53,12 @@ from aiortc.codecs.base import Decoder
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcdtlstransport import RTCDtlsTransport
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
-from aiortc.rtcrtpreceiver import RTCRtpReceiver
+from aiortc.rtcrtpreceiver import RTCRtpReceiver, TimestampMapper
 
 from engine import CHUNK_SAMPLES, SAMPLE_RATE
 
 from ..config import AUDIO_DECODERS
-from .jitter import AudioJitterBuffer, PacketRun
+from .jitter import AudioJitterBuffer, LossObserver, PacketRun
 from .opus import OpusDecoder, OpusError, opus_available
 
 log = logging.getLogger(__name__)
@@ -69,13 +72,20 @@ _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 _ORIGINAL_RECEIVER = aiortc.rtcpeerconnection.RTCRtpReceiver
 
 
+Task = tuple[RTCRtpCodecParameters, JitterFrame]  # what aiortc's receiver puts on its decoder queue
+
+
 class InlineDecoder:
     """Stands in for aiortc's decoder queue: ``put((codec, encoded_frame))`` decodes at once (on the loop) and
     queues the audio on the track; ``put(None)`` ends the track. aiortc's decoder thread still starts, blocks in
-    ``get`` without using CPU, and ends the track through aiortc's own path when ``put(None)`` releases it."""
+    ``get`` without using CPU, and ends the track through aiortc's own path when ``put(None)`` releases it.
 
-    def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES) -> None:
+    ``held``: called once as the track ends, for the packets still waiting in the jitter buffer (decoded first)."""
+
+    def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES,
+                 held: Callable[[], Task | None] | None = None) -> None:
         self._receiver = receiver
+        self._held = held
         self._frame_samples = frame_samples
         self._opus: OpusDecoder | None = None
         self._other: Decoder | None = None
@@ -90,14 +100,30 @@ class InlineDecoder:
         # audio that stood in for a gap in the sender's RTP timestamps, up to MAX_CONCEAL_S (16 kHz samples): lost
         # packets, or a sender's discontinuous transmission (DTX, which this server does not ask for)
         self.concealed_samples = 0
+        self.observer: LossObserver | None = None  # told of each concealment
         self._next_timestamp: int | None = None  # RTP timestamp right after the last decoded Opus packet
 
     # ---- the queue.Queue interface aiortc uses ------------------------------------------------------------
-    def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
+    def put(self, task: Task | None) -> None:
         if task is None:
+            held = self._held() if self._held is not None else None
+            if held is not None:
+                self._decode_all(*held)
             self._close()
             return
-        codec, encoded = task
+        self._decode_all(*task)
+
+    @property
+    def concealed_s(self) -> float:
+        """Seconds of audio concealed so far."""
+        return self.concealed_samples / SAMPLE_RATE
+
+    def get(self) -> None:
+        """Called by aiortc's decoder thread: returns ``None`` (end of stream) once ``put(None)`` was called."""
+        self._closed.wait()
+
+    # ---- decoding -----------------------------------------------------------------------------------------
+    def _decode_all(self, codec: RTCRtpCodecParameters, encoded: JitterFrame) -> None:
         # The low-delay buffer releases packets together (app.webrtc.jitter); aiortc's, one at a time.
         for frame in encoded.frames() if isinstance(encoded, PacketRun) else [encoded]:
             try:
@@ -109,11 +135,6 @@ class InlineDecoder:
                 if self.decode_errors <= 3 or self.decode_errors % 100 == 0:
                     log.warning("audio decode failed (%s, %d so far): %s", codec.name, self.decode_errors, exc)
 
-    def get(self) -> None:
-        """Called by aiortc's decoder thread: returns ``None`` (end of stream) once ``put(None)`` was called."""
-        self._closed.wait()
-
-    # ---- decoding -----------------------------------------------------------------------------------------
     def _decode(self, codec: RTCRtpCodecParameters, encoded: JitterFrame) -> None:
         if codec.name.lower() == "opus":
             if self._opus is None:
@@ -147,13 +168,17 @@ class InlineDecoder:
         if not 0 < missing <= MAX_CONCEAL_S * SAMPLE_RATE:
             return
         missing -= missing % _OPUS_STEP_SAMPLES
+        concealed = 0
         while missing > 0:
             pcm = self._opus.conceal(missing)  # at most one Opus frame (120 ms) a call
             if not pcm.size:
                 break
-            self.concealed_samples += pcm.size
+            concealed += pcm.size
             missing -= pcm.size
             self._add(pcm)
+        self.concealed_samples += concealed
+        if concealed and self.observer is not None:
+            self.observer.audio_concealed(concealed / SAMPLE_RATE)
 
     def _add(self, pcm: np.ndarray) -> None:
         if pcm.size:
@@ -201,7 +226,42 @@ class AudioReceiver(RTCRtpReceiver):
             # renames them.
             if self.jitter == "low-delay":
                 self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
-            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self)
+            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held)
+
+    @property
+    def decoder(self) -> InlineDecoder | None:
+        """The audio decoder (its counters), or None for video."""
+        queue = self._RTCRtpReceiver__decoder_queue
+        return queue if isinstance(queue, InlineDecoder) else None
+
+    @property
+    def buffer(self) -> AudioJitterBuffer | None:
+        """The low-delay audio jitter buffer (its counters), or None (video, or aiortc's buffer)."""
+        buffer = self._RTCRtpReceiver__jitter_buffer
+        return buffer if isinstance(buffer, AudioJitterBuffer) else None
+
+    def watch(self, observer: LossObserver) -> None:
+        """Tell ``observer`` of every audio packet lost or late and every concealment from now on."""
+        if self.buffer is not None:
+            self.buffer.observer = observer
+        if self.decoder is not None:
+            self.decoder.observer = observer
+
+    def _take_held(self) -> Task | None:
+        """The stream ended: the packets still waiting behind a gap in the buffer, mapped onto the receiver's
+        timeline as aiortc maps every packet it passes on (``_handle_rtp_packet``), with their codec."""
+        run = self.buffer.flush() if self.buffer is not None else None
+        if run is None:
+            return None
+        # aiortc's private codec table and timestamp mapper (name-mangled, set in its __init__; tests/test_rtp_audio.py
+        # fails if aiortc renames them)
+        codecs: dict[int, RTCRtpCodecParameters] = vars(self)["_RTCRtpReceiver__codecs"]
+        mapper: TimestampMapper = vars(self)["_RTCRtpReceiver__timestamp_mapper"]
+        codec = codecs.get(run.payload_type)
+        if codec is None:
+            return None
+        run.timestamp = mapper.map(run.timestamp)
+        return codec, run
 
 
 def with_ptime(sdp: str, ptime_ms: int) -> str:

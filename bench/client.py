@@ -3,14 +3,17 @@
 ``MediaPlayer(path, decode=False)`` paces the packets at real time; ``TimedTrack`` records when each packet left,
 so that any moment of the source audio maps to the wall-clock time it was spoken (``sent_at``): a microphone's
 packet leaves once its last sample is captured, so the end of each packet's audio is taken as spoken when the packet
-left. Every data-channel message is kept with its arrival time (``time.monotonic()``).
+left. Every data-channel message is kept with its arrival time (``time.monotonic()``). ``PacketLoss`` drops RTP
+packets on their way out, as a lossy network would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,40 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+
+class PacketLoss:
+    """A lossy network between a peer connection and its peer: ``drop(n)`` says whether the n-th RTP packet the
+    connection sends (counted from 0, by RTP sequence number from the first) is lost. RTCP and the data channel
+    pass. ``install`` after ``setLocalDescription`` (the transport exists from then on) and before media flows;
+    ``lost`` counts the packets dropped."""
+
+    def __init__(self, drop: Callable[[int], bool]) -> None:
+        self.drop = drop
+        self.lost = 0
+
+    @classmethod
+    def at_random(cls, rate: float, seed: int) -> PacketLoss:
+        """Each packet lost with probability ``rate``, independently (the same packets for the same ``seed``)."""
+        rng = random.Random(seed)
+        return cls(lambda _n: rng.random() < rate)
+
+    def install(self, pc: RTCPeerConnection) -> None:
+        transport: Any = pc.getSenders()[0].transport
+        send = transport._send_rtp  # aiortc's (private): plain RTP or RTCP in, SRTP-protected and sent
+        first: int | None = None
+
+        async def lossy(data: bytes) -> None:
+            nonlocal first
+            if not 192 <= data[1] <= 223:  # RTP, not RTCP (RFC 5761's payload type ranges)
+                seq = int.from_bytes(data[2:4], "big")
+                first = seq if first is None else first
+                if self.drop((seq - first) % 65536):
+                    self.lost += 1
+                    return
+            await send(data)
+
+        transport._send_rtp = lossy
 
 
 class TimedTrack(MediaStreamTrack):
@@ -56,9 +93,12 @@ class TimedTrack(MediaStreamTrack):
 class BenchClient:
     """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
 
-    def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None) -> None:
-        """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``."""
+    def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None,
+                 loss: PacketLoss | None = None) -> None:
+        """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``. ``loss``: the network loses these
+        audio packets."""
         self.base_url = base_url
+        self.loss = loss
         self.ogg = ogg
         self.offer_fields = dict(offer_fields or {})
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -85,6 +125,8 @@ class BenchClient:
         """Offer (non-trickle), answer, wait for the data channel, send ``start``. Raises on a refused offer."""
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        if self.loss is not None:
+            self.loss.install(self.pc)
         async with http.post(f"{self.base_url}/offer",
                              json={"sdp": self.pc.localDescription.sdp, "type": "offer",
                                    **self.offer_fields}) as resp:

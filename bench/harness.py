@@ -26,7 +26,7 @@ import psutil
 
 from app.config import IceConfig
 from app.webrtc.ice import install as install_ice_policy
-from bench.client import BenchClient
+from bench.client import BenchClient, PacketLoss
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,14 +162,17 @@ def ogg_duration_s(path: Path) -> float:
 
 
 async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: int = 8,
-                      stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None) -> Run:
+                      stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None,
+                      loss: float = 0.0) -> Run:
     """Connect one client per file (at most ``connect_concurrency`` offers at once), stream them all at real time,
     stop each when its file ends, and return once every one has stopped (or timed out). ``offer_fields``: extra
-    ``POST /offer`` fields per client (``{"room": id}``)."""
+    ``POST /offer`` fields per client (``{"room": id}``). ``loss``: each client's network loses this fraction of
+    its audio packets, at random (client i's packets are the same in every run)."""
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))  # the clients gather loopback candidates only
     t0 = time.monotonic()
     fields = offer_fields or [{} for _ in oggs]
-    clients = [BenchClient(base_url, ogg, f) for ogg, f in zip(oggs, fields, strict=True)]
+    clients = [BenchClient(base_url, ogg, f, PacketLoss.at_random(loss, seed=i) if loss else None)
+               for i, (ogg, f) in enumerate(zip(oggs, fields, strict=True))]
     gate = asyncio.Semaphore(connect_concurrency)
 
     async def one(client: BenchClient, http: aiohttp.ClientSession) -> None:

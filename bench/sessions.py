@@ -26,6 +26,10 @@ run, both servers use it as their store, each session publishes into a room of i
 and a viewer follows that room on the other front end. ``on B``: seconds from the same moment to the word's first
 arrival there, settled (a stable word through the store's announcements, or its locked sentence);
 ``remote_missing`` in the JSON counts settled words that never got there.
+
+``--loss RATE``: each client's network loses that fraction of its audio packets at random (``bench.client.PacketLoss``,
+the same packets in every mode). ``pkts lost`` is what the server counted as lost (``/metrics``), ``concealed s``
+the audio its decoder made up for them; the JSON also has ``packets_dropped``, what the clients dropped.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 
 import aiohttp
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import postgres
 from bench.baseline import MODES
@@ -106,9 +111,10 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
                 rooms.append((await r.json())["room"])
         viewers, readers = await follow(http, remote.base_url, rooms)
     await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
+    losses_before = await loss_counters(http, server.base_url)
     try:
         run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
-                                offer_fields=[{"room": room} for room in rooms] if rooms else None)
+                                offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss)
         if remote is not None:
             await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
@@ -131,10 +137,29 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     row["stable_s_p50"], row["stable_s_p95"] = pct(delays.local_s, 50), pct(delays.local_s, 95)
     row["remote_stable_s_p50"], row["remote_stable_s_p95"] = pct(delays.remote_s, 50), pct(delays.remote_s, 95)
     row["remote_missing"] = delays.missing
+    losses = await loss_counters(http, server.base_url)
+    row["packets_dropped"] = sum(c.loss.lost for c in run.clients if c.loss is not None)
+    row["packets_lost"] = round(losses["lost"] - losses_before["lost"])
+    row["packets_late"] = round(losses["late"] - losses_before["late"])
+    row["concealed_s"] = losses["concealed"] - losses_before["concealed"]
     if args.dump:
         await asyncio.to_thread(dump_step, Path(args.dump) / f"{mode}-n{n}-{time.strftime('%H%M%S')}.json",
                                 run.clients, clips)
     return row
+
+
+async def loss_counters(http: aiohttp.ClientSession, base_url: str) -> dict[str, float]:
+    """The server's audio loss counters from ``/metrics``: packets lost and late, seconds concealed."""
+    async with http.get(f"{base_url}/metrics") as r:
+        text = await r.text()
+    names = {"live_captions_audio_packets_lost_total": "lost", "live_captions_audio_packets_late_total": "late",
+             "live_captions_audio_concealed_seconds_total": "concealed"}
+    out = dict.fromkeys(names.values(), 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names:
+                out[names[sample.name]] += sample.value
+    return out
 
 
 def dump_step(path: Path, clients: list[Any], clips: list[Any]) -> None:
@@ -164,7 +189,7 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
            ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
-           ("held", "held", "{}")]
+           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"), ("held", "held", "{}")]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -291,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--packet-ms", type=int, choices=(20, 60), default=60,
                    help="audio per Opus packet the clients send: 60 as browsers do when the answer asks for it (the "
                         "server's default a=ptime), 20 as they do unasked")
+    p.add_argument("--loss", type=float, default=0.0, metavar="RATE",
+                   help="each client's network loses this fraction of its audio packets, at random (0: none)")
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
     p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")

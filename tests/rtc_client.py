@@ -17,6 +17,8 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
+from bench.client import PacketLoss
+
 RATE = 16_000
 FRAME = 320  # 20 ms
 
@@ -79,8 +81,7 @@ class CaptionClient:
         self.arrivals: list[float] = []
         self.stopped = asyncio.Event()
         self.opened = asyncio.Event()
-        self.lose: set[int] = set()  # audio packets never sent, by their number from the first (a lossy network)
-        self.lost_packets = 0
+        self.loss: PacketLoss | None = None  # a lossy network on the way to the server
         self.t0 = 0.0
         self.session = ""
         self.room = ""
@@ -102,8 +103,8 @@ class CaptionClient:
         """``offer``: extra fields for the ``POST /offer`` body, e.g. ``{"room": ..., "token": ...}``."""
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        if self.lose:
-            self._lose_packets()
+        if self.loss is not None:
+            self.loss.install(self.pc)
         body = {"sdp": self.pc.localDescription.sdp, "type": "offer", **(offer or {})}
         async with aiohttp.ClientSession() as http, http.post(f"{self.base_url}/offer", json=body) as resp:
             body = await resp.json()
@@ -115,24 +116,6 @@ class CaptionClient:
         await asyncio.wait_for(self.opened.wait(), 20)
         self.t0 = time.monotonic()
         self.channel.send(json.dumps(start or {"type": "start", "language": "en", "hotwords": []}))
-
-    def _lose_packets(self) -> None:
-        """Drop the RTP packets numbered in ``lose`` on their way out (before SRTP; RTCP passes)."""
-        transport: Any = self.pc.getSenders()[0].transport
-        send = transport._send_rtp  # aiortc's (private): plain RTP or RTCP in, protected and sent
-        first: int | None = None
-
-        async def lossy(data: bytes) -> None:
-            nonlocal first
-            if not 192 <= data[1] <= 223:  # RTP, not RTCP (RFC 5761's ranges)
-                seq = int.from_bytes(data[2:4], "big")
-                first = seq if first is None else first
-                if (seq - first) % 65536 in self.lose:
-                    self.lost_packets += 1
-                    return
-            await send(data)
-
-        transport._send_rtp = lossy
 
     def send(self, raw: str) -> None:
         self.channel.send(raw)

@@ -19,6 +19,7 @@ from prometheus_client.samples import Sample
 
 from app.config import ServerConfig, build_parser, config_from_args
 from app.rooms.keys import STORE
+from bench.client import PacketLoss
 from engine import EngineObserver
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, PartialConfig
@@ -189,14 +190,14 @@ async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(fak
     lose = {20, 40, 41, 100, 150, 151, 152, 200}
     async with running_server(fake_engine) as (url, _app):
         client = CaptionClient(url, samples)
-        client.lose = lose
+        client.loss = PacketLoss(lambda n: n in lose)
         await client.connect()
         await client.until_played()
         during = await scrape_until(url, lambda s: s.value("live_captions_audio_packets_lost_total") == len(lose))
         await client.stop()
         await client.close()
         after = await scrape_until(url, lambda s: s.value("live_captions_sessions_active", kind="live") == 0)
-    assert client.lost_packets == len(lose)
+    assert client.loss.lost == len(lose)
     assert during.value("live_captions_audio_concealed_seconds_total") == pytest.approx(0.02 * len(lose))
     assert after.value("live_captions_audio_packets_lost_total") == len(lose)
     assert after.value("live_captions_audio_packets_late_total") == 0

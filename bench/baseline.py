@@ -54,10 +54,11 @@ PARTIAL_INTERVAL_S = 0.48
 #   speech and can lock it) starts 200 / 150 / 300 ms into the pause, whatever the other sessions do (the engine:
 #   150 ms while no other session decodes, else 300).
 # engine-first240: a segment's first partial once 240 ms of speech is in (the engine: 200 ms; 240 before 2026-11-27).
+# engine-jitter4 / engine-nofec: the engine, receiving through aiortc's jitter buffer / without decoding in-band FEC.
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
          "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
-         "engine-labelwait", "engine-embedbeside", "engine-jitter4")
+         "engine-labelwait", "engine-embedbeside", "engine-jitter4", "engine-nofec")
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -158,7 +159,8 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     is in (``EngineConfig.lock_before_label`` off);
     ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off);
     ``engine-jitter4`` is the engine as shipped: the bench server receives its audio through aiortc's jitter buffer
-    (four packets held) instead (``app.webrtc.rtp_audio.install``, in ``bench/serve.py``).
+    (four packets held) instead (``app.webrtc.rtp_audio.install``, in ``bench/serve.py``); ``engine-nofec``, the
+    same, with lost packets only concealed, never recovered from the next packet's in-band FEC copy.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")

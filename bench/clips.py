@@ -5,8 +5,8 @@ human reference transcript), joined by pauses long enough for the balanced endpo
 leading and trailing silence. Where the speech lies inside each utterance comes from Silero VAD run offline on the
 source file, so every utterance gives one reference sentence with speech onset, speech end and reference text.
 
-The Opus files (libopus, 48 kHz mono, Ogg) are written once per (session index, length, pause) into a cache
-folder; aiortc's ``MediaPlayer(path, decode=False)`` then forwards their packets without re-encoding.
+The Opus files (libopus, 48 kHz mono, Ogg) are written once per (session index, length, pause, packet length, FEC)
+into a cache folder; aiortc's ``MediaPlayer(path, decode=False)`` then forwards their packets without re-encoding.
 """
 
 from __future__ import annotations
@@ -98,16 +98,20 @@ def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarra
     return np.concatenate(parts), tuple(utterances)
 
 
-def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20) -> None:
+def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20, fec: bool = False) -> None:
     """Write 16 kHz float32 mono audio as Ogg Opus (48 kHz mono, ``frame_ms`` per packet: 20 as browsers send by
-    default, 60 as they send when the answer says ``a=ptime:60``)."""
+    default, 60 as they send when the answer says ``a=ptime:60``). ``fec``: as Chromium encodes once its receiver
+    reports loss and the answer allows FEC: 32 kb/s speech, each packet with an in-band FEC copy of the one before
+    (else 64 kb/s, no FEC)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.ogg")
     pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
     with av.open(str(tmp), "w", format="ogg") as out:
         stream = out.add_stream("libopus", rate=OPUS_RATE, layout="mono")
-        stream.bit_rate = 64_000
+        stream.bit_rate = 32_000 if fec else 64_000
         stream.options = {"frame_duration": str(frame_ms)}
+        if fec:
+            stream.options |= {"application": "voip", "fec": "1", "packet_loss": "10"}
         frame_samples = OPUS_RATE * frame_ms // 1000
         resampler = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
         fifo = av.AudioFifo()
@@ -131,11 +135,13 @@ def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20) -> None:
     tmp.replace(path)
 
 
-def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20) -> SessionClip:
-    """Session ``index``'s clip, encoding its Opus file (``frame_ms`` per packet) on first use (cached across runs)."""
+def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20,
+                 fec: bool = False) -> SessionClip:
+    """Session ``index``'s clip, encoding its Opus file (``frame_ms`` per packet, with in-band FEC if ``fec``:
+    ``encode_opus``) on first use (cached across runs)."""
     audio, utterances = build_session(index, seconds, pause_s)
-    packets = "" if frame_ms == 20 else f"-f{frame_ms}"
+    packets = ("" if frame_ms == 20 else f"-f{frame_ms}") + ("-fec" if fec else "")
     ogg = CACHE_DIR / f"session{index:03d}-{seconds:g}s-p{pause_s:g}{packets}.ogg"
     if not ogg.exists():
-        encode_opus(audio, ogg, frame_ms)
+        encode_opus(audio, ogg, frame_ms, fec)
     return SessionClip(index, ogg, audio.size / SAMPLE_RATE, utterances)

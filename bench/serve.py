@@ -128,7 +128,7 @@ async def serve(args: argparse.Namespace) -> None:
             return web.json_response({"error": str(exc)}, status=409)
         # Peer connections made from now on receive audio through the jitter buffer of this mode.
         rtp_audio.install(args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4"
-                          else "low-delay")
+                          else "low-delay", fec=request.query["mode"] != "engine-nofec")
         mode["mode"] = request.query["mode"]
         return web.json_response(mode)
 

@@ -29,7 +29,8 @@ arrival there, settled (a stable word through the store's announcements, or its 
 
 ``--loss RATE``: each client's network loses that fraction of its audio packets at random (``bench.client.PacketLoss``,
 the same packets in every mode). ``pkts lost`` is what the server counted as lost (``/metrics``), ``concealed s``
-the audio its decoder made up for them; the JSON also has ``packets_dropped``, what the clients dropped.
+the audio its decoder filled in for them; the JSON also has ``packets_dropped``, what the clients dropped. ``--fec``:
+the clients' packets carry in-band FEC, as Chromium's do once the server reports loss (``bench.clips.encode_opus``).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
     session publishes into a room of its own and a viewer follows that room on ``remote``."""
     await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
-    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms) for i in range(n)]
+    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec) for i in range(n)]
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
     readers: list[asyncio.Task[None]] = []
@@ -239,7 +240,7 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, args.pause_s, args.packet_ms)
+        session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec)
     server_args = ["--recognizer", args.recognizer, "--preset", args.preset]
     if args.model:
         server_args += ["--model", args.model]
@@ -261,7 +262,8 @@ async def main(args: argparse.Namespace) -> int:
                 if args.warmup:
                     # vLLM's first decodes after start are several times slower: keep them out of the table.
                     print("warm-up session (not measured) ...", file=sys.stderr)
-                    await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s, args.packet_ms).ogg])
+                    warm_up = session_clip(0, 10.0, args.pause_s, args.packet_ms, args.fec)
+                    await run_clients(server.base_url, [warm_up.ogg])
                 for step, n in enumerate(args.sessions):
                     # Alternate which mode goes first, so that neither always follows the other's backlog.
                     for mode in (list(active) if step % 2 == 0 else list(reversed(active))):
@@ -318,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "server's default a=ptime), 20 as they do unasked")
     p.add_argument("--loss", type=float, default=0.0, metavar="RATE",
                    help="each client's network loses this fraction of its audio packets, at random (0: none)")
+    p.add_argument("--fec", action="store_true",
+                   help="the clients' Opus carries in-band FEC at 32 kb/s, as Chromium sends once loss is reported")
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
     p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")

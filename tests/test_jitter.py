@@ -3,6 +3,8 @@ buffer, and a lost packet delays only the packets right behind it, never the res
 
 from __future__ import annotations
 
+import fractions
+
 import aiortc.codecs
 import av
 import numpy as np
@@ -118,11 +120,11 @@ class Losses:
         self.concealed_s += seconds
 
 
-def receive(packets: list[RtpPacket], observer: Losses | None = None,
+def receive(packets: list[RtpPacket], observer: Losses | None = None, fec: bool = True,
             ) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
     """``packets`` through the buffer and the decoder as aiortc's receiver passes them (its timestamp mapper
     included), then the end of the stream (the packets still waiting go to the decoder, as ``AudioReceiver`` hands
-    them over): the 16 kHz audio that comes out, the decoder and the buffer."""
+    them over): the 16 kHz audio that comes out, the decoder and the buffer. ``fec``: the decoder's."""
     receiver = _Receiver()
     buffer = AudioJitterBuffer()
     mapper = TimestampMapper()
@@ -134,7 +136,7 @@ def receive(packets: list[RtpPacket], observer: Losses | None = None,
         run.timestamp = mapper.map(run.timestamp)
         return OPUS, run
 
-    sink = InlineDecoder(receiver, held=held)  # type: ignore[arg-type]
+    sink = InlineDecoder(receiver, held=held, fec=fec)  # type: ignore[arg-type]
     buffer.observer = sink.observer = observer
     for p in packets:
         _, run = buffer.add(p)
@@ -222,3 +224,43 @@ def test_every_loss_is_told_to_the_observer_as_it_is_counted() -> None:
     _, sink, buffer = receive(packets, losses)
     assert (losses.lost, losses.late) == (buffer.skipped, buffer.late) == (4, 1)
     assert losses.concealed_s == pytest.approx(sink.concealed_s) == pytest.approx(0.08)
+
+
+def fec_opus_packets(x: np.ndarray) -> list[bytes]:
+    """16 kHz float audio as Chromium encodes it once its receiver reports loss (and the answer allows FEC): Opus at
+    32 kb/s for speech, 20 ms packets, each carrying an in-band FEC copy of the one before."""
+    pcm = (np.clip(x, -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+    enc = av.CodecContext.create("libopus", "w")
+    enc.sample_rate, enc.layout, enc.format, enc.bit_rate = 48000, "mono", "s16", 32000
+    enc.options = {"application": "voip", "fec": "1", "packet_loss": "10"}
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=48000, frame_size=960)
+    out = []
+    for start in range(0, pcm.shape[1], 320):
+        src = av.AudioFrame.from_ndarray(pcm[:, start:start + 320].copy(), format="s16", layout="mono")
+        src.sample_rate, src.pts, src.time_base = 16000, start, fractions.Fraction(1, 16000)
+        out += [bytes(p) for f in resampler.resample(src) for p in enc.encode(f)]
+    return out + [bytes(p) for p in enc.encode(None)]
+
+
+def snr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - got) ** 2), 1e-9)))
+
+
+@pytest.mark.parametrize("lost", [list(range(10, 140, 7)), [20, 21, 60, 61, 62, 100]])
+def test_a_lost_packet_comes_back_from_the_fec_copy_in_the_next_one(lost: list[int]) -> None:
+    data = fec_opus_packets(audio(CLIP)[:48000])  # 150 packets of 20 ms
+    whole, _, _ = receive([packet(seq, payload) for seq, payload in enumerate(data)])
+    kept = [packet(seq, payload) for seq, payload in enumerate(data) if seq not in lost]
+    recovered, sink, _ = receive(kept)
+    concealed, plc_only, _ = receive(kept, fec=False)
+    assert recovered.size == concealed.size == whole.size
+    # The FEC copy is of the packet just before: of two or more lost in a row, the last comes back.
+    last_of_runs = [seq for seq in lost if seq + 1 not in lost]
+    assert sink.fec_samples == 320 * len(last_of_runs) and plc_only.fec_samples == 0
+    assert sink.concealed_samples == plc_only.concealed_samples == 320 * len(lost)
+    # The audio of those packets against what they held: the FEC copy is close to it, a guess is not (measured: 12
+    # against 3 dB SNR with every seventh packet lost; 8 against 4 dB where they end runs of lost packets).
+    spans = np.concatenate([np.arange(seq * 320, (seq + 1) * 320) for seq in last_of_runs])
+    fec_db, plc_db = snr_db(whole[spans], recovered[spans]), snr_db(whole[spans], concealed[spans])
+    assert fec_db > 6 and fec_db > plc_db + 3, (fec_db, plc_db)

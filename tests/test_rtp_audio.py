@@ -271,6 +271,19 @@ SDP = ("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
        "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\na=ptime:20\r\n")
 
 
+def test_the_answer_lets_senders_add_inband_fec_to_opus() -> None:
+    opus = "a=rtpmap:96 opus/48000/2\r\n"
+    sdp = SDP.replace(f"{opus}m=video", f"{opus}a=fmtp:96 minptime=10\r\nm=video")
+    sdp += "a=rtpmap:96 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
+    out = rtp_audio.with_inband_fec(sdp)
+    sections = out.split("m=")
+    assert "a=fmtp:96 minptime=10;useinbandfec=1\r\n" in sections[1]  # an fmtp line is extended
+    assert "fec" not in sections[2]  # video
+    assert "a=rtpmap:96 opus/48000/2\r\na=fmtp:96 useinbandfec=1\r\na=rtpmap:0" in sections[3]  # or added
+    assert out.count("useinbandfec") == 2, "PCMU gets none"
+    assert rtp_audio.with_inband_fec(out) == out
+
+
 def test_the_answer_asks_senders_for_longer_audio_packets() -> None:
     sections = rtp_audio.with_ptime(SDP, 60).split("m=")
     assert sections[1].endswith("a=rtpmap:96 opus/48000/2\r\na=ptime:60\r\n")

@@ -8,6 +8,10 @@ the high band and the resampler altogether.
 libopus is called through ``ctypes`` (no compiler needed): the system's ``libopus.so.0`` (Debian ``libopus0``, which
 ffmpeg and Chromium pull in), or else the copy bundled inside PyAV's wheel (a dependency already, so this never
 fails where PyAV works). ``ctypes`` releases the GIL during each call.
+
+A lost packet can come back from the next one: with in-band FEC (RFC 7587 ``useinbandfec=1``), a sender adds a
+low-bitrate copy of each packet's speech to the packet after it (its LBRR frames), and ``recover`` decodes that copy
+instead of guessing (``conceal``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ def load_libopus() -> ctypes.CDLL:
         lib.opus_decode.restype = ctypes.c_int
         lib.opus_decode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int,
                                     ctypes.c_int]
+        lib.opus_packet_get_nb_samples.restype = ctypes.c_int
+        lib.opus_packet_get_nb_samples.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32]
         lib.opus_decoder_destroy.restype = None
         lib.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
         lib.opus_strerror.restype = ctypes.c_char_p
@@ -99,10 +105,24 @@ class OpusDecoder:
         """Packet-loss concealment: ``samples`` (per channel, up to 120 ms) of audio standing in for lost packets."""
         return self._run(None, 0, min(samples, self._max_samples))
 
-    def _run(self, data: bytes | None, size: int, frame: int | None = None) -> np.ndarray:
+    def samples_in(self, packet: bytes) -> int:
+        """The audio ``packet`` holds, in samples per channel at this decoder's rate. Raises ``OpusError`` for a
+        packet libopus cannot parse."""
+        n = self._lib.opus_packet_get_nb_samples(packet, len(packet), self.rate_hz)
+        if n < 0:
+            raise OpusError(f"opus_packet_get_nb_samples: {self._strerror(n)}")
+        return int(n)
+
+    def recover(self, next_packet: bytes) -> np.ndarray:
+        """The lost packet right before ``next_packet``, from the in-band FEC copy ``next_packet`` carries: as much
+        audio as ``next_packet`` holds (``samples_in``). Where it carries none (the sender sent no FEC, or coded that
+        stretch as music), libopus conceals instead. ``next_packet`` is then decoded as usual with ``decode``."""
+        return self._run(next_packet, len(next_packet), min(self.samples_in(next_packet), self._max_samples), fec=1)
+
+    def _run(self, data: bytes | None, size: int, frame: int | None = None, fec: int = 0) -> np.ndarray:
         if self._dec is None:
             raise OpusError("the decoder is closed")
-        n = self._lib.opus_decode(self._dec, data, size, self._ptr, frame or self._max_samples, 0)
+        n = self._lib.opus_decode(self._dec, data, size, self._ptr, frame or self._max_samples, fec)
         if n < 0:
             raise OpusError(f"opus_decode: {self._strerror(n)}")
         return self._buf[: n * self.channels].copy()

@@ -27,7 +27,7 @@ from ..rooms import Room, RoomPublisher
 from .ice import filter_remote_candidates, rtc_configuration
 from .ingest import IngestStats, pump_track
 from .jitter import LossObserver
-from .rtp_audio import AudioReceiver, with_ptime
+from .rtp_audio import AudioReceiver, with_inband_fec, with_ptime
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +131,10 @@ class PeerSession:
         self.state = PeerState.LIVE
         self._log.info("peer connected (%d live)", len(self.registry))
         local = self.pc.localDescription
-        # Longer packets from the sender: a third of the per-packet receive work (app.webrtc.rtp_audio.with_ptime).
-        return RTCSessionDescription(sdp=with_ptime(local.sdp, self.config.ptime_ms), type=local.type)
+        # Longer packets from the sender: a third of the per-packet receive work (app.webrtc.rtp_audio.with_ptime);
+        # and in-band FEC, so that a lost packet's speech comes back from the next one (with_inband_fec).
+        sdp = with_inband_fec(with_ptime(local.sdp, self.config.ptime_ms))
+        return RTCSessionDescription(sdp=sdp, type=local.type)
 
     # ---- events from aiortc ---------------------------------------------------------------------------------
     def _on_datachannel(self, channel: RTCDataChannel) -> None:

@@ -80,12 +80,15 @@ class InlineDecoder:
     queues the audio on the track; ``put(None)`` ends the track. aiortc's decoder thread still starts, blocks in
     ``get`` without using CPU, and ends the track through aiortc's own path when ``put(None)`` releases it.
 
-    ``held``: called once as the track ends, for the packets still waiting in the jitter buffer (decoded first)."""
+    ``held``: called once as the track ends, for the packets still waiting in the jitter buffer (decoded first).
+    ``fec``: a lost Opus packet's audio is recovered from the in-band FEC copy in the packet after it where the
+    sender sent one (else, and for packets lost before that one, libopus conceals)."""
 
     def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES,
-                 held: Callable[[], Task | None] | None = None) -> None:
+                 held: Callable[[], Task | None] | None = None, fec: bool = True) -> None:
         self._receiver = receiver
         self._held = held
+        self._fec = fec
         self._frame_samples = frame_samples
         self._opus: OpusDecoder | None = None
         self._other: Decoder | None = None
@@ -98,8 +101,10 @@ class InlineDecoder:
         self.packets = 0  # Opus packets decoded, and the samples they gave (16 kHz): their mean duration
         self.samples = 0
         # audio that stood in for a gap in the sender's RTP timestamps, up to MAX_CONCEAL_S (16 kHz samples): lost
-        # packets, or a sender's discontinuous transmission (DTX, which this server does not ask for)
+        # packets, or a sender's discontinuous transmission (DTX, which this server does not ask for)...
         self.concealed_samples = 0
+        # ...of which decoded from the next packet's FEC copy (libopus conceals where that packet carries none)
+        self.fec_samples = 0
         self.observer: LossObserver | None = None  # told of each concealment
         self._next_timestamp: int | None = None  # RTP timestamp right after the last decoded Opus packet
 
@@ -143,7 +148,7 @@ class InlineDecoder:
                 # An empty payload carries no audio (libopus would conceal its longest frame for it): the next
                 # packet's timestamp says how much is missing.
                 return
-            self._conceal_before(encoded.timestamp)
+            self._fill_gap_before(encoded.timestamp, encoded.data)
             pcm = self._opus.decode(encoded.data)
             self.packets += 1
             self.samples += pcm.size
@@ -157,10 +162,11 @@ class InlineDecoder:
         for frame in self._other.decode(encoded):
             self._queue().put_nowait(frame)
 
-    def _conceal_before(self, timestamp: int) -> None:
-        """Packets lost before the one at RTP ``timestamp`` (48 kHz ticks): Opus's concealment stands in for them, so
-        the session's audio keeps the sender's length (up to ``MAX_CONCEAL_S``; a longer silence of the sender is
-        not filled)."""
+    def _fill_gap_before(self, timestamp: int, data: bytes) -> None:
+        """Audio for the packets lost before ``data``, the packet at RTP ``timestamp`` (48 kHz ticks), so that the
+        session's audio keeps the sender's length (up to ``MAX_CONCEAL_S``; a longer silence of the sender is not
+        filled): the last lost packet from ``data``'s in-band FEC copy (``OpusDecoder.recover``; with ``fec``, when
+        the gap is at least as long as ``data``), the rest concealed."""
         assert self._opus is not None
         if self._next_timestamp is None:
             return
@@ -168,17 +174,26 @@ class InlineDecoder:
         if not 0 < missing <= MAX_CONCEAL_S * SAMPLE_RATE:
             return
         missing -= missing % _OPUS_STEP_SAMPLES
-        concealed = 0
-        while missing > 0:
-            pcm = self._opus.conceal(missing)  # at most one Opus frame (120 ms) a call
+        recoverable = self._opus.samples_in(data) if self._fec else 0
+        if recoverable > missing:
+            recoverable = 0  # the sender changed its packet length: the copy would not fit the gap
+        filled = 0
+        guess = missing - recoverable
+        while guess > 0:
+            pcm = self._opus.conceal(guess)  # at most one Opus frame (120 ms) a call
             if not pcm.size:
                 break
-            concealed += pcm.size
-            missing -= pcm.size
+            filled += pcm.size
+            guess -= pcm.size
             self._add(pcm)
-        self.concealed_samples += concealed
-        if concealed and self.observer is not None:
-            self.observer.audio_concealed(concealed / SAMPLE_RATE)
+        if recoverable:
+            pcm = self._opus.recover(data)
+            self.fec_samples += pcm.size
+            filled += pcm.size
+            self._add(pcm)
+        self.concealed_samples += filled
+        if filled and self.observer is not None:
+            self.observer.audio_concealed(filled / SAMPLE_RATE)
 
     def _add(self, pcm: np.ndarray) -> None:
         if pcm.size:
@@ -218,6 +233,7 @@ class AudioReceiver(RTCRtpReceiver):
     four packets: benches compare the two)."""
 
     jitter = "low-delay"
+    fec = True  # recover lost Opus packets from the next packet's in-band FEC copy (InlineDecoder)
 
     def __init__(self, kind: str, transport: RTCDtlsTransport) -> None:
         super().__init__(kind, transport)
@@ -226,7 +242,7 @@ class AudioReceiver(RTCRtpReceiver):
             # renames them.
             if self.jitter == "low-delay":
                 self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
-            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held)
+            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held, fec=self.fec)
 
     @property
     def decoder(self) -> InlineDecoder | None:
@@ -287,15 +303,42 @@ def with_ptime(sdp: str, ptime_ms: int) -> str:
     return "\r\n".join(out) + "\r\n"
 
 
-def install(mode: str, jitter: str = "low-delay") -> None:
+def with_inband_fec(sdp: str) -> str:
+    """``sdp`` (an answer) with ``useinbandfec=1`` on every Opus payload type (RFC 7587 section 7): the receiver
+    decodes in-band FEC, so the sender may add it. Chromium then adds a low-bitrate copy of each packet's speech to
+    the next packet once this server's receiver reports loss (measured: none without it, whatever the loss), and
+    ``InlineDecoder`` recovers a lost packet from it. An existing fmtp line is extended; other codecs are untouched."""
+    sections: list[list[str]] = [[]]
+    for line in sdp.splitlines():
+        if line.startswith("m="):
+            sections.append([])
+        sections[-1].append(line)
+    out: list[str] = []
+    for section in sections:  # payload types are per media section
+        opus = {line.split()[0].removeprefix("a=rtpmap:") for line in section
+                if line.startswith("a=rtpmap:") and line.split()[1].lower().startswith("opus/")}
+        has_fmtp = {line.split()[0].removeprefix("a=fmtp:") for line in section if line.startswith("a=fmtp:")}
+        for line in section:
+            if line.startswith("a=fmtp:") and line.split()[0].removeprefix("a=fmtp:") in opus \
+                    and "useinbandfec" not in line:
+                line += ";useinbandfec=1" if len(line.split(maxsplit=1)) > 1 else " useinbandfec=1"
+            out.append(line)
+            if line.startswith("a=rtpmap:") and (pt := line.split()[0].removeprefix("a=rtpmap:")) in opus - has_fmtp:
+                out.append(f"a=fmtp:{pt} useinbandfec=1")
+    return "\r\n".join(out) + "\r\n"
+
+
+def install(mode: str, jitter: str = "low-delay", fec: bool = True) -> None:
     """``direct``: peer connections created from now on receive audio through ``AudioReceiver``; ``aiortc``:
     through aiortc's own receiver. ``jitter``: ``AudioReceiver``'s audio jitter buffer, "low-delay"
-    (``AudioJitterBuffer``) or "aiortc". Raises ``ValueError`` for another mode or buffer."""
+    (``AudioJitterBuffer``) or "aiortc". ``fec`` False: lost packets are only concealed, never recovered from the
+    next packet's FEC copy (benches compare). Raises ``ValueError`` for another mode or buffer."""
     if mode not in AUDIO_DECODERS:
         raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
     if jitter not in JITTER_BUFFERS:
         raise ValueError(f"jitter buffer must be one of {', '.join(JITTER_BUFFERS)}, got {jitter!r}")
     AudioReceiver.jitter = jitter
+    AudioReceiver.fec = fec
     receiver = _ORIGINAL_RECEIVER
     if mode == "direct":
         if opus_available():

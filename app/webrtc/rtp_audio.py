@@ -14,9 +14,10 @@ buffer and the step after it, on the event loop, without a thread hop:
 - Opus goes through our own libopus decoder (``app.webrtc.opus``) at 16 kHz mono: about a third of the CPU of decoding
   at 48 kHz stereo and resampling, the same audio within the codec's precision. Stereo senders are downmixed by
   libopus.
-- Lost packets (a gap in the RTP timestamps) are concealed by libopus, so the session's audio keeps its length.
-  What is lost is told to a ``LossObserver`` (``AudioReceiver.watch``: the server's metrics). When the stream ends,
-  packets still waiting behind a gap are decoded before the track ends.
+- Lost packets (a gap in the RTP timestamps) are filled, so the session's audio keeps its length: the last one of a
+  gap from the in-band FEC copy the next packet carries (the answer allows FEC: ``with_inband_fec``), the others
+  concealed by libopus. What is lost is told to a ``LossObserver`` (``AudioReceiver.watch``: the server's
+  metrics). When the stream ends, packets still waiting behind a gap are decoded before the track ends.
 - Decoded audio is gathered into 60 ms frames (the engine's chunk: the ingest waits for whole chunks anyway, so
   this adds no delay) and put on the track's queue with ``put_nowait``: a third of the frames and no per-frame task.
 - Any other codec (G.722, PCMU, PCMA) goes through aiortc's own decoder as before, and the ingest resamples it.

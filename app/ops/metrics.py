@@ -70,8 +70,9 @@ class ServerMetrics(EngineObserver):
             f"{PREFIX}_audio_packets_late", "RTP audio packets that arrived after their audio had been played "
             "around, or twice, and were dropped", registry=r)
         self._concealed = Counter(
-            f"{PREFIX}_audio_concealed_seconds", "Audio made up by the Opus decoder for lost packets, in seconds "
-            "(a stream keeps its length; its words there may be misheard)", registry=r)
+            f"{PREFIX}_audio_concealed_seconds", "Audio filled in for lost packets, in seconds: recovered from the "
+            "in-band FEC copy in the next packet, or concealed (a stream keeps its length; words there may be "
+            "misheard)", registry=r)
         self._decode = Histogram(
             f"{PREFIX}_decode_seconds", "Wall time of each finished recognizer decode, submit to result (queueing "
             "and window fallbacks included), by kind (partial, final, background) and encoder window (seconds)",

@@ -48,7 +48,8 @@ class LossObserver(Protocol):
         """``packets`` arrived after their audio had been played around (or twice), and were dropped."""
 
     def audio_concealed(self, seconds: float) -> None:
-        """``seconds`` of audio the decoder made up for packets that never came."""
+        """``seconds`` of audio the decoder filled in for packets that never came (from the next packet's in-band FEC
+        copy, or concealed)."""
 
 
 class PacketRun(JitterFrame):

@@ -101,8 +101,9 @@ def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarra
 def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20, fec: bool = False) -> None:
     """Write 16 kHz float32 mono audio as Ogg Opus (48 kHz mono, ``frame_ms`` per packet: 20 as browsers send by
     default, 60 as they send when the answer says ``a=ptime:60``). ``fec``: as Chromium encodes once its receiver
-    reports loss and the answer allows FEC: 32 kb/s speech, each packet with an in-band FEC copy of the one before
-    (else 64 kb/s, no FEC)."""
+    reports loss and the answer allows FEC: ~32 kb/s wideband speech (SILK, one 60 ms frame per 60 ms packet: 261
+    of 298 of Chromium's packets here were), each packet with an in-band FEC copy of the one before (else 64 kb/s
+    fullband, no FEC)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.ogg")
     pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
@@ -111,7 +112,9 @@ def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20, fec: bool = F
         stream.bit_rate = 32_000 if fec else 64_000
         stream.options = {"frame_duration": str(frame_ms)}
         if fec:
-            stream.options |= {"application": "voip", "fec": "1", "packet_loss": "10"}
+            # Wideband (8 kHz cutoff) keeps libopus in SILK mode, whose 60 ms frames carry a copy of all 60 ms of the
+            # packet before; fullband speech goes hybrid, three 20 ms frames a packet, and the copy covers 20 ms.
+            stream.options |= {"application": "voip", "fec": "1", "packet_loss": "10", "cutoff": "8000"}
         frame_samples = OPUS_RATE * frame_ms // 1000
         resampler = av.AudioResampler(format="s16", layout="mono", rate=OPUS_RATE)
         fifo = av.AudioFifo()

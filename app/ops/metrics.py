@@ -65,7 +65,7 @@ class ServerMetrics(EngineObserver):
             "receive queue stayed over the lag limit), in seconds", registry=r)
         self._packets_lost = Counter(
             f"{PREFIX}_audio_packets_lost", "RTP audio packets of WebRTC and WHIP streams that never arrived (given "
-            "up after two later packets came)", registry=r)
+            "up once three later packets were in)", registry=r)
         self._packets_late = Counter(
             f"{PREFIX}_audio_packets_late", "RTP audio packets that arrived after their audio had been played "
             "around, or twice, and were dropped", registry=r)

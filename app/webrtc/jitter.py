@@ -21,7 +21,7 @@ when the sender stops for good (at most ``max_held``, 120 ms at 60 ms a packet) 
 (``flush``, called by the decoder as the receiver stops), not sooner.
 
 What a stream loses is counted (``skipped``, ``late``) and told, as it happens, to a ``LossObserver`` (the server's
-metrics) when one is set.
+metrics) when one is set; at a restart of the sender's numbering nothing can be known lost, and nothing is counted.
 """
 
 from __future__ import annotations

@@ -115,8 +115,10 @@ class OpusDecoder:
 
     def recover(self, next_packet: bytes) -> np.ndarray:
         """The lost packet right before ``next_packet``, from the in-band FEC copy ``next_packet`` carries: as much
-        audio as ``next_packet`` holds (``samples_in``). Where it carries none (the sender sent no FEC, or coded that
-        stretch as music), libopus conceals instead. ``next_packet`` is then decoded as usual with ``decode``."""
+        audio as ``next_packet`` holds (``samples_in``). The copy is of one Opus frame (the first frame's copy of the
+        frame before it): all of a one-frame packet (SILK's 60 ms frames), the last 20 ms of a packet of three 20 ms
+        frames; libopus conceals the rest, and all of it where there is no copy (the sender sent no FEC, or coded
+        that stretch as music). ``next_packet`` is then decoded as usual with ``decode``."""
         return self._run(next_packet, len(next_packet), min(self.samples_in(next_packet), self._max_samples), fec=1)
 
     def _run(self, data: bytes | None, size: int, frame: int | None = None, fec: int = 0) -> np.ndarray:

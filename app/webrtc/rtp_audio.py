@@ -83,7 +83,9 @@ class InlineDecoder:
 
     ``held``: called once as the track ends, for the packets still waiting in the jitter buffer (decoded first).
     ``fec``: a lost Opus packet's audio is recovered from the in-band FEC copy in the packet after it where the
-    sender sent one (else, and for packets lost before that one, libopus conceals)."""
+    sender sent one (else, and for packets lost before that one, libopus conceals). The copy covers one Opus frame:
+    a whole 60 ms packet when it is one SILK frame, as Chromium sends speech at 60 ms a packet, but only the last
+    20 ms of a packet of three 20 ms frames."""
 
     def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES,
                  held: Callable[[], Task | None] | None = None, fec: bool = True) -> None:
@@ -104,7 +106,9 @@ class InlineDecoder:
         # audio that stood in for a gap in the sender's RTP timestamps, up to MAX_CONCEAL_S (16 kHz samples): lost
         # packets, or a sender's discontinuous transmission (DTX, which this server does not ask for)...
         self.concealed_samples = 0
-        # ...of which decoded from the next packet's FEC copy (libopus conceals where that packet carries none)
+        # ...of which went through the next packet's FEC copy: ``OpusDecoder.recover`` (libopus recovers what the copy
+        # covers, all of a one-frame packet, the last frame of a packet of several, and conceals the rest, or all
+        # where the packet carries no copy)
         self.fec_samples = 0
         self.observer: LossObserver | None = None  # told of each concealment
         self._next_timestamp: int | None = None  # RTP timestamp right after the last decoded Opus packet
@@ -112,10 +116,12 @@ class InlineDecoder:
     # ---- the queue.Queue interface aiortc uses ------------------------------------------------------------
     def put(self, task: Task | None) -> None:
         if task is None:
-            held = self._held() if self._held is not None else None
-            if held is not None:
-                self._decode_all(*held)
-            self._close()
+            try:
+                held = self._held() if self._held is not None else None
+                if held is not None:
+                    self._decode_all(*held)
+            finally:
+                self._close()  # whatever happened, aiortc's decoder thread must end (else the track never does)
             return
         self._decode_all(*task)
 

@@ -3,8 +3,6 @@ buffer, and a lost packet delays only the packets right behind it, never the res
 
 from __future__ import annotations
 
-import fractions
-
 import aiortc.codecs
 import av
 import numpy as np
@@ -230,18 +228,10 @@ def fec_opus_packets(x: np.ndarray, packet_ms: int) -> list[bytes]:
     """16 kHz float audio as Chromium encodes speech once its receiver reports loss (and the answer allows FEC): Opus
     at 32 kb/s, each packet carrying an in-band FEC copy of the one before. 20 ms packets: fullband, one frame each;
     60 ms packets: wideband SILK, one 60 ms frame each, as Chromium sends them when asked for 60 ms."""
-    pcm = (np.clip(x, -1, 1) * 32767).astype(np.int16).reshape(1, -1)
-    enc = av.CodecContext.create("libopus", "w")
-    enc.sample_rate, enc.layout, enc.format, enc.bit_rate = 48000, "mono", "s16", 32000
-    enc.options = {"application": "voip", "fec": "1", "packet_loss": "10", "frame_duration": str(packet_ms),
-                   **({"cutoff": "8000"} if packet_ms == 60 else {})}
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=48000, frame_size=48 * packet_ms)
-    out = []
-    for start in range(0, pcm.shape[1], 320):
-        src = av.AudioFrame.from_ndarray(pcm[:, start:start + 320].copy(), format="s16", layout="mono")
-        src.sample_rate, src.pts, src.time_base = 16000, start, fractions.Fraction(1, 16000)
-        out += [bytes(p) for f in resampler.resample(src) for p in enc.encode(f)]
-    return out + [bytes(p) for p in enc.encode(None)]
+    options = {"application": "voip", "fec": "1", "packet_loss": "10"}
+    if packet_ms == 60:
+        options["cutoff"] = "8000"  # wideband: SILK
+    return opus_packets(x, packet_ms=packet_ms, bit_rate=32000, options=options)
 
 
 def snr_db(ref: np.ndarray, got: np.ndarray) -> float:

@@ -101,7 +101,8 @@ async def test_chromium_adds_fec_once_packets_are_lost_and_the_server_recovers_t
         await page.click("#toggle")
         await page.wait_for_function("window.liveCaptions.state === 'idle'")
     # (Read after the stop: every gap has been filled by then, the packets after the last one having arrived.)
-    with_fec = [has_fec()(p) for p in payloads]
+    carries_fec = has_fec()
+    with_fec = [carries_fec(p) for p in payloads]
     # Chromium sends FEC once the server's receiver reports the loss (within a few seconds), and not before.
     assert not any(with_fec[:10]), "FEC before any loss was reported"
     assert sum(with_fec) >= len(with_fec) // 3, f"{sum(with_fec)} of {len(with_fec)} packets carried FEC"

@@ -119,17 +119,17 @@ class AudioJitterBuffer:
     def flush(self) -> PacketRun | None:
         """The stream ended: every packet still waiting behind a gap, the gaps given up, as one run of the payload
         type of the oldest (packets of another type are dropped as late). None when nothing waits."""
+        if not self._held:
+            return None
+        self._give_up_gap()
+        assert self._next is not None
+        payload_type = self._held[self._next].payload_type
         parts: list[tuple[bytes, int]] = []
-        payload_type: int | None = None
         while self._held:  # each turn releases or drops at least the oldest waiting packet
             self._give_up_gap()
-            assert self._next is not None
-            if payload_type is None:
-                payload_type = self._held[self._next].payload_type
-            run = self._release(payload_type)
-            if run is not None:
+            if (run := self._release(payload_type)) is not None:
                 parts.extend(run.parts)
-        return PacketRun(parts, payload_type) if parts and payload_type is not None else None
+        return PacketRun(parts, payload_type) if parts else None
 
     def _give_up_gap(self) -> None:
         """Stop waiting for the missing packets: the oldest waiting packet is next."""

@@ -287,27 +287,34 @@ class AudioReceiver(RTCRtpReceiver):
         return codec, run
 
 
+def _media_sections(sdp: str) -> list[list[str]]:
+    """``sdp``'s lines, split where each media section (``m=``) begins: the session part first."""
+    sections: list[list[str]] = [[]]
+    for line in sdp.splitlines():
+        if line.startswith("m="):
+            sections.append([])
+        sections[-1].append(line)
+    return sections
+
+
+def _join(sections: list[list[str]]) -> str:
+    return "\r\n".join(line for section in sections for line in section) + "\r\n"
+
+
+def _payload_type(line: str) -> str:
+    """The payload type an ``a=rtpmap:`` or ``a=fmtp:`` line is about."""
+    return line.split()[0].partition(":")[2]
+
+
 def with_ptime(sdp: str, ptime_ms: int) -> str:
     """``sdp`` with ``a=ptime:<ptime_ms>`` in every audio media section that has none (0: unchanged)."""
     if not ptime_ms:
         return sdp
-    lines = sdp.splitlines()
-    out: list[str] = []
-    audio = has_ptime = False
-
-    def close_section() -> None:
-        if audio and not has_ptime:
-            out.append(f"a=ptime:{ptime_ms}")
-
-    for line in lines:
-        if line.startswith("m="):
-            close_section()
-            audio, has_ptime = line.startswith("m=audio"), False
-        elif line.startswith("a=ptime:"):
-            has_ptime = True
-        out.append(line)
-    close_section()
-    return "\r\n".join(out) + "\r\n"
+    sections = _media_sections(sdp)
+    for section in sections[1:]:
+        if section[0].startswith("m=audio") and not any(line.startswith("a=ptime:") for line in section):
+            section.append(f"a=ptime:{ptime_ms}")
+    return _join(sections)
 
 
 def with_inband_fec(sdp: str) -> str:
@@ -315,24 +322,20 @@ def with_inband_fec(sdp: str) -> str:
     decodes in-band FEC, so the sender may add it. Chromium then adds a low-bitrate copy of each packet's speech to
     the next packet once this server's receiver reports loss (measured: none without it, whatever the loss), and
     ``InlineDecoder`` recovers a lost packet from it. An existing fmtp line is extended; other codecs are untouched."""
-    sections: list[list[str]] = [[]]
-    for line in sdp.splitlines():
-        if line.startswith("m="):
-            sections.append([])
-        sections[-1].append(line)
-    out: list[str] = []
-    for section in sections:  # payload types are per media section
-        opus = {line.split()[0].removeprefix("a=rtpmap:") for line in section
+    sections = _media_sections(sdp)
+    for i, section in enumerate(sections):  # payload types are per media section
+        opus = {_payload_type(line) for line in section
                 if line.startswith("a=rtpmap:") and line.split()[1].lower().startswith("opus/")}
-        has_fmtp = {line.split()[0].removeprefix("a=fmtp:") for line in section if line.startswith("a=fmtp:")}
+        without_fmtp = opus - {_payload_type(line) for line in section if line.startswith("a=fmtp:")}
+        out: list[str] = []
         for line in section:
-            if line.startswith("a=fmtp:") and line.split()[0].removeprefix("a=fmtp:") in opus \
-                    and "useinbandfec" not in line:
-                line += ";useinbandfec=1" if len(line.split(maxsplit=1)) > 1 else " useinbandfec=1"
+            if line.startswith("a=fmtp:") and _payload_type(line) in opus and "useinbandfec" not in line:
+                line += ";useinbandfec=1" if " " in line else " useinbandfec=1"
             out.append(line)
-            if line.startswith("a=rtpmap:") and (pt := line.split()[0].removeprefix("a=rtpmap:")) in opus - has_fmtp:
-                out.append(f"a=fmtp:{pt} useinbandfec=1")
-    return "\r\n".join(out) + "\r\n"
+            if line.startswith("a=rtpmap:") and _payload_type(line) in without_fmtp:
+                out.append(f"a=fmtp:{_payload_type(line)} useinbandfec=1")
+        sections[i] = out
+    return _join(sections)
 
 
 def install(mode: str, jitter: str = "low-delay", fec: bool = True) -> None:

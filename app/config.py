@@ -131,7 +131,9 @@ class ServerConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     ice: IceConfig = field(default_factory=IceConfig)
-    max_sessions: int = 16
+    # Live sessions at once: None ("auto") lets in as many as the engine estimates it holds on time (a warm-up
+    # measurement, then the measured decode load: engine.stream.capacity); a number is an operator's fixed cap.
+    max_sessions: int | None = None
     max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
     max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
     funasr_port: int | None = None  # also speak FunASR's protocol at the root path of this port
@@ -188,6 +190,19 @@ def _port_range(text: str | None) -> tuple[int, int] | None:
     return low, high
 
 
+def _max_sessions(text: str) -> int | None:
+    """``auto`` (None: the server's own capacity estimate) or a number of sessions, 0 or more."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of sessions, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"max sessions must be 0 or more, got {value}")
+    return value
+
+
 def _metrics_access(text: str) -> str:
     # A ``type`` rather than ``choices``: argparse checks choices only on the command line, and this also checks the
     # environment variable's value (the default).
@@ -232,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast), "
                         "'stock' always to 30 s")
     p.add_argument("--cpu-threads", type=int, default=int(_env("CPU_THREADS", str(TranscriberConfig.cpu_threads)) or 0),
-                   help="compute threads of the CPU speech engine (0: one per core; 1 on a 2-core machine serves more "
-                        "sessions; an OMP_NUM_THREADS in the environment wins)")
+                   help="compute threads of the CPU speech engine (0, the default: every core while one session "
+                        "speaks, half of them while several do; a number fixes it; an OMP_NUM_THREADS in the "
+                        "environment wins)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", "auto"))
     p.add_argument("--asr-url", action="append", type=_asr_url, default=None, metavar="URL",
                    help="decode on this `vllm serve` instance (base URL, e.g. http://10.0.0.5:8000) instead of an "
@@ -283,8 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audio per packet asked of senders (a=ptime): 60 (default) = a third of the packets to "
                         "receive for at most 40 ms more delay; 0 = the sender's choice, 20 ms for browsers "
                         "(env LIVE_CAPTIONS_PTIME_MS)")
-    p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "16") or 16),
-                   help="live sessions at once; more get 503 busy")
+    p.add_argument("--max-sessions", type=_max_sessions, default=_env("MAX_SESSIONS") or "auto",
+                   help="live sessions at once: 'auto' (default) as many as the server measures it holds on time "
+                        "(its capacity, in /ready and /metrics), or a number; more get 503 busy with Retry-After "
+                        "(env LIVE_CAPTIONS_MAX_SESSIONS)")
     p.add_argument("--max-file-jobs", type=int, default=int(_env("MAX_FILE_JOBS", "2") or 2),
                    help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode "
                         "behind every live session)")

@@ -55,10 +55,18 @@ PARTIAL_INTERVAL_S = 0.48
 #   150 ms while no other session decodes, else 300).
 # engine-first240: a segment's first partial once 240 ms of speech is in (the engine: 200 ms; 240 before 2026-11-27).
 # engine-jitter4 / engine-nofec: the engine, receiving through aiortc's jitter buffer / without decoding in-band FEC.
+# engine-unbounded: the engine as it ran before it knew its capacity (2026-11-28): every session admitted (the bench
+#   server's cap of 256), partials paced by their own decode time alone (``PartialConfig.recognizer_share`` 0), and a
+#   CPU recognizer on every core however many sessions speak.
+# engine-nopace / engine-threads2: the engine without one of those: partials not paced by their cost and the sessions'
+#   shares / the CPU recognizer on every core always (admission by capacity stays).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
          "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
-         "engine-labelwait", "engine-embedbeside", "engine-jitter4", "engine-nofec")
+         "engine-labelwait", "engine-embedbeside", "engine-jitter4", "engine-nofec", "engine-unbounded",
+         "engine-nopace", "engine-threads2")
+# Modes that let every session in (the bench server's fixed cap) rather than as many as the server holds on time.
+ADMIT_ALL = ("engine-unbounded",)
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
@@ -74,6 +82,8 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "engine-close150": {"closing_after_ms": 150, "closing_after_alone_ms": 0},
     "engine-close300": {"closing_after_alone_ms": 0},
     "engine-first240": {"first_after_ms": 240},
+    "engine-unbounded": {"recognizer_share": 0.0},
+    "engine-nopace": {"recognizer_share": 0.0},
 }
 # How each mode's endpoint differs from the engine's own (the baseline has no early lock either).
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {
@@ -108,6 +118,23 @@ class SerializedTranscriber:
     @property
     def device(self) -> str:
         return str(getattr(self.inner, "device", "cpu"))
+
+    @property
+    def warm_costs(self) -> dict[float, float]:
+        return dict(getattr(self.inner, "warm_costs", {}))
+
+    @property
+    def window_policy(self) -> WindowPolicy | None:
+        """The wrapped recognizer's window policy (None: it has none): the engine's partial costs follow it."""
+        return getattr(self.inner, "window_policy", None)
+
+    @property
+    def cpu_threads(self) -> int:
+        return int(getattr(self.inner, "cpu_threads", 0))
+
+    async def set_cpu_threads(self, threads: int) -> int:
+        setter = getattr(self.inner, "set_cpu_threads", None)
+        return int(await setter(threads)) if setter is not None else 0
 
     @property
     def spec(self) -> Any:
@@ -145,7 +172,7 @@ class SerializedTranscriber:
 def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: str,
                real_partial: PartialConfig, real_max_inflight: int, real_window: WindowPolicy,
                real_aligner: AlignService | None = None, real_endpoint: EndpointConfig | None = None,
-               real_turns: TurnConfig | None = None) -> None:
+               real_turns: TurnConfig | None = None, real_threads: tuple[int, int] | None = None) -> None:
     """Switch the engine between the real decode policy and the serialized baseline. Call with no session live.
 
     ``real_partial``, ``real_max_inflight``, ``real_window``, ``real_aligner`` and ``real_endpoint`` are the engine's
@@ -158,6 +185,9 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     (``PartialConfig.closing_restarts`` off); ``engine-labelwait`` locks each sentence only once its speaker embedding
     is in (``EngineConfig.lock_before_label`` off);
     ``engine-embedbeside`` starts each sentence's embedding beside its final decode (``embed_after_decode`` off);
+    ``engine-unbounded``, ``engine-nopace`` and ``engine-threads2`` undo what made the engine hold its capacity
+    (``real_threads``: the engine's own thread counts for one speaker and several; the admission of every session in
+    ``engine-unbounded`` is the bench server's, ``ADMIT_ALL``);
     ``engine-jitter4`` is the engine as shipped: the bench server receives its audio through aiortc's jitter buffer
     (four packets held) instead (``app.webrtc.rtp_audio.install``, in ``bench/serve.py``); ``engine-nofec``, the
     same, with lost packets only concealed, never recovered from the next packet's in-band FEC copy.
@@ -178,6 +208,10 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     engine.scheduler.partial_decode_ema_s = 0.0
     engine.scheduler.partials_done = 0
     engine.aligner = None if mode == "engine-noalign" else real_aligner
+    if real_threads is not None:  # (alone, shared): a CPU recognizer's threads for one speaker and for several
+        alone, shared = real_threads
+        engine.threads_alone = alone
+        engine.threads_shared = alone if mode in ("engine-unbounded", "engine-threads2") else shared
     if engine.speakers is not None and real_turns is not None:
         engine.speakers.turns = replace(real_turns, join_margin=0.0) if mode == "engine-nojoin" else real_turns
     inner: Any = transcriber.inner

@@ -24,6 +24,15 @@ from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 
+class Refused(Exception):
+    """The server refused the session as full (``503``/``429`` ``busy``): ``status`` and its ``Retry-After`` (s)."""
+
+    def __init__(self, status: int, retry_after_s: float | None, message: str) -> None:
+        super().__init__(f"offer refused: {status} {message}")
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
 class PacketLoss:
     """A lossy network between a peer connection and its peer: ``drop(n)`` says whether the n-th RTP packet the
     connection sends (counted from 0, by RTP sequence number from the first) is lost. RTCP and the data channel
@@ -110,6 +119,7 @@ class BenchClient:
         self.messages: list[tuple[float, dict[str, Any]]] = []  # (monotonic arrival, message)
         self.session = ""
         self.error = ""
+        self.refused: Refused | None = None  # the server turned the session away (full): it never streamed
         self._opened = asyncio.Event()
         self._stopped = asyncio.Event()
         self.channel.on("open", self._opened.set)
@@ -122,7 +132,8 @@ class BenchClient:
             self._stopped.set()
 
     async def connect(self, http: aiohttp.ClientSession, timeout_s: float = 30.0) -> None:
-        """Offer (non-trickle), answer, wait for the data channel, send ``start``. Raises on a refused offer."""
+        """Offer (non-trickle), answer, wait for the data channel, send ``start``. Raises ``Refused`` when the server
+        is full, ``RuntimeError`` for any other refusal."""
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
         if self.loss is not None:
@@ -131,6 +142,9 @@ class BenchClient:
                              json={"sdp": self.pc.localDescription.sdp, "type": "offer",
                                    **self.offer_fields}) as resp:
             body = await resp.json()
+            if resp.status in (429, 503) and (body.get("error") or {}).get("code") == "busy":
+                retry = resp.headers.get("Retry-After")
+                raise Refused(resp.status, float(retry) if retry else None, str(body["error"].get("message")))
             if resp.status != 200:
                 raise RuntimeError(f"offer refused: {resp.status} {body}")
         self.session = body["session"]

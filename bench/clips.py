@@ -54,11 +54,26 @@ class SessionClip:
         return " ".join(u.text for u in self.utterances)
 
 
+# What sessions say (``pool``): "read", every English read clip with a reference (most are short: median 5 s);
+# "hard", long and difficult sentences, as users also speak: the read clips of 10 s or more (the 16 s LibriSpeech one,
+# the public address) and every noisy clip with a reference (reverberant, babble and street noise at 0-15 dB SNR,
+# far field, telephone band).
+CLIP_SETS = ("read", "hard")
+HARD_MIN_READ_S = 10.0
+
+
 @cache
-def pool() -> tuple[tuple[str, str], ...]:
-    """(clip id, reference text) of every English read clip with a reference, in a fixed shuffled order."""
-    out = [(e["id"], e["text"]) for e in manifest().values()
-           if e["lang"] == "en" and e["kind"] == "read" and e["text"] and e["duration_s"] >= 2.0]
+def pool(kind: str = "read") -> tuple[tuple[str, str], ...]:
+    """(clip id, reference text) of the clip set ``kind`` (``CLIP_SETS``), in a fixed shuffled order."""
+    if kind not in CLIP_SETS:
+        raise ValueError(f"clip set must be one of {', '.join(CLIP_SETS)}, got {kind!r}")
+    english = [e for e in manifest().values() if e["lang"] == "en" and e["text"]]
+    if kind == "read":
+        chosen = [e for e in english if e["kind"] == "read" and e["duration_s"] >= 2.0]
+    else:
+        chosen = [e for e in english if e["kind"] == "noisy"
+                  or (e["kind"] == "read" and e["duration_s"] >= HARD_MIN_READ_S)]
+    out = [(e["id"], e["text"]) for e in chosen]
     order = np.random.default_rng(7).permutation(len(out))
     return tuple(out[i] for i in order)
 
@@ -76,16 +91,18 @@ def speech_bounds(clip_id: str, threshold: float = 0.5) -> tuple[float, float]:
     return idx[0] * WINDOW / SAMPLE_RATE, (idx[-1] + 1) * WINDOW / SAMPLE_RATE
 
 
-def build_session(index: int, seconds: float, pause_s: float) -> tuple[np.ndarray, tuple[Utterance, ...]]:
-    """Session ``index``'s audio (16 kHz float32) of at least ``seconds`` of speech and pauses, and its sentences.
+def build_session(index: int, seconds: float, pause_s: float,
+                  kind: str = "read") -> tuple[np.ndarray, tuple[Utterance, ...]]:
+    """Session ``index``'s audio (16 kHz float32) of at least ``seconds`` of speech and pauses, and its sentences,
+    from the clip set ``kind`` (``pool``).
 
     Sessions start at different places in the pool, so sessions playing at the same time speak different clips.
     """
-    clips = pool()
+    clips = pool(kind)
     parts = [np.zeros(int(LEAD_S * SAMPLE_RATE), np.float32)]
     pos = LEAD_S
     utterances: list[Utterance] = []
-    k = index * 5
+    k = index * (5 if kind == "read" else 3)
     while pos < LEAD_S + seconds or not utterances:
         clip_id, text = clips[k % len(clips)]
         k += 1
@@ -139,12 +156,13 @@ def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20, fec: bool = F
 
 
 def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20,
-                 fec: bool = False) -> SessionClip:
-    """Session ``index``'s clip, encoding its Opus file (``frame_ms`` per packet, with in-band FEC if ``fec``:
-    ``encode_opus``) on first use (cached across runs)."""
-    audio, utterances = build_session(index, seconds, pause_s)
+                 fec: bool = False, kind: str = "read") -> SessionClip:
+    """Session ``index``'s clip from the clip set ``kind``, encoding its Opus file (``frame_ms`` per packet, with
+    in-band FEC if ``fec``: ``encode_opus``) on first use (cached across runs)."""
+    audio, utterances = build_session(index, seconds, pause_s, kind)
     packets = ("" if frame_ms == 20 else f"-f{frame_ms}") + ("-fec" if fec else "")
-    ogg = CACHE_DIR / f"session{index:03d}-{seconds:g}s-p{pause_s:g}{packets}.ogg"
+    name = "session" if kind == "read" else f"session-{kind}"
+    ogg = CACHE_DIR / f"{name}{index:03d}-{seconds:g}s-p{pause_s:g}{packets}.ogg"
     if not ogg.exists():
         encode_opus(audio, ogg, frame_ms, fec)
     return SessionClip(index, ogg, audio.size / SAMPLE_RATE, utterances)

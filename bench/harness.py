@@ -26,7 +26,7 @@ import psutil
 
 from app.config import IceConfig
 from app.webrtc.ice import install as install_ice_policy
-from bench.client import BenchClient, PacketLoss
+from bench.client import BenchClient, PacketLoss, Refused
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -165,7 +165,8 @@ async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: i
                       stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None,
                       loss: float = 0.0) -> Run:
     """Connect one client per file (at most ``connect_concurrency`` offers at once), stream them all at real time,
-    stop each when its file ends, and return once every one has stopped (or timed out). ``offer_fields``: extra
+    stop each when its file ends, and return once every one has stopped (or timed out). A client the server refused
+    as full has ``refused`` set and streams nothing. ``offer_fields``: extra
     ``POST /offer`` fields per client (``{"room": id}``). ``loss``: each client's network loses this fraction of
     its audio packets, at random (client i's packets are the same in every run)."""
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))  # the clients gather loopback candidates only
@@ -179,6 +180,10 @@ async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: i
         try:
             async with gate:
                 await client.connect(http)
+        except Refused as exc:  # the server is full: a refusal, not a failure (``client.refused``)
+            client.refused = exc
+            await client.close()
+            return
         except Exception as exc:
             client.error = f"connect failed: {exc}"
             await client.close()
@@ -187,6 +192,6 @@ async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: i
 
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(one(c, http) for c in clients))
-    starts = [c.started_s for c in clients if c.started_s is not None]
+    starts = [c.started_s for c in clients if c.started_s is not None]  # (refused clients sent nothing)
     ends = [c.media_ended_s for c in clients if c.media_ended_s is not None]
     return Run(clients, max(starts, default=t0), min(ends, default=t0), t0, time.monotonic())

@@ -39,15 +39,18 @@ from typing import Any
 from aiohttp import web
 
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
+from app.ops import ADMISSION
 from app.server import create_app, engine_config, freeze_startup_objects
 from app.webrtc import rtp_audio
 from app.webrtc.keys import PEERS
-from bench.baseline import SerializedTranscriber, apply_mode
+from bench.baseline import ADMIT_ALL, SerializedTranscriber, apply_mode
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
 from engine.asr.windows import WindowPolicy
 from engine.config import ENDPOINT_PRESETS
 from engine.stream.engine import CaptionEngine
+
+UNBOUNDED_SESSIONS = 256  # what "every session" means for the modes that admit all (``ADMIT_ALL``)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
     p.add_argument("--vad-batch-interval-ms", type=int, default=None,
                    help="the VAD's least time between batches (default: the engine's; 0: one call per push)")
-    p.add_argument("--max-sessions", type=int, default=256)
+    p.add_argument("--max-sessions", default="auto",
+                   help="as the server's --max-sessions (default auto: its capacity; mode engine-unbounded admits 256)")
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
     p.add_argument("--tracemalloc", action="store_true",
@@ -73,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    max_sessions = None if args.max_sessions == "auto" else int(args.max_sessions)
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
-                          ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=args.max_sessions,
+                          ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=max_sessions,
                           max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
                           ptime_ms=args.ptime_ms, cpu_threads=args.cpu_threads)
     inner: Transcriber
@@ -98,6 +103,7 @@ async def serve(args: argparse.Namespace) -> None:
     real_aligner = engine.aligner
     real_endpoint = engine.config.endpoint
     real_turns = engine.speakers.turns if engine.speakers is not None else None
+    real_threads = (engine.threads_alone, engine.threads_shared) if engine.threads_alone else None
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
     mode = {"mode": "engine"}
@@ -123,9 +129,11 @@ async def serve(args: argparse.Namespace) -> None:
     async def set_mode(request: web.Request) -> web.Response:
         try:
             apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window,
-                       real_aligner, real_endpoint, real_turns)
+                       real_aligner, real_endpoint, real_turns, real_threads)
         except (ValueError, RuntimeError) as exc:
             return web.json_response({"error": str(exc)}, status=409)
+        # Every session let in (the old way), or as many as the server holds on time (unless capped by flag).
+        app[ADMISSION].limit = UNBOUNDED_SESSIONS if request.query["mode"] in ADMIT_ALL else max_sessions
         # Peer connections made from now on receive audio through the jitter buffer of this mode.
         rtp_audio.install(args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4"
                           else "low-delay", fec=request.query["mode"] != "engine-nofec")
@@ -218,6 +226,8 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("app.webrtc.peer").setLevel(logging.INFO)  # connect/close per session, for the record
+    for name in ("engine.stream.engine", "engine.asr.vllm_backend", "app.ops.admission"):
+        logging.getLogger(name).setLevel(logging.INFO)  # capacity, warm-up timing, threads, refusals
     asyncio.run(serve(args))
     return 0
 

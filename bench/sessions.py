@@ -12,8 +12,17 @@ serialized baseline ("baseline", ``bench/baseline.py``, 30 s window) one after t
 (default: the embedded whisper-base, as the server ships), alternating their order from step to step, and stops
 sweeping a mode once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
 
+N sessions are *offered* at once: the server admits as many as it holds on time (``--max-sessions auto``, its
+capacity estimate, read from ``/ready`` before each step: ``capacity``) and refuses the rest with ``503`` busy and
+``Retry-After`` (``refused``); every figure is that of the sessions it admitted. ``engine-unbounded`` is the server
+as it was before it knew its capacity (every session admitted, partials paced by their own decode time alone, a CPU
+recognizer on every core however many speak), for the comparison. ``--clips hard`` sends long read sentences and
+noisy, reverberant, far-field and telephone speech instead of short read ones.
+
 A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`` (1 s), lock latency p95 <=
-endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. Metrics: see
+endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. It is *on time* when every
+admitted session's first words p95 <= ``--first-bound-s`` (2 s) and lock p95 <= ``--lock-bound-s`` (2 s after the end
+of speech, the endpoint's silence included) and no sentence was lost. Metrics: see
 ``bench/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
 streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
 engine estimated it) leaving the client to the word arriving as stable on that client's data channel. ``label
@@ -52,7 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import postgres
 from bench.baseline import MODES
-from bench.clips import CACHE_DIR, session_clip
+from bench.clips import CACHE_DIR, CLIP_SETS, session_clip
 from bench.harness import CpuTrace, ServerProcess, bench_server, get_json, pct, run_clients
 from bench.metrics import merge, print_markdown_table, session_metrics
 from bench.remote_viewer import RemoteViewer, StableDelays, follow, stable_delays, stop
@@ -61,6 +70,7 @@ from engine.config import ENDPOINT_PRESETS
 
 def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss: int, depth: list[int],
             args: argparse.Namespace) -> dict[str, Any]:
+    """One step's row: ``n`` sessions streamed (those the server admitted), ``metrics`` pooled over them."""
     m = metrics
     lag95 = pct(m.lag_s, 95)
     lock_over95 = pct(m.lock_over_silence_s, 95)
@@ -94,7 +104,17 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
         reasons.append("client failures")
     row["held"] = not reasons
     row["why_not"] = "; ".join(reasons)
+    # On time as the capacity promises it: first words and locks within their bounds for every admitted session.
+    row["on_time"] = bool(n) and (pct(m.first_partial_s, 95) <= args.first_bound_s
+                                  and pct(m.lock_s, 95) <= args.lock_bound_s and not m.lost)
     return row
+
+
+async def ready_capacity(http: aiohttp.ClientSession, base_url: str) -> dict[str, Any]:
+    """The server's own capacity figures (``/ready``'s ``capacity``), empty if it gives none."""
+    async with http.get(f"{base_url}/ready") as r:
+        body = await r.json()
+    return dict(body.get("capacity") or {})
 
 
 async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mode: str, n: int,
@@ -102,7 +122,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
     session publishes into a room of its own and a viewer follows that room on ``remote``."""
     await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
-    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec) for i in range(n)]
+    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec, args.clips) for i in range(n)]
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
     readers: list[asyncio.Task[None]] = []
@@ -113,19 +133,28 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
         viewers, readers = await follow(http, remote.base_url, rooms)
     await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
     losses_before = await loss_counters(http, server.base_url)
+    capacity = await ready_capacity(http, server.base_url)
     try:
         run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
-                                offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss)
+                                offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss,
+                                connect_concurrency=max(8, n))
         if remote is not None:
             await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
         await stop(readers)
     stats = await get_json(http, f"{server.base_url}/bench/stats")
     endpoint = ENDPOINT_PRESETS[args.preset]
-    metrics = merge([session_metrics(cl, clip, endpoint) for cl, clip in zip(run.clients, clips, strict=True)])
+    # The sessions the server refused as full streamed nothing: the metrics are those of the ones it took.
+    admitted = [(cl, clip) for cl, clip in zip(run.clients, clips, strict=True) if cl.refused is None]
+    metrics = merge([session_metrics(cl, clip, endpoint) for cl, clip in admitted])
     window = max(0.0, run.first_done_s - run.all_live_s)
-    row = row_for(mode, n, metrics, trace.cpu_between(run.all_live_s, run.first_done_s), window,
+    row = row_for(mode, len(admitted), metrics, trace.cpu_between(run.all_live_s, run.first_done_s), window,
                   trace.peak_rss(run.t0, run.t1), stats["depth"], args)
+    row["offered"], row["refused"] = n, n - len(admitted)
+    row["capacity"] = capacity.get("sessions")
+    row["capacity_source"] = capacity.get("source")
+    row["capacity_after"] = (await ready_capacity(http, server.base_url)).get("sessions")
+    row["retry_after_s"] = [c.refused.retry_after_s for c in run.clients if c.refused is not None][:1]
     row["window_s"] = round(window, 1)
     row["wall_s"] = round(run.t1 - run.t0, 1)
     row["lock_wait_s_total"] = stats["lock_wait_s"]
@@ -134,7 +163,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     row["decodes"] = len(stats["final_s"]) + len(stats["partial_s"])
     delays = StableDelays()
     for i, client in enumerate(run.clients):
-        delays.add(stable_delays(client, viewers[i] if viewers else None))
+        if client.refused is None:
+            delays.add(stable_delays(client, viewers[i] if viewers else None))
     row["stable_s_p50"], row["stable_s_p95"] = pct(delays.local_s, 50), pct(delays.local_s, 95)
     row["remote_stable_s_p50"], row["remote_stable_s_p95"] = pct(delays.remote_s, 50), pct(delays.remote_s, 95)
     row["remote_missing"] = delays.missing
@@ -178,7 +208,8 @@ def dump_step(path: Path, clients: list[Any], clips: list[Any]) -> None:
     path.write_text(json.dumps(out, indent=1), encoding="utf-8")
 
 
-COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", "sent", "{:d}"),
+COLUMNS = [("mode", "mode", "{}"), ("offered", "offered", "{:d}"), ("capacity", "capacity", "{}"),
+           ("sessions", "admitted", "{:d}"), ("refused", "refused", "{:d}"), ("ref_sentences", "sent", "{:d}"),
            ("lost", "lost", "{:d}"), ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
            ("first_partial_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
            ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
@@ -190,7 +221,8 @@ COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("ref_sentences", 
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
            ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
-           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"), ("held", "held", "{}")]
+           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"), ("held", "held", "{}"),
+           ("on_time", "on time", "{}")]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -198,12 +230,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def held(rows: list[dict[str, Any]], mode: str) -> int:
-    """The largest N such that this mode held every N swept up to it."""
+    """The largest N such that this mode held every N swept up to it (N: sessions offered)."""
     best = 0
-    for r in sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["sessions"]):
+    for r in sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["offered"]):
         if not r["held"]:
             break
-        best = r["sessions"]
+        best = r["offered"]
     return best
 
 
@@ -212,7 +244,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for other in ("baseline", "engine-stock"):
         b = out[f"held_{other}"]
         out[f"ratio_vs_{other}"] = out["held_engine"] / b if b else None
-    ones = {r["mode"]: r for r in rows if r["sessions"] == 1}
+    ones = {r["mode"]: r for r in rows if r["offered"] == 1}
     if "engine" in ones:
         e = ones["engine"]
         out["one_session"] = {"first_partial_s_p50": e["first_partial_s_p50"],
@@ -240,7 +272,7 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec)
+        session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec, args.clips)
     server_args = ["--recognizer", args.recognizer, "--preset", args.preset]
     if args.model:
         server_args += ["--model", args.model]
@@ -313,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="server --cpu-threads (0: the server's default)")
     p.add_argument("--no-speakers", action="store_true")
+    p.add_argument("--clips", choices=CLIP_SETS, default="read",
+                   help="what each session says: read, short read sentences (median 5 s); hard, long read sentences "
+                        "(10-16 s) and noisy, reverberant, far-field and telephone speech")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
     p.add_argument("--pause-s", type=float, default=2.5, help="pause between sentences")
     p.add_argument("--packet-ms", type=int, choices=(20, 60), default=60,
@@ -322,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each client's network loses this fraction of its audio packets, at random (0: none)")
     p.add_argument("--fec", action="store_true",
                    help="the clients' Opus carries in-band FEC at 32 kb/s, as Chromium sends once loss is reported")
+    p.add_argument("--first-bound-s", type=float, default=2.0,
+                   help="'on time': first words p95 at most this (every admitted session)")
+    p.add_argument("--lock-bound-s", type=float, default=2.0,
+                   help="'on time': locks p95 at most this after the end of speech (every admitted session)")
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
     p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")

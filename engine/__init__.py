@@ -19,6 +19,7 @@ from engine.logs import SessionLog
 from engine.observe import DECODE_KINDS, EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
+from engine.stream.capacity import CapacityEstimate
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 
@@ -34,6 +35,7 @@ __all__ = [
     "SPEAKER_MODEL_NAMES",
     "WINDOW_MODES",
     "BadAudio",
+    "CapacityEstimate",
     "CaptionEngine",
     "EngineConfig",
     "EngineError",

@@ -80,6 +80,16 @@ class PartialConfig:
     """
 
     interval_s: float = 0.5
+    # Partials take at most this share of the recognizer's time, all speaking sessions together, less what finals take
+    # now; each session gets an even part of it, at most ``session_share`` (engine.stream.scheduler.partial_share). A
+    # partial is due once ``interval_s`` has passed and its expected cost (its window's, measured) fits its session's
+    # part: ``interval >= cost / share``. So under load partials thin out evenly across sessions, long sentences (large
+    # windows) more than short ones, and finals, outside the budget, keep their time. 0: no pacing by cost (as before
+    # 2026-11-28: only ``load_factor`` times a partial's own decode time).
+    recognizer_share: float = 0.8
+    # ...and one session alone at most this share: a single speaker's long sentences cost less CPU
+    # (docs/benchmarks.md, "A full server stays on time").
+    session_share: float = 0.5
     # The first partial of a segment once this much speech is in. 200 rather than 240: first words came sooner at p50
     # with one, three and five sessions (by 0.01-0.06, 0.5 and 1.8-2.3 s) and on conversation (0.3 s), for the same
     # WER (docs/benchmarks.md, "The first partial at 200 ms of speech"). 160 was no sooner: the guard drops a decode
@@ -228,9 +238,9 @@ class TranscriberConfig:
     window: str = "fit"  # "fit": encoder window per request (engine.asr.windows); "stock": always Whisper's 30 s
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
-    # Compute threads of the CPU engine core; 0 = torch's own (one per core). On 2 cores, 1 costs ~30 % less CPU and
-    # serves 3-5 sessions faster, 2 locks one speaker's long sentences 0.1-0.5 s sooner: docs/benchmarks.md ("CPU
-    # threads"), ``vllm_backend.cpu_engine_threads``.
+    # Compute threads of the CPU engine core; 0 = by load: one per core while one session speaks, half the cores
+    # while several do (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs ~30 % less CPU and serves 3-5
+    # sessions faster, 2 locks one speaker's long sentences 0.1-0.5 s sooner: docs/benchmarks.md ("CPU threads").
     cpu_threads: int = 0
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
@@ -253,6 +263,29 @@ class TranscriberConfig:
 
 
 @dataclass(frozen=True)
+class CapacityConfig:
+    """How many live sessions the engine holds on time (``engine.stream.capacity``): the recognizer's time a live
+    session needs with its partials at their thinnest, from a warm-up measurement, then from the measured load."""
+
+    # The share of the recognizer's time (and of the front end's cores) live sessions may fill at their thinnest; the
+    # rest absorbs bursts (several sentences ending at once).
+    target_busy: float = 0.85
+    # The thinnest partial cadence counted on: a speaker still sees new words about this often when the server is full.
+    thinnest_interval_s: float = 2.0
+    # Finals running this late (from the segment's close to its lock, p90 over ``late_window_s``) while sessions are
+    # live refuse new sessions, whatever the estimate says.
+    late_after_s: float = 1.0
+    late_window_s: float = 30.0
+    window_s: float = 60.0  # the measured load: the last this many seconds
+    # Live session-seconds of measurement before it replaces the warm-up's figure.
+    measured_after_s: float = 60.0
+    # A typical live speaker, for the warm-up's figure (read speech with pauses): speaking this share of the time, a
+    # sentence every 1 / ``sentences_per_s`` seconds.
+    speaking_fraction: float = 0.7
+    sentences_per_s: float = 0.2
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything the process-wide engine needs."""
 
@@ -265,6 +298,7 @@ class EngineConfig:
     # 10-minute bench recording: WER 8.6 % at 7 s, 11.7 % at 14 s, 12.7 % at 25 s (``bench.upload --file-wer``).
     file_endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(max_segment_ms=7_000))
     partial: PartialConfig = field(default_factory=PartialConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     speakers: bool = True  # streaming speaker labels (needs the speaker model)
     # Which speaker-embedding model labels speakers: a name of engine.speakers.models.SPEAKER_MODELS (each brings

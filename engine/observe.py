@@ -43,6 +43,11 @@ class EngineObserver:
         """A sentence of a live session locked ``latency_s`` after its last speech reached the session (the
         endpoint's silence wait and the final decode)."""
 
+    def lock_lag(self, seconds: float, speech_s: float) -> None:
+        """A sentence of a live session (``speech_s`` seconds of speech) locked ``seconds`` after the audio that closed
+        its segment reached the session: what its final decode (and any wait for the VAD) added to the endpoint's
+        silence. How late finals run: near 0 when the closing partial, decoded during the silence, became the final."""
+
 
 class Observers(EngineObserver):
     """Hands each event to every observer added (the engine holds one of these as ``CaptionEngine.observers``)."""
@@ -95,6 +100,13 @@ class Observers(EngineObserver):
         for observer in self._observers:
             try:
                 observer.locked(latency_s)
+            except Exception:
+                self._failure(observer)
+
+    def lock_lag(self, seconds: float, speech_s: float) -> None:
+        for observer in self._observers:
+            try:
+                observer.lock_lag(seconds, speech_s)
             except Exception:
                 self._failure(observer)
 

@@ -7,7 +7,8 @@
  *
  * ── Test hook ──────────────────────────────────────────────────────────────────────────────────────────
  * `window.liveCaptions` (an EventTarget) lets browser tests drive and observe the page:
- *   .state                 "idle" | "loading" | "connecting" | "live" | "reconnecting" | "stopping" | "error"
+ *   .state                 "idle" | "loading" | "connecting" | "live" | "reconnecting" | "full" | "stopping" |
+ *                          "error" ("full": the server refused the session as full; the page tries again by itself)
  *                          (the badge shows the same value as its data-state attribute)
  *   .detail                plain-language text shown for the current state ("" when none)
  *   .transcript()          {sentences: [{id, text, start, end, spk, session}], partial, stable}; times in ms on
@@ -49,6 +50,7 @@ const BADGE_TEXT = {
   [State.CONNECTING]: "Connecting…",
   [State.LIVE]: "Live",
   [State.RECONNECTING]: "Reconnecting…",
+  [State.FULL]: "Server full · retrying…",
   [State.STOPPING]: "Stopping…",
   [State.ERROR]: "Error",
 };

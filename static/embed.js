@@ -120,7 +120,8 @@ function showState() {
   const badge = document.getElementById("state");
   const quiet = [FeedState.LIVE, FeedState.WAITING, State.IDLE, FeedState.STOPPED].includes(state);
   badge.hidden = quiet;
-  badge.textContent = state === FeedState.ERROR ? detail || "Error" : `${state[0].toUpperCase()}${state.slice(1)}…`;
+  const says = state === FeedState.ERROR || state === State.FULL;  // what happened, and that it retries by itself
+  badge.textContent = says ? detail || "Error" : `${state[0].toUpperCase()}${state.slice(1)}…`;
   document.body.dataset.state = state;
   post({ type: "state", state, detail });
 }

@@ -90,6 +90,9 @@ function showStatus() {
     } else if (mic.state === State.ERROR) {
       state = FeedState.ERROR;
       text = `Microphone: ${mic.detail || "error"} Trying again shortly.`;
+    } else if (mic.state === State.FULL) {
+      state = State.FULL;
+      text = mic.detail || "The server is full; trying again by itself.";
     } else {
       state = FeedState.CONNECTING;
       text = mic.state === State.LOADING ? "Speech model loading…" : "Starting the microphone…";

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from engine.asr.confidence import text_word_probabilities, word_probabilities
-from engine.asr.vllm_backend import joined
+from engine.asr.prompts import joined
 
 
 def test_a_words_probability_is_the_product_of_its_tokens() -> None:

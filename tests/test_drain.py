@@ -36,10 +36,15 @@ async def serve(engine: CaptionEngine, db: Path) -> tuple[web.AppRunner, web.App
 
 def test_a_closed_admission_refuses_and_says_why() -> None:
     admission = Admission(2)
-    slot = admission.try_acquire()
-    assert slot is not None and admission.refusal("caption sessions").startswith("all 2 caption sessions")
+    slot, other = admission.try_acquire(), admission.try_acquire()
+    refusal = admission.check()
+    assert slot is not None and other is not None and refusal is not None
+    assert refusal.reason == "limit" and refusal.message.startswith("all 2 caption sessions")
+    other.release()
     admission.close()
-    assert admission.try_acquire() is None and "shutting down" in admission.refusal("caption sessions")
+    refusal = admission.check()
+    assert admission.try_acquire() is None and refusal is not None and "shutting down" in refusal.message
+    assert refusal.reason == "shutting_down" and refusal.retry_after_s > 0
     slot.release()
     assert admission.in_use == 0
 

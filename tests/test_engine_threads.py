@@ -1,4 +1,5 @@
-"""The CPU engine core's compute threads: ``--cpu-threads N`` reaches the spawned engine core; 0 leaves torch's own."""
+"""The CPU engine core's compute threads: ``--cpu-threads N`` reaches the spawned engine core; 0 starts it on one per
+core and lets the engine follow the load (every core for one speaker, half for several)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import os
 
 import pytest
 
-from engine.asr.vllm_backend import cpu_engine_threads, engine_core_threads
+from engine.asr import cpu
+from engine.asr.cpu import cpu_engine_threads, engine_core_threads
+from engine.asr.fake import FakeTranscriber
+from engine.config import EngineConfig, TranscriberConfig
+from engine.stream.engine import CaptionEngine
 
 
 def _torch_threads(queue: multiprocessing.Queue[int]) -> None:
@@ -51,3 +56,79 @@ def test_an_operators_omp_num_threads_wins(monkeypatch: pytest.MonkeyPatch) -> N
     with engine_core_threads(1):
         assert os.environ["OMP_NUM_THREADS"] == "4"
     assert os.environ["OMP_NUM_THREADS"] == "4"
+
+
+class _ThreadedFake(FakeTranscriber):
+    """The named fake, as a CPU recognizer whose threads can be set (``VllmTranscriber.set_cpu_threads``)."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=0.01)
+        self.cpu_threads = 2
+        self.asked: list[int] = []
+
+    async def set_cpu_threads(self, threads: int) -> int:
+        self.asked.append(threads)
+        self.cpu_threads = threads
+        return threads
+
+
+async def test_the_recognizer_gets_every_core_for_one_speaker_and_half_for_several(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu, "available_cores", lambda: 4)
+    fake = _ThreadedFake()
+    engine = CaptionEngine(EngineConfig(speakers=False), transcriber=fake)
+    await engine.start()
+    try:
+        assert (engine.threads_alone, engine.threads_shared) == (4, 2)
+        assert engine.capacity.front_cores == 2  # the cores the recognizer leaves the server under load
+        busy = [0.9]
+        monkeypatch.setattr(engine.recognizer_load, "busy", lambda kind=None: busy[0])
+        await engine._adapt_threads(speaking=1)
+        assert fake.asked == [4]  # one speaker, however busy: every core
+        busy[0] = 0.4
+        await engine._adapt_threads(speaking=3)
+        assert fake.asked == [4]  # several, but the recognizer has time to spare: still every core
+        busy[0] = 0.7
+        await engine._adapt_threads(speaking=3)
+        assert fake.asked == [4, 2]  # several keep it busy: half, at once
+        busy[0] = 0.2
+        await engine._adapt_threads(speaking=1)
+        assert fake.asked == [4, 2]  # a turn in a conversation, a lull: not back yet
+        engine._several_at -= 6.0
+        await engine._adapt_threads(speaking=3)
+        assert fake.asked == [4, 2, 4]  # light for a while: every core again
+    finally:
+        await engine.close()
+
+
+async def test_a_fixed_thread_count_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu, "available_cores", lambda: 4)
+    for config, env in ((TranscriberConfig(cpu_threads=1), None), (TranscriberConfig(), "3")):
+        if env is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", env)
+        fake = _ThreadedFake()
+        engine = CaptionEngine(EngineConfig(speakers=False, transcriber=config), transcriber=fake)
+        await engine.start()
+        try:
+            monkeypatch.setattr(engine.recognizer_load, "busy", lambda kind=None: 0.9)
+            await engine._adapt_threads(speaking=3)
+            assert engine.threads_alone == 0 and fake.asked == []
+        finally:
+            await engine.close()
+
+
+@pytest.mark.heavy
+async def test_the_real_engine_core_takes_a_new_thread_count(engine: CaptionEngine) -> None:
+    """vLLM's CPU worker disables ``torch.set_num_threads``; the worker extension sets the count all the same."""
+    transcriber = engine.transcriber
+    if getattr(transcriber, "device", "") != "cpu":
+        pytest.skip("a GPU recognizer has no CPU threads to set")
+    before = transcriber.cpu_threads  # type: ignore[attr-defined]
+    try:
+        assert await transcriber.set_cpu_threads(1) == 1  # type: ignore[attr-defined]
+        assert await transcriber.set_cpu_threads(2) == 2  # type: ignore[attr-defined]
+    finally:
+        await transcriber.set_cpu_threads(before)  # type: ignore[attr-defined]

@@ -4,14 +4,16 @@ per session with the newest audio, cancellation at the endpoint, finals ahead of
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import numpy as np
 import pytest
 
-from engine.asr.fake import FakeTranscriber
+from engine.asr.fake import FakeTranscriber, SharedCoreFake
 from engine.asr.transcriber import Priority
-from engine.config import EngineConfig, PartialConfig
+from engine.config import EngineConfig, PartialConfig, WindowPolicy
+from engine.observe import EngineObserver
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
@@ -183,6 +185,7 @@ class _Speaker:
         self.session_id = name
         self.last_partial_started = 0.0
         self.closing = False
+        self.first_words = False
         self.scheduler = scheduler
         self.keep_asking = keep_asking
         self.n = 0
@@ -260,3 +263,139 @@ async def test_file_segments_wait_for_live_partials_but_never_starve() -> None:
         for speaker in speakers:
             speaker.keep_asking = False
         await asyncio.sleep(0.3)
+
+
+class _LockLags(EngineObserver):
+    """Records each live sentence's lock lag (segment close to lock) and first-text latency."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.first: list[float] = []
+
+    def lock_lag(self, seconds: float, speech_s: float) -> None:
+        self.lags.append(seconds)
+
+    def first_text(self, latency_s: float) -> None:
+        self.first.append(latency_s)
+
+
+async def five_speakers_on_one_core(**partial: object) -> tuple[SharedCoreFake, _LockLags, list[StreamResult]]:
+    """Five sessions start speaking together (3-4 s read sentences, then a pause) on a recognizer that models one CPU
+    core: a decode needs 0.12 s plus 0.05 s per second of audio alone, and decodes in flight share the core."""
+    fake = SharedCoreFake(lambda r: 0.15 + 0.08 * r.audio.size / 16_000)
+    engine = CaptionEngine(EngineConfig(speakers=False, partial=PartialConfig(**partial)), transcriber=fake)  # type: ignore[arg-type]
+    await engine.start()
+    lags = _LockLags()
+    engine.observers.add(lags)
+    clips = ["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_3752-4944-0002",
+             "ls_2412-153948-0002"]
+    try:
+        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c)[:int(3.4 * 16_000)], 0.2, 2.3),
+                                                      realtime=True) for c in clips))
+    finally:
+        await engine.close()
+    return fake, lags, results
+
+
+async def test_five_speakers_on_one_core_share_it_evenly_and_lock_on_time() -> None:
+    """Five sessions speaking at once on a recognizer that models one CPU core: partials come less often than the
+    0.5 s cadence (each session's part of the core, and the core shared), about as often for every session, first
+    words show for every sentence within 1.5 s, and each sentence locks within a second of its segment's close (its
+    closing decode runs in the pause, ahead of every partial: ``DecodeScheduler``)."""
+    fake, lags, results = await five_speakers_on_one_core()
+    assert all(r.sentences() for r in results)
+    starts: dict[str, list[float]] = {}
+    for event, rid, priority, t in fake.log:
+        if event == "start" and priority is Priority.PARTIAL:
+            starts.setdefault(rid.rsplit("-", 1)[0], []).append(t)
+    counts = sorted(len(v) for v in starts.values())
+    assert len(counts) == 5 and counts[0] >= 2 and counts[-1] <= 2 * counts[0], starts
+    gaps = [b - a for times in starts.values() for a, b in itertools.pairwise(times)]
+    assert float(np.median(gaps)) >= 0.75, gaps
+    assert len(lags.lags) == 5 and max(lags.lags) <= 1.0, lags.lags
+    assert max(lags.first) <= 1.5, lags.first
+
+
+async def test_a_closing_partial_waits_for_no_slot_and_first_words_go_first() -> None:
+    """The closing partial (its speaker paused: it becomes the sentence's final) starts at once even while every
+    partial slot is taken and a final decodes, as a final would; among the partials that wait, a sentence that
+    shows nothing yet goes before one already on screen, whoever asked first."""
+    from engine.stream.scheduler import DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.3)
+    await fake.start()
+    scheduler = DecodeScheduler(fake, max_inflight_partials=1)
+    a, b, c, d = (_Speaker(name, scheduler, False) for name in "abcd")
+    scheduler.want_partial(a)  # type: ignore[arg-type]  # takes the one slot
+    scheduler.want_partial(b)  # type: ignore[arg-type]  # waits: on screen already
+    c.first_words = True
+    scheduler.want_partial(c)  # type: ignore[arg-type]  # waits: its first words
+    d.closing = True
+    scheduler.want_partial(d)  # type: ignore[arg-type]  # its final: starts now, beside a
+    await asyncio.sleep(0.05)
+    assert [rid for rid, _, _ in fake.started] == ["a-p1", "d-p1"]
+    await scheduler.idle(b)  # type: ignore[arg-type]
+    assert [rid for rid, _, _ in fake.started] == ["a-p1", "d-p1", "c-p1", "b-p1"]
+
+
+async def test_a_sessions_partials_take_its_share_of_the_recognizer() -> None:
+    """``partial_share``: what finals leave of ``recognizer_share``, split among the sessions speaking, at most
+    ``session_share`` for one; ``partial_cost_s``: the measured cost of the request's encoder window."""
+    from engine.asr.transcriber import DecodeRequest
+    from engine.stream.load import FINAL, RecognizerLoad
+    from engine.stream.scheduler import DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.2, final_delay_s=3.5)
+    await fake.start()
+    load = RecognizerLoad()
+    load.seed({4.0: 0.1, 8.0: 0.2})
+    scheduler = DecodeScheduler(fake, 2, load=load, window_for=lambda s: 4.0 if s <= 3 else 8.0)
+    assert scheduler.partial_cost_s(2.0) == pytest.approx(0.1)
+    assert scheduler.partial_cost_s(6.0) == pytest.approx(0.2)
+    speakers = [_Speaker(f"s{i}", scheduler, False) for i in range(4)]
+    scheduler.want_partial(speakers[0])  # type: ignore[arg-type]
+    assert scheduler.partial_share(0.8, 0.5) == pytest.approx(0.5)  # alone: at most its own cap
+    for speaker in speakers[1:]:
+        scheduler.want_partial(speaker)  # type: ignore[arg-type]
+    assert scheduler.speaking() == 4 and scheduler.partial_share(0.8, 0.5) == pytest.approx(0.2)
+    finals = [asyncio.create_task(scheduler.final(DecodeRequest(f"f{i}", np.zeros(1600, np.float32),
+                                                                Priority.FINAL))) for i in range(2)]
+    await asyncio.sleep(3.0)  # two finals keep the recognizer busy: partials get what they leave
+    for speaker in speakers:
+        scheduler.want_partial(speaker)  # type: ignore[arg-type]  # (they still speak)
+    assert load.busy(FINAL) > 0.2
+    assert scheduler.partial_share(0.8, 0.5) < 0.2 * 0.8
+    assert scheduler.partial_share(0.8, 0.5) >= 0.25 * 0.8 / 4  # but never less than a quarter of it
+    assert scheduler.partial_share(0.0, 0.5) == 0.0  # no pacing
+    await asyncio.gather(*finals)
+    for speaker in speakers:
+        await scheduler.idle(speaker)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow  # 12 s of real-time audio
+async def test_a_long_sentences_partials_space_out_as_they_cost_more() -> None:
+    """One speaker alone, a 12 s sentence, on a recognizer whose decodes cost more the more audio they hold (as
+    Whisper's encoder windows do): while the sentence is short its partials come every 0.5 s; once a partial costs
+    more than the session's share of the recognizer allows (``PartialConfig.session_share``: half of it) they space
+    out to twice their cost, so a long sentence does not take a whole core (with ``recognizer_share`` 0, as before,
+    they keep coming every 0.5 s)."""
+    windows = WindowPolicy()  # Whisper's as the engine uses them: 4, 8, 15 and 30 s
+    fake = SharedCoreFake(lambda r: 0.03 * windows.window_for(r.audio.size / 16_000), window_policy=windows)
+    engine = CaptionEngine(EngineConfig(speakers=False), transcriber=fake)
+    await engine.start()
+    try:
+        await stream_audio(engine, pad(audio("ls_2412-153948-0000"), 0.3, 2.5), realtime=True)
+    finally:
+        await engine.close()
+    starts = [(t, n) for (event, rid, priority, t), n in zip(fake.log, _sizes(fake), strict=True)
+              if event == "start" and priority is Priority.PARTIAL]
+    early = [b[0] - a[0] for a, b in itertools.pairwise(starts) if b[1] < 4 * 16_000]
+    late = [b[0] - a[0] for a, b in itertools.pairwise(starts) if b[1] > 8 * 16_000]
+    assert early and late, starts
+    assert float(np.median(early)) < 0.75, early
+    assert float(np.median(late)) >= 0.8, late  # 0.45 s decodes (15 s window): at least twice that apart
+
+
+def _sizes(fake: SharedCoreFake) -> list[int]:
+    """The audio samples of each logged request, in log order (0 for events other than a start)."""
+    return [fake.sizes.get(rid, 0) if event == "start" else 0 for event, rid, _, _ in fake.log]

@@ -65,8 +65,11 @@ TIMEOUT_S = 10.0  # Deepgram closes a stream that sent no audio or KeepAlive for
 MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message (Deepgram's clients send 20-250 ms)
 _WATCH_S = 0.05  # how often speech starts/stops and utterance ends are looked for
 _GOES_ON_MS = 300  # a sentence whose next speech began within this long after it is not ``speech_final``
+# A full server is unavailable (503) for now; the operator's ``--max-sessions`` cap is Deepgram's concurrency limit
+# (429). Both say when to try again (``Retry-After``).
 _REFUSALS = {"loading": (503, "SERVICE_UNAVAILABLE"), "shutting_down": (503, "SERVICE_UNAVAILABLE"),
-             "engine": (503, "SERVICE_UNAVAILABLE"), "busy": (429, "TOO_MANY_REQUESTS"), "no_room": (404, "NOT_FOUND")}
+             "engine": (503, "SERVICE_UNAVAILABLE"), "full": (503, "SERVICE_UNAVAILABLE"),
+             "limit": (429, "TOO_MANY_REQUESTS"), "no_room": (404, "NOT_FOUND")}
 NET_0001 = "NET-0001: no audio or KeepAlive received within 10 s"
 DATA_0000 = "DATA-0000: the payload cannot be decoded as audio"
 
@@ -75,10 +78,12 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/listen", listen)
 
 
-def http_error(status: int, code: str, message: str, request_id: str) -> web.Response:
-    """Deepgram's refusal of a connection or request: ``dg-error`` header and JSON body."""
+def http_error(status: int, code: str, message: str, request_id: str,
+               headers: dict[str, str] | None = None) -> web.Response:
+    """Deepgram's refusal of a connection or request: ``dg-error`` header and JSON body (``headers``: more, e.g.
+    ``Retry-After``)."""
     return web.json_response({"err_code": code, "err_msg": message, "request_id": request_id}, status=status,
-                             headers={"dg-error": message[:200], "dg-request-id": request_id})
+                             headers={"dg-error": message[:200], "dg-request-id": request_id, **(headers or {})})
 
 
 async def listen(request: web.Request) -> web.StreamResponse:
@@ -98,7 +103,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return http_error(400, "Bad Request", str(exc), request_id)
     except Refused as exc:
         status, code = _REFUSALS[exc.reason]
-        return http_error(status, code, str(exc), request_id)
+        return http_error(status, code, str(exc), request_id, exc.headers)
     ws.headers["dg-request-id"] = request_id
     try:
         await ws.prepare(request)

@@ -194,24 +194,21 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if not ws.can_prepare(request).ok:
         return web.json_response({"error": {"code": "bad_message", "message": "connect with a WebSocket client"}},
                                  status=400)
-    await ws.prepare(request)
-    try:
-        first = await ws.receive(timeout=_FIRST_MESSAGE_S)
-    except TimeoutError:
-        await ws.close(code=1008, message=b"send the configuration message first")
-        return ws
-    if first.type is not WSMsgType.TEXT:
-        await ws.close(code=1003, message=b"the first message must be the JSON configuration")
-        return ws
-    try:
-        fconfig = parse_config(first.data)
-    except FunasrError as exc:
-        await _refuse(ws, str(exc))
-        return ws
+    # Admitted before the upgrade, as every other way in: a full server answers 503 with Retry-After, which the
+    # client sees as a failed connection rather than a stream that closes at once.
     try:
         admitted = await admit(app, request.query.get("room"))
     except Refused as exc:
-        await _refuse(ws, str(exc), code=1008 if exc.reason == "no_room" else 1013)
+        code = "no_room" if exc.reason == "no_room" else "busy" if exc.retry_after_s else exc.reason
+        return web.json_response({"error": {"code": code, "message": str(exc), "reason": exc.reason}},
+                                 status=404 if exc.reason == "no_room" else 503, headers=exc.headers)
+    try:
+        fconfig = await _configuration(request, ws)
+    except BaseException:
+        admitted.slot.release()
+        raise
+    if fconfig is None:
+        admitted.slot.release()
         return ws
     # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
     # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
@@ -238,6 +235,25 @@ async def handle(request: web.Request) -> web.StreamResponse:
     except Refused as exc:
         await _refuse(ws, str(exc), code=1013)
     return ws
+
+
+async def _configuration(request: web.Request, ws: web.WebSocketResponse) -> FunasrConfig | None:
+    """Upgrade, then read the client's first message, its configuration; None (the connection closed with the
+    reason) when it sends none in time or one that is not valid."""
+    await ws.prepare(request)
+    try:
+        first = await ws.receive(timeout=_FIRST_MESSAGE_S)
+    except TimeoutError:
+        await ws.close(code=1008, message=b"send the configuration message first")
+        return None
+    if first.type is not WSMsgType.TEXT:
+        await ws.close(code=1003, message=b"the first message must be the JSON configuration")
+        return None
+    try:
+        return parse_config(first.data)
+    except FunasrError as exc:
+        await _refuse(ws, str(exc))
+        return None
 
 
 async def _refuse(ws: web.WebSocketResponse, why: str, code: int = 1008) -> None:

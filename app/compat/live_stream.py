@@ -1,8 +1,9 @@
 """A live caption stream over a WebSocket (FunASR's, Deepgram's and OpenAI Realtime's protocols), in the pieces
 every such protocol shares, so that each protocol module only translates messages:
 
-- ``admit``: the engine is ready, the ``?room=`` exists, and an admission slot is free (the same cap as WebRTC
-  sessions); raises ``Refused`` with the reason, which each protocol answers in its own way.
+- ``admit``: the engine is ready, the ``?room=`` exists, and an admission slot is free (the same admission as WebRTC
+  sessions: the server's capacity, or the operator's cap); raises ``Refused`` with the reason and when to try again,
+  which each protocol answers in its own way, always with ``Retry-After`` where waiting helps.
 - ``LiveStream`` (``open_live``): the engine session of an admitted stream, configured, publishing into its room,
   registered in ``STREAMS`` so that a stopping server asks it to finish (``stopping``); ``messages`` yields the
   session's messages after each has gone to the room; leaving the ``open_live`` block closes everything once.
@@ -38,19 +39,29 @@ from engine import (
 )
 
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, STREAMS, Slot
+from ..ops import ADMISSION, STREAMS, Refusal, Slot
 from ..rooms import ROOMS, Room, RoomPublisher
 
 log = logging.getLogger(__name__)
 
+_LOADING_RETRY_S = 10  # a stream refused while the model loads tries again after about this long
+
 
 class Refused(Exception):
-    """A stream that cannot start. ``reason``: ``loading`` (the model is not ready), ``busy`` (every session slot is
-    taken), ``shutting_down``, ``no_room`` or ``engine`` (the engine would not open a session)."""
+    """A stream that cannot start. ``reason``: ``loading`` (the model is not ready), ``full`` (the server holds no more
+    live sessions on time), ``limit`` (every slot of the operator's ``--max-sessions`` is taken), ``shutting_down``,
+    ``no_room`` or ``engine`` (the engine would not open a session). ``retry_after_s``: when to try again (None: not
+    worth it as it is), for ``Retry-After``."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``Retry-After`` where trying again later helps."""
+        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
 class ClientSilent(Exception):
@@ -69,14 +80,13 @@ async def admit(app: web.Application, room_id: str | None) -> Admitted:
     """Check that a stream may start; take its admission slot. Raises ``Refused``."""
     engine = app[ENGINE]
     if engine.state is not EngineState.READY:
-        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly")
+        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly", _LOADING_RETRY_S)
     room = await app[ROOMS].get(room_id) if room_id else None
     if room_id and room is None:
         raise Refused("no_room", "there is no such room")
-    slot = app[ADMISSION].try_acquire()
-    if slot is None:
-        admission = app[ADMISSION]
-        raise Refused("shutting_down" if admission.closed else "busy", admission.refusal("caption sessions"))
+    slot = app[ADMISSION].admit()
+    if isinstance(slot, Refusal):
+        raise Refused(slot.reason, slot.message, slot.retry_after_s)
     return Admitted(slot, room)
 
 

@@ -73,7 +73,8 @@ _MIN_COMMIT_MS = 100  # OpenAI refuses to commit less audio than this
 _WATCH_S = 0.05
 _REFUSALS = {"loading": (503, "server_error", "model_not_ready"), "engine": (503, "server_error", None),
              "shutting_down": (503, "server_error", "server_shutting_down"),
-             "busy": (429, "rate_limit_error", "rate_limit_exceeded"),
+             "full": (503, "server_error", "server_at_capacity"),
+             "limit": (429, "rate_limit_error", "rate_limit_exceeded"),
              "no_room": (404, "invalid_request_error", "room_not_found")}
 _SUBPROTOCOL_KEY = "openai-insecure-api-key."
 
@@ -110,7 +111,9 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         admitted = await admit(app, request.query.get("room"))
     except Refused as exc:
         status, kind, code = _REFUSALS[exc.reason]
-        return ApiError(status, str(exc), kind=kind, code=code).response()
+        response = ApiError(status, str(exc), kind=kind, code=code).response()
+        response.headers.update(exc.headers)
+        return response
     try:
         await ws.prepare(request)
     except BaseException:

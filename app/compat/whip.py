@@ -31,7 +31,7 @@ from engine import EngineError, EngineNotReady, EngineState
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS
+from ..ops import ADMISSION, METRICS, Refusal
 from ..responses import json_error
 from ..rooms import ROOMS
 from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
@@ -106,10 +106,9 @@ async def publish(request: web.Request) -> web.Response:
     if engine.state is not EngineState.READY:
         return _error(503, "loading" if engine.state in (EngineState.NEW, EngineState.LOADING) else "engine",
                       f"the speech model is {engine.state.value}; try again shortly", **{"Retry-After": _RETRY_AFTER_S})
-    slot = app[ADMISSION].try_acquire()  # before the first await below: concurrent offers cannot overshoot
-    if slot is None:
-        return _error(503, "busy", app[ADMISSION].refusal("caption sessions"),
-                      **{"Retry-After": _RETRY_AFTER_S})
+    slot = app[ADMISSION].admit()  # before the first await below: concurrent offers cannot overshoot
+    if isinstance(slot, Refusal):
+        return slot.response(_CORS)
     try:
         room = await app[ROOMS].get(request.match_info["room"])
     except BaseException:

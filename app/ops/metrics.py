@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from engine import DECODE_KINDS, CaptionEngine, EngineObserver, EngineState
 
 from ..rooms import RoomRegistry, TranscriptStore
+from .admission import Admission
 
 PREFIX = "live_captions"
 
@@ -44,6 +45,8 @@ DECODE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 FIRST_TEXT_BUCKETS_S = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
 # Lock: the endpoint's silence wait (0.1-2 s by sentence length, presets) plus the final decode, if not reused.
 LOCK_BUCKETS_S = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0, 20.0, 30.0)
+# Lock lag: from a segment's close to its lock; ~0 when the closing partial became the final, a decode's time when not.
+LOCK_LAG_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 class ServerMetrics(EngineObserver):
@@ -53,6 +56,7 @@ class ServerMetrics(EngineObserver):
 
     def __init__(self) -> None:
         self.engine: CaptionEngine | None = None
+        self.admission: Admission | None = None  # live sessions' admission: its limit and refusals
         self.rooms: RoomRegistry | None = None
         self.store: TranscriptStore | None = None
         self.registry = CollectorRegistry()
@@ -88,6 +92,10 @@ class ServerMetrics(EngineObserver):
             f"{PREFIX}_lock_latency_seconds", "From a live sentence's last speech reaching the server to the "
             "sentence locked (the endpoint's silence wait and the final decode)", buckets=LOCK_BUCKETS_S,
             registry=r)
+        self._lock_lag = Histogram(
+            f"{PREFIX}_lock_lag_seconds", "From the audio that closed a live sentence's segment reaching the server to "
+            "the sentence locked: what its final decode added to the endpoint's silence (how late finals run)",
+            buckets=LOCK_LAG_BUCKETS_S, registry=r)
         for kind in DECODE_KINDS:  # every kind shows from the first scrape, at zero
             self._fallbacks.labels(kind)
         for kind in ("live", "file"):
@@ -123,6 +131,9 @@ class ServerMetrics(EngineObserver):
 
     def locked(self, latency_s: float) -> None:
         self._lock.observe(latency_s)
+
+    def lock_lag(self, seconds: float, speech_s: float) -> None:
+        self._lock_lag.observe(seconds)
 
     # ---- transport events -----------------------------------------------------------------------------------
     def shed(self, seconds: float) -> None:
@@ -161,6 +172,23 @@ class _Families:
     state: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         f"{PREFIX}_engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), "
         "0 for the others", labels=["state"]))
+    capacity: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_capacity_sessions", "Live sessions the server estimates it holds on time (a warm-up measurement, "
+        "then the measured decode load); source: warm-up or measured", labels=["source"]))
+    limit: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_max_sessions", "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or "
+        "the operator's number"))
+    headroom: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_capacity_headroom_sessions", "Live sessions the server would still let in now (0 while its "
+        "finals run late)"))
+    busy: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)"))
+    late: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_finals_late_seconds", "How late finals run: p90 of the last minute's lock lag (close to lock); "
+        "past the capacity's bound (1 s by default) new live sessions are refused"))
+    refused: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        f"{PREFIX}_sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the "
+        "server's capacity), limit (--max-sessions), shutting_down", labels=["reason"]))
     store_errors: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
         f"{PREFIX}_store_errors", "Transcript store operations that failed (a full or unwritable disk); room events "
         "are kept in memory and retried meanwhile"))
@@ -191,6 +219,8 @@ class _LiveState(Collector):
             now = engine.state
             for value in EngineState:
                 f.state.add_metric([value.value], 1 if value is now else 0)
+            if now is EngineState.READY:
+                self._capacity(f, engine, live)
         registry = self._metrics.rooms
         if registry is not None:
             counts = registry.snapshot_stats()
@@ -201,4 +231,21 @@ class _LiveState(Collector):
         store = self._metrics.store
         if store is not None:
             f.store_errors.add_metric([], store.errors)
+        admission = self._metrics.admission
+        if admission is not None:
+            for reason in ("full", "limit", "shutting_down"):
+                f.refused.add_metric([reason], admission.refused.get(reason, 0))
         return f.all()
+
+    def _capacity(self, f: _Families, engine: CaptionEngine, live: int) -> None:
+        admission = self._metrics.admission
+        estimate = (admission.capacity() if admission is not None and admission.capacity is not None
+                    else engine.capacity_estimate())
+        f.capacity.add_metric([estimate.source], estimate.sessions)
+        f.busy.add_metric([], estimate.recognizer_busy)
+        f.late.add_metric([], estimate.finals_late_s)
+        if admission is None:
+            return
+        limit = estimate.sessions if admission.auto else admission.limit or 0
+        f.limit.add_metric([], limit)
+        f.headroom.add_metric([], 0 if admission.check() is not None else max(0, limit - admission.in_use))

@@ -29,10 +29,19 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
+    """Readiness: 200 once the model is loaded (503 before, or once it failed). A full server stays ready: its room
+    viewers still need it, and ``admitting`` says whether it takes a new live session now; ``capacity`` says how many
+    it holds on time (``engine.stream.capacity``: its estimate, the sessions live, headroom, how late finals run)."""
     engine = request.app[ENGINE]
+    admission = request.app[ADMISSION]
     body: dict[str, Any] = {"ready": engine.state is EngineState.READY, "state": engine.state.value,
-                            "model": engine.model_name, "sessions": request.app[ADMISSION].in_use,
+                            "model": engine.model_name, "sessions": admission.in_use,
                             "rooms": request.app[ROOMS].snapshot_stats()}
+    if engine.state is EngineState.READY:
+        body["admitting"] = admission.check() is None
+        body["max_sessions"] = "auto" if admission.auto else admission.limit
+        estimate = admission.capacity() if admission.capacity is not None else engine.capacity_estimate()
+        body["capacity"] = estimate.as_dict(admission.in_use)
     if engine.state is not EngineState.READY and engine.detail:
         body["detail"] = engine.detail
     return web.json_response(body, status=200 if body["ready"] else 503)

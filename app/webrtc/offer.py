@@ -12,7 +12,7 @@ from engine import EngineError, EngineNotReady, EngineState, ErrorCode
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS
+from ..ops import ADMISSION, METRICS, Refusal
 from ..responses import json_error
 from ..rooms import ROOMS, StoreError
 from . import stun_turn
@@ -61,9 +61,9 @@ async def offer(request: web.Request) -> web.Response:
         loading = engine.state in (EngineState.NEW, EngineState.LOADING)
         status, code = (503, ErrorCode.LOADING) if loading else (503, ErrorCode.ENGINE)
         return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
-    slot = app[ADMISSION].try_acquire()  # taken before the first await: concurrent offers cannot overshoot
-    if slot is None:
-        return json_error(503, ErrorCode.BUSY, app[ADMISSION].refusal("caption sessions"))
+    slot = app[ADMISSION].admit()  # taken before the first await: concurrent offers cannot overshoot
+    if isinstance(slot, Refusal):
+        return slot.response()  # 503 busy, Retry-After: the page waits and tries again by itself
     try:
         room = await app[ROOMS].get(room_id) if room_id else None
     except BaseException:

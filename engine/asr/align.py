@@ -128,7 +128,7 @@ class WhisperAligner:
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", threads: int = 1) -> None:
         """``dtype``: ``float32`` or ``bfloat16`` (half the time where the CPU has native bfloat16, with word
-        times within one encoder position of float32's; see ``engine.asr.vllm_backend.cpu_dtype``)."""
+        times within one encoder position of float32's; see ``engine.asr.cpu.cpu_dtype``)."""
         import torch
         from safetensors.torch import load_file
         from tokenizers import Tokenizer

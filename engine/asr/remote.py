@@ -123,8 +123,15 @@ class RemoteTranscriber:
         self._client: httpx.AsyncClient | None = None
         self._probes: list[asyncio.Task[None]] = []
         self._inflight: dict[str, Priority] = {}
+        self._warm_costs: dict[float, float] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
+    @property
+    def warm_costs(self) -> dict[float, float]:
+        """The fastest instance's warm-up decode in each window (s). Those are each instance's first decodes in
+        their shapes, slower than the rest: a cautious start, until the engine has measured live decodes."""
+        return dict(self._warm_costs)
+
     @property
     def state(self) -> TranscriberState:
         if self._state is TranscriberState.READY and self.pool.all_down_s() >= self.remote.down_grace_s:
@@ -240,7 +247,10 @@ class RemoteTranscriber:
         tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
         request = DecodeRequest("warm-up", tone, Priority.FINAL)
         for window in self.config.window_buckets_s:
+            t0 = time.monotonic()
             await self._post(instance, request, window, max_tokens=8, stop_on_loop=False)
+            took = time.monotonic() - t0
+            self._warm_costs[window] = min(took, self._warm_costs.get(window, took))
 
     def _take_out(self, instance: Instance, error: str) -> None:
         if self.pool.mark_down(instance, error):

@@ -96,6 +96,12 @@ class Transcriber(Protocol):
         """Why the state is what it is (error text when FAILED), else empty."""
         ...
 
+    @property
+    def warm_costs(self) -> dict[float, float]:
+        """Seconds one decode took alone at warm-up, by encoder window (s): what the engine paces partials on and
+        estimates its capacity from before live decodes are measured. Empty where the recognizer timed none."""
+        ...
+
     async def start(self) -> None:
         """Load the model; returns when READY. Raises ``EngineNotReady`` if loading fails."""
         ...

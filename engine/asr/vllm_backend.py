@@ -14,13 +14,13 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.asr.confidence import glues_on, text_word_probabilities
+from engine.asr.confidence import text_word_probabilities
+from engine.asr.cpu import available_cores, cpu_dtype, cpu_engine_threads, detect_device, engine_core_threads
 from engine.asr.guard import strip_nonspeech
+from engine.asr.prompts import MAX_CONTEXT_CHARS, decoder_prompt, joined
 from engine.asr.timestamps import TimedSpan, parse_spans
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 from engine.asr.vllm_plugin import whisper_overrides
@@ -40,7 +40,6 @@ from engine.models.resolve import ModelSpec, resolve_model
 
 log = logging.getLogger(__name__)
 
-_MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 _WATCH_INTERVAL_S = 1.0
 # Timestamp tokens are ordinary added tokens (as in OpenAI's tokenizers), so the decoded text still holds them.
 _TIMESTAMP_TOKEN = re.compile(r"<\|\d+\.\d+\|>")
@@ -50,92 +49,10 @@ _MAX_CONTINUATIONS = 3  # decodes of the rest after one that stopped early
 # Alternatives the decoder reports per generated token with the chosen one: its other spellings are among them
 # ("Somehow", " somehow"), so a word's probability is that of the word, not of its case (``_spelling_logprob``).
 _TOP_LOGPROBS = 3
-
-
-def detect_device(requested: str) -> str:
-    """``"auto"`` -> ``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
-    if requested != "auto":
-        return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def cpu_dtype(cpuinfo: str | None = None) -> str:
-    """bfloat16 where the CPU computes it natively (AVX-512 BF16 or AMX), else float32.
-
-    Measured: float16 is ~6x slower than bfloat16 on an AVX-512 BF16 CPU, but on an AVX2-only CPU bfloat16 is
-    emulated and float32 decoded Whisper base 3.4x faster (3.1 s vs 10.6 s for a 7.9 s clip).
-    """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
-    flags = set(cpuinfo.split())
-    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
-
-
-def cpu_engine_threads(requested: int) -> int | None:
-    """The CPU engine core's compute threads: ``requested`` if positive, else None (torch's own: one per core).
-
-    Measured on 2 cores (docs/benchmarks.md, "CPU threads"): one thread instead of two costs ~30 % less CPU per
-    session and makes three to five sessions 0.2-1.3 s faster, but one speaker's long sentences lock 0.1-0.5 s later.
-    The default keeps one speaker fastest; ``--cpu-threads 1`` on a 2-core machine serves more sessions.
-    """
-    return requested if requested > 0 else None
-
-
-@contextmanager
-def engine_core_threads(threads: int | None) -> Iterator[None]:
-    """Spawn the engine core inside this block to give it ``threads`` OpenMP threads (None: torch's own count).
-
-    The engine core is a spawned child that runs the worker in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING``
-    0), where vLLM binds no threads (its ``VLLM_CPU_OMP_THREADS_BIND`` applies only to the workers of its
-    multiprocess executor) and torch starts one per core. The child reads ``OMP_NUM_THREADS`` as it starts; the
-    server process's own value is put back afterwards. An ``OMP_NUM_THREADS`` set by whoever runs the server wins.
-    """
-    if threads is None or "OMP_NUM_THREADS" in os.environ:
-        yield
-        return
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        os.environ.pop("OMP_NUM_THREADS", None)
-
-
-def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "",
-                   timestamps: bool = False) -> str:
-    """Whisper's decoder prompt: optional previous-text context, the task tokens, then ``forced`` text the
-    transcript must start with.
-
-    English-only checkpoints take no language or task token. With ``language=None`` a multilingual model writes
-    the language token itself (detection), then the task token; no text can be forced then. ``timestamps``: open
-    the text with ``<|0.00|>`` instead of ``<|notimestamps|>``, so the model writes timestamp tokens (as vLLM's
-    transcription server does for ``verbose_json``).
-    """
-    prefix = ""
-    context = " ".join(context.split())[:_MAX_CONTEXT_CHARS]
-    if context:
-        prefix = "<|startofprev|> " + context
-    forced = f" {forced.strip()}" if forced.strip() else ""
-    mode = "<|0.00|>" if timestamps else "<|notimestamps|>"
-    if not spec.multilingual:
-        return prefix + "<|startoftranscript|>" + mode + forced
-    if language is None:
-        return prefix + "<|startoftranscript|>"
-    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|>{mode}" + forced
-
-
-def joined(forced: str, generated: str) -> str:
-    """The transcript of a decode made to start with ``forced``: ``generated`` (the generated tokens' text, its
-    leading space kept) after it, glued on where the decoder went on inside the forced text's last word (forced
-    "other", generated ", Kat": "other, Kat"), spaces folded."""
-    if glues_on(forced, generated):
-        return " ".join((forced + generated).split())
-    return " ".join(filter(None, (forced, " ".join(generated.split()))))
+# The timed warm-up decode in each window generates this many tokens (a tone decodes to little by itself): about what a
+# partial generates after its settled words, or a short sentence's final.
+_WARM_TOKENS = 16
+_WORKER_EXTENSION = "engine.asr.vllm_worker.CpuThreads"
 
 
 class VllmTranscriber:
@@ -158,6 +75,13 @@ class VllmTranscriber:
         self._first_timestamp_id = 1 << 30  # <|0.00|>; every later id is a timestamp
         self.window_policy = config.window_policy()  # may be swapped at run time (benches compare modes)
         self.windows = WindowStats()
+        self._warm_costs: dict[float, float] = {}
+        self.cpu_threads = 0  # the CPU engine core's compute threads now (0: not known, or not a CPU engine)
+
+    @property
+    def warm_costs(self) -> dict[float, float]:
+        """Seconds one decode of ``_WARM_TOKENS`` tokens took alone in each window at warm-up."""
+        return dict(self._warm_costs)
 
     @property
     def state(self) -> TranscriberState:
@@ -208,14 +132,32 @@ class VllmTranscriber:
     async def _warm_up(self) -> None:
         """Decode a little audio in every window before anyone waits for it: vLLM's first decodes after start,
         and the first in each new encoder shape, are several times slower than the rest, and the first speaker
-        should not pay for that."""
+        should not pay for that. Then time one decode of ``_WARM_TOKENS`` tokens in each window (``warm_costs``)."""
         import numpy as np
 
         tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
         request = DecodeRequest("warm-up", tone, Priority.FINAL)
-        windows = self.config.window_buckets_s  # warmed whatever the mode: benches switch modes at run time
+        windows = tuple(self.config.window_buckets_s)  # warmed whatever the mode: benches switch modes at run time
+        if self.config.window == "stock":
+            windows += (30.0,)
         for i, window in enumerate((windows[0], *windows)):
             await self._generate(request, f"warm-up-{i}", window, max_tokens=8)
+        for window in windows:
+            t0 = time.monotonic()
+            await self._generate(request, f"warm-up-timed-{window:g}", window, max_tokens=_WARM_TOKENS,
+                                 min_tokens=_WARM_TOKENS)
+            self._warm_costs[window] = time.monotonic() - t0
+        log.info("recognizer warm-up: one decode of %d tokens alone takes %s", _WARM_TOKENS,
+                 ", ".join(f"{c:.2f} s in {w:g} s" for w, c in sorted(self._warm_costs.items())))
+
+    async def set_cpu_threads(self, threads: int) -> int:
+        """Give the CPU engine core ``threads`` compute threads from its next step on (``engine.asr.vllm_worker``);
+        returns the count in effect. A no-op (returning 0) on a GPU."""
+        if self.device != "cpu" or self._llm is None or self._state is not TranscriberState.READY:
+            return 0
+        results = await self._llm.collective_rpc("set_cpu_threads", args=(threads,))
+        self.cpu_threads = int(results[0]) if results else threads
+        return self.cpu_threads
 
     def _cache_dir(self) -> Path | None:
         return Path(self.config.cache_dir) if self.config.cache_dir else None
@@ -248,11 +190,15 @@ class VllmTranscriber:
         )
         dtype = self.config.dtype
         if device == "cpu":
-            kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True)
+            kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True,
+                          worker_extension_cls=_WORKER_EXTENSION)  # set_cpu_threads
         else:
             kwargs.update(dtype=dtype, gpu_memory_utilization=self.config.gpu_memory_utilization)
-        with engine_core_threads(cpu_engine_threads(self.config.cpu_threads) if device == "cpu" else None):
+        threads = cpu_engine_threads(self.config.cpu_threads) if device == "cpu" else None
+        with engine_core_threads(threads):
             llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))  # spawns the engine core
+        if device == "cpu":
+            self.cpu_threads = threads or int(os.environ.get("OMP_NUM_THREADS", 0) or available_cores())
         self.dtype = str(getattr(llm.model_config, "dtype", kwargs["dtype"])).removeprefix("torch.")
         return llm
 
@@ -381,7 +327,7 @@ class VllmTranscriber:
         """
         cut_s = head.spans[-1].end_s
         rest = request.audio[int(cut_s * SAMPLE_RATE):]
-        context = " ".join(filter(None, (request.context, head.text)))[-_MAX_CONTEXT_CHARS:]
+        context = " ".join(filter(None, (request.context, head.text)))[-MAX_CONTEXT_CHARS:]
         tail = await self._transcribe(DecodeRequest(f"{request.request_id}-c{continuations}", rest, request.priority,
                                                     head.language or request.language, context, timestamps=True,
                                                     temperature=request.temperature),
@@ -456,16 +402,17 @@ class VllmTranscriber:
 
     async def _generate(self, request: DecodeRequest, request_id: str, window_s: float, max_tokens: int,
                         stop_on_loop: bool = False, forced: str = "", forced_ids: list[int] | None = None,
-                        timestamps: bool = False) -> Any:
+                        timestamps: bool = False, min_tokens: int = 0) -> Any:
         """One vLLM request in a ``window_s`` window: its completion (``CompletionOutput``), or None.
 
         ``stop_on_loop``: end the request as soon as its tokens repeat themselves (there is a larger window to
-        decode in); the completion then holds what came until then."""
+        decode in); the completion then holds what came until then. ``min_tokens``: generate at least that many
+        (the timed warm-up)."""
         from vllm import SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError
 
         params = SamplingParams(temperature=request.temperature, max_tokens=max_tokens, logprobs=_TOP_LOGPROBS,
-                                skip_special_tokens=True)
+                                skip_special_tokens=True, min_tokens=min_tokens)
         prompt = {
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
                                "mm_processor_kwargs": {"max_length": window_samples(window_s)}},

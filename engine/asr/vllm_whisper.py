@@ -46,7 +46,7 @@ from vllm.multimodal.parse import AudioProcessorItems, MultiModalDataItems
 from vllm.multimodal.processing import PromptReplacement, PromptUpdate
 from vllm.utils.tensor_schema import TensorSchema, TensorShape
 
-from engine.asr.vllm_backend import decoder_prompt
+from engine.asr.prompts import decoder_prompt
 from engine.asr.windows import WindowPolicy, window_samples
 from engine.models.ct2_whisper import ENGLISH_ONLY_VOCAB_SIZE
 from engine.models.resolve import ModelSpec

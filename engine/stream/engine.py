@@ -3,12 +3,18 @@
 Model and audio work never runs on the event loop: the VAD batch runs in its own worker thread, speaker
 embeddings in another, and the recognizer in vLLM's engine-core process. The loop only moves small arrays and
 decides.
+
+The engine knows what it can hold: every decode is charged to the recognizer's load (``engine.stream.load``), and
+``capacity`` estimates how many live sessions it holds on time (``engine.stream.capacity``), from the recognizer's
+warm-up, then from the measured load (a sampler looks once a second). The same sampler gives a CPU recognizer all
+cores while one session speaks and half of them while several do (``VllmTranscriber.set_cpu_threads``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import time
 from enum import StrEnum
@@ -24,6 +30,8 @@ from engine.errors import EngineNotReady, IllegalTransition
 from engine.observe import Observers
 from engine.speakers.models import speaker_service
 from engine.speakers.service import SpeakerService
+from engine.stream.capacity import Capacity, CapacityEstimate
+from engine.stream.load import RecognizerLoad
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.session import Session
 from engine.stream.vad_batch import VadBatcher, VadLane, VadModel
@@ -31,6 +39,14 @@ from engine.stream.vad_batch import VadBatcher, VadLane, VadModel
 log = logging.getLogger(__name__)
 
 _FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
+_SAMPLE_S = 1.0  # how often the load sampler looks (capacity, threads)
+# A CPU recognizer runs on half the cores once several sessions speak and it is busy this share of the time (on 2
+# cores: 1 thread, ~30 % less CPU per session, decodes ~1.4x slower; docs/benchmarks.md "A full server stays on time"),
+# and on all of them again once it has been lighter than that, or one session alone has spoken, for a while: a
+# conversation's turns, or the slower decodes of one thread, do not flip the threads back and forth.
+_SHARED_BUSY = 0.6
+_ALONE_BUSY = 0.3
+_THREADS_BACK_AFTER_S = 5.0
 
 
 class EngineState(StrEnum):
@@ -65,7 +81,17 @@ class CaptionEngine:
         # Whoever counts what the engine does (metrics): add an ``engine.observe.EngineObserver`` here.
         self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
-        self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers)
+        self.recognizer_load = RecognizerLoad()
+        self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers,
+                                         load=self.recognizer_load, window_for=self._window_for)
+        # (its front_cores are set in ``start``, once the recognizer's device is known)
+        self.capacity = Capacity(config.capacity, self.recognizer_load, front_cores=1.0)
+        self.observers.add(self.capacity)
+        self._sampler_task: asyncio.Task[None] | None = None
+        # A CPU recognizer's threads while one session speaks, and while several do (0: left as they are).
+        self.threads_alone = 0
+        self.threads_shared = 0
+        self._several_at = float("-inf")  # monotonic time several sessions last spoke
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
         # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
@@ -130,9 +156,86 @@ class CaptionEngine:
             # Each instance as many as one CPU engine takes; GPU instances take more (PartialConfig.max_inflight).
             self.scheduler.max_inflight_partials = 2 * len(self.config.transcriber.asr_urls)
         self.load_s = time.monotonic() - t0
+        self._plan_capacity(device)
         self._state = EngineState.READY
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
-        log.info("engine ready: model %s", self.model_name)
+        self._sampler_task = asyncio.create_task(self._sample(), name="engine-load-sampler")
+        estimate = self.capacity.estimate()
+        log.info("engine ready: model %s; holds about %d live sessions on time (%s)", self.model_name,
+                 estimate.sessions, estimate.source)
+
+    def _window_for(self, audio_s: float) -> float:
+        """The encoder window a request of ``audio_s`` seconds decodes in (Whisper's full 30 s for a recognizer
+        without windows)."""
+        policy = getattr(self.transcriber, "window_policy", None)
+        return float(policy.window_for(audio_s)) if policy is not None else 30.0
+
+    def _plan_capacity(self, device: str) -> None:
+        """Seed the load and the capacity with the recognizer's warm-up timing, and say how many cores the front end
+        (this process) has: on a CPU machine those the recognizer leaves it under load; ``vllm serve`` instances
+        count as that many recognizers."""
+        from engine.asr.cpu import available_cores, shared_cpu_threads
+
+        costs = self.transcriber.warm_costs
+        self.recognizer_load.seed(costs)
+        self.capacity.warmed_up(costs)
+        cores = available_cores()
+        if device == "cpu":
+            # (Only a recognizer that says how many threads it runs can be given more or fewer: vLLM's CPU engine;
+            # and not when the operator fixed them, by flag or with OMP_NUM_THREADS.)
+            if self.config.transcriber.cpu_threads == 0 and getattr(self.transcriber, "cpu_threads", 0) > 0 \
+                    and cores > 1 and "OMP_NUM_THREADS" not in os.environ:
+                self.threads_alone, self.threads_shared = cores, shared_cpu_threads(cores)
+            engine_threads = self.threads_shared or self.config.transcriber.cpu_threads or cores
+            self.capacity.front_cores = max(1, cores - engine_threads) if cores > 1 else 0.5
+        else:
+            self.capacity.front_cores = cores
+        if device == "remote":
+            self.capacity.recognizers = max(1, len(self.config.transcriber.asr_urls))
+
+    async def _sample(self) -> None:
+        """Once a second: the load for the capacity estimate, and a CPU recognizer's threads."""
+        while self._state is EngineState.READY:
+            await asyncio.sleep(_SAMPLE_S)
+            speaking = self.scheduler.speaking()
+            self.capacity.sample(self.live_sessions)
+            try:
+                await self._adapt_threads(speaking)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the recognizer is going away: its watch reports that
+                log.debug("could not change the recognizer's threads: %r", exc)
+
+    async def _adapt_threads(self, speaking: int) -> None:
+        """A CPU recognizer's threads (``engine.asr.cpu``): all cores while it has time to spare; half of them once
+        several sessions speak and keep it busy (``_SHARED_BUSY``): the second thread then speeds a decode up less than
+        it costs, and the server process's VAD, speaker and WebRTC work needs the cores. Back to all cores once one
+        session speaks, or the recognizer is idle enough (``_ALONE_BUSY``), for ``_THREADS_BACK_AFTER_S``."""
+        if not self.threads_alone:
+            return
+        now = time.monotonic()
+        busy = self.recognizer_load.busy()
+        current = getattr(self.transcriber, "cpu_threads", 0)
+        if speaking > 1 and busy >= _SHARED_BUSY:
+            self._several_at = now
+        light = speaking <= 1 or busy < _ALONE_BUSY
+        if current != self.threads_shared:
+            want = self.threads_shared if self._several_at == now else self.threads_alone
+        else:
+            want = self.threads_alone if light and now - self._several_at >= _THREADS_BACK_AFTER_S else current
+        if want != current:
+            got = await self.transcriber.set_cpu_threads(want)  # type: ignore[attr-defined]
+            log.info("recognizer threads %d -> %d (%d sessions speaking, recognizer %.0f %% busy)", current, got,
+                     speaking, 100 * busy)
+
+    @property
+    def live_sessions(self) -> int:
+        """Sessions open now that are live (a stream), not files."""
+        return sum(1 for s in list(self.sessions.values()) if not s.options.background)
+
+    def capacity_estimate(self) -> CapacityEstimate:
+        """How many live sessions the engine holds on time now (``engine.stream.capacity``)."""
+        return self.capacity.estimate()
 
     async def _start_aligner(self) -> None:
         """Load the word aligner from the recognizer's local checkpoint. Without one (``vllm serve`` instances, a
@@ -145,7 +248,7 @@ class CaptionEngine:
             log.info("word times from the VAD: no local checkpoint to align with (%s)", self.transcriber.name)
             self.aligner = None
             return
-        from engine.asr.vllm_backend import cpu_dtype
+        from engine.asr.cpu import cpu_dtype
 
         self.aligner.dtype = cpu_dtype()  # the aligner runs on this process's CPU, beside a GPU recognizer too
         await self.aligner.start(folder)
@@ -203,9 +306,10 @@ class CaptionEngine:
         self._state = EngineState.CLOSED
         for session in list(self.sessions.values()):
             await session.close()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            await asyncio.gather(self._watch_task, return_exceptions=True)
+        for task in (self._watch_task, self._sampler_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.vad.close()
         if self.speakers is not None:
             await self.speakers.close()

@@ -68,6 +68,7 @@ class Pending:
     stable: int = 0  # leading words of ``preview`` that were settled (the sentence locks with them)
     audio: np.ndarray | None = None  # the segment's audio (the aligner reads it once the sentence has locked)
     voice: int | None = None  # the speaker label its voice showed beside its partial text when it closed
+    closed_at: int = 0  # the session's sample at which it closed (the endpoint decided): its lock lag counts from there
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,17 @@ class Finals:
         # is decoded joined to it if the guard drops that one too.
         self._dropped_half: tuple[SegmentClosed, np.ndarray] | None = None
 
-    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None) -> None:
+    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None,
+              closed_at: int = 0) -> None:
         """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz; ``voice``: the speaker label shown
-        beside its partial text, if any: it locks with that one if its embedding is not in yet)."""
+        beside its partial text, if any: it locks with that one if its embedding is not in yet; ``closed_at``: the
+        session sample at which it closed)."""
         speech_s = (closed.speech_end - closed.speech_start) / SAMPLE_RATE
         task = asyncio.create_task(self._final(closed, audio, speech_s, handover),
                                    name=f"{self._session_id}-final-{closed.index}")
         self.pending.append(Pending(closed, handover.preview, task, speech_s, shown=handover.shown,
-                                    stable=len(handover.stable), audio=audio, voice=voice))
+                                    stable=len(handover.stable), audio=audio, voice=voice,
+                                    closed_at=closed_at or closed.end))
         task.add_done_callback(lambda _t: self._on_done())
 
     def previews(self) -> list[tuple[str, int]]:

@@ -201,8 +201,10 @@ class Partials:
 
     def want(self) -> None:
         """Ask the scheduler for a partial if one is due: the segment holds ``first_after_ms`` of speech, new speech
-        came since the last request (``min_new_audio_ms`` of audio at least) and the cadence's interval has passed. In a
-        pause (``closing``), a partial still running on less of the speech is restarted (``closing_restarts``)."""
+        came since the last request (``min_new_audio_ms`` of audio at least) and the cadence's interval has passed:
+        ``interval_s``, or longer where the decode would take more than the session's share of the recognizer
+        (``PartialConfig.recognizer_share``). In a pause (``closing``), or while nothing shows yet, there is no
+        interval, and a partial still running on less of the speech is restarted (``closing_restarts``)."""
         opened = self._endpointer.open_segment
         options = self._decoding.options
         if opened is None or options.background or not options.partials:
@@ -211,6 +213,12 @@ class Partials:
         speech_ms = samples_to_ms(self._endpointer.position - opened.speech_start)
         new_ms = samples_to_ms(self._endpointer.position - self._audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self._scheduler.partial_decode_ema_s)
+        share = self._scheduler.partial_share(cfg.recognizer_share, cfg.session_share)
+        if share > 0:
+            # Paced by what its decode will cost: a session's partials take at most its share of the recognizer, so
+            # long sentences (larger windows) and a full server (smaller shares) space them out, fairly.
+            audio_s = (self._endpointer.position - opened.start) / SAMPLE_RATE
+            interval = max(interval, self._scheduler.partial_cost_s(audio_s) / share)
         closing = self.closing
         if closing or not self.text:
             # No waiting for the interval when the speaker has paused (a decode of everything up to now is most

@@ -1,18 +1,24 @@
 """Decode scheduling across all sessions: finals first, at most one partial per session, latest audio wins.
 
-Policy: a session that wants a partial joins a waiting set; it is not given a request id
-yet, so the audio it will send is chosen only when a slot frees up (newest audio wins, stale requests never
-pile up). A session that asks while its own partial runs joins the waiting set as that one finishes: an ask is
-never dropped (sessions ask as VAD results come in; for a sender ahead of real time they come seldom, a second of
-audio at a time, and what made the partial due, the first words or a pause, may be over by the next ones).
-Partials run at most ``max_inflight`` at a time across sessions: sessions whose speaker has paused
-first (that partial is about to become a final), then the least recently served; none starts while a final is
-in flight. A running partial is not aborted for newer audio (on CPU that
-starved partials entirely), with one exception: once its speaker has paused after words it did not hear, it is
+Policy: a session that wants a partial joins a waiting set; it is not given a request id yet, so the audio it will
+send is chosen only when a slot frees up (newest audio wins, stale requests never pile up). A session that asks while
+its own partial runs joins the waiting set as that one finishes: an ask is never dropped (sessions ask as VAD results
+come in; for a sender ahead of real time they come seldom, a second of audio at a time, and what made the partial due,
+the first words or a pause, may be over by the next ones). Partials run at most ``max_inflight`` at a time across
+sessions, and none starts while a final is in flight, with one exception: a session whose speaker has paused
+(``closing``: that partial is about to become its final) starts at once, as a final would, and holds the others back
+while it runs, as a final does. The others wait in this order: sessions whose sentence shows nothing yet (their first
+words), then the least recently served. A running partial is not aborted for newer audio (on CPU that starved partials
+entirely), with one exception: once its speaker has paused after words it did not hear, it is
 restarted on all of them (``restart_partial``), because that decode is the one the sentence's lock waits for; a
 pause allows one restart. When its segment ends it is cancelled so that the final goes first, unless it
 already covers all of the segment's speech: then it *is* the final decode, and the session adopts it instead of
 starting the same work again (``adopt_partial``).
+
+Every decode is charged to the recognizer's measured load (``engine.stream.load``): how busy it is, what a partial
+costs in each encoder window, and so how often each session may have one (``partial_share``, ``partial_cost_s``): the
+recognizer's time that finals leave, split fairly among the sessions speaking, so that partials thin out evenly under
+load before a final has to wait.
 
 Files (uploads, ``SessionOptions.background``) decode behind all of that, at the recognizer's lowest priority:
 ``background`` runs at most ``max_background`` of their segments at once, never while a live final is in flight,
@@ -31,8 +37,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from engine.asr.transcriber import DecodeRequest, Transcriber, Transcript
+from engine.asr.transcriber import DecodeRequest, Priority, Transcriber, Transcript
 from engine.observe import EngineObserver
+from engine.stream.load import FINAL, RecognizerLoad
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +48,9 @@ LIVE_QUIET_S = 1.0  # live speech has paused once no partial was asked for in th
 # A client counts as alone once no other has asked for a partial in this long: longer than the pause between two
 # sentences, so that other speakers who have paused still count, and than a partial's interval under load.
 ALONE_AFTER_S = 3.0
+# However busy the finals keep the recognizer, partials together may still take this share of what they are given
+# (``partial_share``): a speaker keeps seeing words, less often.
+MIN_PARTIAL_PART = 0.25
 
 
 class PartialClient(Protocol):
@@ -58,6 +68,12 @@ class PartialClient(Protocol):
         """Its speaker paused: the next partial is probably its final, so it goes first."""
         ...
 
+    @property
+    def first_words(self) -> bool:
+        """Its open sentence shows no text yet: the next partial brings its first words (it goes before the partials
+        of sentences already on screen)."""
+        ...
+
     def partial_request(self) -> DecodeRequest | None:
         """The request for the session's newest audio (the client sets ``last_partial_started``), or None if a
         partial is no longer wanted."""
@@ -73,10 +89,16 @@ class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
     def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1,
-                 background_floor_s: float = BACKGROUND_FLOOR_S, observer: EngineObserver | None = None) -> None:
-        """``observer`` hears of every decode that finishes (``EngineObserver.decoded``)."""
+                 background_floor_s: float = BACKGROUND_FLOOR_S, observer: EngineObserver | None = None,
+                 load: RecognizerLoad | None = None,
+                 window_for: Callable[[float], float] | None = None) -> None:
+        """``observer`` hears of every decode that finishes (``EngineObserver.decoded``); ``load`` is charged with
+        every decode (a fresh one if None); ``window_for``: the encoder window (s) a request of that much audio (s)
+        decodes in (None: the audio's own length, for recognizers without windows)."""
         self.transcriber = transcriber
         self.observer = observer if observer is not None else EngineObserver()
+        self.load = load if load is not None else RecognizerLoad()
+        self._window_for = window_for
         self.max_inflight_partials = max(1, max_inflight_partials)
         self.max_background = max(1, max_background)
         self._background = 0  # file segments decoding now (slots handed to waiters included)
@@ -88,6 +110,7 @@ class DecodeScheduler:
         self._waiting: dict[str, PartialClient] = {}
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
+        self._closing: set[str] = set()  # sessions whose running partial started as closing (it holds partials back)
         self._asked: dict[str, float] = {}  # monotonic time each client last asked for a partial (``alone``)
         self._finals = 0
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
@@ -116,6 +139,28 @@ class DecodeScheduler:
             return False
         self._forget_quiet(time.monotonic())
         return all(sid == me for sid in self._asked)
+
+    def speaking(self) -> int:
+        """Sessions that asked for a partial in the last ``ALONE_AFTER_S``: those speaking now (their partials share
+        the recognizer)."""
+        self._forget_quiet(time.monotonic())
+        return len(self._asked)
+
+    def partial_share(self, total: float, per_session: float) -> float:
+        """The share of the recognizer's time one speaking session's partials may take: of ``total`` (the share all
+        partials and finals together may fill), what the finals leave now (at least ``MIN_PARTIAL_PART`` of it),
+        split evenly among the sessions speaking, and at most ``per_session``. 0 when ``total`` is 0 (no pacing)."""
+        if total <= 0:
+            return 0.0
+        left = max(total - self.load.busy(FINAL), MIN_PARTIAL_PART * total)
+        share = left / max(1, self.speaking())
+        return min(share, per_session) if per_session > 0 else share
+
+    def partial_cost_s(self, audio_s: float) -> float:
+        """The expected cost (recognizer seconds) of a partial decode of ``audio_s`` seconds of audio: the measured
+        cost of its encoder window (0 before anything was measured)."""
+        window = self._window_for(audio_s) if self._window_for is not None else audio_s
+        return self.load.cost_s(window)
 
     def _forget_quiet(self, now: float) -> None:
         """Drop from ``_asked`` the clients that have not asked for ``ALONE_AFTER_S`` (gone quiet, or closed)."""
@@ -153,6 +198,7 @@ class DecodeScheduler:
         ``closing``, so its new partial goes ahead of the others waiting."""
         self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
+        self._closing.discard(client.session_id)
         if entry is not None:
             entry[1].cancel()
         self.want_partial(client)
@@ -167,6 +213,7 @@ class DecodeScheduler:
         self._waiting.pop(client.session_id, None)
         self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
+        self._closing.discard(client.session_id)
         if entry is not None:
             entry[1].cancel()
         self._pump()
@@ -176,14 +223,26 @@ class DecodeScheduler:
         self._waiting.pop(client.session_id, None)
         self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
+        self._closing.discard(client.session_id)
         return entry[1] if entry else None
+
+    async def _decode(self, request: DecodeRequest) -> Transcript:
+        """One decode, charged to the recognizer's load (``engine.stream.load``) by its priority."""
+        ticket = self.load.begin(request.priority.name.lower())
+        window: float | None = None
+        try:
+            result = await self.transcriber.transcribe(request)
+            window = result.window_s if request.priority is Priority.PARTIAL else None
+            return result
+        finally:
+            self.load.end(ticket, window)
 
     async def final(self, request: DecodeRequest) -> Transcript:
         """Decode a closed segment at final priority. Partials wait while any final is in flight."""
         self._finals += 1
         self._live_at = time.monotonic()
         try:
-            return self._report(request, await self.transcriber.transcribe(request))
+            return self._report(request, await self._decode(request))
         finally:
             self._finals -= 1
             self._pump()
@@ -208,7 +267,7 @@ class DecodeScheduler:
                     self._background_waiting.remove(entry)
                 raise
         try:
-            return self._report(request, await self.transcriber.transcribe(request))
+            return self._report(request, await self._decode(request))
         finally:
             self._background -= 1
             self._pump()
@@ -255,8 +314,14 @@ class DecodeScheduler:
                 at = min(at, self._live_at + LIVE_QUIET_S)
             wait_s = max(0.0, at - now)
             self._floor_timer = asyncio.get_running_loop().call_later(wait_s, self._floor_reached)
-        while self._waiting and self._finals == 0 and len(self._running) < self.max_inflight_partials:
-            client = min(self._waiting.values(), key=lambda c: (not c.closing, c.last_partial_started))
+        while self._waiting:
+            client = min(self._waiting.values(), key=lambda c: (not c.closing, not c.first_words,
+                                                                 c.last_partial_started))
+            if not client.closing and (self._finals or self._closing
+                                       or len(self._running) >= self.max_inflight_partials):
+                # A closing partial is its sentence's final: it waits for no slot, as a final would not, and like a
+                # final it holds the other partials back while it runs (on a CPU they would share its cores).
+                break
             del self._waiting[client.session_id]
             request = client.partial_request()
             if request is None:
@@ -264,6 +329,8 @@ class DecodeScheduler:
             self.partials_started += 1
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)
+            if client.closing:
+                self._closing.add(client.session_id)
             task.add_done_callback(self._forget(client.session_id))
         for session_id in [s for s in self._idle_waiters if s not in self._waiting and s not in self._running]:
             for fut in self._idle_waiters.pop(session_id):
@@ -279,6 +346,7 @@ class DecodeScheduler:
             entry = self._running.get(session_id)
             if entry is not None and entry[1] is task:
                 del self._running[session_id]
+                self._closing.discard(session_id)
                 again = self._again.pop(session_id, None)
                 if again is not None:  # it asked meanwhile: its newest audio goes next
                     self._waiting[session_id] = again
@@ -288,7 +356,7 @@ class DecodeScheduler:
 
     async def _run_partial(self, client: PartialClient, request: DecodeRequest) -> Transcript | None:
         try:
-            result = await self.transcriber.transcribe(request)
+            result = await self._decode(request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -206,7 +206,7 @@ class Session:
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         audio = self.audio.slice(event.start, event.end)
-        self._finals.start(event, audio, handover, voice=self._voices.label)
+        self._finals.start(event, audio, handover, voice=self._voices.label, closed_at=self.endpointer.position)
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
 
     def _on_turn(self, at: int | None) -> None:
@@ -240,6 +240,11 @@ class Session:
     def closing(self) -> bool:
         """The speaker paused after the open segment's speech: its next partial is most likely its final."""
         return self._partials.closing
+
+    @property
+    def first_words(self) -> bool:
+        """Its open sentence shows no text yet: the next partial brings the first words."""
+        return self.endpointer.open_segment is not None and not self._partials.shown
 
     @property
     def last_partial_started(self) -> float:
@@ -293,6 +298,7 @@ class Session:
                 if not item.pending.shown:
                     self._observer.first_text(self._arrivals.since(closed.speech_start))
                 self._observer.locked(self._arrivals.since(closed.speech_end))
+                self._observer.lock_lag(self._arrivals.since(item.pending.closed_at), item.pending.speech_s)
         self.stats.sentences += len(locked)
         if locked or covered:
             self._post([item.sentence for item in locked], covered_end=covered)

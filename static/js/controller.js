@@ -8,6 +8,8 @@
  *   connecting    asking for the microphone, then setting up the first session
  *   live          the server said `ready`; captions flow
  *   reconnecting  a live connection dropped; new sessions are tried with backoff, the transcript is kept
+ *   full          the server is full (it refused the session with "busy"): tried again by itself after the wait
+ *                 the server asked for (Retry-After), for as long as the person wants captions
  *   stopping      `stop` sent; waiting for the final caption and `stopped`
  *   error         a failure that retrying cannot fix (or the first connection failed); detail says why
  */
@@ -24,6 +26,7 @@ export const State = Object.freeze({
   CONNECTING: "connecting",
   LIVE: "live",
   RECONNECTING: "reconnecting",
+  FULL: "full",
   STOPPING: "stopping",
   ERROR: "error",
 });
@@ -37,6 +40,8 @@ const STOP_TIMEOUT_MS = 15000;
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000, 30000];
 // A session that stayed live this long counts as healthy: the next drop starts the backoff afresh.
 const STABLE_LIVE_MS = 20000;
+// A full server that does not say when to try again (no Retry-After) is asked again after about this long.
+const FULL_RETRY_S = 10;
 
 /**
  * Events (CustomEvent, `detail` as listed):
@@ -279,6 +284,14 @@ export class CaptionController extends EventTarget {
           await this.#sleep(POLL_LOADING_MS);
           continue;
         }
+        if (err.code === "busy") {
+          // The server is full: it keeps its sessions on time rather than let this one make them all late. Wait as
+          // long as it asks (jittered, so that many pages do not come back at once), then try again; not a failure.
+          const waitMs = jitter((err.retryAfterS || FULL_RETRY_S) * 1000);
+          this.#setState(State.FULL, `${plainLanguage(err)} Trying again in ${Math.round(waitMs / 1000)} s…`);
+          await this.#sleep(waitMs);
+          continue;
+        }
         if (!wasLive || err.fatal) throw err;
         if (liveSince && Date.now() - liveSince >= STABLE_LIVE_MS) attempt = 0;
         this.#setState(State.RECONNECTING, `${plainLanguage(err)} Reconnecting…`);
@@ -456,8 +469,12 @@ export class CaptionController extends EventTarget {
 }
 
 function backoff(attempt) {
-  const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
-  return Math.round(base * (0.8 + Math.random() * 0.4));
+  return jitter(BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)]);
+}
+
+/** `ms` ±20 %, so that many pages waiting alike do not all come back at the same instant. */
+function jitter(ms) {
+  return Math.round(ms * (0.8 + Math.random() * 0.4));
 }
 
 function readinessError(ready) {

@@ -9,14 +9,16 @@ export class CaptionError extends Error {
   /**
    * @param {string} code    stable machine-readable reason ("busy", "mic-denied", ...)
    * @param {string} message detail from the server or the browser; may be empty
-   * @param {{status?: number, fatal?: boolean}} options  fatal: retrying cannot help (so no reconnect)
+   * @param {{status?: number, fatal?: boolean, retryAfterS?: number}} options  fatal: retrying cannot help (so no
+   *   reconnect); retryAfterS: the server said when to try again (its Retry-After), in seconds
    */
-  constructor(code, message = "", { status = 0, fatal = false } = {}) {
+  constructor(code, message = "", { status = 0, fatal = false, retryAfterS = 0 } = {}) {
     super(message || code);
     this.code = code;
     this.detail = message;
     this.status = status;
     this.fatal = fatal;
+    this.retryAfterS = retryAfterS;
   }
 
   /** Wrap anything thrown into a CaptionError, keeping CaptionErrors as they are. */
@@ -35,7 +37,7 @@ const PLAIN = {
   "mic-ended": "The microphone stopped sending sound (was it unplugged?). Press Start to try again.",
   insecure: "This page can only use the microphone over https (or on this computer via localhost).",
   unsupported: "This browser cannot stream audio to the server (WebRTC is missing or disabled).",
-  busy: "All caption sessions on this server are in use. Try again in a minute.",
+  busy: "The server is full: it is captioning as many speakers as it can keep on time. This page tries again by itself.",
   loading: "The speech model is still loading.",
   "model-failed": "The speech model failed to load on the server.",
   unreachable: "The captioning server cannot be reached. Check that it is running.",

@@ -207,13 +207,25 @@ export class Session extends EventTarget {
       const { code, message } = decodeHttpError(body, response.status);
       // A 4xx other than "busy" means this page and the server disagree: retrying would only repeat it.
       const fatal = response.status >= 400 && response.status < 500 && code !== "busy";
-      throw new CaptionError(code, message, { status: response.status, fatal });
+      const retryAfterS = retryAfter(response.headers.get("Retry-After"), body?.error?.retry_after_s);
+      throw new CaptionError(code, message, { status: response.status, fatal, retryAfterS });
     }
     if (!body || typeof body.sdp !== "string" || body.type !== "answer") {
       throw new CaptionError("bad-answer", "the offer's answer has no SDP");
     }
     return body;
   }
+}
+
+/** Seconds to wait before trying again, from a `Retry-After` header (seconds) or the error body's field; 0 if none. */
+function retryAfter(header, field) {
+  for (const value of [header, field]) {
+    const seconds = Number(value);
+    if (value !== null && value !== undefined && value !== "" && Number.isFinite(seconds) && seconds > 0) {
+      return Math.min(seconds, 600);
+    }
+  }
+  return 0;
 }
 
 /** Resolve when ICE gathering is complete or after `timeoutMs`, whichever comes first. */

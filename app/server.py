@@ -69,7 +69,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[DRAIN] = DrainReport()
     # ``auto``: the engine's capacity estimate (the engine exists once the app starts; offers come after that).
     app[ADMISSION] = Admission(config.max_sessions, capacity=lambda: app[ENGINE].capacity_estimate())
-    app[FILE_JOBS] = Admission(config.max_file_jobs)
+    app[FILE_JOBS] = Admission(config.max_file_jobs, what="file transcriptions")
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[METRICS].admission = app[ADMISSION]
     app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),

@@ -268,8 +268,9 @@ class CapacityConfig:
     session needs with its partials at their thinnest, from a warm-up measurement, then from the measured load."""
 
     # The share of the recognizer's time (and of the front end's cores) live sessions may fill at their thinnest; the
-    # rest absorbs bursts (several sentences ending at once).
-    target_busy: float = 0.85
+    # rest absorbs bursts (several sentences ending at once). At 0.85 five sessions of long noisy sentences were let in
+    # on a 2-core machine and their locks ran to 3 s (p95); at 0.75, four (docs/benchmarks.md).
+    target_busy: float = 0.75
     # The thinnest partial cadence counted on: a speaker still sees new words about this often when the server is full.
     thinnest_interval_s: float = 2.0
     # Finals running this late (from the segment's close to its lock, p90 over ``late_window_s``) while sessions are
@@ -277,8 +278,8 @@ class CapacityConfig:
     late_after_s: float = 1.0
     late_window_s: float = 30.0
     window_s: float = 60.0  # the measured load: the last this many seconds
-    # Live session-seconds of measurement before it replaces the warm-up's figure.
-    measured_after_s: float = 60.0
+    # Seconds of live speech (locked sentences) in the window before the measurement replaces the warm-up's figure.
+    measured_after_s: float = 30.0
     # A typical live speaker, for the warm-up's figure (read speech with pauses): speaking this share of the time, a
     # sentence every 1 / ``sentences_per_s`` seconds.
     speaking_fraction: float = 0.7

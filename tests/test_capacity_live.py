@@ -7,6 +7,7 @@ The bounds here are generous, for a shared CI machine; the figures the product i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiohttp
 import pytest
@@ -27,10 +28,16 @@ LOCK_BOUND_S = 5.0  # a sentence locks within this long after its speech ends (t
 
 async def test_past_capacity_new_sessions_are_refused_and_the_admitted_stay_on_time(engine: CaptionEngine) -> None:
     async with running_server(engine) as (url, app), aiohttp.ClientSession() as http:
+        admission = app[ADMISSION]
+        real = admission.capacity
+        assert real is not None
+        # The server's own estimate, the test's share of it at most: where it holds more than MOST - 2 sessions (a
+        # GPU), this test offers MOST and the estimate it sees is MOST - 2, so that it still sees refusals.
+        admission.capacity = lambda: dataclasses.replace(real(), sessions=min(real().sessions, MOST - 2))
         async with http.get(f"{url}/ready") as r:
             capacity = (await r.json())["capacity"]
         holds = capacity["sessions"]
-        offered = min(holds + 2, MOST)
+        offered = holds + 2
         clients = [CaptionClient(url, speech([CLIPS[i % len(CLIPS)], CLIPS[(i + 3) % len(CLIPS)]], gap_s=2.5)[0])
                    for i in range(offered)]
         outcomes = await asyncio.gather(*(c.connect() for c in clients), return_exceptions=True)
@@ -38,10 +45,10 @@ async def test_past_capacity_new_sessions_are_refused_and_the_admitted_stay_on_t
         refused = [o for o in outcomes if o is not None]
         try:
             assert admitted, outcomes
-            if offered > holds:  # it said how many it holds: the rest were turned away, saying when to come back
-                assert len(admitted) <= holds and refused, (capacity, outcomes)
-                assert all("503" in str(o) and "busy" in str(o) for o in refused), refused
-                assert app[ADMISSION].refused.get("full", 0) >= len(refused)
+            # It said how many it holds: the rest were turned away, saying when to come back.
+            assert len(admitted) <= holds and refused, (capacity, outcomes)
+            assert all("503" in str(o) and "busy" in str(o) for o in refused), refused
+            assert admission.refused.get("full", 0) >= len(refused)
             await asyncio.gather(*(c.until_played() for c in admitted))
             await asyncio.gather(*(c.stop() for c in admitted))
         finally:

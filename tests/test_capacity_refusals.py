@@ -31,6 +31,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def retry_after(refused: aiohttp.WSServerHandshakeError) -> str | None:
+    return refused.headers.get("Retry-After") if refused.headers is not None else None
+
+
 async def refused_handshake(http: aiohttp.ClientSession, url: str) -> aiohttp.WSServerHandshakeError:
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await http.ws_connect(url)
@@ -54,7 +58,7 @@ async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Applicati
                        ("openai", "/v1/realtime?intent=transcription"), ("funasr", "/funasr"),
                        ("funasr-port", f"ws://127.0.0.1:{funasr_port}/")):
         refused = await refused_handshake(http, path if path.startswith("ws") else ws_url + path)
-        out[name] = refused.status, (refused.headers or {}).get("Retry-After")
+        out[name] = refused.status, retry_after(refused)
     return out
 
 
@@ -98,7 +102,7 @@ async def test_the_operators_cap_is_the_streaming_apis_own_429(fake_engine: Capt
         for name, path in (("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000"),
                            ("openai", "/v1/realtime?intent=transcription")):
             refused = await refused_handshake(http, ws_url + path)
-            answers[name] = refused.status, (refused.headers or {}).get("Retry-After")
+            answers[name] = refused.status, retry_after(refused)
         assert answers == {"deepgram": (429, "10"), "openai": (429, "10")}, answers
         async with http.post(f"{url}/offer", json={"sdp": SDP, "type": "offer"}) as r:
             assert r.status == 503 and (await r.json())["error"]["reason"] == "limit"

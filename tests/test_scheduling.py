@@ -297,10 +297,11 @@ async def five_speakers_on_one_core(**partial: object) -> tuple[SharedCoreFake, 
     return fake, lags, results
 
 
+@pytest.mark.slow  # five sessions of real-time audio, with bounds in real seconds: full runs only
 async def test_five_speakers_on_one_core_share_it_evenly_and_lock_on_time() -> None:
     """Five sessions speaking at once on a recognizer that models one CPU core: partials come less often than the
     0.5 s cadence (each session's part of the core, and the core shared), about as often for every session, first
-    words show for every sentence within 1.5 s, and each sentence locks within a second of its segment's close (its
+    words show for every sentence within 2 s, and each sentence locks within 1.5 s of its segment's close (its
     closing decode runs in the pause, ahead of every partial: ``DecodeScheduler``)."""
     fake, lags, results = await five_speakers_on_one_core()
     assert all(r.sentences() for r in results)
@@ -312,8 +313,8 @@ async def test_five_speakers_on_one_core_share_it_evenly_and_lock_on_time() -> N
     assert len(counts) == 5 and counts[0] >= 2 and counts[-1] <= 2 * counts[0], starts
     gaps = [b - a for times in starts.values() for a, b in itertools.pairwise(times)]
     assert float(np.median(gaps)) >= 0.75, gaps
-    assert len(lags.lags) == 5 and max(lags.lags) <= 1.0, lags.lags
-    assert max(lags.first) <= 1.5, lags.first
+    assert len(lags.lags) == 5 and max(lags.lags) <= 1.5, lags.lags
+    assert max(lags.first) <= 2.0, lags.first
 
 
 async def test_a_closing_partial_waits_for_no_slot_and_first_words_go_first() -> None:

@@ -199,7 +199,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     try:
         admitted = await admit(app, request.query.get("room"))
     except Refused as exc:
-        code = "no_room" if exc.reason == "no_room" else "busy" if exc.retry_after_s else exc.reason
+        code = "busy" if exc.reason in ("full", "limit") else exc.reason  # (the same codes as POST /offer's)
         return web.json_response({"error": {"code": code, "message": str(exc), "reason": exc.reason}},
                                  status=404 if exc.reason == "no_room" else 503, headers=exc.headers)
     try:

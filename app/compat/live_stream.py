@@ -39,12 +39,10 @@ from engine import (
 )
 
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, STREAMS, Refusal, Slot
+from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, STREAMS, Refusal, Slot
 from ..rooms import ROOMS, Room, RoomPublisher
 
 log = logging.getLogger(__name__)
-
-_LOADING_RETRY_S = 10  # a stream refused while the model loads tries again after about this long
 
 
 class Refused(Exception):
@@ -80,7 +78,8 @@ async def admit(app: web.Application, room_id: str | None) -> Admitted:
     """Check that a stream may start; take its admission slot. Raises ``Refused``."""
     engine = app[ENGINE]
     if engine.state is not EngineState.READY:
-        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly", _LOADING_RETRY_S)
+        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly",
+                      LOADING_RETRY_AFTER_S)
     room = await app[ROOMS].get(room_id) if room_id else None
     if room_id and room is None:
         raise Refused("no_room", "there is no such room")

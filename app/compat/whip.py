@@ -31,14 +31,14 @@ from engine import EngineError, EngineNotReady, EngineState
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS, Refusal
+from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, METRICS, Refusal
 from ..responses import json_error
 from ..rooms import ROOMS
 from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
 
 log = logging.getLogger(__name__)
 
-_RETRY_AFTER_S = "10"
+_RETRY_AFTER_S = str(LOADING_RETRY_AFTER_S)  # while the model loads, or the engine would not open a session
 _CORS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, If-Match",

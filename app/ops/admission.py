@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 10  # a refused client tries again after about this long (sessions end, load changes, every few s)
 SHUTDOWN_RETRY_AFTER_S = 5  # ...and after a stop: a supervisor restarts the server, a balancer moves it elsewhere
+LOADING_RETRY_AFTER_S = 10  # ...and while the model loads (a minute or more on a CPU)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ class Admission:
     def auto(self) -> bool:
         """True when the limit is the server's own capacity estimate, not an operator's number."""
         return self.limit is None
+
+    def estimate(self) -> CapacityEstimate | None:
+        """The capacity estimate admission reads (None: it has none)."""
+        return self.capacity() if self.capacity is not None else None
 
     def admit(self) -> Slot | Refusal:
         """A slot, or why not. Never awaits: the check and the take are one step."""

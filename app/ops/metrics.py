@@ -184,8 +184,9 @@ class _Families:
     busy: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         f"{PREFIX}_recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)"))
     late: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_finals_late_seconds", "How late finals run: p90 of the last minute's lock lag (close to lock); "
-        "past the capacity's bound (1 s by default) new live sessions are refused"))
+        f"{PREFIX}_finals_late_seconds", "How late finals run: p90 of the last 30 s of lock lag (close to lock); "
+        "past the capacity's bound (1 s by default), with several sessions on a busy recognizer, new live sessions "
+        "are refused"))
     refused: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
         f"{PREFIX}_sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the "
         "server's capacity), limit (--max-sessions), shutting_down", labels=["reason"]))
@@ -220,7 +221,7 @@ class _LiveState(Collector):
             for value in EngineState:
                 f.state.add_metric([value.value], 1 if value is now else 0)
             if now is EngineState.READY:
-                self._capacity(f, engine, live)
+                self._capacity(f, engine)
         registry = self._metrics.rooms
         if registry is not None:
             counts = registry.snapshot_stats()
@@ -237,10 +238,9 @@ class _LiveState(Collector):
                 f.refused.add_metric([reason], admission.refused.get(reason, 0))
         return f.all()
 
-    def _capacity(self, f: _Families, engine: CaptionEngine, live: int) -> None:
+    def _capacity(self, f: _Families, engine: CaptionEngine) -> None:
         admission = self._metrics.admission
-        estimate = (admission.capacity() if admission is not None and admission.capacity is not None
-                    else engine.capacity_estimate())
+        estimate = (admission.estimate() if admission is not None else None) or engine.capacity_estimate()
         f.capacity.add_metric([estimate.source], estimate.sessions)
         f.busy.add_metric([], estimate.recognizer_busy)
         f.late.add_metric([], estimate.finals_late_s)

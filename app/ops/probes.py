@@ -40,8 +40,7 @@ async def ready(request: web.Request) -> web.Response:
     if engine.state is EngineState.READY:
         body["admitting"] = admission.check() is None
         body["max_sessions"] = "auto" if admission.auto else admission.limit
-        estimate = admission.capacity() if admission.capacity is not None else engine.capacity_estimate()
-        body["capacity"] = estimate.as_dict(admission.in_use)
+        body["capacity"] = (admission.estimate() or engine.capacity_estimate()).as_dict(admission.in_use)
     if engine.state is not EngineState.READY and engine.detail:
         body["detail"] = engine.detail
     return web.json_response(body, status=200 if body["ready"] else 503)

@@ -34,7 +34,7 @@ from engine.asr.windows import (
     tandem_repeat,
     window_samples,
 )
-from engine.config import TranscriberConfig
+from engine.config import FULL_WINDOW_S, TranscriberConfig
 from engine.errors import EngineNotReady, ModelError
 from engine.models.resolve import ModelSpec, resolve_model
 
@@ -137,9 +137,8 @@ class VllmTranscriber:
 
         tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
         request = DecodeRequest("warm-up", tone, Priority.FINAL)
-        windows = tuple(self.config.window_buckets_s)  # warmed whatever the mode: benches switch modes at run time
-        if self.config.window == "stock":
-            windows += (30.0,)
+        # Every window of the policy, and Whisper's full one, whatever the mode: benches switch modes at run time.
+        windows = tuple(sorted({*self.config.window_buckets_s, FULL_WINDOW_S}))
         for i, window in enumerate((windows[0], *windows)):
             await self._generate(request, f"warm-up-{i}", window, max_tokens=8)
         for window in windows:

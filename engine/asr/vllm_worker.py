@@ -15,10 +15,10 @@ class CpuThreads:
         """Run the model's operators on ``threads`` threads from the next engine step on; returns the count now in
         effect. torch's OpenMP pool keeps its threads: the ones not used sleep.
 
-        vLLM's CPU worker replaces ``torch.set_num_threads`` with a no-op once it has bound its threads (its warning
-        says so), because a count changed from outside would undo a binding to chosen cores. This project leaves
-        that binding off (``VLLM_CPU_OMP_THREADS_BIND`` unset: the worker runs inside the engine core, where vLLM binds
-        nothing), so the count is set with the function torch's own ``set_num_threads`` wraps."""
+        vLLM's CPU worker replaces ``torch.set_num_threads`` with a no-op as it starts (its warning says a count
+        changed after its thread binding would undo it). This project leaves that binding off
+        (``VLLM_CPU_OMP_THREADS_BIND`` unset: the worker runs inside the engine core, where vLLM binds nothing), so
+        the count is set through ``torch._C.set_num_threads``, the function ``torch.set_num_threads`` is."""
         import torch
 
         torch._C.set_num_threads(max(1, int(threads)))

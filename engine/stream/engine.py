@@ -42,11 +42,11 @@ _FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is
 _SAMPLE_S = 1.0  # how often the load sampler looks (capacity, threads)
 # A CPU recognizer runs on half the cores once several sessions speak and it is busy this share of the time (on 2
 # cores: 1 thread, ~30 % less CPU per session, decodes ~1.4x slower; docs/benchmarks.md "A full server stays on time"),
-# and on all of them again once it has been lighter than that, or one session alone has spoken, for a while: a
-# conversation's turns, or the slower decodes of one thread, do not flip the threads back and forth.
+# and on all of them again once it has been much lighter than that (or one session alone has spoken) for a while
+# without a break: a conversation's turns, or the slower decodes of one thread, do not flip the threads back and forth.
 _SHARED_BUSY = 0.6
 _ALONE_BUSY = 0.3
-_THREADS_BACK_AFTER_S = 5.0
+_THREADS_BACK_AFTER_S = 10.0
 
 
 class EngineState(StrEnum):
@@ -81,17 +81,19 @@ class CaptionEngine:
         # Whoever counts what the engine does (metrics): add an ``engine.observe.EngineObserver`` here.
         self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
-        self.recognizer_load = RecognizerLoad()
+        # ``vllm serve`` instances decode side by side, each as fast as one engine.
+        self.recognizer_load = RecognizerLoad(parallel=max(1, len(config.transcriber.asr_urls)))
         self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers,
                                          load=self.recognizer_load, window_for=self._window_for)
         # (its front_cores are set in ``start``, once the recognizer's device is known)
-        self.capacity = Capacity(config.capacity, self.recognizer_load, front_cores=1.0)
+        self.capacity = Capacity(config.capacity, self.recognizer_load, front_cores=1.0,
+                                 most=config.vad.max_sessions, window_for=self._window_for)
         self.observers.add(self.capacity)
         self._sampler_task: asyncio.Task[None] | None = None
         # A CPU recognizer's threads while one session speaks, and while several do (0: left as they are).
         self.threads_alone = 0
         self.threads_shared = 0
-        self._several_at = float("-inf")  # monotonic time several sessions last spoke
+        self._light_since = float("inf")  # since when the recognizer has been light (one speaker, or idle enough)
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
         # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
@@ -142,6 +144,8 @@ class CaptionEngine:
                 await self.speakers.start()
             await self.transcriber.start()
             await self._start_aligner()
+            device = getattr(self.transcriber, "device", "cpu")
+            self._plan_capacity(device)
         except asyncio.CancelledError:
             self._state = EngineState.FAILED
             raise
@@ -149,14 +153,12 @@ class CaptionEngine:
             self._state = EngineState.FAILED
             self._detail = str(exc)
             raise EngineNotReady("failed", self._detail) from exc
-        device = getattr(self.transcriber, "device", "cpu")
         if self.config.partial.max_inflight == 0 and device == "cuda":
             self.scheduler.max_inflight_partials = 32  # a GPU batches partials almost for free
         elif self.config.partial.max_inflight == 0 and device == "remote":
             # Each instance as many as one CPU engine takes; GPU instances take more (PartialConfig.max_inflight).
             self.scheduler.max_inflight_partials = 2 * len(self.config.transcriber.asr_urls)
         self.load_s = time.monotonic() - t0
-        self._plan_capacity(device)
         self._state = EngineState.READY
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         self._sampler_task = asyncio.create_task(self._sample(), name="engine-load-sampler")
@@ -171,14 +173,12 @@ class CaptionEngine:
         return float(policy.window_for(audio_s)) if policy is not None else 30.0
 
     def _plan_capacity(self, device: str) -> None:
-        """Seed the load and the capacity with the recognizer's warm-up timing, and say how many cores the front end
-        (this process) has: on a CPU machine those the recognizer leaves it under load; ``vllm serve`` instances
-        count as that many recognizers."""
+        """Seed the load with the recognizer's warm-up timing, say how many cores the front end (this process) has
+        (on a CPU machine, those the recognizer leaves it under load), and whether a CPU recognizer's threads follow
+        the load (``_adapt_threads``)."""
         from engine.asr.cpu import available_cores, shared_cpu_threads
 
-        costs = self.transcriber.warm_costs
-        self.recognizer_load.seed(costs)
-        self.capacity.warmed_up(costs)
+        self.recognizer_load.seed(getattr(self.transcriber, "warm_costs", {}))  # (a recognizer may time none)
         cores = available_cores()
         if device == "cpu":
             # (Only a recognizer that says how many threads it runs can be given more or fewer: vLLM's CPU engine;
@@ -186,47 +186,51 @@ class CaptionEngine:
             if self.config.transcriber.cpu_threads == 0 and getattr(self.transcriber, "cpu_threads", 0) > 0 \
                     and cores > 1 and "OMP_NUM_THREADS" not in os.environ:
                 self.threads_alone, self.threads_shared = cores, shared_cpu_threads(cores)
-            engine_threads = self.threads_shared or self.config.transcriber.cpu_threads or cores
+            fixed = self.config.transcriber.cpu_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+            engine_threads = self.threads_shared or fixed or cores
             self.capacity.front_cores = max(1, cores - engine_threads) if cores > 1 else 0.5
         else:
             self.capacity.front_cores = cores
-        if device == "remote":
-            self.capacity.recognizers = max(1, len(self.config.transcriber.asr_urls))
 
     async def _sample(self) -> None:
-        """Once a second: the load for the capacity estimate, and a CPU recognizer's threads."""
+        """Once a second: the load for the capacity estimate, and a CPU recognizer's threads. Nothing here may end the
+        loop but the engine's own end: a failure is logged and the next second tries again."""
         while self._state is EngineState.READY:
             await asyncio.sleep(_SAMPLE_S)
-            speaking = self.scheduler.speaking()
-            self.capacity.sample(self.live_sessions)
             try:
-                await self._adapt_threads(speaking)
+                speaking = self.scheduler.speaking()
+                self.capacity.sample(self.live_sessions)
+                await asyncio.wait_for(self._adapt_threads(speaking), _SAMPLE_S * 2)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the recognizer is going away: its watch reports that
-                log.debug("could not change the recognizer's threads: %r", exc)
+            except Exception as exc:  # (a recognizer on its way out: its watch reports that)
+                log.debug("load sampler: %r", exc)
 
     async def _adapt_threads(self, speaking: int) -> None:
         """A CPU recognizer's threads (``engine.asr.cpu``): all cores while it has time to spare; half of them once
         several sessions speak and keep it busy (``_SHARED_BUSY``): the second thread then speeds a decode up less than
         it costs, and the server process's VAD, speaker and WebRTC work needs the cores. Back to all cores once one
-        session speaks, or the recognizer is idle enough (``_ALONE_BUSY``), for ``_THREADS_BACK_AFTER_S``."""
+        session alone has spoken, or the recognizer has stayed idle enough (``_ALONE_BUSY``), for
+        ``_THREADS_BACK_AFTER_S`` without a break."""
         if not self.threads_alone:
             return
         now = time.monotonic()
         busy = self.recognizer_load.busy()
         current = getattr(self.transcriber, "cpu_threads", 0)
-        if speaking > 1 and busy >= _SHARED_BUSY:
-            self._several_at = now
-        light = speaking <= 1 or busy < _ALONE_BUSY
-        if current != self.threads_shared:
-            want = self.threads_shared if self._several_at == now else self.threads_alone
+        loaded = speaking > 1 and busy >= _SHARED_BUSY
+        if speaking <= 1 or busy < _ALONE_BUSY:
+            self._light_since = min(self._light_since, now)
         else:
-            want = self.threads_alone if light and now - self._several_at >= _THREADS_BACK_AFTER_S else current
-        if want != current:
+            self._light_since = float("inf")
+        if current != self.threads_shared:
+            want = self.threads_shared if loaded else current
+        else:
+            want = self.threads_alone if now - self._light_since >= _THREADS_BACK_AFTER_S else current
+        if want and want != current:
             got = await self.transcriber.set_cpu_threads(want)  # type: ignore[attr-defined]
-            log.info("recognizer threads %d -> %d (%d sessions speaking, recognizer %.0f %% busy)", current, got,
-                     speaking, 100 * busy)
+            if got:
+                log.info("recognizer threads %d -> %d (%d sessions speaking, recognizer %.0f %% busy)", current, got,
+                         speaking, 100 * busy)
 
     @property
     def live_sessions(self) -> int:

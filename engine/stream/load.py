@@ -1,13 +1,15 @@
 """How busy the shared recognizer is, measured from the decodes themselves.
 
 The scheduler tells ``RecognizerLoad`` when each decode starts and ends (``begin``/``end``). The wall time during which
-k decodes are in flight is shared equally among them (processor sharing: on a CPU the requests of one engine step share
-its cores; on a GPU a batched step costs about what one request costs, and each request is charged its part), so each
-decode is charged about what it would have cost alone on a CPU, and less where batching is cheap. From those charges:
+k decodes are in flight on ``parallel`` recognizers (one in-process engine; several ``vllm serve`` instances) is shared
+equally among them when k > ``parallel`` (processor sharing: on a CPU the requests of one engine step share its cores),
+so each decode is charged about what it would have cost alone, however many ran beside it. On a GPU a batched step
+costs about what one request costs, so there each decode is charged less than it would alone: the recognizer's measured
+need is then an upper bound (and the front end's CPU usually limits first). From those charges:
 
 - ``charged_s(kind)``: every second charged so far to decodes of that kind (a counter: windows are the reader's);
-- ``busy(kind)``: the recent share of wall time charged to that kind (an exponential average over ``tau_s``); with no
-  kind, the recognizer's recent busy share;
+- ``busy(kind)``: the recent share of the recognizers' time charged to that kind (an exponential average over
+  ``tau_s``); with no kind, their recent busy share (0-1);
 - ``cost_s(window_s)``: what one partial decode in that encoder window costs, smoothed; seeded with the recognizer's
   own timing at warm-up (``seed``), so that the first speaker is paced on a measurement, not a guess.
 
@@ -42,9 +44,11 @@ class Ticket:
 class RecognizerLoad:
     """The recognizer's busy time and each decode's cost, from ``begin``/``end`` calls; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, tau_s: float = TAU_S) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, tau_s: float = TAU_S, parallel: int = 1) -> None:
+        """``parallel``: recognizers that decode side by side (``vllm serve`` instances), each as fast as one."""
         self._clock = clock
         self._tau_s = tau_s
+        self.parallel = max(1, parallel)
         self._last = clock()
         self._inflight: list[Ticket] = []
         self._charged = dict.fromkeys(KINDS, 0.0)
@@ -89,14 +93,15 @@ class RecognizerLoad:
         shares = dict.fromkeys(KINDS, 0.0)
         if n:
             self.busy_s += dt
-            each = dt / n
+            each = dt * min(1.0, self.parallel / n)
             for ticket in self._inflight:
                 ticket.charged_s += each
                 self._charged[ticket.kind] += each
                 shares[ticket.kind] += each
         decay = math.exp(-dt / self._tau_s)
         for kind in KINDS:
-            self._recent[kind] = self._recent[kind] * decay + (shares[kind] / dt) * (1.0 - decay)
+            rate = shares[kind] / (dt * self.parallel)
+            self._recent[kind] = self._recent[kind] * decay + rate * (1.0 - decay)
 
     # ---- what the load is -----------------------------------------------------------------------------------
     def charged_s(self, kind: str | None = None) -> float:
@@ -109,13 +114,18 @@ class RecognizerLoad:
         return self._decodes[kind]
 
     def busy(self, kind: str | None = None) -> float:
-        """The recent share of wall time (0-1) charged to decodes of ``kind`` (all kinds: None)."""
+        """The recent share of the recognizers' time (0-1) charged to decodes of ``kind`` (all kinds: None)."""
         self._advance()
         return min(1.0, sum(self._recent.values()) if kind is None else self._recent[kind])
 
     @property
     def inflight(self) -> int:
         return len(self._inflight)
+
+    @property
+    def measured(self) -> bool:
+        """True once any decode's cost is known (from the warm-up or live)."""
+        return bool(self._costs)
 
     # ---- what a partial costs -------------------------------------------------------------------------------
     def seed(self, costs: Mapping[float, float]) -> None:

@@ -228,6 +228,8 @@ class Partials:
             interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self._endpointer.speech_end > self._audio_end
+        if new_speech:
+            self._scheduler.note_speaking(self._client)  # (it speaks, however seldom its partials are due)
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
                 and self._clock() - self.last_started >= interval):
             running = self._scheduler.running_partial(self._client)

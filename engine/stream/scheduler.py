@@ -111,7 +111,9 @@ class DecodeScheduler:
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
         self._closing: set[str] = set()  # sessions whose running partial started as closing (it holds partials back)
-        self._asked: dict[str, float] = {}  # monotonic time each client last asked for a partial (``alone``)
+        # Monotonic time each client last spoke: had new speech in its open segment (``note_speaking``), or asked for
+        # a partial. ``alone``, ``speaking``: a paced session asks seldom under load, but speaks all the same.
+        self._asked: dict[str, float] = {}
         self._finals = 0
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
         self.partials_started = 0
@@ -140,9 +142,15 @@ class DecodeScheduler:
         self._forget_quiet(time.monotonic())
         return all(sid == me for sid in self._asked)
 
+    def note_speaking(self, client: PartialClient) -> None:
+        """The client's open segment has new speech (whether or not a partial is due): it counts as speaking
+        (``speaking``, ``alone``) and live speech holds files back (``background``)."""
+        now = time.monotonic()
+        self._live_at = self._asked[client.session_id] = now
+
     def speaking(self) -> int:
-        """Sessions that asked for a partial in the last ``ALONE_AFTER_S``: those speaking now (their partials share
-        the recognizer)."""
+        """Sessions that spoke (``note_speaking``) or asked for a partial in the last ``ALONE_AFTER_S``: those speaking
+        now (their partials share the recognizer)."""
         self._forget_quiet(time.monotonic())
         return len(self._asked)
 
@@ -219,12 +227,23 @@ class DecodeScheduler:
         self._pump()
 
     def adopt_partial(self, client: PartialClient) -> asyncio.Task[Transcript | None] | None:
-        """Take over the client's running partial as its final decode (see ``final_of``); None if none runs."""
+        """Take over the client's running partial as its final decode (see ``final_of``); None if none runs. From
+        now until it ends it counts as a final in flight (partials wait for it)."""
         self._waiting.pop(client.session_id, None)
         self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
         self._closing.discard(client.session_id)
-        return entry[1] if entry else None
+        if entry is None:
+            return None
+        task = entry[1]
+        self._finals += 1
+
+        def done(_task: asyncio.Task[Transcript | None]) -> None:
+            self._finals -= 1
+            self._pump()
+
+        task.add_done_callback(done)
+        return task
 
     async def _decode(self, request: DecodeRequest) -> Transcript:
         """One decode, charged to the recognizer's load (``engine.stream.load``) by its priority."""
@@ -289,14 +308,11 @@ class DecodeScheduler:
         self.observer.decoded(request.priority.name.lower(), result.window_s, result.decode_s, result.fallbacks)
         return result
 
-    async def final_of(self, adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
-        """Await an adopted partial as a final (it counts as a final in flight). None if that decode failed."""
-        self._finals += 1
-        try:
-            return await adopted
-        finally:
-            self._finals -= 1
-            self._pump()
+    @staticmethod
+    async def final_of(adopted: asyncio.Task[Transcript | None]) -> Transcript | None:
+        """Await an adopted partial as a final (``adopt_partial``: it counts as a final in flight until it ends).
+        None if that decode failed."""
+        return await adopted
 
     def _pump(self) -> None:
         while self._background_waiting and self._background_may_start(self._background_waiting[0][1]):

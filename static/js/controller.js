@@ -253,7 +253,10 @@ export class CaptionController extends EventTarget {
       try {
         await this.#awaitModel(run);
         if (!this.#isCurrent(run)) return;
-        if (!wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
+        // (A page waiting for a full server says so until the server's answer changes.)
+        if (this.#state === State.FULL) {
+          // keep it
+        } else if (!wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
         else if (this.#state !== State.RECONNECTING) this.#setState(State.RECONNECTING, "Reconnecting…");
 
         const session = new Session({
@@ -288,7 +291,8 @@ export class CaptionController extends EventTarget {
           // The server is full: it keeps its sessions on time rather than let this one make them all late. Wait as
           // long as it asks (jittered, so that many pages do not come back at once), then try again; not a failure.
           const waitMs = jitter((err.retryAfterS || FULL_RETRY_S) * 1000);
-          this.#setState(State.FULL, `${plainLanguage(err)} Trying again in ${Math.round(waitMs / 1000)} s…`);
+          const why = err.reason === "shutting_down" ? new CaptionError("restarting") : err;
+          this.#setState(State.FULL, `${plainLanguage(why)} Trying again in ${Math.round(waitMs / 1000)} s…`);
           await this.#sleep(waitMs);
           continue;
         }

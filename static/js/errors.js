@@ -9,16 +9,18 @@ export class CaptionError extends Error {
   /**
    * @param {string} code    stable machine-readable reason ("busy", "mic-denied", ...)
    * @param {string} message detail from the server or the browser; may be empty
-   * @param {{status?: number, fatal?: boolean, retryAfterS?: number}} options  fatal: retrying cannot help (so no
-   *   reconnect); retryAfterS: the server said when to try again (its Retry-After), in seconds
+   * @param {{status?: number, fatal?: boolean, retryAfterS?: number, reason?: string}} options  fatal: retrying
+   *   cannot help (so no reconnect); retryAfterS: the server said when to try again (its Retry-After), in seconds;
+   *   reason: the server's finer reason, if it gave one (a "busy" server is "full", at its "limit" or "shutting_down")
    */
-  constructor(code, message = "", { status = 0, fatal = false, retryAfterS = 0 } = {}) {
+  constructor(code, message = "", { status = 0, fatal = false, retryAfterS = 0, reason = "" } = {}) {
     super(message || code);
     this.code = code;
     this.detail = message;
     this.status = status;
     this.fatal = fatal;
     this.retryAfterS = retryAfterS;
+    this.reason = reason;
   }
 
   /** Wrap anything thrown into a CaptionError, keeping CaptionErrors as they are. */
@@ -38,6 +40,7 @@ const PLAIN = {
   insecure: "This page can only use the microphone over https (or on this computer via localhost).",
   unsupported: "This browser cannot stream audio to the server (WebRTC is missing or disabled).",
   busy: "The server is full: it is captioning as many speakers as it can keep on time. This page tries again by itself.",
+  restarting: "The server is restarting. This page tries again by itself.",
   loading: "The speech model is still loading.",
   "model-failed": "The speech model failed to load on the server.",
   unreachable: "The captioning server cannot be reached. Check that it is running.",

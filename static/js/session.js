@@ -208,7 +208,8 @@ export class Session extends EventTarget {
       // A 4xx other than "busy" means this page and the server disagree: retrying would only repeat it.
       const fatal = response.status >= 400 && response.status < 500 && code !== "busy";
       const retryAfterS = retryAfter(response.headers.get("Retry-After"), body?.error?.retry_after_s);
-      throw new CaptionError(code, message, { status: response.status, fatal, retryAfterS });
+      const reason = typeof body?.error?.reason === "string" ? body.error.reason : "";
+      throw new CaptionError(code, message, { status: response.status, fatal, retryAfterS, reason });
     }
     if (!body || typeof body.sdp !== "string" || body.type !== "answer") {
       throw new CaptionError("bad-answer", "the offer's answer has no SDP");

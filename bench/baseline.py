@@ -55,9 +55,10 @@ PARTIAL_INTERVAL_S = 0.48
 #   150 ms while no other session decodes, else 300).
 # engine-first240: a segment's first partial once 240 ms of speech is in (the engine: 200 ms; 240 before 2026-11-27).
 # engine-jitter4 / engine-nofec: the engine, receiving through aiortc's jitter buffer / without decoding in-band FEC.
-# engine-unbounded: the engine as it ran before it knew its capacity (2026-11-28): every session admitted (the bench
-#   server's cap of 256), partials paced by their own decode time alone (``PartialConfig.recognizer_share`` 0), and a
-#   CPU recognizer on every core however many sessions speak.
+# engine-unbounded: the engine with admission, pacing and threads as before it knew its capacity (2026-11-28): every
+#   session admitted (the bench server's cap of 256), partials paced by their own decode time alone
+#   (``PartialConfig.recognizer_share`` 0), and a CPU recognizer on every core however many sessions speak (the order
+#   partials decode in, closing decodes and first words first, is the new one in every mode).
 # engine-nopace / engine-threads2: the engine without one of those: partials not paced by their cost and the sessions'
 #   shares / the CPU recognizer on every core always (admission by capacity stays).
 MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",

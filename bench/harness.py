@@ -145,6 +145,40 @@ async def get_json(http: aiohttp.ClientSession, url: str, method: str = "GET") -
         return body
 
 
+_PROBE = """
+import json, sys, threading, time, urllib.request
+url, stop, out = sys.argv[1], threading.Event(), []
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+while not stop.is_set():
+    t0 = time.perf_counter()
+    urllib.request.urlopen(url, timeout=10).read()
+    out.append((time.perf_counter() - t0) * 1000)
+    time.sleep(0.1)
+print(json.dumps(out))
+"""
+
+
+class HealthProbe:
+    """A process of its own that asks a URL (``/health``) every 0.1 s until ``stop``, which returns each answer's
+    time in ms: the bench process itself is too busy with its clients to time the server's answers."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    @classmethod
+    async def start(cls, url: str) -> HealthProbe:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _PROBE, url, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE)
+        return cls(proc)
+
+    async def stop(self) -> list[float]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.close()
+        out = await self._proc.stdout.read()
+        await self._proc.wait()
+        return [float(ms) for ms in json.loads(out or b"[]")]
+
+
 @dataclass
 class Run:
     """N clients streamed together: the clients and when they were all live."""

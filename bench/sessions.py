@@ -62,7 +62,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import postgres
 from bench.baseline import MODES
 from bench.clips import CACHE_DIR, CLIP_SETS, session_clip
-from bench.harness import CpuTrace, ServerProcess, bench_server, get_json, pct, run_clients
+from bench.harness import CpuTrace, HealthProbe, ServerProcess, bench_server, get_json, pct, run_clients
 from bench.metrics import merge, print_markdown_table, session_metrics
 from bench.remote_viewer import RemoteViewer, StableDelays, follow, stable_delays, stop
 from engine.config import ENDPOINT_PRESETS
@@ -134,6 +134,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
     losses_before = await loss_counters(http, server.base_url)
     capacity = await ready_capacity(http, server.base_url)
+    prober = await HealthProbe.start(f"{server.base_url}/health")
     try:
         run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
                                 offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss,
@@ -141,6 +142,7 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
         if remote is not None:
             await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
+        health_ms = await prober.stop()
         await stop(readers)
     stats = await get_json(http, f"{server.base_url}/bench/stats")
     endpoint = ENDPOINT_PRESETS[args.preset]
@@ -155,6 +157,9 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     row["capacity_source"] = capacity.get("source")
     row["capacity_after"] = (await ready_capacity(http, server.base_url)).get("sessions")
     row["retry_after_s"] = [c.refused.retry_after_s for c in run.clients if c.refused is not None][:1]
+    # /health, asked every 0.1 s through the step by a process of its own (this one is busy with the clients).
+    row["health_ms_p50"], row["health_ms_p99"] = pct(health_ms, 50), pct(health_ms, 99)
+    row["health_ms_max"] = max(health_ms, default=float("nan"))
     row["window_s"] = round(window, 1)
     row["wall_s"] = round(run.t1 - run.t0, 1)
     row["lock_wait_s_total"] = stats["lock_wait_s"]
@@ -221,7 +226,8 @@ COLUMNS = [("mode", "mode", "{}"), ("offered", "offered", "{:d}"), ("capacity", 
            ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
            ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
            ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
-           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"), ("held", "held", "{}"),
+           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"),
+           ("health_ms_p99", "/health p99 ms", "{:.0f}"), ("held", "held", "{}"),
            ("on_time", "on time", "{}")]
 
 

@@ -268,10 +268,10 @@ class CapacityConfig:
     session needs with its partials at their thinnest, from a warm-up measurement, then from the measured load."""
 
     # The share of the recognizer's time (and of the front end's cores) live sessions may fill at their thinnest; the
-    # rest absorbs bursts (several sentences ending at once), and what a measurement at light load misses (a CPU
-    # recognizer's decodes are ~1.4x slower on the half of its cores it keeps under load). At 0.75 and above, five
-    # sessions of long noisy sentences were let in on a 2-core machine, their locks ran to 2.5-3 s (p95) and 9 % of
-    # their tentative words changed (docs/benchmarks.md, "A full server stays on time").
+    # rest absorbs bursts (several sentences ending at once), a measurement's error (a session either way from one
+    # minute to the next), and what a measurement at light load misses (a CPU recognizer's decodes are ~1.4x slower on
+    # the half of its cores it keeps under load). On a 2-core machine: 4 sessions, where 0.75 let in a fifth of long
+    # noisy speech (docs/benchmarks.md, "A full server stays on time").
     target_busy: float = 0.7
     # The thinnest partial cadence counted on: a speaker still sees new words about this often when the server is full.
     thinnest_interval_s: float = 2.0

@@ -92,20 +92,24 @@ async def test_the_recognizer_gets_every_core_for_one_speaker_and_half_for_sever
         assert fake.asked == []  # several, but the recognizer has time to spare: still every core
         busy[0] = 0.7
         await engine._adapt_threads(speaking=3)
-        assert fake.asked == [2]  # several keep it busy: half, at once
+        assert fake.asked == []  # several keep it busy: half, once they have for a while (a turn is not a load)
+        engine._loaded_since -= 5.0
+        await engine._adapt_threads(speaking=3)
+        assert fake.asked == [2]
         busy[0] = 0.2
         await engine._adapt_threads(speaking=1)
         assert fake.asked == [2]  # a turn in a conversation, a lull: not back yet
+        engine._light_since -= 9.0
         busy[0] = 0.7
-        await engine._adapt_threads(speaking=3)  # busy again: the lull is over
+        await engine._adapt_threads(speaking=3)  # busy again for a moment: the light spell is broken
         busy[0] = 0.2
         await engine._adapt_threads(speaking=3)
-        engine._light_since -= 9.0
-        await engine._adapt_threads(speaking=3)
-        assert fake.asked == [2]  # light for 9 s only
         engine._light_since -= 2.0
         await engine._adapt_threads(speaking=3)
-        assert fake.asked == [2, 4]  # light for over 10 s without a break: every core again
+        assert fake.asked == [2]  # light for 2 s since the break (11 s since it first was)
+        engine._light_since -= 8.0
+        await engine._adapt_threads(speaking=3)
+        assert fake.asked == [2, 4]  # light for 10 s without a break: every core again
     finally:
         await engine.close()
 

@@ -339,6 +339,46 @@ async def test_a_closing_partial_waits_for_no_slot_and_first_words_go_first() ->
     assert [rid for rid, _, _ in fake.started] == ["a-p1", "d-p1", "c-p1", "b-p1"]
 
 
+async def test_a_session_speaking_counts_though_no_partial_of_it_is_due() -> None:
+    """Paced partials come seldom under load: a session counts as speaking while it has new speech
+    (``note_speaking``), not only when it asks for a partial, so the shares stay even."""
+    from engine.stream.scheduler import ALONE_AFTER_S, DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.05)
+    await fake.start()
+    scheduler = DecodeScheduler(fake, 2)
+    a, b = _Speaker("a", scheduler, False), _Speaker("b", scheduler, False)
+    scheduler.note_speaking(a)  # type: ignore[arg-type]
+    scheduler.note_speaking(b)  # type: ignore[arg-type]
+    assert scheduler.speaking() == 2 and not scheduler.alone(a)  # type: ignore[arg-type]
+    assert scheduler.partial_share(0.8, 0.5) == pytest.approx(0.4)
+    assert fake.started == []  # nothing was decoded for it
+    await asyncio.sleep(ALONE_AFTER_S + 0.1)
+    assert scheduler.speaking() == 0
+
+
+async def test_an_adopted_partial_holds_the_others_back_as_a_final_does() -> None:
+    """The moment a running partial is adopted as its sentence's final it counts as a final in flight: another
+    session's partial waits for it to end (``adopt_partial``)."""
+    from engine.stream.scheduler import DecodeScheduler
+
+    fake = FakeTranscriber(delay_s=0.3)
+    await fake.start()
+    scheduler = DecodeScheduler(fake, max_inflight_partials=2)
+    a, b = _Speaker("a", scheduler, False), _Speaker("b", scheduler, False)
+    scheduler.want_partial(a)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    adopted = scheduler.adopt_partial(a)  # type: ignore[arg-type]
+    assert adopted is not None and scheduler.finals_inflight == 1
+    scheduler.want_partial(b)  # type: ignore[arg-type]  # a slot is free, but a final is decoding
+    await asyncio.sleep(0.05)
+    assert [rid for rid, _, _ in fake.started] == ["a-p1"]
+    assert await scheduler.final_of(adopted) is not None
+    await asyncio.sleep(0.01)
+    assert scheduler.finals_inflight == 0 and [rid for rid, _, _ in fake.started] == ["a-p1", "b-p1"]
+    await scheduler.idle(b)  # type: ignore[arg-type]
+
+
 async def test_a_sessions_partials_take_its_share_of_the_recognizer() -> None:
     """``partial_share``: what finals leave of ``recognizer_share``, split among the sessions speaking, at most
     ``session_share`` for one; ``partial_cost_s``: the measured cost of the request's encoder window."""

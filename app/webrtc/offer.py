@@ -12,7 +12,7 @@ from engine import EngineError, EngineNotReady, EngineState, ErrorCode
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS, Refusal
+from ..ops import ADMISSION, METRICS, RETRY_AFTER_S, Refusal
 from ..responses import json_error
 from ..rooms import ROOMS, StoreError
 from . import stun_turn
@@ -77,8 +77,8 @@ async def offer(request: web.Request) -> web.Response:
         peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS])
     except EngineNotReady as exc:
         return json_error(503, ErrorCode.ENGINE, str(exc))
-    except EngineError as exc:
-        return json_error(503, ErrorCode.BUSY, str(exc))
+    except EngineError as exc:  # (every VAD row taken: the engine's own limit)
+        return Refusal("full", str(exc), RETRY_AFTER_S).response()
     try:
         answer = await peer.accept(params["sdp"], "offer")
     except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use

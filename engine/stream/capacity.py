@@ -11,9 +11,10 @@ cores it has (VAD, speaker embeddings, word alignment, WebRTC: its process CPU p
 - before enough live speech has been measured (``measured_after_s`` seconds of locked sentences), from the recognizer's
   cost of one decode in each window (its warm-up, ``RecognizerLoad.cost_s``) and a typical speaker
   (``speaking_fraction``, ``sentences_per_s``): ``source`` "warm-up";
-- from then on, from what the speech of the last ``window_s`` actually cost, per second of speech, for a session that
-  speaks at least as much as the typical speaker (silent sessions, a kiosk waiting for its meeting, do not make the
-  others look cheap): ``source`` "measured" (kept when the server goes quiet, until new measurements replace it).
+- from then on, from what the speech of the last ``window_s`` actually cost the recognizer, per second of speech, for
+  a session that speaks at least as much as the typical speaker (silent sessions, a kiosk waiting for its meeting, do
+  not make the others look cheap), and the front end's CPU per live session-second: ``source`` "measured" (kept when
+  the server goes quiet, until new measurements replace it).
 
 It is never more than ``most`` (the VAD's rows), and that many while nothing at all is known of the recognizer's cost.
 Whatever the estimate, when finals run late (from a segment's close to its lock, p90 over ``late_window_s``, past
@@ -139,9 +140,11 @@ class Capacity(EngineObserver):
                         else self.load.cost_s(self._window_for(4.0)))
         needed = sum(PARTIALS_PER_SENTENCE + s / cfg.thinnest_interval_s for _lag, s in locks)
         per_speech_s = ((last.final_s - first.final_s) + partial_cost * needed) / speech_s
-        # A session speaks this share of its time: as measured, but never less than a typical speaker does.
+        # A session speaks this share of its time: as measured, but never less than a typical speaker does. (The
+        # front end's CPU is taken per session-second as it is: most of it, VAD, Opus and the event loop, is paid
+        # whether the session speaks or not.)
         speaking = max(min(1.0, speech_s / session_s), cfg.speaking_fraction)
-        front = (last.front_cpu_s - first.front_cpu_s) / session_s * max(1.0, speaking * session_s / speech_s)
+        front = (last.front_cpu_s - first.front_cpu_s) / session_s
         return per_speech_s * speaking, front
 
     def _prior(self) -> float:

@@ -46,7 +46,18 @@ _SAMPLE_S = 1.0  # how often the load sampler looks (capacity, threads)
 # without a break: a conversation's turns, or the slower decodes of one thread, do not flip the threads back and forth.
 _SHARED_BUSY = 0.6
 _ALONE_BUSY = 0.3
+_THREADS_SHARED_AFTER_S = 5.0
 _THREADS_BACK_AFTER_S = 10.0
+
+
+def _leading_int(text: str) -> int:
+    """The first number of a setting such as ``OMP_NUM_THREADS`` ("4", or "4,2" for nested levels); 0 if none."""
+    digits = ""
+    for ch in text.strip():
+        if not ch.isdigit():
+            break
+        digits += ch
+    return int(digits) if digits else 0
 
 
 class EngineState(StrEnum):
@@ -94,6 +105,8 @@ class CaptionEngine:
         self.threads_alone = 0
         self.threads_shared = 0
         self._light_since = float("inf")  # since when the recognizer has been light (one speaker, or idle enough)
+        self._loaded_since = float("inf")  # since when several sessions have kept it busy
+        self._sampler_failed = False
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
         # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
@@ -186,7 +199,7 @@ class CaptionEngine:
             if self.config.transcriber.cpu_threads == 0 and getattr(self.transcriber, "cpu_threads", 0) > 0 \
                     and cores > 1 and "OMP_NUM_THREADS" not in os.environ:
                 self.threads_alone, self.threads_shared = cores, shared_cpu_threads(cores)
-            fixed = self.config.transcriber.cpu_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+            fixed = self.config.transcriber.cpu_threads or _leading_int(os.environ.get("OMP_NUM_THREADS", ""))
             engine_threads = self.threads_shared or fixed or cores
             self.capacity.front_cores = max(1, cores - engine_threads) if cores > 1 else 0.5
         else:
@@ -204,26 +217,33 @@ class CaptionEngine:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # (a recognizer on its way out: its watch reports that)
-                log.debug("load sampler: %r", exc)
+                if not self._sampler_failed:
+                    self._sampler_failed = True
+                    log.warning("load sampler failed (later failures are logged at debug): %r", exc)
+                else:
+                    log.debug("load sampler: %r", exc)
 
     async def _adapt_threads(self, speaking: int) -> None:
         """A CPU recognizer's threads (``engine.asr.cpu``): all cores while it has time to spare; half of them once
-        several sessions speak and keep it busy (``_SHARED_BUSY``): the second thread then speeds a decode up less than
-        it costs, and the server process's VAD, speaker and WebRTC work needs the cores. Back to all cores once one
-        session alone has spoken, or the recognizer has stayed idle enough (``_ALONE_BUSY``), for
-        ``_THREADS_BACK_AFTER_S`` without a break."""
+        several sessions speak and have kept it busy (``_SHARED_BUSY``) for ``_THREADS_SHARED_AFTER_S``: the second
+        thread then speeds a decode up less than it costs, and the server process's VAD, speaker and WebRTC work needs
+        the cores. Back to all cores once one session alone has spoken, or the recognizer has stayed idle enough
+        (``_ALONE_BUSY``), for ``_THREADS_BACK_AFTER_S``, each without a break."""
         if not self.threads_alone:
             return
         now = time.monotonic()
         busy = self.recognizer_load.busy()
         current = getattr(self.transcriber, "cpu_threads", 0)
-        loaded = speaking > 1 and busy >= _SHARED_BUSY
+        if speaking > 1 and busy >= _SHARED_BUSY:
+            self._loaded_since = min(self._loaded_since, now)
+        else:
+            self._loaded_since = float("inf")
         if speaking <= 1 or busy < _ALONE_BUSY:
             self._light_since = min(self._light_since, now)
         else:
             self._light_since = float("inf")
         if current != self.threads_shared:
-            want = self.threads_shared if loaded else current
+            want = self.threads_shared if now - self._loaded_since >= _THREADS_SHARED_AFTER_S else current
         else:
             want = self.threads_alone if now - self._light_since >= _THREADS_BACK_AFTER_S else current
         if want and want != current:

@@ -122,11 +122,6 @@ class RecognizerLoad:
     def inflight(self) -> int:
         return len(self._inflight)
 
-    @property
-    def measured(self) -> bool:
-        """True once any decode's cost is known (from the warm-up or live)."""
-        return bool(self._costs)
-
     # ---- what a partial costs -------------------------------------------------------------------------------
     def seed(self, costs: Mapping[float, float]) -> None:
         """Costs of one decode per encoder window, measured alone (the recognizer's warm-up): the starting point

@@ -44,7 +44,7 @@ from engine.stream.load import FINAL, RecognizerLoad
 log = logging.getLogger(__name__)
 
 BACKGROUND_FLOOR_S = 3.0  # a file segment that has waited this long for live speech to pause goes regardless
-LIVE_QUIET_S = 1.0  # live speech has paused once no partial was asked for in this long
+LIVE_QUIET_S = 1.0  # live speech has paused once no session has spoken or asked for a decode in this long
 # A client counts as alone once no other has asked for a partial in this long: longer than the pause between two
 # sentences, so that other speakers who have paused still count, and than a partial's interval under load.
 ALONE_AFTER_S = 3.0
@@ -106,7 +106,7 @@ class DecodeScheduler:
         self._background_waiting: deque[tuple[asyncio.Future[None], float]] = deque()
         self.background_floor_s = background_floor_s
         self._floor_timer: asyncio.TimerHandle | None = None
-        self._live_at = float("-inf")  # monotonic time a live session last asked for a decode
+        self._live_at = float("-inf")  # monotonic time a live session last spoke or asked for a decode
         self._waiting: dict[str, PartialClient] = {}
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
         self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}

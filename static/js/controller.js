@@ -254,10 +254,9 @@ export class CaptionController extends EventTarget {
         await this.#awaitModel(run);
         if (!this.#isCurrent(run)) return;
         // (A page waiting for a full server says so until the server's answer changes.)
-        if (this.#state === State.FULL) {
-          // keep it
-        } else if (!wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
-        else if (this.#state !== State.RECONNECTING) this.#setState(State.RECONNECTING, "Reconnecting…");
+        const waiting = this.#state === State.FULL;
+        if (!waiting && !wasLive) this.#setState(State.CONNECTING, "Connecting to the server…");
+        else if (!waiting && this.#state !== State.RECONNECTING) this.#setState(State.RECONNECTING, "Reconnecting…");
 
         const session = new Session({
           stream: this.#stream,
@@ -285,6 +284,13 @@ export class CaptionController extends EventTarget {
         if (err.code === "loading") {
           // The model is (re)loading: wait for it through /ready, without counting a failed attempt.
           await this.#sleep(POLL_LOADING_MS);
+          continue;
+        }
+        if (err.code === "unreachable" && this.#state === State.FULL) {
+          // It was full or stopping, and now cannot be reached (restarting): keep waiting for it, as for a full one.
+          const waitMs = jitter(FULL_RETRY_S * 1000);
+          this.#setState(State.FULL, `${plainLanguage(err)} Trying again in ${Math.round(waitMs / 1000)} s…`);
+          await this.#sleep(waitMs);
           continue;
         }
         if (err.code === "busy") {

@@ -8,8 +8,9 @@ The protocol (Deepgram's "Live Audio" reference):
 - Connect with query parameters (``deepgram_params``) and ``Authorization: Token <key>`` (or the WebSocket
   subprotocols ``token, <key>``), checked against ``--auth-token``. A connection this server cannot serve is
   refused before the upgrade: ``400`` bad parameters, ``401`` a wrong key, ``404`` no such room, ``429`` every
-  session slot in use, ``503`` the model is loading or the server is stopping; a ``dg-error`` header and a JSON
-  body ``{"err_code", "err_msg", "request_id"}`` say why.
+  slot of a fixed ``--max-sessions N`` in use, ``503`` the server is full (its capacity), the model is loading or the
+  server is stopping; a ``dg-error`` header and a JSON body ``{"err_code", "err_msg", "request_id"}`` say why, and
+  ``Retry-After`` when to try again.
 - The client sends audio as binary messages and, as text, ``{"type": "KeepAlive"}``, ``{"type": "Finalize"}``
   (lock the open sentence now, keep streaming) and ``{"type": "CloseStream"}`` (lock it, send the last results and
   ``Metadata``, close with 1000). An empty binary message closes the stream as ``CloseStream`` does.

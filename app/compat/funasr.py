@@ -21,7 +21,9 @@ This server's choices within the protocol: sentences come from its own VAD endpo
 append them), ``itn`` is accepted and ignored (Whisper writes numbers as digits already), each offline message also
 carries ``"spk"`` (the speaker label; FunASR's offline pipeline names it the same way). One connection is one
 utterance: after ``{"is_speaking": false}`` and the final message, open a new connection for the next one. With
-``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's.
+``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's. A
+connection the server cannot take is refused before the upgrade, as on every other way in: ``503`` with
+``Retry-After`` when it is full (code ``busy``), loading or stopping, ``404`` for an unknown room.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ The protocol (OpenAI's Realtime reference, transcription sessions):
 
 - Connect with ``Authorization: Bearer <key>`` (or the subprotocol ``openai-insecure-api-key.<key>``), checked
   against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``401``, ``404`` no such
-  room, ``429`` every session slot in use, ``503`` loading or stopping). The server opens with ``session.created``.
+  room, ``429`` every slot of a fixed ``--max-sessions N`` in use, ``503`` full, loading or stopping; with
+  ``Retry-After`` where waiting helps). The server opens with ``session.created``.
 - Client events: ``session.update`` / ``transcription_session.update`` (``realtime_config``), answered with
   ``session.updated`` / ``transcription_session.updated``; ``input_audio_buffer.append`` (base64 audio, any
   length, odd bytes included; at most 15 MiB per event), ``input_audio_buffer.commit`` and

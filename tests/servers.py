@@ -12,7 +12,11 @@ from app.config import IceConfig, ServerConfig
 from app.server import create_app
 from engine.stream.engine import CaptionEngine
 
-LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True))
+# A fixed session cap, not the server's own estimate (``--max-sessions auto``): a test's clients run in the server's
+# process and often faster than real time, so the estimate there depends on the machine and on the test, not on what
+# the test is about. The capacity tests ask for ``max_sessions=None`` (auto) themselves.
+TEST_MAX_SESSIONS = 16
+LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=TEST_MAX_SESSIONS)
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ async def test_the_page_waits_while_the_server_is_full_then_goes_live_by_itself(
     # The microphone plays from the moment the page asks for it: the speech comes after the seconds the page waits
     # for a place (nothing is sent meanwhile).
     mic = write_wav(tmp_path / "mic.wav", pad(audio("ls_1988-24833-0000"), 7.0, 4.0))
-    async with running_server(fake_engine) as (url, app), chromium(mic) as browser:
+    async with running_server(fake_engine, max_sessions=None) as (url, app), chromium(mic) as browser:
         admission = app[ADMISSION]
         admission.capacity = lambda: CapacityEstimate(1, "measured", 0.5, 0.1, 0.95, 0.2, False)
         admission.retry_after_s = 1

@@ -27,7 +27,7 @@ LOCK_BOUND_S = 5.0  # a sentence locks within this long after its speech ends (t
 
 
 async def test_past_capacity_new_sessions_are_refused_and_the_admitted_stay_on_time(engine: CaptionEngine) -> None:
-    async with running_server(engine) as (url, app), aiohttp.ClientSession() as http:
+    async with running_server(engine, max_sessions=None) as (url, app), aiohttp.ClientSession() as http:
         admission = app[ADMISSION]
         real = admission.capacity
         assert real is not None

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from app.config import ServerConfig, build_parser
 from app.ops import ADMISSION, Slot
 from app.rooms.keys import ROOMS
 from engine import CapacityEstimate, CaptionEngine
@@ -64,9 +65,10 @@ async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Applicati
 
 async def test_a_full_server_refuses_on_every_way_in_with_retry_after(fake_engine: CaptionEngine) -> None:
     port = free_port()
-    async with running_server(fake_engine, funasr_port=port) as (url, app), aiohttp.ClientSession() as http:
+    async with running_server(fake_engine, funasr_port=port, max_sessions=None) as (url, app), \
+            aiohttp.ClientSession() as http:
         admission = app[ADMISSION]
-        assert admission.auto  # --max-sessions auto is the default
+        assert admission.auto  # --max-sessions auto
         admission.capacity = full()
         taken = admission.admit()  # the one session it holds
         answers = await every_way_in(http, url, app, port)
@@ -109,3 +111,14 @@ async def test_the_operators_cap_is_the_streaming_apis_own_429(fake_engine: Capt
         async with http.get(f"{url}/ready") as r:
             ready = await r.json()
         assert ready["max_sessions"] == 0 and not ready["admitting"]
+
+
+def test_max_sessions_is_the_servers_own_estimate_unless_an_operator_sets_a_number() -> None:
+    parser = build_parser()
+    assert parser.parse_args([]).max_sessions is None  # auto
+    assert parser.parse_args(["--max-sessions", "AUTO"]).max_sessions is None
+    assert parser.parse_args(["--max-sessions", "3"]).max_sessions == 3
+    assert ServerConfig().max_sessions is None
+    for bad in ("-1", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--max-sessions", bad])

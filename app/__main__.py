@@ -8,13 +8,12 @@ import sys
 from aiohttp import web
 
 from .config import build_parser, config_from_args
-from .drain import DRAIN
+from .drain import DRAIN, HANDLERS_AFTER_DRAIN_S
 from .keys import EXIT_STATUS
 from .rooms import STORE, StoreError
 from .server import create_app, tls_context
 
 EXIT_STORE_FAILED = 2  # the transcript store (--db) could not be opened
-_HANDLERS_AFTER_DRAIN_S = 3.0  # requests still running after the drain (a download) get this long, then are cancelled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Sessions drain in a shutdown handler of their own (app.drain), so little is left for aiohttp to wait for.
         web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None,
-                    shutdown_timeout=_HANDLERS_AFTER_DRAIN_S)
+                    shutdown_timeout=HANDLERS_AFTER_DRAIN_S)
     except StoreError as exc:  # the transcript store cannot be opened: say why, no traceback
         print(f"live captions: {exc}", file=sys.stderr, flush=True)
         return EXIT_STORE_FAILED

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 _PARSE_ON_LOOP_BYTES = 64 * 1024
+UPLOAD_STALL_S = 30.0  # an upload that sends nothing for this long is given up (408): it holds no slot for ever
+
+T = TypeVar("T")
 
 
 class BodyError(Exception):
-    """The body cannot be used: ``status`` 400 (not a JSON object) or 413 (too large), ``message`` says why."""
+    """The body cannot be used: ``status`` 400 (not a JSON object), 408 (it stalled) or 413 (too large),
+    ``message`` says why."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -54,3 +59,13 @@ async def read_json_object(request: web.Request, limit: int, *, empty_ok: bool =
     if not isinstance(value, dict):
         raise BodyError(400, "body must be a JSON object")
     return value
+
+
+async def unless_stalled(reading: Awaitable[T], stall_s: float | None = None) -> T:
+    """``reading`` (one read of a request body); raises ``BodyError`` 408 when nothing arrives within ``stall_s``
+    (default ``UPLOAD_STALL_S``)."""
+    stall_s = UPLOAD_STALL_S if stall_s is None else stall_s
+    try:
+        return await asyncio.wait_for(reading, stall_s)
+    except TimeoutError:
+        raise BodyError(408, f"the upload stalled: nothing arrived for {stall_s:.0f} s") from None

@@ -135,6 +135,11 @@ class ServerConfig:
     # measurement, then the measured decode load: engine.stream.capacity); a number is an operator's fixed cap.
     max_sessions: int | None = None
     max_file_jobs: int = 2  # uploaded files transcribing at once (OpenAI-compatible API); more get 429
+    # WebSocket streams (FunASR, Deepgram, OpenAI Realtime): a client that takes no message for this long is cut off
+    # (its open sentence is still locked and stored, its slot freed at once)
+    send_timeout_s: float = 10.0
+    stream_idle_s: float = 300.0  # ...one that sends no audio this long is ended (keep-alives don't count); 0: never
+    stream_max_s: float = 4 * 3600.0  # ...and every stream ends after this long (clients reconnect); 0: never
     max_upload_mb: int = 25  # largest accepted upload (OpenAI's own limit); larger get 413
     funasr_port: int | None = None  # also speak FunASR's protocol at the root path of this port
     # "direct": Opus decoded on arrival at 16 kHz mono (app.webrtc.rtp_audio); "aiortc": aiortc's decoder thread at
@@ -166,6 +171,8 @@ class ServerConfig:
             raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {self.audio_decoder!r}")
         if self.ptime_ms not in (0, 10, 20, 40, 60):
             raise ValueError(f"ptime must be 0 (sender's choice), 10, 20, 40 or 60 ms, got {self.ptime_ms}")
+        if self.send_timeout_s <= 0 or self.stream_idle_s < 0 or self.stream_max_s < 0:
+            raise ValueError("the send timeout must be over 0 s, the stream idle and length limits 0 (none) or more")
         if self.metrics not in METRICS_ACCESS:
             raise ValueError(f"metrics access must be one of {', '.join(METRICS_ACCESS)}, got {self.metrics!r}")
 
@@ -306,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-jobs", type=int, default=int(_env("MAX_FILE_JOBS", "2") or 2),
                    help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode "
                         "behind every live session)")
+    p.add_argument("--send-timeout-s", type=float, default=float(_env("SEND_TIMEOUT_S", "10") or 10),
+                   help="a streaming client (Deepgram, OpenAI Realtime, FunASR) that takes no message for this long "
+                        "is cut off; its open sentence is still locked and stored (default 10)")
+    p.add_argument("--stream-idle-s", type=float, default=float(_env("STREAM_IDLE_S", "300") or 300),
+                   help="a streaming client that sends no audio for this long is closed, keep-alives or not "
+                        "(default 300; 0: never)")
+    p.add_argument("--stream-max-s", type=float, default=float(_env("STREAM_MAX_S", "14400") or 14400),
+                   help="a streaming connection ends after this long, after its open sentence (default 14400 = 4 h; "
+                        "0: never)")
     p.add_argument("--drain-timeout-s", type=float, default=float(_env("DRAIN_TIMEOUT_S", "15") or 15),
                    help="on SIGTERM or Ctrl-C, how long live sessions get to finish their open sentences before the "
                         "server exits anyway (default 15; keep it under your supervisor's stop timeout)")
@@ -359,6 +375,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         funasr_port=args.funasr_port, audio_decoder=args.audio_decoder, ptime_ms=args.ptime_ms,
         max_sessions=args.max_sessions, max_file_jobs=args.max_file_jobs,
         max_upload_mb=args.max_upload_mb, drain_timeout_s=args.drain_timeout_s,
+        send_timeout_s=args.send_timeout_s, stream_idle_s=args.stream_idle_s, stream_max_s=args.stream_max_s,
         db_path=args.db, auth_token=args.auth_token or None,
         embed_origins=tuple(o.strip().rstrip("/") for o in origins), public_url=args.public_url,
         metrics=args.metrics,

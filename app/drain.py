@@ -27,6 +27,10 @@ from .webrtc import PeerSession
 
 log = logging.getLogger(__name__)
 
+# Requests still running after the drain (a download, a stream whose client took no close frame) get this long, then
+# are cancelled: aiohttp's shutdown_timeout for every port.
+HANDLERS_AFTER_DRAIN_S = 3.0
+
 
 @dataclass
 class DrainReport:

@@ -22,7 +22,7 @@ from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberCon
 
 from . import compat, ops, pages, resources, webrtc
 from .config import EXIT_ENGINE_FAILED, ServerConfig
-from .drain import DRAIN, DrainReport, drain
+from .drain import DRAIN, HANDLERS_AFTER_DRAIN_S, DrainReport, drain
 from .keys import CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, TEMPLATES
 from .ops import (
     ADMISSION,
@@ -143,7 +143,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
 async def _funasr_port(app: web.Application) -> AsyncIterator[None]:
     """``--funasr-port``: FunASR's protocol at the root path of a second port (TLS as the main one)."""
     config = app[CONFIG]
-    runner = web.AppRunner(compat.funasr_side_app(app), handle_signals=False)
+    runner = web.AppRunner(compat.funasr_side_app(app), handle_signals=False, shutdown_timeout=HANDLERS_AFTER_DRAIN_S)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.funasr_port, ssl_context=tls_context(config))
     await site.start()

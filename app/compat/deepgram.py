@@ -24,8 +24,11 @@ The protocol (Deepgram's "Live Audio" reference):
   ``UtteranceEnd`` (``utterance_end_ms``) after that long without words, ``Metadata`` at the end.
 - Errors close the stream as Deepgram's do: no audio or ``KeepAlive`` for 10 s: 1011 ``NET-0001``; audio this
   server cannot decode (without ``encoding``: not a mono WAV file): 1008 ``DATA-0000``; a message over 1 MiB: 1009;
-  a server that stops: 1001. The open sentence is locked and sent (and stored in the room) before any close. A text
-  message that is not one of the above gets an ``Error`` message (``SchemaError``) and the stream goes on.
+  a server that stops: 1001; the server's own limits (``--stream-idle-s`` without audio, ``KeepAlive`` or not;
+  ``--stream-max-s``): 1008 with the reason. The open sentence is locked and sent (and stored in the room) before
+  any close. A text message that is not one of the above gets an ``Error`` message (``SchemaError``) and the stream
+  goes on. A burst of ``Finalize`` costs one flush at a time. What every streaming API shares (pings, the send
+  deadline, hang-ups) is ``client_socket``'s and ``live_stream``'s.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import math
 import uuid
@@ -47,6 +49,7 @@ from engine import IllegalTransition, SessionOptions, protocol
 from ..auth import token_matches
 from ..keys import CONFIG, ENGINE
 from . import deepgram_results as dg
+from .client_socket import BadMessage, ClientSocket, parse_object
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
 from .live_stream import (
@@ -94,7 +97,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
     if not token_matches(key, app[CONFIG].auth_token):
         return http_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
     protocols = ("token", "bearer") if as_subprotocol else ()
-    ws = web.WebSocketResponse(protocols=protocols, max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
+    ws = ClientSocket.response(protocols, MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
         return http_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
     try:
@@ -107,7 +110,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return http_error(status, code, str(exc), request_id, exc.headers)
     ws.headers["dg-request-id"] = request_id
     try:
-        await ws.prepare(request)
+        sock = await ClientSocket.accept(request, ws, app[CONFIG].send_timeout_s)
     except BaseException:
         admitted.slot.release()
         raise
@@ -117,18 +120,20 @@ async def listen(request: web.Request) -> web.StreamResponse:
                              relabels=not params.diarize)
     try:
         async with open_live(app, admitted, options) as live:
-            await DeepgramStream(ws, params, live, request_id, app[ENGINE].model_name).run()
+            await DeepgramStream(sock, params, live, request_id, app[ENGINE].model_name).run()
     except Refused as exc:
-        await ws.close(code=1011, message=f"NET-0000: {exc}"[:120].encode())
+        await sock.close(1011, f"NET-0000: {exc}")
+    except Exception:  # logged, and the open sentence finished, by open_live
+        await sock.close(1011, "NET-0000: internal server error")
     return ws
 
 
 class DeepgramStream:
     """One ``/v1/listen`` connection: its audio into the engine session, the session's messages out as Deepgram's."""
 
-    def __init__(self, ws: web.WebSocketResponse, params: ListenParams, live: LiveStream, request_id: str,
+    def __init__(self, sock: ClientSocket, params: ListenParams, live: LiveStream, request_id: str,
                  model: str) -> None:
-        self.ws, self.params, self.live, self.request_id, self.model = ws, params, live, request_id, model
+        self.sock, self.params, self.live, self.request_id, self.model = sock, params, live, request_id, model
         self.watch = SpeechWatch(live.session)
         self.created = datetime.now(UTC)
         self._sha = hashlib.sha256()
@@ -140,11 +145,11 @@ class DeepgramStream:
         # A Finalize flushes the sentences that end by here: every one until its flush has run (the flush takes
         # whatever audio reached the session meanwhile), then those that end by where the flush ended.
         self._finalize_upto_ms: float | None = None
-        self._finalizing: set[asyncio.Task[None]] = set()
+        self._finalizing: asyncio.Task[None] | None = None  # one flush at a time per stream
+        self._finalize_again = False  # a Finalize came while one ran: flush once more after it
         self._last_word_end_ms = 0
         self._utterance_open = False  # words were sent since the last UtteranceEnd
         self._last_speaker = 0
-        self._send_lock = asyncio.Lock()
 
     async def run(self) -> None:
         relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-deepgram-relay")
@@ -154,20 +159,21 @@ class DeepgramStream:
             await self.live.finish()
             await relay
         finally:
-            for task in (relay, watch, *self._finalizing):
+            finalizing = [self._finalizing] if self._finalizing is not None else []
+            for task in (relay, watch, *finalizing):
                 task.cancel()
-            await asyncio.gather(relay, watch, *self._finalizing, return_exceptions=True)
-        if not self.ws.closed:
+            await asyncio.gather(relay, watch, *finalizing, return_exceptions=True)
+        if self.sock.open:
             duration = self._feed.received_s if self._feed is not None else 0.0
             await self.send(dg.metadata(self.request_id, self.model, duration, self._sha.hexdigest(), self.created))
-            await self.ws.close(code=code, message=reason.encode()[:120])
+            await self.sock.close(code, reason)
 
     # ---- client -> server --------------------------------------------------------------------------------------
     async def read(self) -> tuple[int, str]:
         """Read the client until it ends the stream, goes away or falls silent, or the server stops or the
         session ends; returns the close code and reason to send (if the socket is still open)."""
         try:
-            async with ReadAhead(self.ws, self.live.stopping, self.live.ended, timeout_s=TIMEOUT_S) as messages:
+            async with ReadAhead(self.sock.ws, *self.live.stops, timeout_s=TIMEOUT_S) as messages:
                 return await self._read(messages)
         except ClientSilent:
             return 1011, NET_0001
@@ -185,7 +191,11 @@ class DeepgramStream:
                     return 1000, ""
             elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
                 return 1000, ""
-        return (1001, "the server is shutting down") if self.live.stopping.is_set() else (1000, "")
+        if self.live.stopping.is_set():
+            return 1001, "the server is shutting down"
+        if self.live.expiry is not None:
+            return 1008, self.live.expiry.message
+        return 1000, ""
 
     async def audio(self, data: bytes) -> bool:
         """Feed one audio message; False for audio this server cannot decode."""
@@ -213,31 +223,40 @@ class DeepgramStream:
     async def control(self, raw: str) -> bool:
         """A text message; True when it ends the stream."""
         try:
-            kind = json.loads(raw).get("type")
-        except (ValueError, AttributeError):
+            kind = parse_object(raw).get("type")
+        except BadMessage:
             kind = None
         if kind == "CloseStream":
             return True
         if kind == "Finalize":
             self._finalize_upto_ms = math.inf
-            task = asyncio.create_task(self._finalize(), name=f"{self.live.session.session_id}-finalize")
-            self._finalizing.add(task)
-            task.add_done_callback(self._finalizing.discard)
+            if self._finalizing is None:
+                name = f"{self.live.session.session_id}-finalize"
+                self._finalizing = asyncio.create_task(self._finalize(), name=name)
+            else:  # one flush at a time: a client's burst of Finalize costs one more flush, not one each
+                self._finalize_again = True
         elif kind != "KeepAlive":
             await self.send(dg.error("expected a JSON message of type KeepAlive, Finalize or CloseStream", message=raw))
         return False
 
     async def _finalize(self) -> None:
-        with contextlib.suppress(IllegalTransition):  # the stream is ending anyway
-            flushed_ms = await self.live.session.finalize()
-            if self._finalize_upto_ms is not None:  # no later sentence came meanwhile
-                self._finalize_upto_ms = flushed_ms
+        """Flush the open sentence (again after it while more ``Finalize`` came meanwhile)."""
+        try:
+            again = True
+            while again:
+                self._finalize_again = False
+                with contextlib.suppress(IllegalTransition):  # the stream is ending anyway
+                    flushed_ms = await self.live.session.finalize()
+                    if self._finalize_upto_ms is not None:  # no later sentence came meanwhile
+                        self._finalize_upto_ms = flushed_ms
+                again = self._finalize_again
+        finally:
+            self._finalizing = None
 
     # ---- server -> client --------------------------------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
-        async with self._send_lock:
-            with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
-                await self.ws.send_str(json.dumps(message, ensure_ascii=False))
+        """To the client, if it still takes messages (a client gone or cut off costs the room nothing)."""
+        await self.sock.send_json(message)
 
     async def relay(self) -> None:
         """The session's messages as Deepgram's, until the session ends."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import struct
 import tempfile
@@ -28,13 +29,16 @@ from aiohttp import web
 from engine import EngineError, EngineNotReady, EngineState, SessionOptions, protocol
 
 from ..auth import token_matches
+from ..bodies import BodyError, unless_stalled
 from ..keys import CONFIG, ENGINE
 from ..ops import FILE_JOBS, STREAMS
 from . import deepgram_results as dg
 from .audio_files import AudioFileError
 from .deepgram import http_error
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
-from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file
+from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
+
+log = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 256 * 1024
 _WAV_TAGS = {"linear16": (1, 16), "alaw": (6, 8), "mulaw": (7, 8)}
@@ -67,22 +71,32 @@ async def transcribe(request: web.Request) -> web.Response:
                                               "request body", request_id)
     if app[ENGINE].state is not EngineState.READY:
         return http_error(503, "SERVICE_UNAVAILABLE", f"the speech model is {app[ENGINE].state.value}", request_id)
-    slot = app[FILE_JOBS].try_acquire()
-    if slot is None:
-        if app[FILE_JOBS].closed:
-            return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
-        return http_error(429, "TOO_MANY_REQUESTS", f"{app[CONFIG].max_file_jobs} files are being transcribed; "
-                                                    "try again shortly", request_id)
+    if app[FILE_JOBS].closed:
+        return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
     path = None
     try:
+        # The body first, then a file slot: an upload that is slow to arrive (or stalls: 408) holds none.
         limit = app[CONFIG].max_upload_mb * 1024 * 1024
         header = wav_header(params.encoding, params.sample_rate or 16000) if params.encoding else b""
-        path, sha = await _save(request, limit, header)
+        try:
+            path, sha = await _save(request, limit, header)
+        except BodyError as exc:
+            return http_error(exc.status, "Bad Request", exc.message, request_id)
         if path is None:
             return http_error(413, "PAYLOAD_TOO_LARGE", f"the file is over {limit // (1024 * 1024)} MB", request_id)
-        reader = await open_file(path)
-        options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
-        result = await transcribe_file(app[ENGINE], reader, options, streams=app[STREAMS])
+        slot = app[FILE_JOBS].try_acquire()
+        if slot is None:
+            if app[FILE_JOBS].closed:
+                return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
+            return http_error(429, "TOO_MANY_REQUESTS", f"{app[CONFIG].max_file_jobs} files are being transcribed; "
+                                                        "try again shortly", request_id)
+        try:
+            reader = await open_file(path)
+            options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
+            result = await unless_client_leaves(request, transcribe_file(app[ENGINE], reader, options,
+                                                                         streams=app[STREAMS]))
+        finally:
+            slot.release()
         if result.cut_short:
             return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again",
                               request_id)
@@ -93,8 +107,10 @@ async def transcribe(request: web.Request) -> web.Response:
         return http_error(400, "Bad Request", f"the file cannot be decoded: {exc}", request_id)
     except (EngineNotReady, EngineError, FileJobError) as exc:
         return http_error(503, "SERVICE_UNAVAILABLE", f"the speech engine cannot transcribe now: {exc}", request_id)
+    except ConnectionResetError:
+        log.info("%s: the client went away; its file's transcription was abandoned", request.path)
+        return web.Response(status=400)  # nobody reads it
     finally:
-        slot.release()
         if path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -108,7 +124,7 @@ async def _save(request: web.Request, limit: int, header: bytes) -> tuple[str | 
     try:
         if header:
             await asyncio.to_thread(handle.write, header)
-        while chunk := await request.content.read(_CHUNK_BYTES):
+        while chunk := await unless_stalled(request.content.read(_CHUNK_BYTES)):
             size += len(chunk)
             if size > limit:
                 handle.close()

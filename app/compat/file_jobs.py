@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+from aiohttp import web
 
 from engine import SAMPLE_RATE, CaptionEngine, SessionOptions, SessionState, protocol
 
@@ -24,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _MAX_VAD_BACKLOG_S = 15.0  # feed more only while less than this waits for the VAD...
 _MAX_PENDING_SEGMENTS = 2  # ...and at most this many closed segments wait for their decode
+_DISCONNECT_POLL_S = 0.5  # how often a file job looks whether its client is still there
 
 
 class FileJobError(RuntimeError):
@@ -122,3 +126,22 @@ async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, option
             collector.cancel()
             await session.close()
             await asyncio.gather(collector, return_exceptions=True)
+
+
+async def unless_client_leaves(request: web.Request, job: Coroutine[Any, Any, FileTranscript]) -> FileTranscript:
+    """Run ``job`` (``transcribe_file``); cancel it if the client of ``request`` hangs up first (aiohttp does not
+    cancel handlers on disconnect), so that nobody's decodes are spent on an answer no one will read. Raises
+    ``ConnectionResetError`` then."""
+    task = asyncio.ensure_future(job)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if request.transport is None or request.transport.is_closing():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise ConnectionResetError("the client went away")
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

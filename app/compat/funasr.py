@@ -23,7 +23,10 @@ carries ``"spk"`` (the speaker label; FunASR's offline pipeline names it the sam
 utterance: after ``{"is_speaking": false}`` and the final message, open a new connection for the next one. With
 ``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's. A
 connection the server cannot take is refused before the upgrade, as on every other way in: ``503`` with
-``Retry-After`` when it is full (code ``busy``), loading or stopping, ``404`` for an unknown room.
+``Retry-After`` when it is full (code ``busy``), loading or stopping, ``404`` for an unknown room. A stream that
+sends no audio for ``--stream-idle-s`` or lives past ``--stream-max-s`` gets its last sentence, then a final
+message with the reason as ``error`` and a close with 1008; a file sent in offline mode that stops arriving for 30 s
+is given up the same way. Text it cannot read mid-stream is ignored, as FunASR's server does.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ from engine import (
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG, ENGINE, MAIN_APP
 from ..ops import STREAMS
+from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
-from .live_stream import LiveStream, OnlineText, ReadAhead, Refused, admit, open_live
+from .live_stream import ClientSilent, LiveStream, OnlineText, ReadAhead, Refused, admit, client_messages, open_live
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ _MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message; FunASR's clients send 60-
 _FILE_BACKLOG = (15.0, 2)  # the same for offline mode, which FunASR's clients send files in as fast as they read
 _AFTER_FINAL_S = 30.0  # the connection stays open this long after the final message for the client to close it
 _AFTER_FINAL_STOPPING_S = 1.0  # ...or this long when the server is stopping
+_FILE_STALL_S = 30.0  # a file sent in offline mode that stops arriving for this long is given up
 
 
 class FunasrError(ValueError):
@@ -126,8 +131,8 @@ class FunasrStream:
     """One FunASR connection: the translation of its session's caption messages into FunASR's (the session and the
     room it publishes into are its ``LiveStream``'s)."""
 
-    def __init__(self, ws: web.WebSocketResponse, config: FunasrConfig) -> None:
-        self.ws = ws
+    def __init__(self, sock: ClientSocket, config: FunasrConfig) -> None:
+        self.sock = sock
         self.config = config
         self.online = OnlineText()
         self.offline_sent = 0
@@ -135,8 +140,7 @@ class FunasrStream:
 
     async def send(self, mode: str, text: str, is_final: bool = False, **extra: Any) -> None:
         msg = {"mode": mode, "wav_name": self.config.wav_name, "text": text, "is_final": is_final, **extra}
-        with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
-            await self.ws.send_str(json.dumps(msg, ensure_ascii=False))
+        await self.sock.send_json(msg)  # (a client gone or cut off costs the room nothing)
 
     async def relay(self, live: LiveStream) -> None:
         """Every message of the stream's session to the client (the room has it first), until the session ends."""
@@ -192,7 +196,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if not token_matches(presented_token(request), config.auth_token):
         return web.json_response({"error": {"code": "unauthorized", "message": "this server needs its token"}},
                                  status=401)
-    ws = web.WebSocketResponse(protocols=("binary",), max_msg_size=_MAX_MESSAGE_BYTES, heartbeat=None)
+    ws = ClientSocket.response(("binary",), _MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
         return web.json_response({"error": {"code": "bad_message", "message": "connect with a WebSocket client"}},
                                  status=400)
@@ -205,7 +209,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"code": code, "message": str(exc), "reason": exc.reason}},
                                  status=404 if exc.reason == "no_room" else 503, headers=exc.headers)
     try:
-        fconfig = await _configuration(request, ws)
+        sock = await ClientSocket.accept(request, ws, config.send_timeout_s)
+        fconfig = await _configuration(sock)
     except BaseException:
         admitted.slot.release()
         raise
@@ -218,10 +223,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     # waits for its speaker embedding.
     options = SessionOptions(language=config.language, hotwords=fconfig.hotwords, words=True,
                              partials=fconfig.online, relabels=False)
-    stream = FunasrStream(ws, fconfig)
+    stream = FunasrStream(sock, fconfig)
     if fconfig.wav_format != "pcm":
         try:
-            await _serve_file(app, ws, stream, options)
+            await _serve_file(app, sock, stream, options)
         finally:
             admitted.slot.release()
         return ws
@@ -229,49 +234,50 @@ async def handle(request: web.Request) -> web.StreamResponse:
         async with open_live(app, admitted, options) as live:
             relay = asyncio.create_task(stream.relay(live), name=f"{live.session.session_id}-funasr-relay")
             try:
-                await _live(ws, live, stream, relay, fconfig)
+                await _live(sock, live, stream, relay, fconfig)
             finally:
                 relay.cancel()
                 await asyncio.gather(relay, return_exceptions=True)
-                await ws.close(code=WSCloseCode.GOING_AWAY if live.stopping.is_set() else WSCloseCode.OK)
+            await sock.close(WSCloseCode.GOING_AWAY if live.stopping.is_set() else WSCloseCode.OK)
     except Refused as exc:
-        await _refuse(ws, str(exc), code=1013)
+        await _refuse(sock, str(exc), code=1013)
+    except Exception:  # logged, and the open sentence finished, by open_live
+        await _refuse(sock, "internal server error", code=1011)
     return ws
 
 
-async def _configuration(request: web.Request, ws: web.WebSocketResponse) -> FunasrConfig | None:
-    """Upgrade, then read the client's first message, its configuration; None (the connection closed with the
-    reason) when it sends none in time or one that is not valid."""
-    await ws.prepare(request)
+async def _configuration(sock: ClientSocket) -> FunasrConfig | None:
+    """The client's first message, its configuration; None (the connection closed with the reason) when it sends
+    none in time or one that is not valid."""
     try:
-        first = await ws.receive(timeout=_FIRST_MESSAGE_S)
+        first = await sock.ws.receive(timeout=_FIRST_MESSAGE_S)
     except TimeoutError:
-        await ws.close(code=1008, message=b"send the configuration message first")
+        await sock.close(1008, "send the configuration message first")
         return None
     if first.type is not WSMsgType.TEXT:
-        await ws.close(code=1003, message=b"the first message must be the JSON configuration")
+        await sock.close(1003, "the first message must be the JSON configuration")
         return None
     try:
         return parse_config(first.data)
     except FunasrError as exc:
-        await _refuse(ws, str(exc))
+        await _refuse(sock, str(exc))
         return None
 
 
-async def _refuse(ws: web.WebSocketResponse, why: str, code: int = 1008) -> None:
+async def _refuse(sock: ClientSocket, why: str, code: int = 1008) -> None:
     """An error result the client can show (FunASR's clients print ``text``), then close."""
-    await ws.send_str(json.dumps({"mode": "2pass-offline", "wav_name": "", "text": "", "is_final": True,
-                                  "error": why}))
-    await ws.close(code=code, message=why[:120].encode())
+    await sock.send_json({"mode": "2pass-offline", "wav_name": "", "text": "", "is_final": True, "error": why})
+    await sock.close(code, why)
 
 
-async def _live(ws: web.WebSocketResponse, live: LiveStream, stream: FunasrStream, relay: asyncio.Task[None],
+async def _live(sock: ClientSocket, live: LiveStream, stream: FunasrStream, relay: asyncio.Task[None],
                 fconfig: FunasrConfig) -> None:
-    """Feed the client's PCM to the session until it ends its audio, goes away or the server stops; then lock the
-    open sentence, send the final message, and give the client a moment to close."""
+    """Feed the client's PCM to the session until it ends its audio, goes away, the server stops or the stream
+    reaches a limit; then lock the open sentence, send the final message (with the limit's reason as its
+    ``error``), and give the client a moment to close."""
     feed = PcmFeed(live.session, "linear16", fconfig.audio_fs,
                    _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG)
-    async with ReadAhead(ws, live.stopping) as messages:
+    async with ReadAhead(sock.ws, live.stopping, live.expired) as messages:
         async for msg in messages:
             if msg.type is WSMsgType.BINARY:
                 await feed.feed(msg.data)
@@ -284,42 +290,41 @@ async def _live(ws: web.WebSocketResponse, live: LiveStream, stream: FunasrStrea
     # published to the room) before the session closes.
     await live.finish()
     await relay
-    if not ws.closed:
+    if sock.open:
+        if live.expiry is not None and not live.stopping.is_set():
+            await _refuse(sock, live.expiry.message)
+            return
         await stream.send(stream.final_mode, "", True)
         with contextlib.suppress(TimeoutError):
             # The client closes after the final message (a stopping server waits only a moment for that).
-            await ws.receive(timeout=_AFTER_FINAL_STOPPING_S if live.stopping.is_set() else _AFTER_FINAL_S)
+            await sock.ws.receive(timeout=_AFTER_FINAL_STOPPING_S if live.stopping.is_set() else _AFTER_FINAL_S)
 
 
 def _ends_audio(raw: str) -> bool:
     """True for ``{"is_speaking": false}`` (other text messages mid-stream are ignored, as FunASR does)."""
-    with contextlib.suppress(ValueError):
-        data = json.loads(raw)
-        return isinstance(data, dict) and data.get("is_speaking") is False
-    return False
+    try:
+        return parse_object(raw).get("is_speaking") is False
+    except BadMessage:
+        return False
 
 
-async def _serve_file(app: web.Application, ws: web.WebSocketResponse, stream: FunasrStream,
+async def _serve_file(app: web.Application, sock: ClientSocket, stream: FunasrStream,
                       options: SessionOptions) -> None:
-    """Offline mode with a file format: collect the file's bytes (up to ``max_upload_mb``), then transcribe it as an
-    upload is (background priority), sending each sentence as it locks."""
+    """Offline mode with a file format: collect the file's bytes (up to ``max_upload_mb``; a file that stops
+    arriving for ``_FILE_STALL_S`` is given up), then transcribe it as an upload is (background priority), sending
+    each sentence as it locks."""
     limit = app[CONFIG].max_upload_mb * 1024 * 1024
     handle: IO[bytes] = await asyncio.to_thread(tempfile.NamedTemporaryFile, prefix="funasr-",
                                                 suffix="." + stream.config.wav_format[:8], delete=False)
-    size = 0
     try:
-        async for msg in ws:
-            if msg.type is WSMsgType.BINARY:
-                size += len(msg.data)
-                if size > limit:
-                    handle.close()
-                    await _refuse(ws, f"the file is over the server's limit of {limit // (1024 * 1024)} MB", 1009)
-                    return
-                await asyncio.to_thread(handle.write, msg.data)
-            elif msg.type is WSMsgType.TEXT and _ends_audio(msg.data):
-                break
-            elif msg.type is not WSMsgType.TEXT:
-                return  # the client went away before the file was complete: there is nothing to transcribe
+        try:
+            got = await _read_file(sock, handle, limit)
+        except ClientSilent:
+            handle.close()
+            await _refuse(sock, f"the file stopped arriving for {_FILE_STALL_S:.0f} s")
+            return
+        if got is None:
+            return
         handle.close()
 
         async def on_sentences(sentences: list[protocol.Sentence]) -> None:
@@ -330,17 +335,36 @@ async def _serve_file(app: web.Application, ws: web.WebSocketResponse, stream: F
             reader = await open_file(handle.name)
             result = await transcribe_file(app[ENGINE], reader, options, on_sentences, app[STREAMS])
         except (ValueError, EngineNotReady, EngineError, FileJobError) as exc:
-            await _refuse(ws, f"cannot transcribe this file: {exc}", 1003)
+            await _refuse(sock, f"cannot transcribe this file: {exc}", 1003)
             return
         if result.cut_short:
-            await _refuse(ws, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into "
+            await _refuse(sock, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into "
                               "the file; send it again in a moment", WSCloseCode.GOING_AWAY)
             return
         await stream.send("2pass-offline", "", True)
         with contextlib.suppress(TimeoutError):
-            await ws.receive(timeout=_AFTER_FINAL_S)
+            await sock.ws.receive(timeout=_AFTER_FINAL_S)
     finally:
         handle.close()
         with contextlib.suppress(OSError):
             os.unlink(handle.name)
-        await ws.close()
+        await sock.close()
+
+
+async def _read_file(sock: ClientSocket, handle: IO[bytes], limit: int) -> int | None:
+    """The file's bytes into ``handle`` until ``{"is_speaking": false}``: their size, or None when the stream ended
+    without the file (the client went away: nothing to transcribe; or it was over ``limit`` bytes: refused). Raises
+    ``ClientSilent`` when nothing arrives for ``_FILE_STALL_S``."""
+    size = 0
+    async for msg in client_messages(sock.ws, timeout_s=_FILE_STALL_S):
+        if msg.type is WSMsgType.BINARY:
+            size += len(msg.data)
+            if size > limit:
+                await _refuse(sock, f"the file is over the server's limit of {limit // (1024 * 1024)} MB", 1009)
+                return None
+            await asyncio.to_thread(handle.write, msg.data)
+        elif msg.type is WSMsgType.TEXT and _ends_audio(msg.data):
+            return size
+        elif msg.type is not WSMsgType.TEXT:
+            return None
+    return None

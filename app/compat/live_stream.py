@@ -22,7 +22,8 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiohttp import WSMessage, WSMsgType, web
@@ -90,14 +91,27 @@ async def admit(app: web.Application, room_id: str | None) -> Admitted:
 
 
 class LiveStream:
-    """An admitted stream's engine session and room publisher (see ``open_live``)."""
+    """An admitted stream's engine session and room publisher (see ``open_live``).
 
-    def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float) -> None:
+    A stream ends for a reason its client is told: the client ends it, goes away, or is cut off
+    (``client_socket``); the server stops (``stopping``); or it reaches a limit (``expired``, ``expiry`` says
+    which): no audio for ``idle_s`` (keep-alives do not count), or ``max_s`` in all (0: no such limit)."""
+
+    def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float,
+                 idle_s: float = 0.0, max_s: float = 0.0) -> None:
         self.session = session
         self.publisher = publisher
         self.stopping = asyncio.Event()  # the server is stopping: finish as if the client had ended its audio
         self.ended = asyncio.Event()  # the session has said its last message (``messages`` is over)
+        self.expired = asyncio.Event()  # the stream reached a limit: finish as if the client had ended its audio
+        self.expiry: Expiry | None = None
+        self.idle_s, self.max_s = idle_s, max_s
         self._stop_timeout_s = stop_timeout_s
+
+    @property
+    def stops(self) -> tuple[asyncio.Event, ...]:
+        """What ends the client's reading besides the client: the server stopping, the session ending, a limit."""
+        return self.stopping, self.ended, self.expired
 
     async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
         """The session's messages until it ends, each published to the room first (a failing store never costs the
@@ -122,10 +136,61 @@ class LiveStream:
             except TimeoutError:
                 log.warning("%s: stop took over %.0f s", self.session.session_id, self._stop_timeout_s)
 
+    async def rescue(self) -> None:
+        """The stream's handler ended without finishing (it failed): finish the session and publish its last
+        messages to the room all the same, within the stop timeout."""
+        if self.ended.is_set():
+            return
+        await self.finish()
+
+        async def drain() -> None:
+            async for _msg in self.messages():
+                pass
+
+        try:
+            await asyncio.wait_for(drain(), self._stop_timeout_s)
+        except TimeoutError:
+            log.warning("%s: its last messages took over %.0f s", self.session.session_id, self._stop_timeout_s)
+
+    async def watch_limits(self, clock: Callable[[], float] = time.monotonic, every_s: float = 1.0) -> None:
+        """Set ``expired`` (and ``expiry``) when the stream reaches a limit; runs until then (or is cancelled)."""
+        started = last_audio = clock()
+        heard = self.session.audio_s
+        while not self.expired.is_set():
+            await asyncio.sleep(every_s)
+            now = clock()
+            if self.session.audio_s != heard:
+                heard, last_audio = self.session.audio_s, now
+            if self.max_s and now - started >= self.max_s:
+                self.expiry = Expiry("max", f"the stream reached its maximum length of {_span(self.max_s)}; "
+                                            "connect again to go on")
+            elif self.idle_s and now - last_audio >= self.idle_s:
+                self.expiry = Expiry("idle", f"no audio for {_span(self.idle_s)}: the stream is closed")
+            else:
+                continue
+            log.info("%s: %s", self.session.session_id, self.expiry.message)
+            self.expired.set()
+
     @property
     def audio_ms(self) -> int:
         """Milliseconds of audio the session received (its timeline)."""
         return int(self.session.audio_s * 1000)
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """Which limit a stream reached (``kind``: ``idle`` or ``max``) and what to tell its client."""
+
+    kind: str
+    message: str
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:g} s"
 
 
 @contextlib.asynccontextmanager
@@ -133,8 +198,10 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
                     configure: bool = True) -> AsyncIterator[LiveStream]:
     """The engine session of ``admitted``, configured with ``options`` (``configure=False``: the caller configures
     it before the first audio, once its client has said how) and joined to its room, registered in ``STREAMS``
-    while the block runs. Leaving the block leaves the room, closes the session and frees the slot
-    (whatever happened). Raises ``Refused("engine", ...)`` when the engine will not open a session."""
+    while the block runs, its limits watched (``LiveStream.watch_limits``). Leaving the block leaves the room,
+    closes the session and frees the slot (whatever happened); leaving it by an error first finishes the session
+    and publishes its last sentence (``LiveStream.rescue``): no words are lost to a failing handler. Raises
+    ``Refused("engine", ...)`` when the engine will not open a session."""
     try:
         try:
             session = app[ENGINE].open_session(options)
@@ -147,11 +214,20 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
             # The room object fetched at admission may have left memory meanwhile (as in POST /offer).
             room = await app[ROOMS].get(admitted.room.id) or admitted.room
             publisher = room.join(session.session_id)
-        stream = LiveStream(session, publisher, app[CONFIG].stop_timeout_s)
+        config = app[CONFIG]
+        stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s)
+        limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
             with app[STREAMS].running(session, stream.stopping.set):
-                yield stream
+                try:
+                    yield stream
+                except Exception:
+                    log.exception("%s: the stream failed; finishing its open sentence", session.session_id)
+                    await stream.rescue()
+                    raise
         finally:
+            limits.cancel()
+            await asyncio.gather(limits, return_exceptions=True)
             if publisher is not None:
                 publisher.leave()
             await session.close()
@@ -193,8 +269,9 @@ READ_AHEAD_BYTES = 4 * 1024 * 1024  # client messages read ahead of the engine, 
 
 
 class ReadAhead:
-    """``client_messages`` read by a task of its own ahead of the consumer, in order, up to ``max_bytes`` of message
-    payload waiting (one message is always let in, whatever its size).
+    """``client_messages`` read by a task of its own ahead of the consumer, in order, up to ``max_bytes`` waiting (each
+    message counts its payload and ``MESSAGE_OVERHEAD_BYTES``, so a flood of tiny messages is bounded as well; one
+    message is always let in, whatever its size).
 
     Why: a consumer that feeds audio waits for the engine whenever the client sends faster than it is transcribed
     (``live_audio.PcmFeed``). If that wait also stopped the socket's reading, the client's pings would go
@@ -255,8 +332,13 @@ class ReadAhead:
             yield item
 
 
+MESSAGE_OVERHEAD_BYTES = 256  # what one waiting message costs besides its payload (a flood of 1-byte messages)
+
+
 def _size(item: WSMessage | ClientSilent | None) -> int:
-    return len(item.data) if isinstance(item, WSMessage) and isinstance(item.data, bytes | str) else 0
+    """What ``item`` counts against the read-ahead: its payload and its overhead."""
+    payload = len(item.data) if isinstance(item, WSMessage) and isinstance(item.data, bytes | str) else 0
+    return payload + MESSAGE_OVERHEAD_BYTES
 
 
 async def _first(*events: asyncio.Event) -> None:

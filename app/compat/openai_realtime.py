@@ -27,8 +27,10 @@ The protocol (OpenAI's Realtime reference, transcription sessions):
 - Errors are ``error`` events (``{"type", "code", "message", "param", "event_id"}``: the client event's id) and
   the session goes on; a failed recognition is ``...failed`` for its item. A message over 16 MiB closes with 1009;
   a server that stops finishes every item, then closes with 1001 (OpenAI's clients reconnect). OpenAI documents no
-  timeout for a quiet connection; this server closes one that sent no event for 5 minutes (an ``error`` with code
-  ``idle_timeout``, then 1000), after finishing its items.
+  timeout for a quiet connection; this server closes one that sent no event for 5 minutes or no audio for
+  ``--stream-idle-s`` (an ``error`` with code ``idle_timeout``, then 1000), and one older than ``--stream-max-s``
+  (``session_expired``, as OpenAI's past its session limit), after finishing its items. An event whose values have
+  a shape the server cannot use gets ``invalid_value``; the session goes on.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import logging
 import secrets
 from collections import deque
@@ -50,6 +51,7 @@ from engine import IllegalTransition, SessionOptions, SessionState, protocol
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG
+from .client_socket import BadMessage, ClientSocket, parse_object
 from .live_audio import PcmFeed
 from .live_stream import (
     ClientSilent,
@@ -104,8 +106,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     if not token_matches(key, app[CONFIG].auth_token):
         return ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
                         code="invalid_api_key").response()
-    ws = web.WebSocketResponse(protocols=("realtime", *((key_protocol,) if key_protocol else ())),
-                               max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
+    ws = ClientSocket.response(("realtime", *((key_protocol,) if key_protocol else ())), MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
         return ApiError(400, "connect with a WebSocket client").response()
     try:
@@ -116,7 +117,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         response.headers.update(exc.headers)
         return response
     try:
-        await ws.prepare(request)
+        sock = await ClientSocket.accept(request, ws, app[CONFIG].send_timeout_s)
     except BaseException:
         admitted.slot.release()
         raise
@@ -125,9 +126,11 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         # The session is configured with the client's settings when its first audio arrives.
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
                              configure=False) as live:
-            await RealtimeStream(ws, live, config).run()
+            await RealtimeStream(sock, live, config).run()
     except Refused as exc:
-        await ws.close(code=1011, message=str(exc)[:120].encode())
+        await sock.close(1011, str(exc))
+    except Exception:  # logged, and the open sentence finished, by open_live
+        await sock.close(1011, "internal server error")
     return ws
 
 
@@ -148,8 +151,8 @@ class Item:
 class RealtimeStream:
     """One ``/v1/realtime`` connection: client events into the engine session, its messages out as OpenAI's."""
 
-    def __init__(self, ws: web.WebSocketResponse, live: LiveStream, config: RealtimeConfig) -> None:
-        self.ws, self.live, self.config = ws, live, config
+    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig) -> None:
+        self.sock, self.live, self.config = sock, live, config
         self.session_id = _new_id("sess")
         self.watch = SpeechWatch(live.session)
         self.online = OnlineText()
@@ -162,7 +165,8 @@ class RealtimeStream:
         self._sentences_seen = 0
         self._relayed = asyncio.Event()  # the relay handled a message (or ended)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._send_lock = asyncio.Lock()
+        self._finalizing: asyncio.Task[None] | None = None  # one flush at a time (a commit, a clear)
+        self._finalize_again = False
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -172,8 +176,7 @@ class RealtimeStream:
         code = 1000
         try:
             try:
-                async with ReadAhead(self.ws, self.live.stopping, self.live.ended,
-                                     timeout_s=IDLE_TIMEOUT_S) as messages:
+                async with ReadAhead(self.sock.ws, *self.live.stops, timeout_s=IDLE_TIMEOUT_S) as messages:
                     async for msg in messages:
                         if msg.type is WSMsgType.TEXT:
                             await self.event(msg.data)
@@ -186,6 +189,9 @@ class RealtimeStream:
                                  kind="server_error")
             if self.live.stopping.is_set():
                 code = 1001
+            elif self.live.expiry is not None:
+                await self.error(self.live.expiry.message, kind="invalid_request_error",
+                                 code="session_expired" if self.live.expiry.kind == "max" else "idle_timeout")
             if self._feed is None and self.live.session.state is SessionState.LIVE:
                 self.live.session.configure(self._options())  # nothing was said; end it cleanly all the same
             await self.live.finish()
@@ -195,7 +201,7 @@ class RealtimeStream:
             for task in (relay, watch, *self._tasks):
                 task.cancel()
             await asyncio.gather(relay, watch, *self._tasks, return_exceptions=True)
-        await self.ws.close(code=code)
+        await self.sock.close(code)
 
     def _options(self) -> SessionOptions:
         return SessionOptions(language=self.config.language, prompt=self.config.prompt, words=True)
@@ -203,10 +209,11 @@ class RealtimeStream:
     # ---- client events ---------------------------------------------------------------------------------------
     async def event(self, raw: str) -> None:
         try:
-            data = json.loads(raw)
+            data = parse_object(raw)
             kind = data["type"]
-        except (ValueError, TypeError, KeyError):
-            await self.error("each message must be a JSON object with a 'type'", code="invalid_json")
+        except (BadMessage, KeyError) as exc:
+            why = str(exc) if isinstance(exc, BadMessage) else "the message has no 'type'"
+            await self.error(f"each message must be a JSON object with a 'type': {why}", code="invalid_json")
             return
         event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
         try:
@@ -223,6 +230,12 @@ class RealtimeStream:
                                   code="unsupported_event")
         except ConfigError as exc:
             await self.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            # A value of a shape no check foresaw (a list where a string belongs): the event is refused, the
+            # session goes on with what it had.
+            log.info("%s: event %r refused: %r", self.live.session.session_id, kind, exc)
+            await self.error(f"the event {str(kind)[:64]!r} has a value this server cannot use", code="invalid_value",
+                             event_id=event_id)
 
     async def update(self, session: Any, beta: bool) -> None:
         config = apply_update(self.config, session, beta)
@@ -257,7 +270,7 @@ class RealtimeStream:
                               f"{fed_ms - self._committed_ms} ms", "audio", code="input_audio_buffer_commit_empty")
         self._committed_ms = fed_ms
         if self.config.server_vad:  # the open sentence ends now; its item follows the usual way
-            self._spawn(self._finalize())
+            self._flush()
             return
         item = self._current or Item(_new_id("item"), start_ms=self._committed_ms)
         self._current, item.end_ms = None, fed_ms
@@ -268,13 +281,33 @@ class RealtimeStream:
         self._discard_upto_ms = self._committed_ms = self._feed.fed_ms if self._feed is not None else 0
         self._current = None
         if self.live.session.state is SessionState.LIVE and self._feed is not None:
-            self._spawn(self._finalize())
+            self._flush()
         await self.emit("input_audio_buffer.cleared")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _flush(self) -> None:
+        """Lock the open sentence now, in the background: one flush at a time per stream (a client's burst of
+        commits costs one more flush, not one each)."""
+        if self._finalizing is not None:
+            self._finalize_again = True
+            return
+        self._finalizing = asyncio.create_task(self._flushing(), name=f"{self.live.session.session_id}-flush")
+        self._tasks.add(self._finalizing)
+        self._finalizing.add_done_callback(self._tasks.discard)
+
+    async def _flushing(self) -> None:
+        try:
+            again = True
+            while again:
+                self._finalize_again = False
+                await self._finalize()
+                again = self._finalize_again
+        finally:
+            self._finalizing = None
 
     async def _finalize(self) -> None:
         with contextlib.suppress(IllegalTransition):  # the session is ending: its stop locks everything
@@ -291,10 +324,7 @@ class RealtimeStream:
 
     # ---- server events ---------------------------------------------------------------------------------------
     async def emit(self, kind: str, **fields: Any) -> None:
-        async with self._send_lock:
-            with contextlib.suppress(ConnectionResetError, RuntimeError):  # the client went away: finish regardless
-                await self.ws.send_str(json.dumps({"type": kind, "event_id": _new_id("event"), **fields},
-                                                  ensure_ascii=False))
+        await self.sock.send_json({"type": kind, "event_id": _new_id("event"), **fields})
 
     async def error(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None,
                     kind: str = "invalid_request_error") -> None:

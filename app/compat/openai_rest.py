@@ -26,21 +26,22 @@ import os
 import tempfile
 import time
 import zlib
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from aiohttp import BodyPartReader, web
 
 from engine import LANGUAGE_CODES, LANGUAGES, EngineError, EngineNotReady, EngineState, SessionOptions, protocol
 
 from ..auth import presented_token, token_matches
+from ..bodies import BodyError, unless_stalled
 from ..keys import CONFIG, ENGINE
 from ..ops import FILE_JOBS, STREAMS
 from ..rooms import SentenceRecord
 from ..transcripts import speaker_name, to_srt, to_vtt
 from .audio_files import AudioFileError, AudioFileReader
-from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file
+from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 STREAM_FORMATS = ("json", "text", "diarized_json")
 _MAX_FIELD_BYTES = 64 * 1024  # any form field but the file
 _CHUNK_BYTES = 256 * 1024
-_DISCONNECT_POLL_S = 0.5
+T = TypeVar("T")
 _CREATED = int(time.time())  # "created" of the loaded model in /v1/models: when this process started
 
 
@@ -122,24 +123,27 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         if engine.state is not EngineState.READY:
             raise ApiError(503, f"the speech model is {engine.state.value}; try again shortly", kind="server_error",
                            code="model_not_ready")
-        slot = request.app[FILE_JOBS].try_acquire()
-        if slot is None:
-            if request.app[FILE_JOBS].closed:
-                raise ApiError(503, "the server is shutting down; send the file again in a moment",
-                               kind="server_error", code="server_shutting_down")
-            raise ApiError(429, f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
-                           kind="rate_limit_error", code="rate_limit_exceeded")
+        if request.app[FILE_JOBS].closed:
+            raise _stopping()
     except ApiError as exc:
         return exc.response()
     form: TranscriptionForm | None = None
+    slot = None
     try:
+        # The body first, then a file slot: an upload that is slow to arrive (or stalls: 408) holds none.
         form = await _read_form(request)
+        slot = request.app[FILE_JOBS].try_acquire()
+        if slot is None:
+            if request.app[FILE_JOBS].closed:
+                raise _stopping()
+            raise ApiError(429, f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
+                           kind="rate_limit_error", code="rate_limit_exceeded")
         options = SessionOptions(language=form.language, prompt=form.prompt, temperature=form.temperature)
         reader = await open_file(form.file_path)  # a file that is not audio is a 400 before any answer starts
         if form.stream:
             return await _stream(request, form, options, reader)
-        result = await _unless_client_leaves(request, transcribe_file(engine, reader, options,
-                                                                      streams=request.app[STREAMS]))
+        result = await unless_client_leaves(request, transcribe_file(engine, reader, options,
+                                                                     streams=request.app[STREAMS]))
         if result.cut_short:
             raise _shutting_down(result)
         return _answer(form, result)
@@ -153,28 +157,16 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
         log.info("%s: the client went away; its file's transcription was abandoned", request.path)
         return web.Response(status=400)  # nobody reads it
     finally:
-        slot.release()
+        if slot is not None:
+            slot.release()
         if form is not None:
             with contextlib.suppress(OSError):
                 os.unlink(form.file_path)
 
 
-async def _unless_client_leaves(request: web.Request, job: Coroutine[Any, Any, FileTranscript]) -> FileTranscript:
-    """Run ``job``; cancel it if the client hangs up first (aiohttp does not cancel handlers on disconnect), so
-    that nobody's decodes are spent on an answer no one will read. Raises ``ConnectionResetError`` then."""
-    task = asyncio.ensure_future(job)
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
-            if request.transport is None or request.transport.is_closing():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise ConnectionResetError("the client went away")
-        return task.result()
-    finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+def _stopping() -> ApiError:
+    return ApiError(503, "the server is shutting down; send the file again in a moment", kind="server_error",
+                    code="server_shutting_down")
 
 
 # ---- the form ---------------------------------------------------------------------------------------------------
@@ -190,7 +182,7 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
     path = name = None
     try:
         reader = await request.multipart()
-        while (part := await reader.next()) is not None:
+        while (part := await _unless_stalled(reader.next())) is not None:
             if not isinstance(part, BodyPartReader):
                 raise ApiError(400, "nested multipart bodies are not supported")
             if part.name == "file":
@@ -199,7 +191,7 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
                 name = part.filename or "audio"
                 path = await _save(part, limit, os.path.splitext(name)[1][:16])
             elif part.name:
-                value = await part.read(decode=True)
+                value = await _unless_stalled(part.read(decode=True))
                 if len(value) > _MAX_FIELD_BYTES:
                     raise ApiError(400, f"field {part.name!r} is over {_MAX_FIELD_BYTES} bytes", param=part.name)
                 fields.setdefault(part.name.removesuffix("[]"), []).append(value.decode("utf-8", "replace"))
@@ -218,6 +210,14 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
         raise
 
 
+async def _unless_stalled(reading: Awaitable[T]) -> T:
+    """One read of the body; ``ApiError`` 408 when it stalls (``bodies.unless_stalled``)."""
+    try:
+        return await unless_stalled(reading)
+    except BodyError as exc:
+        raise ApiError(exc.status, exc.message, code="upload_stalled") from None
+
+
 def _shutting_down(result: FileTranscript) -> ApiError:
     return ApiError(503, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into the "
                          "file; send it again in a moment", kind="server_error", code="server_shutting_down")
@@ -234,7 +234,7 @@ async def _save(part: BodyPartReader, limit: int, suffix: str) -> str:
                                                 delete=False)
     size = 0
     try:
-        while chunk := await part.read_chunk(_CHUNK_BYTES):
+        while chunk := await _unless_stalled(part.read_chunk(_CHUNK_BYTES)):
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)
@@ -371,7 +371,7 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
             sent.append(s.text)
 
     try:
-        result = await _unless_client_leaves(request, transcribe_file(request.app[ENGINE], reader, options,
+        result = await unless_client_leaves(request, transcribe_file(request.app[ENGINE], reader, options,
                                                                       on_sentences, request.app[STREAMS]))
     except AudioFileError as exc:
         await event(ApiError(400, f"the file cannot be decoded: {exc}", param="file", code="invalid_file").body())

@@ -1,0 +1,285 @@
+"""The streaming APIs (Deepgram's ``/v1/listen``, OpenAI's ``/v1/realtime``, FunASR's ``/funasr``) against careless
+clients: one that stops reading, one that hangs up mid-sentence, one that sends a malformed message, one that keeps
+a connection open without audio, an upload that stalls, and a stop with such clients connected. Whatever they do,
+the words they already sent are locked and stored, their slot is freed, and other clients are served.
+
+The recognizer is the named fake (text "audio of N seconds"): the protocols and the server's limits are tested,
+not the model."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from app.bodies import UPLOAD_STALL_S
+from app.compat import client_socket
+from app.ops import ADMISSION
+from app.rooms.keys import ROOMS
+from engine import CaptionEngine
+from speechdata.corpus import audio
+from tests.live_clients import pcm16, stream_deepgram
+from tests.raw_clients import RawWebSocket, stalled_upload, status_of
+from tests.servers import running_server
+
+CLIP = "ls_1988-24833-0000"
+SPOKEN_S = 2.5  # the client sends this much of the clip: its sentence is still open when it misbehaves
+DEEPGRAM = "/v1/listen?encoding=linear16&sample_rate=16000&interim_results=true"
+
+
+def spoken(rate: int = 16000) -> bytes:
+    """The first ``SPOKEN_S`` of a read sentence, after half a second of silence, as PCM at ``rate``."""
+    x = np.concatenate([np.zeros(8000, np.float32), audio(CLIP)[:int(SPOKEN_S * 16000)]])
+    return pcm16(x, rate)
+
+
+def appends(data: bytes, step: int = 4800) -> list[str]:
+    """OpenAI ``input_audio_buffer.append`` events of ``data`` (24 kHz PCM), 100 ms each."""
+    return [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i:i + step]).decode()})
+            for i in range(0, len(data), step)]
+
+
+async def until(condition: Callable[[], bool], why: str, timeout_s: float = 10.0) -> float:
+    """Seconds until ``condition`` holds (polled every 20 ms); fails after ``timeout_s``."""
+    t0 = time.monotonic()
+    while not condition():
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(f"not within {timeout_s} s: {why}")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0
+
+
+async def transcript(url: str, room: str) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{room}/transcript.txt") as r:
+        return await r.text()
+
+
+async def stored(url: str, room: str, timeout_s: float = 10.0) -> str:
+    """The room's transcript once it holds a sentence."""
+    t0 = time.monotonic()
+    while "audio of" not in (text := await transcript(url, room)):
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError(f"nothing stored in room {room}: {text!r}")
+        await asyncio.sleep(0.1)
+    return text
+
+
+async def feed_raw(ws: RawWebSocket, kind: str) -> None:
+    """The opening and the speech of a stream of protocol ``kind``, written without reading."""
+    if kind == "funasr":
+        ws.text(json.dumps({"mode": "2pass", "wav_name": "t", "wav_format": "pcm", "audio_fs": 16000,
+                            "is_speaking": True}))
+    if kind == "openai":
+        for event in appends(spoken(24000)):
+            ws.text(event)
+    else:
+        data = spoken()
+        for i in range(0, len(data), 3200):
+            ws.binary(data[i:i + 3200])
+    await ws.flush()
+
+
+async def flood(ws: RawWebSocket, timeout_s: float = 30.0) -> float:
+    """Messages that each get an answer (tiny: "x"), in bursts, until the server stops taking them (its window to
+    this client shut); returns when that happened (``time.monotonic``)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        for _ in range(2000):
+            ws.text("x")
+        if not await ws.flush(0.2):
+            return time.monotonic()
+        await asyncio.sleep(0)  # the server is in this process: let it run
+    raise AssertionError(f"the server read every message for {timeout_s} s")
+
+
+PATHS = {"deepgram": DEEPGRAM, "openai": "/v1/realtime?intent=transcription", "funasr": "/funasr"}
+
+
+@pytest.mark.parametrize("kind", ["deepgram", "openai"])
+async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(fake_engine: CaptionEngine,
+                                                                          kind: str) -> None:
+    async with running_server(fake_engine, max_sessions=1, send_timeout_s=1.0) as (url, app):
+        room, _ = await app[ROOMS].create()
+        ws = await RawWebSocket.connect(url, PATHS[kind] + f"&room={room.id}")
+        await feed_raw(ws, kind)
+        # Then messages that each get an answer (an error event), never reading one, until the server's sends
+        # are stuck (its window to the client stays shut) and it cuts the client off.
+        stuck_at = await flood(ws)
+        freed_s = await until(lambda: app[ADMISSION].in_use == 0, "the client that does not read holds its slot")
+        assert time.monotonic() - stuck_at < 1.0 + 3.0, "cut off within the send deadline (and its own flood)"
+        assert freed_s < 10
+        ws.hang_up()
+        assert "audio of" in await stored(url, room.id), "its open sentence was locked and stored"
+        # The one slot is free: a client that reads is served.
+        run = await stream_deepgram(url, pcm16(audio(CLIP)), speed=0, encoding="linear16", sample_rate=16000)
+        assert run.text.startswith("audio of"), run.messages
+
+
+async def test_a_funasr_client_that_answers_no_ping_is_closed(fake_engine: CaptionEngine,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_socket, "HEARTBEAT_S", 0.5)
+    async with running_server(fake_engine, max_sessions=1) as (url, app):
+        room, _ = await app[ROOMS].create()
+        ws = await RawWebSocket.connect(url, f"/funasr?room={room.id}")
+        await feed_raw(ws, "funasr")
+        await until(lambda: app[ADMISSION].in_use == 0, "a client that answers no ping holds its slot", 10)
+        assert "audio of" in await stored(url, room.id)
+        ws.hang_up()
+
+
+@pytest.mark.parametrize("kind", ["deepgram", "openai", "funasr"])
+async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_once(fake_engine: CaptionEngine,
+                                                                                     kind: str) -> None:
+    async with running_server(fake_engine, max_sessions=1) as (url, app):
+        room, _ = await app[ROOMS].create()
+        sep = "&" if "?" in PATHS[kind] else "?"
+        ws = await RawWebSocket.connect(url, PATHS[kind] + f"{sep}room={room.id}")
+        await feed_raw(ws, kind)
+        await until(lambda: any(s.audio_s > SPOKEN_S for s in fake_engine.sessions.values()), "the audio arrived")
+        ws.hang_up()
+        freed_s = await until(lambda: app[ADMISSION].in_use == 0, "the slot of a client that hung up")
+        assert freed_s < 1.0, freed_s
+        assert "audio of" in await stored(url, room.id)
+
+
+async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        # Deepgram: an Error message, the stream goes on, CloseStream locks the sentence.
+        room, _ = await app[ROOMS].create()
+        async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&room={room.id}") as ws:
+            await ws.send_bytes(spoken())
+            await ws.send_str("[" * 5000)
+            got = await read_until(ws, lambda m: m.get("type") == "Error")
+            assert got[-1]["variant"] == "SchemaError"
+            await ws.send_str(json.dumps({"type": "CloseStream"}))
+            got = await read_until(ws, lambda m: m.get("type") == "Metadata")
+            finals = [m["channel"]["alternatives"][0]["transcript"] for m in got if m.get("is_final")]
+            assert finals and finals[0].startswith("audio of"), got
+        assert ws.close_code == 1000
+        assert "audio of" in await transcript(url, room.id)
+
+        # OpenAI Realtime: a format that is a list, and JSON nested too deep, are error events; the item completes.
+        room, _ = await app[ROOMS].create()
+        async with http.ws_connect("ws" + url[4:] + f"/v1/realtime?intent=transcription&room={room.id}") as ws:
+            for event in appends(spoken(24000)):
+                await ws.send_str(event)
+            await ws.send_str(json.dumps({"type": "session.update", "session": {
+                "type": "transcription", "audio": {"input": {"format": {"type": ["audio/pcm"]}}}}}))
+            await ws.send_str("[" * 5000)
+            errors = [m["error"] for m in await read_until(ws, lambda m: m["type"] == "error", count=2)
+                      if m["type"] == "error"]
+            assert [e["code"] for e in errors] == ["invalid_value", "invalid_json"], errors
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+            done = await read_until(ws, lambda m: m["type"].endswith("transcription.completed"))
+            assert done[-1]["transcript"].startswith("audio of"), done[-1]
+        assert "audio of" in await transcript(url, room.id)
+
+        # FunASR: a text message it cannot read mid-stream is ignored, as FunASR's server does.
+        room, _ = await app[ROOMS].create()
+        async with http.ws_connect("ws" + url[4:] + f"/funasr?room={room.id}") as ws:
+            await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000, "is_speaking": True}))
+            await ws.send_bytes(spoken())
+            await ws.send_str("[" * 5000)
+            await ws.send_str(json.dumps({"is_speaking": False}))
+            got = await read_until(ws, lambda m: m.get("is_final") is True)
+            assert any(m["mode"] == "2pass-offline" and m["text"].startswith("audio of") for m in got), got
+        assert "audio of" in await transcript(url, room.id)
+
+
+async def read_until(ws: aiohttp.ClientWebSocketResponse, done: Callable[[dict[str, Any]], bool],
+                     count: int = 1, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+    """JSON messages until ``count`` of them satisfy ``done`` (all of them, in order)."""
+    out: list[dict[str, Any]] = []
+    seen = 0
+    async with asyncio.timeout(timeout_s):
+        while seen < count:
+            msg = await ws.receive()
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                raise AssertionError(f"the stream ended ({msg.type}, {ws.close_code}) after {out}")
+            out.append(json.loads(msg.data))
+            seen += done(out[-1])
+    return out
+
+
+async def test_streams_without_audio_and_streams_past_their_length_are_closed(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine, stream_idle_s=1.0, stream_max_s=2.0) as (url, _app), \
+            aiohttp.ClientSession() as http:
+        # Deepgram: KeepAlive every 0.2 s keeps the protocol's own 10 s limit away, not the server's idle limit.
+        async with http.ws_connect("ws" + url[4:] + DEEPGRAM) as ws:
+            t0 = time.monotonic()
+            while not ws.closed and time.monotonic() - t0 < 5:
+                await ws.send_str(json.dumps({"type": "KeepAlive"}))
+                with contextlib.suppress(TimeoutError):
+                    await ws.receive(timeout=0.2)
+            assert ws.close_code == 1008 and time.monotonic() - t0 < 3.5
+        # OpenAI: audio all along, but the stream reached its length: session_expired, then a close.
+        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
+            silence = appends(bytes(4800 * 2))
+            got: list[dict[str, Any]] = []
+            t0 = time.monotonic()
+            while not ws.closed and time.monotonic() - t0 < 6:
+                for event in silence:
+                    await ws.send_str(event)
+                with contextlib.suppress(TimeoutError):
+                    msg = await ws.receive(timeout=0.2)
+                    if msg.type is aiohttp.WSMsgType.TEXT:
+                        got.append(json.loads(msg.data))
+            codes = [m["error"]["code"] for m in got if m["type"] == "error"]
+            assert codes == ["session_expired"] and ws.closed, got
+        # FunASR: configured, then nothing: a final message with the reason, and a close.
+        async with http.ws_connect("ws" + url[4:] + "/funasr") as ws:
+            await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000, "is_speaking": True}))
+            last = (await read_until(ws, lambda m: m.get("is_final") is True, timeout_s=5))[-1]
+            assert "no audio" in last["error"], last
+            await ws.receive(timeout=2)
+        assert ws.close_code == 1008
+
+
+async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(fake_engine: CaptionEngine,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.bodies.UPLOAD_STALL_S", 1.0)
+    assert UPLOAD_STALL_S >= 10, "the shipped stall limit leaves slow networks time"
+    async with running_server(fake_engine, max_file_jobs=1) as (url, _app), aiohttp.ClientSession() as http:
+        stalled = [await stalled_upload(url, "/v1/listen?encoding=linear16&sample_rate=16000", bytes(1024), 10**6),
+                   await stalled_upload(url, "/v1/audio/transcriptions",
+                                        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+                                        + bytes(1024), 10**6, content_type="multipart/form-data; boundary=b")]
+        # Both stall; the one file slot is free for an upload that arrives.
+        async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000", data=pcm16(audio(CLIP))) as r:
+            assert r.status == 200, await r.text()
+        for reader, writer in stalled:
+            assert await status_of(reader, 5.0) == 408
+            writer.close()
+
+
+async def test_a_stop_with_stuck_clients_on_every_endpoint_ends_within_the_drain_and_3_s(
+        fake_engine: CaptionEngine) -> None:
+    from tests.test_capacity_refusals import free_port
+
+    port = free_port()
+    drain_s = 2.0
+    t_stop = 0.0
+    async with running_server(fake_engine, send_timeout_s=3.0, drain_timeout_s=drain_s,
+                              funasr_port=port) as (url, app):
+        stuck = []
+        for kind in ("deepgram", "openai"):
+            ws = await RawWebSocket.connect(url, PATHS[kind])
+            await feed_raw(ws, kind)
+            await flood(ws)  # its sends to this client are stuck
+            stuck.append(ws)
+        ws = await RawWebSocket.connect(f"http://127.0.0.1:{port}", "/")
+        await feed_raw(ws, "funasr")
+        stuck.append(ws)
+        await until(lambda: app[ADMISSION].in_use == 3, "three streams open")
+        t_stop = time.monotonic()
+    assert time.monotonic() - t_stop <= drain_s + 3.0
+    for ws in stuck:
+        ws.hang_up()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -22,9 +23,13 @@ import pytest
 
 from app.bodies import UPLOAD_STALL_S
 from app.compat import client_socket
+from app.compat.redaction import RedactError, Redactor, parse_redact
 from app.ops import ADMISSION
 from app.rooms.keys import ROOMS
 from engine import CaptionEngine
+from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import DecodeRequest, Transcript
+from engine.config import EngineConfig
 from speechdata.corpus import audio
 from tests.live_clients import pcm16, stream_deepgram
 from tests.raw_clients import RawWebSocket, stalled_upload, status_of
@@ -283,3 +288,71 @@ async def test_a_stop_with_stuck_clients_on_every_endpoint_ends_within_the_drain
     assert time.monotonic() - t_stop <= drain_s + 3.0
     for ws in stuck:
         ws.hang_up()
+
+
+SAID = "My card is 4111 1111 1111 1111, expiry 09/27, the CVV is 123 and my social is 123-45-6789. I am 42."
+
+
+def test_redaction_masks_numbers_as_whisper_writes_them_one_word_for_one() -> None:
+    words = SAID.split()
+    pci = Redactor(parse_redact(["pci"])).text(SAID)
+    assert "4111" not in pci and "**** **** **** ****," in pci and "**/**," in pci and "is ***" in pci
+    assert "123-45-6789" in pci, "a social security number is not card data"
+    both = Redactor(parse_redact(["pci,ssn"])).text(SAID)
+    assert "***-**-****." in both and both.endswith("I am 42.")
+    every = Redactor(parse_redact(["true"])).text("Call 555 0199 or 20 times in 1987.")
+    assert every == "Call *** **** or 20 times in ****."
+    assert len(both.split()) == len(words), "one word for one: times and settled counts still line up"
+    assert Redactor(parse_redact(["pci"])).text("A 4111-1111-1111-1111 card") == "A ****-****-****-**** card"
+    assert parse_redact(["false"]) == frozenset()
+    for bad in (["pii"], ["phi"], ["pci,credit_card"]):
+        with pytest.raises(RedactError):
+            parse_redact(bad)
+
+
+def test_parameters_that_promise_what_the_server_does_not_do_are_refused() -> None:
+    from multidict import MultiDict
+
+    from app.compat.deepgram_params import ParamError, parse_params
+
+    ok = parse_params(MultiDict([("redact", "pci"), ("redact", "ssn"), ("profanity_filter", "false"),
+                                 ("filler_words", "true"), ("numerals", "true"), ("mip_opt_out", "true"),
+                                 ("no_delay", "true"), ("detect_language", "true"), ("tag", "x")]), "en")
+    assert ok.redact == {"pci", "ssn"} and ok.language is None
+    for bad, why in ((("profanity_filter", "true"), "profanity"), (("redact", "pii"), "pii"),
+                     (("summarize", "v2"), "summarize"), (("dictation", "true"), "dictation"),
+                     (("search", "card"), "search"), (("callback", "http://x"), "callback")):
+        with pytest.raises(ParamError, match=why):
+            parse_params(MultiDict([bad]), "en")
+
+
+class CardReader(FakeTranscriber):
+    """The named fake recognizer, hearing a card number and a social security number in every segment."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        heard = await super().transcribe(request)
+        return dataclasses.replace(heard, text=SAID)
+
+
+async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room() -> None:
+    reader = CaptionEngine(EngineConfig(speakers=False), transcriber=CardReader(delay_s=0.05))
+    await reader.start()
+    try:
+        async with running_server(reader) as (url, app), aiohttp.ClientSession() as http:
+            room, _ = await app[ROOMS].create()
+            async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&redact=pci,ssn&room={room.id}") as ws:
+                await ws.send_bytes(spoken())
+                await ws.send_str(json.dumps({"type": "CloseStream"}))
+                got = await read_until(ws, lambda m: m.get("type") == "Metadata")
+            finals = [m for m in got if m.get("is_final")]
+            assert finals and "**** **** **** ****" in finals[0]["channel"]["alternatives"][0]["transcript"]
+            stored_text = await transcript(url, room.id)
+            for secret in ("4111", "6789", " 123 ", "09/27"):
+                assert secret not in json.dumps(got) and secret not in stored_text, secret
+            assert "***-**-****" in stored_text
+            async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&redact=pci",
+                                 data=spoken()) as r:
+                body = await r.text()
+                assert r.status == 200 and "4111" not in body and "****" in body, body
+    finally:
+        await reader.close()

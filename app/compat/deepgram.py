@@ -62,6 +62,7 @@ from .live_stream import (
     admit,
     open_live,
 )
+from .redaction import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ async def listen(request: web.Request) -> web.StreamResponse:
     options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True,
                              relabels=not params.diarize)
     try:
-        async with open_live(app, admitted, options) as live:
+        redactor = Redactor(params.redact) if params.redact else None
+        async with open_live(app, admitted, options, redactor=redactor) as live:
             await DeepgramStream(sock, params, live, request_id, app[ENGINE].model_name).run()
     except Refused as exc:
         await sock.close(1011, f"NET-0000: {exc}")

@@ -21,6 +21,7 @@ import os
 import struct
 import tempfile
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -37,10 +38,12 @@ from .audio_files import AudioFileError
 from .deepgram import http_error
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
+from .redaction import Redactor
 
 log = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 256 * 1024
+FILE_PARAMS = frozenset({"utterances"})  # the file API's own parameters, beside the live API's
 _WAV_TAGS = {"linear16": (1, 16), "alaw": (6, 8), "mulaw": (7, 8)}
 
 
@@ -63,7 +66,7 @@ async def transcribe(request: web.Request) -> web.Response:
     if not token_matches(key, app[CONFIG].auth_token):
         return http_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
     try:
-        params = parse_params(request.query, app[CONFIG].language)
+        params = parse_params(request.query, app[CONFIG].language, also=FILE_PARAMS)
     except ParamError as exc:
         return http_error(400, "Bad Request", str(exc), request_id)
     if request.content_type == "application/json":
@@ -100,6 +103,8 @@ async def transcribe(request: web.Request) -> web.Response:
         if result.cut_short:
             return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again",
                               request_id)
+        if params.redact:
+            result = replace(result, sentences=[Redactor(params.redact).sentence(s) for s in result.sentences])
         return web.json_response(answer(result, params, request_id, app[ENGINE].model_name, sha,
                                         request.query.get("utterances", "").lower() == "true"),
                                  headers={"dg-request-id": request_id})

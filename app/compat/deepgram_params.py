@@ -15,8 +15,15 @@ What each parameter does here (docs/protocol.md has the table):
   endpointer ends them (its silence schedule and sentence pause). ``utterance_end_ms`` (at least 1000) sends
   ``UtteranceEnd`` after that long without words.
 - ``keyterm`` and ``keywords`` (``word:intensifier``, the intensifier is dropped) become the recognizer's hotwords.
-- Anything else Deepgram takes (``filler_words``, ``numerals``, ``profanity_filter``, ``tag``, ``mip_opt_out``,
-  ``no_delay``, ...) is accepted and has no effect.
+- ``detect_language=true`` detects the language per sentence (as ``language=multi``).
+- ``redact`` (``pci``, ``ssn``, ``numbers`` or ``true``; repeated or comma-separated): the numbers masked in every
+  result and in the room's transcript (``redaction``); other kinds (``pii``, ``phi``, entity names) are refused.
+- Accepted without effect, because none can mislead: ``version``, ``tier``, ``tag``, ``extra`` (labels for the
+  caller), ``mip_opt_out`` (this server keeps nothing to train on), ``no_delay`` (it never holds results back),
+  ``numerals`` (Whisper writes numbers as digits), ``filler_words`` (fillers are kept where Whisper writes them),
+  ``profanity_filter=false``, ``dictation=false``, and ``room``/``token`` (this server's own).
+- Refused with ``400`` naming it: any other parameter, ``profanity_filter=true`` and ``dictation=true`` (this server
+  has no such filter), and the analyses it does not run (``search``, ``replace``, ``summarize``, ``topics``, ...).
 """
 
 from __future__ import annotations
@@ -29,8 +36,17 @@ from multidict import MultiMapping
 from engine import LANGUAGE_CODES, MAX_HOTWORDS, protocol
 
 from .live_audio import ENCODINGS, MAX_RATE_HZ, MIN_RATE_HZ
+from .redaction import RedactError, parse_redact
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+# Parameters this server does something with, and those it takes without effect because none can mislead (see the
+# module's docstring); every other one is refused, naming it.
+_HONOURED = {"encoding", "sample_rate", "channels", "multichannel", "language", "detect_language", "model",
+             "interim_results", "punctuate", "smart_format", "diarize", "diarize_model", "endpointing",
+             "utterance_end_ms", "vad_events", "keyterm", "keywords", "redact", "room", "token"}
+_WITHOUT_EFFECT = {"version", "tier", "tag", "extra", "mip_opt_out", "no_delay", "numerals", "filler_words"}
+_ONLY_FALSE = {"profanity_filter": "this server has no profanity filter",
+               "dictation": "this server does not turn spoken punctuation into marks"}
 
 
 class ParamError(ValueError):
@@ -51,6 +67,7 @@ class ListenParams:
     utterance_end_ms: int | None = None
     vad_events: bool = False
     hotwords: tuple[str, ...] = ()
+    redact: frozenset[str] = frozenset()  # redaction.KINDS to mask
 
     @property
     def formatted(self) -> bool:
@@ -91,8 +108,22 @@ def parse_language(value: str | None, default: str | None) -> str | None:
     return code
 
 
-def parse_params(query: MultiMapping[str], default_language: str | None) -> ListenParams:
-    """The checked parameters of a ``/v1/listen`` connection. Raises ``ParamError``."""
+def parse_params(query: MultiMapping[str], default_language: str | None,
+                 also: frozenset[str] = frozenset()) -> ListenParams:
+    """The checked parameters of a ``/v1/listen`` connection (``also``: more that the caller honours, e.g. the file
+    API's ``utterances``). Raises ``ParamError``."""
+    for name in query:
+        if name in also:
+            continue
+        if name in _ONLY_FALSE and _bool(query, name, False):
+            raise ParamError(f"{name}=true is not supported: {_ONLY_FALSE[name]}")
+        if name not in _HONOURED and name not in _WITHOUT_EFFECT and name not in _ONLY_FALSE:
+            raise ParamError(f"parameter {name!r} is not supported by this server")
+    try:
+        redact = parse_redact(query.getall("redact", []))
+    except RedactError as exc:
+        raise ParamError(str(exc)) from None
+    detect = _bool(query, "detect_language", False)
     encoding = query.get("encoding")
     if encoding is not None:
         encoding = encoding.lower()
@@ -122,13 +153,14 @@ def parse_params(query: MultiMapping[str], default_language: str | None) -> List
                                               for k in query.getall("keywords", []))]
     hotwords = tuple(dict.fromkeys(w.strip()[:protocol.MAX_HOTWORD_CHARS] for w in words if w.strip()))
     return ListenParams(encoding=encoding, sample_rate=rate,
-                        language=parse_language(query.get("language"), default_language),
+                        language=None if detect else parse_language(query.get("language"), default_language),
                         model=query.get("model") or "nova-3",
                         interim_results=_bool(query, "interim_results", False),
                         punctuate=_bool(query, "punctuate", False), smart_format=_bool(query, "smart_format", False),
                         diarize=_bool(query, "diarize", False) or "diarize_model" in query,
                         endpointing_ms=endpointing_ms, utterance_end_ms=utterance_end,
-                        vad_events=_bool(query, "vad_events", False), hotwords=hotwords[:MAX_HOTWORDS])
+                        vad_events=_bool(query, "vad_events", False), hotwords=hotwords[:MAX_HOTWORDS],
+                        redact=redact)
 
 
 def presented_key(request: web.Request) -> tuple[str | None, bool]:

@@ -42,6 +42,7 @@ from engine import (
 from ..keys import CONFIG, ENGINE
 from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, STREAMS, Refusal, Slot
 from ..rooms import ROOMS, Room, RoomPublisher
+from .redaction import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,9 @@ class LiveStream:
     which): no audio for ``idle_s`` (keep-alives do not count), or ``max_s`` in all (0: no such limit)."""
 
     def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float,
-                 idle_s: float = 0.0, max_s: float = 0.0) -> None:
+                 idle_s: float = 0.0, max_s: float = 0.0, redactor: Redactor | None = None) -> None:
         self.session = session
+        self.redactor = redactor  # what the caller asked to keep out of its results and the room's transcript
         self.publisher = publisher
         self.stopping = asyncio.Event()  # the server is stopping: finish as if the client had ended its audio
         self.ended = asyncio.Event()  # the session has said its last message (``messages`` is over)
@@ -115,9 +117,12 @@ class LiveStream:
 
     async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
         """The session's messages until it ends, each published to the room first (a failing store never costs the
-        client its captions). ``ended`` is set after the last one."""
+        client its captions), redacted first when the caller asked (``redactor``). ``ended`` is set after the last
+        one."""
         try:
             async for msg in self.session.messages():
+                if self.redactor is not None:
+                    msg = self.redactor.message(msg)
                 if self.publisher is not None:
                     try:
                         await self.publisher.publish(msg)
@@ -195,7 +200,7 @@ def _span(seconds: float) -> str:
 
 @contextlib.asynccontextmanager
 async def open_live(app: web.Application, admitted: Admitted, options: SessionOptions,
-                    configure: bool = True) -> AsyncIterator[LiveStream]:
+                    configure: bool = True, redactor: Redactor | None = None) -> AsyncIterator[LiveStream]:
     """The engine session of ``admitted``, configured with ``options`` (``configure=False``: the caller configures
     it before the first audio, once its client has said how) and joined to its room, registered in ``STREAMS``
     while the block runs, its limits watched (``LiveStream.watch_limits``). Leaving the block leaves the room,
@@ -215,7 +220,8 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
             room = await app[ROOMS].get(admitted.room.id) or admitted.room
             publisher = room.join(session.session_id)
         config = app[CONFIG]
-        stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s)
+        stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
+                            redactor)
         limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
             with app[STREAMS].running(session, stream.stopping.set):

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
+import time
 import wave
+from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
 from multidict import MultiDict
 
-from app.compat import deepgram
+from app.compat import deepgram, live_audio
 from app.compat.deepgram_params import ParamError, parse_params
 from app.compat.live_audio import LIVE_BACKLOG, WavHeader, decode
 from app.drain import DRAIN
@@ -117,6 +120,23 @@ async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) 
         assert abs(seconds - len(x) / 16000) < 0.6, "all of the audio arrived, none doubled"
 
 
+async def test_a_stream_faster_than_real_time_is_taken_at_the_pace_of_speech(fake_engine: CaptionEngine,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live priority is for speech as fast as it is spoken: 6 s of audio sent at once, with 2 s allowed ahead of the
+    clock, take about 4 s to be read; all of it comes through."""
+    monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", 2.0)
+    x = audio("ls_1988-24833-0000")[:6 * 16000]
+    t0 = time.monotonic()
+    run = await _stream_fast(fake_engine, pcm16(x))
+    assert 6.0 - 2.0 - 0.5 <= time.monotonic() - t0 < 12, time.monotonic() - t0
+    assert run.text.startswith("audio of"), run.messages
+
+
+async def _stream_fast(engine: CaptionEngine, data: bytes) -> Any:
+    async with running_server(engine) as (url, _app):
+        return await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000)
+
+
 async def test_prerecorded_files(fake_engine: CaptionEngine) -> None:
     """``POST /v1/listen``: LiveKit's Deepgram plugin's ``recognize`` (a WAV body), and raw PCM with an encoding."""
     from livekit import rtc
@@ -141,9 +161,12 @@ async def test_prerecorded_files(fake_engine: CaptionEngine) -> None:
             assert r.status == 413 and r.headers["dg-error"]
 
 
-async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: CaptionEngine) -> None:
+async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: CaptionEngine,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that sends a minute of speech at once is read only as fast as the engine keeps up: the audio waiting
-    for the VAD and the sentences waiting for their final stay bounded (``live_audio.LIVE_BACKLOG``)."""
+    for the VAD and the sentences waiting for their final stay bounded (``live_audio.LIVE_BACKLOG``). (The pace of
+    speech, which holds such a client back first, is lifted here: the engine's own backpressure is tested.)"""
+    monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", math.inf)
     data = pcm16(audio("libri_3spk_turns"))
     peaks = [0.0, 0.0]
 
@@ -164,9 +187,10 @@ async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: Cap
 
 
 @pytest.mark.slow
-async def test_pings_are_answered_while_the_engine_catches_up() -> None:
+async def test_pings_are_answered_while_the_engine_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client far ahead of a slow recognizer keeps its connection: its pings are answered while its audio waits
     (clients such as deepgram-sdk's drop a connection whose pings go unanswered for 20 s)."""
+    monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", math.inf)  # far ahead: past the pace of speech too
     from engine.asr.fake import FakeTranscriber
     from engine.config import EngineConfig
 

@@ -23,6 +23,7 @@ import pytest
 
 from app.bodies import UPLOAD_STALL_S
 from app.compat import client_socket
+from app.compat.container_audio import sniff
 from app.compat.redaction import RedactError, Redactor, parse_redact
 from app.ops import ADMISSION
 from app.rooms.keys import ROOMS
@@ -356,3 +357,56 @@ async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room(
                 assert r.status == 200 and "4111" not in body and "****" in body, body
     finally:
         await reader.close()
+
+
+async def test_beta_clients_get_the_beta_event_names(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, _app), aiohttp.ClientSession() as http:
+        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription",
+                                   headers={"OpenAI-Beta": "realtime=v1"}) as ws:
+            created = json.loads((await ws.receive(timeout=5)).data)
+            assert created["type"] == "transcription_session.created"
+            assert created["session"]["input_audio_format"] == "pcm16"
+            for event in appends(spoken(24000)):
+                await ws.send_str(event)
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+            got = await read_until(ws, lambda m: m["type"].endswith("transcription.completed"))
+            kinds = [m["type"] for m in got]
+            assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds, kinds
+        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
+            assert json.loads((await ws.receive(timeout=5)).data)["type"] == "session.created"
+
+
+def recorded(container: str, codec: str = "libopus") -> bytes:
+    """A read sentence as a recorder writes it: ``container`` (``webm``, ``ogg``, ``mp3``, ``flac``) by FFmpeg."""
+    import subprocess
+
+    x = np.concatenate([np.zeros(8000, np.float32), audio(CLIP), np.zeros(16000, np.float32)])
+    return subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "s16le", "-ar", "16000", "-ac", "1", "-i", "-",
+                           "-c:a", codec, "-ar", "48000" if codec == "libopus" else "16000", "-f", container, "-"],
+                          input=pcm16(x), capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize(("container", "codec"), [("webm", "libopus"), ("ogg", "libopus"), ("mp3", "libmp3lame"),
+                                                  ("flac", "flac")])
+async def test_recorded_containers_stream_without_an_encoding(fake_engine: CaptionEngine, container: str,
+                                                              codec: str) -> None:
+    data = recorded(container, codec)
+    assert sniff(data[:16]) == container
+    async with running_server(fake_engine) as (url, _app):
+        run = await stream_deepgram(url, data, speed=0, chunk=4000, interim_results="true", punctuate="true")
+    assert run.text.startswith("audio of"), run.messages
+    heard = sum(float(m.channel.alternatives[0].transcript.split()[2]) for m in run.finals)
+    assert abs(heard - len(audio(CLIP)) / 16000) < 1.0, (heard, "all of the speech, none doubled")
+    assert abs(run.messages[-1].duration - (len(audio(CLIP)) / 16000 + 1.5)) < 0.2
+
+
+async def test_bytes_that_are_no_audio_close_the_stream_as_deepgram_does(fake_engine: CaptionEngine) -> None:
+    async with running_server(fake_engine) as (url, _app), aiohttp.ClientSession() as http:
+        for junk in (b"\x1a\x45\xdf\xa3" + bytes(range(256)) * 40, b"hello, this is not audio at all"):
+            async with http.ws_connect("ws" + url[4:] + "/v1/listen") as ws:
+                await ws.send_bytes(junk)
+                await ws.send_str(json.dumps({"type": "CloseStream"}))
+                async with asyncio.timeout(15):
+                    async for _msg in ws:
+                        pass
+            assert ws.close_code in (1008, 1000), ws.close_code

@@ -50,6 +50,7 @@ from ..auth import token_matches
 from ..keys import CONFIG, ENGINE
 from . import deepgram_results as dg
 from .client_socket import BadMessage, ClientSocket, parse_object
+from .container_audio import ContainerFeed, sniff
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
 from .live_stream import (
@@ -139,8 +140,9 @@ class DeepgramStream:
         self.watch = SpeechWatch(live.session)
         self.created = datetime.now(UTC)
         self._sha = hashlib.sha256()
-        self._feed: PcmFeed | None = None
-        self._head = b""  # the start of a WAV stream, until its header is complete
+        self._feed: PcmFeed | ContainerFeed | None = None
+        self._head = b""  # the start of a stream without an encoding, until its format is known
+        self._wav_offset = 0
         self._tiling = dg.Tiling()
         self._settled: list[protocol.Word] = []  # the settled words of the text not locked yet, with their times
         self._last_interim = ""
@@ -157,7 +159,10 @@ class DeepgramStream:
         relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-deepgram-relay")
         watch = asyncio.create_task(self.watch_speech(), name=f"{self.live.session.session_id}-deepgram-watch")
         try:
-            code, reason = await self.read()
+            try:
+                code, reason = await self.read()
+            finally:
+                await self.end_audio()
             await self.live.finish()
             await relay
         finally:
@@ -206,21 +211,42 @@ class DeepgramStream:
                 self._feed = PcmFeed(self.live.session, self.params.encoding, self.params.sample_rate or 16000)
             else:
                 self._head += data
-                try:
-                    header = WavHeader.parse(self._head)
-                except ValueError as exc:
-                    log.info("%s: %s", self.live.session.session_id, exc)
-                    return False
-                if header is None:
+                if len(self._head) < 12:
                     return True
-                if header.channels != 1 or not MIN_RATE_HZ <= header.rate <= MAX_RATE_HZ:
-                    log.info("%s: WAV of %d channels at %d Hz refused", self.live.session.session_id,
-                             header.channels, header.rate)
+                kind = sniff(self._head)
+                if kind not in (None, "wav"):  # a recorder's container: decoded as it arrives
+                    self._feed = ContainerFeed(self.live.session, kind)
+                    data, self._head = self._head, b""
+                elif not await self._wav():
                     return False
-                self._feed = PcmFeed(self.live.session, header.encoding, header.rate)
-                data, self._head = self._head[header.data_offset:], b""
-        await self._feed.feed(data)
+                elif self._feed is None:
+                    return True
+                else:
+                    data, self._head = self._head[self._wav_offset:], b""
+        return await self._feed.feed(data) is not False
+
+    async def _wav(self) -> bool:
+        """The WAV header at the start of ``_head``: the feed it asks for (None while more bytes are needed);
+        False for bytes that are neither WAV nor a container this server reads."""
+        try:
+            header = WavHeader.parse(self._head)
+        except ValueError as exc:
+            log.info("%s: %s", self.live.session.session_id, exc)
+            return False
+        if header is None:
+            return True
+        if header.channels != 1 or not MIN_RATE_HZ <= header.rate <= MAX_RATE_HZ:
+            log.info("%s: WAV of %d channels at %d Hz refused", self.live.session.session_id, header.channels,
+                     header.rate)
+            return False
+        self._feed = PcmFeed(self.live.session, header.encoding, header.rate)
+        self._wav_offset = header.data_offset
         return True
+
+    async def end_audio(self) -> None:
+        """The client's audio is over: a container's decoder gives up what it still holds."""
+        if isinstance(self._feed, ContainerFeed):
+            await self._feed.close()
 
     async def control(self, raw: str) -> bool:
         """A text message; True when it ends the stream."""

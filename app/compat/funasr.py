@@ -218,7 +218,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
         admitted.slot.release()
         return ws
     # Offline mode sends no online text, so it needs no partials; it is a live stream all the same (FunASR's
-    # clients use it for a microphone too), so its sentences decode at live priority. Its files go as uploads do.
+    # clients use it for a microphone too), so its sentences decode at live priority, at the pace of speech (PCM sent
+    # faster is taken at most ``LIVE_AHEAD_S`` ahead of real time). Its files (a ``wav_format``) go as uploads do.
     # Each sentence's message names its speaker (``spk``) and the protocol cannot correct one later: each sentence
     # waits for its speaker embedding.
     options = SessionOptions(language=config.language, hotwords=fconfig.hotwords, words=True,

@@ -9,12 +9,22 @@ backpressure. Shared by the WebSocket protocols (FunASR, Deepgram, OpenAI Realti
   (``Session.caught_up``). A client that sends faster than real time is therefore read no faster than the engine
   keeps up: once the protocol's read-ahead is full (``live_stream.ReadAhead``) the socket's buffers fill and TCP
   slows the sender, and the server holds a bounded amount of its audio, however much it sends.
+- Real-time pace: a live stream's audio may run at most ``LIVE_AHEAD_S`` ahead of the wall clock since its first
+  audio (a client's buffer after a reconnect, a prompt burst); past that ``feed`` waits for the clock. A live
+  session's decodes outrank files' and, for its closing decode, other sessions' partials: that priority is for
+  speech as fast as it is spoken, and a client that sends an hour in a minute gets it at the pace of speech, not
+  the throughput of a file job outside ``--max-file-jobs`` (``ahead_s=math.inf`` lifts it, for a stream decoded
+  as a file).
 - A WAV header (``RIFF``) at the start of a stream whose encoding was not given is read by ``WavHeader``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import av
@@ -25,6 +35,7 @@ from engine import SAMPLE_RATE, Session, SessionState
 ENCODINGS = ("linear16", "mulaw", "alaw")
 MIN_RATE_HZ, MAX_RATE_HZ = 8000, 48000
 LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, closed segments) a live stream may run ahead before reading pauses
+LIVE_AHEAD_S = 10.0  # seconds of audio a live stream may be ahead of real time (see the module's docstring)
 _SLICE_SAMPLES = SAMPLE_RATE  # at most one second of 16 kHz audio per feed, then wait for the engine
 
 
@@ -80,12 +91,17 @@ class PcmFeed:
     the session (16 kHz samples: the session's timeline)."""
 
     def __init__(self, session: Session, encoding: str = "linear16", rate: int = SAMPLE_RATE,
-                 backlog: tuple[float, int] = LIVE_BACKLOG) -> None:
+                 backlog: tuple[float, int] = LIVE_BACKLOG, ahead_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.backlog = backlog
+        self.ahead_s = LIVE_AHEAD_S if ahead_s is None else ahead_s  # (read when the stream starts: tests set it)
         self.fed_samples = 0
         self.received_s = 0.0
+        self.paced_s = 0.0  # seconds ``feed`` waited for the clock (a client faster than real time)
         self._odd = b""
+        self._clock = clock
+        self._started: float | None = None  # the clock at the first audio
         self.set_format(encoding, rate)
 
     def set_format(self, encoding: str, rate: int) -> None:
@@ -108,6 +124,8 @@ class PcmFeed:
         else:
             self.received_s += len(data) / self._resample.rate
         pcm = self._resample(decode(data, self.encoding))
+        if self._started is None and pcm.size:
+            self._started = self._clock()
         for i in range(0, pcm.size, _SLICE_SAMPLES):
             if self.session.state is not SessionState.LIVE:
                 return
@@ -115,6 +133,16 @@ class PcmFeed:
             self.session.feed(block)
             self.fed_samples += block.size
             await self.session.caught_up(*self.backlog)
+            await self._keep_pace()
+
+    async def _keep_pace(self) -> None:
+        """Wait while the audio fed is more than ``ahead_s`` ahead of the clock since the first audio."""
+        if self._started is None or self.ahead_s == math.inf:
+            return
+        early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started)
+        if early > 0:
+            self.paced_s += early
+            await asyncio.sleep(early)
 
 
 @dataclass(frozen=True)

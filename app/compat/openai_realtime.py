@@ -9,7 +9,9 @@ The protocol (OpenAI's Realtime reference, transcription sessions):
 - Connect with ``Authorization: Bearer <key>`` (or the subprotocol ``openai-insecure-api-key.<key>``), checked
   against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``401``, ``404`` no such
   room, ``429`` every slot of a fixed ``--max-sessions N`` in use, ``503`` full, loading or stopping; with
-  ``Retry-After`` where waiting helps). The server opens with ``session.created``.
+  ``Retry-After`` where waiting helps). The server opens with ``session.created``; a beta client
+  (``OpenAI-Beta: realtime=v1``) gets the beta API's names throughout: ``transcription_session.created`` and
+  ``.updated`` (the beta session object), ``conversation.item.created`` for ``conversation.item.added``.
 - Client events: ``session.update`` / ``transcription_session.update`` (``realtime_config``), answered with
   ``session.updated`` / ``transcription_session.updated``; ``input_audio_buffer.append`` (base64 audio, any
   length, odd bytes included; at most 15 MiB per event), ``input_audio_buffer.commit`` and
@@ -126,7 +128,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         # The session is configured with the client's settings when its first audio arrives.
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
                              configure=False) as live:
-            await RealtimeStream(sock, live, config).run()
+            await RealtimeStream(sock, live, config, beta=_speaks_beta(request)).run()
     except Refused as exc:
         await sock.close(1011, str(exc))
     except Exception:  # logged, and the open sentence finished, by open_live
@@ -148,11 +150,19 @@ class Item:
     delta_sent: bool = False
 
 
-class RealtimeStream:
-    """One ``/v1/realtime`` connection: client events into the engine session, its messages out as OpenAI's."""
+def _speaks_beta(request: web.Request) -> bool:
+    """The client asked for the beta API (``OpenAI-Beta: realtime=v1``): it gets the beta event names."""
+    return any(p.strip() == "realtime=v1" for p in request.headers.get("OpenAI-Beta", "").split(","))
 
-    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig) -> None:
-        self.sock, self.live, self.config = sock, live, config
+
+class RealtimeStream:
+    """One ``/v1/realtime`` connection: client events into the engine session, its messages out as OpenAI's (the
+    beta API's names and session object when ``beta``: ``transcription_session.created``/``updated``,
+    ``conversation.item.created``; a client may also choose them event by event with ``transcription_session.update``).
+    """
+
+    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig, beta: bool = False) -> None:
+        self.sock, self.live, self.config, self.beta = sock, live, config, beta
         self.session_id = _new_id("sess")
         self.watch = SpeechWatch(live.session)
         self.online = OnlineText()
@@ -170,7 +180,10 @@ class RealtimeStream:
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def run(self) -> None:
-        await self.emit("session.created", session=self.config.session(self.session_id))
+        if self.beta:
+            await self.emit("transcription_session.created", session=self.config.beta_session(self.session_id))
+        else:
+            await self.emit("session.created", session=self.config.session(self.session_id))
         relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-realtime-relay")
         watch = asyncio.create_task(self.watch_speech(), name=f"{self.live.session.session_id}-realtime-watch")
         code = 1000
@@ -219,6 +232,7 @@ class RealtimeStream:
         try:
             if kind in ("session.update", "transcription_session.update"):
                 await self.update(data.get("session"), beta=kind.startswith("transcription_session"))
+                self.beta = self.beta or kind.startswith("transcription_session")
             elif kind == "input_audio_buffer.append":
                 await self.append(data.get("audio"))
             elif kind == "input_audio_buffer.commit":
@@ -362,7 +376,8 @@ class RealtimeStream:
     async def _commit_item(self, item: Item) -> None:
         self._awaiting.append(item)
         await self.emit("input_audio_buffer.committed", previous_item_id=self._previous_id, item_id=item.id)
-        await self.emit("conversation.item.added", previous_item_id=self._previous_id,
+        await self.emit("conversation.item.created" if self.beta else "conversation.item.added",
+                        previous_item_id=self._previous_id,
                         item={"id": item.id, "type": "message", "object": "realtime.item", "status": "completed",
                               "role": "user", "content": [{"type": "input_audio", "transcript": None}]})
         self._previous_id = item.id

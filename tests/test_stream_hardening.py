@@ -410,3 +410,21 @@ async def test_bytes_that_are_no_audio_close_the_stream_as_deepgram_does(fake_en
                     async for _msg in ws:
                         pass
             assert ws.close_code in (1008, 1000), ws.close_code
+
+
+async def test_a_manual_commit_holds_exactly_the_audio_before_it(fake_engine: CaptionEngine) -> None:
+    """turn_detection null: speech appended right after a commit (no wait) belongs to the next item, not the
+    committed one (each item's transcript is the fake's "audio of N seconds": N is the audio it covers)."""
+    first, second = audio(CLIP)[:int(3.0 * 16000)], audio("ls_3752-4944-0000")[:int(2.0 * 16000)]
+    async with running_server(fake_engine) as (url, _app), aiohttp.ClientSession() as http:
+        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
+            await ws.send_str(json.dumps({"type": "session.update", "session": {
+                "type": "transcription", "audio": {"input": {"turn_detection": None}}}}))
+            for part in (first, second):
+                for event in appends(pcm16(part, 24000)):
+                    await ws.send_str(event)
+                await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+            got = await read_until(ws, lambda m: m["type"].endswith("transcription.completed"), count=2)
+    done = [m["transcript"] for m in got if m["type"].endswith("transcription.completed")]
+    seconds = [sum(float(w) for w in t.split() if w.replace(".", "").isdigit()) for t in done]
+    assert abs(seconds[0] - 3.0) < 0.3 and abs(seconds[1] - 2.0) < 0.3, done

@@ -289,7 +289,10 @@ class RealtimeStream:
         item = self._current or Item(_new_id("item"), start_ms=self._committed_ms)
         self._current, item.end_ms = None, fed_ms
         await self._commit_item(item)
-        self._spawn(self._complete_after_finalize(item))
+        # The item is the audio before the commit, exactly: the flush runs before this stream reads its next event
+        # (audio appended after the commit waits in the read-ahead meanwhile, and belongs to the next item).
+        await self._finalize()
+        self._spawn(self._complete_when_relayed(item))
 
     async def clear(self) -> None:
         self._discard_upto_ms = self._committed_ms = self._feed.fed_ms if self._feed is not None else 0
@@ -327,9 +330,8 @@ class RealtimeStream:
         with contextlib.suppress(IllegalTransition):  # the session is ending: its stop locks everything
             await self.live.session.finalize()
 
-    async def _complete_after_finalize(self, item: Item) -> None:
-        """A manual commit: lock the open sentence, wait until the relay has every sentence, complete ``item``."""
-        await self._finalize()
+    async def _complete_when_relayed(self, item: Item) -> None:
+        """A manual commit, flushed: wait until the relay has every sentence, complete ``item``."""
         while self._sentences_seen < self.live.session.stats.sentences and not self.live.ended.is_set():
             self._relayed.clear()
             await self._relayed.wait()

@@ -173,6 +173,9 @@ class Sentence:
     # log-probability, and 1 - the segment's mean VAD speech probability (the VAD's, not Whisper's, no-speech).
     avg_logprob: float | None = None
     no_speech_prob: float | None = None
+    # Server-side only too: the decoder's probability of each of ``words`` (0-1), where the decode gave them and its
+    # words line up with these (else empty): Deepgram's per-word confidence, OpenAI's logprobs.
+    word_probs: tuple[float, ...] = ()
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """The JSON form; ``words``: include the ``words`` list (opt-in: it triples a sentence's size)."""

@@ -428,3 +428,38 @@ async def test_a_manual_commit_holds_exactly_the_audio_before_it(fake_engine: Ca
     done = [m["transcript"] for m in got if m["type"].endswith("transcription.completed")]
     seconds = [sum(float(w) for w in t.split() if w.replace(".", "").isdigit()) for t in done]
     assert abs(seconds[0] - 3.0) < 0.3 and abs(seconds[1] - 2.0) < 0.3, done
+
+
+class SureReader(FakeTranscriber):
+    """The named fake recognizer, saying how sure it is of each word: 0.9, 0.8, 0.7, 0.6 for "audio of N seconds"."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        heard = await super().transcribe(request)
+        return dataclasses.replace(heard, word_probs=(0.9, 0.8, 0.7, 0.6))
+
+
+async def test_word_confidences_and_logprobs_are_the_decoders_per_word() -> None:
+    import math
+
+    sure = CaptionEngine(EngineConfig(speakers=False), transcriber=SureReader(delay_s=0.05))
+    await sure.start()
+    try:
+        async with running_server(sure) as (url, _app), aiohttp.ClientSession() as http:
+            run = await stream_deepgram(url, spoken(), speed=0, encoding="linear16", sample_rate=16000)
+            words = run.finals[0].channel.alternatives[0].words
+            assert [w.confidence for w in words] == [0.9, 0.8, 0.7, 0.6], words
+            async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000", data=spoken()) as r:
+                body = await r.json()
+            assert [w["confidence"] for w in body["results"]["channels"][0]["alternatives"][0]["words"]] == [
+                0.9, 0.8, 0.7, 0.6]
+            async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
+                await ws.send_str(json.dumps({"type": "session.update", "session": {
+                    "type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}}))
+                for event in appends(spoken(24000)):
+                    await ws.send_str(event)
+                await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+                done = (await read_until(ws, lambda m: m["type"].endswith("transcription.completed")))[-1]
+            assert [e["token"] for e in done["logprobs"]] == done["transcript"].split()
+            assert [round(math.exp(e["logprob"]), 2) for e in done["logprobs"]] == [0.9, 0.8, 0.7, 0.6]
+    finally:
+        await sure.close()

@@ -309,7 +309,8 @@ class DeepgramStream:
         conf = dg.confidence(s)
         await self.send(dg.results(self.request_id, self.model, words, start_ms=start, end_ms=end, is_final=True,
                                    speech_final=self._speech_final(s), from_finalize=from_finalize, conf=conf,
-                                   speaker=self._speaker(s.spk), formatted=self.params.formatted))
+                                   speaker=self._speaker(s.spk), formatted=self.params.formatted,
+                                   word_confs=dg.word_confidences(s, words)))
         self._tiling.end_ms = end
         self._last_interim = ""
         if words:

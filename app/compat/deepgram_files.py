@@ -151,8 +151,9 @@ def answer(result: FileTranscript, params: ListenParams, request_id: str, model:
     """Deepgram's pre-recorded response for a transcribed file."""
     words: list[dict[str, Any]] = []
     for s in result.sentences:
-        conf, speaker = dg.confidence(s), _speaker(s, params)
-        words += [dg.word_entry(w, conf, speaker) for w in s.words]
+        speaker = _speaker(s, params)
+        words += [dg.word_entry(w, c, speaker) for w, c in zip(s.words, dg.word_confidences(s, s.words),
+                                                                strict=True)]
     confs = [dg.confidence(s) for s in result.sentences]
     transcript = " ".join(dg.transcript(s.words, params.formatted) for s in result.sentences)
     meta = dg.metadata(request_id, model, result.duration_s, sha256, datetime.now(UTC))
@@ -170,7 +171,8 @@ def _utterance(s: protocol.Sentence, params: ListenParams) -> dict[str, Any]:
     return {"start": s.start / 1000, "end": s.end / 1000, "confidence": conf, "channel": 0,
             "transcript": dg.transcript(s.words, params.formatted), "speaker": s.spk if s.spk is not None else 0,
             "id": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{s.id}")),
-            "words": [dg.word_entry(w, conf, _speaker(s, params)) for w in s.words]}
+            "words": [dg.word_entry(w, c, _speaker(s, params))
+                      for w, c in zip(s.words, dg.word_confidences(s, s.words), strict=True)]}
 
 
 def _speaker(s: protocol.Sentence, params: ListenParams) -> int | None:

@@ -37,6 +37,14 @@ def confidence(sentence: protocol.Sentence) -> float:
     return round(min(1.0, max(0.0, math.exp(sentence.avg_logprob))), 4)
 
 
+def word_confidences(sentence: protocol.Sentence, words: Sequence[protocol.Word]) -> list[float]:
+    """Each of ``words``' confidence: the decoder's probability of that word where it gave one for each word of the
+    sentence (``Sentence.word_probs``), else the sentence's ``confidence`` for all."""
+    if len(sentence.word_probs) == len(words):
+        return [round(min(1.0, max(0.0, p)), 4) for p in sentence.word_probs]
+    return [confidence(sentence)] * len(words)
+
+
 def word_entry(w: protocol.Word, conf: float, speaker: int | None) -> dict[str, Any]:
     """One entry of ``words`` (times in seconds; ``speaker`` only with ``diarize``)."""
     entry: dict[str, Any] = {"word": plain(w.w), "start": w.start_ms / 1000, "end": w.end_ms / 1000,
@@ -77,8 +85,10 @@ class Tiling:
 
 def results(request_id: str, model: str, words: Sequence[protocol.Word], *, start_ms: int, end_ms: int,
             is_final: bool, speech_final: bool, from_finalize: bool, conf: float, speaker: int | None,
-            formatted: bool) -> dict[str, Any]:
-    """A ``Results`` message for one channel (``channel_index`` ``[0, 1]``, as Deepgram sends for mono)."""
+            formatted: bool, word_confs: Sequence[float] | None = None) -> dict[str, Any]:
+    """A ``Results`` message for one channel (``channel_index`` ``[0, 1]``, as Deepgram sends for mono).
+    ``word_confs``: each word's confidence (default: ``conf`` for every word)."""
+    confs = list(word_confs) if word_confs is not None and len(word_confs) == len(words) else [conf] * len(words)
     return {
         "type": "Results",
         "channel_index": [0, 1],
@@ -88,7 +98,8 @@ def results(request_id: str, model: str, words: Sequence[protocol.Word], *, star
         "speech_final": speech_final,
         "from_finalize": from_finalize,
         "channel": {"alternatives": [{"transcript": transcript(words, formatted), "confidence": conf,
-                                      "words": [word_entry(w, conf, speaker) for w in words]}]},
+                                      "words": [word_entry(w, c, speaker) for w, c in zip(words, confs,
+                                                                                            strict=True)]}]},
         "metadata": {"request_id": request_id, "model_info": model_info(model), "model_uuid": MODEL_UUID},
     }
 

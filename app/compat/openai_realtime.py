@@ -42,6 +42,7 @@ import base64
 import binascii
 import contextlib
 import logging
+import math
 import secrets
 from collections import deque
 from dataclasses import dataclass, field
@@ -145,9 +146,21 @@ class Item:
     speech_ms: int | None = None
     end_ms: int | None = None
     texts: list[str] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # one per word of its sentences, where known
     start_ms: int = 0
     stop_ms: int = 0
     delta_sent: bool = False
+
+
+def word_logprobs(s: protocol.Sentence) -> list[dict[str, Any]]:
+    """OpenAI's ``logprobs`` entries for sentence ``s``, one per word (this recognizer's unit of probability: the
+    decoder's probability of the word, its tokens together): ``token`` the word as written, ``logprob``, ``bytes``.
+    Empty where the decode gave none."""
+    words = s.text.split()
+    if len(s.word_probs) != len(words):
+        return []
+    return [{"token": w, "logprob": round(math.log(max(p, 1e-12)), 4), "bytes": list(w.encode())}
+            for w, p in zip(words, s.word_probs, strict=True)]
 
 
 def _speaks_beta(request: web.Request) -> bool:
@@ -395,8 +408,9 @@ class RealtimeStream:
         with contextlib.suppress(ValueError):
             self._awaiting.remove(item)
         seconds = max(0, item.stop_ms - item.start_ms) / 1000
+        extra = {"logprobs": item.logprobs} if self.config.logprobs else {}
         await self.emit("conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
-                        transcript=" ".join(item.texts), usage={"type": "duration", "seconds": seconds})
+                        transcript=" ".join(item.texts), usage={"type": "duration", "seconds": seconds}, **extra)
 
     def _open_item(self) -> Item:
         """The item words being spoken now belong to: the oldest not transcribed yet."""
@@ -445,6 +459,7 @@ class RealtimeStream:
             item = item or self._open_item()
             await self._delta(item, rest)
             item.texts.append(s.text)
+            item.logprobs += word_logprobs(s)
             item.stop_ms = max(item.stop_ms, s.end)
             return
         item = next((i for i in self._awaiting if i.speech_ms == s.start), None)
@@ -460,6 +475,7 @@ class RealtimeStream:
             await self._complete(earlier)
         await self._delta(item, rest)
         item.texts.append(s.text)
+        item.logprobs += word_logprobs(s)
         item.stop_ms = s.end
         await self._complete(item)
 

@@ -13,7 +13,8 @@ What each setting does here:
 - ``turn_detection``: ``server_vad`` (or ``semantic_vad``) is this server's endpointer: its threshold, padding and
   silence values are reported back but the engine's own VAD and silence schedule decide; ``null``: the client
   commits the buffer.
-- ``noise_reduction`` and ``include`` are accepted and reported back; they change nothing.
+- ``noise_reduction`` is accepted and reported back; it changes nothing. ``include`` with
+  ``item.input_audio_transcription.logprobs`` adds ``logprobs`` to each ``completed`` event (``logprobs``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class RealtimeConfig:
     turn_detection: dict[str, Any] | None = field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
     noise_reduction: Any = None
     include: Any = None
+
+    @property
+    def logprobs(self) -> bool:
+        """``include`` asks for the transcription's log-probabilities."""
+        return isinstance(self.include, list) and "item.input_audio_transcription.logprobs" in self.include
 
     @property
     def encoding(self) -> str:

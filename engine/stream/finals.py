@@ -48,11 +48,12 @@ from engine.stream.stable import onto, without_lead
 
 # A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding (a
 # future: a live sentence may lock before it is in; None: none was asked for), the decode's mean token
-# log-probability, its words aligned by Whisper's cross-attention (None: not aligned), and the segment with its audio
-# when the text is that of it joined to the turn's half before it (None: the segment itself).
+# log-probability, its words aligned by Whisper's cross-attention (None: not aligned), the segment with its audio
+# when the text is that of it joined to the turn's half before it (None: the segment itself), and the decoder's
+# probability of each word of the text (empty when it has none, or the text is not the decode's).
 Final = tuple[str | None, tuple[TimedSpan, ...], asyncio.Future[np.ndarray | None] | None, float,
-              list[AlignedWord] | None, tuple[SegmentClosed, np.ndarray] | None]
-_NOTHING: Final = (None, (), None, 0.0, None, None)
+              list[AlignedWord] | None, tuple[SegmentClosed, np.ndarray] | None, tuple[float, ...]]
+_NOTHING: Final = (None, (), None, 0.0, None, None, ())
 _WHISPER_SAMPLES = 30 * SAMPLE_RATE  # the most audio one decode hears
 
 
@@ -170,7 +171,7 @@ class Finals:
             if embed is not None:
                 embed.cancel()
             if stable:
-                return " ".join(stable), (), None, 0.0, None, None
+                return " ".join(stable), (), None, 0.0, None, None, ()
             return _NOTHING
         if prior is None:
             self._stats.final_decode_s.append(result.decode_s)
@@ -202,7 +203,9 @@ class Finals:
             self._stats.languages[result.language] = self._stats.languages.get(result.language, 0) + 1
         aligned = self._file_alignment(audio, text, result.language)
         await self._label_wait(embed)
-        return text, result.spans if text == result.text else (), embed, result.avg_logprob, await aligned, None
+        same = text == result.text
+        return (text, result.spans if same else (), embed, result.avg_logprob, await aligned, None,
+                result.word_probs if same else ())
 
     def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
         """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
@@ -282,7 +285,8 @@ class Finals:
                        result.avg_logprob)
         aligned = self._file_alignment(both, result.text, result.language)
         await self._label_wait(embed)
-        return result.text, result.spans, embed, result.avg_logprob, await aligned, (segment, both)
+        return (result.text, result.spans, embed, result.avg_logprob, await aligned, (segment, both),
+                result.word_probs)
 
     def lock(self) -> tuple[list[Locked], int]:
         """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
@@ -298,7 +302,7 @@ class Finals:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embed, avg_logprob, aligned, joined = item.task.result()
+            text, spans, embed, avg_logprob, aligned, joined, probs = item.task.result()
             if joined is not None:  # the sentence is this segment joined to the one before it
                 item.closed, item.audio = joined
                 item.speech_s = (item.closed.speech_end - item.closed.speech_start) / SAMPLE_RATE
@@ -315,7 +319,9 @@ class Finals:
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
             sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start),
                                          samples_to_ms(closed.speech_end), spk, words=tuple(words),
-                                         avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech)
+                                         avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech,
+                                         word_probs=tuple(round(p, 4) for p in probs)
+                                         if len(probs) == len(words) else ())
             locked.append(Locked(sentence, item, spans))
         return locked, covered
 

@@ -22,6 +22,7 @@ from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.capacity import CapacityEstimate
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
+from engine.stream.speech import Heard, SpeechEvent, SpeechStarted, SpeechStopped
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -43,12 +44,16 @@ __all__ = [
     "EngineObserver",
     "EngineState",
     "ErrorCode",
+    "Heard",
     "IllegalTransition",
     "ModelError",
     "Session",
     "SessionLog",
     "SessionOptions",
     "SessionState",
+    "SpeechEvent",
+    "SpeechStarted",
+    "SpeechStopped",
     "TranscriberConfig",
     "normalise_asr_url",
     "protocol",

@@ -34,7 +34,6 @@ The protocol (Deepgram's "Live Audio" reference):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
@@ -44,7 +43,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from engine import IllegalTransition, SessionOptions, protocol
+from engine import SessionOptions, SpeechStarted, protocol
 
 from ..auth import token_matches
 from ..keys import CONFIG, ENGINE
@@ -58,7 +57,6 @@ from .live_stream import (
     LiveStream,
     ReadAhead,
     Refused,
-    SpeechStarted,
     SpeechWatch,
     admit,
     open_live,
@@ -69,7 +67,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0  # Deepgram closes a stream that sent no audio or KeepAlive for this long (NET-0001)
 MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message (Deepgram's clients send 20-250 ms)
-_WATCH_S = 0.05  # how often speech starts/stops and utterance ends are looked for
 _GOES_ON_MS = 300  # a sentence whose next speech began within this long after it is not ``speech_final``
 # A full server is unavailable (503) for now; the operator's ``--max-sessions`` cap is Deepgram's concurrency limit
 # (429). Both say when to try again (``Retry-After``).
@@ -149,8 +146,6 @@ class DeepgramStream:
         # A Finalize flushes the sentences that end by here: every one until its flush has run (the flush takes
         # whatever audio reached the session meanwhile), then those that end by where the flush ended.
         self._finalize_upto_ms: float | None = None
-        self._finalizing: asyncio.Task[None] | None = None  # one flush at a time per stream
-        self._finalize_again = False  # a Finalize came while one ran: flush once more after it
         self._last_word_end_ms = 0
         self._utterance_open = False  # words were sent since the last UtteranceEnd
         self._last_speaker = 0
@@ -166,10 +161,10 @@ class DeepgramStream:
             await self.live.finish()
             await relay
         finally:
-            finalizing = [self._finalizing] if self._finalizing is not None else []
-            for task in (relay, watch, *finalizing):
+            self.watch.close()
+            for task in (relay, watch):
                 task.cancel()
-            await asyncio.gather(relay, watch, *finalizing, return_exceptions=True)
+            await asyncio.gather(relay, watch, return_exceptions=True)
         if self.sock.open:
             duration = self._feed.received_s if self._feed is not None else 0.0
             await self.send(dg.metadata(self.request_id, self.model, duration, self._sha.hexdigest(), self.created))
@@ -194,6 +189,8 @@ class DeepgramStream:
                 if not await self.audio(msg.data):
                     return 1008, DATA_0000
             elif msg.type is WSMsgType.TEXT:
+                if not self.sock.open:  # cut off or gone: only its audio still counts (its words are kept)
+                    continue
                 if await self.control(msg.data):
                     return 1000, ""
             elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009 for an oversized message)
@@ -258,28 +255,14 @@ class DeepgramStream:
             return True
         if kind == "Finalize":
             self._finalize_upto_ms = math.inf
-            if self._finalizing is None:
-                name = f"{self.live.session.session_id}-finalize"
-                self._finalizing = asyncio.create_task(self._finalize(), name=name)
-            else:  # one flush at a time: a client's burst of Finalize costs one more flush, not one each
-                self._finalize_again = True
+            self.live.flush(self._flushed)
         elif kind != "KeepAlive":
             await self.send(dg.error("expected a JSON message of type KeepAlive, Finalize or CloseStream", message=raw))
         return False
 
-    async def _finalize(self) -> None:
-        """Flush the open sentence (again after it while more ``Finalize`` came meanwhile)."""
-        try:
-            again = True
-            while again:
-                self._finalize_again = False
-                with contextlib.suppress(IllegalTransition):  # the stream is ending anyway
-                    flushed_ms = await self.live.session.finalize()
-                    if self._finalize_upto_ms is not None:  # no later sentence came meanwhile
-                        self._finalize_upto_ms = flushed_ms
-                again = self._finalize_again
-        finally:
-            self._finalizing = None
+    def _flushed(self, flushed_ms: int) -> None:
+        if self._finalize_upto_ms is not None:  # no later sentence came meanwhile
+            self._finalize_upto_ms = flushed_ms
 
     # ---- server -> client --------------------------------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
@@ -352,11 +335,9 @@ class DeepgramStream:
     async def watch_speech(self) -> None:
         """``SpeechStarted`` and ``UtteranceEnd`` as the session's VAD hears speech begin and end."""
         gap_ms = self.params.utterance_end_ms
-        while True:
-            await asyncio.sleep(_WATCH_S)
-            for event in self.watch.poll():
-                if isinstance(event, SpeechStarted) and self.params.vad_events:
-                    await self.send(dg.speech_started(event.speech_ms))
+        async for event in self.watch.events():
+            if isinstance(event, SpeechStarted) and self.params.vad_events:
+                await self.send(dg.speech_started(event.speech_ms))
             if (gap_ms is not None and self._utterance_open and self.watch.speaking is None
                     and self.watch.heard_ms - self._last_word_end_ms >= gap_ms):
                 self._utterance_open = False

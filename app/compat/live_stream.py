@@ -12,8 +12,8 @@ every such protocol shares, so that each protocol module only translates message
   for the engine, so that pings are answered and the connection stays alive while the engine catches up.
 - ``OnlineText``: append-only text out of the engine's captions (settled words, each once, then the rest of each
   sentence as it locks), for protocols whose clients append what they get (FunASR's online text, OpenAI's deltas).
-- ``SpeechWatch``: when speech starts and stops in the session (its endpointer's segments), for protocols that
-  announce it (Deepgram's ``SpeechStarted``, OpenAI's ``input_audio_buffer.speech_started``).
+- ``SpeechWatch``: when speech starts and stops in the session (its own speech events), for protocols that announce
+  it (Deepgram's ``SpeechStarted`` and ``UtteranceEnd``, OpenAI's ``input_audio_buffer.speech_started``).
 """
 
 from __future__ import annotations
@@ -29,13 +29,16 @@ from dataclasses import dataclass
 from aiohttp import WSMessage, WSMsgType, web
 
 from engine import (
-    SAMPLE_RATE,
     EngineError,
     EngineNotReady,
     EngineState,
+    Heard,
+    IllegalTransition,
     Session,
     SessionOptions,
     SessionState,
+    SpeechEvent,
+    SpeechStarted,
     protocol,
 )
 
@@ -109,6 +112,9 @@ class LiveStream:
         self.expiry: Expiry | None = None
         self.idle_s, self.max_s = idle_s, max_s
         self._stop_timeout_s = stop_timeout_s
+        self._flushing: asyncio.Task[None] | None = None
+        self._flush_again = False
+        self._on_flushed: Callable[[int], None] | None = None
 
     @property
     def stops(self) -> tuple[asyncio.Event, ...]:
@@ -140,6 +146,30 @@ class LiveStream:
                 await asyncio.wait_for(self.session.stop(), self._stop_timeout_s)
             except TimeoutError:
                 log.warning("%s: stop took over %.0f s", self.session.session_id, self._stop_timeout_s)
+
+    def flush(self, on_flushed: Callable[[int], None] | None = None) -> None:
+        """Lock the open sentence now, in the background (``Session.finalize``), for a client's ``Finalize`` or
+        ``commit``: one flush at a time per stream, and a burst of requests while one runs costs one more flush, not
+        one each. ``on_flushed`` hears where each flush ended (ms of session audio)."""
+        if on_flushed is not None:
+            self._on_flushed = on_flushed
+        if self._flushing is not None:
+            self._flush_again = True
+            return
+        self._flushing = asyncio.create_task(self._flush(), name=f"{self.session.session_id}-flush")
+
+    async def _flush(self) -> None:
+        try:
+            again = True
+            while again:
+                self._flush_again = False
+                with contextlib.suppress(IllegalTransition):  # the stream is ending: its stop locks everything
+                    flushed_ms = await self.session.finalize()
+                    if self._on_flushed is not None:
+                        self._on_flushed(flushed_ms)
+                again = self._flush_again
+        finally:
+            self._flushing = None
 
     async def rescue(self) -> None:
         """The stream's handler ended without finishing (it failed): finish the session and publish its last
@@ -233,7 +263,10 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
                     raise
         finally:
             limits.cancel()
-            await asyncio.gather(limits, return_exceptions=True)
+            flushing = stream._flushing
+            if flushing is not None:
+                flushing.cancel()
+            await asyncio.gather(limits, *(t for t in (flushing,) if t is not None), return_exceptions=True)
             if publisher is not None:
                 publisher.leave()
             await session.close()
@@ -357,62 +390,34 @@ async def _first(*events: asyncio.Event) -> None:
             w.cancel()
 
 
-def samples_ms(samples: int) -> int:
-    """Milliseconds of the session's timeline at sample ``samples`` (the engine's own rounding)."""
-    return samples * 1000 // SAMPLE_RATE
-
-
-@dataclass(frozen=True)
-class SpeechStarted:
-    """Segment ``index`` opened: its audio starts at ``start_ms`` (pre-roll included), its speech at ``speech_ms``."""
-
-    index: int
-    start_ms: int
-    speech_ms: int
-
-
-@dataclass(frozen=True)
-class SpeechStopped:
-    """Segment ``index`` closed; its speech ended at ``speech_end_ms``."""
-
-    index: int
-    speech_end_ms: int
-
-
 class SpeechWatch:
-    """When speech starts and stops in ``session``, read from its endpointer (the segments that become sentences)
-    each time ``poll`` is called. A segment that opens and closes between two polls is not reported (its sentence
-    still locks); a change of voice reports the old segment's stop and the new one's start together."""
+    """When speech starts and stops in ``session`` and how far its VAD has heard, from the session's own speech
+    events (``Session.watch_speech``), for protocols that announce them: ``events`` yields them in order (every
+    segment, however short; a change of voice is the old segment's stop then the new one's start), ``speaking`` is
+    the segment open now and ``heard_ms`` how far the VAD has heard, both as of the last event handed out. Close it
+    (``close``) when the stream ends."""
 
     def __init__(self, session: Session) -> None:
-        self._endpointer = session.endpointer
-        self._open: int | None = None
-        self._speech_end_ms = 0
+        self._queue: asyncio.Queue[SpeechEvent] = asyncio.Queue()
+        self._stop = session.watch_speech(self._queue.put_nowait)
+        self.speaking: SpeechStarted | None = None
+        self.heard_ms = 0
 
-    @property
-    def speaking(self) -> SpeechStarted | None:
-        """The segment open now, if any."""
-        opened = self._endpointer.open_segment
-        return None if opened is None else SpeechStarted(opened.index, samples_ms(opened.start),
-                                                         samples_ms(opened.speech_start))
+    async def events(self) -> AsyncIterator[SpeechEvent]:
+        """The session's speech events as they happen, forever; ``speaking`` and ``heard_ms`` are updated before
+        each is yielded."""
+        while True:
+            event = await self._queue.get()
+            if isinstance(event, Heard):
+                self.heard_ms = max(self.heard_ms, event.position_ms)
+            elif isinstance(event, SpeechStarted):
+                self.speaking = event
+            elif self.speaking is not None and self.speaking.index == event.index:
+                self.speaking = None
+            yield event
 
-    @property
-    def heard_ms(self) -> int:
-        """How far the VAD has heard the session's audio (ms)."""
-        return samples_ms(self._endpointer.position)
-
-    def poll(self) -> list[SpeechStarted | SpeechStopped]:
-        events: list[SpeechStarted | SpeechStopped] = []
-        now = self.speaking
-        if self._open is not None and (now is None or now.index != self._open):
-            events.append(SpeechStopped(self._open, self._speech_end_ms))
-            self._open = None
-        if now is not None:
-            if self._open is None:
-                events.append(now)
-                self._open = now.index
-            self._speech_end_ms = samples_ms(self._endpointer.speech_end)
-        return events
+    def close(self) -> None:
+        self._stop()
 
 
 class OnlineText:

@@ -50,7 +50,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from engine import IllegalTransition, SessionOptions, SessionState, protocol
+from engine import Heard, IllegalTransition, SessionOptions, SessionState, SpeechStarted, protocol
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG
@@ -62,8 +62,6 @@ from .live_stream import (
     OnlineText,
     ReadAhead,
     Refused,
-    SpeechStarted,
-    SpeechStopped,
     SpeechWatch,
     admit,
     open_live,
@@ -76,7 +74,6 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 300.0  # a connection that sends no event for this long is closed (its items finished first)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # OpenAI takes up to 15 MiB of audio per append event
 _MIN_COMMIT_MS = 100  # OpenAI refuses to commit less audio than this
-_WATCH_S = 0.05
 _REFUSALS = {"loading": (503, "server_error", "model_not_ready"), "engine": (503, "server_error", None),
              "shutting_down": (503, "server_error", "server_shutting_down"),
              "full": (503, "server_error", "server_at_capacity"),
@@ -188,8 +185,6 @@ class RealtimeStream:
         self._sentences_seen = 0
         self._relayed = asyncio.Event()  # the relay handled a message (or ended)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._finalizing: asyncio.Task[None] | None = None  # one flush at a time (a commit, a clear)
-        self._finalize_again = False
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -224,6 +219,7 @@ class RealtimeStream:
             await relay
             await self.finish_items()
         finally:
+            self.watch.close()
             for task in (relay, watch, *self._tasks):
                 task.cancel()
             await asyncio.gather(relay, watch, *self._tasks, return_exceptions=True)
@@ -238,9 +234,13 @@ class RealtimeStream:
             data = parse_object(raw)
             kind = data["type"]
         except (BadMessage, KeyError) as exc:
+            if not self.sock.open:
+                return
             why = str(exc) if isinstance(exc, BadMessage) else "the message has no 'type'"
             await self.error(f"each message must be a JSON object with a 'type': {why}", code="invalid_json")
             return
+        if not self.sock.open and kind != "input_audio_buffer.append":
+            return  # cut off or gone: only its audio still counts (its words are kept)
         event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
         try:
             if kind in ("session.update", "transcription_session.update"):
@@ -297,7 +297,7 @@ class RealtimeStream:
                               f"{fed_ms - self._committed_ms} ms", "audio", code="input_audio_buffer_commit_empty")
         self._committed_ms = fed_ms
         if self.config.server_vad:  # the open sentence ends now; its item follows the usual way
-            self._flush()
+            self.live.flush()
             return
         item = self._current or Item(_new_id("item"), start_ms=self._committed_ms)
         self._current, item.end_ms = None, fed_ms
@@ -311,33 +311,13 @@ class RealtimeStream:
         self._discard_upto_ms = self._committed_ms = self._feed.fed_ms if self._feed is not None else 0
         self._current = None
         if self.live.session.state is SessionState.LIVE and self._feed is not None:
-            self._flush()
+            self.live.flush()
         await self.emit("input_audio_buffer.cleared")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _flush(self) -> None:
-        """Lock the open sentence now, in the background: one flush at a time per stream (a client's burst of
-        commits costs one more flush, not one each)."""
-        if self._finalizing is not None:
-            self._finalize_again = True
-            return
-        self._finalizing = asyncio.create_task(self._flushing(), name=f"{self.live.session.session_id}-flush")
-        self._tasks.add(self._finalizing)
-        self._finalizing.add_done_callback(self._tasks.discard)
-
-    async def _flushing(self) -> None:
-        try:
-            again = True
-            while again:
-                self._finalize_again = False
-                await self._finalize()
-                again = self._finalize_again
-        finally:
-            self._finalizing = None
 
     async def _finalize(self) -> None:
         with contextlib.suppress(IllegalTransition):  # the session is ending: its stop locks everything
@@ -363,15 +343,13 @@ class RealtimeStream:
     async def watch_speech(self) -> None:
         """``speech_started`` / ``speech_stopped`` and the item's ``committed`` as the endpointer opens and closes
         segments (server VAD only)."""
-        while True:
-            await asyncio.sleep(_WATCH_S)
-            for event in self.watch.poll():
-                if not self.config.server_vad:
-                    continue
-                if isinstance(event, SpeechStarted):
-                    await self._speech_started(event)
-                elif self._current is not None and isinstance(event, SpeechStopped):
-                    await self._speech_stopped(self._current, event.speech_end_ms)
+        async for event in self.watch.events():
+            if not self.config.server_vad or isinstance(event, Heard):
+                continue
+            if isinstance(event, SpeechStarted):
+                await self._speech_started(event)
+            elif self._current is not None:
+                await self._speech_stopped(self._current, event.speech_end_ms)
 
     async def _speech_started(self, event: SpeechStarted) -> Item:
         # Words that settled before the watch saw the segment open went to an item made for them: it is this one.

@@ -49,6 +49,7 @@ from engine.stream.labels import Labels
 from engine.stream.mailbox import Mailbox
 from engine.stream.partials import STEP_WINDOWS, DecodeSettings, Partials
 from engine.stream.scheduler import DecodeScheduler
+from engine.stream.speech import Heard, SpeechEvent, SpeechListener, SpeechStarted, SpeechStopped
 from engine.stream.vad_batch import VadFeed
 from engine.stream.voices import Voices
 
@@ -87,6 +88,7 @@ class Session:
         self.state = SessionState.LIVE
         self.stats = SessionStats()
         self.mailbox = Mailbox()
+        self._speech_listeners: list[SpeechListener] = []  # ``watch_speech``
         self.audio = AudioBuffer()
         self.endpointer = Endpointer(config.vad, config.file_endpoint if options.background else config.endpoint)
         self._preroll = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
@@ -185,6 +187,27 @@ class Session:
             self._voices.watch()
             self._trim()
             self._want_partial()
+            if self._speech_listeners:
+                self._tell(Heard(samples_to_ms(self.endpointer.position)))
+
+    def watch_speech(self, listener: SpeechListener) -> Callable[[], None]:
+        """Call ``listener`` with every ``engine.stream.speech`` event of this session from now on, synchronously,
+        on the event loop (it must not block: queue the event and handle it elsewhere). Returns the call that stops
+        it."""
+        self._speech_listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._speech_listeners:
+                self._speech_listeners.remove(listener)
+
+        return stop
+
+    def _tell(self, event: SpeechEvent) -> None:
+        for listener in list(self._speech_listeners):
+            try:
+                listener(event)
+            except Exception:  # a transport's fault never stops the session
+                self._log.exception("a speech listener failed")
 
     def _on_events(self, events: list[SegmentEvent], cut: int | None = None) -> None:
         """Segment events in order; ``cut``: they are a split at that sample for a change of voice."""
@@ -199,9 +222,13 @@ class Session:
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
         self._partials.open(event.start)
+        if self._speech_listeners:
+            self._tell(SpeechStarted(event.index, samples_to_ms(event.start), samples_to_ms(event.speech_start)))
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
     def _on_close(self, event: SegmentClosed) -> None:
+        if self._speech_listeners:
+            self._tell(SpeechStopped(event.index, samples_to_ms(event.speech_end)))
         handover = self._partials.close(event)
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1

@@ -22,8 +22,10 @@ The protocol (Deepgram's "Live Audio" reference):
   estimates; the aligner's better times that follow a lock are not sent: Deepgram has no message for them, and a
   final is never held back for them). ``SpeechStarted`` (``vad_events=true``) when speech begins,
   ``UtteranceEnd`` (``utterance_end_ms``) after that long without words, ``Metadata`` at the end.
+- Without ``encoding`` the audio is a recording, told apart by its first bytes: a mono WAV stream (its header gives
+  the format), or WebM/Opus (``MediaRecorder``), Ogg/Opus, MP3 or FLAC (``container_audio``).
 - Errors close the stream as Deepgram's do: no audio or ``KeepAlive`` for 10 s: 1011 ``NET-0001``; audio this
-  server cannot decode (without ``encoding``: not a mono WAV file): 1008 ``DATA-0000``; a message over 1 MiB: 1009;
+  server cannot decode: 1008 ``DATA-0000``; a message over 1 MiB: 1009;
   a server that stops: 1001; the server's own limits (``--stream-idle-s`` without audio, ``KeepAlive`` or not;
   ``--stream-max-s``): 1008 with the reason. The open sentence is locked and sent (and stored in the room) before
   any close. A text message that is not one of the above gets an ``Error`` message (``SchemaError``) and the stream
@@ -149,6 +151,8 @@ class DeepgramStream:
         self._last_word_end_ms = 0
         self._utterance_open = False  # words were sent since the last UtteranceEnd
         self._last_speaker = 0
+        # Speech events and the session's messages are handled one at a time, in the order the session told them.
+        self._order = asyncio.Lock()
 
     async def run(self) -> None:
         relay = asyncio.create_task(self.relay(), name=f"{self.live.session.session_id}-deepgram-relay")
@@ -272,14 +276,20 @@ class DeepgramStream:
     async def relay(self) -> None:
         """The session's messages as Deepgram's, until the session ends."""
         async for msg in self.live.messages():
-            if isinstance(msg, protocol.Caption):
-                for sentence in msg.sentences:
-                    await self.final(sentence)
-                self._settled = (self._settled + msg.stable_words)[-msg.stable:] if msg.stable else []
-                if not msg.is_final:
-                    await self.interim(msg)
-            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
-                await self.send(dg.error(msg.message, variant="ServerError"))
+            async with self._order:
+                await self._speech_events()
+                await self._relay_one(msg)
+
+    async def _relay_one(self, msg: protocol.ServerMessage) -> None:
+        """One session message as Deepgram's (holding ``_order``)."""
+        if isinstance(msg, protocol.Caption):
+            for sentence in msg.sentences:
+                await self.final(sentence)
+            self._settled = (self._settled + msg.stable_words)[-msg.stable:] if msg.stable else []
+            if not msg.is_final:
+                await self.interim(msg)
+        elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+            await self.send(dg.error(msg.message, variant="ServerError"))
 
     async def final(self, s: protocol.Sentence) -> None:
         words = list(s.words) or dg.estimate_words(s.text, s.start, s.end)
@@ -334,11 +344,19 @@ class DeepgramStream:
 
     async def watch_speech(self) -> None:
         """``SpeechStarted`` and ``UtteranceEnd`` as the session's VAD hears speech begin and end."""
+        while True:
+            await self.watch.wait()
+            async with self._order:
+                await self._speech_events()
+
+    async def _speech_events(self) -> None:
+        """Handle the speech events told so far (holding ``_order``; the relay calls this before each message, so
+        that what a final says of the speech after it is as of its lock)."""
         gap_ms = self.params.utterance_end_ms
-        async for event in self.watch.events():
+        for event in self.watch.ready():
             if isinstance(event, SpeechStarted) and self.params.vad_events:
                 await self.send(dg.speech_started(event.speech_ms))
-            if (gap_ms is not None and self._utterance_open and self.watch.speaking is None
-                    and self.watch.heard_ms - self._last_word_end_ms >= gap_ms):
-                self._utterance_open = False
-                await self.send(dg.utterance_end(self._last_word_end_ms))
+        if (gap_ms is not None and self._utterance_open and self.watch.speaking is None
+                and self.watch.heard_ms - self._last_word_end_ms >= gap_ms):
+            self._utterance_open = False
+            await self.send(dg.utterance_end(self._last_word_end_ms))

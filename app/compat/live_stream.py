@@ -392,29 +392,50 @@ async def _first(*events: asyncio.Event) -> None:
 
 class SpeechWatch:
     """When speech starts and stops in ``session`` and how far its VAD has heard, from the session's own speech
-    events (``Session.watch_speech``), for protocols that announce them: ``events`` yields them in order (every
-    segment, however short; a change of voice is the old segment's stop then the new one's start), ``speaking`` is
-    the segment open now and ``heard_ms`` how far the VAD has heard, both as of the last event handed out. Close it
-    (``close``) when the stream ends."""
+    events (``Session.watch_speech``), for protocols that announce them. ``ready`` hands out the events told so far,
+    in order (every segment, however short; a change of voice is the old segment's stop then the new one's start),
+    ``wait`` waits for one, ``events`` yields them as they come; ``speaking`` (the segment open) and ``heard_ms``
+    (how far the VAD has heard) are as of the last event handed out. A protocol whose messages depend on both the
+    speech events and the session's messages hands out the events told before each message first (the session
+    tells a segment's stop before it posts the sentence it makes). Close it (``close``) when the stream ends."""
 
     def __init__(self, session: Session) -> None:
-        self._queue: asyncio.Queue[SpeechEvent] = asyncio.Queue()
-        self._stop = session.watch_speech(self._queue.put_nowait)
+        self._told: collections.deque[SpeechEvent] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._stop = session.watch_speech(self._tell)
         self.speaking: SpeechStarted | None = None
         self.heard_ms = 0
 
-    async def events(self) -> AsyncIterator[SpeechEvent]:
-        """The session's speech events as they happen, forever; ``speaking`` and ``heard_ms`` are updated before
-        each is yielded."""
-        while True:
-            event = await self._queue.get()
+    def _tell(self, event: SpeechEvent) -> None:
+        self._told.append(event)
+        self._arrived.set()
+
+    def ready(self) -> list[SpeechEvent]:
+        """The events told and not handed out yet, in order."""
+        out = list(self._told)
+        self._told.clear()
+        self._arrived.clear()
+        for event in out:
             if isinstance(event, Heard):
                 self.heard_ms = max(self.heard_ms, event.position_ms)
             elif isinstance(event, SpeechStarted):
                 self.speaking = event
             elif self.speaking is not None and self.speaking.index == event.index:
                 self.speaking = None
-            yield event
+        return out
+
+    async def wait(self) -> None:
+        """Return once an event waits to be handed out."""
+        while not self._told:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    async def events(self) -> AsyncIterator[SpeechEvent]:
+        """The session's speech events as they happen, forever."""
+        while True:
+            await self.wait()
+            for event in self.ready():
+                yield event
 
     def close(self) -> None:
         self._stop()

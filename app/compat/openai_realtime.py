@@ -185,6 +185,8 @@ class RealtimeStream:
         self._sentences_seen = 0
         self._relayed = asyncio.Event()  # the relay handled a message (or ended)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Speech events and the session's messages are handled one at a time, in the order the session told them.
+        self._order = asyncio.Lock()
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -342,8 +344,16 @@ class RealtimeStream:
 
     async def watch_speech(self) -> None:
         """``speech_started`` / ``speech_stopped`` and the item's ``committed`` as the endpointer opens and closes
-        segments (server VAD only)."""
-        async for event in self.watch.events():
+        segments (server VAD only), as soon as the session tells them."""
+        while True:
+            await self.watch.wait()
+            async with self._order:
+                await self._speech_events()
+
+    async def _speech_events(self) -> None:
+        """Handle the speech events told so far (holding ``_order``): the relay calls this before each message, so
+        that a segment's stop and commit always come before the sentence it makes, whichever task sees them."""
+        for event in self.watch.ready():
             if not self.config.server_vad or isinstance(event, Heard):
                 continue
             if isinstance(event, SpeechStarted):
@@ -409,23 +419,29 @@ class RealtimeStream:
 
     async def _relay(self) -> None:
         async for msg in self.live.messages():
-            self._relayed.set()
-            if isinstance(msg, protocol.Caption):
-                for sentence in msg.sentences:
-                    await self.sentence(sentence)
-                    self._sentences_seen += 1
-                    self._relayed.set()
-                if not msg.is_final and msg.stable:
-                    words = self.online.partial(msg.partial, msg.stable)
-                    if words:
-                        await self._delta(self._open_item(), words)
-            elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
-                for item in list(self._awaiting):
-                    self._awaiting.remove(item)
-                    await self.emit("conversation.item.input_audio_transcription.failed", item_id=item.id,
-                                    content_index=0, error={"type": "server_error", "code": "engine",
-                                                            "message": msg.message, "param": None})
-                await self.error(msg.message, code="engine", kind="server_error")
+            async with self._order:
+                await self._speech_events()
+                await self._relay_one(msg)
+
+    async def _relay_one(self, msg: protocol.ServerMessage) -> None:
+        """One session message as OpenAI's events (holding ``_order``)."""
+        self._relayed.set()
+        if isinstance(msg, protocol.Caption):
+            for sentence in msg.sentences:
+                await self.sentence(sentence)
+                self._sentences_seen += 1
+                self._relayed.set()
+            if not msg.is_final and msg.stable:
+                words = self.online.partial(msg.partial, msg.stable)
+                if words:
+                    await self._delta(self._open_item(), words)
+        elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
+            for item in list(self._awaiting):
+                self._awaiting.remove(item)
+                await self.emit("conversation.item.input_audio_transcription.failed", item_id=item.id,
+                                content_index=0, error={"type": "server_error", "code": "engine",
+                                                        "message": msg.message, "param": None})
+            await self.error(msg.message, code="engine", kind="server_error")
 
     async def sentence(self, s: protocol.Sentence) -> None:
         """A locked sentence: its item's last delta, and in server VAD mode its ``completed``."""

@@ -12,6 +12,8 @@
   "Connection lost", a closing socket's ``RuntimeError``): the relay that sends the session's messages goes on, so
   the room still gets every sentence.
 - ``close``: with the protocol's code and reason, bounded like a send.
+- ``hurry``: the server is stopping: every client gets ``HURRY_S`` to take a message (the one under way included)
+  and half of it for the close frame, so that no client holds the stop.
 - ``parse_object``: a client's JSON text as an object, or ``BadMessage`` for anything else, deep nesting
   (``RecursionError``) included.
 """
@@ -29,6 +31,7 @@ from aiohttp import web
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 20.0  # aiohttp pings this often; no pong within half of it closes the connection
+HURRY_S = 2.0  # a stopping server waits this long at most for a client to take a message (``hurry``)
 CLOSE_WAIT_S = 2.0  # how long a close waits for the client's close frame
 MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes, 2 of them the code
 
@@ -69,6 +72,8 @@ class ClientSocket:
         self.send_timeout_s = send_timeout_s
         self.gone: str | None = None
         self._lock = asyncio.Lock()
+        self._sending_since: float | None = None  # loop time the send under way began (None: none)
+        self._hurried = False
 
     @staticmethod
     def response(protocols: Iterable[str] = (), max_msg_size: int = 1024 * 1024) -> web.WebSocketResponse:
@@ -103,6 +108,7 @@ class ClientSocket:
             if not self.open:
                 sending.close()  # the coroutine was never awaited
                 return False
+            self._sending_since = asyncio.get_running_loop().time()
             try:
                 await asyncio.wait_for(sending, self.send_timeout_s)
                 return True
@@ -111,7 +117,23 @@ class ClientSocket:
             except (ConnectionError, RuntimeError) as exc:  # it went away, however the socket says so
                 self.gone = "hung up"
                 log.debug("a send found the client gone: %r", exc)
+            finally:
+                self._sending_since = None
             return False
+
+    def hurry(self) -> None:
+        """The server is stopping: from now on a client gets ``HURRY_S`` to take a message, the one under way
+        included (past that it is cut off), so that a stuck client cannot hold the stop."""
+        self._hurried = True
+        self.send_timeout_s = min(self.send_timeout_s, HURRY_S)
+        since = self._sending_since
+        if since is not None:
+            loop = asyncio.get_running_loop()
+            loop.call_later(max(0.0, since + HURRY_S - loop.time()), self._cut_if_stuck, since)
+
+    def _cut_if_stuck(self, since: float) -> None:
+        if self._sending_since == since:
+            self.cut_off(f"it took no message for {HURRY_S:.0f} s while the server stops")
 
     def cut_off(self, why: str) -> None:
         """Abort the connection now (no close handshake: the client is not reading); its reading ends as a
@@ -131,9 +153,10 @@ class ClientSocket:
         if self.gone is not None:
             self.cut_off(self.gone)
             return
+        # (A stopping server waits less for the close frame too: ``hurry``.)
+        limit = HURRY_S / 2 if self._hurried else self.send_timeout_s + CLOSE_WAIT_S
         try:
-            await asyncio.wait_for(self.ws.close(code=code, message=close_reason(reason)),
-                                   self.send_timeout_s + CLOSE_WAIT_S)
+            await asyncio.wait_for(self.ws.close(code=code, message=close_reason(reason)), limit)
         except TimeoutError:
             self.cut_off("it took no close frame")
         except (ConnectionError, RuntimeError):

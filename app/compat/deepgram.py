@@ -121,7 +121,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
                              relabels=not params.diarize)
     try:
         redactor = Redactor(params.redact) if params.redact else None
-        async with open_live(app, admitted, options, redactor=redactor) as live:
+        async with open_live(app, admitted, options, redactor=redactor, sock=sock) as live:
             await DeepgramStream(sock, params, live, request_id, app[ENGINE].model_name).run()
     except Refused as exc:
         await sock.close(1011, f"NET-0000: {exc}")

@@ -232,7 +232,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
             admitted.slot.release()
         return ws
     try:
-        async with open_live(app, admitted, options) as live:
+        async with open_live(app, admitted, options, sock=sock) as live:
             relay = asyncio.create_task(stream.relay(live), name=f"{live.session.session_id}-funasr-relay")
             try:
                 await _live(sock, live, stream, relay, fconfig)

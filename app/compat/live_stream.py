@@ -45,6 +45,7 @@ from engine import (
 from ..keys import CONFIG, ENGINE
 from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, STREAMS, Refusal, Slot
 from ..rooms import ROOMS, Room, RoomPublisher
+from .client_socket import ClientSocket
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)
@@ -230,10 +231,12 @@ def _span(seconds: float) -> str:
 
 @contextlib.asynccontextmanager
 async def open_live(app: web.Application, admitted: Admitted, options: SessionOptions,
-                    configure: bool = True, redactor: Redactor | None = None) -> AsyncIterator[LiveStream]:
+                    configure: bool = True, redactor: Redactor | None = None,
+                    sock: ClientSocket | None = None) -> AsyncIterator[LiveStream]:
     """The engine session of ``admitted``, configured with ``options`` (``configure=False``: the caller configures
     it before the first audio, once its client has said how) and joined to its room, registered in ``STREAMS``
-    while the block runs, its limits watched (``LiveStream.watch_limits``). Leaving the block leaves the room,
+    while the block runs (a stop there also hurries ``sock``, its client's socket), its limits watched
+    (``LiveStream.watch_limits``). Leaving the block leaves the room,
     closes the session and frees the slot (whatever happened); leaving it by an error first finishes the session
     and publishes its last sentence (``LiveStream.rescue``): no words are lost to a failing handler. Raises
     ``Refused("engine", ...)`` when the engine will not open a session."""
@@ -254,7 +257,12 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
                             redactor)
         limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
-            with app[STREAMS].running(session, stream.stopping.set):
+            def stop() -> None:  # the server stops: finish, and give a client that does not read a short wait
+                stream.stopping.set()
+                if sock is not None:
+                    sock.hurry()
+
+            with app[STREAMS].running(session, stop):
                 try:
                     yield stream
                 except Exception:

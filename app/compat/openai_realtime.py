@@ -125,7 +125,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     try:
         # The session is configured with the client's settings when its first audio arrives.
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
-                             configure=False) as live:
+                             configure=False, sock=sock) as live:
             await RealtimeStream(sock, live, config, beta=_speaks_beta(request)).run()
     except Refused as exc:
         await sock.close(1011, str(exc))

@@ -154,7 +154,7 @@ async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_
         await until(lambda: any(s.audio_s > SPOKEN_S for s in fake_engine.sessions.values()), "the audio arrived")
         ws.hang_up()
         freed_s = await until(lambda: app[ADMISSION].in_use == 0, "the slot of a client that hung up")
-        assert freed_s < 1.0, freed_s
+        assert freed_s < 2.0, freed_s  # (0.1-0.2 s here; the margin is for a loaded machine)
         assert "audio of" in await stored(url, room.id)
 
 
@@ -227,7 +227,7 @@ async def test_streams_without_audio_and_streams_past_their_length_are_closed(fa
                 await ws.send_str(json.dumps({"type": "KeepAlive"}))
                 with contextlib.suppress(TimeoutError):
                     await ws.receive(timeout=0.2)
-            assert ws.close_code == 1008 and time.monotonic() - t0 < 3.5
+            assert ws.close_code == 1008 and time.monotonic() - t0 < 5.0  # (the limit is 1 s, looked at every 1 s)
         # OpenAI: audio all along, but the stream reached its length: session_expired, then a close.
         async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
             silence = appends(bytes(4800 * 2))
@@ -414,7 +414,7 @@ async def test_bytes_that_are_no_audio_close_the_stream_as_deepgram_does(fake_en
                 async with asyncio.timeout(15):
                     async for _msg in ws:
                         pass
-            assert ws.close_code in (1008, 1000), ws.close_code
+            assert ws.close_code == 1008, ws.close_code
 
 
 async def test_a_manual_commit_holds_exactly_the_audio_before_it(fake_engine: CaptionEngine) -> None:
@@ -495,3 +495,57 @@ async def test_a_session_tells_its_listeners_when_speech_starts_and_stops(fake_e
         assert opened.index == closed.index and opened.start_ms <= opened.speech_ms < closed.speech_end_ms
     heard = [e.position_ms for e in events if isinstance(e, Heard)]
     assert heard == sorted(heard) and heard[-1] >= len(x) * 1000 // 16000 - 100
+
+
+def test_a_number_still_being_said_is_masked_before_it_is_long_enough_to_be_a_card() -> None:
+    pci = Redactor(parse_redact(["pci"]))
+    assert pci.text("my card is 4111 1111 1111", unlocked=True) == "my card is **** **** ****"
+    assert pci.text("my card is 4111 1111 1111.") == "my card is 4111 1111 1111.", "locked: 12 digits are no card"
+    assert pci.text("I was 42 then", unlocked=True) == "I was 42 then"
+
+
+async def test_a_handler_that_fails_mid_sentence_still_locks_and_stores_it(fake_engine: CaptionEngine,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault of the server's own while it serves a stream (here: any text message) locks and stores the open
+    sentence, then closes with 1011."""
+    from app.compat import deepgram
+
+    async def broken(self: Any, raw: str) -> bool:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(deepgram.DeepgramStream, "control", broken)
+    async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
+        room, _ = await app[ROOMS].create()
+        async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&room={room.id}") as ws:
+            await ws.send_bytes(spoken())
+            await until(lambda: any(s.audio_s > SPOKEN_S for s in fake_engine.sessions.values()), "the audio arrived")
+            await ws.send_str(json.dumps({"type": "KeepAlive"}))
+            async with asyncio.timeout(15):
+                async for _msg in ws:
+                    pass
+        assert ws.close_code == 1011
+        assert "audio of" in await stored(url, room.id)
+        await until(lambda: app[ADMISSION].in_use == 0, "the slot of a failed stream")
+
+
+async def test_a_stop_does_not_wait_for_the_pace_of_speech(fake_engine: CaptionEngine,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sent half a minute in one message is fed at the pace of speech; a stop feeds the rest as fast
+    as the engine takes it and ends within the drain, its sentences locked."""
+    from app.compat import live_audio
+    from tests.live_clients import speech
+
+    monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", 1.0)
+    x, _ = speech(["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_7902-96591-0000"],
+                  gap_s=3.0)
+    drain_s = 5.0
+    async with running_server(fake_engine, drain_timeout_s=drain_s) as (url, app):
+        ws = await RawWebSocket.connect(url, DEEPGRAM)
+        ws.binary(pcm16(x))
+        await ws.flush(5)
+        await until(lambda: any(s.audio_s > 2.0 for s in fake_engine.sessions.values()), "the audio arrived")
+        assert all(s.audio_s < len(x) / 16000 / 2 for s in fake_engine.sessions.values()), "paced"
+        t_stop = time.monotonic()
+    assert time.monotonic() - t_stop <= drain_s + 3.0
+    assert app[DRAIN].unfinished == 0 and app[DRAIN].sentences >= 1, app[DRAIN]
+    ws.hang_up()

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -55,9 +56,17 @@ class _Source:
         self._chunks: queue.Queue[bytes | None] = queue.Queue()
         self._rest = b""
         self._ended = False
+        self.abandoned = False  # the decoder stopped reading: what comes now is dropped
 
     def put(self, data: bytes | None) -> None:
-        self._chunks.put(data)
+        if not self.abandoned:
+            self._chunks.put(data)
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._chunks.get_nowait()
 
     def read(self, size: int = -1) -> bytes:
         while not self._rest and not self._ended:
@@ -75,20 +84,21 @@ class ContainerFeed:
     """One stream's container bytes into its ``session`` (see the module's docstring). ``received_s``: seconds of
     audio decoded so far; ``error``: why the decoder gave up (None while it reads)."""
 
-    def __init__(self, session: Session, kind: str) -> None:
+    def __init__(self, session: Session, kind: str, unpaced: Callable[[], bool] | None = None) -> None:
+        """``unpaced``: as ``PcmFeed``'s (the stream is ending: its audio goes in as fast as the engine takes it)."""
         self.session = session
         self.kind = kind
         self.error: str | None = None
-        self._pcm = PcmFeed(session, "linear16", SAMPLE_RATE)
+        self._pcm = PcmFeed(session, "linear16", SAMPLE_RATE, unpaced=unpaced)
         self._source = _Source()
         self._loop = asyncio.get_running_loop()
         self._decoded: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
         self._waiting = 0  # decoded samples not yet fed
         self._fed = asyncio.Event()
+        self._closed = False  # (read by the decoder thread too: set before its input ends)
         self._thread = threading.Thread(target=self._decode, name=f"{session.session_id}-{kind}-decode", daemon=True)
         self._thread.start()
         self._pump = asyncio.create_task(self._run_pump(), name=f"{session.session_id}-{kind}-feed")
-        self._closed = False
 
     @property
     def received_s(self) -> float:
@@ -137,13 +147,17 @@ class ContainerFeed:
                 for out in resampler.resample(None):
                     self._out(out.to_ndarray().reshape(-1).astype(np.int16, copy=False))
         except Exception as exc:  # FFmpeg's errors, and anything a broken stream brings
-            if self.received_s == 0 and self._waiting == 0:
-                self._loop.call_soon_threadsafe(self._fail, f"the {self.kind} stream cannot be decoded: {exc}")
-            else:
-                log.info("%s: the %s stream broke off: %s", self.session.session_id, self.kind, exc)
+            why: str | None = f"the {self.kind} stream cannot be decoded: {exc}"
+        else:
+            # The input ends only when ``close`` says so: a decoder that finished before then met what it cannot
+            # read (the audio decoded so far is still fed and locked).
+            why = None if self._closed else f"the {self.kind} stream ended before the client ended it"
         finally:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                self._loop.call_soon_threadsafe(self._decoded.put_nowait, None)
+            self._source.abandon()
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            if why is not None:
+                self._loop.call_soon_threadsafe(self._fail, why)
+            self._loop.call_soon_threadsafe(self._decoded.put_nowait, None)
 
     def _out(self, pcm: np.ndarray) -> None:
         if pcm.size:
@@ -154,7 +168,9 @@ class ContainerFeed:
         self._decoded.put_nowait(pcm)
 
     def _fail(self, why: str) -> None:
-        self.error = why
+        if self.error is None:
+            log.info("%s: %s", self.session.session_id, why)
+            self.error = why
         self._fed.set()
 
     async def _run_pump(self) -> None:

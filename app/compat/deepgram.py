@@ -162,6 +162,8 @@ class DeepgramStream:
                 code, reason = await self.read()
             finally:
                 await self.end_audio()
+            if isinstance(self._feed, ContainerFeed) and self._feed.error and code == 1000:
+                code, reason = 1008, DATA_0000  # (a recording the decoder gave up on while the client sent it)
             await self.live.finish()
             await relay
         finally:
@@ -209,14 +211,15 @@ class DeepgramStream:
         """Feed one audio message; False for audio this server cannot decode."""
         if self._feed is None:
             if self.params.encoding is not None:
-                self._feed = PcmFeed(self.live.session, self.params.encoding, self.params.sample_rate or 16000)
+                self._feed = PcmFeed(self.live.session, self.params.encoding, self.params.sample_rate or 16000,
+                                     unpaced=self.live.ending)
             else:
                 self._head += data
                 if len(self._head) < 12:
                     return True
                 kind = sniff(self._head)
                 if kind not in (None, "wav"):  # a recorder's container: decoded as it arrives
-                    self._feed = ContainerFeed(self.live.session, kind)
+                    self._feed = ContainerFeed(self.live.session, kind, unpaced=self.live.ending)
                     data, self._head = self._head, b""
                 elif not await self._wav():
                     return False
@@ -240,7 +243,7 @@ class DeepgramStream:
             log.info("%s: WAV of %d channels at %d Hz refused", self.live.session.session_id, header.channels,
                      header.rate)
             return False
-        self._feed = PcmFeed(self.live.session, header.encoding, header.rate)
+        self._feed = PcmFeed(self.live.session, header.encoding, header.rate, unpaced=self.live.ending)
         self._wav_offset = header.data_offset
         return True
 

@@ -277,7 +277,7 @@ async def _live(sock: ClientSocket, live: LiveStream, stream: FunasrStream, rela
     reaches a limit; then lock the open sentence, send the final message (with the limit's reason as its
     ``error``), and give the client a moment to close."""
     feed = PcmFeed(live.session, "linear16", fconfig.audio_fs,
-                   _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG)
+                   _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG, unpaced=live.ending)
     async with ReadAhead(sock.ws, live.stopping, live.expired) as messages:
         async for msg in messages:
             if msg.type is WSMsgType.BINARY:

@@ -36,6 +36,7 @@ ENCODINGS = ("linear16", "mulaw", "alaw")
 MIN_RATE_HZ, MAX_RATE_HZ = 8000, 48000
 LIVE_BACKLOG = (5.0, 4)  # (VAD seconds, closed segments) a live stream may run ahead before reading pauses
 LIVE_AHEAD_S = 10.0  # seconds of audio a live stream may be ahead of real time (see the module's docstring)
+_PACE_LOOK_S = 0.25  # a paced feed looks this often whether the pace still applies
 _SLICE_SAMPLES = SAMPLE_RATE  # at most one second of 16 kHz audio per feed, then wait for the engine
 
 
@@ -92,7 +93,7 @@ class PcmFeed:
 
     def __init__(self, session: Session, encoding: str = "linear16", rate: int = SAMPLE_RATE,
                  backlog: tuple[float, int] = LIVE_BACKLOG, ahead_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, unpaced: Callable[[], bool] | None = None) -> None:
         self.session = session
         self.backlog = backlog
         self.ahead_s = LIVE_AHEAD_S if ahead_s is None else ahead_s  # (read when the stream starts: tests set it)
@@ -101,6 +102,7 @@ class PcmFeed:
         self.paced_s = 0.0  # seconds ``feed`` waited for the clock (a client faster than real time)
         self._odd = b""
         self._clock = clock
+        self._unpaced = unpaced or (lambda: False)  # the pace no longer applies (the stream is ending)
         self._started: float | None = None  # the clock at the first audio
         self.set_format(encoding, rate)
 
@@ -136,13 +138,18 @@ class PcmFeed:
             await self._keep_pace()
 
     async def _keep_pace(self) -> None:
-        """Wait while the audio fed is more than ``ahead_s`` ahead of the clock since the first audio."""
+        """Wait while the audio fed is more than ``ahead_s`` ahead of the clock since the first audio, unless the
+        pace no longer applies (``unpaced``: the server stops, the stream reached a limit, its client is gone: what
+        it sent is then fed as fast as the engine takes it). Looks again every ``_PACE_LOOK_S``."""
         if self._started is None or self.ahead_s == math.inf:
             return
-        early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started)
-        if early > 0:
-            self.paced_s += early
-            await asyncio.sleep(early)
+        while not self._unpaced():
+            early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started)
+            if early <= 0:
+                return
+            wait = min(early, _PACE_LOOK_S)
+            self.paced_s += wait
+            await asyncio.sleep(wait)
 
 
 @dataclass(frozen=True)

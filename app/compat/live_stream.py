@@ -113,9 +113,16 @@ class LiveStream:
         self.expiry: Expiry | None = None
         self.idle_s, self.max_s = idle_s, max_s
         self._stop_timeout_s = stop_timeout_s
+        self.sock: ClientSocket | None = None  # its client's socket, when it has one
         self._flushing: asyncio.Task[None] | None = None
         self._flush_again = False
         self._on_flushed: Callable[[int], None] | None = None
+
+    def ending(self) -> bool:
+        """The stream is ending whatever its client does: the server stops, a limit was reached, or the client is
+        gone (its audio already received is then fed as fast as the engine takes it: ``PcmFeed``'s ``unpaced``)."""
+        return (self.stopping.is_set() or self.expired.is_set()
+                or (self.sock is not None and not self.sock.open))
 
     @property
     def stops(self) -> tuple[asyncio.Event, ...]:
@@ -125,20 +132,19 @@ class LiveStream:
     async def messages(self) -> AsyncIterator[protocol.ServerMessage]:
         """The session's messages until it ends, each published to the room first (a failing store never costs the
         client its captions), redacted first when the caller asked (``redactor``). ``ended`` is set after the last
-        one."""
-        try:
-            async for msg in self.session.messages():
-                if self.redactor is not None:
-                    msg = self.redactor.message(msg)
-                if self.publisher is not None:
-                    try:
-                        await self.publisher.publish(msg)
-                    except Exception:
-                        log.exception("%s: could not publish to room %s", self.session.session_id,
-                                      self.publisher.room.id)
-                yield msg
-        finally:
-            self.ended.set()
+        one (not when the consumer stops early: a relay cancelled by a failing handler leaves the rest to
+        ``rescue``)."""
+        async for msg in self.session.messages():
+            if self.redactor is not None:
+                msg = self.redactor.message(msg)
+            if self.publisher is not None:
+                try:
+                    await self.publisher.publish(msg)
+                except Exception:
+                    log.exception("%s: could not publish to room %s", self.session.session_id,
+                                  self.publisher.room.id)
+            yield msg
+        self.ended.set()
 
     async def finish(self) -> None:
         """Lock the open sentence and end the session (its last messages follow), unless it has ended already."""
@@ -146,7 +152,9 @@ class LiveStream:
             try:
                 await asyncio.wait_for(self.session.stop(), self._stop_timeout_s)
             except TimeoutError:
-                log.warning("%s: stop took over %.0f s", self.session.session_id, self._stop_timeout_s)
+                # Its last sentence is lost; closing ends its messages, so nothing waits on them for ever.
+                log.warning("%s: stop took over %.0f s; closed", self.session.session_id, self._stop_timeout_s)
+                await self.session.close()
 
     def flush(self, on_flushed: Callable[[int], None] | None = None) -> None:
         """Lock the open sentence now, in the background (``Session.finalize``), for a client's ``Finalize`` or
@@ -175,7 +183,7 @@ class LiveStream:
     async def rescue(self) -> None:
         """The stream's handler ended without finishing (it failed): finish the session and publish its last
         messages to the room all the same, within the stop timeout."""
-        if self.ended.is_set():
+        if self.ended.is_set():  # (its relay saw the session's last message)
             return
         await self.finish()
 
@@ -255,6 +263,7 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
         config = app[CONFIG]
         stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
                             redactor)
+        stream.sock = sock
         limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
             def stop() -> None:  # the server stops: finish, and give a client that does not read a short wait

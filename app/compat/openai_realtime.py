@@ -289,7 +289,7 @@ class RealtimeStream:
             return
         if self._feed is None:
             self.live.session.configure(self._options())
-            self._feed = PcmFeed(self.live.session, self.config.encoding, self.config.rate)
+            self._feed = PcmFeed(self.live.session, self.config.encoding, self.config.rate, unpaced=self.live.ending)
         await self._feed.feed(data)
 
     async def commit(self) -> None:
@@ -401,8 +401,9 @@ class RealtimeStream:
                         transcript=" ".join(item.texts), usage={"type": "duration", "seconds": seconds}, **extra)
 
     def _open_item(self) -> Item:
-        """The item words being spoken now belong to: the oldest not transcribed yet."""
-        if self._awaiting:
+        """The item words being spoken now belong to: with server VAD the oldest not transcribed yet; with manual
+        commits the one not committed yet (a committed item holds exactly the audio before its commit)."""
+        if self._awaiting and self.config.server_vad:
             return self._awaiting[0]
         if self._current is None:
             speaking = self.watch.speaking

@@ -8,6 +8,10 @@ What is redacted, in the digits Whisper writes (it writes numbers as digits, gro
 - ``ssn``: social security numbers (9 digits, plain or grouped 3-2-4);
 - ``numbers`` (or ``true``): every number of three digits or more (and what ``pci`` and ``ssn`` redact).
 
+Text not locked yet (a partial: interim results, the room's live line) is still being said, and a number in it may
+yet grow into a card number: there every number of three digits or more is masked, and at the lock only the kinds
+asked for stay masked. A number split across two sentences (a long pause inside it) is not recognised as one.
+
 A redacted number keeps its shape, its digits masked: ``4111 1111 1111 1111`` becomes ``**** **** **** ****``,
 ``123-45-6789`` becomes ``***-**-****``. So a sentence keeps its words one for one, with their times, and a partial
 keeps its count of settled words: the redacted text lines up with everything the protocols send beside it. Digits
@@ -65,8 +69,10 @@ class Redactor:
             raise RedactError(f"unknown redaction {sorted(unknown)}")
         self.kinds = kinds
 
-    def tokens(self, tokens: Sequence[str]) -> list[str]:
-        """``tokens`` (a transcript's words, in order) with the redacted numbers masked, one for one."""
+    def tokens(self, tokens: Sequence[str], unlocked: bool = False) -> list[str]:
+        """``tokens`` (a transcript's words, in order) with the redacted numbers masked, one for one. ``unlocked``:
+        text still being said (a partial), where every number of three digits or more is masked: it may yet grow
+        into a card or social security number."""
         out = list(tokens)
         i = 0
         while i < len(out):
@@ -78,24 +84,24 @@ class Redactor:
             j = i
             while j < len(out) and _DIGIT_GROUP.match(out[j]) and (j == i or not _ends_clause(out[j - 1])):
                 j += 1
-            if self._redacts(_digits("".join(out[i:j])), out[:i]):
+            if self._redacts(_digits("".join(out[i:j])), out[:i], unlocked):
                 out[i:j] = [_mask(t) for t in out[i:j]]
             i = j
         return out
 
-    def _redacts(self, digits: str, before: Sequence[str]) -> bool:
+    def _redacts(self, digits: str, before: Sequence[str], unlocked: bool = False) -> bool:
         n = len(digits)
-        if "numbers" in self.kinds and n >= 3:
+        if ("numbers" in self.kinds or unlocked) and n >= 3:
             return True
         if "pci" in self.kinds and (13 <= n <= 19 or (n in (3, 4) and _cued(before))):
             return True
         return "ssn" in self.kinds and n == 9
 
-    def text(self, text: str) -> str:
-        return " ".join(self.tokens(text.split()))
+    def text(self, text: str, unlocked: bool = False) -> str:
+        return " ".join(self.tokens(text.split(), unlocked))
 
-    def words(self, words: Sequence[protocol.Word]) -> list[protocol.Word]:
-        masked = self.tokens([w.w for w in words])
+    def words(self, words: Sequence[protocol.Word], unlocked: bool = False) -> list[protocol.Word]:
+        masked = self.tokens([w.w for w in words], unlocked)
         return [w if m == w.w else replace(w, w=m) for w, m in zip(words, masked, strict=True)]
 
     def sentence(self, s: protocol.Sentence) -> protocol.Sentence:
@@ -104,8 +110,9 @@ class Redactor:
     def message(self, msg: protocol.ServerMessage) -> protocol.ServerMessage:
         """``msg`` as the caller and the room may see it."""
         if isinstance(msg, protocol.Caption):
-            return replace(msg, sentences=[self.sentence(s) for s in msg.sentences], partial=self.text(msg.partial),
-                           stable_words=self.words(msg.stable_words))
+            return replace(msg, sentences=[self.sentence(s) for s in msg.sentences],
+                           partial=self.text(msg.partial, unlocked=True),
+                           stable_words=self.words(msg.stable_words, unlocked=True))
         if isinstance(msg, protocol.WordTimes):
             return replace(msg, words=tuple(self.words(msg.words)))
         return msg

@@ -97,9 +97,6 @@ class ClientSocket:
         see the module's docstring)."""
         return await self._send(self.ws.send_str(text))
 
-    async def send_bytes(self, data: bytes) -> bool:
-        return await self._send(self.ws.send_bytes(data))
-
     async def send_json(self, message: dict[str, Any]) -> bool:
         return await self.send(json.dumps(message, ensure_ascii=False))
 

@@ -104,10 +104,6 @@ class ContainerFeed:
     def received_s(self) -> float:
         return self._pcm.received_s
 
-    @property
-    def fed_ms(self) -> int:
-        return self._pcm.fed_ms
-
     async def feed(self, data: bytes) -> bool:
         """Pass the stream's next bytes on; waits while more than ``_MAX_WAITING_S`` of decoded audio waits for the
         session. False once the decoder gave up (``error`` says why)."""

@@ -227,7 +227,7 @@ class DeepgramStream:
                     return True
                 else:
                     data, self._head = self._head[self._wav_offset:], b""
-        return await self._feed.feed(data) is not False
+        return await self._feed.feed(data)
 
     async def _wav(self) -> bool:
         """The WAV header at the start of ``_head``: the feed it asks for (None while more bytes are needed);

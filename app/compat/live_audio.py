@@ -117,7 +117,9 @@ class PcmFeed:
     def fed_ms(self) -> int:
         return self.fed_samples * 1000 // SAMPLE_RATE
 
-    async def feed(self, data: bytes) -> None:
+    async def feed(self, data: bytes) -> bool:
+        """Decode, resample and feed ``data`` (see the class's docstring); True (the same call as
+        ``ContainerFeed.feed``, which can refuse a recording)."""
         if self.encoding == "linear16":
             data = self._odd + data
             whole = len(data) // 2 * 2
@@ -130,12 +132,13 @@ class PcmFeed:
             self._started = self._clock()
         for i in range(0, pcm.size, _SLICE_SAMPLES):
             if self.session.state is not SessionState.LIVE:
-                return
+                return True
             block = pcm[i:i + _SLICE_SAMPLES]
             self.session.feed(block)
             self.fed_samples += block.size
             await self.session.caught_up(*self.backlog)
             await self._keep_pace()
+        return True
 
     async def _keep_pace(self) -> None:
         """Wait while the audio fed is more than ``ahead_s`` ahead of the clock since the first audio, unless the

@@ -103,7 +103,8 @@ class LiveStream:
     which): no audio for ``idle_s`` (keep-alives do not count), or ``max_s`` in all (0: no such limit)."""
 
     def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float,
-                 idle_s: float = 0.0, max_s: float = 0.0, redactor: Redactor | None = None) -> None:
+                 idle_s: float = 0.0, max_s: float = 0.0, redactor: Redactor | None = None,
+                 sock: ClientSocket | None = None) -> None:
         self.session = session
         self.redactor = redactor  # what the caller asked to keep out of its results and the room's transcript
         self.publisher = publisher
@@ -113,7 +114,7 @@ class LiveStream:
         self.expiry: Expiry | None = None
         self.idle_s, self.max_s = idle_s, max_s
         self._stop_timeout_s = stop_timeout_s
-        self.sock: ClientSocket | None = None  # its client's socket, when it has one
+        self.sock = sock  # its client's socket, when it has one
         self._flushing: asyncio.Task[None] | None = None
         self._flush_again = False
         self._on_flushed: Callable[[int], None] | None = None
@@ -215,11 +216,6 @@ class LiveStream:
             log.info("%s: %s", self.session.session_id, self.expiry.message)
             self.expired.set()
 
-    @property
-    def audio_ms(self) -> int:
-        """Milliseconds of audio the session received (its timeline)."""
-        return int(self.session.audio_s * 1000)
-
 
 @dataclass(frozen=True)
 class Expiry:
@@ -262,8 +258,7 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
             publisher = room.join(session.session_id)
         config = app[CONFIG]
         stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
-                            redactor)
-        stream.sock = sock
+                            redactor, sock)
         limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
             def stop() -> None:  # the server stops: finish, and give a client that does not read a short wait
@@ -411,7 +406,7 @@ class SpeechWatch:
     """When speech starts and stops in ``session`` and how far its VAD has heard, from the session's own speech
     events (``Session.watch_speech``), for protocols that announce them. ``ready`` hands out the events told so far,
     in order (every segment, however short; a change of voice is the old segment's stop then the new one's start),
-    ``wait`` waits for one, ``events`` yields them as they come; ``speaking`` (the segment open) and ``heard_ms``
+    ``wait`` waits for one; ``speaking`` (the segment open) and ``heard_ms``
     (how far the VAD has heard) are as of the last event handed out. A protocol whose messages depend on both the
     speech events and the session's messages hands out the events told before each message first (the session
     tells a segment's stop before it posts the sentence it makes). Close it (``close``) when the stream ends."""
@@ -446,13 +441,6 @@ class SpeechWatch:
         while not self._told:
             self._arrived.clear()
             await self._arrived.wait()
-
-    async def events(self) -> AsyncIterator[SpeechEvent]:
-        """The session's speech events as they happen, forever."""
-        while True:
-            await self.wait()
-            for event in self.ready():
-                yield event
 
     def close(self) -> None:
         self._stop()

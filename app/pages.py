@@ -1,7 +1,8 @@
 """The pages: the microphone page (``/``), and the pages that show a room: the phone viewer (``/view``), the
-embeddable widget (``/embed``, and ``/embed.js``, the host page's one-line loader) and the meeting-room kiosk
-(``/kiosk``). Each page's script reads its options from its URL and talks to the JSON, WebRTC and event-stream
-endpoints; the pages themselves carry no state."""
+embeddable widget (``/embed``, and ``/embed.js``, the host page's one-line loader), the meeting-room kiosk
+(``/kiosk``) and the room's editor (``/rooms/{id}/edit?token=<editor token>``). Each page's script reads its options
+from its URL and talks to the JSON, WebRTC and event-stream endpoints; the pages themselves carry no state (the
+editor page is the same for every room and anyone may load it: the token in its address is what the API checks)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from engine import LANGUAGE_CODES, MAX_HOTWORDS
 
 from . import resources
 from .keys import CONFIG, ENGINE, TEMPLATES
-from .rooms import base_url
+from .rooms import ROOM_ID_PATTERN, base_url
 
 LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "fr": "Français", "es": "Español", "it": "Italiano",
                   "nl": "Nederlands", "pt": "Português", "pl": "Polski", "sv": "Svenska", "zh": "中文",
@@ -27,6 +28,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/kiosk", page("kiosk.html"))
     app.router.add_get("/embed", page("embed.html"))
     app.router.add_get("/embed.js", embed_loader)
+    app.router.add_get("/rooms/{room:" + ROOM_ID_PATTERN + "}/edit", page("edit.html"))
 
 
 async def index(request: web.Request) -> web.Response:

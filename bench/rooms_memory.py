@@ -47,7 +47,7 @@ async def _run(rooms: int, sweep: bool, folder: str) -> dict[str, Any]:
     mark("start", 0)
     step = max(1, rooms // 10)
     for i in range(rooms):
-        ids.append((await registry.create(f"room {i}"))[0].id)
+        ids.append((await registry.create(f"room {i}")).room.id)
         if sweep and (i + 1) % 1000 == 0:
             await registry.sweep()
         if (i + 1) % step == 0:

@@ -19,7 +19,10 @@ increasing ``seq``):
   replace the times sent with the sentence. Sent only to clients that asked for words.
 - ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (once the
   speaker embedding of a sentence that locked before it was in gives another label, and after the re-clustering at
-  stop). Sentence text never changes.
+  stop).
+- ``{"type":"correction","seq":N,"sentences":[...],"deleted":[K,...],"names":{"S":NAME},"editor":E}``: an editor
+  corrected sentences of the session's room (sessions that publish into a room with an editor); the only way a
+  locked sentence's text changes.
 - After a stop: ``{"type":"caption",...,"is_final":true}`` (the last sentences, empty partial), then
   ``{"type":"stopped","seq":N}``.
 - ``{"type":"error","seq":N,"code":C,"message":M}`` for anything the client must know; see ``ErrorCode``.
@@ -34,7 +37,8 @@ sentence) and ``{"type":"stop"}``. Field names follow FunASR's realtime service 
 Room viewers (server-sent events) get the same ``caption`` and ``speakers`` messages with room-wide sentence ids
 (each sentence names its ``session``; ``partial_spk`` comes with ``partial_session``, the session whose voice it
 names, and only while one publisher is speaking) and
-``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,"saving":B}`` status messages.
+``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,"saving":B}`` status messages; a room's
+editors also get ``{"type":"vocabulary","seq":N,"terms":[...],"learned":[...]}``.
 
 Every server message is one class below (``ServerMessage``): the engine posts them, the transport and the room
 stream send ``wire()``, clients and tests read JSON back with ``parse_server_message``. docs/protocol.md is the
@@ -265,6 +269,39 @@ class Speakers:
 
 
 @dataclass(frozen=True)
+class Correction:
+    """An editor's correction of locked sentences (rooms; a session's own client gets it with its sentence ids).
+    ``sentences``: sentences in their new form (an id not seen before is a new one, from a split: it goes in order of
+    ``start``, then ``id``); ``deleted``: ids removed; ``names``: speaker label -> display name ("" = back to the
+    default label); ``editor``: who made it."""
+
+    sentences: tuple[Sentence, ...] = ()
+    deleted: tuple[int, ...] = ()
+    names: dict[int, str] = field(default_factory=dict)
+    editor: str = ""
+    seq: int = 0
+
+    def wire(self, words: bool = False) -> dict[str, Any]:
+        """``words``: include each sentence's word times (``Sentence.wire``)."""
+        return {"type": "correction", "seq": self.seq, "sentences": [s.wire(words) for s in self.sentences],
+                "deleted": list(self.deleted), "names": {str(k): v for k, v in sorted(self.names.items())},
+                "editor": self.editor}
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A room's vocabulary (editors only): the ``terms`` editors entered and the ones ``learned`` from their
+    corrections; live sessions in the room decode with both."""
+
+    terms: tuple[str, ...] = ()
+    learned: tuple[str, ...] = ()
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "vocabulary", "seq": self.seq, "terms": list(self.terms), "learned": list(self.learned)}
+
+
+@dataclass(frozen=True)
 class Stopped:
     seq: int = 0
 
@@ -304,13 +341,25 @@ class RoomStatus:
     viewers: int
     saving: bool
     seq: int = 0
+    # A room with a hold-back delay (``delay_s`` > 0): how many durable events wait for it, and how long (ms) the
+    # oldest has waited. ``released``: the newest seq its audience has (editors' status only; None elsewhere).
+    delay_s: float = 0.0
+    held: int = 0
+    behind_ms: int = 0
+    released: int | None = None
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "room", "seq": self.seq, "room": self.room, "live": self.live, "publishers": self.publishers,
-                "viewers": self.viewers, "saving": self.saving}
+        out: dict[str, Any] = {"type": "room", "seq": self.seq, "room": self.room, "live": self.live,
+                               "publishers": self.publishers, "viewers": self.viewers, "saving": self.saving}
+        if self.delay_s:
+            out.update(delay_s=self.delay_s, held=self.held, behind_ms=self.behind_ms)
+        if self.released is not None:
+            out["released"] = self.released
+        return out
 
 
-ServerMessage = Ready | Caption | WordTimes | Speakers | Stopped | Error | Storage | RoomStatus
+ServerMessage = (Ready | Caption | WordTimes | Speakers | Correction | Vocabulary | Stopped | Error | Storage
+                 | RoomStatus)
 
 
 def parse_server_message(data: dict[str, Any]) -> ServerMessage:
@@ -329,6 +378,11 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
             return Ready(str(data["session"]), str(data["model"]), data["language"], seq)
         if kind == "speakers":
             return Speakers({int(k): int(v) for k, v in data["relabel"].items()}, seq)
+        if kind == "correction":
+            return Correction(tuple(_sentence(x) for x in data["sentences"]), tuple(int(i) for i in data["deleted"]),
+                              {int(k): str(v) for k, v in data["names"].items()}, str(data.get("editor") or ""), seq)
+        if kind == "vocabulary":
+            return Vocabulary(tuple(str(t) for t in data["terms"]), tuple(str(t) for t in data["learned"]), seq)
         if kind == "stopped":
             return Stopped(seq)
         if kind == "error":
@@ -337,7 +391,8 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
             return Storage(bool(data["saving"]), str(data["message"]), seq)
         if kind == "room":
             return RoomStatus(str(data["room"]), bool(data["live"]), int(data["publishers"]), int(data["viewers"]),
-                              bool(data["saving"]), seq)
+                              bool(data["saving"]), seq, float(data.get("delay_s") or 0), int(data.get("held") or 0),
+                              int(data.get("behind_ms") or 0), _int_or_none(data.get("released")))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed {data.get('type')!r} message: {exc!r}") from None
     raise ValueError(f"unknown message type {kind!r}")
@@ -364,5 +419,5 @@ def _str_or_none(value: Any) -> str | None:
 def dumps(message: ServerMessage, words: bool = False) -> str:
     """Serialise a message compactly (no NaN: the browser's JSON.parse would reject it). ``words``: captions carry
     their sentences' word times (for clients that asked for them)."""
-    body = message.wire(words) if isinstance(message, Caption) else message.wire()
+    body = message.wire(words) if isinstance(message, Caption | Correction) else message.wire()
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

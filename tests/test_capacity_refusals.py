@@ -45,7 +45,7 @@ async def refused_handshake(http: aiohttp.ClientSession, url: str) -> aiohttp.WS
 async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Application,
                        funasr_port: int) -> dict[str, tuple[int, str | None]]:
     """(status, Retry-After) of a new session on each way in."""
-    room, _ = await app[ROOMS].create()
+    room = (await app[ROOMS].create()).room
     out: dict[str, tuple[int, str | None]] = {}
     async with http.post(f"{url}/offer", json={"sdp": SDP, "type": "offer"}) as r:
         body = await r.json()
@@ -84,7 +84,7 @@ async def test_a_full_server_refuses_on_every_way_in_with_retry_after(fake_engin
         assert 'live_captions_sessions_refused_total{reason="full"} 6.0' in metrics
         assert "live_captions_capacity_headroom_sessions 0.0" in metrics
         # Room viewers cost no model work: they are never refused for this.
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.get(f"{url}/rooms/{room.id}/events") as r:
             assert r.status == 200 and r.content_type == "text/event-stream"
 

@@ -80,7 +80,7 @@ def test_parameters_codecs_and_wav_headers() -> None:
 async def test_deepgram_sdk_streams_through_the_engine(fake_engine: CaptionEngine) -> None:
     data = pcm16(audio(CLIP))
     async with running_server(fake_engine) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         run = await stream_deepgram(url, data, speed=4, finalize=True,
                                     after=bytes(2 * 16000 * 2), encoding="linear16", sample_rate=16000,
                                     interim_results="true", vad_events="true", utterance_end_ms="1000",

@@ -42,7 +42,7 @@ async def _post(http: aiohttp.ClientSession, url: str, body: Any, **kw: Any) -> 
 
 async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
         await room.commit_sentences([("s1", s["text"], round(s["start"]), round(s["end"]), s["spk"], ())
                                      for s in SENTENCES])
@@ -168,7 +168,7 @@ async def test_word_times_reach_the_room_file_and_viewers_that_ask(fake_engine: 
 
     words = (Word("Hello", 1200, 1500), Word("there,", 1520, 1900), Word("friends.", 2000, 2600))
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
         await room.commit_sentences([("s1", "Hello there, friends.", 1200, 2600, 0, words)])
         publisher.leave()
@@ -191,7 +191,7 @@ async def test_room_subtitles_follow_the_aligned_word_times_once_they_come(fake_
     estimated = (Word("Hello", 1200, 1500), Word("there,", 1500, 1900), Word("friends.", 1900, 2600))
     aligned = (Word("Hello", 1340, 1580), Word("there,", 1600, 1880), Word("friends.", 1950, 2410))
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
         publisher.offset_ms = 0  # session time is room time here: the file's times read as given
         await publisher.publish(Caption([Sentence(0, "Hello there, friends.", 1200, 2600, 0, words=estimated)], ""))

@@ -137,7 +137,7 @@ async def test_funasr_offline_file_formats_rooms_and_bad_input(fake_engine: Capt
         assert merged["text"].startswith("audio of")
 
         # Published into a room: its viewers and transcript get the sentences.
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         await funasr_cli(f"{uri}?room={room.id}", wav_path(CLIP), "2pass")
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{url}/rooms/{room.id}/transcript.txt") as r:

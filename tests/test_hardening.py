@@ -141,7 +141,7 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
 async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_untouched(
         fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         host, port = url.removeprefix("http://").split(":")
         stuck = []
         for _ in range(20):  # ask for the stream, then never read a byte
@@ -173,7 +173,7 @@ async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: Ca
     db = str(tmp_path / "rooms.db")
     async with running_server(fake_engine, db_path=db, room_idle_s=0.0) as (url, app):
         rooms = app[ROOMS]
-        ids = [(await rooms.create())[0].id for _ in range(2000)]
+        ids = [(await rooms.create()).room.id for _ in range(2000)]
         busy = await rooms.get(ids[0])
         assert busy is not None
         async with SseReader(f"{url}/rooms/{ids[1]}/events") as viewer:

@@ -54,7 +54,7 @@ async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionE
     x = audio(CLIP)
     data = pcm16(np.concatenate([x, np.zeros(16000 * 3, np.float32)]), 24000)
     async with running_server(fake_engine) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         run = await stream_realtime(url, data, speed=6, settle_s=5, expect=1, query=f"room={room.id}")
         kinds = [e.type for e in run.events]
         assert kinds[0] == "session.created" and "session.updated" in kinds

@@ -223,7 +223,7 @@ async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> Non
     store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     try:
-        room, _ = await rooms.create("talk")
+        room = (await rooms.create("talk")).room
         viewer = room.subscribe()
         first, second = room.join("session-a"), room.join("session-b")
 
@@ -290,7 +290,7 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
     with ``?words=1`` get it with the room's sentence id and timeline; the others get only its id (their
     ``Last-Event-ID`` moves on, and a resume replays it the same way); transcripts carry the new times."""
     async with running_server(fake_engine, db_path=str(tmp_path / "c.db")) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         await room.commit_sentences([("before", "Earlier.", 0, 500, 0, ())])  # session id 5 is room id 1
         publisher = room.join("s1")
         off = publisher.offset_ms
@@ -334,7 +334,7 @@ async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> N
     and read paths (``snapshot_with``) apply it."""
     store = await open_store(":memory:")
     rooms = RoomRegistry(store)
-    room, _ = await rooms.create()
+    room = (await rooms.create()).room
     await store.close()  # every write fails from now on
     publisher = room.join("s1")
     await publisher.publish(Caption([Sentence(0, "Hello.", 0, 500, None, words=(Word("Hello.", 0, 500),))], ""))
@@ -358,7 +358,7 @@ async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_wo
     store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     try:
-        room, _ = await rooms.create()
+        room = (await rooms.create()).room
         viewer = room.subscribe()
         a, b = room.join("session-a"), room.join("session-b")
         await a.publish(Caption([], "so the plan is", stable=2, stable_words=[Word("so", 0, 200),
@@ -435,7 +435,7 @@ async def test_a_publisher_announces_its_stable_text_when_it_changes_and_not_whe
         return [(b["after"], b["text"], [w[0] for w in b["words"]]) for b in store.sent]
 
     try:
-        room, _ = await rooms.create()
+        room = (await rooms.create()).room
         a = room.join("s")
         await a.publish(Caption([], "so the plan", stable=2, stable_words=[Word("so", 0, 200), Word("the", 200, 300)]))
         await a.publish(Caption([], "so the plan is", stable=2))  # the same stable text: nothing to tell

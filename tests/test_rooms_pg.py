@@ -187,7 +187,7 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
     rooms_a.start()
     rooms_b.start()
     try:
-        made, _ = await rooms_a.create(title="Both")
+        made = (await rooms_a.create(title="Both")).room
         room_b = await rooms_b.get(made.id)
         assert isinstance(room_b, Room) and room_b.record == made.record
         viewer_a, viewer_b = made.subscribe(), room_b.subscribe()
@@ -248,7 +248,7 @@ async def test_a_viewer_moving_to_a_front_end_that_lags_resumes_exactly(front_en
     here they are stopped): B asks the store, and replays exactly the events after it, not the whole room."""
     a, b = front_ends
     assert a.app is not None and b.app is not None
-    made, _ = await a.app[ROOMS].create()
+    made = (await a.app[ROOMS].create()).room
     room_b = await b.app[ROOMS].get(made.id)
     assert room_b is not None and room_b.seq == 0
     listener = b.app[STORE]._listener  # type: ignore[attr-defined]
@@ -274,7 +274,7 @@ async def test_word_times_reach_the_other_front_end_its_resumed_viewers_and_its_
     transcript and the table carry the aligned times."""
     a, b = front_ends
     assert a.app is not None and b.app is not None
-    made, _ = await a.app[ROOMS].create()
+    made = (await a.app[ROOMS].create()).room
     publisher = made.join("s1")
     off = publisher.offset_ms
     estimated = (Word("Good", 0, 450), Word("morning.", 450, 900))
@@ -310,7 +310,7 @@ async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentenc
     away. The delay from the publish on A to B's viewer is printed (target: the locked-sentence delay's)."""
     a, b = front_ends
     assert a.app is not None and b.app is not None
-    made, _ = await a.app[ROOMS].create()
+    made = (await a.app[ROOMS].create()).room
     events = f"{b.url}/rooms/{made.id}/events"
     words = "so the plan for today is to ship the rollout before lunch".split()
     delays: list[float] = []
@@ -361,7 +361,7 @@ async def test_a_front_end_that_stops_mid_sentence_locks_it_for_viewers_on_the_o
     locked on the way out and reaches the room's viewer on B, which stays connected."""
     a, b = front_ends
     assert a.app is not None
-    room, _ = await a.app[ROOMS].create()
+    room = (await a.app[ROOMS].create()).room
     async with SseReader(f"{b.url}/rooms/{room.id}/events") as viewer:
         await viewer.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
         client = await publish(a.url, room.id, pad(audio("ls_1988-24833-0001"), 0.3, 20.0))  # 7.9 s of speech

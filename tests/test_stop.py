@@ -132,7 +132,7 @@ async def test_a_stop_mid_sentence_locks_stores_and_delivers_every_streams_open_
     funasr = FunasrStream(url, samples)
     whip: RTCPeerConnection | None = None
     try:
-        whip_room, _ = await app[ROOMS].create()
+        whip_room = (await app[ROOMS].create()).room
         await page.connect()
         async with SseReader(f"{url}/rooms/{page.room}/events") as viewer:
             whip = await whip_publisher(url, whip_room.id, samples)

@@ -114,7 +114,7 @@ PATHS = {"deepgram": DEEPGRAM, "openai": "/v1/realtime?intent=transcription", "f
 async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(fake_engine: CaptionEngine,
                                                                           kind: str) -> None:
     async with running_server(fake_engine, max_sessions=1, send_timeout_s=1.0) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         ws = await RawWebSocket.connect(url, PATHS[kind] + f"&room={room.id}")
         await feed_raw(ws, kind)
         # Then messages that each get an answer (an error event), never reading one, until the server's sends
@@ -135,7 +135,7 @@ async def test_a_funasr_client_that_answers_no_ping_is_closed(fake_engine: Capti
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_socket, "HEARTBEAT_S", 0.5)
     async with running_server(fake_engine, max_sessions=1) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         ws = await RawWebSocket.connect(url, f"/funasr?room={room.id}")
         await feed_raw(ws, "funasr")
         await until(lambda: app[ADMISSION].in_use == 0, "a client that answers no ping holds its slot", 10)
@@ -147,7 +147,7 @@ async def test_a_funasr_client_that_answers_no_ping_is_closed(fake_engine: Capti
 async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_once(fake_engine: CaptionEngine,
                                                                                      kind: str) -> None:
     async with running_server(fake_engine, max_sessions=1) as (url, app):
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         sep = "&" if "?" in PATHS[kind] else "?"
         ws = await RawWebSocket.connect(url, PATHS[kind] + f"{sep}room={room.id}")
         await feed_raw(ws, kind)
@@ -161,7 +161,7 @@ async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_
 async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         # Deepgram: an Error message, the stream goes on, CloseStream locks the sentence.
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&room={room.id}") as ws:
             await ws.send_bytes(spoken())
             await ws.send_str("[" * 5000)
@@ -175,7 +175,7 @@ async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(f
         assert "audio of" in await transcript(url, room.id)
 
         # OpenAI Realtime: a format that is a list, and JSON nested too deep, are error events; the item completes.
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.ws_connect("ws" + url[4:] + f"/v1/realtime?intent=transcription&room={room.id}") as ws:
             for event in appends(spoken(24000)):
                 await ws.send_str(event)
@@ -191,7 +191,7 @@ async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(f
         assert "audio of" in await transcript(url, room.id)
 
         # FunASR: a text message it cannot read mid-stream is ignored, as FunASR's server does.
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.ws_connect("ws" + url[4:] + f"/funasr?room={room.id}") as ws:
             await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000, "is_speaking": True}))
             await ws.send_bytes(spoken())
@@ -345,7 +345,7 @@ async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room(
     await reader.start()
     try:
         async with running_server(reader) as (url, app), aiohttp.ClientSession() as http:
-            room, _ = await app[ROOMS].create()
+            room = (await app[ROOMS].create()).room
             async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&redact=pci,ssn&room={room.id}") as ws:
                 await ws.send_bytes(spoken())
                 await ws.send_str(json.dumps({"type": "CloseStream"}))
@@ -515,7 +515,7 @@ async def test_a_handler_that_fails_mid_sentence_still_locks_and_stores_it(fake_
 
     monkeypatch.setattr(deepgram.DeepgramStream, "control", broken)
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.ws_connect("ws" + url[4:] + DEEPGRAM + f"&room={room.id}") as ws:
             await ws.send_bytes(spoken())
             await until(lambda: any(s.audio_s > SPOKEN_S for s in fake_engine.sessions.values()), "the audio arrived")

@@ -200,7 +200,7 @@ async def test_whip_links_announce_the_relay_the_server_itself_uses(
     ones: the server's own allocation with the same secret succeeded), and its audio reaches the relay-only
     server."""
     async with running_server(fake_engine, ice=relay_config(rest_turn)) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.addTrack(ArrayAudioTrack(pad(audio(CLIP), 0.3, 1.0)))
         await pc.setLocalDescription(await pc.createOffer())

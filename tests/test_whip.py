@@ -43,7 +43,7 @@ async def offer_sdp(pc: RTCPeerConnection, with_audio: bool = True) -> str:
 
 async def test_whip_publish_trickle_delete_and_errors(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, auth_token="tok") as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         endpoint = f"{url}/whip/{room.id}"
         auth = {"Authorization": "Bearer tok"}
         async with http.options(endpoint) as r:
@@ -108,7 +108,7 @@ async def test_whip_publish_trickle_delete_and_errors(fake_engine: CaptionEngine
         await pc.close()
 
     async with running_server(fake_engine, max_sessions=0) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         async with http.post(f"{url}/whip/{room.id}", data=sdp, headers=SDP) as r:
             assert r.status == 503 and r.headers["Retry-After"]
 
@@ -142,7 +142,7 @@ async def test_gstreamer_whip_client_publishes_real_speech(tmp_path: Path) -> No
 async def test_a_broadcasters_video_is_declined(fake_engine: CaptionEngine) -> None:
     """OBS publishes video with the audio: the answer turns video off, so none is sent or decoded."""
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
-        room, _ = await app[ROOMS].create()
+        room = (await app[ROOMS].create()).room
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.addTransceiver("video", direction="sendonly")
         async with http.post(f"{url}/whip/{room.id}", data=await offer_sdp(pc), headers=SDP) as r:

@@ -23,6 +23,10 @@ Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) 
   announces them through the store, and viewers elsewhere see them as that publisher's open text until its
   sentence locks (``app.rooms.open_text``).
 
+Editors (``app.rooms.edit_routes``) correct locked sentences and name speakers through durable ``correction``
+events, and set the vocabulary live sessions in the room decode with; a room may hold its audience back a few
+seconds (``app.rooms.audience``) so that corrections land before anyone reads the error.
+
 Viewers cost no audio and no model work: one small in-memory queue each. A slow viewer's queued partials are
 coalesced (newest wins); a viewer that falls ``_VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes
 from the store when it reconnects, so the server never buffers without bound.
@@ -30,14 +34,32 @@ from the store when it reconnects, so the server never buffers without bound.
 
 from __future__ import annotations
 
+from aiohttp import web
+
+from . import edit_routes, routes
 from .keys import ROOMS, STORE
 from .publisher import RoomPublisher
 from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats, merged_stable
-from .routes import add_routes, base_url, viewable_room
-from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore, open_store
+from .routes import base_url, viewable_room
+from .store import (
+    MEMORY,
+    RoomRecord,
+    SentenceRecord,
+    Snapshot,
+    StoreError,
+    TimedEvent,
+    TranscriptStore,
+    open_store,
+)
 from .viewer import Viewer, ViewerState
 
 __all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "STORE", "Room", "RoomPublisher", "RoomRecord", "RoomRegistry",
-           "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TranscriptStore", "Viewer", "ViewerState",
-           "add_routes", "base_url", "merged_stable", "open_store", "viewable_room"]
+           "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent", "TranscriptStore", "Viewer",
+           "ViewerState", "add_routes", "base_url", "merged_stable", "open_store", "viewable_room"]
+
+
+def add_routes(app: web.Application) -> None:
+    """Rooms, their viewer streams and their editors' API."""
+    routes.add_routes(app)
+    edit_routes.add_routes(app)

@@ -5,13 +5,14 @@ module does not import the room's."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from engine import SessionLog
-from engine.protocol import Caption, ServerMessage, Speakers, Word, WordTimes
+from engine.protocol import Caption, Correction, ServerMessage, Speakers, Word, WordTimes
 
 from .store.base import RoomRecord, SentenceRecord
 
@@ -38,6 +39,13 @@ class RoomPort(Protocol):
 
     def leave(self, session_id: str) -> None: ...
 
+    def vocabulary(self) -> tuple[str, ...]: ...
+
+
+# A split's new sentence has no id in the session that published the original: on that session's channel it gets
+# this plus its room id (far above any session's own ids, which count from 0).
+SPLIT_ID_BASE = 1_000_000_000
+
 
 class RoomPublisher:
     """A publisher session's view of its room: maps its session sentence ids and times onto the room's.
@@ -57,7 +65,38 @@ class RoomPublisher:
         self.announced = ""  # the stable text the other front ends were last told of
         self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
+        self._session_ids: dict[int, int] = {}  # and back
+        self._on_vocabulary: Callable[[tuple[str, ...]], None] | None = None
+        self._on_correction: Callable[[Correction], None] | None = None
         self._log = SessionLog(log, session_id)
+
+    def watch(self, on_vocabulary: Callable[[tuple[str, ...]], None],
+              on_correction: Callable[[Correction], None] | None = None) -> None:
+        """Hear of the room's vocabulary (now, if it has one, and each time it changes: the session decodes with
+        it) and of editors' corrections of this session's sentences (with its own sentence ids and times: for its
+        client). Called by the transport right after ``Room.join``."""
+        self._on_vocabulary, self._on_correction = on_vocabulary, on_correction
+        if self.room.vocabulary():
+            on_vocabulary(self.room.vocabulary())
+
+    def use_vocabulary(self, terms: tuple[str, ...]) -> None:
+        """Called by the room: its vocabulary changed."""
+        if self._on_vocabulary is not None:
+            self._on_vocabulary(terms)
+
+    def corrected(self, correction: Correction) -> None:
+        """Called by the room: an editor's correction. This session's client gets the part about its sentences
+        (ids and times its own; a split's new part with ``SPLIT_ID_BASE`` + its room id), and every name."""
+        if self._on_correction is None:
+            return
+        mine = [s for s in correction.sentences if s.session == self.session_id]
+        sentences = tuple(dataclasses.replace(
+            s, id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id), start=max(0, s.start - self.offset_ms),
+            end=max(0, s.end - self.offset_ms), session=None, words=tuple(w.shifted(-self.offset_ms) for w in s.words))
+            for s in mine)
+        deleted = tuple(self._session_ids[i] for i in correction.deleted if i in self._session_ids)
+        if sentences or deleted or correction.names:
+            self._on_correction(Correction(sentences, deleted, dict(correction.names), correction.editor))
 
     async def publish(self, message: ServerMessage) -> None:
         if isinstance(message, Caption):
@@ -73,6 +112,7 @@ class RoomPublisher:
                     message.latency_ms, settled, self.session_id)
                 for s, r in zip(new, records, strict=True):
                     self._ids[s.id] = r.id
+                    self._session_ids[r.id] = s.id
             else:
                 self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
             self._announce(bool(new), settled)

@@ -6,15 +6,26 @@ import asyncio
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..auth import new_token, token_digest
 from .room import Room, RoomStats
-from .store.base import RoomRecord, StoreError, TranscriptStore
+from .store.base import RoomRecord, StoreError, TranscriptStore, now_ms
 
 log = logging.getLogger(__name__)
 
 ROOM_ID_BYTES = 12  # 96 random bits, 16 URL-safe characters: not guessable, short enough for a QR code
+
+
+@dataclass(frozen=True)
+class NewRoom:
+    """A room just made, with the tokens that are shown only now: ``viewer_token`` (private rooms; None for open
+    ones) and ``editor_token`` (only its digest is kept)."""
+
+    room: Room
+    viewer_token: str | None
+    editor_token: str
 
 
 class RoomRegistry:
@@ -52,19 +63,22 @@ class RoomRegistry:
         if room is not None:  # a room not in memory has no viewers here
             room.heard_announcement(body)
 
-    async def create(self, title: str = "", private: bool = False,
-                     unsaved_ok: bool = False) -> tuple[Room, str | None]:
-        """A new room with an unguessable id; ``private`` rooms get a viewer token (kept with the room: its QR code
-        and links carry it). Raises ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the
-        room lives in memory and is written with its events once the store takes writes again (a microphone
-        session's own room: captions must not wait for a disk)."""
+    async def create(self, title: str = "", private: bool = False, unsaved_ok: bool = False,
+                     delay_s: float = 0.0) -> NewRoom:
+        """A new room with an unguessable id and an editor token; ``private`` rooms get a viewer token (kept with
+        the room: its QR code and links carry it); ``delay_s``: its audience's hold-back delay. Raises
+        ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the room lives in memory and is
+        written with its events once the store takes writes again (a microphone session's own room: captions must
+        not wait for a disk)."""
         viewer_token = new_token() if private else None
+        editor_token = new_token()
         record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
-                            token_digest(viewer_token) if viewer_token else None, viewer_token)
+                            token_digest(viewer_token) if viewer_token else None, viewer_token,
+                            token_digest(editor_token), delay_s)
         room = Room(record, self.store, 0, 0, self.stats)
         try:
             await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
-                                         record.viewer_token)
+                                         record.viewer_token, record.editor_token_sha256, record.delay_s)
         except StoreError as exc:
             if not unsaved_ok:
                 raise
@@ -72,8 +86,9 @@ class RoomRegistry:
             room.store_error = str(exc)
             log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
         self._add(room)
-        log.info("room %s created%s", room.id, " (viewer token required)" if private else "")
-        return room, viewer_token
+        log.info("room %s created%s%s", room.id, " (viewer token required)" if private else "",
+                 f" (audience {delay_s:g} s behind)" if delay_s else "")
+        return NewRoom(room, viewer_token, editor_token)
 
     async def get(self, room_id: str, keep: bool = True) -> Room | None:
         """The room, or ``None`` if there is none. ``keep=False`` (a read that only looks): a room not in memory
@@ -92,8 +107,15 @@ class RoomRegistry:
                 last_seq, next_id = await self.store.counters(room_id)
                 room = Room(record, self.store, last_seq, next_id, self.stats)
                 if keep:
+                    if record.delay_s:  # what its audience did not get yet (a restart; another front end's)
+                        since = now_ms() - int(record.delay_s * 1000)
+                        room.audience.seed(await self.store.timed_events(room_id, since_ms=since))
                     self._add(room)
             return room
+
+    def loaded(self, room_id: str) -> Room | None:
+        """The room if it is in memory now (loads nothing)."""
+        return self._rooms.get(room_id)
 
     def _add(self, room: Room) -> Room:
         self._rooms[room.id] = room

@@ -13,12 +13,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.protocol import Caption, RoomStatus, ServerMessage, Speakers, Word, WordTimes
+from engine.protocol import Caption, Correction, RoomStatus, ServerMessage, Speakers, Vocabulary, Word, WordTimes
 
 from ..auth import token_digest
+from .audience import Audience
 from .open_text import Announcer, RemoteOpen
 from .publisher import RoomPublisher
-from .store.base import Appended, Retimed, RoomRecord, SentenceRecord, Snapshot, StoreError, TranscriptStore
+from .store.base import (
+    Appended,
+    Edits,
+    Retimed,
+    RoomEvent,
+    RoomRecord,
+    SentenceRecord,
+    Snapshot,
+    StoreError,
+    TranscriptStore,
+    merged_names,
+    reading_order,
+)
 from .viewer import VIEWER_QUEUE_MAX, Viewer
 
 log = logging.getLogger(__name__)
@@ -42,10 +55,11 @@ class _Event:
     can)."""
 
     seq: int
-    body: Caption | Speakers | WordTimes
+    body: RoomEvent
     records: list[SentenceRecord] = field(default_factory=list)
     relabel: dict[int, int] = field(default_factory=dict)
     retimed: Retimed = field(default_factory=dict)
+    edits: Edits | None = None
 
 
 class Room:
@@ -75,6 +89,9 @@ class Room:
         self.store_error = ""  # why the store refused the last write ("" = saving)
         self.record_saved = True  # False for a room made while the store refused writes (see RoomRegistry.create)
         self.last_active = time.monotonic()
+        self.names = dict(record.names)  # speaker label -> the name editors gave it (kept current by the events)
+        self.terms, self.learned = record.terms, record.learned  # the room's vocabulary (likewise)
+        self.audience = Audience(self.id, record.delay_s, last_seq, self.viewers, self._broadcast_status)
 
     @property
     def private(self) -> bool:
@@ -99,12 +116,22 @@ class Room:
 
     def may_view(self, token: str | None) -> bool:
         expected = self.record.viewer_token_sha256
-        return expected is None or (token is not None and hmac.compare_digest(token_digest(token), expected))
+        return expected is None or self.may_edit(token) or (
+            token is not None and hmac.compare_digest(token_digest(token), expected))
+
+    def may_edit(self, token: str | None) -> bool:
+        """Whether ``token`` is this room's editor token (the server's token is checked by the caller)."""
+        expected = self.record.editor_token_sha256
+        return expected is not None and token is not None and hmac.compare_digest(token_digest(token), expected)
+
+    def vocabulary(self) -> tuple[str, ...]:
+        """What live sessions publishing here decode with, besides their own hotwords: the terms, then the learned."""
+        return tuple(dict.fromkeys([*self.terms, *self.learned]))
 
     # ---- viewers ---------------------------------------------------------------------------------------------
-    def subscribe(self, on_overflow: Callable[[], None] | None = None) -> Viewer:
+    def subscribe(self, on_overflow: Callable[[], None] | None = None, editor: bool = False) -> Viewer:
         """Register a viewer. Register *before* reading the store, then skip queued events the read covered.
-        ``on_overflow``: see ``Viewer``."""
+        ``on_overflow``: see ``Viewer``. ``editor``: it gets everything at once (see ``Audience`` for the rest)."""
 
         def dropped() -> None:
             self.stats.viewers_dropped += 1
@@ -112,7 +139,7 @@ class Room:
             if on_overflow is not None:
                 on_overflow()
 
-        viewer = Viewer(on_overflow=dropped)
+        viewer = Viewer(on_overflow=dropped, editor=editor)
         self.viewers.add(viewer)
         self.touch()
         self._broadcast_status()
@@ -135,9 +162,12 @@ class Room:
         """The open text of every speaking publisher, joined (``open_parts``)."""
         return " ".join(text for _, text, _ in self.open_parts())
 
-    def status(self) -> RoomStatus:
+    def status(self, editor: bool = False) -> RoomStatus:
+        """The room's status as its audience sees it, or its editors (``editor``: with the newest seq released)."""
+        held, behind_ms = self.audience.lag()
         return RoomStatus(self.id, bool(self.publishers), len(self.publishers), len(self.viewers), self.saving,
-                          seq=self.seq)
+                          seq=self.seq, delay_s=self.audience.delay_s, held=held, behind_ms=behind_ms,
+                          released=self.audience.released if editor else None)
 
     def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
                         words_session: str | None = None) -> Caption:
@@ -154,11 +184,16 @@ class Room:
                        stable_words=list(stable_words or ()))
 
     def _broadcast(self, message: ServerMessage, durable: bool) -> None:
+        """To the editors now; to the audience now or after the room's delay (``Audience``)."""
         for viewer in list(self.viewers):
-            viewer.put(self.seq, message, durable)
+            if viewer.editor:
+                viewer.put(self.seq, message, durable)
+        self.audience.put(self.seq, message, durable)
 
     def _broadcast_status(self) -> None:
-        self._broadcast(self.status(), durable=False)
+        editors, audience = self.status(editor=True), self.status()
+        for viewer in list(self.viewers):
+            viewer.put(self.seq, editors if viewer.editor else audience, False)
 
     def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
                           words_session: str | None = None) -> None:
@@ -206,6 +241,7 @@ class Room:
         if not pending:
             return snapshot
         sentences = {s.id: s for s in snapshot.sentences}
+        names = snapshot.names
         for event in pending:
             for r in event.records:
                 sentences[r.id] = r
@@ -215,7 +251,14 @@ class Room:
             for sid, words in event.retimed.items():
                 if sid in sentences:
                     sentences[sid] = dataclasses.replace(sentences[sid], words=words)
-        return Snapshot(pending[-1].seq, [sentences[k] for k in sorted(sentences)])
+            if event.edits is not None:
+                for r in event.edits.replaced:
+                    old = sentences.get(r.id)
+                    sentences[r.id] = dataclasses.replace(r, original=(old.original or old.text) if old else None)
+                for sid in event.edits.deleted:
+                    sentences.pop(sid, None)
+                names = merged_names(names, event.edits.names)
+        return Snapshot(pending[-1].seq, reading_order([sentences[k] for k in sorted(sentences)]), names)
 
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
@@ -250,13 +293,39 @@ class Room:
             event = await self._save(_Event(seq, body, retimed={sentence_id: words}))
             self._deliver(event.seq, event.body)
 
+    async def commit_correction(self, replaced: list[SentenceRecord], deleted: list[int], names: dict[int, str],
+                                editor: str, new: list[SentenceRecord] | None = None) -> _Event:
+        """Commit an editor's correction (sentences ``replaced`` in their new form, ids ``deleted``, speaker
+        ``names`` changed, ``new`` sentences from a split: their ids are the store's), then broadcast it. Returns
+        the event as stored."""
+        async with self._lock:
+            seq = self.seq + 1
+            first = self._next_sentence
+            new = [dataclasses.replace(r, id=first + i) for i, r in enumerate(new or [])]
+            body = Correction(tuple(r.sentence() for r in [*replaced, *new]), tuple(deleted), dict(names), editor,
+                              seq=seq)
+            event = await self._save(_Event(seq, body, new, edits=Edits(tuple(replaced), tuple(deleted),
+                                                                         dict(names))))
+            self._deliver(event.seq, event.body)
+            return event
+
+    async def commit_vocabulary(self, terms: tuple[str, ...], learned: tuple[str, ...]) -> int:
+        """Commit the room's vocabulary, then broadcast it (editors) and hand it to its live sessions. Returns the
+        event's seq."""
+        async with self._lock:
+            seq = self.seq + 1
+            event = await self._save(_Event(seq, Vocabulary(terms, learned, seq=seq),
+                                            edits=Edits(vocabulary=(terms, learned))))
+            self._deliver(event.seq, event.body)
+            return event.seq
+
     async def retry_unsaved(self) -> None:
         """Write what the store refused before, if it takes writes again (called by the registry's sweep)."""
         if self.needs_saving and not self._lock.locked():
             async with self._lock:
                 await self._flush()
 
-    def _deliver(self, seq: int, body: Caption | Speakers | WordTimes, latency_ms: int | None = None,
+    def _deliver(self, seq: int, body: RoomEvent, latency_ms: int | None = None,
                  stable_words: list[Word] | None = None, words_session: str | None = None) -> None:
         """Broadcast durable event ``seq`` (the caller holds ``_lock``, and every event before it was delivered).
         Viewers get captions with the room's live partial text and its stable count (never stored), the
@@ -271,6 +340,16 @@ class Room:
             body = dataclasses.replace(body, partial=live.partial, latency_ms=latency_ms, partial_spk=live.partial_spk,
                                        partial_session=live.partial_session, stable=live.stable,
                                        stable_words=live.stable_words)
+        elif isinstance(body, Correction):
+            self.names = merged_names(self.names, body.names)
+            if body.sentences:
+                self._next_sentence = max(self._next_sentence, max(s.id for s in body.sentences) + 1)
+            for publisher in list(self.publishers.values()):
+                publisher.corrected(body)
+        elif isinstance(body, Vocabulary):
+            self.terms, self.learned = body.terms, body.learned
+            for publisher in list(self.publishers.values()):
+                publisher.use_vocabulary(self.vocabulary())
         self._broadcast(body, durable=True)
 
     async def _save(self, event: _Event) -> _Event:
@@ -302,11 +381,12 @@ class Room:
             try:
                 if not self.record_saved:
                     r = self.record
-                    await self.store.create_room(r.id, r.title, r.viewer_token_sha256, r.created_ms, r.viewer_token)
+                    await self.store.create_room(r.id, r.title, r.viewer_token_sha256, r.created_ms, r.viewer_token,
+                                                 r.editor_token_sha256, r.delay_s)
                     self.record_saved = True
                     continue
                 e = self.unsaved[0]
-                stored = await self.store.append(self.id, e.body, e.records, e.relabel, e.retimed)
+                stored = await self.store.append(self.id, e.body, e.records, e.relabel, e.retimed, e.edits)
             except StoreError as exc:
                 stopped = not self.store_error
                 self.store_error = str(exc)
@@ -358,7 +438,7 @@ class Room:
         for seq, message in await self.store.events_after(self.id, self.seq):
             if before is not None and seq >= before:
                 break
-            if isinstance(message, Caption | Speakers | WordTimes):
+            if isinstance(message, Caption | Speakers | WordTimes | Correction | Vocabulary):
                 self._deliver(seq, message)
                 count += 1
         return count
@@ -370,6 +450,8 @@ class Room:
 
     # ---- publishers --------------------------------------------------------------------------------------------
     def join(self, session_id: str) -> RoomPublisher:
+        """A publisher session joins. Its transport hears of the room's vocabulary and corrections through
+        ``RoomPublisher.watch``."""
         publisher = RoomPublisher(self, session_id)
         self.publishers[session_id] = publisher
         if not self.saving:
@@ -391,6 +473,7 @@ class Room:
         """Server shutdown: end every viewer's stream (clients reconnect and resume from the store)."""
         if self._syncing is not None:
             self._syncing.cancel()
+        self.audience.close()  # what it holds is stored: a restart releases it when due
         self.announcer.close()
         for viewer in list(self.viewers):
             viewer.end()
@@ -410,4 +493,4 @@ def merged_stable(parts: list[tuple[str, str, int]]) -> int:
 
 
 def _stored(stored: Appended, draft: _Event) -> _Event:
-    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel, draft.retimed)
+    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel, draft.retimed, draft.edits)

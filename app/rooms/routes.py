@@ -18,14 +18,14 @@ import socket
 import segno
 from aiohttp import web
 
-from engine import protocol
-
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG
 from ..responses import json_error
+from .holdback import MAX_DELAY_S
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room, Viewer
+from .stream import Stream
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +49,44 @@ def base_url(request: web.Request) -> str:
     return configured.rstrip("/") if configured else str(request.url.origin())
 
 
-def room_links(request: web.Request, room_id: str, viewer_token: str | None) -> dict[str, str]:
+def room_links(request: web.Request, room_id: str, viewer_token: str | None,
+               editor_token: str | None = None) -> dict[str, str]:
+    """The room's URLs for its audience (with its viewer token, if private), and its editor page (with
+    ``editor_token``, when given: only at creation)."""
     base = base_url(request)
     query = f"room={room_id}" + (f"&token={viewer_token}" if viewer_token else "")
     auth = f"?token={viewer_token}" if viewer_token else ""
-    return {"view": f"{base}/view?{query}", "kiosk": f"{base}/kiosk?{query}", "embed": f"{base}/embed?{query}",
-            "events": f"{base}/rooms/{room_id}/events{auth}",
-            "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}"}
+    links = {"view": f"{base}/view?{query}", "kiosk": f"{base}/kiosk?{query}", "embed": f"{base}/embed?{query}",
+             "events": f"{base}/rooms/{room_id}/events{auth}",
+             "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}"}
+    if editor_token is not None:
+        links["edit"] = f"{base}/rooms/{room_id}/edit?token={editor_token}"
+    return links
 
 
 async def create_room(request: web.Request) -> web.Response:
-    """``POST /rooms`` ``{"title"?: str, "private"?: bool}`` -> 201 ``{"room", "viewer_token", "links"}``.
-    Needs the server's auth token when one is configured. ``viewer_token``: private rooms only."""
+    """``POST /rooms`` ``{"title"?: str, "private"?: bool, "delay_s"?: number}`` -> 201 ``{"room", "viewer_token",
+    "editor_token", "links"}``. Needs the server's auth token when one is configured. ``viewer_token``: private
+    rooms only. ``delay_s`` (0-30): the audience's hold-back delay (``app.rooms.holdback``)."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
         return json_error(401, "unauthorized", "creating a room needs the server's token")
     try:
         params = await read_json_object(request, MAX_ROOM_BODY_BYTES, empty_ok=True)
     except BodyError as exc:
         return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
-    title, private = params.get("title", ""), params.get("private", False)
+    title, private, delay_s = params.get("title", ""), params.get("private", False), params.get("delay_s", 0)
     # A wrong type is an error, never a default: "private": "true" must not quietly create an open room.
     if not isinstance(title, str) or not isinstance(private, bool):
         return json_error(400, "bad_message", '"title" must be a string and "private" true or false')
-    unknown = sorted(set(params) - {"title", "private"})
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 <= delay_s <= MAX_DELAY_S:
+        return json_error(400, "bad_message", f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
+    unknown = sorted(set(params) - {"title", "private", "delay_s"})
     if unknown:
-        return json_error(400, "bad_message", f"unknown field {unknown[0]!r}: expected title, private")
-    room, viewer_token = await request.app[ROOMS].create(title, private=private)
-    return web.json_response({"room": room.id, "viewer_token": viewer_token,
-                              "links": room_links(request, room.id, viewer_token)}, status=201)
+        return json_error(400, "bad_message", f"unknown field {unknown[0]!r}: expected title, private, delay_s")
+    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s))
+    room = new.room
+    return web.json_response({"room": room.id, "viewer_token": new.viewer_token, "editor_token": new.editor_token,
+                              "links": room_links(request, room.id, new.viewer_token, new.editor_token)}, status=201)
 
 
 async def viewable_room(request: web.Request, keep: bool = False) -> Room:
@@ -92,10 +102,18 @@ async def viewable_room(request: web.Request, keep: bool = False) -> Room:
     return room
 
 
+def may_edit(request: web.Request, room: Room) -> bool:
+    """Whether the request carries ``room``'s editor token or the server's token."""
+    token = presented_token(request)
+    admin = request.app[CONFIG].auth_token
+    return room.may_edit(token) or (admin is not None and token_matches(token, admin))
+
+
 async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
-    return web.json_response({**room.status().wire(), "title": room.record.title, "created_ms": room.record.created_ms,
-                              "private": room.private})
+    return web.json_response({**room.status(editor=may_edit(request, room)).wire(), "title": room.record.title,
+                              "created_ms": room.record.created_ms, "private": room.private,
+                              "delay_s": room.audience.delay_s})
 
 
 async def room_qr(request: web.Request) -> web.Response:
@@ -123,29 +141,35 @@ async def room_qr(request: web.Request) -> web.Response:
 async def room_events(request: web.Request) -> web.StreamResponse:
     """``GET /rooms/{id}/events``: the room as server-sent events, one JSON message per event.
 
-    Without ``Last-Event-ID`` (or ``?after=``) it starts with one ``caption`` holding every sentence so far; with
-    it, the stored events after that seq are replayed. Then a ``room`` status, the current partial, and live
-    updates. Durable events carry ``id: <seq>``; partials and status carry none (they are never replayed).
-    ``?words=1``: sentences carry their word times, and ``words`` updates are sent (else only their ids).
+    Without ``Last-Event-ID`` (or ``?after=``) it starts with one ``caption`` holding every sentence so far (then
+    the room's speaker names, as a ``correction``); with it, the stored events after that seq are replayed, each
+    sentence as it now is. Then a ``room`` status, the current partial, and live updates. Durable events carry
+    ``id: <seq>``; partials and status carry none (they are never replayed). ``?words=1``: sentences carry their word
+    times, and ``words`` updates are sent (else only their ids). ``?editor=1`` (the room's editor token or the
+    server's): everything at once whatever the room's delay, and its ``vocabulary``; else what the audience gets.
     """
     room = await viewable_room(request, keep=True)
     after = _after_seq(request)
     words = request.query.get("words", "0") in ("1", "true")  # word times in each sentence: opt-in
+    editor = request.query.get("editor", "0") in ("1", "true")
+    if editor and not may_edit(request, room):
+        raise _http_error(web.HTTPForbidden, "unauthorized", "the editor's stream needs the room's editor token")
+    stream = Stream(room, editor, words)
     # Subscribe before reading the store: nothing committed meanwhile can be missed. A viewer that stops reading
     # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
-    viewer = room.subscribe(on_overflow=lambda: _abort(request))
+    viewer = room.subscribe(on_overflow=lambda: _abort(request), editor=editor)
     _small_send_buffer(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})
     try:
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())
-        last = await _catch_up(response, room, after, words)
+        last = await stream.catch_up(response, after)
         room.heard(last)  # the store may be ahead of this front end (a notice not yet heard): catch the room up
-        await _send(response, room.status(), None)
-        if room.partial():
-            await _send(response, room.partial_message(), None)
-        await _follow(response, viewer, last, words)
+        await stream.send(response, room.status(editor), None)
+        if room.partial() and stream.partials:
+            await stream.send(response, room.partial_message(), None)
+        await _follow(response, viewer, last, stream)
     except ConnectionResetError:
         pass  # the viewer went away (or was cut off): nothing to clean but the subscription
     finally:
@@ -168,26 +192,7 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
-async def _catch_up(response: web.StreamResponse, room: Room, after: int | None, words: bool) -> int:
-    store = room.store
-    pending = room.pending()  # what a full disk holds back is replayed from memory
-    known = room.seq
-    if after is not None and after > known and store.shared:
-        # Another front end may be ahead of this one (a viewer moving here; a notice on its way): the store decides
-        # whether ``after`` is a seq of this room. (A larger one is not: the viewer gets the whole room.)
-        known = (await store.counters(room.id))[0]
-    if after is not None and after <= known:
-        events = room.events_with(await store.events_after(room.id, after), pending, after)
-        for seq, message in events:
-            await _send(response, message, seq, words)
-        return events[-1][0] if events else after
-    snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
-    await _send(response, protocol.Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),
-                snapshot.seq, words)
-    return snapshot.seq
-
-
-async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, words: bool) -> None:
+async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, stream: Stream) -> None:
     while True:
         try:
             item = await viewer.get(HEARTBEAT_S)
@@ -201,20 +206,7 @@ async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, words
             if seq <= last:
                 continue  # already sent from the store
             last = seq
-        await _send(response, message, seq if durable else None, words)
-
-
-async def _send(response: web.StreamResponse, message: protocol.ServerMessage, event_id: int | None,
-                words: bool = False) -> None:
-    """One event. ``words`` False (the viewer did not ask for word times): a ``words`` update goes as its ``id``
-    alone, which moves the client's ``Last-Event-ID`` on (a resume starts after it) and dispatches nothing."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    if isinstance(message, protocol.WordTimes) and not words:
-        if head:
-            await response.write(f"{head}\n".encode())
-        return
-    data = protocol.dumps(message, words)
-    await response.write(f"{head}data: {data}\n\n".encode())
+        await stream.send(response, message, seq if durable else None)
 
 
 def _after_seq(request: web.Request) -> int | None:

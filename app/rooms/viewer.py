@@ -27,8 +27,9 @@ class Viewer:
     socket write, not in ``get``, so ending the queue alone would not free it: the stream's handler sets this to
     abort its connection (the client's ``EventSource`` reconnects and resumes from the store)."""
 
-    def __init__(self, on_overflow: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_overflow: Callable[[], None] | None = None, editor: bool = False) -> None:
         self.state = ViewerState.OPEN
+        self.editor = editor  # gets everything at once (a room's editor), not through the room's delay
         self.on_overflow = on_overflow
         self._items: deque[tuple[int, ServerMessage, bool]] = deque()
         self._wake = asyncio.Event()

@@ -28,7 +28,7 @@ a page without them) has its words spread over its time by length.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -134,23 +134,26 @@ def _turns(sentences: Sequence[SentenceRecord], max_chars: int) -> list[_Turn]:
     return turns
 
 
-def speaker_name(spk: int | None) -> str:
-    """0-based server labels read as "Speaker 1", "Speaker 2", ...; unknown is "Speaker ?"."""
+def speaker_name(spk: int | None, names: Mapping[int, str] | None = None) -> str:
+    """The name a room's editors gave label ``spk`` (``names``), else 0-based server labels read as "Speaker 1",
+    "Speaker 2", ...; unknown is "Speaker ?"."""
+    if spk is not None and names and names.get(spk):
+        return names[spk]
     return "Speaker ?" if spk is None else f"Speaker {spk + 1}"
 
 
-def label_for(spk: int | None) -> str:
-    """The name label of a speaker ("Speaker 2:"); empty when the speaker is unknown."""
-    return "" if spk is None else f"{speaker_name(spk)}:"
+def label_for(spk: int | None, names: Mapping[int, str] | None = None) -> str:
+    """The name label of a speaker ("Speaker 2:", "Dr. Lee:"); empty when the speaker is unknown."""
+    return "" if spk is None else f"{speaker_name(spk, names)}:"
 
 
-def speaker_mark(style: str, spk: int | None, changed: bool) -> str:
+def speaker_mark(style: str, spk: int | None, changed: bool, names: Mapping[int, str] | None = None) -> str:
     """What opens the first line of a turn of ``spk`` in ``style`` (one of ``SPEAKER_STYLES``), the joint to the
     first word included: "-" (the dash touches the word), ">> ", "Speaker 2: ", or "". ``changed``: another
     speaker's turn (or another publisher's) came before this one; the dash and the chevrons mark only a change
     (the first speaker of a transcript needs no mark), the label names every turn of a known speaker."""
     if style == "label":
-        label = label_for(spk)
+        label = label_for(spk, names)
         return f"{label} " if label else ""
     if style not in SPEAKER_STYLES:
         raise ValueError(f"speaker style must be one of {', '.join(SPEAKER_STYLES)}")
@@ -158,15 +161,16 @@ def speaker_mark(style: str, spk: int | None, changed: bool) -> str:
 
 
 def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules(),
-               speakers: str = "dash") -> list[Cue]:
+               speakers: str = "dash", names: Mapping[int, str] | None = None) -> list[Cue]:
     """The cues of a transcript, in time order, each new speaker's first cue opening with the mark of
-    ``speakers`` (``speaker_mark``). Every word of every sentence is in exactly one cue, in order."""
+    ``speakers`` (``speaker_mark``; ``names``: the speakers' names). Every word of every sentence is in exactly
+    one cue, in order."""
     turns = _turns(sentences, rules.max_chars)
     cues: list[Cue] = []
     floor = 0  # where the previous cue ends at the earliest (``_plan``): the next cannot start before
     for t, turn in enumerate(turns):
         next_start = turns[t + 1].words[0].start_ms if t + 1 < len(turns) else None
-        mark = speaker_mark(speakers, turn.spk, t > 0)
+        mark = speaker_mark(speakers, turn.spk, t > 0, names)
         count = line_count(_shown([w.w for w in turn.words[:1]], 0, 1, mark, rules), rules.max_chars)
         if mark and (count is None or count > rules.max_lines):
             mark = ""  # the limits leave no room for a mark (tiny max_chars with one line)

@@ -35,6 +35,7 @@ class ExportOptions:
     cues: str = "subtitle"
     rules: CueRules = field(default_factory=CueRules)
     speakers: str = "dash"
+    names: Mapping[int, str] = field(default_factory=dict)  # speaker label -> the name a room's editors gave it
 
 
 class OptionError(ParameterError):
@@ -109,8 +110,8 @@ def turns(sentences: Sequence[SentenceRecord]) -> list[list[SentenceRecord]]:
     return groups
 
 
-def to_txt(sentences: Sequence[SentenceRecord]) -> str:
-    return "\n".join(f"[{clock_time(t[0].start_ms, '.')[:8]}] {speaker_name(t[0].spk)}\n"
+def to_txt(sentences: Sequence[SentenceRecord], names: Mapping[int, str] | None = None) -> str:
+    return "\n".join(f"[{clock_time(t[0].start_ms, '.')[:8]}] {speaker_name(t[0].spk, names)}\n"
                      f"{' '.join(_one_line(s.text) for s in t)}\n" for t in turns(sentences))
 
 
@@ -129,7 +130,7 @@ def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportO
     for i, c in enumerate(_cues(sentences, options), 1):
         lines = [_vtt_escape(_cue_line(line)) for line in c.lines]
         if c.spk is not None and lines:
-            lines[0] = f"<v {speaker_name(c.spk)}>{lines[0]}"
+            lines[0] = f"<v {_vtt_escape(speaker_name(c.spk, options.names))}>{lines[0]}"
         blocks.append(f"{i}\n{clock_time(c.start_ms, '.')} --> {clock_time(c.end_ms, '.')}\n" + "\n".join(lines)
                       + "\n")
     return "\n".join(blocks)
@@ -137,7 +138,7 @@ def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportO
 
 def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[Cue]:
     if options.cues == "subtitle":
-        return build_cues(sentences, options.rules, options.speakers)
+        return build_cues(sentences, options.rules, options.speakers, options.names)
     # One cue per sentence, on one line: the speaker's mark (a label on every sentence of a known speaker, a dash
     # or chevrons where the speaker changes) and the whole text (players drop a cue whose end is not after its
     # start: such a cue gets one millisecond).
@@ -145,7 +146,8 @@ def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[C
     for k, s in enumerate(sentences):
         changed = k > 0 and (s.spk, s.session) != (sentences[k - 1].spk, sentences[k - 1].session)
         out.append(Cue(s.start_ms, max(s.end_ms, s.start_ms + 1),
-                       (speaker_mark(options.speakers, s.spk, changed) + _one_line(s.text),), s.spk, s.session, ()))
+                       (speaker_mark(options.speakers, s.spk, changed, options.names) + _one_line(s.text),), s.spk,
+                       s.session, ()))
     return out
 
 
@@ -159,27 +161,62 @@ def room_header(room: RoomRecord) -> dict[str, Any]:
             "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat()}
 
 
-def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Edit:
+    """One editor's change of one sentence, for the JSON export's history: its room ``seq``, when (ms since the
+    Unix epoch), who, and what the sentence became (``text`` and ``spk``), or that it was ``deleted``."""
+
+    seq: int
+    at_ms: int
+    editor: str
+    text: str | None = None
+    spk: int | None = None
+    deleted: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seq": self.seq, "at": datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(),
+                               "editor": self.editor}
+        if self.deleted:
+            out["deleted"] = True
+        else:
+            out.update(text=self.text, spk=self.spk)
+        return out
+
+
+def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: Mapping[int, str] | None = None,
+            history: Mapping[int, Sequence[Edit]] | None = None, deleted: Sequence[SentenceRecord] = ()) -> str:
     """``header`` fields first (``room_header``, or the page's model and language), then ``exported_at`` and the
-    sentences."""
-    document = {
-        **header,
-        "exported_at": datetime.now(UTC).isoformat(),
-        "sentences": [{"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
-                       "speaker": None if s.spk is None else speaker_name(s.spk), "text": s.text,
-                       "words": [w.wire() for w in s.words]}
-                      for s in sentences],
-    }
+    sentences. A room's transcript also has its speaker ``names``, and for each sentence an editor changed, the
+    recognizer's text (``original``) and the ``edits`` in order (``history``: sentence id -> edits); the sentences
+    editors ``deleted`` follow, with theirs."""
+    def entry(s: SentenceRecord) -> dict[str, Any]:
+        out = {"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
+               "speaker": None if s.spk is None else speaker_name(s.spk, names), "text": s.text,
+               "words": [w.wire() for w in s.words]}
+        if s.original is not None:
+            out["original"] = s.original
+        if history and history.get(s.id):
+            out["edits"] = [e.wire() for e in history[s.id]]
+        return out
+
+    document: dict[str, Any] = {**header, "exported_at": datetime.now(UTC).isoformat()}
+    if names:
+        document["speaker_names"] = {str(k): v for k, v in sorted(names.items())}
+    document["sentences"] = [entry(s) for s in sentences]
+    if deleted:
+        document["deleted"] = [entry(s) for s in deleted]
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
 def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any],
-           options: ExportOptions = ExportOptions()) -> str:
+           options: ExportOptions = ExportOptions(), history: Mapping[int, Sequence[Edit]] | None = None,
+           deleted: Sequence[SentenceRecord] = ()) -> str:
     """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json``; ``options``: how SRT and
-    WebVTT cut cues (other formats ignore both)."""
+    WebVTT cut cues and what speakers are called; ``history`` and ``deleted``: a room's edits (JSON only)."""
     renderers: dict[str, Callable[[], str]] = {
-        "txt": lambda: to_txt(sentences), "srt": lambda: to_srt(sentences, options),
-        "vtt": lambda: to_vtt(sentences, options), "json": lambda: to_json(sentences, header)}
+        "txt": lambda: to_txt(sentences, options.names), "srt": lambda: to_srt(sentences, options),
+        "vtt": lambda: to_vtt(sentences, options),
+        "json": lambda: to_json(sentences, header, options.names, history, deleted)}
     return renderers[fmt]()
 
 

@@ -9,18 +9,19 @@ disagree on format. Nothing is stored; the server's token is needed when it has 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from typing import Any
 
 from aiohttp import web
 
-from engine.protocol import Word
+from engine.protocol import Correction, Word
 
 from ..auth import presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG
 from ..responses import bad_parameter, json_error
-from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, viewable_room
+from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, TimedEvent, viewable_room
 from . import exports
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
@@ -119,9 +120,28 @@ async def room_transcript(request: web.Request) -> web.Response:
     except exports.OptionError as exc:
         return bad_parameter(exc)
     pending = room.pending()
-    snapshot = room.snapshot_with(await request.app[STORE].snapshot(room.id), pending)
-    text = await asyncio.to_thread(exports.render, fmt, snapshot.sentences, exports.room_header(room.record),
-                                   options)
+    store = request.app[STORE]
+    snapshot = room.snapshot_with(await store.snapshot(room.id, deleted=fmt == "json"), pending)
+    sentences = [s for s in snapshot.sentences if not s.deleted]
+    deleted = [s for s in snapshot.sentences if s.deleted]
+    history = _history(await store.timed_events(room.id, kind="correction")) if fmt == "json" else {}
+    options = dataclasses.replace(options, names=snapshot.names)
+    text = await asyncio.to_thread(exports.render, fmt, sentences, exports.room_header(room.record), options,
+                                   history, deleted)
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
                                  "Cache-Control": "no-store"})
+
+
+def _history(events: list[TimedEvent]) -> dict[int, list[exports.Edit]]:
+    """Each sentence's edits, in order, from a room's stored ``correction`` events."""
+    out: dict[int, list[exports.Edit]] = {}
+    for event in events:
+        message = event.message
+        if not isinstance(message, Correction):
+            continue
+        for s in message.sentences:
+            out.setdefault(s.id, []).append(exports.Edit(event.seq, event.created_ms, message.editor, s.text, s.spk))
+        for sid in message.deleted:
+            out.setdefault(sid, []).append(exports.Edit(event.seq, event.created_ms, message.editor, deleted=True))
+    return out

@@ -89,7 +89,7 @@ async def offer(request: web.Request) -> web.Response:
         if room is None:
             # A room of its own only for an offer that was accepted: rejected offers leave nothing behind. A
             # failing store does not stop the captions: the room is written when the store recovers.
-            room = (await app[ROOMS].create(unsaved_ok=True))[0]
+            room = (await app[ROOMS].create(unsaved_ok=True)).room
         else:
             # The same room again: the object fetched before the await may have left memory meanwhile.
             room = await app[ROOMS].get(room.id) or room

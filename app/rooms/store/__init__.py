@@ -7,17 +7,19 @@ from .base import (
     MEMORY,
     POSTGRES_SCHEMES,
     Appended,
+    Edits,
     Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
     Snapshot,
     StoreError,
+    TimedEvent,
     TranscriptStore,
 )
 
-__all__ = ["MEMORY", "Appended", "Retimed", "RoomEvent", "RoomRecord", "SentenceRecord", "Snapshot", "StoreError",
-           "TranscriptStore", "open_store"]
+__all__ = ["MEMORY", "Appended", "Edits", "Retimed", "RoomEvent", "RoomRecord", "SentenceRecord", "Snapshot",
+           "StoreError", "TimedEvent", "TranscriptStore", "open_store"]
 
 
 async def open_store(target: str) -> TranscriptStore:

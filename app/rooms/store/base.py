@@ -31,11 +31,16 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   viewer_token itself: the room's QR code and viewer links must carry it whoever asks for them (the server's admin
   included). Keeping it adds no exposure: whoever can read the database can read the transcripts it protects.
   Rooms made before it was kept have NULL there; their QR code needs the viewer token presented.
-- ``events``: (room, seq) -> kind ("caption" | "speakers" | "words") and the message as sent to viewers (JSON).
-  ``seq`` is the room-level sequence number that viewers resume from (SSE ``Last-Event-ID``).
-- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels) and
-  words: the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known;
-  replaced by a "words" event: the aligner's times, which follow the lock).
+  editor_token_sha256 (the editor token's digest; the token itself is never kept: it can change the transcript),
+  delay_s (the audience's hold-back delay), names (JSON ``{"spk": name}``: speaker names editors gave), terms and
+  learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all kept current by the events.
+- ``events``: (room, seq) -> kind ("caption" | "speakers" | "words" | "correction" | "vocabulary"), the message as
+  sent to viewers (JSON) and created_ms (when it was committed). ``seq`` is the room-level sequence number that
+  viewers resume from (SSE ``Last-Event-ID``).
+- ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels), words:
+  the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known; replaced by
+  a "words" event: the aligner's times, which follow the lock), original (the recognizer's text once an editor
+  changed it, else NULL) and deleted (1 once an editor removed it: kept for the history, never shown).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine import protocol
@@ -68,6 +73,11 @@ class RoomRecord:
     title: str
     viewer_token_sha256: str | None
     viewer_token: str | None = None  # None for open rooms, and for private rooms made before it was kept
+    editor_token_sha256: str | None = None  # None for rooms made before editors existed (the server token edits them)
+    delay_s: float = 0.0  # the audience sees each durable event this long after it was committed
+    names: dict[int, str] = field(default_factory=dict)  # speaker label -> the name editors gave it
+    terms: tuple[str, ...] = ()  # the room's vocabulary: entered by editors...
+    learned: tuple[str, ...] = ()  # ...and learned from their corrections
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,8 @@ class SentenceRecord:
     end_ms: int
     spk: int | None
     words: tuple[protocol.Word, ...] = ()  # on the same timeline; empty when not known
+    original: str | None = None  # the recognizer's text, once an editor changed it
+    deleted: bool = False  # removed by an editor (snapshots leave it out unless asked)
 
     def sentence(self) -> protocol.Sentence:
         """As it appears in a viewer's ``caption.sentences``."""
@@ -93,9 +105,29 @@ class Snapshot:
 
     seq: int
     sentences: list[SentenceRecord]
+    names: dict[int, str] = field(default_factory=dict)  # speaker names editors gave, as of ``seq``
 
 
-RoomEvent = protocol.Caption | protocol.Speakers | protocol.WordTimes
+@dataclass(frozen=True)
+class TimedEvent:
+    """A stored event and when it was committed (ms since the Unix epoch)."""
+
+    seq: int
+    created_ms: int
+    message: protocol.ServerMessage
+
+
+@dataclass(frozen=True)
+class Edits:
+    """What an editor's event changes in the stored room besides new sentences (``TranscriptStore.append``)."""
+
+    replaced: tuple[SentenceRecord, ...] = ()  # sentences' new text, times, label and words (the original is kept)
+    deleted: tuple[int, ...] = ()  # sentence ids removed
+    names: dict[int, str] = field(default_factory=dict)  # speaker names that changed ("" = back to the default)
+    vocabulary: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # the room's new (terms, learned)
+
+
+RoomEvent = protocol.Caption | protocol.Speakers | protocol.WordTimes | protocol.Correction | protocol.Vocabulary
 Retimed = dict[int, tuple[protocol.Word, ...]]  # room sentence id -> its new word times (room timeline)
 
 
@@ -116,7 +148,8 @@ class TranscriptStore(ABC):
 
     @abstractmethod
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+                          created_ms: int | None = None, viewer_token: str | None = None,
+                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
         """Store a new room; an id that exists already is a ``StoreError``."""
 
     @abstractmethod
@@ -128,19 +161,27 @@ class TranscriptStore(ABC):
 
     @abstractmethod
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
+                     edits: Edits | None = None) -> Appended:
         """Commit one room event atomically: the event as viewers get it, its new sentences, any speaker
-        relabels and any new word times (``retimed``: they replace the stored sentences' words). A ``Caption``'s
-        sentences are ``sentences`` in order. The event gets the room's next seq and the sentences the room's next
-        ids (see the module's contracts); returns them as stored."""
+        relabels, any new word times (``retimed``: they replace the stored sentences' words) and an editor's
+        ``edits``. A ``Caption``'s sentences are ``sentences`` in order; a ``Correction``'s are its replaced ones,
+        then ``sentences`` (a split's new one). The event gets the room's next seq and the new sentences the room's
+        next ids (see the module's contracts); returns them as stored."""
 
     @abstractmethod
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         """Events with ``seq > after_seq`` in order, as ``(seq, message)``."""
 
     @abstractmethod
-    async def snapshot(self, room_id: str) -> Snapshot:
-        """The room's sentences and the seq they reflect, read in one transaction (consistent)."""
+    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
+        """The room's sentences (in ``reading_order``; ``deleted``: with the ones editors removed), its
+        speaker names and the seq they reflect, read in one transaction (consistent)."""
+
+    @abstractmethod
+    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:
+        """Events committed at or after ``since_ms`` (ms since the Unix epoch), of ``kind`` only if given, in seq
+        order, with their commit times."""
 
     def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
               on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
@@ -163,12 +204,17 @@ def numbered(event: RoomEvent, records: Sequence[SentenceRecord], seq: int,
     renumbered = [dataclasses.replace(r, id=first_id + i) for i, r in enumerate(records)]
     if isinstance(event, protocol.Caption):
         return Appended(dataclasses.replace(event, seq=seq, sentences=[r.sentence() for r in renumbered]), renumbered)
+    if isinstance(event, protocol.Correction):  # its replaced sentences keep their ids; a split's new one is renumbered
+        drafts = {r.id for r in records}
+        kept = tuple(s for s in event.sentences if s.id not in drafts)
+        return Appended(dataclasses.replace(event, seq=seq, sentences=kept + tuple(r.sentence() for r in renumbered)),
+                        renumbered)
     return Appended(dataclasses.replace(event, seq=seq), renumbered)
 
 
 def event_json(event: RoomEvent) -> tuple[str, str]:
     """``(kind, body)`` of an event as stored: the message viewers get, word times included."""
-    body = event.wire(words=True) if isinstance(event, protocol.Caption) else event.wire()
+    body = event.wire(words=True) if isinstance(event, protocol.Caption | protocol.Correction) else event.wire()
     return body["type"], json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -178,6 +224,43 @@ def announce_json(body: dict[str, Any]) -> str:
     if len(text.encode("utf-8")) > ANNOUNCE_MAX_BYTES:
         raise ValueError(f"an announcement of {len(text.encode('utf-8'))} bytes (at most {ANNOUNCE_MAX_BYTES})")
     return text
+
+
+def reading_order(records: Sequence[SentenceRecord]) -> list[SentenceRecord]:
+    """``records`` (in id order: the order they locked) as a transcript reads them: each publisher session's
+    sentences in order of start, in the places its sentences hold, so that a split's new part (a new id) follows the
+    sentence it came from while sessions speaking at once keep the order their sentences locked in."""
+    out = list(records)
+    slots: dict[str, list[int]] = {}
+    for i, r in enumerate(out):
+        slots.setdefault(r.session, []).append(i)
+    for places in slots.values():
+        ordered = sorted((out[i] for i in places), key=lambda r: (r.start_ms, r.id))
+        for i, r in zip(places, ordered, strict=True):
+            out[i] = r
+    return out
+
+
+def names_json(names: dict[int, str]) -> str | None:
+    return json.dumps({str(k): v for k, v in sorted(names.items())}, ensure_ascii=False) if names else None
+
+
+def names_from_json(raw: str | None) -> dict[int, str]:
+    return {int(k): str(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
+def merged_names(old: dict[int, str], changed: dict[int, str]) -> dict[int, str]:
+    """``old`` with ``changed`` applied ("" removes a name)."""
+    names = {**old, **changed}
+    return {k: v for k, v in names.items() if v}
+
+
+def terms_json(terms: Sequence[str]) -> str | None:
+    return json.dumps(list(terms), ensure_ascii=False) if terms else None
+
+
+def terms_from_json(raw: str | None) -> tuple[str, ...]:
+    return tuple(str(t) for t in json.loads(raw)) if raw else ()
 
 
 def words_json(words: Sequence[protocol.Word]) -> str | None:

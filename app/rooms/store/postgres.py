@@ -31,7 +31,8 @@ the payload stays well under the 8000-byte limit.
 
 Schema version: the one row of table ``schema_version`` (``SCHEMA_VERSION``; a newer database is refused, an
 older one migrated). Front ends starting together serialise their check on an advisory lock. Version 1 is the
-SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above).
+SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above); version 2
+adds what SQLite's version 4 added for editors.
 """
 
 from __future__ import annotations
@@ -52,24 +53,32 @@ from engine import protocol
 
 from .base import (
     Appended,
+    Edits,
     Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
     Snapshot,
     StoreError,
+    TimedEvent,
     TranscriptStore,
     announce_json,
     event_json,
+    merged_names,
+    names_from_json,
+    names_json,
     now_ms,
     numbered,
+    reading_order,
+    terms_from_json,
+    terms_json,
     words_from_json,
     words_json,
 )
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHANNEL = "live_captions_events"
 ANNOUNCE_CHANNEL = "live_captions_announce"
 POOL_MAX = 4
@@ -86,7 +95,12 @@ CREATE TABLE rooms (
     viewer_token_sha256 text,
     viewer_token text,
     last_seq bigint NOT NULL DEFAULT 0,
-    next_sentence bigint NOT NULL DEFAULT 0
+    next_sentence bigint NOT NULL DEFAULT 0,
+    editor_token_sha256 text,
+    delay_s double precision NOT NULL DEFAULT 0,
+    names text,
+    terms text,
+    learned text
 );
 CREATE TABLE events (
     room text NOT NULL REFERENCES rooms(id),
@@ -106,11 +120,17 @@ CREATE TABLE sentences (
     spk integer,
     locked_ms bigint NOT NULL,
     words text,
+    original text,
+    deleted boolean NOT NULL DEFAULT false,
     PRIMARY KEY (room, id)
 );
 """
 # Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
-_MIGRATIONS: list[str] = []
+_MIGRATIONS: list[str] = [
+    "ALTER TABLE rooms ADD COLUMN editor_token_sha256 text, ADD COLUMN delay_s double precision NOT NULL DEFAULT 0, "
+    "ADD COLUMN names text, ADD COLUMN terms text, ADD COLUMN learned text; "
+    "ALTER TABLE sentences ADD COLUMN original text, ADD COLUMN deleted boolean NOT NULL DEFAULT false;",
+]
 
 
 def redacted(url: str) -> str:
@@ -153,25 +173,32 @@ class PostgresStore(TranscriptStore):
 
     # ---- public API ----------------------------------------------------------------------------------------------
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+                          created_ms: int | None = None, viewer_token: str | None = None,
+                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
         record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
-                            viewer_token)
-        await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
-                            "VALUES (%s, %s, %s, %s, %s)", (record.id, record.created_ms, record.title,
-                                                            record.viewer_token_sha256, record.viewer_token))
+                            viewer_token, editor_token_sha256, delay_s)
+        await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
+                            "editor_token_sha256, delay_s) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            (record.id, record.created_ms, record.title, record.viewer_token_sha256,
+                             record.viewer_token, record.editor_token_sha256, record.delay_s))
         return record
 
     async def room(self, room_id: str) -> RoomRecord | None:
-        row = await self._fetchone("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
-                                   "WHERE id = %s", (room_id,))
-        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4]) if row else None
+        row = await self._fetchone("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
+                                   "editor_token_sha256, delay_s, names, terms, learned FROM rooms WHERE id = %s",
+                                   (room_id,))
+        if not row:
+            return None
+        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
+                          terms_from_json(row[8]), terms_from_json(row[9]))
 
     async def counters(self, room_id: str) -> tuple[int, int]:
         row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
+                     edits: Edits | None = None) -> Appended:
         records = list(sentences)
         now = now_ms()
         try:
@@ -198,6 +225,8 @@ class PostgresStore(TranscriptStore):
                 if retimed:
                     await cur.executemany("UPDATE sentences SET words = %s WHERE room = %s AND id = %s",
                                           [(words_json(words), room_id, sid) for sid, words in retimed.items()])
+                if edits is not None:
+                    await self._apply(cur, room_id, edits)
                 await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{room_id} {stored.event.seq}"))
         except psycopg.Error as exc:
             raise self._error(exc) from exc
@@ -208,21 +237,32 @@ class PostgresStore(TranscriptStore):
                                     (room_id, after_seq))
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
-    async def snapshot(self, room_id: str) -> Snapshot:
+    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:
+        query = "SELECT seq, created_ms, body FROM events WHERE room = %s AND created_ms >= %s"
+        params: tuple[Any, ...] = (room_id, since_ms)
+        if kind is not None:
+            query, params = query + " AND kind = %s", (*params, kind)
+        rows = await self._fetchall(query + " ORDER BY seq", params)  # type: ignore[arg-type]
+        return [TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+                for seq, created, body in rows]
+
+    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 # One snapshot of the database for both reads: the seq and the sentences agree.
                 await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                await cur.execute("SELECT last_seq FROM rooms WHERE id = %s", (room_id,))
+                await cur.execute("SELECT last_seq, names FROM rooms WHERE id = %s", (room_id,))
                 row = await cur.fetchone()
-                await cur.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
-                                  "WHERE room = %s ORDER BY id", (room_id,))
+                await cur.execute("SELECT id, session, text, start_ms, end_ms, spk, words, original, deleted "
+                                  "FROM sentences WHERE room = %s AND (%s OR NOT deleted) ORDER BY id",
+                                  (room_id, deleted))
                 rows = await cur.fetchall()
         except psycopg.Error as exc:
             raise self._error(exc) from exc
-        return Snapshot(int(row[0]) if row else 0,
-                        [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words))
-                         for sid, session, text, start, end, spk, words in rows])
+        records = [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words),
+                                  original, bool(gone))
+                   for sid, session, text, start, end, spk, words, original, gone in rows]
+        return Snapshot(int(row[0]) if row else 0, reading_order(records), names_from_json(row[1]) if row else {})
 
     def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
               on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
@@ -248,6 +288,28 @@ class PostgresStore(TranscriptStore):
         await self._pool.close()
 
     # ---- internals -----------------------------------------------------------------------------------------------
+    @staticmethod
+    async def _apply(cur: psycopg.AsyncCursor[Any], room_id: str, edits: Edits) -> None:
+        """An editor's changes, inside ``append``'s transaction (which holds the room's row lock). The first edit
+        of a sentence keeps its text as ``original``."""
+        if edits.replaced:
+            await cur.executemany(
+                "UPDATE sentences SET original = COALESCE(original, text), text = %s, start_ms = %s, end_ms = %s, "
+                "spk = %s, words = %s WHERE room = %s AND id = %s",
+                [(r.text, r.start_ms, r.end_ms, r.spk, words_json(r.words), room_id, r.id) for r in edits.replaced])
+        if edits.deleted:
+            await cur.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = true "
+                                  "WHERE room = %s AND id = %s", [(room_id, sid) for sid in edits.deleted])
+        if edits.names:
+            await cur.execute("SELECT names FROM rooms WHERE id = %s", (room_id,))
+            row = await cur.fetchone()
+            names = merged_names(names_from_json(row[0] if row else None), edits.names)
+            await cur.execute("UPDATE rooms SET names = %s WHERE id = %s", (names_json(names), room_id))
+        if edits.vocabulary is not None:
+            terms, learned = edits.vocabulary
+            await cur.execute("UPDATE rooms SET terms = %s, learned = %s WHERE id = %s",
+                              (terms_json(terms), terms_json(learned), room_id))
+
     def _error(self, exc: BaseException) -> StoreError:
         self.errors += 1
         return StoreError(f"transcript store ({self.where}): {str(exc).strip() or type(exc).__name__}")

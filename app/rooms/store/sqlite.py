@@ -12,7 +12,8 @@ file would not collide; it would not hear of the other's events, though (``watch
 ends need ``app.rooms.store.postgres``.
 
 Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
-Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``.
+Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``, version 4 what editors need (``rooms``:
+editor_token_sha256, delay_s, names, terms, learned; ``sentences``: original, deleted).
 """
 
 from __future__ import annotations
@@ -30,21 +31,29 @@ from engine import protocol
 from .base import (
     MEMORY,
     Appended,
+    Edits,
     Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
     Snapshot,
     StoreError,
+    TimedEvent,
     TranscriptStore,
     event_json,
+    merged_names,
+    names_from_json,
+    names_json,
     now_ms,
     numbered,
+    reading_order,
+    terms_from_json,
+    terms_json,
     words_from_json,
     words_json,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rooms (
@@ -52,7 +61,12 @@ CREATE TABLE IF NOT EXISTS rooms (
     created_ms INTEGER NOT NULL,
     title TEXT NOT NULL DEFAULT '',
     viewer_token_sha256 TEXT,
-    viewer_token TEXT
+    viewer_token TEXT,
+    editor_token_sha256 TEXT,
+    delay_s REAL NOT NULL DEFAULT 0,
+    names TEXT,
+    terms TEXT,
+    learned TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     room TEXT NOT NULL REFERENCES rooms(id),
@@ -72,6 +86,8 @@ CREATE TABLE IF NOT EXISTS sentences (
     spk INTEGER,
     locked_ms INTEGER NOT NULL,
     words TEXT,
+    original TEXT,
+    deleted INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (room, id)
 ) WITHOUT ROWID;
 """
@@ -79,6 +95,11 @@ CREATE TABLE IF NOT EXISTS sentences (
 _MIGRATIONS = [
     "ALTER TABLE rooms ADD COLUMN viewer_token TEXT;",
     "ALTER TABLE sentences ADD COLUMN words TEXT;",
+    "ALTER TABLE rooms ADD COLUMN editor_token_sha256 TEXT;"
+    "ALTER TABLE rooms ADD COLUMN delay_s REAL NOT NULL DEFAULT 0;"
+    "ALTER TABLE rooms ADD COLUMN names TEXT; ALTER TABLE rooms ADD COLUMN terms TEXT;"
+    "ALTER TABLE rooms ADD COLUMN learned TEXT; ALTER TABLE sentences ADD COLUMN original TEXT;"
+    "ALTER TABLE sentences ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;",
 ]
 
 T = TypeVar("T")
@@ -106,9 +127,10 @@ class SqliteStore(TranscriptStore):
 
     # ---- public API (async; every call runs on the store's thread) -------------------------------------------
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None) -> RoomRecord:
+                          created_ms: int | None = None, viewer_token: str | None = None,
+                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
         record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
-                            viewer_token)
+                            viewer_token, editor_token_sha256, delay_s)
         await self._run(self._create_room, record)
         return record
 
@@ -119,15 +141,19 @@ class SqliteStore(TranscriptStore):
         return await self._run(self._counters, room_id)
 
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None) -> Appended:
+                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
+                     edits: Edits | None = None) -> Appended:
         return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}),
-                               dict(retimed or {}))
+                               dict(retimed or {}), edits or Edits())
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         return await self._run(self._events_after, room_id, after_seq)
 
-    async def snapshot(self, room_id: str) -> Snapshot:
-        return await self._run(self._snapshot, room_id)
+    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
+        return await self._run(self._snapshot, room_id, deleted)
+
+    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:
+        return await self._run(self._timed_events, room_id, since_ms, kind)
 
     async def close(self) -> None:
         if self._closed:
@@ -187,14 +213,19 @@ class SqliteStore(TranscriptStore):
         return self._db
 
     def _create_room(self, record: RoomRecord) -> None:
-        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token) "
-                           "VALUES (?, ?, ?, ?, ?)", (record.id, record.created_ms, record.title,
-                                                      record.viewer_token_sha256, record.viewer_token))
+        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
+                           "editor_token_sha256, delay_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (record.id, record.created_ms, record.title, record.viewer_token_sha256,
+                            record.viewer_token, record.editor_token_sha256, record.delay_s))
 
     def _room(self, room_id: str) -> RoomRecord | None:
-        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token FROM rooms "
-                                 "WHERE id = ?", (room_id,)).fetchone()
-        return RoomRecord(*row) if row else None
+        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
+                                 "editor_token_sha256, delay_s, names, terms, learned FROM rooms WHERE id = ?",
+                                 (room_id,)).fetchone()
+        if not row:
+            return None
+        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
+                          terms_from_json(row[8]), terms_from_json(row[9]))
 
     def _last_seq(self, room_id: str) -> int:
         row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()
@@ -205,7 +236,7 @@ class SqliteStore(TranscriptStore):
         return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
 
     def _append(self, room_id: str, event: RoomEvent, sentences: list[SentenceRecord],
-                relabel: dict[int, int], retimed: Retimed) -> Appended:
+                relabel: dict[int, int], retimed: Retimed, edits: Edits) -> Appended:
         db = self._conn
         now = now_ms()
         db.execute("BEGIN IMMEDIATE")  # the write lock first: the numbers read next stay ours until COMMIT
@@ -224,25 +255,59 @@ class SqliteStore(TranscriptStore):
                            [(spk, room_id, sid) for sid, spk in relabel.items()])
             db.executemany("UPDATE sentences SET words = ? WHERE room = ? AND id = ?",
                            [(words_json(words), room_id, sid) for sid, words in retimed.items()])
+            self._apply(room_id, edits)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         return stored
 
+    def _apply(self, room_id: str, edits: Edits) -> None:
+        """An editor's changes (inside ``_append``'s transaction). The first edit of a sentence keeps its text as
+        ``original``."""
+        db = self._conn
+        db.executemany("UPDATE sentences SET original = COALESCE(original, text), text = ?, start_ms = ?, end_ms = ?, "
+                       "spk = ?, words = ? WHERE room = ? AND id = ?",
+                       [(r.text, r.start_ms, r.end_ms, r.spk, words_json(r.words), room_id, r.id)
+                        for r in edits.replaced])
+        db.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = 1 "
+                       "WHERE room = ? AND id = ?",
+                       [(room_id, sid) for sid in edits.deleted])
+        if edits.names:
+            row = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
+            names = merged_names(names_from_json(row[0] if row else None), edits.names)
+            db.execute("UPDATE rooms SET names = ? WHERE id = ?", (names_json(names), room_id))
+        if edits.vocabulary is not None:
+            terms, learned = edits.vocabulary
+            db.execute("UPDATE rooms SET terms = ?, learned = ? WHERE id = ?",
+                       (terms_json(terms), terms_json(learned), room_id))
+
+    def _timed_events(self, room_id: str, since_ms: int, kind: str | None) -> list[TimedEvent]:
+        query = "SELECT seq, created_ms, body FROM events WHERE room = ? AND created_ms >= ?"
+        params: tuple[object, ...] = (room_id, since_ms)
+        if kind is not None:
+            query, params = query + " AND kind = ?", (*params, kind)
+        rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
+        return [TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+                for seq, created, body in rows]
+
     def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
                                   (room_id, after_seq)).fetchall()
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
-    def _snapshot(self, room_id: str) -> Snapshot:
+    def _snapshot(self, room_id: str, deleted: bool) -> Snapshot:
         db = self._conn
         db.execute("BEGIN")
         try:
             seq = self._last_seq(room_id)
-            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words FROM sentences "
-                              "WHERE room = ? ORDER BY id", (room_id,)).fetchall()
+            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words, original, deleted "
+                              "FROM sentences WHERE room = ? AND (? OR deleted = 0) ORDER BY id",
+                              (room_id, deleted)).fetchall()
+            names = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
         finally:
             db.execute("COMMIT")
-        return Snapshot(seq, [SentenceRecord(int(sid), session, text, start, end, spk, words_from_json(words))
-                              for sid, session, text, start, end, spk, words in rows])
+        records = [SentenceRecord(int(sid), session, text, start, end, spk, words_from_json(words), original,
+                                  bool(gone))
+                   for sid, session, text, start, end, spk, words, original, gone in rows]
+        return Snapshot(seq, reading_order(records), names_from_json(names[0] if names else None))

@@ -1,0 +1,102 @@
+"""A room's audience: its viewers that are not editors, and what they get when.
+
+Without a delay the audience gets everything as it happens, as editors do. With one (``RoomRecord.delay_s``), it
+gets durable events through a ``Holdback`` (its module says how), with the live partial text taken out, and no
+partials at all; the room's status tells everyone how far behind the audience is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+
+from engine.protocol import Caption, ServerMessage
+
+from .holdback import Holdback
+from .store.base import Snapshot, TimedEvent
+from .viewer import Viewer
+
+
+class Audience:
+    """The audience of one room. ``viewers`` is the room's own set (editors among them are skipped);
+    ``on_release`` runs after held events went out (the room broadcasts its status: the held count changed)."""
+
+    def __init__(self, room_id: str, delay_s: float, last_seq: int, viewers: set[Viewer],
+                 on_release: Callable[[], None]) -> None:
+        self.room_id = room_id
+        self.delay_s = delay_s
+        self._viewers = viewers
+        self._on_release = on_release
+        self._hold = Holdback(delay_s, released=last_seq) if delay_s > 0 else None
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def released(self) -> int | None:
+        """The newest seq the audience has (None in a room without a delay: everything, as it happens)."""
+        return self._hold.released if self._hold is not None else None
+
+    def lag(self) -> tuple[int, int]:
+        """``(events held, ms the oldest has waited)``."""
+        return (self._hold.held, self._hold.behind_ms(time.time())) if self._hold is not None else (0, 0)
+
+    def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
+        """A message of the room (``Room._broadcast``)."""
+        if self._hold is None:
+            self._send(seq, message, durable)
+        elif durable:
+            if isinstance(message, Caption):  # the live text of the moment it locked: not for a delayed audience
+                message = dataclasses.replace(message, partial="", stable=0, stable_words=[], partial_spk=None,
+                                              partial_session=None, latency_ms=None)
+            self._hold.add(seq, message, time.time())
+            self._release()
+
+    def seed(self, recent: list[TimedEvent]) -> None:
+        """A room loaded from the store: hold again its events of the last ``delay_s`` (committed before the
+        restart, or by another front end), due when they would have been."""
+        if self._hold is None or not recent:
+            return
+        self._hold.released = min(self._hold.released, recent[0].seq - 1)
+        for event in recent:
+            self._hold.add(event.seq, event.message, event.created_ms / 1000)
+        self._release()
+
+    def view(self, snapshot: Snapshot) -> Snapshot:
+        """What of ``snapshot`` (read from the store) the audience may see now: without held sentences, as of the
+        seq just before the first held event."""
+        if self._hold is None or self._hold.first_held_seq() is None:
+            return snapshot
+        held = self._hold.held_sentences()
+        first = self._hold.first_held_seq()
+        assert first is not None
+        return Snapshot(min(snapshot.seq, first - 1), [s for s in snapshot.sentences if s.id not in held],
+                        snapshot.names)
+
+    def replay_until(self) -> int | None:
+        """The newest seq a resuming audience viewer may be replayed from the store (None: no limit)."""
+        return self._hold.released if self._hold is not None else None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _send(self, seq: int, message: ServerMessage, durable: bool) -> None:
+        for viewer in list(self._viewers):
+            if not viewer.editor:
+                viewer.put(seq, message, durable)
+
+    def _release(self) -> None:
+        assert self._hold is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        due = self._hold.due(time.time())
+        for seq, message in due:
+            self._send(seq, message, True)
+        if due:
+            self._on_release()
+        next_s = self._hold.next_due_s()
+        if next_s is not None:
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, next_s - time.time()), self._release)

@@ -1,0 +1,178 @@
+"""HTTP handlers for a room's editors: correct, delete and split locked sentences, name speakers, set the room's
+vocabulary (docs/protocol.md, "Correcting a room live"). Each change is one durable room event (``Room``'s
+``commit_correction`` and ``commit_vocabulary``); what the sentence was comes from the store, with what it has not
+taken yet.
+
+Who: the room's editor token or the server's token, as ``Authorization: Bearer`` (or ``?token=``). A wrong token
+answers 403 whatever the room, so an editor token opens nothing but its own room.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ..auth import presented_token
+from ..bodies import BodyError, read_json_object
+from . import edits
+from .keys import ROOMS
+from .room import ROOM_ID_PATTERN, Room
+from .routes import may_edit
+from .store.base import SentenceRecord
+
+MAX_EDIT_BODY_BYTES = 16 * 1024
+MAX_TEXT_CHARS = 2000
+MAX_EDITOR_CHARS = 40
+MAX_NAME_CHARS = 60
+
+
+def add_routes(app: web.Application) -> None:
+    room = "/rooms/{room:" + ROOM_ID_PATTERN + "}"
+    sentence = room + "/sentences/{sentence:[0-9]{1,12}}"
+    app.router.add_put(sentence, put_sentence)
+    app.router.add_delete(sentence, delete_sentence)
+    app.router.add_post(sentence + "/split", split_sentence)
+    app.router.add_put(room + "/speakers/{spk:[0-9]{1,4}}", put_speaker)
+    app.router.add_get(room + "/vocabulary", get_vocabulary)
+    app.router.add_put(room + "/vocabulary", put_vocabulary)
+
+
+async def put_sentence(request: web.Request) -> web.Response:
+    """``PUT /rooms/{id}/sentences/{sid}`` ``{"text", "spk"?, "editor"?}``: the sentence's new text (and label)."""
+    room, body = await _editing(request, {"text", "spk", "editor"})
+    text = body.get("text")
+    if not isinstance(text, str) or not 0 < len(" ".join(text.split())) <= MAX_TEXT_CHARS:
+        raise _bad(f'"text" must be a string of 1 to {MAX_TEXT_CHARS} characters (delete a sentence to remove it)')
+    record = await _sentence(request, room)
+    spk = body.get("spk", record.spk)
+    if spk is not None and (isinstance(spk, bool) or not isinstance(spk, int) or not 0 <= spk < 1000):
+        raise _bad('"spk" must be a speaker label (0-999) or null')
+    new = edits.corrected(record, text, spk)
+    event = await room.commit_correction([new], [], {}, _editor(request, body))
+    await _learn(room, record.original or record.text, new.text)
+    return web.json_response({"seq": event.seq, "sentence": new.sentence().wire(words=True)})
+
+
+async def delete_sentence(request: web.Request) -> web.Response:
+    """``DELETE /rooms/{id}/sentences/{sid}``: the sentence goes (kept in the history)."""
+    room = await _editable_room(request)
+    record = await _sentence(request, room)
+    event = await room.commit_correction([], [record.id], {}, _editor(request, dict(request.query)))
+    return web.json_response({"seq": event.seq, "deleted": record.id})
+
+
+async def split_sentence(request: web.Request) -> web.Response:
+    """``POST /rooms/{id}/sentences/{sid}/split`` ``{"at", "editor"?}``: the first ``at`` words stay, the rest
+    become a new sentence right after."""
+    room, body = await _editing(request, {"at", "editor"})
+    record = await _sentence(request, room)
+    at = body.get("at")
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise _bad('"at" must be the number of words that stay in the sentence')
+    try:
+        first, second = edits.split(record, at, new_id=record.id)  # the room gives the new part its id
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    event = await room.commit_correction([first], [], {}, _editor(request, body), new=[second])
+    return web.json_response({"seq": event.seq, "sentences": [r.sentence().wire(words=True) for r in
+                                                              [first, *event.records]]})
+
+
+async def put_speaker(request: web.Request) -> web.Response:
+    """``PUT /rooms/{id}/speakers/{spk}`` ``{"name", "editor"?}``: what label ``spk`` shows as in the whole room
+    ("" = its default)."""
+    room, body = await _editing(request, {"name", "editor"})
+    name = body.get("name")
+    if not isinstance(name, str) or len(name.strip()) > MAX_NAME_CHARS:
+        raise _bad(f'"name" must be a string of at most {MAX_NAME_CHARS} characters ("" for the default)')
+    spk = int(request.match_info["spk"])
+    event = await room.commit_correction([], [], {spk: " ".join(name.split())}, _editor(request, body))
+    return web.json_response({"seq": event.seq, "names": {str(k): v for k, v in sorted(room.names.items())}})
+
+
+async def get_vocabulary(request: web.Request) -> web.Response:
+    room = await _editable_room(request)
+    return web.json_response({"terms": list(room.terms), "learned": list(room.learned)})
+
+
+async def put_vocabulary(request: web.Request) -> web.Response:
+    """``PUT /rooms/{id}/vocabulary`` ``{"terms": [...]}``: the terms editors enter (the learned ones stay)."""
+    room, body = await _editing(request, {"terms"})
+    terms = body.get("terms")
+    if (not isinstance(terms, list) or not all(isinstance(t, str) for t in terms) or len(terms) > edits.MAX_TERMS
+            or any(len(t.strip()) > edits.MAX_TERM_CHARS for t in terms)):
+        raise _bad(f'"terms" must be a list of at most {edits.MAX_TERMS} strings of at most '
+                   f'{edits.MAX_TERM_CHARS} characters')
+    cleaned = tuple(dict.fromkeys(" ".join(t.split()) for t in terms if t.strip()))
+    await room.commit_vocabulary(cleaned, room.learned)
+    return web.json_response({"terms": list(room.terms), "learned": list(room.learned)})
+
+
+# ---- helpers -----------------------------------------------------------------------------------------------------
+async def _editable_room(request: web.Request) -> Room:
+    """The room named in the path, if the request may edit it (loaded into memory: edits commit through it)."""
+    room = await request.app[ROOMS].get(request.match_info["room"])
+    if room is None:
+        raise _error(web.HTTPNotFound, "no_room", "there is no such room")
+    if not may_edit(request, room):
+        raise _error(web.HTTPForbidden, "unauthorized", "editing this room needs its editor token")
+    return room
+
+
+async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[str, Any]]:
+    """The room (``_editable_room``) and the request's JSON body, which may hold only ``fields``."""
+    room = await _editable_room(request)
+    try:
+        body = await read_json_object(request, MAX_EDIT_BODY_BYTES)
+    except BodyError as exc:
+        raise _error(web.HTTPRequestEntityTooLarge if exc.status == 413 else web.HTTPBadRequest,
+                     "too_large" if exc.status == 413 else "bad_message", exc.message) from None
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise _bad(f"unknown field {unknown[0]!r}: expected {', '.join(sorted(fields))}")
+    return room, body
+
+
+async def _sentence(request: web.Request, room: Room) -> SentenceRecord:
+    """The sentence named in the path as it is now (the store's, with what it has not taken yet)."""
+    sid = int(request.match_info["sentence"])
+    pending = room.pending()
+    snapshot = room.snapshot_with(await room.store.snapshot(room.id), pending)
+    record = next((s for s in snapshot.sentences if s.id == sid), None)
+    if record is None:
+        raise _error(web.HTTPNotFound, "no_sentence", f"room {room.id} has no sentence {sid} (or it was deleted)")
+    return record
+
+
+def _editor(request: web.Request, body: dict[str, Any]) -> str:
+    """Who made the edit, for the history: the name the editor gave, else what their token says they are."""
+    name = body.get("editor")
+    if isinstance(name, str) and name.strip():
+        return " ".join(name.split())[:MAX_EDITOR_CHARS]
+    return "editor" if _room_token(request) else "server"
+
+
+async def _learn(room: Room, original: str, text: str) -> None:
+    """Terms the recognizer got wrong (``edits.learned_terms``) join the room's learned vocabulary."""
+    learned = edits.learned_terms(original, text)
+    merged = edits.merged_terms(room.learned, [t for t in learned if t.casefold() not in
+                                               {x.casefold() for x in room.terms}])
+    if merged != room.learned:
+        await room.commit_vocabulary(room.terms, merged)
+
+
+def _room_token(request: web.Request) -> bool:
+    """Whether the request came with the room's own editor token (else the server's)."""
+    room = request.app[ROOMS].loaded(request.match_info["room"])
+    return room is not None and room.may_edit(presented_token(request))
+
+
+def _bad(message: str) -> web.HTTPException:
+    return _error(web.HTTPBadRequest, "bad_message", message)
+
+
+def _error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:
+    return cls(text=json.dumps({"error": {"code": code, "message": message}}), content_type="application/json")
+

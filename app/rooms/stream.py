@@ -1,0 +1,86 @@
+"""What one viewer's event stream (``GET /rooms/{id}/events``) sends: its catch-up from the store, then each
+message in the form that viewer gets. (The handler, its heartbeat and its socket are ``app.rooms.routes``'.)
+
+An editor's stream has everything at once: partials, the room's vocabulary. An audience stream has what the room's
+``Audience`` lets through: in a room with a delay, no partials, and sentences only once released. Either way, what
+a catch-up replays from the store is each sentence as it is now: a viewer never sees a version an editor replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aiohttp import web
+
+from engine import protocol
+from engine.protocol import Caption, Correction, ServerMessage, Vocabulary, WordTimes
+
+from .holdback import empty
+from .room import Room
+from .store.base import SentenceRecord
+
+
+class Stream:
+    """One viewer's stream of ``room``: ``editor`` (see the module), ``words`` (word times: see the handler)."""
+
+    def __init__(self, room: Room, editor: bool, words: bool) -> None:
+        self.room = room
+        self.editor = editor
+        self.words = words
+
+    @property
+    def partials(self) -> bool:
+        """Whether this viewer gets the open (not yet locked) text."""
+        return self.editor or not self.room.audience.delay_s
+
+    async def catch_up(self, response: web.StreamResponse, after: int | None) -> int:
+        """Send what the viewer missed: the stored events after ``after``, or the whole room. Returns the seq it
+        reflects (live events up to it are skipped)."""
+        room, store = self.room, self.room.store
+        pending = room.pending()  # what a full disk holds back is replayed from memory
+        known = room.seq
+        if after is not None and after > known and store.shared:
+            # Another front end may be ahead of this one (a viewer moving here; a notice on its way): the store
+            # decides whether ``after`` is a seq of this room. (A larger one is not: the viewer gets the whole room.)
+            known = (await store.counters(room.id))[0]
+        if after is not None and after <= known:
+            events = room.events_with(await store.events_after(room.id, after), pending, after)
+            limit = None if self.editor else room.audience.replay_until()
+            if limit is not None:
+                events = [(seq, m) for seq, m in events if seq <= limit]  # the rest comes when released
+            if any(isinstance(m, Caption) for _, m in events):
+                now = {s.id: s for s in room.snapshot_with(await store.snapshot(room.id), pending).sentences}
+                events = [(seq, _as_now(m, now)) for seq, m in events]
+            for seq, message in events:
+                await self.send(response, message, seq)
+            return events[-1][0] if events else after
+        snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
+        if not self.editor:
+            snapshot = room.audience.view(snapshot)
+        await self.send(response, Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),
+                        snapshot.seq)
+        if snapshot.names:
+            await self.send(response, Correction(names=snapshot.names, seq=snapshot.seq), None)
+        if self.editor and (room.terms or room.learned):
+            await self.send(response, Vocabulary(room.terms, room.learned, seq=snapshot.seq), None)
+        return snapshot.seq
+
+    async def send(self, response: web.StreamResponse, message: ServerMessage, event_id: int | None) -> None:
+        """One event. Some go as their ``id`` alone, which moves the client's ``Last-Event-ID`` on (a resume
+        starts after it) and dispatches nothing: a ``words`` update to a viewer that did not ask for word times,
+        the vocabulary to the audience, and a correction the delay already put into the captions it held."""
+        head = f"id: {event_id}\n" if event_id is not None else ""
+        if (isinstance(message, WordTimes) and not self.words) or (isinstance(message, Vocabulary)
+                                                                   and not self.editor) or empty(message):
+            if head:
+                await response.write(f"{head}\n".encode())
+            return
+        data = protocol.dumps(message, self.words)
+        await response.write(f"{head}data: {data}\n\n".encode())
+
+
+def _as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
+    """A replayed caption with each sentence as it is ``now`` (id -> record), and without the deleted ones."""
+    if not isinstance(message, Caption):
+        return message
+    return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])

@@ -30,13 +30,16 @@
  *     "sentence"  one newly locked record {id, text, start, end, spk, session}
  *     "words"     {seq, record}: better word times arrived for a locked record (its `words` were replaced)
  *     "speakers"  {seq, changed: [relabelled records]}
+ *     "correction" {seq, changed: [records], deleted: [ids], removed: [records], names, editor}: a room's editor
+ *                 corrected this session's sentences (already applied; see js/controller.js)
  *     "stopped"   {session}
  *     "error"     {code, message, detail}
  *     "ready"     {session, model, language}
  * DOM: each locked sentence is `[data-sentence-id][data-spk]` (data-spk "" while the speaker is unknown);
  * the partial line is `[data-partial]` (empty when there is no open segment; its text is the server's partial,
  * after a speaker label when one is shown); inside it `[data-stable]` holds the settled words (shown like locked
- * text, only ever growing) and `[data-tentative]` the rest (shown quieter). See js/view.js.
+ * text, only ever growing) and `[data-tentative]` the rest (shown quieter). See js/view.js. A sentence a room's
+ * editor just corrected has the class `corrected` for two seconds.
  * ───────────────────────────────────────────────────────────────────────────────────────────────────────
  */
 
@@ -107,6 +110,12 @@ controller.addEventListener("caption", ({ detail }) => {
   showLatency();
 });
 controller.addEventListener("speakers", () => rerender());
+// A room's editor corrected this session's sentences: each is replaced where it stands (marked for a moment), and the
+// downloads carry the corrected text (the controller's transcript holds it).
+controller.addEventListener("correction", ({ detail }) => {
+  if (Object.keys(detail.names).length) view.setNames(controller.names);
+  view.correct(detail, controller.sentences);
+});
 controller.addEventListener("error", ({ detail }) => {
   // A failure that ended the run is already explained by the `error` state; this is for server notices.
   if (controller.state !== State.ERROR) showNotice(detail.detail, "warn");

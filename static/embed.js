@@ -20,6 +20,9 @@
  *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial, stable,
  *                    partialSpk}
  *                   {type: "speakers", relabel: {id: spk}}
+ *                   {type: "correction", seq, sentences: [{id, text, start, end, spk, session}], deleted: [ids],
+ *                    names: {spk: name}}   a room's editor corrected sentences (replace by id; an id not seen
+ *                    before is a new sentence from a split, in order of start), deleted some, or named speakers
  *                   {type: "error", code, message}
  * `caption` carries only newly locked sentences plus the whole current partial text (as on the data channel);
  * `stable` is how many leading words of `partial` (split on white space) are settled: they lock exactly as shown and
@@ -63,6 +66,13 @@ if (shown) {
     const { partial, stable } = shown.transcript();
     lines.render(shown.sentences, partial, shown.partialSpk ?? null, shown.partialSession ?? null, stable);
     post({ type: "speakers", relabel: Object.fromEntries(detail.changed.map((r) => [r.id, r.spk])) });
+  });
+  // An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
+  shown.addEventListener("correction", ({ detail }) => {
+    if (Object.keys(detail.names).length) lines.setNames(shown.names);
+    lines.correct(detail, shown.sentences);
+    post({ type: "correction", seq: detail.seq ?? null, sentences: detail.changed.map(copy), deleted: detail.deleted,
+           names: detail.names });
   });
 }
 for (const source of [feed, mic]) {
@@ -142,6 +152,11 @@ function originOf(url) {
   } catch {
     return null;
   }
+}
+
+/** A sentence as the host gets it (the fields of docs/protocol.md, nothing the page keeps besides). */
+function copy({ id, text, start, end, spk, session }) {
+  return { id, text, start, end, spk, session };
 }
 
 function post(message) {

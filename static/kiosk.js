@@ -14,7 +14,8 @@
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events);
  * `window.liveCaptions.mic` is the microphone's CaptionController with mic=1, else null.
  * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the
- * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js).
+ * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js). A sentence
+ * an editor just corrected has the class `corrected` for two seconds.
  */
 
 import { CaptionLines } from "./js/caption-lines.js";
@@ -41,6 +42,11 @@ feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial
                                                                   detail.partialSession, detail.stable));
 feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial, feed.partialSpk,
                                                      feed.partialSession, feed.stable));
+// An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
+feed.addEventListener("correction", ({ detail }) => {
+  if (Object.keys(detail.names).length) lines.setNames(feed.names);
+  lines.correct(detail, feed.sentences);
+});
 feed.addEventListener("state", showStatus);
 mic?.addEventListener("state", showStatus);
 

@@ -5,7 +5,8 @@
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events).
  * DOM: `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the settled words, shown like
- * locked text; `[data-tentative]`: the rest, quieter; see js/view.js), `#badge[data-state]`.
+ * locked text; `[data-tentative]`: the rest, quieter; see js/view.js), `#badge[data-state]`. A sentence an editor
+ * just corrected has the class `corrected` for two seconds.
  */
 
 import { Follow } from "./js/follow.js";
@@ -33,6 +34,11 @@ feed.addEventListener("caption", ({ detail }) => view.setPartial(detail.partial,
                                                                  detail.partialSession, detail.stable));
 feed.addEventListener("speakers", () => view.render(feed.sentences, feed.partial, feed.partialSpk,
                                                     feed.partialSession, feed.stable));
+// An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
+feed.addEventListener("correction", ({ detail }) => {
+  if (Object.keys(detail.names).length) view.setNames(feed.names);
+  view.correct(detail, feed.sentences);
+});
 feed.addEventListener("state", ({ detail }) => {
   const badgeState = BADGE_STATE[detail.state] ?? detail.state;
   $("badge").dataset.state = badgeState;

@@ -21,8 +21,15 @@
  *     (the white space between them, as a text node)
  *     <span class="tentative" data-tentative>        the words after them, which may still change
  * Only the newest `keep` sentences stay in the DOM: a wall screen runs for days.
+ *
+ * Corrections (a room's editor, `correct`): a corrected sentence keeps its element and gets its new text there,
+ * marked `corrected` for two seconds (./corrections.js: a background tint, nothing that takes room); a deleted one
+ * leaves with the space after it, a new one from a split goes in its place in order; speaker names are then fixed
+ * up where the speaker changes. Nothing else is rebuilt, so no other line is touched but the ones the new text
+ * reflows. `setNames` renames speaker labels ("Speaker 2" shows as "Dr. Lee") on the names already shown too.
  */
 
+import { isMarked, markCorrected } from "./corrections.js";
 import { speakerName } from "./labels.js";
 import { lineStarts } from "./line-breaks.js";
 import { splitStable } from "./stable.js";
@@ -42,6 +49,9 @@ export class CaptionLines {
   #keep;
   #maxChars;
   #last = null;
+  #names = {};
+  #spans = new Map(); // key(session, id) -> the sentence's element
+  #info = new WeakMap(); // sentence element -> {id, spk, session} of the record it shows
   #texts = new WeakMap(); // element -> its text (its children may hold line breaks)
   #shown = new WeakMap(); // element -> what it shows: {text, breaks (word indexes), words}
   #measure = null;
@@ -84,27 +94,118 @@ export class CaptionLines {
   }
 
   add(record) {
+    if (this.#spans.has(key(record))) return;
     this.#hidePartialWho(); // the next setPartial decides again against this record
 
-    const changed = !this.#last || this.#last.spk !== record.spk || this.#last.session !== record.session;
-    if (this.#speakers && changed && record.spk !== null) {
-      const who = document.createElement("span");
-      who.className = "who";
-      who.dataset.whoSpk = String(record.spk);
-      who.style.setProperty("--speaker", `var(--spk-${record.spk % PALETTE_SIZE})`);
-      this.#texts.set(who, `${speakerName(record.spk)}:`);
-      this.#partial.before(who, " ");
+    if (this.#needsName(this.#last, record)) this.#partial.before(this.#nameMark(record.spk), " ");
+    this.#partial.before(this.#sentence(record), " ");
+    this.#last = this.#info.get(this.#spans.get(key(record)));
+    this.#trim();
+    this.#layout();
+  }
+
+  /**
+   * Apply a correction: `changed` records take their new text (and speaker) in the element that shows them, or go
+   * in as new sentences (a split) at their place in `records` (the source's whole list, in order); `removed`
+   * records leave. Each changed sentence shown is marked `corrected` for two seconds.
+   */
+  correct({ changed = [], removed = [] }, records = []) {
+    for (const record of removed) {
+      const span = this.#spans.get(key(record));
+      if (!span) continue;
+      if (span.nextSibling?.nodeType === Node.TEXT_NODE) span.nextSibling.remove();
+      span.remove();
+      this.#spans.delete(key(record));
     }
+    const marked = [];
+    for (const record of changed) {
+      let span = this.#spans.get(key(record));
+      if (span) {
+        this.#update(span, record);
+      } else {
+        const at = records.findIndex((r) => key(r) === key(record));
+        if (at < 0) continue;
+        const next = records.slice(at + 1).map((r) => this.#spans.get(key(r))).find(Boolean);
+        if (!next && records.length - at - 1 >= this.#keep) continue; // older than the sentences shown
+        span = this.#sentence(record);
+        const before = next ? this.#head(next) : this.#partialWho.isConnected ? this.#partialWho : this.#partial;
+        before.before(span, " ");
+      }
+      marked.push(span);
+    }
+    this.#fixNames();
+    this.#trim();
+    this.#layout();
+    for (const span of marked) if (span.isConnected) markCorrected(span);
+  }
+
+  /** Show speaker label `spk` as `names[spk]` where the room named it (`{"<spk>": name}`), on the names shown too. */
+  setNames(names) {
+    this.#names = { ...(names ?? {}) };
+    for (const who of this.#flow.querySelectorAll("[data-who-spk]")) {
+      this.#texts.set(who, `${speakerName(Number(who.dataset.whoSpk), this.#names)}:`);
+    }
+    this.#layout();
+  }
+
+  #sentence(record) {
     const span = document.createElement("span");
     span.className = "sentence";
     span.dataset.sentenceId = String(record.id);
+    this.#spans.set(key(record), span);
+    this.#update(span, record);
+    return span;
+  }
+
+  #update(span, record) {
     span.dataset.spk = record.spk === null ? "" : String(record.spk);
     if (record.spk !== null) span.style.setProperty("--speaker", `var(--spk-${record.spk % PALETTE_SIZE})`);
+    else span.style.removeProperty("--speaker");
     this.#texts.set(span, record.text);
-    this.#partial.before(span, " ");
-    this.#last = record;
-    this.#trim();
-    this.#layout();
+    this.#info.set(span, { id: record.id, spk: record.spk, session: record.session });
+  }
+
+  #needsName(last, record) {
+    const changed = !last || last.spk !== record.spk || last.session !== record.session;
+    return this.#speakers && changed && record.spk !== null;
+  }
+
+  #nameMark(spk) {
+    const who = document.createElement("span");
+    who.className = "who";
+    this.#setName(who, spk);
+    return who;
+  }
+
+  #setName(who, spk) {
+    who.dataset.whoSpk = String(spk);
+    who.style.setProperty("--speaker", `var(--spk-${spk % PALETTE_SIZE})`);
+    this.#texts.set(who, `${speakerName(spk, this.#names)}:`);
+  }
+
+  /** The first node of a sentence's run: its speaker's name when one goes before it, else the sentence. */
+  #head(span) {
+    const before = span.previousElementSibling;
+    return before && isNameOf(before) ? before : span;
+  }
+
+  /** After sentences came, went or changed speaker: a name before exactly the sentences where the speaker changes. */
+  #fixNames() {
+    let last = null;
+    for (const span of this.#flow.querySelectorAll("[data-sentence-id]")) {
+      const info = this.#info.get(span);
+      const before = span.previousElementSibling;
+      const who = before && isNameOf(before) ? before : null;
+      if (this.#needsName(last, info)) {
+        if (!who) span.before(this.#nameMark(info.spk), " ");
+        else if (who.dataset.whoSpk !== String(info.spk)) this.#setName(who, info.spk);
+      } else if (who) {
+        if (who.nextSibling?.nodeType === Node.TEXT_NODE) who.nextSibling.remove();
+        who.remove();
+      }
+      last = info;
+    }
+    this.#last = last;
   }
 
   /**
@@ -117,7 +218,7 @@ export class CaptionLines {
     text = text ?? "";
     const named = this.#speakers && Boolean(text) && Number.isInteger(spk) && (!this.#last || this.#last.spk !== spk
       || (session !== null && this.#last.session !== session));
-    const label = named ? `${speakerName(spk)}:` : "";
+    const label = named ? `${speakerName(spk, this.#names)}:` : "";
     const { settled, gap, tail } = splitStable(text, stable);
     if (this.#text(this.#partial) === text && this.#text(this.#stable) === settled
         && (this.#partialWho.isConnected ? this.#text(this.#partialWho) : "") === label) {
@@ -218,9 +319,12 @@ export class CaptionLines {
 
   /** Rebuild from records (after a speaker relabel); the open text is updated, not rebuilt. */
   render(records, partial, partialSpk = null, partialSession = null, stable = 0) {
+    const marked = [...this.#spans].filter(([, span]) => isMarked(span)).map(([k]) => k);
     this.#flow.replaceChildren(this.#partial);
+    this.#spans.clear();
     this.#last = null;
     for (const record of records.slice(-this.#keep)) this.add(record);
+    for (const k of marked) if (this.#spans.has(k)) markCorrected(this.#spans.get(k)); // the mark survives a rebuild
     this.setPartial(partial, partialSpk, partialSession, stable);
     this.#layout();
   }
@@ -232,9 +336,21 @@ export class CaptionLines {
       let node = sentences[i];
       while (node.previousSibling && !node.previousSibling.dataset?.sentenceId) node.previousSibling.remove();
       node.nextSibling?.nodeType === Node.TEXT_NODE && node.nextSibling.remove();
+      const info = this.#info.get(node);
+      if (info) this.#spans.delete(key(info));
       node.remove();
     }
   }
+}
+
+/** A sentence's key: ids are per session on a page's own data channel (room-wide in a room, where this is too). */
+function key(record) {
+  return `${record.session ?? ""}\u0000${record.id}`;
+}
+
+/** Whether `el` is a speaker's name put before a sentence (not the open text's voice). */
+function isNameOf(el) {
+  return el.classList.contains("who") && !("partialWho" in el.dataset);
 }
 
 /**

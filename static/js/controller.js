@@ -15,6 +15,7 @@
  */
 
 import { CaptionError, plainLanguage } from "./errors.js";
+import { mergeNames } from "./labels.js";
 import { openMicrophone, releaseMicrophone } from "./microphone.js";
 import { decodeServerMessage, parseHotwords } from "./protocol.js";
 import { Session } from "./session.js";
@@ -52,6 +53,11 @@ const FULL_RETRY_S = 10;
  *   sentence  one record {id, text, start, end, spk, session}, once per newly locked sentence
  *   words     {seq, record}                better word times arrived for a locked record (record.words replaced)
  *   speakers  {seq, changed: [records]}   after a relabel was applied
+ *   correction  {seq, changed: [records], deleted: [ids], removed: [records], names, editor}   a room's editor
+ *             corrected this session's sentences (already applied: `changed` records have their new text or are new
+ *             sentences from a split, in order; `removed` the records deleted, `deleted` their ids) or named speakers
+ *             (`names`: the names that changed, `{"<spk>": name}`, "" = back to "Speaker N"; `names` on the
+ *             controller holds them all); the transcript downloads carry the corrected text
  *   stopped   {session}
  *   error     {code, message, detail}     from the server, or a failure that ended the run
  *   storage   {saving, message}            the server stopped (false) or resumed (true) saving the captions
@@ -65,6 +71,8 @@ export class CaptionController extends EventTarget {
   language = null;
   /** Latest `latency_ms` from the server, or null. */
   latencyMs = null;
+  /** Speaker names a room's editor gave, `{"<spk>": name}` (labels without a name are absent). */
+  names = {};
 
   #state = State.IDLE;
   #detail = "";
@@ -403,6 +411,23 @@ export class CaptionController extends EventTarget {
       case "speakers": {
         const changed = this.#transcript.relabel(message.relabel);
         this.#emit("speakers", { seq: message.seq, changed: changed.map((record) => ({ ...record })) });
+        break;
+      }
+      case "correction": {
+        const { changed, removed } = this.#transcript.correct(message);
+        const names = {};
+        for (const [spk, name] of Object.entries(message.names)) {
+          if (mergeNames(this.names, { [spk]: name })) names[spk] = name;
+        }
+        if (!changed.length && !removed.length && !Object.keys(names).length) break;
+        this.#emit("correction", {
+          seq: message.seq,
+          changed: changed.map((record) => ({ ...record })),
+          deleted: removed.map((record) => record.id),
+          removed: removed.map((record) => ({ ...record })),
+          names,
+          editor: message.editor,
+        });
         break;
       }
       case "stopped":

@@ -3,9 +3,30 @@
  * server renders them (app/transcripts/exports.py) for the download buttons and for room transcripts alike.
  */
 
-/** "Speaker 1" for spk 0: the server's speaker indices are 0-based, people count from one. */
-export function speakerName(spk) {
-  return spk === null || spk === undefined ? "Speaker ?" : `Speaker ${spk + 1}`;
+/**
+ * "Speaker 1" for spk 0: the server's speaker indices are 0-based, people count from one. `names`: the room's
+ * speaker names (`{"<spk>": name}`, from `correction` messages); a label an editor named shows as that name.
+ */
+export function speakerName(spk, names = null) {
+  if (spk === null || spk === undefined) return "Speaker ?";
+  const named = names?.[spk];
+  return typeof named === "string" && named ? named : `Speaker ${spk + 1}`;
+}
+
+/**
+ * Merge the `names` of a `correction` into `names` (a plain object, changed in place): a name replaces the label's
+ * previous one, "" gives the label back its "Speaker N". Returns whether anything changed.
+ */
+export function mergeNames(names, update) {
+  let changed = false;
+  for (const [spk, name] of Object.entries(update ?? {})) {
+    if (!/^\d+$/.test(spk) || typeof name !== "string") continue;
+    if (name ? names[spk] === name : !Object.hasOwn(names, spk)) continue;
+    if (name) names[spk] = name;
+    else delete names[spk];
+    changed = true;
+  }
+  return changed;
 }
 
 /** Short reading time for the page: "0:07", "12:30", "1:02:03". */

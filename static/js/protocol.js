@@ -53,6 +53,11 @@ export class ProtocolError extends Error {
  *     only the words after them may still change (0 when the server did not say; never more than partial has)
  *   {type: "words", seq, id, words: [{w, start_ms, end_ms}]}: better word times for the locked sentence `id`
  *   {type: "speakers", seq, relabel: Map<string sentence id, spk>}
+ *   {type: "correction", seq, sentences: [{id, text, start, end, spk, words?}], deleted: [ids], names: {"<spk>":
+ *    name}, editor}: a room's editor corrected this session's sentences (ids are the session's): replace the
+ *     sentence with the same id, insert one not seen before (a split) in order of start then id, remove `deleted`;
+ *     `names` renames speaker labels ("" = back to "Speaker N"); sentences without a usable id or text are left out
+ *   {type: "vocabulary", seq, terms: [str], learned: [str]}: a room's vocabulary (the editor's stream only)
  *   {type: "stopped", seq}
  *   {type: "error", seq, code, message}
  *   {type: "storage", seq, saving, message}: the server stopped (saving false) or resumed saving captions
@@ -105,6 +110,10 @@ export function decodeServerMessage(data) {
       for (const [id, spk] of Object.entries(raw.relabel ?? {})) relabel.set(String(id), speaker(spk));
       return { raw, message: { type: "speakers", seq, relabel } };
     }
+    case "correction":
+      return { raw, message: decodeCorrection(raw) };
+    case "vocabulary":
+      return { raw, message: { type: "vocabulary", seq, terms: texts(raw.terms), learned: texts(raw.learned) } };
     case "words": {
       const words = Array.isArray(raw.words) ? raw.words.map(word).filter((w) => w.w) : [];
       return { raw, message: { type: "words", seq, id: raw.id, words } };
@@ -164,6 +173,34 @@ export function decodeHttpError(body, status) {
     code: textOr(error?.code, `http-${status}`),
     message: textOr(error?.message, ""),
   };
+}
+
+/**
+ * The `correction` message (data channel or a room's event stream; see decodeServerMessage) as
+ * `{type: "correction", seq, sentences, deleted, names, editor}`, every field checked. Rooms' records also keep
+ * the `session` each sentence names.
+ */
+export function decodeCorrection(raw) {
+  const sentences = [];
+  for (const item of Array.isArray(raw?.sentences) ? raw.sentences : []) {
+    const decoded = sentence(item);
+    if (!Number.isInteger(decoded.id) || !decoded.text) continue;
+    if (typeof item.session === "string") decoded.session = item.session;
+    sentences.push(decoded);
+  }
+  const deleted = (Array.isArray(raw?.deleted) ? raw.deleted : []).filter((id) => Number.isInteger(id));
+  const names = {};
+  if (raw?.names && typeof raw.names === "object" && !Array.isArray(raw.names)) {
+    for (const [spk, name] of Object.entries(raw.names)) {
+      if (/^\d+$/.test(spk) && typeof name === "string") names[spk] = name.trim();
+    }
+  }
+  return { type: "correction", seq: finiteOr(raw?.seq, null), sentences, deleted, names,
+           editor: textOr(raw?.editor, "") };
+}
+
+function texts(value) {
+  return Array.isArray(value) ? value.filter((t) => typeof t === "string" && t.trim()).map((t) => t.trim()) : [];
 }
 
 function sentence(raw) {

@@ -23,12 +23,30 @@
  *             publishing session) when the server names it, else null
  *   sentence  one newly added record {id, text, start, end, spk, session}
  *   speakers  {seq, changed: [records]}
- *   status    {live, publishers, viewers}
+ *   correction  {seq, changed: [records], deleted: [ids], removed: [records], names, editor}   an editor corrected
+ *             the room (a `correction` message, docs/protocol.md "Correcting a room live"): `changed` holds the
+ *             records whose text, times or speaker changed (already updated in place; a record not held before is a
+ *             new sentence from a split, already inserted in order of start, then id), `deleted` the ids removed
+ *             (`removed`: their records, as they were), `names` the speaker names that changed (`{"<spk>": name}`,
+ *             "" = back to "Speaker N"; the feed's `names` holds them all). A correction that changes nothing (a
+ *             replay, or one the feed already applied) dispatches nothing; a first connection gets the room's names
+ *             as a `correction` with names only.
+ *   vocabulary  {seq, terms, learned}   the room's vocabulary (the editor's stream only)
+ *   status    {live, publishers, viewers, delayS, held, behindMs, released}   the last four: the room's hold-back
+ *             delay in seconds, how many events wait for it and how long the oldest has (ms), and (editor stream
+ *             only) the newest seq the audience has; null when the server does not say
  * Records: `id` is the room-wide sentence id; `start`/`end` are ms since the room was created; `spk` 0-based.
  * Other message types (`words` for viewers that asked for word times, types a newer server adds) are kept in
  * `messages` and otherwise ignored.
+ *
+ * Corrections apply in seq order per sentence: one older than what the feed holds for that sentence (a replay, or
+ * the answer to this page's own edit arriving after a newer edit of someone else's) is ignored, and a deleted id
+ * never comes back.
  */
 
+import { orderedIndex } from "./corrections.js";
+import { mergeNames } from "./labels.js";
+import { decodeCorrection } from "./protocol.js";
 import { stableCount } from "./stable.js";
 
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000];
@@ -53,7 +71,9 @@ export class RoomFeed extends EventTarget {
   partialSpk = null;
   partialSession = null;
   lastSeq = null;
-  status = { live: false, publishers: 0, viewers: 0 };
+  status = { live: false, publishers: 0, viewers: 0, delayS: null, held: null, behindMs: null, released: null };
+  /** The room's speaker names, `{"<spk>": name}` (labels without a name are absent). */
+  names = {};
 
   #room;
   #token;
@@ -61,20 +81,26 @@ export class RoomFeed extends EventTarget {
   #state = FeedState.STOPPED;
   #detail = "";
   #records = new Map();
+  #seqs = new Map(); // sentence id -> {seq: of the caption that brought it, edit: of its latest version}
+  #gone = new Set(); // ids of deleted sentences
   #attempt = 0;
   #retryTimer = 0;
   #silenceTimer = 0;
   #keep;
+  #editor;
 
   /**
-   * @param {{room: string, token?: string, keep?: number}} options
-   *   keep: how many most recent sentences to hold (older ones are dropped; 0 = all)
+   * @param {{room: string, token?: string, keep?: number, editor?: boolean}} options
+   *   keep: how many most recent sentences to hold (older ones are dropped; 0 = all); editor: follow the editor's
+   *   stream (`?editor=1`: everything at once whatever the room's delay, partials, `vocabulary`, `released`), for
+   *   which `token` must be the room's editor token or the server's
    */
-  constructor({ room, token = "", keep = 0 }) {
+  constructor({ room, token = "", keep = 0, editor = false }) {
     super();
     this.#room = room;
     this.#token = token;
     this.#keep = keep;
+    this.#editor = editor;
   }
 
   get state() {
@@ -92,6 +118,29 @@ export class RoomFeed extends EventTarget {
   /** Sentence records in order (live objects; do not modify). */
   get sentences() {
     return [...this.#records.values()];
+  }
+
+  /** Record of sentence `id`, or null (a live object; do not modify). */
+  sentence(id) {
+    return this.#records.get(id) ?? null;
+  }
+
+  /**
+   * `{seq, edit}` of sentence `id`: the seq of the caption that brought it (for a first connection, the seq its
+   * whole snapshot reflects) and of its latest version (a correction's); null for a sentence not held.
+   */
+  seqOf(id) {
+    const seqs = this.#seqs.get(id);
+    return seqs ? { ...seqs } : null;
+  }
+
+  /**
+   * Apply a correction known by other means than the stream (the answer to the editor's own request, shaped as the
+   * `correction` message: `{seq, sentences, deleted, names, editor}`), exactly as if it had come on the stream; the
+   * stream's copy of it then changes nothing. Returns the `correction` event's detail, or null when nothing changed.
+   */
+  applyCorrection(message) {
+    return this.#onCorrection({ type: "correction", ...message });
   }
 
   /** `{sentences: [...copies], partial, stable}` */
@@ -123,6 +172,7 @@ export class RoomFeed extends EventTarget {
 
   #open() {
     const params = new URLSearchParams();
+    if (this.#editor) params.set("editor", "1");
     if (this.#token) params.set("token", this.#token);
     if (this.lastSeq !== null) params.set("after", String(this.lastSeq));
     const query = params.toString();
@@ -193,6 +243,10 @@ export class RoomFeed extends EventTarget {
           live: message.live === true,
           publishers: Number(message.publishers) || 0,
           viewers: Number(message.viewers) || 0,
+          delayS: finiteOr(message.delay_s),
+          held: finiteOr(message.held),
+          behindMs: finiteOr(message.behind_ms),
+          released: finiteOr(message.released),
         };
         this.dispatchEvent(new CustomEvent("status", { detail: { ...this.status } }));
         this.#setState(this.status.live ? FeedState.LIVE : FeedState.WAITING);
@@ -203,30 +257,36 @@ export class RoomFeed extends EventTarget {
       case "speakers":
         this.#onSpeakers(message);
         break;
+      case "correction":
+        this.#onCorrection(message);
+        break;
+      case "vocabulary": {
+        const list = (value) => (Array.isArray(value) ? value.filter((t) => typeof t === "string") : []);
+        const detail = { seq: finiteOr(message.seq), terms: list(message.terms), learned: list(message.learned) };
+        this.dispatchEvent(new CustomEvent("vocabulary", { detail }));
+        break;
+      }
     }
   }
 
   #onCaption(message) {
     const added = [];
+    const seq = Number.isFinite(message.seq) ? message.seq : null;
     for (const raw of Array.isArray(message.sentences) ? message.sentences : []) {
       const record = toRecord(raw);
-      if (!record || this.#records.has(record.id)) continue; // a replay after a reconnect: seen already
+      // A replay after a reconnect: seen already (or deleted since).
+      if (!record || this.#records.has(record.id) || this.#gone.has(record.id)) continue;
       this.#records.set(record.id, record);
+      this.#seqs.set(record.id, { seq, edit: seq });
       added.push(record);
     }
-    if (this.#keep > 0) {
-      for (const id of this.#records.keys()) {
-        if (this.#records.size <= this.#keep) break;
-        this.#records.delete(id);
-      }
-    }
+    this.#trim();
     this.partial = typeof message.partial === "string" ? message.partial : "";
     this.stable = stableCount(message.stable, this.partial);
     this.partialSpk = this.partial && Number.isInteger(message.partial_spk) ? message.partial_spk : null;
     this.partialSession = this.partialSpk !== null && typeof message.partial_session === "string"
       ? message.partial_session : null;
     for (const record of added) this.dispatchEvent(new CustomEvent("sentence", { detail: record }));
-    const seq = Number.isFinite(message.seq) ? message.seq : null;
     const { partial, stable, partialSpk, partialSession } = this;
     this.dispatchEvent(new CustomEvent("caption", {
       detail: { seq, sentences: added, partial, stable, partialSpk, partialSession },
@@ -242,6 +302,67 @@ export class RoomFeed extends EventTarget {
       changed.push(record);
     }
     if (changed.length) this.dispatchEvent(new CustomEvent("speakers", { detail: { seq: message.seq, changed } }));
+  }
+
+  #onCorrection(raw) {
+    const message = decodeCorrection(raw);
+    const { seq } = message;
+    const changed = [];
+    const deleted = [];
+    const removed = [];
+    for (const id of message.deleted) {
+      if (this.#gone.has(id)) continue;
+      this.#gone.add(id);
+      const record = this.#records.get(id);
+      if (record) {
+        this.#records.delete(id);
+        deleted.push(id);
+        removed.push(record);
+      }
+      this.#seqs.delete(id);
+    }
+    for (const sentence of message.sentences) {
+      const record = toRecord(sentence);
+      if (!record || this.#gone.has(record.id)) continue;
+      const held = this.#records.get(record.id);
+      const seqs = this.#seqs.get(record.id);
+      if (held) {
+        if (seq !== null && seqs?.edit !== null && seqs?.edit !== undefined && seqs.edit >= seq) continue; // stale
+        if (seqs) seqs.edit = seq;
+        if (!sentence.session) record.session = held.session; // a data-channel shape without one: it did not move
+        if (sameRecord(held, record)) continue;
+        Object.assign(held, record);
+        changed.push(held);
+      } else {
+        const list = [...this.#records.values()];
+        const at = orderedIndex(list, record);
+        // With `keep`, a sentence older than everything held is one trimmed away, not a split to show.
+        if (this.#keep > 0 && at === 0 && list.length >= this.#keep) continue;
+        list.splice(at, 0, record);
+        this.#records = new Map(list.map((r) => [r.id, r]));
+        this.#seqs.set(record.id, { seq, edit: seq });
+        changed.push(record);
+      }
+    }
+    this.#trim();
+    const names = {};
+    for (const [spk, name] of Object.entries(message.names)) {
+      if (mergeNames(this.names, { [spk]: name })) names[spk] = name;
+    }
+    if (!changed.length && !deleted.length && !Object.keys(names).length) return null;
+    const detail = { seq, changed: changed.filter((r) => this.#records.has(r.id)), deleted, removed, names,
+                     editor: message.editor };
+    this.dispatchEvent(new CustomEvent("correction", { detail }));
+    return detail;
+  }
+
+  #trim() {
+    if (this.#keep <= 0) return;
+    for (const id of this.#records.keys()) {
+      if (this.#records.size <= this.#keep) break;
+      this.#records.delete(id);
+      this.#seqs.delete(id);
+    }
   }
 
   #setState(state, detail = "") {
@@ -264,6 +385,14 @@ function toRecord(raw) {
     spk: Number.isInteger(raw.spk) && raw.spk >= 0 ? raw.spk : null,
     session: typeof raw.session === "string" ? raw.session : "",
   };
+}
+
+function sameRecord(a, b) {
+  return a.text === b.text && a.start === b.start && a.end === b.end && a.spk === b.spk && a.session === b.session;
+}
+
+function finiteOr(value, fallback = null) {
+  return typeof value === "number" && Number.isFinite(value) ? value : fallback;
 }
 
 function jitter(ms) {

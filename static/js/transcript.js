@@ -6,7 +6,12 @@
  * each session numbers its sentences and times from zero. Sentences are therefore keyed by (session, id),
  * and each session's times are shifted onto one page-wide timeline: a session starts where the page clock
  * stands when it begins, and never before the end of the previous sentence, so exports stay in order.
+ *
+ * A room's editor may correct the current session's sentences (`correct`): the records change in place, so the
+ * page's transcript downloads carry the corrected text.
  */
+
+import { orderedIndex } from "./corrections.js";
 
 export class Transcript {
   partial = "";
@@ -32,26 +37,15 @@ export class Transcript {
   }
 
   /**
-   * Append newly locked sentences (decoded by protocol.js). A sentence is locked once and never changes,
-   * so a repeated id is ignored. Returns the records actually added.
+   * Append newly locked sentences (decoded by protocol.js). A sentence is locked once (only a room's editor
+   * changes it after: `correct`), so a repeated id is ignored. Returns the records actually added.
    */
   addSentences(sentences) {
     const added = [];
     for (const s of sentences) {
       const key = this.#key(this.#session, s.id);
       if (this.#byKey.has(key) || !s.text) continue;
-      const record = {
-        id: s.id,
-        text: s.text,
-        start: s.start + this.#offsetMs,
-        end: s.end + this.#offsetMs,
-        spk: s.spk,
-        session: this.#session,
-      };
-      if (s.words) {
-        record.words = s.words.map((w) => ({ w: w.w, start_ms: w.start_ms + this.#offsetMs,
-                                             end_ms: w.end_ms + this.#offsetMs }));
-      }
+      const record = this.#record(s);
       this.#byKey.set(key, record);
       this.#sentences.push(record);
       added.push(record);
@@ -69,6 +63,44 @@ export class Transcript {
     record.words = words.map((w) => ({ w: w.w, start_ms: w.start_ms + this.#offsetMs,
                                        end_ms: w.end_ms + this.#offsetMs }));
     return record;
+  }
+
+  /**
+   * Apply a `correction` (decoded by protocol.js: `{sentences, deleted}`, ids of the current session): a sentence
+   * held takes its new text, times and speaker (its word times go when its text changed and none came with it); one
+   * not held is a new sentence from a split, inserted in order of start, then id; `deleted` ones are removed.
+   * Returns `{changed: [records], removed: [records]}` (records that did not change are left out).
+   */
+  correct({ sentences = [], deleted = [] }) {
+    const removed = [];
+    for (const id of deleted) {
+      const key = this.#key(this.#session, id);
+      const record = this.#byKey.get(key);
+      if (!record) continue;
+      this.#byKey.delete(key);
+      this.#sentences.splice(this.#sentences.indexOf(record), 1);
+      removed.push(record);
+    }
+    const changed = [];
+    for (const s of sentences) {
+      if (!s.text) continue;
+      const key = this.#key(this.#session, s.id);
+      const record = this.#byKey.get(key);
+      const fresh = this.#record(s);
+      if (!record) {
+        this.#sentences.splice(orderedIndex(this.#sentences, fresh), 0, fresh);
+        this.#byKey.set(key, fresh);
+        changed.push(fresh);
+        continue;
+      }
+      const same = record.text === fresh.text && record.start === fresh.start && record.end === fresh.end
+        && record.spk === fresh.spk;
+      if (same && !fresh.words) continue;
+      if (record.text !== fresh.text && !fresh.words) delete record.words; // times of words no longer there
+      Object.assign(record, fresh);
+      if (!same) changed.push(record);
+    }
+    return { changed, removed };
   }
 
   /** Apply a speaker relabel (Map of sentence id → spk) to the current session; returns changed records. */
@@ -101,6 +133,23 @@ export class Transcript {
   /** A detached copy: `{sentences: [{id, text, start, end, spk, session}], partial, stable}`. */
   snapshot() {
     return { sentences: this.#sentences.map((s) => ({ ...s })), partial: this.partial, stable: this.stable };
+  }
+
+  /** A record of the current session from a decoded sentence, on the page's timeline. */
+  #record(s) {
+    const record = {
+      id: s.id,
+      text: s.text,
+      start: s.start + this.#offsetMs,
+      end: s.end + this.#offsetMs,
+      spk: s.spk,
+      session: this.#session,
+    };
+    if (s.words) {
+      record.words = s.words.map((w) => ({ w: w.w, start_ms: w.start_ms + this.#offsetMs,
+                                           end_ms: w.end_ms + this.#offsetMs }));
+    }
+    return record;
   }
 
   #key(session, id) {

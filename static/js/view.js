@@ -2,8 +2,12 @@
  * Renders the transcript: locked sentences grouped into speaker turns (consecutive sentences of one speaker
  * in one session, as the server's TXT export groups them: app/transcripts/exports.py `turns`), then the partial line.
  *
- * Locked sentences are only ever appended (they never change), so the common update touches one element and
- * the reader's text selection survives. A speaker relabel or a clear re-renders everything: both are rare.
+ * Locked sentences are appended, so the common update touches one element and the reader's text selection
+ * survives. A speaker relabel or a clear re-renders everything: both are rare. A room's editor may correct a locked
+ * sentence (`correct`): its element takes the new text in place and is marked `corrected` for two seconds
+ * (./corrections.js); a deletion, a split or a change of speaker regroups the turns around the same sentence
+ * elements (a re-render keeps every element of a sentence that stays), so nothing on screen is rebuilt from scratch.
+ * `setNames` shows the room's speaker names ("Dr. Lee" for "Speaker 2") in the turn heads and the partial line.
  *
  * The partial line shows its settled words (the server's `stable` count: they lock exactly as shown) like locked
  * text and only the tentative tail after them quieter. The settled span is never rewritten while it only grows:
@@ -24,6 +28,7 @@
  *   The partial's textContent is its label and a space (when shown), then exactly the server's partial text.
  */
 
+import { isMarked, markCorrected } from "./corrections.js";
 import { shortTime, speakerName } from "./labels.js";
 import { extendsText, splitStable } from "./stable.js";
 
@@ -44,6 +49,9 @@ export class TranscriptView {
   #gap = document.createTextNode("");
   #tentative = part("tentative");
   #settled = ""; // the text the settled span shows
+  #partialArgs = ["", null, null, 0]; // the latest setPartial's arguments
+  #names = {};
+  #spans = new Map(); // key(session, id) -> the sentence's element
 
   /**
    * @param {{log: HTMLElement, partial: HTMLElement, follow: import("./follow.js").Follow}} parts
@@ -68,10 +76,11 @@ export class TranscriptView {
    */
   setPartial(text, spk = null, session = null, stable = 0) {
     text = text ?? "";
+    this.#partialArgs = [text, spk, session, stable];
     const known = text && spk !== null && spk !== undefined;
     const other = !this.#lastRecord || this.#lastRecord.spk !== spk
       || (session !== null && this.#lastRecord.session !== session);
-    const label = known && other ? speakerName(spk) : "";
+    const label = known && other ? speakerName(spk, this.#names) : "";
     const { settled, gap, tail } = splitStable(text, stable);
     const key = `${label}\u0000${settled}\u0000${gap}\u0000${tail}`;
     if (this.#partialKey === key) return;
@@ -107,31 +116,78 @@ export class TranscriptView {
     this.#follow.update();
   }
 
-  /** Rebuild everything from the records (after a speaker relabel or a clear); the partial line is updated. */
+  /**
+   * Rebuild everything from the records (after a speaker relabel, a correction or a clear); the partial line is
+   * updated. The element of a sentence shown before is kept (with its new text), so a reader's place holds.
+   */
   render(records, partial, partialSpk = null, partialSession = null, stable = 0) {
+    const kept = this.#spans;
+    this.#spans = new Map();
     this.#log.replaceChildren();
     this.#lastTurn = null;
     this.#lastRecord = null;
-    for (const record of records) this.#append(record, false);
+    for (const record of records) this.#append(record, false, kept);
     this.setPartial(partial, partialSpk, partialSession, stable);
     this.#follow.update();
   }
 
-  #append(record, animate = true) {
+  /**
+   * Apply a correction: `changed` records (their new text and speaker; one not shown yet is a new sentence from a
+   * split), `removed` records leave; `records` is the source's whole list in order. A change of text only is made in
+   * the sentence's element; anything else regroups the turns (render). Each changed sentence is marked `corrected`.
+   */
+  correct({ changed = [], removed = [] }, records = []) {
+    const regroup = removed.some((r) => this.#spans.has(key(r))) || changed.some((record) => {
+      const span = this.#spans.get(key(record));
+      return !span || span.dataset.spk !== spkAttr(record.spk);
+    });
+    if (regroup) {
+      this.render(records, ...this.#partialArgs);
+    } else {
+      for (const record of changed) fill(this.#spans.get(key(record)), record);
+      this.#follow.update();
+    }
+    for (const record of changed) {
+      const span = this.#spans.get(key(record));
+      if (span) markCorrected(span);
+    }
+  }
+
+  /** Show speaker label `spk` as `names[spk]` where the room named it (`{"<spk>": name}`), on the names shown too. */
+  setNames(names) {
+    this.#names = { ...(names ?? {}) };
+    for (const turn of this.#log.querySelectorAll(".turn")) {
+      const who = turn.querySelector(".turn-head .who");
+      if (who && turn.dataset.speaker !== "") who.textContent = speakerName(Number(turn.dataset.speaker), this.#names);
+    }
+    this.#partialKey = "";
+    this.setPartial(...this.#partialArgs);
+  }
+
+  #append(record, animate = true, kept = null) {
     const last = this.#lastRecord;
     if (!last || record.spk !== last.spk || record.session !== last.session) {
       if (last && record.session !== last.session) this.#log.append(sessionBreak(record));
-      this.#lastTurn = turnElement(record);
+      this.#lastTurn = turnElement(record, this.#names);
       this.#log.append(this.#lastTurn);
     }
     const text = this.#lastTurn.querySelector(".turn-text");
     if (text.childElementCount) text.append(" ");
-    text.append(sentenceElement(record, animate));
+    const old = kept?.get(key(record));
+    const span = old ? fill(old, record) : sentenceElement(record, animate);
+    if (old && isMarked(old)) markCorrected(old);
+    this.#spans.set(key(record), span);
+    text.append(span);
     this.#lastRecord = record;
   }
 }
 
-function turnElement(record) {
+/** A sentence's key: ids are per session on the page's own data channel (room-wide in a room, where this is too). */
+function key(record) {
+  return `${record.session ?? ""}\u0000${record.id}`;
+}
+
+function turnElement(record, names) {
   const turn = document.createElement("section");
   turn.className = "turn";
   turn.dataset.speaker = spkAttr(record.spk);
@@ -141,7 +197,7 @@ function turnElement(record) {
   head.className = "turn-head";
   const who = document.createElement("span");
   who.className = "who";
-  who.textContent = speakerName(record.spk);
+  who.textContent = speakerName(record.spk, names);
   const when = document.createElement("time");
   when.className = "when";
   when.textContent = shortTime(record.start);
@@ -164,10 +220,16 @@ function part(name) {
 function sentenceElement(record, animate) {
   const span = document.createElement("span");
   span.className = animate ? "sentence arriving" : "sentence";
-  span.dataset.sentenceId = String(record.id);
-  span.dataset.spk = spkAttr(record.spk);
-  span.title = `${shortTime(record.start)} – ${shortTime(record.end)}`;
-  span.textContent = record.text;
+  return fill(span, record);
+}
+
+/** Make `span` show `record` (touching only what differs); returns it. */
+function fill(span, record) {
+  if (span.dataset.sentenceId !== String(record.id)) span.dataset.sentenceId = String(record.id);
+  if (span.dataset.spk !== spkAttr(record.spk)) span.dataset.spk = spkAttr(record.spk);
+  const title = `${shortTime(record.start)} – ${shortTime(record.end)}`;
+  if (span.title !== title) span.title = title;
+  if (span.textContent !== record.text) span.textContent = record.text;
   return span;
 }
 

@@ -1,0 +1,356 @@
+"""Editors correcting a room live, without a browser: the correction events through both stores, the audience's
+hold-back delay on a fake clock, what an edit does to word times, splits and learned terms, corrected transcript
+files with their history, who may edit, and the vocabulary reaching a live session's decodes. Sentences come from
+the room's own commit path (or the named fake recognizer): what is tested is the rooms, not the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from app.rooms import Room
+from app.rooms.edits import corrected, learned_terms, merged_terms, split
+from app.rooms.holdback import Holdback, empty
+from app.rooms.keys import ROOMS
+from app.rooms.store import Edits, SentenceRecord, open_store
+from engine import CaptionEngine, protocol
+from engine.asr.fake import FakeTranscriber
+from engine.config import EngineConfig
+from engine.protocol import Caption, Correction, Sentence, Speakers, Word
+from speechdata.corpus import audio, pad
+from tests.rtc_client import CaptionClient
+from tests.servers import running_server
+from tests.sse import SseReader
+
+TOKEN = "server-token-for-corrections"
+ROOM = "room-edits-abcdef"
+
+
+def words_of(text: str, start: int, step: int = 300) -> tuple[Word, ...]:
+    return tuple(Word(w, start + i * step, start + (i + 1) * step - 20) for i, w in enumerate(text.split()))
+
+
+def record(sid: int, text: str, start: int = 0, spk: int | None = 0, session: str = "s") -> SentenceRecord:
+    words = words_of(text, start)
+    return SentenceRecord(sid, session, text, start, words[-1].end_ms, spk, words)
+
+
+# ---- what an edit does to a sentence (pure) ----------------------------------------------------------------------
+def test_an_edit_keeps_the_times_of_untouched_words_and_gives_new_ones_the_time_of_those_they_replace() -> None:
+    old = record(3, "I met dash wood at the concert", start=1000)
+    new = corrected(old, "I met Dashwood at the concert.", spk=1)
+    assert new.text == "I met Dashwood at the concert." and new.spk == 1 and new.id == 3
+    assert [w.w for w in new.words] == new.text.split()
+    assert new.words[0] == old.words[0] and new.words[1] == old.words[1]
+    assert new.words[2].start_ms == old.words[2].start_ms and new.words[2].end_ms == old.words[3].end_ms
+    assert [(w.start_ms, w.end_ms) for w in new.words[3:]] == [(w.start_ms, w.end_ms) for w in old.words[4:]]
+    inserted = corrected(old, "I met dash wood, my friend, at the concert", spk=0)
+    assert [w.w for w in inserted.words] == inserted.text.split()
+    times = [(w.start_ms, w.end_ms) for w in inserted.words]
+    assert times == sorted(times) and all(a <= b for a, b in times), "word times stay in order"
+    untimed = corrected(SentenceRecord(0, "s", "old words", 0, 1000, None), "three new words", None)
+    assert [w.w for w in untimed.words] == ["three", "new", "words"]
+    assert untimed.words[0].start_ms == 0 and untimed.words[-1].end_ms == 1000
+
+
+def test_a_split_cuts_where_a_word_ends_and_refuses_an_empty_side() -> None:
+    old = record(5, "thanks everyone now over to Sam", start=2000, spk=0)
+    first, second = split(old, 2, new_id=9)
+    assert (first.id, first.text, second.id, second.text) == (5, "thanks everyone", 9, "now over to Sam")
+    assert first.end_ms == old.words[1].end_ms and second.start_ms == old.words[1].end_ms
+    assert first.words == old.words[:2] and second.words == old.words[2:]
+    for at in (0, 6, -1):
+        with pytest.raises(ValueError, match="both sides"):
+            split(old, at, new_id=9)
+
+
+def test_names_and_terms_an_editor_puts_in_are_learned_but_case_and_punctuation_fixes_are_not() -> None:
+    assert learned_terms("I met dash wood today", "I met Dashwood today") == ["Dashwood"]
+    assert learned_terms("captain fray says so", "Captain Frere says so") == ["Frere"]
+    assert learned_terms("it was three d", "it was 3D") == ["3D"]
+    assert learned_terms("we met in c span", "we met in C-SPAN") == ["C-SPAN"]
+    assert learned_terms("the cat sat", "The cat sat.") == []  # case and punctuation only
+    assert learned_terms("their going home", "they're going home") == []  # a plain word
+    assert learned_terms("a b c d e f", "Q R S T U V W") == [], "a rewrite is not a term"
+    assert merged_terms(("Dashwood",), ["dashwood", "Frere", "Frere"]) == ("Dashwood", "Frere")
+
+
+# ---- the audience's delay on a fake clock --------------------------------------------------------------------------
+def caption(*sentences: Sentence) -> Caption:
+    return Caption(list(sentences), "")
+
+
+def test_the_audience_gets_each_caption_after_the_delay_and_everything_in_seq_order() -> None:
+    hold = Holdback(5.0, released=10)
+    s0, s1 = Sentence(0, "first one", 0, 900, 0), Sentence(1, "second one", 1000, 1900, 0)
+    hold.add(11, caption(s0), committed_s=100.0)
+    hold.add(12, Correction((Sentence(7, "an old one, fixed", 0, 500, 0),)), committed_s=101.0)  # no delay of its own
+    hold.add(13, caption(s1), committed_s=102.0)
+    hold.add(12, caption(s1), committed_s=102.5)  # a repeat: ignored
+    assert hold.held == 3 and hold.behind_ms(103.0) == 3000 and hold.held_sentences() == {0, 1}
+    assert hold.due(104.99) == [] and hold.next_due_s() == 105.0
+    assert [seq for seq, _ in hold.due(105.0)] == [11, 12], "the correction waits for the caption before it"
+    assert hold.released == 12 and hold.held == 1
+    assert [seq for seq, _ in hold.due(107.0)] == [13] and hold.held == 0 and hold.behind_ms(108.0) == 0
+
+
+def test_a_correction_within_the_delay_is_the_only_version_the_audience_gets() -> None:
+    hold = Holdback(5.0)
+    hold.add(1, caption(Sentence(0, "mister dash wood arrived", 0, 900, 0), Sentence(1, "uh hallucination", 900,
+                                                                                      1200, 0)), committed_s=0.0)
+    fixed = Sentence(0, "Mister Dashwood arrived.", 0, 900, 1)
+    hold.add(2, Correction((fixed,), (1,), {1: "Dr. Lee"}, "Ann"), committed_s=3.0)
+    hold.add(3, Speakers({0: 2}), committed_s=3.5)
+    hold.add(4, Correction((Sentence(0, "Mister Dashwood", 0, 500, 2), Sentence(8, "arrived.", 500, 900, 2))),
+             committed_s=4.0)  # a split of a held sentence: its new part is held with it
+    out = hold.due(5.0)
+    assert [seq for seq, _ in out] == [1, 2, 3, 4]
+    first = out[0][1]
+    assert isinstance(first, Caption)
+    assert [(s.id, s.text, s.spk) for s in first.sentences] == [(0, "Mister Dashwood", 2), (8, "arrived.", 2)]
+    rest = [m for _, m in out[1:]]
+    assert isinstance(rest[0], Correction) and rest[0].names == {1: "Dr. Lee"} and not rest[0].sentences
+    assert not empty(rest[0]) and empty(rest[1]) and empty(rest[2]), "what the captions took goes as a seq alone"
+
+
+# ---- both stores -----------------------------------------------------------------------------------------------------
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
+async def test_corrections_are_stored_with_the_original_and_survive_reopening(target: str) -> None:
+    store = await open_store(target)
+    await store.create_room(ROOM, "t", editor_token_sha256="digest", delay_s=5.0)
+    a, b = record(0, "mister dash wood arrived"), record(1, "uh", start=2000)
+    await store.append(ROOM, Caption([a.sentence(), b.sentence()], "", seq=1), [a, b])
+    fixed = corrected(a, "Mister Dashwood arrived.", 1)
+    await store.append(ROOM, Correction((fixed.sentence(),), (), {1: "Dr. Lee"}, "Ann", seq=2),
+                       edits=Edits(replaced=(fixed,), names={1: "Dr. Lee"}))
+    await store.append(ROOM, Correction((), (1,), {}, "Ann", seq=3), edits=Edits(deleted=(1,)))
+    first, second = split(fixed, 2, new_id=99)
+    stored = await store.append(ROOM, Correction((first.sentence(), second.sentence()), editor="Bo", seq=4), [second],
+                                edits=Edits(replaced=(first,)))
+    assert [s.id for s in stored.records] == [2], "the split's new part gets the room's next id"
+    assert isinstance(stored.event, Correction) and [s.id for s in stored.event.sentences] == [0, 2]
+    await store.append(ROOM, protocol.Vocabulary(("Dashwood",), ("Frere",), seq=5),
+                       edits=Edits(vocabulary=(("Dashwood",), ("Frere",))))
+    await store.close()
+    again = await open_store(target)
+    snap = await again.snapshot(ROOM)
+    assert [(s.id, s.text, s.spk, s.original) for s in snap.sentences] == [
+        (0, "Mister Dashwood", 1, "mister dash wood arrived"), (2, "arrived.", 1, None)]
+    assert snap.names == {1: "Dr. Lee"} and snap.seq == 5
+    everything = await again.snapshot(ROOM, deleted=True)
+    assert [(s.id, s.deleted) for s in everything.sentences] == [(0, False), (2, False), (1, True)], "in time order"
+    history = await again.timed_events(ROOM, kind="correction")
+    assert [e.seq for e in history] == [2, 3, 4] and all(e.created_ms > 0 for e in history)
+    assert isinstance(history[0].message, Correction) and history[0].message.editor == "Ann"
+    assert [seq for seq, _ in await again.events_after(ROOM, 1)] == [2, 3, 4, 5]
+    room = await again.room(ROOM)
+    assert room is not None and (room.editor_token_sha256, room.delay_s) == ("digest", 5.0)
+    assert (room.names, room.terms, room.learned) == ({1: "Dr. Lee"}, ("Dashwood",), ("Frere",))
+    await again.close()
+
+
+# ---- over HTTP: who may edit, what viewers and files get ---------------------------------------------------------
+@pytest.fixture
+async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "c.db")) as served:
+        yield served
+
+
+async def call(method: str, url: str, token: str | None, body: Any = None) -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as http, http.request(method, url, json=body, headers=headers) as r:
+        text = await r.text()
+        return r.status, (json.loads(text) if text and r.content_type == "application/json" else {"text": text})
+
+
+async def new_room(url: str, **body: Any) -> dict[str, Any]:
+    status, made = await call("POST", f"{url}/rooms", TOKEN, body)
+    assert status == 201, made
+    return made
+
+
+async def lock(app: web.Application, room_id: str, *texts: str, session: str = "pub") -> list[SentenceRecord]:
+    """Sentences locked in the room the way a publisher's are."""
+    room: Room | None = await app[ROOMS].get(room_id)
+    assert room is not None
+    start = 0
+    make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]] = []
+    for text in texts:
+        words = words_of(text, start)
+        make.append((session, text, start, words[-1].end_ms, 0, words))
+        start = words[-1].end_ms + 500
+    return await room.commit_sentences(make)
+
+
+async def until(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def shown(events: list[tuple[int | None, dict[str, Any]]]) -> dict[int, str]:
+    """What a viewer shows after ``events``: sentence id -> text (corrections applied, deleted ones gone)."""
+    out: dict[int, str] = {}
+    for _, m in events:
+        if m["type"] == "caption":
+            out.update({s["id"]: s["text"] for s in m["sentences"]})
+        elif m["type"] == "correction":
+            out.update({s["id"]: s["text"] for s in m["sentences"]})
+            for sid in m["deleted"]:
+                out.pop(sid, None)
+    return out
+
+
+def texts_ever(events: list[tuple[int | None, dict[str, Any]]]) -> set[str]:
+    return {s["text"] for _, m in events if m["type"] in ("caption", "correction") for s in m["sentences"]}
+
+
+async def test_an_editor_token_edits_its_own_room_and_nothing_else(server: tuple[str, web.Application]) -> None:
+    url, app = server
+    mine, other = await new_room(url, private=True), await new_room(url)
+    room, editor = mine["room"], mine["editor_token"]
+    assert editor and mine["links"]["edit"].endswith(f"/rooms/{room}/edit?token={editor}")
+    [s] = await lock(app, room, "hello wrold")
+    put = f"{url}/rooms/{room}/sentences/{s.id}"
+    assert (await call("PUT", put, editor, {"text": "hello world"}))[0] == 200
+    assert (await call("PUT", put, TOKEN, {"text": "hello world!"}))[0] == 200, "the server's token edits any room"
+    for token in (None, "nope", mine["viewer_token"], other["editor_token"]):
+        status, body = await call("PUT", put, token, {"text": "vandalised"})
+        assert status == 403 and body["error"]["code"] == "unauthorized", token
+    assert (await call("POST", f"{url}/rooms", editor, {}))[0] == 401, "an editor token cannot create rooms"
+    assert (await call("GET", f"{url}/rooms/{other['room']}/vocabulary", editor))[0] == 403
+    assert (await call("GET", f"{url}/rooms/{room}/events?editor=1", mine["viewer_token"]))[0] == 403
+    status, _ = await call("GET", f"{url}/rooms/{room}/transcript.txt", editor)
+    assert status == 200, "an editor may read its (private) room"
+    assert (await call("PUT", f"{url}/rooms/{room}/sentences/999", editor, {"text": "x"}))[0] == 404
+    for bad in ({"text": ""}, {"text": 5}, {"text": "ok", "spk": "1"}, {"text": "ok", "colour": 1}):
+        status, body = await call("PUT", put, editor, bad)
+        assert status == 400 and body["error"]["code"] == "bad_message", bad
+    status, body = await call("POST", f"{put}/split", editor, {"at": 9})
+    assert status == 400 and "both sides" in body["error"]["message"]
+
+
+async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_the_corrected_text(
+        server: tuple[str, web.Application]) -> None:
+    url, app = server
+    made = await new_room(url)
+    room, editor = made["room"], made["editor_token"]
+    a, b, c = await lock(app, room, "mister dash wood arrived", "uh uh", "then we began")
+    async with SseReader(f"{url}/rooms/{room}/events?token={TOKEN}") as live:
+        await until(lambda: len(shown(live.events)) == 3)
+        resume_from = max(i for i, _ in live.events if i is not None)
+        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{a.id}", editor,
+                           {"text": "Mister Dashwood arrived.", "editor": "Ann"}))[0] == 200
+        assert (await call("DELETE", f"{url}/rooms/{room}/sentences/{b.id}", editor))[0] == 200
+        status, body = await call("PUT", f"{url}/rooms/{room}/speakers/0", editor, {"name": "Dr. Lee"})
+        assert status == 200 and body["names"] == {"0": "Dr. Lee"}
+        status, body = await call("POST", f"{url}/rooms/{room}/sentences/{c.id}/split", editor, {"at": 1})
+        assert status == 200 and [s["text"] for s in body["sentences"]] == ["then", "we began"]
+        await until(lambda: sum(m["type"] == "correction" for _, m in live.events) == 4)
+        assert shown(live.events) == {a.id: "Mister Dashwood arrived.", c.id: "then",
+                                      body["sentences"][1]["id"]: "we began"}
+        names = [m["names"] for _, m in live.events if m["type"] == "correction" and m["names"]]
+        assert names == [{"0": "Dr. Lee"}]
+        first = next(m for _, m in live.events if m["type"] == "correction")
+        assert first["editor"] == "Ann" and first["sentences"][0]["id"] == a.id
+    async with SseReader(f"{url}/rooms/{room}/events") as late, \
+            SseReader(f"{url}/rooms/{room}/events", last_event_id=resume_from) as resumed:
+        await until(lambda: any(m["type"] == "room" for _, m in late.events))
+        await until(lambda: any(m["type"] == "room" for _, m in resumed.events))
+        for reader in (late, resumed):
+            assert shown(reader.events) == shown(live.events)
+            assert "mister dash wood arrived" not in texts_ever(reader.events), "never the replaced text"
+            assert "uh uh" not in texts_ever(reader.events)
+        assert any(m["type"] == "correction" and m["names"] == {"0": "Dr. Lee"} for _, m in late.events)
+    status, srt = await call("GET", f"{url}/rooms/{room}/transcript.srt?speakers=label", None)
+    assert "Dr. Lee: Mister Dashwood arrived." in srt["text"] and "dash wood" not in srt["text"]
+    status, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", None)
+    entries = {s["id"]: s for s in doc["sentences"]}
+    assert entries[a.id]["original"] == "mister dash wood arrived" and entries[a.id]["speaker"] == "Dr. Lee"
+    assert [w["w"] for w in entries[a.id]["words"]] == ["Mister", "Dashwood", "arrived."]
+    assert [(e["editor"], e["text"]) for e in entries[a.id]["edits"]] == [("Ann", "Mister Dashwood arrived.")]
+    assert doc["deleted"][0]["id"] == b.id and doc["deleted"][0]["edits"][0]["deleted"] is True
+    assert doc["speaker_names"] == {"0": "Dr. Lee"}
+
+
+async def test_with_a_delay_the_audience_never_sees_a_version_corrected_within_it(
+        server: tuple[str, web.Application]) -> None:
+    url, app = server
+    made = await new_room(url, delay_s=1.5)
+    room, editor = made["room"], made["editor_token"]
+    async with SseReader(f"{url}/rooms/{room}/events") as audience, \
+            SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as editors:
+        await until(lambda: any(m["type"] == "room" for _, m in audience.events))
+        locked_at = time.monotonic()
+        [s] = await lock(app, room, "welcome to the counsel meeting")
+        await until(lambda: bool(shown(editors.events)))
+        assert time.monotonic() - locked_at < 1.0, "editors get it at once"
+        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor,
+                           {"text": "Welcome to the council meeting."}))[0] == 200
+        _, state = await call("GET", f"{url}/rooms/{room}", editor)
+        assert state["delay_s"] == 1.5 and state["held"] == 2 and state["released"] == 0
+        await until(lambda: bool(shown(audience.events)))
+        i = next(k for k, (_, m) in enumerate(audience.events) if m["type"] == "caption" and m["sentences"])
+        assert audience.arrived[i] - locked_at >= 1.5, "not before the delay"
+        await asyncio.sleep(0.3)  # the correction (its seq alone) and the status follow at once
+        assert shown(audience.events) == {s.id: "Welcome to the council meeting."}
+        assert texts_ever(audience.events) == {"Welcome to the council meeting."}
+        assert not any(m.get("partial") for _, m in audience.events if m["type"] == "caption")
+        assert any(m["type"] == "room" and m.get("held") == 0 for _, m in audience.events[i:])
+
+
+async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine: CaptionEngine,
+                                                                      tmp_path: Path) -> None:
+    db = str(tmp_path / "d.db")
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
+        made = await new_room(url, delay_s=2.0)
+        room = made["room"]
+        await lock(app, room, "said just before the restart")
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
+        async with SseReader(f"{url}/rooms/{room}/events") as audience:
+            await until(lambda: any(m["type"] == "room" for _, m in audience.events))
+            assert not shown(audience.events), "still held after the restart"
+            await until(lambda: bool(shown(audience.events)), timeout_s=5)
+            assert list(shown(audience.events).values()) == ["said just before the restart"]
+
+
+async def test_the_rooms_vocabulary_and_learned_terms_reach_a_live_sessions_decodes(tmp_path: Path) -> None:
+    fake = FakeTranscriber(delay_s=0.05)
+    engine = CaptionEngine(EngineConfig(speakers=False), transcriber=fake)
+    await engine.start()
+    try:
+        async with running_server(engine, auth_token=TOKEN) as (url, app):
+            made = await new_room(url)
+            room, editor = made["room"], made["editor_token"]
+            [s] = await lock(app, room, "we met captain fray")
+            status, _ = await call("PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor,
+                                   {"text": "We met Captain Frere."})
+            assert status == 200
+            status, vocab = await call("PUT", f"{url}/rooms/{room}/vocabulary", editor,
+                                       {"terms": ["Dashwood", " Dashwood ", "C-SPAN"]})
+            assert status == 200 and vocab == {"terms": ["Dashwood", "C-SPAN"], "learned": ["Frere"]}
+            client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
+            await client.connect(start={"type": "start", "hotwords": ["Kate"]}, offer={"room": room, "token": TOKEN})
+            await client.until_played()
+            await client.stop()
+            await client.close()
+            assert fake.contexts and fake.contexts[-1].startswith("Kate Dashwood C-SPAN Frere")
+            status, got = await call("GET", f"{url}/rooms/{room}/vocabulary", editor)
+            assert got == vocab
+    finally:
+        await engine.close()

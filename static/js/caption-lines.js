@@ -113,8 +113,9 @@ export class CaptionLines {
     for (const record of removed) {
       const span = this.#spans.get(key(record));
       if (!span) continue;
-      if (span.nextSibling?.nodeType === Node.TEXT_NODE) span.nextSibling.remove();
-      span.remove();
+      const head = this.#head(span);
+      if (head !== span) removeWithSpace(head); // its speaker's name goes too (#fixNames puts one back if needed)
+      removeWithSpace(span);
       this.#spans.delete(key(record));
     }
     const marked = [];
@@ -196,12 +197,15 @@ export class CaptionLines {
       const info = this.#info.get(span);
       const before = span.previousElementSibling;
       const who = before && isNameOf(before) ? before : null;
+      // Only one name before a sentence: one left over from a removed sentence goes.
+      while (who?.previousElementSibling && isNameOf(who.previousElementSibling)) {
+        removeWithSpace(who.previousElementSibling);
+      }
       if (this.#needsName(last, info)) {
         if (!who) span.before(this.#nameMark(info.spk), " ");
         else if (who.dataset.whoSpk !== String(info.spk)) this.#setName(who, info.spk);
       } else if (who) {
-        if (who.nextSibling?.nodeType === Node.TEXT_NODE) who.nextSibling.remove();
-        who.remove();
+        removeWithSpace(who);
       }
       last = info;
     }
@@ -346,6 +350,12 @@ export class CaptionLines {
 /** A sentence's key: ids are per session on a page's own data channel (room-wide in a room, where this is too). */
 function key(record) {
   return `${record.session ?? ""}\u0000${record.id}`;
+}
+
+/** Remove `node` and the space after it. */
+function removeWithSpace(node) {
+  if (node.nextSibling?.nodeType === Node.TEXT_NODE) node.nextSibling.remove();
+  node.remove();
 }
 
 /** Whether `el` is a speaker's name put before a sentence (not the open text's voice). */

@@ -479,6 +479,10 @@ async function loadRoom() {
   try {
     const response = await fetch(api("/vocabulary"), { headers, cache: "no-store" });
     if (response.ok) showVocabulary(await response.json());
+    if (response.status === 401 || response.status === 403) {
+      notice("This editor link was refused: its token is not this room's editor token. Ask for the room's editor " +
+             "link (it is given once, when the room is made).");
+    }
   } catch {
     // The stream replays the vocabulary on connect.
   }

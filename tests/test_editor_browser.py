@@ -372,3 +372,15 @@ async def test_the_editor_page_passes_axe(fake_engine: CaptionEngine, browser: B
         await check("dark")
         await editor.screenshot(path=str(shots / "editor-dark.png"))
 
+
+
+async def test_a_refused_editor_link_is_said_plainly(fake_engine: CaptionEngine, browser: Browser) -> None:
+    """A wrong token (here, the room's viewer token) opens no editing: the page says why instead of retrying."""
+    async with running_server(fake_engine) as (url, _):
+        made = await new_room(url, private=True)
+        editor = await browser.new_page()
+        await editor.goto(f"{url}/rooms/{made['room']}/edit?token={made['viewer_token']}")
+        await editor.wait_for_selector("#notice:not([hidden])", timeout=20_000)
+        assert "refused" in await editor.locator("#notice").inner_text()
+        await editor.wait_for_selector("#status[data-state=error]", timeout=30_000)
+        assert "editor link was refused" in await editor.locator("#status-text").inner_text()

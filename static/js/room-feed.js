@@ -208,10 +208,14 @@ export class RoomFeed extends EventTarget {
     clearTimeout(this.#retryTimer);
     if (this.#state === FeedState.STOPPED || this.#state === FeedState.ERROR) return;
     this.#setState(FeedState.RECONNECTING);
-    // Tell a missing room or a wrong token apart from a server that is down: the first cannot heal.
+    // Tell a missing room or a wrong token apart from a server that is down: the first cannot heal. (An editor's
+    // token is checked where only an editor may read: an open room's status answers anyone.)
     try {
-      const response = await fetch(this.url(""), { cache: "no-store" });
+      const response = await fetch(this.url(this.#editor ? "/vocabulary" : ""), { cache: "no-store" });
       if (response.status === 404) return this.#fail("This room does not exist (check the address).");
+      if (this.#editor && (response.status === 401 || response.status === 403)) {
+        return this.#fail("This editor link was refused: its token is not this room's editor token.");
+      }
       if (response.status === 403) return this.#fail("This room needs its viewer token in the address.");
     } catch {
       // The server is unreachable: keep trying.

@@ -41,6 +41,8 @@ EXPECTED_TYPES = {
     "live_captions_rooms_in_memory": "gauge",
     "live_captions_room_events_unsaved": "gauge",
     "live_captions_room_viewers_dropped": "counter",
+    "live_captions_room_corrections": "counter",
+    "live_captions_room_events_held": "gauge",
     "live_captions_recognizer_requests": "gauge",
     "live_captions_engine_state": "gauge",
     "live_captions_store_errors": "counter",

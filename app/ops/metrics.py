@@ -166,6 +166,11 @@ class _Families:
         "(written when it recovers)"))
     dropped: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
         f"{PREFIX}_room_viewers_dropped", "Room viewers cut off for falling too far behind"))
+    corrections: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
+        f"{PREFIX}_room_corrections", "Editors' corrections committed (edits, deletions, splits, speaker names)"))
+    held: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_room_events_held", "Room events waiting for their room's hold-back delay before its audience "
+        "gets them"))
     requests: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
         f"{PREFIX}_recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority",
         labels=["priority"]))
@@ -229,6 +234,8 @@ class _LiveState(Collector):
             f.viewers.add_metric([], counts["viewers"])
             f.unsaved.add_metric([], counts["unsaved_events"])
             f.dropped.add_metric([], counts["viewers_dropped"])
+            f.corrections.add_metric([], counts["corrections"])
+            f.held.add_metric([], counts["held_events"])
         store = self._metrics.store
         if store is not None:
             f.store_errors.add_metric([], store.errors)

@@ -152,7 +152,9 @@ class RoomRegistry:
                 "loaded": self.stats.rooms_loaded,
                 "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
                 "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
-                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values())}
+                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values()),
+                "corrections": self.stats.corrections,
+                "held_events": sum(r.audience.lag()[0] for r in self._rooms.values())}
 
     def close(self) -> None:
         if self._sweeper is not None:

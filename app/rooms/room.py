@@ -10,28 +10,26 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import Caption, Correction, RoomStatus, ServerMessage, Speakers, Vocabulary, Word, WordTimes
 
 from ..auth import token_digest
+from . import unsaved
 from .audience import Audience
 from .open_text import Announcer, RemoteOpen
 from .publisher import RoomPublisher
 from .store.base import (
-    Appended,
     Edits,
-    Retimed,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
-    Snapshot,
     StoreError,
     TranscriptStore,
     merged_names,
-    reading_order,
 )
+from .unsaved import NumberedEvent
 from .viewer import VIEWER_QUEUE_MAX, Viewer
 
 log = logging.getLogger(__name__)
@@ -47,19 +45,7 @@ class RoomStats:
     viewers_dropped: int = 0  # cut off for falling _VIEWER_QUEUE_MAX durable events behind
     rooms_loaded: int = 0  # rooms brought into memory (created or loaded from the store)
     rooms_evicted: int = 0  # idle rooms that left memory
-
-
-@dataclass
-class _Event:
-    """A durable event: as stored, or as numbered here while the store could not take it yet (kept in order until it
-    can)."""
-
-    seq: int
-    body: RoomEvent
-    records: list[SentenceRecord] = field(default_factory=list)
-    relabel: dict[int, int] = field(default_factory=dict)
-    retimed: Retimed = field(default_factory=dict)
-    edits: Edits | None = None
+    corrections: int = 0  # editors' corrections committed here (edits, deletions, splits, speaker names)
 
 
 class Room:
@@ -85,7 +71,7 @@ class Room:
         self.publishers: dict[str, RoomPublisher] = {}
         self.remote = RemoteOpen()  # stable open text of publishers on other front ends
         self.announcer = Announcer(self.id, store)  # ...and of this front end's, for the others
-        self.unsaved: list[_Event] = []
+        self.unsaved: list[NumberedEvent] = []
         self.store_error = ""  # why the store refused the last write ("" = saving)
         self.record_saved = True  # False for a room made while the store refused writes (see RoomRegistry.create)
         self.last_active = time.monotonic()
@@ -224,41 +210,11 @@ class Room:
 
     # ---- what the store does not have yet (read paths add it to what they read) -----------------------------------
     # Take ``pending()`` *before* reading the store: an event written while the read runs is then in one or the other.
-    def pending(self) -> list[_Event]:
+    def pending(self) -> list[NumberedEvent]:
         return list(self.unsaved)
 
-    @staticmethod
-    def events_with(events: list[tuple[int, ServerMessage]], pending: list[_Event],
-                    after_seq: int) -> list[tuple[int, ServerMessage]]:
-        """Stored ``events`` (seq > ``after_seq``) followed by the pending ones the store did not have."""
-        stored = events[-1][0] if events else after_seq
-        return events + [(e.seq, e.body) for e in pending if e.seq > stored]
-
-    @staticmethod
-    def snapshot_with(snapshot: Snapshot, pending: list[_Event]) -> Snapshot:
-        """``snapshot`` (read from the store) completed with the ``pending`` events it did not have."""
-        pending = [e for e in pending if e.seq > snapshot.seq]
-        if not pending:
-            return snapshot
-        sentences = {s.id: s for s in snapshot.sentences}
-        names = snapshot.names
-        for event in pending:
-            for r in event.records:
-                sentences[r.id] = r
-            for sid, spk in event.relabel.items():
-                if sid in sentences:
-                    sentences[sid] = dataclasses.replace(sentences[sid], spk=spk)
-            for sid, words in event.retimed.items():
-                if sid in sentences:
-                    sentences[sid] = dataclasses.replace(sentences[sid], words=words)
-            if event.edits is not None:
-                for r in event.edits.replaced:
-                    old = sentences.get(r.id)
-                    sentences[r.id] = dataclasses.replace(r, original=(old.original or old.text) if old else None)
-                for sid in event.edits.deleted:
-                    sentences.pop(sid, None)
-                names = merged_names(names, event.edits.names)
-        return Snapshot(pending[-1].seq, reading_order([sentences[k] for k in sorted(sentences)]), names)
+    events_with = staticmethod(unsaved.events_with)
+    snapshot_with = staticmethod(unsaved.snapshot_with)
 
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
@@ -271,7 +227,7 @@ class Room:
             first = self._next_sentence
             records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
             seq = self.seq + 1
-            event = await self._save(_Event(seq, Caption([r.sentence() for r in records], "", seq=seq), records))
+            event = await self._save(NumberedEvent(seq, Caption([r.sentence() for r in records], "", seq=seq), records))
             self._deliver(event.seq, event.body, latency_ms, stable_words, words_session)
             return event.records
 
@@ -281,7 +237,7 @@ class Room:
             return
         async with self._lock:
             seq = self.seq + 1
-            event = await self._save(_Event(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
+            event = await self._save(NumberedEvent(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
             self._deliver(event.seq, event.body)
 
     async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> None:
@@ -290,11 +246,11 @@ class Room:
         async with self._lock:
             seq = self.seq + 1
             body = WordTimes(sentence_id, words, seq=seq, session=session)
-            event = await self._save(_Event(seq, body, retimed={sentence_id: words}))
+            event = await self._save(NumberedEvent(seq, body, retimed={sentence_id: words}))
             self._deliver(event.seq, event.body)
 
     async def commit_correction(self, replaced: list[SentenceRecord], deleted: list[int], names: dict[int, str],
-                                editor: str, new: list[SentenceRecord] | None = None) -> _Event:
+                                editor: str, new: list[SentenceRecord] | None = None) -> NumberedEvent:
         """Commit an editor's correction (sentences ``replaced`` in their new form, ids ``deleted``, speaker
         ``names`` changed, ``new`` sentences from a split: their ids are the store's), then broadcast it. Returns
         the event as stored."""
@@ -304,9 +260,10 @@ class Room:
             new = [dataclasses.replace(r, id=first + i) for i, r in enumerate(new or [])]
             body = Correction(tuple(r.sentence() for r in [*replaced, *new]), tuple(deleted), dict(names), editor,
                               seq=seq)
-            event = await self._save(_Event(seq, body, new, edits=Edits(tuple(replaced), tuple(deleted),
+            event = await self._save(NumberedEvent(seq, body, new, edits=Edits(tuple(replaced), tuple(deleted),
                                                                          dict(names))))
             self._deliver(event.seq, event.body)
+            self.stats.corrections += 1
             return event
 
     async def commit_vocabulary(self, terms: tuple[str, ...], learned: tuple[str, ...]) -> int:
@@ -314,7 +271,7 @@ class Room:
         event's seq."""
         async with self._lock:
             seq = self.seq + 1
-            event = await self._save(_Event(seq, Vocabulary(terms, learned, seq=seq),
+            event = await self._save(NumberedEvent(seq, Vocabulary(terms, learned, seq=seq),
                                             edits=Edits(vocabulary=(terms, learned))))
             self._deliver(event.seq, event.body)
             return event.seq
@@ -352,7 +309,7 @@ class Room:
                 publisher.use_vocabulary(self.vocabulary())
         self._broadcast(body, durable=True)
 
-    async def _save(self, event: _Event) -> _Event:
+    async def _save(self, event: NumberedEvent) -> NumberedEvent:
         """Write ``event`` after everything unsaved before it; keep it in memory if the store refuses. The caller
         holds ``_lock``. Returns the event to broadcast: as stored (the store's numbers), or as given while the store
         refuses. Events other front ends committed before it are broadcast first. Never raises for a store failure:
@@ -373,10 +330,10 @@ class Room:
                 log.warning("room %s: could not read the events before %d: %s", self.id, stored.seq, exc)
         return stored
 
-    async def _flush(self, current: _Event | None = None) -> _Event | None:
+    async def _flush(self, current: NumberedEvent | None = None) -> NumberedEvent | None:
         """Write everything the store does not have yet, in order; stop at the first refusal. Publishers and
         viewers hear of it when saving stops or resumes (only then). Returns ``current`` as stored, if written."""
-        written: _Event | None = None
+        written: NumberedEvent | None = None
         while self.needs_saving:
             try:
                 if not self.record_saved:
@@ -396,7 +353,7 @@ class Room:
                 return None
             self.unsaved.pop(0)
             if e is current:
-                written = _stored(stored, e)
+                written = unsaved.stored(stored, e)
             elif stored.event.seq != e.seq:
                 # Broadcast while the store refused, numbered here; another front end wrote into the room
                 # meanwhile, so the store numbered it anew. Viewers here saw the old numbers; they get the stored
@@ -490,7 +447,3 @@ def merged_stable(parts: list[tuple[str, str, int]]) -> int:
         if stable < words:
             break
     return count
-
-
-def _stored(stored: Appended, draft: _Event) -> _Event:
-    return _Event(stored.event.seq, stored.event, stored.records, draft.relabel, draft.retimed, draft.edits)

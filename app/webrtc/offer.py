@@ -85,11 +85,13 @@ async def offer(request: web.Request) -> web.Response:
         await peer.close()
         log.info("rejected offer: %s", exc)
         return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
+    editor_token = None
     try:
         if room is None:
             # A room of its own only for an offer that was accepted: rejected offers leave nothing behind. A
             # failing store does not stop the captions: the room is written when the store recovers.
-            room = (await app[ROOMS].create(unsaved_ok=True)).room
+            made = await app[ROOMS].create(unsaved_ok=True)
+            room, editor_token = made.room, made.editor_token  # the session's own room: its speaker may edit it
         else:
             # The same room again: the object fetched before the await may have left memory meanwhile.
             room = await app[ROOMS].get(room.id) or room
@@ -97,7 +99,10 @@ async def offer(request: web.Request) -> web.Response:
         await peer.close()
         return json_error(503, "storage", f"the transcript store fails: {exc}")
     peer.join(room)
-    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id})
+    body = {"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id}
+    if editor_token is not None:
+        body["editor_token"] = editor_token
+    return web.json_response(body)
 
 
 def add_routes(app: web.Application) -> None:

@@ -354,3 +354,24 @@ async def test_the_rooms_vocabulary_and_learned_terms_reach_a_live_sessions_deco
             assert got == vocab
     finally:
         await engine.close()
+
+
+async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(server: tuple[str, web.Application]) -> None:
+    url, app = server
+    made = await new_room(url)
+    room, editor = made["room"], made["editor_token"]
+    [s] = await lock(app, room, "the minutes were aproved")
+    async with SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as one, \
+            SseReader(f"{url}/rooms/{room}/events") as viewer:
+        await until(lambda: bool(shown(one.events)) and bool(shown(viewer.events)))
+        put = f"{url}/rooms/{room}/sentences/{s.id}"
+        answers = await asyncio.gather(*(call("PUT", put, token, {"text": text, "editor": who}) for token, text, who in
+                                         ((editor, "The minutes were approved.", "Ann"),
+                                          (TOKEN, "The minutes were approved unanimously.", "Bo"))))
+        assert [status for status, _ in answers] == [200, 200]
+        last = max(answers, key=lambda a: a[1]["seq"])[1]["sentence"]["text"]
+        await until(lambda: sum(m["type"] == "correction" for _, m in viewer.events) == 2)
+        await until(lambda: sum(m["type"] == "correction" for _, m in one.events) == 2)
+        assert shown(one.events) == shown(viewer.events) == {s.id: last}
+    _, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", None)
+    assert doc["sentences"][0]["text"] == last and len(doc["sentences"][0]["edits"]) == 2

@@ -1,15 +1,22 @@
-"""Room vocabulary: what hotwords do to recognition, in process, through a live session's decode path.
+"""Room vocabulary: what its terms in the decoder's context do to recognition, through a live session's decode path.
 
-    python -m bench.vocabulary [--terms Dashwood Quilter Frere Claflin Abbie Concord "Kate's"] [--json out.json]
+    python -m bench.vocabulary [--terms Dashwood Quilter Frere Claflin Abbie Concord "Kate's"] [--glossary]
+                               [--json out.json]
 
-A live session's hotwords become the Whisper decoder's previous-text context (``Session.configure``: the hotwords,
-then the prompt, joined by spaces; ``engine.asr.prompts.decoder_prompt``). A room vocabulary grows by the proper
-nouns an editor corrected once, each added to every live session's hotwords from its next sentence on. This bench
-streams every English clip of ``../shared/data/speech`` twice on one loaded engine (default: the embedded
-whisper-base, speaker labels on, as the server ships): once without hotwords and once with the vocabulary
-(``--terms``, all of them: the room's list; ``--vocabulary own`` gives a clip that holds terms only its own). The
-two runs of a clip follow each other, their order alternating from clip to clip, so that a noisy machine weighs on
-both alike.
+A live session's hotwords and its room's vocabulary become the Whisper decoder's previous-text context
+(``Session.configure`` and ``Session.use_vocabulary``: the hotwords, the vocabulary's terms, then the prompt, joined
+by spaces; ``engine.asr.prompts.decoder_prompt``). A room vocabulary grows by the proper nouns an editor corrected
+once, each decoded with in every live session of the room from its next decode on. This bench
+streams every English clip of ``../shared/data/speech`` several times on one loaded engine (default: the embedded
+whisper-base, speaker labels on, as the server ships), a run per condition:
+- ``without``: no hotwords, no vocabulary;
+- ``with``: the whole vocabulary (``--terms``), given to the session as a room's (``use_vocabulary``), as the
+  feature ships it;
+- ``own``: only the terms the clip's reference holds, as the room's vocabulary (clips that hold a term);
+- ``glossary`` (``--glossary``): no hotwords, the terms as one punctuated sentence in the prompt instead
+  (``glossary_prompt``), a different way of writing the same context.
+A clip's runs follow each other, each condition going first in turn from clip to clip, so that a noisy machine
+weighs on all alike.
 
 Each run is a live session (``SessionOptions``: partials on, not a background file job), its audio the clip with 1 s
 of silence before and 2.5 s after, fed in 60 ms chunks as fast as the session keeps up (``Session.caught_up``, as
@@ -20,11 +27,13 @@ frequent as live). The locked sentences are the clip's text.
 Scoring (``speechdata.wer``: lower case, punctuation out, hyphens split words):
 - per term: its occurrences in the references, and how many the text got right (the reference word aligned to the
   same word, so "Dash Wood" for "Dashwood" or "Fray" for "Frere" is wrong; what was written instead is listed);
-- WER with and without the vocabulary on the clips whose reference holds none of the terms (collateral damage, by
-  clip kind and in all), and on the clips that hold one;
+- WER per condition on the clips whose reference holds none of the terms (collateral damage, by clip kind and in
+  all; the target: no more than +0.5 points with the vocabulary), and on the clips that hold one;
 - hallucinated terms: in each clip, a term's occurrences in the text beyond those in the reference, on every clip,
   the clips without a reference (``dns_street_mobile_*``: street noise, no speech to transcribe) included, where
-  any word written at all is counted too.
+  any word written at all is counted too;
+- style: punctuation marks per 100 words written (Whisper copies its context's style), sentences locked, segments
+  the hallucination guard dropped; and the clips whose WER the vocabulary changed most.
 
 The terms must each be one word after normalisation. ``--json`` writes the tables, each clip's text per run and
 every term occurrence with what was written for it.
@@ -59,9 +68,10 @@ DEFAULT_TERMS = ("Dashwood", "Quilter", "Frere", "Claflin", "Abbie", "Concord", 
 NO_TEXT_PREFIXES = ("dns_street_mobile_",)  # clips without a reference that still count for hallucinated terms
 LEAD_S = 1.0  # silence before each clip: its first word is not cut
 TAIL_S = 2.5  # silence after: the last sentence closes by its endpoint, not by the stop
-# The runs of a clip: no hotwords; the vocabulary as hotwords (the room's list, as the feature ships it); only the
-# clip's own terms as hotwords (clips whose reference holds terms); the terms as a punctuated prompt (--glossary).
+# The runs of a clip: no vocabulary; the whole vocabulary as the room's (as the feature ships it); only the clip's
+# own terms as the room's vocabulary (clips whose reference holds terms); the terms as a punctuated prompt (--glossary).
 CONDITIONS = ("without", "with", "own", "glossary")
+CHANGED_SHOWN = 10  # clips listed in the table of those whose errors the vocabulary changed
 _PUNCT_MARKS = re.compile(r"[^\w\s']|(?<!\w)'|'(?!\w)")
 
 
@@ -175,14 +185,17 @@ def select_clips(terms: tuple[str, ...], exclude: list[str], only: list[str]) ->
     return out
 
 
-async def transcribe(engine: CaptionEngine, samples: np.ndarray, options: SessionOptions, *, realtime: bool,
-                     vad_backlog_s: float, pending: int) -> Run:
-    """Stream ``samples`` (16 kHz float32) through one live session with ``options`` and return its locked text.
+async def transcribe(engine: CaptionEngine, samples: np.ndarray, options: SessionOptions,
+                     vocabulary: tuple[str, ...] = (), *, realtime: bool, vad_backlog_s: float, pending: int) -> Run:
+    """Stream ``samples`` (16 kHz float32) through one live session with ``options`` and a room's ``vocabulary``
+    (``Session.use_vocabulary``, set before the first chunk), and return its locked text.
 
     Fed in 60 ms chunks, each once the session has caught up (``Session.caught_up(vad_backlog_s, pending)``) or,
     with ``realtime``, at its time as a microphone would. The session is closed on every way out."""
     session = engine.open_session(options)
     session.configure(options)
+    if vocabulary:
+        session.use_vocabulary(vocabulary)
     result = StreamResult(audio_s=samples.size / SAMPLE_RATE)
     errors: list[str] = []
     t0 = time.monotonic()
@@ -235,16 +248,16 @@ def conditions_for(clip: Clip, glossary: bool) -> tuple[str, ...]:
                  or (c == "glossary" and glossary))
 
 
-def options_for(clip: Clip, condition: str, terms: tuple[str, ...]) -> SessionOptions:
-    """The session options of ``clip``'s run in ``condition`` (``CONDITIONS``)."""
+def setup_for(clip: Clip, condition: str, terms: tuple[str, ...]) -> tuple[SessionOptions, tuple[str, ...]]:
+    """The session options and the room vocabulary of ``clip``'s run in ``condition`` (``CONDITIONS``)."""
     base = SessionOptions(language="en")
     if condition == "with":
-        return replace(base, hotwords=terms)
+        return base, terms
     if condition == "own":
-        return replace(base, hotwords=clip.terms)
+        return base, clip.terms
     if condition == "glossary":
-        return replace(base, prompt=glossary_prompt(terms))
-    return base
+        return replace(base, prompt=glossary_prompt(terms)), ()
+    return base, ()
 
 
 def glossary_prompt(terms: tuple[str, ...]) -> str:
@@ -328,9 +341,19 @@ def report(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str,
             looks[f"partials_{condition}"] = sum(r.partials for r in texts)
         hallucinated.append(row)
         style.append(looks)
+    changed: list[dict[str, Any]] = []
+    for clip in with_text:
+        without = word_errors(clip.text or "", runs[clip.clip_id]["without"].text)
+        with_ = word_errors(clip.text or "", runs[clip.clip_id]["with"].text)
+        if with_[0] != without[0]:
+            changed.append({"clip": clip.clip_id, "words": without[1], "errors_without": without[0],
+                            "errors_with": with_[0], "delta": with_[0] - without[0],
+                            "text_with": runs[clip.clip_id]["with"].text})
+    changed.sort(key=lambda r: (-abs(r["delta"]), r["clip"]))
     occurrence_rows = {c: [vars(o) for o in found[c]] for c in term_conditions}
     return {"conditions": list(common), "term_conditions": list(term_conditions), "terms": term_rows,
-            "wer": wer_rows, "hallucinated": hallucinated, "style": style, "occurrences": occurrence_rows}
+            "wer": wer_rows, "hallucinated": hallucinated, "style": style, "changed": changed,
+            "occurrences": occurrence_rows}
 
 
 def print_report(tables: dict[str, Any]) -> None:
@@ -349,7 +372,7 @@ def print_report(tables: dict[str, Any]) -> None:
     print("\nHallucinated terms (a term written more often than the reference has it), and words written:\n")
     print_markdown_table([("set", "clips", "{}"), ("clips", "n", "{:d}"),
                           *[(f"terms_{c}", f"terms {c}", "{:d}") for c in common],
-                          *[(f"which_{c}", f"which {c}", "{}") for c in common if c != "without"],
+                          *[(f"which_{c}", f"which {c}", "{}") for c in common],
                           *[(f"words_{c}", f"words {c}", "{:d}") for c in common]],
                          tables["hallucinated"])
     print("\nStyle: punctuation marks per 100 words, sentences locked, segments the guard dropped:\n")
@@ -357,6 +380,11 @@ def print_report(tables: dict[str, Any]) -> None:
                           *[(f"punct_{c}", f"punct {c}", "{:.1f}") for c in common],
                           *[(f"sentences_{c}", f"sentences {c}", "{:d}") for c in common],
                           *[(f"dropped_{c}", f"dropped {c}", "{:d}") for c in common]], tables["style"])
+    print(f"\nClips whose errors the vocabulary changed ({len(tables['changed'])}; the largest changes first):\n")
+    print_markdown_table([("clip", "clip", "{}"), ("words", "ref words", "{:d}"),
+                          ("errors_without", "errors without", "{:d}"), ("errors_with", "errors with", "{:d}"),
+                          ("text_with", "text with the vocabulary", "{}")],
+                         [{**r, "text_with": r["text_with"][:90]} for r in tables["changed"][:CHANGED_SHOWN]])
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -381,7 +409,7 @@ async def main(args: argparse.Namespace) -> int:
             order = mine[k % len(mine):] + mine[:k % len(mine)]  # each condition goes first in turn
             runs[clip.clip_id] = {}
             for condition in order:
-                run = await transcribe(engine, clip.samples, options_for(clip, condition, terms), **feed)
+                run = await transcribe(engine, clip.samples, *setup_for(clip, condition, terms), **feed)
                 runs[clip.clip_id][condition] = run
                 if run.errors:
                     print(f"{clip.clip_id} {condition}: {'; '.join(run.errors)}", file=sys.stderr)
@@ -410,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--terms", nargs="+", default=list(DEFAULT_TERMS), help="the room vocabulary (one word each)")
     p.add_argument("--glossary", action="store_true",
-                   help="one more run of every clip: the terms as a punctuated sentence in the prompt, no hotwords")
+                   help="one more run of every clip: the terms as a punctuated sentence in the prompt, no vocabulary")
     p.add_argument("--exclude", nargs="*", default=["ami_seriously_src_"],
                    help="leave out clips whose id starts so (default: the AMI mixture's four single sources, "
                         "60 s each, the mixture's words again)")

@@ -290,8 +290,8 @@ class Correction:
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """A room's vocabulary (editors only): the ``terms`` editors entered and the ones ``learned`` from their
-    corrections; live sessions in the room decode with both."""
+    """A room's vocabulary (editors only): the ``terms`` editors entered and the fixes ``learned`` from their
+    corrections (``"heard → meant"``); what publishers lock in the room is respelt by both."""
 
     terms: tuple[str, ...] = ()
     learned: tuple[str, ...] = ()

@@ -38,7 +38,7 @@ for module in (app, resources):
 static, templates = resources.static_dir(), resources.templates_dir()
 assert static.is_relative_to(target) and templates.is_relative_to(target), (static, templates)
 
-PAGES = ["/", "/view?room=x", "/kiosk?room=x", "/embed?room=x"]
+PAGES = ["/", "/view?room=x", "/kiosk?room=x", "/embed?room=x", "/rooms/AAAAAAAAAAAAAAAA/edit"]
 LINKS = re.compile(r'(?:src|href)="(/static/[^"]+)"')
 IMPORTS = re.compile(r'(?:\bfrom\s*|^import\s*|\bimport\(\s*)"(\.{1,2}/[^"]+)"', re.MULTILINE)
 

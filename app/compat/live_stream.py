@@ -256,7 +256,6 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
             # The room object fetched at admission may have left memory meanwhile (as in POST /offer).
             room = await app[ROOMS].get(admitted.room.id) or admitted.room
             publisher = room.join(session.session_id)
-            publisher.watch(session.use_vocabulary)  # the room's terms join the stream's keyterms or prompt
         config = app[CONFIG]
         stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
                             redactor, sock)

@@ -21,7 +21,7 @@ from .viewer import Viewer
 
 class Audience:
     """The audience of one room. ``viewers`` is the room's own set (editors among them are skipped);
-    ``on_release`` runs after held events went out (the room broadcasts its status: the held count changed)."""
+    ``on_release`` runs when what is held changed (the room broadcasts its status: the held count changed)."""
 
     def __init__(self, room_id: str, delay_s: float, last_seq: int, viewers: set[Viewer],
                  on_release: Callable[[], None]) -> None:
@@ -50,7 +50,7 @@ class Audience:
                 message = dataclasses.replace(message, partial="", stable=0, stable_words=[], partial_spk=None,
                                               partial_session=None, latency_ms=None)
             self._hold.add(seq, message, time.time())
-            self._release()
+            self._release(changed=True)
 
     def seed(self, recent: list[TimedEvent]) -> None:
         """A room loaded from the store: hold again its events of the last ``delay_s`` (committed before the
@@ -87,7 +87,9 @@ class Audience:
             if not viewer.editor:
                 viewer.put(seq, message, durable)
 
-    def _release(self) -> None:
+    def _release(self, changed: bool = False) -> None:
+        """Send what is due, and set the timer for what is next. ``changed``: something was just held (everyone's
+        status tells how far behind the audience is, whether or not anything went)."""
         assert self._hold is not None
         if self._timer is not None:
             self._timer.cancel()
@@ -95,7 +97,7 @@ class Audience:
         due = self._hold.due(time.time())
         for seq, message in due:
             self._send(seq, message, True)
-        if due:
+        if due or changed:
             self._on_release()
         next_s = self._hold.next_due_s()
         if next_s is not None:

@@ -155,10 +155,9 @@ def _editor(request: web.Request, body: dict[str, Any]) -> str:
 
 
 async def _learn(room: Room, original: str, text: str) -> None:
-    """Terms the recognizer got wrong (``edits.learned_terms``) join the room's learned vocabulary."""
-    learned = edits.learned_terms(original, text)
-    merged = edits.merged_terms(room.learned, [t for t in learned if t.casefold() not in
-                                               {x.casefold() for x in room.terms}])
+    """Fixes for what the recognizer got wrong (``edits.learned_fixes``) join the room's learned vocabulary."""
+    fixes = [f.wire() for f in edits.learned_fixes(original, text)]
+    merged = edits.merged_entries(room.learned, fixes)
     if merged != room.learned:
         await room.commit_vocabulary(room.terms, merged)
 

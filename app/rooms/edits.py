@@ -1,5 +1,5 @@
 """What an editor's correction does to a locked sentence, as pure functions: the new sentence with word times for its
-new words, a split into two, and the terms the recognizer should learn from it.
+new words, a split into two, and the fixes the room learns from it (``app.rooms.vocabulary``).
 
 Word times: a corrected sentence keeps the times of the words the editor left alone; words put in place of others
 share the time the replaced words took, in proportion to their length; words inserted between two others share the
@@ -17,9 +17,10 @@ import re
 from engine.protocol import Word
 
 from .store.base import SentenceRecord
+from .vocabulary import Fix, learnable
 
 MAX_TERM_WORDS = 4  # a changed stretch longer than this is a rewrite, not a name or a term
-MAX_TERMS = 100  # per room: terms editors enter, and learned ones (each list)
+MAX_TERMS = 100  # per room: terms editors enter, and learned fixes (each list)
 MAX_TERM_CHARS = 64
 _EDGE_PUNCTUATION = ".,;:!?\"'()[]{}«»“”‘’…"
 
@@ -66,32 +67,31 @@ def split(record: SentenceRecord, at: int, new_id: int) -> tuple[SentenceRecord,
     return first, second
 
 
-def learned_terms(original: str, text: str) -> list[str]:
-    """The stretches of ``text`` an editor put in place of what the recognizer wrote in ``original`` that look like a
-    name or a term: at most ``MAX_TERM_WORDS`` words, with a capital letter (not just the sentence's first word's),
-    a digit or inner punctuation ("C-SPAN", "3D"). Case or punctuation changes alone teach nothing."""
+def learned_fixes(original: str, text: str) -> list[Fix]:
+    """What a room learns from an editor's correction of ``original`` (the recognizer's text) into ``text``: for each
+    stretch of at most ``MAX_TERM_WORDS`` words put in place of at most as many that looks like a name or a term (a
+    capital letter, not just the sentence's first word's; a digit; inner punctuation: "C-SPAN", "3D"), the pair, if
+    the two are spelt alike (``app.rooms.vocabulary.learnable``). Case or punctuation changes alone teach nothing."""
     old, new = original.split(), text.split()
     matcher = difflib.SequenceMatcher(a=[_key(w) for w in old], b=[_key(w) for w in new], autojunk=False)
-    terms: list[str] = []
-    for op, _, _, b0, b1 in matcher.get_opcodes():
-        if op not in ("replace", "insert") or not 0 < b1 - b0 <= MAX_TERM_WORDS:
+    fixes: list[Fix] = []
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op != "replace" or not 0 < a1 - a0 <= MAX_TERM_WORDS or not 0 < b1 - b0 <= MAX_TERM_WORDS:
             continue
-        words = [w.strip(_EDGE_PUNCTUATION) for w in new[b0:b1]]
-        words = [w for w in words if w]
-        if not words:
+        words = [w for w in (w.strip(_EDGE_PUNCTUATION) for w in new[b0:b1]) if w]
+        if not words or not any(_termlike(w, first=(b0 + i == 0)) for i, w in enumerate(words)):
             continue
-        if any(_termlike(w, first=(b0 + i == 0)) for i, w in enumerate(words)):
-            term = " ".join(words)[:MAX_TERM_CHARS]
-            if term not in terms:
-                terms.append(term)
-    return terms
+        fix = learnable(" ".join(old[a0:a1]), " ".join(words)[:MAX_TERM_CHARS])
+        if fix is not None and fix not in fixes:
+            fixes.append(fix)
+    return fixes
 
 
-def merged_terms(terms: tuple[str, ...], more: list[str]) -> tuple[str, ...]:
-    """``terms`` with ``more`` added (once each, case-insensitively), newest last, at most ``MAX_TERMS`` (the oldest
-    go first)."""
-    seen = {t.casefold() for t in terms}
-    out = list(terms) + [t for t in dict.fromkeys(more) if t.casefold() not in seen]
+def merged_entries(entries: tuple[str, ...], more: list[str]) -> tuple[str, ...]:
+    """``entries`` (terms or fixes, ``app.rooms.vocabulary``) with ``more`` added (once each, case-insensitively),
+    newest last, at most ``MAX_TERMS`` (the oldest go first)."""
+    seen = {t.casefold() for t in entries}
+    out = list(entries) + [t for t in dict.fromkeys(more) if t.casefold() not in seen]
     return tuple(out[-MAX_TERMS:])
 
 

@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from engine import SessionLog
-from engine.protocol import Caption, Correction, ServerMessage, Speakers, Word, WordTimes
+from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, Word, WordTimes
 
+from .edits import corrected
 from .store.base import RoomRecord, SentenceRecord
+from .vocabulary import Corrector
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class RoomPort(Protocol):
 
     def leave(self, session_id: str) -> None: ...
 
-    def vocabulary(self) -> tuple[str, ...]: ...
+    corrector: Corrector
 
 
 # A split's new sentence has no id in the session that published the original: on that session's channel it gets
@@ -66,23 +68,14 @@ class RoomPublisher:
         self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._session_ids: dict[int, int] = {}  # and back
-        self._on_vocabulary: Callable[[tuple[str, ...]], None] | None = None
         self._on_correction: Callable[[Correction], None] | None = None
         self._log = SessionLog(log, session_id)
 
-    def watch(self, on_vocabulary: Callable[[tuple[str, ...]], None],
-              on_correction: Callable[[Correction], None] | None = None) -> None:
-        """Hear of the room's vocabulary (now, if it has one, and each time it changes: the session decodes with
-        it) and of editors' corrections of this session's sentences (with its own sentence ids and times: for its
-        client). Called by the transport right after ``Room.join``."""
-        self._on_vocabulary, self._on_correction = on_vocabulary, on_correction
-        if self.room.vocabulary():
-            on_vocabulary(self.room.vocabulary())
-
-    def use_vocabulary(self, terms: tuple[str, ...]) -> None:
-        """Called by the room: its vocabulary changed."""
-        if self._on_vocabulary is not None:
-            self._on_vocabulary(terms)
+    def watch(self, on_correction: Callable[[Correction], None]) -> None:
+        """Hear of changes to this session's sentences after they locked, with its own sentence ids and times (for
+        its client): editors' corrections, and the room's vocabulary respelling a sentence as it locks. Called by a
+        transport whose client takes ``correction`` messages, right after ``Room.join``."""
+        self._on_correction = on_correction
 
     def corrected(self, correction: Correction) -> None:
         """Called by the room: an editor's correction. This session's client gets the part about its sentences
@@ -100,19 +93,19 @@ class RoomPublisher:
 
     async def publish(self, message: ServerMessage) -> None:
         if isinstance(message, Caption):
-            self.partial = "" if message.is_final else message.partial
-            self.stable = min(message.stable, len(self.partial.split())) if self.partial else 0
+            self._open_text("" if message.is_final else message.partial, message.stable)
             self.partial_spk = message.partial_spk if self.partial else None
             settled = [w.shifted(self.offset_ms) for w in message.stable_words]
             new = [s for s in message.sentences if s.id not in self._ids]
             if new:
+                drafts = [self._respelt(s) for s in new]
                 records = await self.room.commit_sentences(
-                    [(self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
-                      tuple(w.shifted(self.offset_ms) for w in s.words)) for s in new],
+                    [(r.session, r.text, r.start_ms, r.end_ms, r.spk, r.words) for r in drafts],
                     message.latency_ms, settled, self.session_id)
                 for s, r in zip(new, records, strict=True):
                     self._ids[s.id] = r.id
                     self._session_ids[r.id] = s.id
+                self._tell_respelt(new, records)
             else:
                 self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
             self._announce(bool(new), settled)
@@ -123,6 +116,31 @@ class RoomPublisher:
             if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
                 await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
                                              self.session_id)
+
+    def _open_text(self, text: str, stable: int) -> None:
+        """The session's open text as the room shows it: spelt by the room's vocabulary, its settled words and the
+        rest each on their own (so the settled count stays a count of the words shown)."""
+        words = text.split()
+        stable = min(stable, len(words))
+        fix = self.room.corrector
+        settled, rest = fix.apply(" ".join(words[:stable])), fix.apply(" ".join(words[stable:]))
+        self.partial = " ".join(filter(None, (settled, rest)))
+        self.stable = len(settled.split())
+
+    def _respelt(self, s: Sentence) -> SentenceRecord:
+        """Locked sentence ``s`` on the room's timeline, spelt by the room's vocabulary (words re-timed as an editor's
+        correction's are)."""
+        record = SentenceRecord(-1, self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
+                                tuple(w.shifted(self.offset_ms) for w in s.words))
+        text = self.room.corrector.apply(s.text)
+        return record if text == s.text else corrected(record, text, s.spk)
+
+    def _tell_respelt(self, new: list[Sentence], records: list[SentenceRecord]) -> None:
+        """The session's client gets the sentences the room's vocabulary respelt, as a correction."""
+        changed = [dataclasses.replace(s, text=r.text, words=tuple(w.shifted(-self.offset_ms) for w in r.words))
+                   for s, r in zip(new, records, strict=True) if r.text != s.text]
+        if changed and self._on_correction is not None:
+            self._on_correction(Correction(tuple(changed), editor="vocabulary"))
 
     async def saving_changes(self) -> AsyncIterator[tuple[bool, str]]:
         """``(saving, why not)`` each time the room's store stops or starts taking its writes again, beginning

@@ -31,6 +31,7 @@ from .store.base import (
 )
 from .unsaved import NumberedEvent
 from .viewer import VIEWER_QUEUE_MAX, Viewer
+from .vocabulary import Corrector
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Room:
         self.last_active = time.monotonic()
         self.names = dict(record.names)  # speaker label -> the name editors gave it (kept current by the events)
         self.terms, self.learned = record.terms, record.learned  # the room's vocabulary (likewise)
+        self.corrector = Corrector(self.terms, self.learned)  # ... as it rewrites what publishers lock
         self.audience = Audience(self.id, record.delay_s, last_seq, self.viewers, self._broadcast_status)
 
     @property
@@ -109,10 +111,6 @@ class Room:
         """Whether ``token`` is this room's editor token (the server's token is checked by the caller)."""
         expected = self.record.editor_token_sha256
         return expected is not None and token is not None and hmac.compare_digest(token_digest(token), expected)
-
-    def vocabulary(self) -> tuple[str, ...]:
-        """What live sessions publishing here decode with, besides their own hotwords: the terms, then the learned."""
-        return tuple(dict.fromkeys([*self.terms, *self.learned]))
 
     # ---- viewers ---------------------------------------------------------------------------------------------
     def subscribe(self, on_overflow: Callable[[], None] | None = None, editor: bool = False) -> Viewer:
@@ -267,8 +265,8 @@ class Room:
             return event
 
     async def commit_vocabulary(self, terms: tuple[str, ...], learned: tuple[str, ...]) -> int:
-        """Commit the room's vocabulary, then broadcast it (editors) and hand it to its live sessions. Returns the
-        event's seq."""
+        """Commit the room's vocabulary (``app.rooms.vocabulary``: what publishers lock from now on is spelt by it),
+        then broadcast it (editors). Returns the event's seq."""
         async with self._lock:
             seq = self.seq + 1
             event = await self._save(NumberedEvent(seq, Vocabulary(terms, learned, seq=seq),
@@ -305,8 +303,7 @@ class Room:
                 publisher.corrected(body)
         elif isinstance(body, Vocabulary):
             self.terms, self.learned = body.terms, body.learned
-            for publisher in list(self.publishers.values()):
-                publisher.use_vocabulary(self.vocabulary())
+            self.corrector = Corrector(self.terms, self.learned)
         self._broadcast(body, durable=True)
 
     async def _save(self, event: NumberedEvent) -> NumberedEvent:
@@ -407,7 +404,7 @@ class Room:
 
     # ---- publishers --------------------------------------------------------------------------------------------
     def join(self, session_id: str) -> RoomPublisher:
-        """A publisher session joins. Its transport hears of the room's vocabulary and corrections through
+        """A publisher session joins. Its transport hears of corrections of its sentences through
         ``RoomPublisher.watch``."""
         publisher = RoomPublisher(self, session_id)
         self.publishers[session_id] = publisher

@@ -48,7 +48,7 @@ class Stream:
             limit = None if self.editor else room.audience.replay_until()
             if limit is not None:
                 events = [(seq, m) for seq, m in events if seq <= limit]  # the rest comes when released
-            if any(isinstance(m, Caption) for _, m in events):
+            if any(isinstance(m, Caption | Correction) for _, m in events):
                 now = {s.id: s for s in room.snapshot_with(await store.snapshot(room.id), pending).sentences}
                 events = [(seq, _as_now(m, now)) for seq, m in events]
             for seq, message in events:
@@ -80,7 +80,11 @@ class Stream:
 
 
 def _as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
-    """A replayed caption with each sentence as it is ``now`` (id -> record), and without the deleted ones."""
-    if not isinstance(message, Caption):
-        return message
-    return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])
+    """A replayed caption or correction with each sentence as it is ``now`` (id -> record), and without the deleted
+    ones: a resuming viewer never sees a version a later correction replaced, even for a moment."""
+    if isinstance(message, Caption):
+        return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])
+    if isinstance(message, Correction):
+        return dataclasses.replace(message, sentences=tuple(now[s.id].sentence() for s in message.sentences
+                                                            if s.id in now))
+    return message

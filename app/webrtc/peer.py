@@ -99,7 +99,7 @@ class PeerSession:
         ``accept``): no message exists before that, so the room misses nothing."""
         if self.publisher is None:
             self.publisher = room.join(self.id)
-            self.publisher.watch(self.session.use_vocabulary, self.session.post_correction)
+            self.publisher.watch(self.session.post_correction)
             self._spawn(self._tell_saving(self.publisher), "saving")
 
     async def _tell_saving(self, publisher: RoomPublisher) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 
 import numpy as np
@@ -77,7 +77,6 @@ class Session:
         any) gives each locked sentence its word times from Whisper's cross-attention."""
         self.session_id = session_id
         self._decoding = DecodeSettings(options)
-        self._vocabulary: tuple[str, ...] = ()  # a room's terms (``use_vocabulary``)
         self.config = config
         self.scheduler = scheduler
         self.vad = vad
@@ -126,7 +125,7 @@ class Session:
         if self.state is not SessionState.LIVE or self.configured:
             raise IllegalTransition("configure the session" + (" again" if self.configured else ""), self.state)
         self._decoding.options = options
-        self._set_context()
+        self._decoding.context = " ".join([*options.hotwords, options.prompt]).strip()
         self.configured = True
         self.mailbox.post(protocol.Ready(self.session_id, self.model_name, options.language))
 
@@ -450,19 +449,6 @@ class Session:
     def post_error(self, code: protocol.ErrorCode, message: str) -> None:
         """Send the client an ``error`` (the transport's own faults, e.g. a bad message); the session goes on."""
         self.mailbox.post(protocol.Error(code, message))
-
-    def use_vocabulary(self, terms: Sequence[str]) -> None:
-        """Decode with ``terms`` (a room's vocabulary) after the session's own hotwords, from the next decode on
-        (replaces the previous ones; any number of times, in any state)."""
-        self._vocabulary = tuple(terms)
-        self._set_context()
-
-    def _set_context(self) -> None:
-        """The text every decode is shown first (Whisper's previous text): the hotwords, the room's vocabulary, the
-        prompt (``engine.asr.prompts`` keeps its first ``MAX_CONTEXT_CHARS``)."""
-        options = self._decoding.options
-        words = dict.fromkeys([*options.hotwords, *self._vocabulary])
-        self._decoding.context = " ".join([*words, options.prompt]).strip()
 
     def post_correction(self, correction: protocol.Correction) -> None:
         """Tell the client that an editor corrected its sentences (``correction``, see docs/protocol.md)."""

@@ -65,9 +65,16 @@ class Corrector:
 
     def __init__(self, terms: Sequence[str] = (), learned: Sequence[str] = ()) -> None:
         fixes = [f for f in (Fix.parse(e) for e in learned) if f is not None]
-        self._fixes = sorted(((f.heard.split(), f.meant) for f in fixes), key=lambda f: -len(f[0]))
+        # Indexed by their first word (fixes, longest first) and first letter (terms): a word is compared only with
+        # the entries it could match, so a long vocabulary costs little per word.
+        self._fixes: dict[str, list[tuple[list[str], str]]] = {}
+        for f in sorted(fixes, key=lambda f: -len(f.heard.split())):
+            self._fixes.setdefault(f.heard.split()[0], []).append((f.heard.split(), f.meant))
         single = [t for t in dict.fromkeys([*terms, *(f.meant for f in fixes)]) if len(t.split()) == 1]
-        self._terms = [t for t in single if sum(c.isalpha() for c in t) >= MIN_TERM_LETTERS]
+        self._terms: dict[str, list[str]] = {}
+        for t in single:
+            if sum(c.isalpha() for c in t) >= MIN_TERM_LETTERS:
+                self._terms.setdefault(_key(t)[:1], []).append(t)
 
     def __bool__(self) -> bool:
         return bool(self._fixes or self._terms)
@@ -77,36 +84,37 @@ class Corrector:
         if not self:
             return text
         words = text.split()
+        keys = [_key(w) for w in words]
         out: list[str] = []
         i = 0
         while i < len(words):
-            step, replaced = self._at(words, i)
+            step, replaced = self._at(words, keys, i)
             out.append(replaced if replaced is not None else words[i])
             i += step
         return " ".join(out)
 
-    def _at(self, words: list[str], i: int) -> tuple[int, str | None]:
-        """How many words from ``i`` on are replaced, and by what (``1, None``: none)."""
-        for heard, meant in self._fixes:
+    def _at(self, words: list[str], keys: list[str], i: int) -> tuple[int, str | None]:
+        """How many words from ``i`` on are replaced, and by what (``1, None``: none). ``keys``: the words'
+        ``_key``."""
+        for heard, meant in self._fixes.get(keys[i], ()):
             n = len(heard)
-            if [_key(w) for w in words[i:i + n]] == heard:
+            if keys[i:i + n] == heard:
                 return n, _edged(words[i], words[i + n - 1], meant)
         for n in (2, 1):  # two words the recognizer split ("dash wood") first
             if i + n > len(words):
                 continue
             stretch = words[i:i + n]
-            joined = "".join(_key(w) for w in stretch)
-            if n == 2 and any(_key(w) == "" or w.strip(_EDGES)[-1:] != w[-1:] for w in stretch[:1]):
+            joined = "".join(keys[i:i + n])
+            if n == 2 and (not keys[i] or stretch[0].strip(_EDGES)[-1:] != stretch[0][-1:]):
                 continue  # punctuation between the two: they are not one word
-            for term in self._terms:
+            for term in self._terms.get(joined[:1], ()):
                 if _key(term) == joined:
                     if n == 1 and stretch[0].strip(_EDGES) == term.strip(_EDGES):
                         break  # already right
                     return n, _edged(stretch[0], stretch[-1], term)
                 if n == 1 and self._near(stretch[0], term, first=i == 0):
                     return 1, _edged(stretch[0], stretch[0], term)
-                if n == 2 and _key(term)[:1] == joined[:1] and _alike(joined, term) >= NEAR \
-                        and abs(len(joined) - len(_key(term))) <= 2 \
+                if n == 2 and abs(len(joined) - len(_key(term))) <= 2 and _alike(joined, term) >= NEAR \
                         and all(_alike(w, term) < NEAR for w in stretch):  # not a term and the next word
                     return 2, _edged(stretch[0], stretch[-1], term)
         return 1, None

@@ -389,3 +389,18 @@ async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(serve
         assert shown(one.events) == shown(viewer.events) == {s.id: last}
     _, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", None)
     assert doc["sentences"][0]["text"] == last and len(doc["sentences"][0]["edits"]) == 2
+
+
+async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(fake_engine: CaptionEngine,
+                                                                                 tmp_path: Path) -> None:
+    db = str(tmp_path / "e.db")
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, _):
+        made = await new_room(url)
+        room, editor = made["room"], made["editor_token"]
+        assert (await call("POST", f"{url}/rooms/{room}/end", made["viewer_token"]))[0] == 403
+        status, first = await call("POST", f"{url}/rooms/{room}/end", editor)
+        assert status == 200 and first["ended_ms"] > 0
+        assert (await call("POST", f"{url}/rooms/{room}/end", TOKEN))[1] == first, "the first end stays"
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
+        loaded = await app[ROOMS].get(room)
+        assert loaded is not None and loaded.record.ended_ms == first["ended_ms"]

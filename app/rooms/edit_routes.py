@@ -9,6 +9,7 @@ answers 403 whatever the room, so an editor token opens nothing but its own room
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -20,7 +21,7 @@ from . import edits
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room
 from .routes import may_edit
-from .store.base import SentenceRecord
+from .store.base import SentenceRecord, now_ms
 
 MAX_EDIT_BODY_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 2000
@@ -37,6 +38,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put(room + "/speakers/{spk:[0-9]{1,4}}", put_speaker)
     app.router.add_get(room + "/vocabulary", get_vocabulary)
     app.router.add_put(room + "/vocabulary", put_vocabulary)
+    app.router.add_post(room + "/end", end_room)
 
 
 async def put_sentence(request: web.Request) -> web.Response:
@@ -108,6 +110,17 @@ async def put_vocabulary(request: web.Request) -> web.Response:
     cleaned = tuple(dict.fromkeys(" ".join(t.split()) for t in terms if t.strip()))
     await room.commit_vocabulary(cleaned, room.learned)
     return web.json_response({"terms": list(room.terms), "learned": list(room.learned)})
+
+
+async def end_room(request: web.Request) -> web.Response:
+    """``POST /rooms/{id}/end``: the event is over. Its HLS playlist closes (``EXT-X-ENDLIST``) and its outputs stop;
+    its transcript stays, and viewers keep what they have. Ending twice keeps the first time."""
+    room = await _editable_room(request)
+    if room.record.ended_ms is None:
+        ended_ms = now_ms()
+        await room.store.set_ended(room.id, ended_ms)
+        room.record = dataclasses.replace(room.record, ended_ms=ended_ms)
+    return web.json_response({"room": room.id, "ended_ms": room.record.ended_ms})
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------

@@ -33,7 +33,9 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   Rooms made before it was kept have NULL there; their QR code needs the viewer token presented.
   editor_token_sha256 (the editor token's digest; the token itself is never kept: it can change the transcript),
   delay_s (the audience's hold-back delay), names (JSON ``{"spk": name}``: speaker names editors gave), terms and
-  learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all kept current by the events.
+  learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all kept current by the events;
+  ended_ms (when an editor ended the room: its HLS playlist closes; NULL while it runs) and outputs (JSON list: where
+  its captions go, ``app.outputs``).
 - ``events``: (room, seq) -> kind ("caption" | "speakers" | "words" | "correction" | "vocabulary"), the message as
   sent to viewers (JSON) and created_ms (when it was committed). ``seq`` is the room-level sequence number that
   viewers resume from (SSE ``Last-Event-ID``).
@@ -78,6 +80,8 @@ class RoomRecord:
     names: dict[int, str] = field(default_factory=dict)  # speaker label -> the name editors gave it
     terms: tuple[str, ...] = ()  # the room's vocabulary: entered by editors...
     learned: tuple[str, ...] = ()  # ...and learned from their corrections
+    ended_ms: int | None = None  # when an editor ended it (ms since the Unix epoch)
+    outputs: tuple[dict[str, Any], ...] = ()  # where its captions go besides its viewers (``app.outputs``)
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,18 @@ class TranscriptStore(ABC):
 
     @abstractmethod
     async def room(self, room_id: str) -> RoomRecord | None: ...
+
+    @abstractmethod
+    async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
+        """Mark the room ended at ``ended_ms`` (None: running again)."""
+
+    @abstractmethod
+    async def set_outputs(self, room_id: str, outputs: Sequence[dict[str, Any]]) -> None:
+        """Replace the room's outputs (JSON objects)."""
+
+    @abstractmethod
+    async def rooms_with_outputs(self) -> list[str]:
+        """Ids of the rooms that have outputs and did not end (a starting server runs them)."""
 
     @abstractmethod
     async def counters(self, room_id: str) -> tuple[int, int]:
@@ -253,6 +269,14 @@ def merged_names(old: dict[int, str], changed: dict[int, str]) -> dict[int, str]
     """``old`` with ``changed`` applied ("" removes a name)."""
     names = {**old, **changed}
     return {k: v for k, v in names.items() if v}
+
+
+def outputs_json(outputs: Sequence[dict[str, Any]]) -> str | None:
+    return json.dumps(list(outputs), separators=(",", ":"), ensure_ascii=False) if outputs else None
+
+
+def outputs_from_json(raw: str | None) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(o) for o in json.loads(raw)) if raw else ()
 
 
 def terms_json(terms: Sequence[str]) -> str | None:

@@ -69,6 +69,8 @@ from .base import (
     names_json,
     now_ms,
     numbered,
+    outputs_from_json,
+    outputs_json,
     reading_order,
     terms_from_json,
     terms_json,
@@ -100,7 +102,9 @@ CREATE TABLE rooms (
     delay_s double precision NOT NULL DEFAULT 0,
     names text,
     terms text,
-    learned text
+    learned text,
+    ended_ms bigint,
+    outputs text
 );
 CREATE TABLE events (
     room text NOT NULL REFERENCES rooms(id),
@@ -128,7 +132,8 @@ CREATE TABLE sentences (
 # Each step takes the schema from version N to N + 1 (index 0: version 1 -> 2), inside the opening transaction.
 _MIGRATIONS: list[str] = [
     "ALTER TABLE rooms ADD COLUMN editor_token_sha256 text, ADD COLUMN delay_s double precision NOT NULL DEFAULT 0, "
-    "ADD COLUMN names text, ADD COLUMN terms text, ADD COLUMN learned text; "
+    "ADD COLUMN names text, ADD COLUMN terms text, ADD COLUMN learned text, ADD COLUMN ended_ms bigint, "
+    "ADD COLUMN outputs text; "
     "ALTER TABLE sentences ADD COLUMN original text, ADD COLUMN deleted boolean NOT NULL DEFAULT false;",
 ]
 
@@ -185,12 +190,33 @@ class PostgresStore(TranscriptStore):
 
     async def room(self, room_id: str) -> RoomRecord | None:
         row = await self._fetchone("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
-                                   "editor_token_sha256, delay_s, names, terms, learned FROM rooms WHERE id = %s",
+                                   "editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs "
+                                   "FROM rooms WHERE id = %s",
                                    (room_id,))
         if not row:
             return None
         return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
-                          terms_from_json(row[8]), terms_from_json(row[9]))
+                          terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
+                          outputs_from_json(row[11]))
+
+    async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
+        await self._update_room("UPDATE rooms SET ended_ms = %s WHERE id = %s", (ended_ms, room_id))
+
+    async def set_outputs(self, room_id: str, outputs: Sequence[dict[str, Any]]) -> None:
+        await self._update_room("UPDATE rooms SET outputs = %s WHERE id = %s", (outputs_json(outputs), room_id))
+
+    async def rooms_with_outputs(self) -> list[str]:
+        rows = await self._fetchall("SELECT id FROM rooms WHERE outputs IS NOT NULL AND ended_ms IS NULL", ())
+        return [str(r[0]) for r in rows]
+
+    async def _update_room(self, query: str, params: tuple[Any, ...]) -> None:
+        try:
+            async with self._connection() as conn:
+                cursor = await conn.execute(query, params)  # type: ignore[arg-type]
+                if cursor.rowcount != 1:
+                    raise StoreError(f"transcript store ({self.where}): there is no room {params[-1]!r}")
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
 
     async def counters(self, room_id: str) -> tuple[int, int]:
         row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))

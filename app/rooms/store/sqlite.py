@@ -13,7 +13,7 @@ ends need ``app.rooms.store.postgres``.
 
 Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
 Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``, version 4 what editors need (``rooms``:
-editor_token_sha256, delay_s, names, terms, learned; ``sentences``: original, deleted).
+editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs; ``sentences``: original, deleted).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ from .base import (
     names_json,
     now_ms,
     numbered,
+    outputs_from_json,
+    outputs_json,
     reading_order,
     terms_from_json,
     terms_json,
@@ -66,7 +68,9 @@ CREATE TABLE IF NOT EXISTS rooms (
     delay_s REAL NOT NULL DEFAULT 0,
     names TEXT,
     terms TEXT,
-    learned TEXT
+    learned TEXT,
+    ended_ms INTEGER,
+    outputs TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     room TEXT NOT NULL REFERENCES rooms(id),
@@ -99,6 +103,7 @@ _MIGRATIONS = [
     "ALTER TABLE rooms ADD COLUMN delay_s REAL NOT NULL DEFAULT 0;"
     "ALTER TABLE rooms ADD COLUMN names TEXT; ALTER TABLE rooms ADD COLUMN terms TEXT;"
     "ALTER TABLE rooms ADD COLUMN learned TEXT; ALTER TABLE sentences ADD COLUMN original TEXT;"
+    "ALTER TABLE rooms ADD COLUMN ended_ms INTEGER; ALTER TABLE rooms ADD COLUMN outputs TEXT;"
     "ALTER TABLE sentences ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;",
 ]
 
@@ -139,6 +144,15 @@ class SqliteStore(TranscriptStore):
 
     async def counters(self, room_id: str) -> tuple[int, int]:
         return await self._run(self._counters, room_id)
+
+    async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
+        await self._run(self._update_room, room_id, "ended_ms", ended_ms)
+
+    async def set_outputs(self, room_id: str, outputs: Sequence[dict[str, Any]]) -> None:
+        await self._run(self._update_room, room_id, "outputs", outputs_json(outputs))
+
+    async def rooms_with_outputs(self) -> list[str]:
+        return await self._run(self._rooms_with_outputs)
 
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
                      relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
@@ -220,12 +234,23 @@ class SqliteStore(TranscriptStore):
 
     def _room(self, room_id: str) -> RoomRecord | None:
         row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
-                                 "editor_token_sha256, delay_s, names, terms, learned FROM rooms WHERE id = ?",
+                                 "editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs "
+                                 "FROM rooms WHERE id = ?",
                                  (room_id,)).fetchone()
         if not row:
             return None
         return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
-                          terms_from_json(row[8]), terms_from_json(row[9]))
+                          terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
+                          outputs_from_json(row[11]))
+
+    def _update_room(self, room_id: str, column: str, value: object) -> None:
+        assert column in ("ended_ms", "outputs")  # a column name, never data
+        if self._conn.execute(f"UPDATE rooms SET {column} = ? WHERE id = ?", (value, room_id)).rowcount != 1:
+            raise StoreError(f"transcript store ({self.path}): there is no room {room_id!r}")
+
+    def _rooms_with_outputs(self) -> list[str]:
+        rows = self._conn.execute("SELECT id FROM rooms WHERE outputs IS NOT NULL AND ended_ms IS NULL").fetchall()
+        return [str(r[0]) for r in rows]
 
     def _last_seq(self, room_id: str) -> int:
         row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()

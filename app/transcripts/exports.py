@@ -1,4 +1,4 @@
-"""Transcripts as TXT, SRT, WebVTT or JSON: the one formatter of the project. A room's transcript files
+"""Transcripts as TXT, SRT, WebVTT, SCC or JSON: the one formatter of the project. A room's transcript files
 (``GET /rooms/{id}/transcript.{fmt}``) and the caption page's download buttons (``POST /exports/transcript.{fmt}``
 with the sentences the page shows) both come from here. Times are milliseconds (the room's timeline for a room,
 the session's for the page).
@@ -6,7 +6,8 @@ the session's for the page).
 SRT and WebVTT carry the same cues: subtitle-grade ones from ``cues`` by default (``ExportOptions``, set from the
 URL's query by ``parse_options``), or one cue per sentence on one line with ``?cues=sentence``. A change of speaker
 is marked in the text as ``?speakers=`` says (``cues.SPEAKER_STYLES``: a dialogue dash by default); WebVTT also
-names the speaker of every cue in a voice span."""
+names the speaker of every cue in a voice span. SCC (broadcast captions, ``scc``) carries the same subtitle cues
+within CEA-608's 4 rows of 32 characters, as pop-on captions on drop-frame timecode."""
 
 from __future__ import annotations
 
@@ -19,9 +20,13 @@ from typing import Any
 
 from ..responses import ParameterError
 from ..rooms import RoomRecord, SentenceRecord
+from . import scc
 from .cues import SPEAKER_STYLES, Cue, CueRules, build_cues, speaker_mark, speaker_name
 
-MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
+# SCC has no registered type, and players and converters go by its extension and first line: plain text (it is
+# ASCII), which a browser shows as it shows the TXT.
+MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "scc": "text/plain",
+        "json": "application/json"}
 
 
 CUE_MODES = ("subtitle", "sentence")
@@ -211,11 +216,13 @@ def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: 
 def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any],
            options: ExportOptions = ExportOptions(), history: Mapping[int, Sequence[Edit]] | None = None,
            deleted: Sequence[SentenceRecord] = ()) -> str:
-    """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json``; ``options``: how SRT and
-    WebVTT cut cues and what speakers are called; ``history`` and ``deleted``: a room's edits (JSON only)."""
+    """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json``; ``options``: how SRT,
+    WebVTT and SCC cut cues (SCC always cuts subtitle cues, its rules clamped to CEA-608's: ``scc.rules_for``) and
+    what speakers are called; ``history`` and ``deleted``: a room's edits (JSON only)."""
     renderers: dict[str, Callable[[], str]] = {
         "txt": lambda: to_txt(sentences, options.names), "srt": lambda: to_srt(sentences, options),
         "vtt": lambda: to_vtt(sentences, options),
+        "scc": lambda: scc.to_scc(sentences, options.rules, options.speakers, options.names),
         "json": lambda: to_json(sentences, header, options.names, history, deleted)}
     return renderers[fmt]()
 

@@ -1,5 +1,5 @@
-"""Transcript files over HTTP: ``GET /rooms/{id}/transcript.{txt,srt,vtt,json}`` (a room's, from the store) and
-``POST /exports/transcript.{txt,srt,vtt,json}`` (the caption page's download buttons).
+"""Transcript files over HTTP: ``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}`` (a room's, from the store)
+and ``POST /exports/transcript.{txt,srt,vtt,scc,json}`` (the caption page's download buttons, and any client).
 
 The page sends the sentences it shows (its own session's, after any "clear"), and gets the file back from the one
 formatter the room transcripts use (``exports``), so a download from the page and a room's transcript file never
@@ -26,11 +26,12 @@ from . import exports
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
 MAX_EXPORT_SENTENCES = 200_000
+_FORMATS = "|".join(exports.MIME)
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/exports/transcript.{fmt:txt|srt|vtt|json}", export_transcript)
-    app.router.add_get("/rooms/{room:" + ROOM_ID_PATTERN + "}/transcript.{fmt:txt|srt|vtt|json}", room_transcript)
+    app.router.add_post("/exports/transcript.{fmt:" + _FORMATS + "}", export_transcript)
+    app.router.add_get("/rooms/{room:" + ROOM_ID_PATTERN + "}/transcript.{fmt:" + _FORMATS + "}", room_transcript)
 
 
 async def export_transcript(request: web.Request) -> web.Response:
@@ -111,8 +112,8 @@ def _header(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def room_transcript(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/transcript.{txt,srt,vtt,json}``: every locked sentence so far, from the store. SRT and
-    WebVTT take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
+    """``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}``: every locked sentence so far, from the store. SRT,
+    WebVTT and SCC take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
     room = await viewable_room(request)
     fmt = request.match_info["fmt"]
     try:

@@ -66,6 +66,13 @@ if [ "$tests" = 1 ] && [ ! -f "$stamp-tests" ]; then
   mapfile -t dev < <(.venv/bin/python -c 'import tomllib
 print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"], sep="\n")')
   "${pip_install[@]}" "${dev[@]}"
+  # pycaption's wheel ships its own test suite as a top-level package named `tests`, which would shadow this
+  # project's tests/ (a regular package wins over a folder without __init__.py wherever it sits on sys.path).
+  # Remove it when it is pycaption's (its RECORD names it): nothing imports it.
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  if [ -d "$site/tests" ] && grep -qs '^tests/' "$site"/pycaption-*.dist-info/RECORD; then
+    rm -rf "$site/tests"
+  fi
   touch "$stamp-tests"
 fi
 

@@ -88,7 +88,7 @@ def test_the_rooms_vocabulary_respells_look_alikes_and_leaves_everything_else() 
     assert fix.apply("I'm Abigail Claifren, you can call me Abby.") == "I'm Abigail Claflin, you can call me Abby.", \
         "Abby is not spelt enough like Abbie to change by itself (an editor's fix of it would teach it)"
     for same in ("the concert was free", "Dashwood and Kate's cat", "Concord is fine", "we were in accord",
-                 "Abbey Road", "Concerned, we left."):
+                 "Abbey Road", "Concerned, we left.", "I met Kate at noon.", "Ask Kate."):
         assert fix.apply(same) == same
     assert Corrector().apply("any text at all") == "any text at all" and not Corrector()
 

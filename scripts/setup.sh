@@ -80,9 +80,11 @@ fi
 # client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
 # namespace (tests/whip_scenario.py), coturn's turnserver for the TURN relay tests (tests/turn.py; the package's
 # own service is not needed: the tests start turnserver themselves), PostgreSQL's server binaries (bench/postgres.py
-# starts a throwaway server).
+# starts a throwaway server), OBS Studio (with obs-websocket) and Xvfb for the real-OBS caption test
+# (tests/test_obs.py starts both itself).
 if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -v whip-client && command -v cc \
-    && command -v ip && command -v turnserver && [ -e /usr/share/doc/gstreamer1.0-nice ] \
+    && command -v ip && command -v turnserver && command -v obs && command -v Xvfb \
+    && [ -e /usr/share/doc/gstreamer1.0-nice ] \
     && ls /usr/lib/postgresql/*/bin/initdb /usr/lib/postgresql/*/bin/pg_ctl; } >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -90,7 +92,7 @@ if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium ffmpeg simple-whip-client \
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-nice gcc iproute2 \
-    coturn postgresql >/dev/null
+    coturn postgresql obs-studio xvfb >/dev/null
   # Debian's coturn starts a system TURN server with its default configuration on every interface; the tests need
   # none. Stop it only if it was installed just now (a machine's own TURN service is left alone).
   if [ -z "$had_turnserver" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then

@@ -20,7 +20,7 @@ from aiohttp.typedefs import Handler
 
 from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
 
-from . import compat, ops, pages, resources, webrtc
+from . import compat, ops, outputs, pages, resources, webrtc
 from .config import EXIT_ENGINE_FAILED, ServerConfig
 from .drain import DRAIN, HANDLERS_AFTER_DRAIN_S, DrainReport, drain
 from .keys import CONFIG, ENGINE, ENGINE_START, EXIT_STATUS, TEMPLATES
@@ -33,10 +33,12 @@ from .ops import (
     LiveStreams,
     ServerMetrics,
 )
+from .outputs import OUTPUTS, Layout, OutputRegistry
 from .responses import json_error
 from .rooms import MEMORY, ROOMS, STORE, RoomRegistry, StoreError, open_store
 from .rooms import add_routes as add_room_routes
 from .transcripts import add_routes as add_transcript_routes
+from .transcripts import break_lines, speaker_name
 from .webrtc import PEERS
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     webrtc.add_routes(app)
     add_room_routes(app)
     add_transcript_routes(app)
+    outputs.add_routes(app)
     compat.add_routes(app)
     app.router.add_static("/static", resources.static_dir())
 
@@ -89,9 +92,14 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[STORE] = await open_store(config.db_path or MEMORY)
         app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
         app[ROOMS].start()
+        # Outputs write captions as the room's files do (app.transcripts' line breaking and speaker names).
+        layout = Layout(break_lines=break_lines, speaker_name=speaker_name)
+        app[OUTPUTS] = OutputRegistry(app[ROOMS], app[STORE], layout, app[METRICS])
+        await app[OUTPUTS].start()  # the stored outputs of rooms that did not end go on
         app[METRICS].rooms, app[METRICS].store = app[ROOMS], app[STORE]
         log.info("transcripts kept in %s", app[STORE].where)
         yield
+        await app[OUTPUTS].close()  # stopped at shutdown already (stop_outputs); here if startup failed after
         app[ROOMS].close()
         await app[STORE].close()
 
@@ -103,12 +111,18 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
             log.info("stopping: %d sessions finished in %.1f s, %d sentences locked on the way out",
                      report.sessions - report.unfinished, report.seconds, report.sentences)
 
+    async def stop_outputs(app: web.Application) -> None:
+        # After the sessions' last sentences (a short grace to send them), before the rooms' streams end.
+        if OUTPUTS in app:
+            await app[OUTPUTS].close()
+
     async def end_viewer_streams(app: web.Application) -> None:
         # Open event streams would hold the shutdown for its whole timeout; viewers reconnect and resume.
         app[ROOMS].close()
 
     app.cleanup_ctx.append(transcripts)
     app.on_shutdown.append(finish_sessions)
+    app.on_shutdown.append(stop_outputs)
     app.on_shutdown.append(end_viewer_streams)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

@@ -6,13 +6,15 @@ process-wide default one: several apps may live in one process (tests), and each
 Two kinds of numbers, collected two ways:
 
 - **Now** (gauges: live sessions, room viewers, rooms in memory, recognizer requests by priority, the engine's
-  state, unsaved room events) are read from the live objects when scraped (``_LiveState``), so nothing has to keep
-  them up to date. Counts the objects keep themselves (store errors, viewers cut off) are exposed the same way.
+  state, unsaved room events, the rooms' outputs by state) are read from the live objects when scraped
+  (``_LiveState``), so nothing has to keep them up to date. Counts the objects keep themselves (store errors,
+  viewers cut off) are exposed the same way.
 - **Events** (counters and histograms: audio received and shed, packets lost or late and the audio concealed for
   them, decodes by kind and encoder window, window fallbacks, first-text and lock latency) are recorded at the one
   place where each happens: the engine reports its own through ``engine.EngineObserver`` (``ServerMetrics`` is one,
   added to ``CaptionEngine.observers``); the WebRTC ingest reports the audio it sheds, and each stream's receiver
-  what it loses (``app.webrtc.jitter.LossObserver``).
+  what it loses (``app.webrtc.jitter.LossObserver``); the rooms' outputs each caption they deliver and each
+  failed send (``output_sent``, ``output_send_error``).
 
 A scrape only reads counters and walks a few dicts on the event loop (no model call, no I/O): measured with six
 sessions streaming on a busy 2-core machine, 2 ms median per request, HTTP included.
@@ -24,7 +26,7 @@ is always open; "off" answers 404.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -59,6 +61,8 @@ class ServerMetrics(EngineObserver):
         self.admission: Admission | None = None  # live sessions' admission: its limit and refusals
         self.rooms: RoomRegistry | None = None
         self.store: TranscriptStore | None = None
+        # The rooms' outputs now: (kind, state) -> how many (``app.outputs``' registry, via ``watch_outputs``).
+        self.outputs: Callable[[], Mapping[tuple[str, str], int]] | None = None
         self.registry = CollectorRegistry()
         r = self.registry
         self._audio_in = Counter(
@@ -96,6 +100,12 @@ class ServerMetrics(EngineObserver):
             f"{PREFIX}_lock_lag_seconds", "From the audio that closed a live sentence's segment reaching the server to "
             "the sentence locked: what its final decode added to the endpoint's silence (how late finals run)",
             buckets=LOCK_LAG_BUCKETS_S, registry=r)
+        self._output_sent = Counter(
+            f"{PREFIX}_output_captions_sent", "Captions the rooms' outputs delivered to their destinations (YouTube "
+            "Live's caption ingestion, OBS), by kind", ["kind"], registry=r)
+        self._output_errors = Counter(
+            f"{PREFIX}_output_send_errors", "Caption sends of the rooms' outputs that failed (each retry counts; a "
+            "permanent refusal stops the output), by kind", ["kind"], registry=r)
         for kind in DECODE_KINDS:  # every kind shows from the first scrape, at zero
             self._fallbacks.labels(kind)
         for kind in ("live", "file"):
@@ -111,6 +121,14 @@ class ServerMetrics(EngineObserver):
         """Stop hearing the engine's events (a shared engine outlives this app); safe to call twice."""
         if self.engine is not None:
             self.engine.observers.remove(self)
+
+    def watch_outputs(self, counts: Callable[[], Mapping[tuple[str, str], int]], kinds: Iterable[str]) -> None:
+        """Read the rooms' outputs by ``(kind, state)`` from ``counts`` when scraped; every one of ``kinds`` shows in
+        the counters from the first scrape, at zero."""
+        self.outputs = counts
+        for kind in kinds:
+            self._output_sent.labels(kind)
+            self._output_errors.labels(kind)
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """The registry in the format ``accept`` asks for (Prometheus text, or OpenMetrics): (body, content type)."""
@@ -148,6 +166,14 @@ class ServerMetrics(EngineObserver):
 
     def audio_concealed(self, seconds: float) -> None:
         self._concealed.inc(seconds)
+
+    def output_sent(self, kind: str) -> None:
+        """An output of ``kind`` delivered a caption."""
+        self._output_sent.labels(kind).inc()
+
+    def output_send_error(self, kind: str) -> None:
+        """A send of an output of ``kind`` failed."""
+        self._output_errors.labels(kind).inc()
 
 
 @dataclass
@@ -195,6 +221,9 @@ class _Families:
     refused: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
         f"{PREFIX}_sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the "
         "server's capacity), limit (--max-sessions), shutting_down", labels=["reason"]))
+    outputs: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
+        f"{PREFIX}_room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: "
+        "connected, sending, retrying, failed, stopped", labels=["kind", "state"]))
     store_errors: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
         f"{PREFIX}_store_errors", "Transcript store operations that failed (a full or unwritable disk); room events "
         "are kept in memory and retried meanwhile"))
@@ -236,6 +265,10 @@ class _LiveState(Collector):
             f.dropped.add_metric([], counts["viewers_dropped"])
             f.corrections.add_metric([], counts["corrections"])
             f.held.add_metric([], counts["held_events"])
+        outputs = self._metrics.outputs
+        if outputs is not None:
+            for (kind, state), n in sorted(outputs().items()):
+                f.outputs.add_metric([kind, state], n)
         store = self._metrics.store
         if store is not None:
             f.store_errors.add_metric([], store.errors)

@@ -41,7 +41,7 @@ from .keys import ROOMS, STORE
 from .publisher import RoomPublisher
 from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats, merged_stable
-from .routes import base_url, viewable_room
+from .routes import base_url, may_edit, viewable_room
 from .store import (
     MEMORY,
     RoomRecord,
@@ -56,7 +56,7 @@ from .viewer import Viewer, ViewerState
 
 __all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "STORE", "Room", "RoomPublisher", "RoomRecord", "RoomRegistry",
            "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent", "TranscriptStore", "Viewer",
-           "ViewerState", "add_routes", "base_url", "merged_stable", "open_store", "viewable_room"]
+           "ViewerState", "add_routes", "base_url", "may_edit", "merged_stable", "open_store", "viewable_room"]
 
 
 def add_routes(app: web.Application) -> None:

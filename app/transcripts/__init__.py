@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .cues import speaker_name
 from .exports import to_srt, to_vtt
+from .line_breaks import break_lines
 from .routes import add_routes
 
-__all__ = ["add_routes", "speaker_name", "to_srt", "to_vtt"]
+__all__ = ["add_routes", "break_lines", "speaker_name", "to_srt", "to_vtt"]

@@ -404,3 +404,11 @@ async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
         loaded = await app[ROOMS].get(room)
         assert loaded is not None and loaded.record.ended_ms == first["ended_ms"]
+
+
+async def test_an_oversize_edit_is_refused_with_413(server: tuple[str, web.Application]) -> None:
+    url, _ = server
+    made = await new_room(url)
+    status, body = await call("PUT", f"{url}/rooms/{made['room']}/vocabulary", made["editor_token"],
+                              {"terms": ["x" * 60] * 300})
+    assert status == 413 and body["error"]["code"] == "too_large"

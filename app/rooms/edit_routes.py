@@ -140,8 +140,11 @@ async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[s
     try:
         body = await read_json_object(request, MAX_EDIT_BODY_BYTES)
     except BodyError as exc:
-        raise _error(web.HTTPRequestEntityTooLarge if exc.status == 413 else web.HTTPBadRequest,
-                     "too_large" if exc.status == 413 else "bad_message", exc.message) from None
+        if exc.status == 413:
+            raise web.HTTPRequestEntityTooLarge(
+                MAX_EDIT_BODY_BYTES, MAX_EDIT_BODY_BYTES + 1, content_type="application/json",
+                text=json.dumps({"error": {"code": "too_large", "message": exc.message}})) from None
+        raise _bad(exc.message) from None
     unknown = sorted(set(body) - fields)
     if unknown:
         raise _bad(f"unknown field {unknown[0]!r}: expected {', '.join(sorted(fields))}")

@@ -157,7 +157,7 @@ def _check_slots(times: list[tuple[int, int, int]], slots: list[scc.Slot]) -> No
     """The schedule's contract: one pair a frame (nothing overlaps), each load after the previous EOC and done
     before its own, EDM after its EOC and left out only where the next EOC comes within two frames."""
     spans = []
-    for k, ((_, e, length), slot) in enumerate(zip(times, slots, strict=True)):
+    for k, ((s, e, length), slot) in enumerate(zip(times, slots, strict=True)):
         spans += [(slot.load, slot.load + length), (slot.eoc, slot.eoc + 2)]
         assert slot.load >= 0 and slot.load + length <= slot.eoc
         if k:
@@ -167,7 +167,8 @@ def _check_slots(times: list[tuple[int, int, int]], slots: list[scc.Slot]) -> No
             assert slot.edm >= slot.eoc + 2
             assert k + 1 == len(slots) or slot.edm + 2 <= slots[k + 1].eoc
         else:
-            assert k + 1 < len(slots) and slots[k + 1].eoc < max(e, slot.eoc + 2) + 2, "EDM left out only there"
+            # (a cue lasts at least the two frames of its EOC: its end is never before its start + 2)
+            assert k + 1 < len(slots) and slots[k + 1].eoc < max(e, s + 2, slot.eoc + 2) + 2, "EDM left out only there"
     spans.sort()
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), "two pairs in one frame"
 

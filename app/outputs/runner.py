@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from enum import StrEnum
 from typing import Any, Protocol
 
-from engine.protocol import Caption, Correction, ServerMessage
+from engine.protocol import Caption, Correction
 
-from ..rooms import Room, RoomRegistry, SentenceRecord, StoreError
+from ..rooms import Room, RoomRegistry, StoreError, as_now
 from .backoff import Backoff
 from .layout import Layout
 from .pending import PendingCaptions, Waiting
@@ -224,7 +223,7 @@ class OutputRunner:
                 if any(isinstance(m, Caption | Correction) for _, m in events):
                     snapshot = room.snapshot_with(await room.store.snapshot(room.id), pending)
                     now = {s.id: s for s in snapshot.sentences}
-                    events = [(seq, _as_now(m, now)) for seq, m in events]
+                    events = [(seq, as_now(m, now)) for seq, m in events]
                 break
             except StoreError as exc:
                 log.warning("%s: cannot read the room's events (%s); trying again", self._where, exc)
@@ -298,14 +297,3 @@ def audience_seq(room: Room) -> int:
     """The newest seq the room's audience has: where a new output starts."""
     released = room.audience.released
     return room.seq if released is None else released
-
-
-def _as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
-    """A stored caption or correction with each sentence as it is ``now`` (id -> record), the deleted ones left
-    out: a resuming output never sends a version an editor replaced."""
-    if isinstance(message, Caption):
-        return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])
-    if isinstance(message, Correction):
-        return dataclasses.replace(message, sentences=tuple(now[s.id].sentence() for s in message.sentences
-                                                            if s.id in now))
-    return message

@@ -52,11 +52,13 @@ from .store import (
     TranscriptStore,
     open_store,
 )
+from .stream import as_now
 from .viewer import Viewer, ViewerState
 
 __all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "STORE", "Room", "RoomPublisher", "RoomRecord", "RoomRegistry",
            "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent", "TranscriptStore", "Viewer",
-           "ViewerState", "add_routes", "base_url", "may_edit", "merged_stable", "open_store", "viewable_room"]
+           "ViewerState", "add_routes", "as_now", "base_url", "may_edit", "merged_stable", "open_store",
+           "viewable_room"]
 
 
 def add_routes(app: web.Application) -> None:

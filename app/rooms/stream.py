@@ -50,7 +50,7 @@ class Stream:
                 events = [(seq, m) for seq, m in events if seq <= limit]  # the rest comes when released
             if any(isinstance(m, Caption | Correction) for _, m in events):
                 now = {s.id: s for s in room.snapshot_with(await store.snapshot(room.id), pending).sentences}
-                events = [(seq, _as_now(m, now)) for seq, m in events]
+                events = [(seq, as_now(m, now)) for seq, m in events]
             for seq, message in events:
                 await self.send(response, message, seq)
             return events[-1][0] if events else after
@@ -79,9 +79,9 @@ class Stream:
         await response.write(f"{head}data: {data}\n\n".encode())
 
 
-def _as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
-    """A replayed caption or correction with each sentence as it is ``now`` (id -> record), and without the deleted
-    ones: a resuming viewer never sees a version a later correction replaced, even for a moment."""
+def as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
+    """A stored caption or correction with each sentence as it is ``now`` (id -> record), and without the deleted
+    ones: a resuming viewer (or output) never gets a version a later correction replaced, even for a moment."""
     if isinstance(message, Caption):
         return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])
     if isinstance(message, Correction):

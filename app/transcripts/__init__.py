@@ -1,7 +1,7 @@
-"""Transcript files: a room's (or the page's) locked sentences as TXT, SRT, WebVTT or JSON. ``cues`` cuts the
-words into subtitle cues (lines, reading speed, pauses, speaker changes; ``line_breaks`` places the line break),
-``exports`` renders the formats, ``routes`` serves them; ``hls`` and ``hls_routes`` give a room's captions to HLS
-players as a live WebVTT subtitle playlist."""
+"""Transcript files: a room's (or the page's) locked sentences as TXT, SRT, WebVTT, JSON or SCC (CEA-608, ``scc``).
+``cues`` cuts the words into subtitle cues (lines, reading speed, pauses, speaker changes; ``line_breaks`` places the
+line break), ``exports`` renders the formats, ``routes`` serves them; ``hls`` and ``hls_routes`` give a room's
+captions to HLS players as a live WebVTT subtitle playlist."""
 
 from __future__ import annotations
 

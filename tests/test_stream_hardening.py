@@ -353,13 +353,17 @@ async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room(
             finals = [m for m in got if m.get("is_final")]
             assert finals and "**** **** **** ****" in finals[0]["channel"]["alternatives"][0]["transcript"]
             stored_text = await transcript(url, room.id)
+            # Without the metadata: its random request ids may hold those digits.
+            said = json.dumps([{k: v for k, v in m.items() if k != "metadata"} for m in got
+                               if m.get("type") != "Metadata"])
             for secret in ("4111", "6789", " 123 ", "09/27"):
-                assert secret not in json.dumps(got) and secret not in stored_text, secret
+                assert secret not in said and secret not in stored_text, secret
             assert "***-**-****" in stored_text
             async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&redact=pci",
                                  data=spoken()) as r:
                 body = await r.text()
-                assert r.status == 200 and "4111" not in body and "****" in body, body
+                results = json.dumps(json.loads(body)["results"])  # (the metadata's random request id may hold 4111)
+                assert r.status == 200 and "4111" not in results and "****" in results, body
     finally:
         await reader.close()
 

@@ -23,9 +23,7 @@ class Audience:
     """The audience of one room. ``viewers`` is the room's own set (editors among them are skipped);
     ``on_release`` runs when what is held changed (the room broadcasts its status: the held count changed)."""
 
-    def __init__(self, room_id: str, delay_s: float, last_seq: int, viewers: set[Viewer],
-                 on_release: Callable[[], None]) -> None:
-        self.room_id = room_id
+    def __init__(self, delay_s: float, last_seq: int, viewers: set[Viewer], on_release: Callable[[], None]) -> None:
         self.delay_s = delay_s
         self._viewers = viewers
         self._on_release = on_release

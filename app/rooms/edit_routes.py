@@ -52,7 +52,7 @@ async def put_sentence(request: web.Request) -> web.Response:
     if spk is not None and (isinstance(spk, bool) or not isinstance(spk, int) or not 0 <= spk < 1000):
         raise _bad('"spk" must be a speaker label (0-999) or null')
     new = edits.corrected(record, text, spk)
-    event = await room.commit_correction([new], [], {}, _editor(request, body))
+    event = await room.commit_correction([new], [], {}, _editor(request, room, body))
     await _learn(room, record.original or record.text, new.text)
     return web.json_response({"seq": event.seq, "sentence": new.sentence().wire(words=True)})
 
@@ -61,7 +61,7 @@ async def delete_sentence(request: web.Request) -> web.Response:
     """``DELETE /rooms/{id}/sentences/{sid}``: the sentence goes (kept in the history)."""
     room = await _editable_room(request)
     record = await _sentence(request, room)
-    event = await room.commit_correction([], [record.id], {}, _editor(request, dict(request.query)))
+    event = await room.commit_correction([], [record.id], {}, _editor(request, room, dict(request.query)))
     return web.json_response({"seq": event.seq, "deleted": record.id})
 
 
@@ -77,7 +77,7 @@ async def split_sentence(request: web.Request) -> web.Response:
         first, second = edits.split(record, at, new_id=record.id)  # the room gives the new part its id
     except ValueError as exc:
         raise _bad(str(exc)) from None
-    event = await room.commit_correction([first], [], {}, _editor(request, body), new=[second])
+    event = await room.commit_correction([first], [], {}, _editor(request, room, body), new=[second])
     return web.json_response({"seq": event.seq, "sentences": [r.sentence().wire(words=True) for r in
                                                               [first, *event.records]]})
 
@@ -90,7 +90,7 @@ async def put_speaker(request: web.Request) -> web.Response:
     if not isinstance(name, str) or len(name.strip()) > MAX_NAME_CHARS:
         raise _bad(f'"name" must be a string of at most {MAX_NAME_CHARS} characters ("" for the default)')
     spk = int(request.match_info["spk"])
-    event = await room.commit_correction([], [], {spk: " ".join(name.split())}, _editor(request, body))
+    event = await room.commit_correction([], [], {spk: " ".join(name.split())}, _editor(request, room, body))
     return web.json_response({"seq": event.seq, "names": {str(k): v for k, v in sorted(room.names.items())}})
 
 
@@ -162,12 +162,12 @@ async def _sentence(request: web.Request, room: Room) -> SentenceRecord:
     return record
 
 
-def _editor(request: web.Request, body: dict[str, Any]) -> str:
+def _editor(request: web.Request, room: Room, body: dict[str, Any]) -> str:
     """Who made the edit, for the history: the name the editor gave, else what their token says they are."""
     name = body.get("editor")
     if isinstance(name, str) and name.strip():
         return " ".join(name.split())[:MAX_EDITOR_CHARS]
-    return "editor" if _room_token(request) else "server"
+    return "editor" if room.may_edit(presented_token(request)) else "server"
 
 
 async def _learn(room: Room, original: str, text: str) -> None:
@@ -176,12 +176,6 @@ async def _learn(room: Room, original: str, text: str) -> None:
     merged = edits.merged_entries(room.learned, fixes)
     if merged != room.learned:
         await room.commit_vocabulary(room.terms, merged)
-
-
-def _room_token(request: web.Request) -> bool:
-    """Whether the request came with the room's own editor token (else the server's)."""
-    room = request.app[ROOMS].loaded(request.match_info["room"])
-    return room is not None and room.may_edit(presented_token(request))
 
 
 def _bad(message: str) -> web.HTTPException:

@@ -80,10 +80,6 @@ class Holdback:
         """When the next event is due (the first waiting one's time), or None."""
         return self._held[0].due_s if self._held else None
 
-    def everything(self) -> list[tuple[int, ServerMessage]]:
-        """Release all that waits, now (the delay became 0)."""
-        return self.due(float("inf"))
-
     def _touch_held(self, message: ServerMessage) -> ServerMessage:
         """Apply ``message`` to the held captions it touches; returns what is left of it for the audience."""
         held = {s.id: h for h in self._held if isinstance(h.message, Caption) for s in h.message.sentences}

@@ -79,7 +79,7 @@ class Room:
         self.names = dict(record.names)  # speaker label -> the name editors gave it (kept current by the events)
         self.terms, self.learned = record.terms, record.learned  # the room's vocabulary (likewise)
         self.corrector = Corrector(self.terms, self.learned)  # ... as it rewrites what publishers lock
-        self.audience = Audience(self.id, record.delay_s, last_seq, self.viewers, self._broadcast_status)
+        self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status)
 
     @property
     def private(self) -> bool:
@@ -175,7 +175,8 @@ class Room:
         self.audience.put(self.seq, message, durable)
 
     def _broadcast_status(self) -> None:
-        editors, audience = self.status(editor=True), self.status()
+        audience = self.status()
+        editors = self.status(editor=True) if self.audience.delay_s else audience  # (the same without a delay)
         for viewer in list(self.viewers):
             viewer.put(self.seq, editors if viewer.editor else audience, False)
 

@@ -3,17 +3,18 @@ message in the form that viewer gets. (The handler, its heartbeat and its socket
 
 An editor's stream has everything at once: partials, the room's vocabulary. An audience stream has what the room's
 ``Audience`` lets through: in a room with a delay, no partials, and sentences only once released. Either way, what
-a catch-up replays from the store is each sentence as it is now: a viewer never sees a version an editor replaced.
+a catch-up replays from the store is each sentence in its last version: a viewer never sees one an editor replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from aiohttp import web
 
 from engine import protocol
-from engine.protocol import Caption, Correction, ServerMessage, Vocabulary, WordTimes
+from engine.protocol import Caption, Correction, Sentence, ServerMessage, Vocabulary, WordTimes
 
 from .holdback import empty
 from .room import Room
@@ -48,10 +49,7 @@ class Stream:
             limit = None if self.editor else room.audience.replay_until()
             if limit is not None:
                 events = [(seq, m) for seq, m in events if seq <= limit]  # the rest comes when released
-            if any(isinstance(m, Caption | Correction) for _, m in events):
-                now = {s.id: s for s in room.snapshot_with(await store.snapshot(room.id), pending).sentences}
-                events = [(seq, as_now(m, now)) for seq, m in events]
-            for seq, message in events:
+            for seq, message in as_corrected(events):
                 await self.send(response, message, seq)
             return events[-1][0] if events else after
         snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
@@ -77,6 +75,31 @@ class Stream:
             return
         data = protocol.dumps(message, self.words)
         await response.write(f"{head}data: {data}\n\n".encode())
+
+
+def as_corrected(events: list[tuple[int, ServerMessage]]) -> list[tuple[int, ServerMessage]]:
+    """Replayed ``events`` with each sentence in its last version among them, deleted ones left out. Enough to
+    show no replaced text: a correction of a replayed sentence comes after its caption, so it is replayed too (no
+    store read, which a crowd of viewers reconnecting at once would each make)."""
+    last: dict[int, Sentence | None] = {}
+    for _, message in events:
+        if isinstance(message, Correction):
+            last.update({s.id: s for s in message.sentences})
+            last.update(dict.fromkeys(message.deleted))
+    if not last:
+        return events
+
+    def latest(sentences: Iterable[Sentence]) -> list[Sentence]:
+        return [x for x in (last.get(s.id, s) for s in sentences) if x is not None]
+
+    out: list[tuple[int, ServerMessage]] = []
+    for seq, message in events:
+        if isinstance(message, Caption):
+            message = dataclasses.replace(message, sentences=latest(message.sentences))
+        elif isinstance(message, Correction):
+            message = dataclasses.replace(message, sentences=tuple(latest(message.sentences)))
+        out.append((seq, message))
+    return out
 
 
 def as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:

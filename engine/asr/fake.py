@@ -37,7 +37,6 @@ class FakeTranscriber:
     finished: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     log: list[tuple[str, str, Priority, float]] = field(default_factory=list)  # (event, request_id, priority, t)
-    contexts: list[str] = field(default_factory=list)  # each request's context text (hotwords, vocabulary), in order
     _state: TranscriberState = TranscriberState.NEW
     _inflight: dict[str, Priority] = field(default_factory=dict)
     _waiting: list[tuple[int, float, asyncio.Future[None]]] = field(default_factory=list)
@@ -103,7 +102,6 @@ class FakeTranscriber:
         t0 = time.monotonic()
         self._inflight[request.request_id] = request.priority
         self.log.append(("submit", request.request_id, request.priority, t0))
-        self.contexts.append(request.context)
         try:
             await self._slot(request.priority)
             try:

@@ -1,5 +1,6 @@
 """``create_app(config)``: the aiohttp application. aiohttp owns the lifecycle (``cleanup_ctx``); nothing happens
-at import time and nothing is global but aioice's address policy (see ``app.webrtc.ice``).
+at import time. What is process-wide: the changes to aiortc and aioice, all applied in ``app.webrtc.patches``, and
+the filter that redacts secrets from aiohttp's access log (``app.ops.access_log``).
 
 The composition root: the packages (``webrtc``, ``rooms``, ``transcripts``, ``compat``, ``ops``) know nothing of
 each other's wiring; this module creates their shared state, adds their routes and runs the lifecycle."""

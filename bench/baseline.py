@@ -190,8 +190,9 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     (``real_threads``: the engine's own thread counts for one speaker and several; the admission of every session in
     ``engine-unbounded`` is the bench server's, ``ADMIT_ALL``);
     ``engine-jitter4`` is the engine as shipped: the bench server receives its audio through aiortc's jitter buffer
-    (four packets held) instead (``app.webrtc.rtp_audio.install``, in ``bench/serve.py``); ``engine-nofec``, the
-    same, with lost packets only concealed, never recovered from the next packet's in-band FEC copy.
+    (four packets held) instead (``app.webrtc.patches.install_audio_receiver``, in ``bench/serve.py``);
+    ``engine-nofec``, the same, with lost packets only concealed, never recovered from the next packet's in-band FEC
+    copy.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")

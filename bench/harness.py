@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 
 from app.config import IceConfig
-from app.webrtc.ice import install as install_ice_policy
+from app.webrtc.patches import install_ice as install_ice_policy
 from bench.client import BenchClient, PacketLoss, Refused
 
 ROOT = Path(__file__).resolve().parent.parent

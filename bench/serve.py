@@ -41,7 +41,7 @@ from aiohttp import web
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
 from app.ops import ADMISSION
 from app.server import create_app, engine_config, freeze_startup_objects
-from app.webrtc import rtp_audio
+from app.webrtc import patches
 from app.webrtc.keys import PEERS
 from bench.baseline import ADMIT_ALL, SerializedTranscriber, apply_mode
 from engine.asr.fake import FakeTranscriber
@@ -135,8 +135,9 @@ async def serve(args: argparse.Namespace) -> None:
         # Every session let in (the old way), or as many as the server holds on time (unless capped by flag).
         app[ADMISSION].limit = UNBOUNDED_SESSIONS if request.query["mode"] in ADMIT_ALL else max_sessions
         # Peer connections made from now on receive audio through the jitter buffer of this mode.
-        rtp_audio.install(args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4"
-                          else "low-delay", fec=request.query["mode"] != "engine-nofec")
+        patches.install_audio_receiver(
+            args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4" else "low-delay",
+            fec=request.query["mode"] != "engine-nofec")
         mode["mode"] = request.query["mode"]
         return web.json_response(mode)
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from app.config import EXIT_ENGINE_FAILED
-from app.webrtc import ice
+from app.webrtc import patches
 from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import LOOPBACK
@@ -102,7 +102,7 @@ async def test_a_killed_engine_ends_sessions_with_the_reason_and_the_server_exit
     with server_process(tmp_path) as (proc, url):
         await wait_ready(url, proc)
         core = engine_core(proc.pid)
-        ice.install(LOOPBACK.ice)  # this process's client offers loopback candidates, as the server expects
+        patches.install_ice(LOOPBACK.ice)  # this process's client offers loopback candidates, as the server expects
         client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 60.0))
         await client.connect()
         await asyncio.sleep(6.0)  # captions flowing

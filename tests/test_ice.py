@@ -8,17 +8,17 @@ import pytest
 from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
 from app.config import IceConfig
-from app.webrtc import ice
+from app.webrtc import ice, patches
 
 
 @pytest.fixture(autouse=True)
 def restore_policy() -> Iterator[None]:
     yield
-    ice.install(IceConfig())
+    patches.install_ice(IceConfig())
 
 
 async def gathered_candidates(policy: IceConfig) -> list[tuple[str, int]]:
-    ice.install(policy)
+    patches.install_ice(policy)
     pc = RTCPeerConnection(ice.rtc_configuration(policy))
     pc.createDataChannel("captions")
     await pc.setLocalDescription(await pc.createOffer())

@@ -23,7 +23,7 @@ from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
 from aiortc.rtp import RtpPacket
 
 from app.config import ServerConfig, build_parser, config_from_args
-from app.webrtc import rtp_audio
+from app.webrtc import patches, rtp_audio
 from app.webrtc.ingest import IngestStats, pump_track
 from app.webrtc.jitter import AudioJitterBuffer, PacketRun
 from app.webrtc.keys import PEERS
@@ -174,20 +174,20 @@ async def test_inline_decoder_passes_other_codecs_to_aiortc() -> None:
 
 def test_install_chooses_the_receiver_of_new_peer_connections() -> None:
     try:
-        rtp_audio.install("aiortc")
+        patches.install_audio_receiver("aiortc")
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is RTCRtpReceiver
-        rtp_audio.install("direct")
+        patches.install_audio_receiver("direct")
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is AudioReceiver
         transport: Any = SimpleNamespace(state="new")  # all aiortc's receiver reads of it when made
         assert isinstance(AudioReceiver("audio", transport)._RTCRtpReceiver__jitter_buffer, AudioJitterBuffer)
-        rtp_audio.install("direct", jitter="aiortc")
+        patches.install_audio_receiver("direct", jitter="aiortc")
         assert isinstance(AudioReceiver("audio", transport)._RTCRtpReceiver__jitter_buffer, JitterBuffer)
         with pytest.raises(ValueError, match="direct, aiortc"):
-            rtp_audio.install("ffmpeg")
+            patches.install_audio_receiver("ffmpeg")
         with pytest.raises(ValueError, match="low-delay, aiortc"):
-            rtp_audio.install("direct", jitter="none")
+            patches.install_audio_receiver("direct", jitter="none")
     finally:
-        rtp_audio.install("direct")
+        patches.install_audio_receiver("direct")
 
 
 def test_the_receiver_hands_over_the_packets_waiting_behind_a_gap_as_the_stream_ends() -> None:

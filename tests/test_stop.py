@@ -29,7 +29,7 @@ from app.drain import DRAIN
 from app.rooms.keys import ROOMS
 from app.rooms.store import open_store
 from app.server import create_app
-from app.webrtc import ice
+from app.webrtc import patches
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import normalise, word_errors
@@ -170,7 +170,7 @@ async def test_a_stop_mid_sentence_locks_stores_and_delivers_every_streams_open_
 async def test_sigterm_exits_0_promptly_with_the_open_sentence_kept_and_says_so(tmp_path: Path) -> None:
     with server_process(tmp_path) as (proc, url):
         await wait_ready(url, proc)
-        ice.install(LOOPBACK.ice)  # this process's client offers loopback candidates, as the server expects
+        patches.install_ice(LOOPBACK.ice)  # this process's client offers loopback candidates, as the server expects
         samples, second_at = speech()
         client = CaptionClient(url, samples)
         await client.connect()

@@ -27,7 +27,7 @@ from playwright.async_api import Browser, Page
 
 from app.config import IceConfig
 from app.rooms.keys import ROOMS
-from app.webrtc import ice, stun_turn
+from app.webrtc import ice, patches, stun_turn
 from app.webrtc.keys import PEERS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
@@ -101,7 +101,7 @@ async def test_server_gathers_only_a_relayed_candidate_with_time_limited_credent
     """aiortc with the relay policy: one candidate, relayed by coturn (which accepted the TURN REST credentials);
     no host candidate although 127.0.0.1 is an allowed host address."""
     config = relay_config(rest_turn)
-    ice.install(config)
+    patches.install_ice(config)
     try:
         pc = RTCPeerConnection(ice.rtc_configuration(config, label="probe"))
         pc.createDataChannel("captions")
@@ -109,7 +109,7 @@ async def test_server_gathers_only_a_relayed_candidate_with_time_limited_credent
         candidates = [line for line in pc.localDescription.sdp.splitlines() if line.startswith("a=candidate:")]
         await pc.close()
     finally:
-        ice.install(IceConfig())
+        patches.install_ice(IceConfig())
     assert len(candidates) == 1 and " typ relay " in candidates[0] and " 127.0.0.1 " in candidates[0], candidates
     assert re.search(r"user <\d+:probe>: incoming packet ALLOCATE processed, success", rest_turn.log_text())
 

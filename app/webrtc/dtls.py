@@ -3,12 +3,14 @@
 aiortc (1.x) offers only ECDHE-ECDSA cipher suites, which is all browsers need (their certificates are ECDSA). As
 the DTLS client facing a peer with an RSA certificate, such as GStreamer 1.22's ``webrtcbin`` (what GStreamer's
 WHIP clients publish with), the handshake then fails with a fatal alert: the peer has no suite it can use. This
-adds the ECDHE-RSA suites after aiortc's own, so a browser negotiates exactly as before. It replaces one aiortc
-internal (``RTCCertificate._create_ssl_context``); the WHIP test with GStreamer's client fails if that changes.
+adds the ECDHE-RSA suites after aiortc's own, so a browser negotiates exactly as before. ``with_rsa_suites`` wraps
+one aiortc internal (``RTCCertificate._create_ssl_context``), which ``app.webrtc.patches.install_dtls`` replaces
+process-wide (aiortc's certificates are); the WHIP test with GStreamer's client fails if that internal changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiortc.rtcdtlstransport import RTCCertificate
@@ -17,15 +19,15 @@ CIPHERS = (b"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-E
            b"ECDHE-ECDSA-AES256-SHA:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-CHACHA20-POLY1305:"
            b"ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-SHA:ECDHE-RSA-AES256-SHA")
 
-_original = RTCCertificate._create_ssl_context
+SslContextFactory = Callable[..., Any]  # RTCCertificate._create_ssl_context(self, srtp_profiles): an OpenSSL context
 
 
-def _create_ssl_context(self: RTCCertificate, *args: Any, **kwargs: Any) -> Any:
-    context = _original(self, *args, **kwargs)
-    context.set_cipher_list(CIPHERS)
-    return context
+def with_rsa_suites(original: SslContextFactory) -> SslContextFactory:
+    """``original`` (aiortc's method), with ``CIPHERS`` set on the context it makes."""
 
+    def create_ssl_context(self: RTCCertificate, *args: Any, **kwargs: Any) -> Any:
+        context = original(self, *args, **kwargs)
+        context.set_cipher_list(CIPHERS)
+        return context
 
-def install() -> None:
-    """Idempotent; process-wide (aiortc's certificates are)."""
-    RTCCertificate._create_ssl_context = _create_ssl_context  # type: ignore[method-assign]
+    return create_ssl_context

@@ -1,9 +1,9 @@
 """ICE policy for the server's WebRTC side: which local addresses and ports it offers, which ICE servers and
 transport policy it uses (``app.webrtc.stun_turn``), and (in loopback-only mode) which remote candidates it accepts.
 
-aioice enumerates host addresses through a module-level function and binds ephemeral ports; both are replaced
-here, process-wide, by ``install``. One server per process is the model (``create_app`` calls it once); calling it
-again with another policy replaces the previous one.
+aioice enumerates host addresses through a module-level function and binds ephemeral ports; ``host_addresses``
+and ``ranged_candidates`` are what replaces them, process-wide, when ``app.webrtc.patches.install_ice`` applies
+this policy.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from .stun_turn import ice_servers
 
 log = logging.getLogger(__name__)
 
-_original_host_addresses = aioice.ice.get_host_addresses
-_original_component_candidates = aioice.ice.Connection.get_component_candidates
-
 
 def is_loopback(address: str) -> bool:
     try:
@@ -36,26 +33,26 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def install(config: IceConfig) -> None:
-    """Apply the host-address and port-range policy to every peer connection created from now on."""
-    hosts = list(config.hosts)
+HostAddresses = Callable[[bool, bool], list[str]]  # aioice.ice.get_host_addresses(use_ipv4, use_ipv6)
+ComponentCandidates = Callable[..., Awaitable[list[Candidate]]]  # aioice's Connection.get_component_candidates
 
-    def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+
+def host_addresses(hosts: tuple[str, ...], original: HostAddresses) -> HostAddresses:
+    """aioice's host-address lookup under this policy: ``hosts`` (IPv4 and IPv6 literals) as given, filtered by the
+    address families aioice asks for; no ``hosts``: ``original`` (aioice's own enumeration)."""
+
+    def addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
         if not hosts:
-            return _original_host_addresses(use_ipv4, use_ipv6)
+            return original(use_ipv4, use_ipv6)
         # aioice never offers loopback by itself; an explicit list is taken as given.
         return [h for h in hosts if (":" in h and use_ipv6) or (":" not in h and use_ipv4)]
 
-    aioice.ice.get_host_addresses = host_addresses
-    if config.udp_ports is None:
-        aioice.ice.Connection.get_component_candidates = _original_component_candidates  # type: ignore[method-assign]
-    else:
-        aioice.ice.Connection.get_component_candidates = _ranged_candidates(  # type: ignore[method-assign,assignment]
-            *config.udp_ports)
+    return addresses
 
 
-def _ranged_candidates(low: int, high: int) -> Callable[..., Awaitable[list[Candidate]]]:
-    """Host candidates bound within [low, high]; server-reflexive/relayed gathering is left to aioice."""
+def ranged_candidates(low: int, high: int, original: ComponentCandidates) -> ComponentCandidates:
+    """aioice's candidate gathering with host candidates bound within UDP ports [low, high]; server-reflexive and
+    relayed gathering is left to ``original`` (aioice's own method)."""
 
     async def gather(self: aioice.ice.Connection, component: int, addresses: list[str],
                      timeout: int = 5) -> list[Candidate]:  # noqa: ASYNC109 (aioice's own signature)
@@ -73,7 +70,7 @@ def _ranged_candidates(low: int, high: int) -> Callable[..., Awaitable[list[Cand
                 port=port, type="host")
             self._protocols.append(protocol)
             candidates.append(protocol.local_candidate)
-        others: list[Candidate] = await _original_component_candidates(self, component, [], timeout)
+        others: list[Candidate] = await original(self, component, [], timeout)
         return candidates + others
 
     return gather

@@ -31,10 +31,9 @@ apply to their Opus encoder): at 60 ms a packet, a third of the packets arrive, 
 per-packet work (SRTP, RTP parsing, jitter buffer, RTCP statistics), for at most 40 ms more delay (the ingest cuts
 60 ms chunks anyway). Senders that ignore it (aiortc's own) keep sending 20 ms; both are received alike.
 
-``install("direct")`` makes every ``RTCPeerConnection`` created afterwards use ``AudioReceiver``;
-``install("aiortc")`` restores aiortc's receiver, ``install("direct", jitter="aiortc")`` only its jitter buffer
-(benches compare them). Process-wide, like
-``app.webrtc.ice.install``.
+``app.webrtc.patches.install_audio_receiver("direct")`` makes every ``RTCPeerConnection`` created afterwards use
+``AudioReceiver`` (process-wide: aiortc looks its receiver class up by name); ``"aiortc"`` restores aiortc's
+receiver, ``jitter="aiortc"`` only its jitter buffer (benches compare them).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import aiortc.rtcpeerconnection
 import av
 import numpy as np
 from aiortc.codecs import get_decoder
@@ -58,9 +56,8 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver, TimestampMapper
 
 from engine import CHUNK_SAMPLES, SAMPLE_RATE
 
-from ..config import AUDIO_DECODERS
 from .jitter import AudioJitterBuffer, LossObserver, PacketRun
-from .opus import OpusDecoder, OpusError, opus_available
+from .opus import OpusDecoder, OpusError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +67,6 @@ _OPUS_STEP_SAMPLES = SAMPLE_RATE // 400  # Opus frames come in multiples of 2.5 
 JITTER_BUFFERS = ("low-delay", "aiortc")
 MAX_CONCEAL_S = 0.5  # a longer gap is the sender pausing, not packets lost: it is not filled
 _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
-_ORIGINAL_RECEIVER = aiortc.rtcpeerconnection.RTCRtpReceiver
 
 
 Task = tuple[RTCRtpCodecParameters, JitterFrame]  # what aiortc's receiver puts on its decoder queue
@@ -336,23 +332,3 @@ def with_inband_fec(sdp: str) -> str:
                 out.append(f"a=fmtp:{_payload_type(line)} useinbandfec=1")
         sections[i] = out
     return _join(sections)
-
-
-def install(mode: str, jitter: str = "low-delay", fec: bool = True) -> None:
-    """``direct``: peer connections created from now on receive audio through ``AudioReceiver``; ``aiortc``:
-    through aiortc's own receiver. ``jitter``: ``AudioReceiver``'s audio jitter buffer, "low-delay"
-    (``AudioJitterBuffer``) or "aiortc". ``fec`` False: lost packets are only concealed, never recovered from the
-    next packet's FEC copy (benches compare). Raises ``ValueError`` for another mode or buffer."""
-    if mode not in AUDIO_DECODERS:
-        raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
-    if jitter not in JITTER_BUFFERS:
-        raise ValueError(f"jitter buffer must be one of {', '.join(JITTER_BUFFERS)}, got {jitter!r}")
-    AudioReceiver.jitter = jitter
-    AudioReceiver.fec = fec
-    receiver = _ORIGINAL_RECEIVER
-    if mode == "direct":
-        if opus_available():
-            receiver = AudioReceiver
-        else:
-            log.warning("libopus could not be loaded: audio is decoded by aiortc at 48 kHz and resampled")
-    aiortc.rtcpeerconnection.RTCRtpReceiver = receiver  # type: ignore[misc]

@@ -9,6 +9,8 @@ too well (loops), and a known silence-phrase on quiet audio.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from enum import StrEnum
 
 from engine.asr.transcriber import Transcript
 from engine.asr.windows import compression_ratio
@@ -50,17 +52,42 @@ def normalise(text: str) -> str:
     return " ".join(_NORMALISE.sub(" ", text.lower()).split())
 
 
-def reject_reason(t: Transcript, level_dbfs: float, speech_ms: int, cfg: GuardConfig) -> str | None:
+class RejectKind(StrEnum):
+    """Why the guard drops a transcript; the value is the label of the stats and logs."""
+
+    EMPTY = "empty"
+    TOO_LITTLE_SPEECH = "too little speech"
+    LOW_CONFIDENCE = "low confidence"
+    REPETITION = "repetition"
+    SILENCE_PHRASE = "silence phrase"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """The guard's verdict on a transcript it drops: the kind, and the mean token log-probability it judged by
+    (``LOW_CONFIDENCE`` only; None otherwise)."""
+
+    kind: RejectKind
+    avg_logprob: float | None = None
+
+    def __str__(self) -> str:
+        """The reason as logged, e.g. ``low confidence (-1.23)``."""
+        if self.avg_logprob is None:
+            return self.kind.value
+        return f"{self.kind.value} ({self.avg_logprob:.2f})"
+
+
+def reject_reason(t: Transcript, level_dbfs: float, speech_ms: int, cfg: GuardConfig) -> Rejection | None:
     """Why this transcript must not be shown, or None if it may. ``level_dbfs`` is the segment's RMS level."""
     norm = normalise(t.text)
     if not norm:
-        return "empty"
+        return Rejection(RejectKind.EMPTY)
     if speech_ms < cfg.min_speech_ms:
-        return "too little speech"
+        return Rejection(RejectKind.TOO_LITTLE_SPEECH)
     if t.tokens and t.avg_logprob < cfg.min_avg_logprob:
-        return f"low confidence ({t.avg_logprob:.2f})"
+        return Rejection(RejectKind.LOW_CONFIDENCE, t.avg_logprob)
     if len(t.text) > 40 and compression_ratio(t.text) > cfg.max_compression_ratio:
-        return "repetition"
+        return Rejection(RejectKind.REPETITION)
     if norm in SILENCE_PHRASES and (level_dbfs < cfg.quiet_dbfs or t.avg_logprob < cfg.min_avg_logprob / 2):
-        return "silence phrase"
+        return Rejection(RejectKind.SILENCE_PHRASE)
     return None

@@ -46,14 +46,32 @@ from engine.stream.partials import DecodeSettings, Handover, stopped_early
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.stable import onto, without_lead
 
-# A segment's final: its text (None = nothing to show), Whisper's timed stretches of it, its speaker embedding (a
-# future: a live sentence may lock before it is in; None: none was asked for), the decode's mean token
-# log-probability, its words aligned by Whisper's cross-attention (None: not aligned), the segment with its audio
-# when the text is that of it joined to the turn's half before it (None: the segment itself), and the decoder's
-# probability of each word of the text (empty when it has none, or the text is not the decode's).
-Final = tuple[str | None, tuple[TimedSpan, ...], asyncio.Future[np.ndarray | None] | None, float,
-              list[AlignedWord] | None, tuple[SegmentClosed, np.ndarray] | None, tuple[float, ...]]
-_NOTHING: Final = (None, (), None, 0.0, None, None, ())
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A segment joined to the turn's half before it (``joined_segment``), with its audio (16 kHz)."""
+
+    segment: SegmentClosed
+    audio: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    """A segment's final, what its sentence locks with."""
+
+    text: str | None  # None: nothing to show
+    spans: tuple[TimedSpan, ...] = ()  # Whisper's timed stretches of the text
+    # Its speaker embedding: a future (a live sentence may lock before it is in); None: none was asked for.
+    embed: asyncio.Future[np.ndarray | None] | None = None
+    avg_logprob: float = 0.0  # the decode's mean token log-probability
+    aligned: list[AlignedWord] | None = None  # its words aligned by Whisper's cross-attention (None: not aligned)
+    joined: Joined | None = None  # set when the text is that of the segment joined to the turn's half before it
+    # The decoder's probability of each word of the text (empty when it has none, or the text is not the decode's).
+    word_probs: tuple[float, ...] = ()
+
+
+_NOTHING = Final(None)
 _WHISPER_SAMPLES = 30 * SAMPLE_RATE  # the most audio one decode hears
 
 
@@ -106,7 +124,7 @@ class Finals:
         self._next_sentence = 0
         # The last segment a change of voice ended whose final the guard dropped, with its audio: the next segment
         # is decoded joined to it if the guard drops that one too.
-        self._dropped_half: tuple[SegmentClosed, np.ndarray] | None = None
+        self._dropped_half: Joined | None = None
 
     def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None,
               closed_at: int = 0) -> None:
@@ -171,7 +189,7 @@ class Finals:
             if embed is not None:
                 embed.cancel()
             if stable:
-                return " ".join(stable), (), None, 0.0, None, None, ()
+                return Final(" ".join(stable))
             return _NOTHING
         if prior is None:
             self._stats.final_decode_s.append(result.decode_s)
@@ -189,7 +207,7 @@ class Finals:
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
                                self._config.guard)
         if reason:
-            kind = reason.split(" (")[0]
+            kind = reason.kind.value
             self._stats.dropped[kind] = self._stats.dropped.get(kind, 0) + 1
             self._log.info("segment %d dropped: %s (%r)", closed.index, reason, result.text[:80])
             if not stable:  # (nor carried words: those returned above)
@@ -204,8 +222,8 @@ class Finals:
         aligned = self._file_alignment(audio, text, result.language)
         await self._label_wait(embed)
         same = text == result.text
-        return (text, result.spans if same else (), embed, result.avg_logprob, await aligned, None,
-                result.word_probs if same else ())
+        return Final(text, result.spans if same else (), embed, result.avg_logprob, await aligned,
+                     word_probs=result.word_probs if same else ())
 
     def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
         """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
@@ -250,7 +268,7 @@ class Finals:
 
     def _hold_if_cut(self, closed: SegmentClosed, audio: np.ndarray) -> None:
         """Keep a dropped segment that a change of voice ended, for the segment after it (``_rejoined``)."""
-        self._dropped_half = (closed, audio) if closed.reason is CloseReason.TURN else None
+        self._dropped_half = Joined(closed, audio) if closed.reason is CloseReason.TURN else None
 
     async def _rejoined(self, closed: SegmentClosed, audio: np.ndarray) -> Final | None:
         """The final of ``closed`` (dropped by the guard) decoded joined to the turn's half before it, when that one
@@ -261,7 +279,8 @@ class Finals:
         if (held is None or not self._config.guard.rejoin_dropped_halves or not closed.after_turn
                 or held[0].index != closed.index - 1):
             return None
-        segment, both = joined_segment(*held, closed, audio)
+        joined = joined_segment(held.segment, held.audio, closed, audio)
+        segment, both = joined.segment, joined.audio
         if both.size > _WHISPER_SAMPLES:
             return None
         request = self._request(f"{self._session_id}-f{closed.index}-joined", both, [])
@@ -277,16 +296,16 @@ class Finals:
                                self._config.guard)
         if reason:
             embed.cancel()
-            self._log.info("segments %d-%d joined dropped: %s", held[0].index, closed.index, reason)
+            self._log.info("segments %d-%d joined dropped: %s", held.segment.index, closed.index, reason)
             self._hold_if_cut(segment, both)
             return None
         self._stats.rejoined += 1
-        self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held[0].index, closed.index,
+        self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held.segment.index, closed.index,
                        result.avg_logprob)
         aligned = self._file_alignment(both, result.text, result.language)
         await self._label_wait(embed)
-        return (result.text, result.spans, embed, result.avg_logprob, await aligned, (segment, both),
-                result.word_probs)
+        return Final(result.text, result.spans, embed, result.avg_logprob, await aligned, joined,
+                     result.word_probs)
 
     def lock(self) -> tuple[list[Locked], int]:
         """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
@@ -302,9 +321,10 @@ class Finals:
             if exc is not None:
                 self._log.error("final decode of segment %d failed: %r", item.closed.index, exc)
                 continue
-            text, spans, embed, avg_logprob, aligned, joined, probs = item.task.result()
-            if joined is not None:  # the sentence is this segment joined to the one before it
-                item.closed, item.audio = joined
+            final = item.task.result()
+            text, spans, probs = final.text, final.spans, final.word_probs
+            if final.joined is not None:  # the sentence is this segment joined to the one before it
+                item.closed, item.audio = final.joined.segment, final.joined.audio
                 item.speech_s = (item.closed.speech_end - item.closed.speech_start) / SAMPLE_RATE
             covered = max(covered, item.closed.end)
             if text is None:
@@ -312,14 +332,14 @@ class Finals:
             sid = self._next_sentence
             self._next_sentence += 1
             closed = item.closed
-            spk = (self._labels.label(sid, embed or nothing(), item.speech_s, closed.after_turn, item.voice)
+            spk = (self._labels.label(sid, final.embed or nothing(), item.speech_s, closed.after_turn, item.voice)
                    if self._labels else None)
-            words = closed_words(closed, text, self._config.vad.offset, spans, aligned)
+            words = closed_words(closed, text, self._config.vad.offset, spans, final.aligned)
             speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
             sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start),
                                          samples_to_ms(closed.speech_end), spk, words=tuple(words),
-                                         avg_logprob=round(avg_logprob, 4), no_speech_prob=no_speech,
+                                         avg_logprob=round(final.avg_logprob, 4), no_speech_prob=no_speech,
                                          word_probs=tuple(round(p, 4) for p in probs)
                                          if len(probs) == len(words) else ())
             locked.append(Locked(sentence, item, spans))
@@ -327,7 +347,7 @@ class Finals:
 
 
 def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: SegmentClosed,
-                   second_audio: np.ndarray) -> tuple[SegmentClosed, np.ndarray]:
+                   second_audio: np.ndarray) -> Joined:
     """Segment ``second`` joined to ``first``, the one before it, as one (its index, reason and end; ``first``'s start,
     speech start and change of voice), with its audio: silence stands in for any samples between the two, which
     belong to neither (the quiet windows after a cut, before the next segment's pre-roll)."""
@@ -336,4 +356,4 @@ def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: Segmen
     probs = np.concatenate([first.probs, np.zeros(skip, np.float32), second.probs]).astype(np.float32)
     segment = dataclasses.replace(second, start=first.start, speech_start=first.speech_start, probs=probs,
                                   after_turn=first.after_turn)
-    return segment, np.concatenate([first_audio, gap, second_audio]).astype(np.float32)
+    return Joined(segment, np.concatenate([first_audio, gap, second_audio]).astype(np.float32))

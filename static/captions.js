@@ -3,7 +3,7 @@
  * controller (js/controller.js). Protocol handling lives in js/protocol.js, rendering in js/view.js.
  *
  * URL parameters: `room=<id>` publishes this page's captions into that room (viewers, kiosks and widgets of
- * the room see them; see README "Rooms"); `key=<token>` is the server's auth token when it requires one.
+ * the room see them; see docs/usage.md, "Rooms"); `key=<token>` is the server's auth token when it requires one.
  *
  * ── Test hook ──────────────────────────────────────────────────────────────────────────────────────────
  * `window.liveCaptions` (an EventTarget) lets browser tests drive and observe the page:
@@ -80,7 +80,7 @@ const ui = {
 };
 const config = document.body.dataset;
 let storageWarning = ""; // set while the server cannot save the captions (see the "storage" listener)
-// `/?room=<id>&key=<server token>` publishes this page's captions into that room (see README, Rooms).
+// `/?room=<id>&key=<server token>` publishes this page's captions into that room (see docs/usage.md, "Rooms").
 const pageQuery = new URLSearchParams(location.search);
 const offerFields = Object.fromEntries(
   [["room", pageQuery.get("room")], ["token", pageQuery.get("key")]].filter(([, value]) => value),

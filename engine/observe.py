@@ -120,7 +120,6 @@ class SessionStats:
     sentences: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # segments the guard dropped, by reason
     partials: int = 0
-    reused: int = 0  # finals that took a partial decode covering all the speech instead of decoding again
     rejoined: int = 0  # changes of voice undone: both halves dropped, decoded again as one that the guard kept
     final_decode_s: list[float] = field(default_factory=list)
     languages: dict[str, int] = field(default_factory=dict)  # sentences kept, by the language they were decoded in

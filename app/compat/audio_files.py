@@ -7,7 +7,6 @@ one block at a time, so that a long file never sits decoded in memory and never 
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 import av
 import numpy as np
@@ -78,6 +77,5 @@ class AudioFileReader:
     def __enter__(self) -> AudioFileReader:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

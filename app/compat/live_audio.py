@@ -99,7 +99,6 @@ class PcmFeed:
         self.ahead_s = LIVE_AHEAD_S if ahead_s is None else ahead_s  # (read when the stream starts: tests set it)
         self.fed_samples = 0
         self.received_s = 0.0
-        self.paced_s = 0.0  # seconds ``feed`` waited for the clock (a client faster than real time)
         self._odd = b""
         self._clock = clock
         self._unpaced = unpaced or (lambda: False)  # the pace no longer applies (the stream is ending)
@@ -150,9 +149,7 @@ class PcmFeed:
             early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started)
             if early <= 0:
                 return
-            wait = min(early, _PACE_LOOK_S)
-            self.paced_s += wait
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(early, _PACE_LOOK_S))
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,6 @@ class TranscriptionForm:
     """The upload's fields, checked."""
 
     file_path: str
-    file_name: str
     language: str | None
     prompt: str
     response_format: str
@@ -204,7 +203,7 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
     if path is None or name is None:
         raise ApiError(400, "no 'file' field: upload the audio as 'file'", param="file")
     try:
-        return _check_fields(fields, path, name)
+        return _check_fields(fields, path)
     except ApiError:
         _discard(path)
         raise
@@ -253,7 +252,7 @@ def _discard(path: str | None) -> None:
             os.unlink(path)
 
 
-def _check_fields(fields: dict[str, list[str]], path: str, name: str) -> TranscriptionForm:
+def _check_fields(fields: dict[str, list[str]], path: str) -> TranscriptionForm:
     def one(key: str, default: str = "") -> str:
         return fields.get(key, [default])[-1].strip()
 
@@ -280,7 +279,7 @@ def _check_fields(fields: dict[str, list[str]], path: str, name: str) -> Transcr
     if granularities - {"word", "segment"}:
         raise ApiError(400, "timestamp_granularities[] takes 'word' and 'segment'", param="timestamp_granularities")
     prompt = one("prompt")
-    return TranscriptionForm(path, name, language, prompt[-1000:], response_format, temperature, stream,
+    return TranscriptionForm(path, language, prompt[-1000:], response_format, temperature, stream,
                              "word" in granularities)
 
 

@@ -78,7 +78,6 @@ CLOSE_AUTHENTICATION_FAILED = 4009
 CLOSE_UNSUPPORTED_RPC_VERSION = 4010
 
 # obs-websocket request status codes (RequestStatus)
-STATUS_SUCCESS = 100
 STATUS_OUTPUT_NOT_RUNNING = 501
 
 COLUMNS = 32  # characters a CEA-608 row holds

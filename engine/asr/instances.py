@@ -49,7 +49,6 @@ class Instance:
     failures: int = 0  # times marked DOWN
     error: str = ""  # why it last went DOWN
     model: str = ""  # the model id it serves (GET /v1/models)
-    changed_at: float = field(default_factory=time.monotonic)
     # Set when the instance goes DOWN; a fresh event each time it comes UP.
     went_down: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -89,7 +88,6 @@ class InstancePool:
             return
         instance.state = InstanceState.UP
         instance.error = ""
-        instance.changed_at = time.monotonic()
         instance.went_down = asyncio.Event()
         self._all_down_since = None
         changed, self.changed = self.changed, asyncio.Event()
@@ -102,7 +100,6 @@ class InstancePool:
         if not was_down:
             instance.state = InstanceState.DOWN
             instance.failures += 1
-            instance.changed_at = time.monotonic()
             instance.went_down.set()
         if not self.up and self._all_down_since is None:
             self._all_down_since = time.monotonic()

@@ -90,10 +90,6 @@ class Endpointer:
         self._probs: list[float] = []  # probabilities of the open segment's windows since speech_start
 
     @property
-    def is_open(self) -> bool:
-        return self._open is not None
-
-    @property
     def open_segment(self) -> SegmentOpened | None:
         return self._open
 

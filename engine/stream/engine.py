@@ -117,7 +117,6 @@ class CaptionEngine:
         self._detail = ""
         self._watch_task: asyncio.Task[None] | None = None
         self.failed = asyncio.Event()  # set when the recognizer dies after READY (sessions already ended)
-        self.started_at = time.monotonic()
         self.load_s = 0.0  # seconds ``start`` took to load the models (set when READY)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------

@@ -175,10 +175,6 @@ class Finals:
                 if result is not None and (result.truncated or stopped_early(result, closed.speech_end, stable,
                                                                              stable_end)):
                     result = None  # a partial's text that stops before its audio does: decode it properly
-                else:
-                    self._stats.reused += 1
-            elif result is not None:
-                self._stats.reused += 1
             if result is None:
                 result = await self._decode(request)
                 if stopped_early(result, closed.speech_end, stable, stable_end):

@@ -116,17 +116,12 @@ class DecodeScheduler:
         self._asked: dict[str, float] = {}
         self._finals = 0
         self._idle_waiters: dict[str, list[asyncio.Future[None]]] = {}  # ``idle`` callers, by session id
-        self.partials_started = 0
         self.partials_done = 0
         self.partial_decode_ema_s = 0.0  # smoothed wall time of a partial decode
 
     @property
     def finals_inflight(self) -> int:
         return self._finals
-
-    @property
-    def partials_inflight(self) -> int:
-        return len(self._running)
 
     @property
     def waiting(self) -> int:
@@ -342,7 +337,6 @@ class DecodeScheduler:
             request = client.partial_request()
             if request is None:
                 continue
-            self.partials_started += 1
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
             self._running[client.session_id] = (request, task)
             if client.closing:

@@ -61,24 +61,19 @@ PARTIAL_INTERVAL_S = 0.48
 #   partials decode in, closing decodes and first words first, is the new one in every mode).
 # engine-nopace / engine-threads2: the engine without one of those: partials not paced by their cost and the sessions'
 #   shares / the CPU recognizer on every core always (admission by capacity stays).
-MODES = ("engine", "engine-stock", "baseline", "engine-noreuse", "engine-nostable", "engine-noearly", "engine-before",
+MODES = ("engine", "engine-stock", "baseline", "engine-noearly",
          "engine-p1", "engine-noclose", "engine-noalign", "engine-noconf", "engine-nosure", "engine-nojoin",
-         "engine-norestart", "engine-close200", "engine-close150", "engine-close300", "engine-first240",
-         "engine-labelwait", "engine-embedbeside", "engine-jitter4", "engine-nofec", "engine-unbounded",
-         "engine-nopace", "engine-threads2")
+         "engine-close200", "engine-close150", "engine-close300", "engine-first240",
+         "engine-jitter4", "engine-nofec", "engine-unbounded", "engine-nopace", "engine-threads2")
 # Modes that let every session in (the bench server's fixed cap) rather than as many as the server holds on time.
 ADMIT_ALL = ("engine-unbounded",)
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
-                 "reuse_for_final": False, "stable_words": False, "hold_back_cut_word": False, "closing_after_ms": 0},
-    "engine-noreuse": {"reuse_for_final": False},
-    "engine-nostable": {"stable_words": False},
-    "engine-before": {"stable_words": False, "hold_back_cut_word": False},
+                 "closing_after_ms": 0},
     "engine-noclose": {"closing_after_ms": 0},
     "engine-noconf": {"stable_min_prob": 0.0, "show_min_prob": 0.0, "stable_sure_prob": 0.0},
     "engine-nosure": {"stable_sure_prob": 0.0},
-    "engine-norestart": {"closing_restarts": False},
     "engine-close200": {"closing_after_ms": 200, "closing_after_alone_ms": 0},
     "engine-close150": {"closing_after_ms": 150, "closing_after_alone_ms": 0},
     "engine-close300": {"closing_after_alone_ms": 0},
@@ -90,7 +85,6 @@ _PARTIAL_CHANGES: dict[str, dict[str, object]] = {
 _ENDPOINT_CHANGES: dict[str, dict[str, object]] = {
     "baseline": {"sentence_pause_ms": 0},
     "engine-noearly": {"sentence_pause_ms": 0},
-    "engine-before": {"sentence_pause_ms": 0},
 }
 
 
@@ -202,9 +196,7 @@ def apply_mode(engine: CaptionEngine, transcriber: SerializedTranscriber, mode: 
     transcriber.serialized = baseline
     partial = replace(real_partial, **_PARTIAL_CHANGES.get(mode, {}))  # type: ignore[arg-type]
     endpoint = replace(real_endpoint or engine.config.endpoint, **_ENDPOINT_CHANGES.get(mode, {}))  # type: ignore[arg-type]
-    engine.config = replace(engine.config, partial=partial, endpoint=endpoint,
-                            lock_before_label=mode != "engine-labelwait",
-                            embed_after_decode=mode != "engine-embedbeside")
+    engine.config = replace(engine.config, partial=partial, endpoint=endpoint)
     engine.scheduler.max_inflight_partials = {"baseline": partial.max_inflight, "engine-p1": 1}.get(
         mode, real_max_inflight)
     engine.scheduler.partial_decode_ema_s = 0.0

@@ -1,7 +1,7 @@
 """How soon captions settle, in process: the engine fed the shared clips at real time, the shipped way and the way
-before stable words and early locks, side by side.
+without early locks, side by side.
 
-    python -m bench.settle [--kinds read noisy conversational] [--modes new old] [--parallel 1] [--json out.json]
+    python -m bench.settle [--kinds read noisy conversational] [--modes new noearly] [--parallel 1] [--json out.json]
 
 Each clip (``../shared/data/speech``, English, 1 s of silence before it and 2.5 s after) is streamed once per mode,
 the modes alternating which goes first from clip to clip, on one loaded engine (default: the embedded whisper-base,
@@ -9,16 +9,15 @@ speaker labels on). ``--parallel N`` streams N clips at once (each mode in turn)
 ``--join A B ...`` streams one recording of those clips instead (1 s lead, ``--gap-s`` between them), ``--repeat``
 times (``--parallel 3 --repeat 15``: five runs of three sessions at once).
 
-Modes: ``new`` is the shipped engine; ``old`` is it without stable words and without the early lock (every sentence
-waits for the endpoint's silence schedule) and without holding back a partial's last word cut by the audio's end,
-as captions were before; ``nostable``, ``noearly`` and ``noholdback`` leave out one each. ``--variant
+Modes: ``new`` is the shipped engine; ``noearly`` is it without the early lock (every sentence waits for the
+endpoint's silence schedule). ``--variant
 NAME:SECTION.FIELD=VALUE,...`` adds mode NAME: ``new`` with those ``EngineConfig`` fields changed (section ``turns``:
 the speaker service's ``TurnConfig``, the voice-change detector of each new session).
 
 Per mode and clip kind:
 - WER of the locked text against the reference (clips that have one; ``speechdata.wer`` normalisation);
-- sentences locked, and the extra sentences against ``old`` on the same clips (a sentence split early and then
-  continued shows up as one more); "split inside": of those splits, the ones inside a sentence of ``old``'s text
+- sentences locked, and the extra sentences against ``noearly`` on the same clips (a sentence split early and then
+  continued shows up as one more); "split inside": of those splits, the ones inside a sentence of ``noearly``'s text
   of the same speech (``bench.splits``: the sentence went on, where an extra split at a full stop is a real end);
 - first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
   end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
@@ -59,7 +58,7 @@ from engine.stream.runner import StreamResult, stream_audio
 from speechdata.corpus import audio, manifest, pad
 from speechdata.wer import word_errors
 
-MODES = ("new", "old", "nostable", "noearly", "noholdback")
+MODES = ("new", "noearly")
 
 
 @dataclass(frozen=True)
@@ -136,12 +135,9 @@ def configure(engine: CaptionEngine, base: EngineConfig, mode: str,
         engine.config = replace(base, **{section: replace(getattr(base, section), **fields)
                                          for section, fields in variants[mode].items() if section != "turns"})
         return
-    stable = mode in ("new", "noearly", "noholdback")
-    early = mode in ("new", "nostable", "noholdback")
-    holdback = mode in ("new", "nostable", "noearly")
-    engine.config = replace(base, partial=replace(base.partial, stable_words=stable, hold_back_cut_word=holdback),
-                            endpoint=replace(base.endpoint, sentence_pause_ms=base.endpoint.sentence_pause_ms
-                                             if early else 0))
+    early = mode == "new"
+    engine.config = replace(base, endpoint=replace(base.endpoint, sentence_pause_ms=base.endpoint.sentence_pause_ms
+                                                   if early else 0))
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -219,12 +215,12 @@ async def main(args: argparse.Namespace) -> int:
         for kind, by in sorted(rows[mode]["by_kind"].items()):
             extra = None
             inside = placed = 0
-            if "old" in sentences and mode != "old":
-                same = [c for c in sentences[mode] if recordings[c].kind == kind and c in sentences["old"]]
-                old_n = sum(sentences["old"][c] for c in same)
+            if "noearly" in sentences and mode != "noearly":
+                same = [c for c in sentences[mode] if recordings[c].kind == kind and c in sentences["noearly"]]
+                old_n = sum(sentences["noearly"][c] for c in same)
                 extra = (sum(sentences[mode][c] for c in same) - old_n) / old_n if old_n else None
                 for c in same:
-                    i, n = inside_splits(locked_texts[mode][c], locked_texts["old"][c])
+                    i, n = inside_splits(locked_texts[mode][c], locked_texts["noearly"][c])
                     inside, placed = inside + i, placed + n
             wer = by["errors"] / by["words"] if by["words"] else float("nan")
             table.append({"mode": mode, "kind": kind, "wer": wer,
@@ -241,7 +237,7 @@ async def main(args: argparse.Namespace) -> int:
                           "never_locked": by["never_locked"], "replaced": by["replaced"], "dropped": by["dropped"],
                           "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
     columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
-               ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs old", "{:+.0%}"),
+               ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs noearly", "{:+.0%}"),
                ("inside_splits", "split inside", "{}"),
                ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
                ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
@@ -266,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.settle", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"])
-    p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "old"])
+    p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "noearly"])
     p.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME:SECTION.FIELD=VALUE",
                    help="one more mode: the shipped engine with EngineConfig fields changed (repeatable), e.g. "
                         "p5:partial.stable_min_prob=0.5,partial.show_min_prob=0.3")

@@ -1,7 +1,7 @@
 """Window bench: the same clips decoded in Whisper's stock 30 s window and under window policies, one engine.
 
     python -m bench.windows [--policies stock fit:4,8,15,30:1.0 fit:2,4,8,15,30:0.5] [--prefixes] [--json out.json]
-    python -m bench.windows --stream [--realtime --parallel 5] [--policies fit fit/nostable]
+    python -m bench.windows --stream [--realtime --parallel 5] [--policies stock fit]
 
 A policy is ``stock`` or ``fit:<buckets, s>:<margin, s>``. Every English clip of ``shared/data/speech`` with a
 reference transcript and at most 25 s long (read, noisy and conversational) is decoded whole, as a final would be,
@@ -25,7 +25,6 @@ import asyncio
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +64,12 @@ async def decode(t: VllmTranscriber, policy: WindowPolicy, request_id: str, samp
 
 async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
     """Locked-caption WER per policy: every clip streamed through the live pipeline once per policy, ``--parallel``
-    clips at a time (a round), the policies' order rotating from round to round. A policy name ending in
-    ``/nostable`` turns off stable words (``PartialConfig.stable_words``: nothing is forced into decodes)."""
+    clips at a time (a round), the policies' order rotating from round to round."""
     engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=False))
     await engine.start()
     t: Any = engine.transcriber
-    base_partial = engine.config.partial
     names = list(args.policies)
-    policies = {n: parse_policy(n.removesuffix("/nostable")) for n in names}
+    policies = {n: parse_policy(n) for n in names}
     stats = {n: WindowStats() for n in names}
     totals: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "wall_s": 0.0, "by_kind": {}} for n in names}
     texts: dict[str, dict[str, str]] = {n: {} for n in names}
@@ -83,8 +80,6 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
         for k, group in enumerate(rounds):
             for n in names[k % len(names):] + names[:k % len(names)]:
                 t.window_policy, t.windows = policies[n], stats[n]
-                partial = replace(base_partial, stable_words=not n.endswith("/nostable"))
-                engine.config = replace(engine.config, partial=partial)
                 results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5),
                                                               realtime=args.realtime) for c in group))
                 for clip, result in zip(group, results, strict=True):

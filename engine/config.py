@@ -98,7 +98,6 @@ class PartialConfig:
     min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
     load_factor: float = 1.0
     max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)
-    reuse_for_final: bool = True  # a partial that covers all of a sentence's speech is its final decode
     # Once this much silence follows the open segment's speech, its next partial skips the interval and the queue:
     # it covers all the speech, so it becomes the final, decoded during the endpoint's wait. 0 = off.
     closing_after_ms: int = 300
@@ -108,16 +107,10 @@ class PartialConfig:
     # 0.89-0.92 s). Not for everyone: 150 ms for all made three sessions lock 0.57 s and five show first words 1.6 s
     # later (a pause between words then restarts partials in a full queue). 0 = always ``closing_after_ms``.
     closing_after_alone_ms: int = 150
-    # ...and a partial of the segment still running then, started before the pause on less of the speech, is cancelled
-    # for it: else the decode that becomes the final waits for that one to finish, and the sentence locks as much
-    # later (up to a whole partial's decode, 0.5 s and more for a long sentence on one CPU thread). Once per pause:
-    # the new partial hears all the speech. A running partial is otherwise never cancelled for newer audio.
-    closing_restarts: bool = True
     # Stable words: words two consecutive partials of a segment agree on (LocalAgreement-2, the last word of a decode
     # that ended inside speech held back) settle. They are sent once (``Caption.stable``/``stable_words``), never
     # change, and are forced as the start of every later decode of the segment, its final included: a decode then
     # generates only the words after them (the decoder, not the encoder, is most of a long partial's cost).
-    stable_words: bool = True
     # A word settles only once it has held, unchanged, over partials spanning this much audio: the last words said
     # are the ones more audio corrects (measured on noisy speech, docs/benchmarks.md "Captions that settle").
     stable_min_age_s: float = 1.0
@@ -130,11 +123,7 @@ class PartialConfig:
     # 449 on read speech (0.95 and 3, measured against 0.9 and 0.8 with 2: docs/benchmarks.md). 0 = off.
     stable_sure_prob: float = 0.95
     stable_sure_after: int = 3
-    # Of a partial whose audio ended inside speech, show all but its last word (it may be cut mid-syllable; the next
-    # partial shows it whole) unless it is the only one (then it shows at once, without the final punctuation Whisper
-    # guesses where the audio stops). Fewer words on screen change (docs/benchmarks.md).
-    hold_back_cut_word: bool = True
-    # Nor show a tentative word the decoder gave less than this probability, or the words after it, unless the
+    # Don't show a tentative word the decoder gave less than this probability, or the words after it, unless the
     # partial before said them too (they wait for the next partial; a segment's first word shows at once): words the
     # decoder guesses are the ones the next partial changes (on noisy speech 9.6 % of the tentative words shown
     # changed, 4.9 % with this, shown 0.3 s later on average: docs/benchmarks.md). 0 = off.
@@ -153,10 +142,6 @@ class GuardConfig:
     max_compression_ratio: float = MAX_COMPRESSION_RATIO  # repeated text compresses too well
     quiet_dbfs: float = -42.0  # below this a known silence-phrase is dropped
     min_speech_ms: int = 200
-    # When the guard drops both halves of a segment a change of voice cut, decode them again as one (``Finals``).
-    # Noise can sound like a second voice: on one reader under 0 dB babble the two halves decode at -1.0 and -1.6
-    # and every word was lost; joined, the sentence passes.
-    rejoin_dropped_halves: bool = True
 
 
 @dataclass(frozen=True)
@@ -313,15 +298,6 @@ class EngineConfig:
     # runs in this process (a local checkpoint); else, or when the aligner falls behind, from the VAD alone. Costs a
     # second encoder pass per final on the front end's CPU (docs/benchmarks.md, "Word times").
     word_align: bool = True
-    # A live sentence locks as soon as its text is final, before its speaker embedding is in, with the label its
-    # voice showed, where its client applies ``speakers`` corrections (``SessionOptions.relabels``,
-    # engine.stream.labels). False: every sentence waits for its embedding. Measured in docs/benchmarks.md ("Locks
-    # that do not wait for the speaker embedding").
-    lock_before_label: bool = True
-    # Where a sentence locks before its label, its speaker embedding starts once its text is decoded rather than beside
-    # that decode: on 2 cores the two shared the cores, and the lock waits for the decode. Lock p95 of one speaker
-    # 0.79-1.16 s against 0.88-1.37 s (docs/benchmarks.md, "Locks that do not wait for the speaker embedding").
-    embed_after_decode: bool = True
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -22,7 +23,8 @@ from app.rooms.keys import STORE
 from bench.client import PacketLoss
 from engine import EngineObserver
 from engine.asr.fake import FakeTranscriber
-from engine.config import EngineConfig, PartialConfig
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
+from engine.config import EngineConfig
 from engine.observe import Observers
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, wav_path
@@ -120,13 +122,22 @@ async def test_metrics_are_prometheus_text_with_the_documented_names_and_types(f
     assert not [m.name for m in prometheus_client.REGISTRY.collect() if m.name.startswith("live_captions")]
 
 
+@dataclass
+class CutPartials(FakeTranscriber):
+    """The fake recognizer, its partials cut short: none stands in for its sentence's final."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        return replace(result, truncated=True) if request.priority is Priority.PARTIAL else result
+
+
 @pytest.fixture
 async def finals_engine() -> AsyncIterator[CaptionEngine]:
     """The named fake recognizer, with every sentence's final decoded on its own: by default a partial that covers
     all of a sentence's speech serves as its final (and is counted as a partial decode), which would leave the final
-    kind of the decode histogram empty here."""
-    eng = CaptionEngine(EngineConfig(speakers=False, partial=PartialConfig(reuse_for_final=False)),
-                        transcriber=FakeTranscriber(delay_s=0.1))
+    kind of the decode histogram empty here. Its partials come back cut short (``Transcript.truncated``), and a cut
+    decode never stands in for a final."""
+    eng = CaptionEngine(EngineConfig(speakers=False), transcriber=CutPartials(delay_s=0.1))
     await eng.start()
     yield eng
     await eng.close()

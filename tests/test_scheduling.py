@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
 from engine.asr.fake import FakeTranscriber, SharedCoreFake
-from engine.asr.transcriber import Priority
+from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.config import EngineConfig, PartialConfig, WindowPolicy
 from engine.observe import EngineObserver
 from engine.protocol import Caption
@@ -24,6 +25,16 @@ async def started_engine(fake: FakeTranscriber, **partial: object) -> CaptionEng
     engine = CaptionEngine(EngineConfig(speakers=False, partial=PartialConfig(**partial)), transcriber=fake)  # type: ignore[arg-type]
     await engine.start()
     return engine
+
+
+@dataclass
+class CutPartials(FakeTranscriber):
+    """The fake recognizer, its partials cut short (``Transcript.truncated``): none stands in for its sentence's
+    final, so every final is a decode of its own."""
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        return replace(result, truncated=True) if request.priority is Priority.PARTIAL else result
 
 
 async def stream_once(fake: FakeTranscriber, samples: np.ndarray, **partial: object) -> StreamResult:
@@ -56,10 +67,10 @@ def per_session_max_concurrency(fake: FakeTranscriber, priority: Priority) -> di
 @pytest.mark.slow
 async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None:
     # Partials take 1.2 s but the cadence asks for one every 0.5 s: they must neither pile up nor be aborted. The
-    # speaker's pauses inside this clip would restart the partial running then (``closing_restarts``, checked by
-    # ``test_a_pause_restarts_the_partial_that_began_before_it``); here the coalescing alone.
+    # speaker's pauses inside this clip would restart the partial running then (checked by
+    # ``test_a_pause_restarts_the_partial_that_began_before_it``); here the coalescing alone (no closing partials).
     fake = FakeTranscriber(delay_s=1.2, final_delay_s=0.1)
-    result = await stream_once(fake, pad(audio("ls_1988-24833-0001"), 0.5, 2.5), closing_restarts=False)
+    result = await stream_once(fake, pad(audio("ls_1988-24833-0001"), 0.5, 2.5), closing_after_ms=0)
     partials = [(rid, n) for rid, prio, n in fake.started if prio is Priority.PARTIAL]
     assert len(partials) >= 4
     assert max(per_session_max_concurrency(fake, Priority.PARTIAL).values()) == 1
@@ -76,10 +87,10 @@ async def test_slow_partials_coalesce_one_in_flight_newest_audio_first() -> None
 @pytest.mark.slow  # several seconds of real-time audio: full runs only
 async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -> None:
     # A 5 s partial starts early in a 3 s utterance: at the endpoint it is still running on old audio.
-    # A partial restarted at the pause would cover all the speech and be adopted: this is the path without it (and
-    # that of a segment cut while its speaker goes on).
+    # A partial restarted at the pause would cover all the speech and be adopted: this is the path without closing
+    # partials (that of a segment cut while its speaker goes on).
     fake = FakeTranscriber(delay_s=5.0, final_delay_s=0.2)
-    await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), closing_restarts=False)
+    await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0), closing_after_ms=0)
     kinds = [(e, rid) for e, rid, _, _ in fake.log]
     cancelled_partials = [rid for e, rid in kinds if e == "cancel" and "-p" in rid]
     assert cancelled_partials, "the partial still running at the endpoint should have been cancelled"
@@ -93,7 +104,7 @@ async def test_endpoint_cancels_the_running_partial_and_the_final_goes_first() -
 async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
     """Partials take 1.5 s, so one is always running when the speaker pauses, on audio that stops before the last
     words. The decode of all the speech (it becomes the final) must start in the pause, not after that one: the
-    running partial is cancelled ~0.3 s into the pause (``closing_restarts``), long before the endpoint's 2 s."""
+    running partial is cancelled ~0.3 s into the pause (``Partials.want``), long before the endpoint's 2 s."""
     fake = FakeTranscriber(delay_s=1.5, final_delay_s=0.2)
     engine = await started_engine(fake)
     try:
@@ -116,8 +127,8 @@ async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
 @pytest.mark.slow
 async def test_finals_outrank_partials_under_load() -> None:
     # One decode slot for four talking sessions: every final must start before any partial submitted after it.
-    fake = FakeTranscriber(delay_s=0.4, final_delay_s=0.3, capacity=1)
-    engine = await started_engine(fake, max_inflight=1, reuse_for_final=False)  # every final a decode of its own
+    fake = CutPartials(delay_s=0.4, final_delay_s=0.3, capacity=1)  # every final a decode of its own
+    engine = await started_engine(fake, max_inflight=1)
     clips = ["ls_1988-24833-0002", "ls_1988-24833-0003", "ls_2412-153948-0000", "ls_3752-4944-0000"]
     try:
         results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.3 * i, 2.5), realtime=True)

@@ -402,23 +402,17 @@ def _labelled(messages: list[protocol.ServerMessage]) -> list[protocol.Sentence]
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("lock_before_label", "embed_after_decode"), [(True, True), (True, False), (False, True)])
-async def test_session_labels_each_voice_through_the_speaker_service(lock_before_label: bool,
-                                                                     embed_after_decode: bool) -> None:
+async def test_session_labels_each_voice_through_the_speaker_service() -> None:
     """Each voice ends up with its own label. A sentence may lock before its embedding is in (started after its
-    decode, or beside it), with the label its voice showed (the fake's turn windows all sound like the first voice),
-    and be corrected after; without ``lock_before_label`` it locks with its label."""
+    decode), with the label its voice showed (the fake's turn windows all sound like the first voice), and be
+    corrected after."""
     service = SpeakerService(load=FakeEmbedder)
     await service.start()
     try:
-        config = EngineConfig(lock_before_label=lock_before_label, embed_after_decode=embed_after_decode)
-        messages, _ = await _run(speakers=service, config=config)
+        messages, _ = await _run(speakers=service)
     finally:
         await service.close()
     assert [s.spk for s in _labelled(messages)] == [0, 1]
-    if not lock_before_label:
-        assert [s.spk for s in _sentences(messages)] == [0, 1]
-        assert not any(isinstance(m, protocol.Speakers) for m in messages)
 
 
 class DcEmbedder:
@@ -505,11 +499,8 @@ async def test_two_halves_of_a_cut_that_the_guard_drops_are_decoded_again_as_one
     await service.start()
     try:
         messages, _ = await _run(speakers=service, layout=(stream, speech), recognizer=UnsureOfHalves)
-        off = replace(EngineConfig(), guard=replace(EngineConfig().guard, rejoin_dropped_halves=False))
-        dropped, _ = await _run(speakers=service, layout=(stream, speech), recognizer=UnsureOfHalves, config=off)
     finally:
         await service.close()
-    assert _sentences(dropped) == [], "each half alone is dropped: without the rejoin every word is lost"
     [sentence] = _sentences(messages)
     # One sentence over both voices' speech, decoded from all of it (both clips and the pause between them).
     start_ms, end_ms = (speech[0][0] * 1000 // SAMPLE_RATE, speech[1][1] * 1000 // SAMPLE_RATE)

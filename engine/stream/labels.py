@@ -14,10 +14,10 @@ is in; a ``speakers`` message corrects the sentences whose label that changed.
   tracker would give it now (``SpeakerTracker.peek``).
 - Where nothing waits and the embedding is in, the sentence locks with its tracker label, as it always did.
 
-For such a sentence the embedding starts only once its text is decoded (``EngineConfig.embed_after_decode``), so that
-on a CPU it does not slow the decode the lock waits for. Sentences whose client cannot take a correction, and a
-file's, wait for their embedding (started beside the decode) before they lock (``Finals``), so here their label is
-always final.
+For such a sentence the embedding starts only once its text is decoded, so that on a CPU it does not slow the decode
+the lock waits for (lock p95 of one speaker 0.79-1.16 s against 0.88-1.37 s on 2 cores: docs/benchmarks.md).
+Sentences whose client cannot take a correction, and a file's, wait for their embedding (started beside the decode)
+before they lock (``Finals``), so here their label is always final.
 """
 
 from __future__ import annotations

@@ -169,8 +169,6 @@ class Partials:
         """A partial decode of this segment that already covers all of its speech is its final decode: only
         trailing silence is missing, which does not change Whisper's text. Returns a finished result or a running
         decode to adopt (else both None): on CPU this saves one whole decode per sentence."""
-        if not self._cfg.reuse_for_final:
-            return None, None
         # A segment cut while speech goes on (a cap or a change of voice) must not take a decode that heard the
         # words after the cut; after a pause, a decode that ran on into the silence is as good.
         limit = event.end if event.reason in (CloseReason.CAP, CloseReason.TURN) else None
@@ -204,7 +202,8 @@ class Partials:
         came since the last request (``min_new_audio_ms`` of audio at least) and the cadence's interval has passed:
         ``interval_s``, or longer where the decode would take more than the session's share of the recognizer
         (``PartialConfig.recognizer_share``). In a pause (``closing``), or while nothing shows yet, there is no
-        interval, and a partial still running on less of the speech is restarted (``closing_restarts``)."""
+        interval, and a partial still running on less of the speech is restarted (once per pause: the decode that
+        becomes the final must not wait for one started before the pause on less of the speech)."""
         opened = self._endpointer.open_segment
         options = self._decoding.options
         if opened is None or options.background or not options.partials:
@@ -233,8 +232,11 @@ class Partials:
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
                 and self._clock() - self.last_started >= interval):
             running = self._scheduler.running_partial(self._client)
-            if running is not None and closing and cfg.closing_restarts:
-                # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it.
+            if running is not None and closing:
+                # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it, else
+                # the sentence locks as much later (up to a whole partial's decode, 0.5 s and more for a long sentence
+                # on one CPU thread). Once per pause: the new partial hears all the speech. A running partial is
+                # otherwise never cancelled for newer audio.
                 self.forget(running)
                 self._log.debug("partial %s restarted: the speaker paused after it began", running.request_id)
                 self._scheduler.restart_partial(self._client)
@@ -276,14 +278,12 @@ class Partials:
         text = "" if reject_reason(result, level, speech_ms, self._config.guard) else result.text
         probs = result.word_probs if text == result.text else ()
         decoded = len(text.split())
-        if self._cfg.stable_words:
-            settled = len(self.stable.words)
-            # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
-            text = " ".join(self.stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE,
-                                               probs))
-            if len(self.stable.words) > settled:
-                self._log.debug("segment %d: %d words stable", index, len(self.stable.words))
-                self.stable_end = self._settled_until(text)
+        settled = len(self.stable.words)
+        # A decode cut at a loop ends before its audio does: its last word settles no sooner than one cut by it.
+        text = " ".join(self.stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE, probs))
+        if len(self.stable.words) > settled:
+            self._log.debug("segment %d: %d words stable", index, len(self.stable.words))
+            self.stable_end = self._settled_until(text)
         # The decode's words end the text (``onto`` put the settled words in front): text word k is decoded word
         # k + shift.
         shift = decoded - len(text.split())
@@ -294,7 +294,7 @@ class Partials:
         # words loops into its window's padding more often, and the sentence would wait for the long silence.
         whole = not result.truncated or result.looped
         self._ends_sentence = end >= self._endpointer.speech_end and whole and ends_sentence(text)
-        if in_speech and self._cfg.hold_back_cut_word:
+        if in_speech:
             text = self._held_back(text)
         text = self._sure_part(text, probs, shift)
         first = bool(text) and not self.shown
@@ -322,7 +322,8 @@ class Partials:
         """What to show of a decode whose audio ended while the speaker was talking: its last word may be cut
         mid-syllable and its final punctuation is a guess about where the audio ends, so the last word is held back
         (the next decode shows it, whole), unless it is the only word: then it shows at once (the first words of a
-        sentence should not wait), without that punctuation. Settled words always show."""
+        sentence should not wait), without that punctuation. Settled words always show. Fewer words on screen
+        change (docs/benchmarks.md)."""
         words = text.split()
         if not words:
             return text
@@ -342,7 +343,7 @@ class Partials:
         if threshold <= 0 or not probs:
             return text
         settled = len(self.stable.words)
-        agreed = self.stable.agreed if self._cfg.stable_words else 0
+        agreed = self.stable.agreed
         for k in range(settled, len(words)):
             if k >= agreed and 0 <= k + shift < len(probs) and probs[k + shift] < threshold:
                 return " ".join(words[:max(k, settled, 1)])

@@ -197,8 +197,8 @@ class DecodeScheduler:
 
     def restart_partial(self, client: PartialClient) -> None:
         """Cancel the client's running partial and ask for a new one of its newest audio at once. For a client whose
-        speaker paused after words the running one did not hear (``PartialConfig.closing_restarts``): it is
-        ``closing``, so its new partial goes ahead of the others waiting."""
+        speaker paused after words the running one did not hear (``Partials.want``): it is ``closing``, so its new
+        partial goes ahead of the others waiting."""
         self._again.pop(client.session_id, None)
         entry = self._running.pop(client.session_id, None)
         self._closing.discard(client.session_id)

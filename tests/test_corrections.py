@@ -198,10 +198,10 @@ async def lock(app: web.Application, room_id: str, *texts: str, session: str = "
     room: Room | None = await app[ROOMS].get(room_id)
     assert room is not None
     start = 0
-    make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]] = []
+    make: list[SentenceRecord] = []
     for text in texts:
         words = words_of(text, start)
-        make.append((session, text, start, words[-1].end_ms, 0, words))
+        make.append(SentenceRecord(-1, session, text, start, words[-1].end_ms, 0, words))
         start = words[-1].end_ms + 500
     return await room.commit_sentences(make)
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from axe_playwright_python.async_playwright import Axe
 from playwright.async_api import Browser, Page
 
+from app.rooms import SentenceRecord
 from app.rooms.keys import ROOMS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
@@ -201,7 +202,7 @@ async def seed(app: web.Application, room_id: str, sentences: list[tuple[int, st
     t = 1000
     for spk, text in sentences:
         end = t + 300 * len(text.split())
-        await room.commit_sentences([("demo-session", text, t, end, spk, ())])
+        await room.commit_sentences([SentenceRecord(-1, "demo-session", text, t, end, spk)])
         t = end + 500
 
 

@@ -19,6 +19,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from app.rooms import SentenceRecord
 from app.rooms.keys import ROOMS
 from engine import CaptionEngine
 from tests.browser import chromium, write_wav
@@ -44,8 +45,8 @@ async def test_the_page_export_and_the_room_transcript_are_the_same_file(fake_en
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
-        await room.commit_sentences([("s1", s["text"], round(s["start"]), round(s["end"]), s["spk"], ())
-                                     for s in SENTENCES])
+        await room.commit_sentences([SentenceRecord(-1, "s1", s["text"], round(s["start"]), round(s["end"]),
+                                                    s["spk"]) for s in SENTENCES])
         publisher.leave()
         for fmt in ("txt", "srt", "vtt"):
             status, ctype, page_file = await _post(
@@ -170,7 +171,7 @@ async def test_word_times_reach_the_room_file_and_viewers_that_ask(fake_engine: 
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
-        await room.commit_sentences([("s1", "Hello there, friends.", 1200, 2600, 0, words)])
+        await room.commit_sentences([SentenceRecord(-1, "s1", "Hello there, friends.", 1200, 2600, 0, words)])
         publisher.leave()
         async with http.get(f"{url}/rooms/{room.id}/transcript.json") as r:
             doc = await r.json()

@@ -19,7 +19,7 @@ from aiortc import RTCPeerConnection
 
 from app.ops.keys import ADMISSION
 from app.rooms.keys import ROOMS, STORE
-from app.rooms.store import TranscriptStore, open_store
+from app.rooms.store import SentenceRecord, TranscriptStore, open_store
 from app.rooms.store.sqlite import SCHEMA_VERSION
 from app.webrtc.keys import PEERS
 from engine.asr.fake import FakeTranscriber
@@ -153,8 +153,8 @@ async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_unt
         async with SseReader(f"{url}/rooms/{room.id}/events") as reading:
             await until(lambda: len(room.viewers) == 21)
             for i in range(3000):
-                await room.commit_sentences([("s", f"Sentence {i} of a long meeting, as long as captions are.",
-                                              i * 1000, i * 1000 + 900, 0, ())])
+                await room.commit_sentences([SentenceRecord(
+                    -1, "s", f"Sentence {i} of a long meeting, as long as captions are.", i * 1000, i * 1000 + 900, 0)])
                 room.broadcast_partial()
             await reading.wait_for(lambda r: len(r.sentences()) == 3000, timeout_s=30)
             await until(lambda: len(room.viewers) == 1, "viewers far behind must be cut off")
@@ -193,7 +193,7 @@ async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: Ca
         # An evicted room comes back on demand with its numbering intact.
         room = await rooms.get(ids[2])
         assert room is not None
-        await room.commit_sentences([("s", "Back again.", 0, 500, None, ())])
+        await room.commit_sentences([SentenceRecord(-1, "s", "Back again.", 0, 500, None)])
         await rooms.sweep()
         again = await rooms.get(ids[2])
         assert again is not None and again is not room and again.seq == 1

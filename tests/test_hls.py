@@ -224,7 +224,7 @@ def _room_ms(room: Room) -> int:
 async def _say(room: Room, text: str, start: int, spk: int | None = 0) -> None:
     """A sentence said from ``start`` (room ms), locked now, the way a publisher's are."""
     words = _said(text, start)
-    await room.commit_sentences([("pub", text, start, words[-1].end_ms, spk, words)])
+    await room.commit_sentences([SentenceRecord(-1, "pub", text, start, words[-1].end_ms, spk, words)])
 
 
 async def _until_listed(http: aiohttp.ClientSession, url: str, count: int, timeout_s: float = 15.0) -> str:
@@ -389,7 +389,8 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
             for k, text in enumerate(SPOKEN):
                 words = _said(text, start, step=200)
                 await asyncio.sleep(max(0, words[-1].end_ms + 400 - _room_ms(room)) / 1000)
-                await room.commit_sentences([("pub", text, start, words[-1].end_ms, k % 3 // 2, words)])
+                await room.commit_sentences([SentenceRecord(-1, "pub", text, start, words[-1].end_ms, k % 3 // 2,
+                                                            words)])
                 start = words[-1].end_ms + (600, 900, 1200)[k % 3]
                 if k == 3:  # a pause of 5 s, where the late sentence was said
                     gap = (words[-1].end_ms, start + 5000)
@@ -406,7 +407,8 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
             await speaking
             words = _said(late, gap[0] + 2500, step=200)
             assert words[-1].end_ms // 1000 < hls.Timing.current().count_at(_room_ms(room)), "its segments are listed"
-            await room.commit_sentences([("pub", late, words[0].start_ms, words[-1].end_ms, 0, words)])
+            await room.commit_sentences([SentenceRecord(-1, "pub", late, words[0].start_ms, words[-1].end_ms, 0,
+                                                        words)])
             await asyncio.sleep(0.5)
             async with http.post(f"{url}/rooms/{room_id}/end", headers={"Authorization": f"Bearer {editor}"}) as r:
                 assert r.status == 200

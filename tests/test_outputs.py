@@ -226,11 +226,11 @@ async def lock(app: web.Application, room_id: str, *texts: str, start_ms: int = 
     timeline (each word 300 ms, 500 ms between sentences)."""
     room: Room | None = await app[ROOMS].get(room_id)
     assert room is not None
-    make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]] = []
+    make: list[SentenceRecord] = []
     start = start_ms
     for text in texts:
         words = tuple(Word(w, start + i * 300, start + i * 300 + 280) for i, w in enumerate(text.split()))
-        make.append((session, text, start, words[-1].end_ms, 0, words))
+        make.append(SentenceRecord(-1, session, text, start, words[-1].end_ms, 0, words))
         start = words[-1].end_ms + 500
     return await room.commit_sentences(make)
 

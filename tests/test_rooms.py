@@ -291,7 +291,7 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
     ``Last-Event-ID`` moves on, and a resume replays it the same way); transcripts carry the new times."""
     async with running_server(fake_engine, db_path=str(tmp_path / "c.db")) as (url, app):
         room = (await app[ROOMS].create()).room
-        await room.commit_sentences([("before", "Earlier.", 0, 500, 0, ())])  # session id 5 is room id 1
+        await room.commit_sentences([SentenceRecord(-1, "before", "Earlier.", 0, 500, 0)])  # session id 5 is room id 1
         publisher = room.join("s1")
         off = publisher.offset_ms
         estimated = (Word("Good", 0, 450), Word("morning.", 450, 900))

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Browser, ConsoleMessage, Page
 
-from app.rooms import Room
+from app.rooms import Room, SentenceRecord
 from app.rooms.keys import ROOMS
 from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
@@ -275,7 +275,7 @@ async def seed_room(app: web.Application, room_id: str, sentences: list[tuple[in
     t = start_ms
     for spk, text in sentences:
         end = t + ms_per_word * len(text.split())
-        await room.commit_sentences([("demo-session", text, t, end, spk, ())])
+        await room.commit_sentences([SentenceRecord(-1, "demo-session", text, t, end, spk)])
         t = end + gap_ms
     return room
 

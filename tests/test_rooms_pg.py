@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from app.rooms import Room, RoomRegistry, Viewer
+from app.rooms import Room, RoomRegistry, SentenceRecord, Viewer
 from app.rooms.keys import ROOMS, STORE
 from app.rooms.store import open_store
 from engine import CaptionEngine, protocol
@@ -195,7 +195,8 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
         async def speak(room: Room, name: str) -> list[int]:
             ids = []
             for i in range(20):
-                records = await room.commit_sentences([(name, f"{name} {i}", i * 100, i * 100 + 90, 0, ())])
+                records = await room.commit_sentences([SentenceRecord(-1, name, f"{name} {i}", i * 100, i * 100 + 90,
+                                                                      0)])
                 ids += [r.id for r in records]
             return ids
 
@@ -220,8 +221,8 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
         assert room_c is not None and room_c.seq == 41
         viewer_c = room_c.subscribe()
         for i in range(3):
-            await made.commit_sentences([("a", f"late {i}", 0, 1, 0, ())])
-        await room_c.commit_sentences([("c", "mine", 0, 1, 0, ())])
+            await made.commit_sentences([SentenceRecord(-1, "a", f"late {i}", 0, 1, 0)])
+        await room_c.commit_sentences([SentenceRecord(-1, "c", "mine", 0, 1, 0)])
         assert [seq for seq, _ in await _durable(viewer_c, 4)] == [42, 43, 44, 45]
         await deaf.store.close()
     finally:
@@ -254,7 +255,7 @@ async def test_a_viewer_moving_to_a_front_end_that_lags_resumes_exactly(front_en
     listener = b.app[STORE]._listener  # type: ignore[attr-defined]
     listener.cancel()  # B hears nothing from now on
     for i in range(3):
-        await made.commit_sentences([("a", f"Sentence {i}.", i * 1000, i * 1000 + 900, 0, ())])
+        await made.commit_sentences([SentenceRecord(-1, "a", f"Sentence {i}.", i * 1000, i * 1000 + 900, 0)])
     assert room_b.seq == 0
     async with SseReader(f"{b.url}/rooms/{made.id}/events", last_event_id=2) as moved:
         await moved.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
@@ -318,7 +319,7 @@ async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentenc
         for reader in (viewer_a, viewer_b):
             await reader.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
         # B listens once a commit on A reaches its viewer (announcements sent before that would be lost: by design).
-        await made.commit_sentences([("s0", "Earlier.", 0, 500, None, ())])
+        await made.commit_sentences([SentenceRecord(-1, "s0", "Earlier.", 0, 500, None)])
         await viewer_b.wait_for(lambda r: r.last_id() == 1)
         publisher = made.join("s1")
         for n in range(1, len(words) + 1):

@@ -313,15 +313,12 @@ SPOKEN = [
 ]
 
 
-Made = tuple[str, str, int, int, int | None, tuple[Word, ...]]  # what Room.commit_sentences takes
-
-
-def _sentences() -> list[Made]:
-    out: list[Made] = []
+def _sentences() -> list[SentenceRecord]:
+    out: list[SentenceRecord] = []
     t = 2000
     for spk, text in SPOKEN:
         words = _said(text, t)
-        out.append(("s1", text, t, words[-1].end_ms, spk, words))
+        out.append(SentenceRecord(-1, "s1", text, t, words[-1].end_ms, spk, words))
         t = words[-1].end_ms + 900
     return out
 
@@ -397,9 +394,9 @@ async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: 
             assert await r.text() == (await (await http.get(f"{base}.scc")).text())
         # The caption page's export gives the same file for the same sentences.
         body: dict[str, Any] = {"sentences": [
-            {"id": k, "text": text, "start": start, "end": end, "spk": spk, "session": session,
-             "words": [w.wire() for w in words]}
-            for k, (session, text, start, end, spk, words) in enumerate(_sentences())]}
+            {"id": k, "text": s.text, "start": s.start_ms, "end": s.end_ms, "spk": s.spk, "session": s.session,
+             "words": [w.wire() for w in s.words]}
+            for k, s in enumerate(_sentences())]}
         async with http.post(f"{url}/exports/transcript.scc", data=io.BytesIO(json.dumps(body).encode()),
                              headers={"Content-Type": "application/json"}) as r:
             assert r.status == 200 and 'filename="captions.scc"' in r.headers["Content-Disposition"]

@@ -27,7 +27,7 @@ class RoomPort(Protocol):
     id: str
     record: RoomRecord
 
-    async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
+    async def commit_sentences(self, drafts: list[SentenceRecord],
                                latency_ms: int | None, settled: list[Word], session: str) -> list[SentenceRecord]: ...
 
     def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
@@ -99,9 +99,7 @@ class RoomPublisher:
             new = [s for s in message.sentences if s.id not in self._ids]
             if new:
                 drafts = [self._respelt(s) for s in new]
-                records = await self.room.commit_sentences(
-                    [(r.session, r.text, r.start_ms, r.end_ms, r.spk, r.words) for r in drafts],
-                    message.latency_ms, settled, self.session_id)
+                records = await self.room.commit_sentences(drafts, message.latency_ms, settled, self.session_id)
                 for s, r in zip(new, records, strict=True):
                     self._ids[s.id] = r.id
                     self._session_ids[r.id] = s.id

@@ -216,15 +216,15 @@ class Room:
     snapshot_with = staticmethod(unsaved.snapshot_with)
 
     # ---- durable events ----------------------------------------------------------------------------------------
-    async def commit_sentences(self, make: list[tuple[str, str, int, int, int | None, tuple[Word, ...]]],
-                               latency_ms: int | None = None, stable_words: list[Word] | None = None,
+    async def commit_sentences(self, drafts: list[SentenceRecord], latency_ms: int | None = None,
+                               stable_words: list[Word] | None = None,
                                words_session: str | None = None) -> list[SentenceRecord]:
-        """Give each new sentence ``(session, text, start_ms, end_ms, spk, words)`` a room id, commit, then
-        broadcast (with ``stable_words`` of ``words_session``: see ``partial_message``; never stored). Returns the
-        records (with their room ids)."""
+        """Give each new sentence of ``drafts`` a room id (their own ``id`` is ignored), commit, then broadcast
+        (with ``stable_words`` of ``words_session``: see ``partial_message``; never stored). Returns the records
+        (with their room ids)."""
         async with self._lock:
             first = self._next_sentence
-            records = [SentenceRecord(first + i, *fields) for i, fields in enumerate(make)]
+            records = [dataclasses.replace(d, id=first + i) for i, d in enumerate(drafts)]
             seq = self.seq + 1
             event = await self._save(NumberedEvent(seq, Caption([r.sentence() for r in records], "", seq=seq), records))
             self._deliver(event.seq, event.body, latency_ms, stable_words, words_session)

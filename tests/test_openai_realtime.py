@@ -15,7 +15,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from app.compat import openai_realtime
+from app.compat import openai_realtime, realtime_stream
 from app.compat.realtime_config import ConfigError, RealtimeConfig, apply_update
 from app.rooms.keys import ROOMS
 from engine import CaptionEngine
@@ -121,7 +121,7 @@ async def test_errors_and_refusals(fake_engine: CaptionEngine, monkeypatch: pyte
             await ws.receive(timeout=10)
             assert ws.close_code == 1009
         # A connection that says nothing for the idle timeout: an error event, then a normal close.
-        monkeypatch.setattr(openai_realtime, "IDLE_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(realtime_stream, "IDLE_TIMEOUT_S", 0.5)
         async with http.ws_connect(ws_url, headers={"Authorization": "Bearer sekret"}) as ws:
             assert (await ws.receive_json(timeout=5))["type"] == "session.created"
             reply = await ws.receive_json(timeout=5)

@@ -2,9 +2,10 @@
 sessions, admission and rooms as the page (never a second pipeline). ``whip`` (WHIP ingest, RFC 9725, for
 broadcasters such as OBS and GStreamer), ``openai_rest`` (OpenAI's ``/v1/audio/transcriptions`` for files, through
 ``file_jobs`` and ``audio_files``), ``funasr`` (FunASR's realtime WebSocket protocol), ``deepgram`` (Deepgram's
-live ``/v1/listen``) and ``openai_realtime`` (OpenAI's Realtime transcription sessions, ``/v1/realtime``); the live
-WebSocket protocols share ``client_socket`` (pings, a send deadline, hang-ups, closes, parsing a client's JSON),
-``live_stream`` (admission, session, room, limits, drain, read-ahead) and ``live_audio`` (decoding, resampling,
+live ``/v1/listen``) and ``openai_realtime`` (OpenAI's Realtime transcription sessions, ``/v1/realtime``, one
+connection's events in ``realtime_stream``); the live WebSocket protocols share ``client_socket`` (pings, a send
+deadline, hang-ups, closes, parsing a client's JSON), ``live_stream`` (admission, session, room, limits, drain),
+``read_ahead`` (the client's messages, read ahead of the engine) and ``live_audio`` (decoding, resampling,
 backpressure)."""
 
 from __future__ import annotations

@@ -54,15 +54,8 @@ from .client_socket import BadMessage, ClientSocket, parse_object
 from .container_audio import ContainerFeed, sniff
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
-from .live_stream import (
-    ClientSilent,
-    LiveStream,
-    ReadAhead,
-    Refused,
-    SpeechWatch,
-    admit,
-    open_live,
-)
+from .live_stream import LiveStream, Refused, SpeechWatch, admit, open_live
+from .read_ahead import ClientSilent, ReadAhead
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)

@@ -57,7 +57,8 @@ from ..ops import STREAMS
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
-from .live_stream import ClientSilent, LiveStream, OnlineText, ReadAhead, Refused, admit, client_messages, open_live
+from .live_stream import LiveStream, OnlineText, Refused, admit, open_live
+from .read_ahead import ClientSilent, ReadAhead, client_messages
 
 log = logging.getLogger(__name__)
 

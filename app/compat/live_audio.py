@@ -7,7 +7,7 @@ backpressure. Shared by the WebSocket protocols (FunASR, Deepgram, OpenAI Realti
 - Backpressure: audio goes to the session in slices of at most one second, and after each slice ``feed`` waits
   until the session's VAD backlog and its closed segments waiting for a final decode are under the given bounds
   (``Session.caught_up``). A client that sends faster than real time is therefore read no faster than the engine
-  keeps up: once the protocol's read-ahead is full (``live_stream.ReadAhead``) the socket's buffers fill and TCP
+  keeps up: once the protocol's read-ahead is full (``read_ahead.ReadAhead``) the socket's buffers fill and TCP
   slows the sender, and the server holds a bounded amount of its audio, however much it sends.
 - Real-time pace: a live stream's audio may run at most ``LIVE_AHEAD_S`` ahead of the wall clock since its first
   audio (a client's buffer after a reconnect, a prompt burst); past that ``feed`` waits for the clock. A live

@@ -1,6 +1,6 @@
 """The server's stop, with the named fake recognizer (real VAD, WebRTC and HTTP; what is tested is the order of the
 stop, not the model): open sentences are locked and delivered before anything closes, an upload cut short says so,
-and no new session starts once the stop has begun. ``tests/test_stop.py`` does the same with real speech."""
+and no new session starts once the stop has begun. ``tests/test_drain_live.py`` does the same with real speech."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""NAT traversal through a real TURN server (Debian's coturn on 127.0.0.1, see ``tests/turn.py``) with the relay-only
-transport policy on both ends: nothing reaches the server but through the relay, as behind a NAT or firewall that
-lets only the TURN server through.
+"""NAT traversal through a real TURN server (Debian's coturn on 127.0.0.1, see ``tests/turn_server.py``) with the
+relay-only transport policy on both ends: nothing reaches the server but through the relay, as behind a NAT or
+firewall that lets only the TURN server through.
 
 - the server's own peer connections gather only a relayed candidate (aiortc's ``iceTransportPolicy=relay``);
 - WHIP clients are told the same TURN server, with time-limited credentials for their room;
@@ -34,7 +34,7 @@ from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
 from tests.rtc_client import ArrayAudioTrack
 from tests.servers import running_server
-from tests.turn import TURNSERVER, PeerUsage, TurnServer, coturn, wait_for_usage
+from tests.turn_server import TURNSERVER, PeerUsage, TurnServer, coturn, wait_for_usage
 
 pytestmark = pytest.mark.skipif(TURNSERVER is None, reason="needs turnserver (Debian package coturn)")
 

@@ -15,7 +15,8 @@ import pytest
 from app.config import ServerConfig, build_parser, config_from_args
 from app.server import engine_config
 from engine.asr.instances import InstancePool, InstanceState, normalise_url
-from engine.asr.remote import RemoteTranscriber, padded_samples, wav_bytes
+from engine.asr.remote import RemoteTranscriber
+from engine.asr.remote_wire import padded_samples, wav_bytes
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState
 from engine.config import EngineConfig, RemoteAsrConfig, TranscriberConfig
 from engine.errors import EngineError, EngineNotReady

@@ -17,24 +17,20 @@ the in-process engine. What crosses HTTP, and what does not:
   guard's confidence check is skipped; ``verbose_json`` decodes carry it).
 
 Cancelling the awaiting task closes the HTTP connection, and vLLM aborts the request when its client goes away.
-Requests go to the instance with the fewest in flight (``engine.asr.instances``). An instance that fails (refused
-connection, 5xx, timeout, a failed ``GET /health``) is taken out at once, its requests in flight are sent again to
-another instance, and it is probed every ``health_interval_s`` until it answers again (then warmed up and taken
-back). With no instance up for ``down_grace_s`` the recognizer is FAILED (the engine ends its sessions with the
-reason); it becomes READY again when an instance comes back.
+The request's body and the instance's answers are ``engine.asr.remote_wire``'s. Requests go to the instance with
+the fewest in flight (``engine.asr.instances``). An instance that fails (refused connection, 5xx, timeout, a failed
+``GET /health``) is taken out at once, its requests in flight are sent again to another instance, and it is probed
+every ``health_interval_s`` until it answers again (then warmed up and taken back). With no instance up for
+``down_grace_s`` the recognizer is FAILED (the engine ends its sessions with the reason); it becomes READY again
+when an instance comes back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
-import re
 import time
-import wave
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -42,16 +38,24 @@ import numpy as np
 
 from engine.asr.guard import strip_nonspeech
 from engine.asr.instances import Instance, InstancePool, InstanceState
+from engine.asr.remote_wire import (
+    InstanceFailed,
+    Reply,
+    error_message,
+    padded_samples,
+    stream_reply,
+    verbose_reply,
+    wav_bytes,
+    word_ids,
+)
 from engine.asr.timestamps import TimedSpan
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 from engine.asr.windows import (
     SAMPLE_RATE,
-    WindowPolicy,
     WindowStats,
     encoder_positions,
     loop_reason,
     max_tokens_for,
-    tandem_repeat,
 )
 from engine.config import TranscriberConfig
 from engine.errors import EngineError, EngineNotReady
@@ -60,50 +64,9 @@ log = logging.getLogger(__name__)
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 _MAX_CONTEXT_CHARS = 400  # as in process: keeps the context well inside Whisper's 448-token decoder window
-_LOOP_CHECK_EVERY = 4  # streamed words between checks for a repetition loop
 # Attempts one decode may make per instance: an instance whose /health passes while every decode fails (a broken
 # model) would otherwise take the request back after each probe, forever.
 _ATTEMPTS_PER_INSTANCE = 2
-# The margin the windowed Whisper of ``vllm serve`` adds to the audio when it picks a window (its default policy):
-# audio padded to ``window - margin`` makes it pick ``window``.
-_SERVER_MARGIN_S = WindowPolicy().margin_s
-_WORD = re.compile(r"[\w']+")
-
-
-class InstanceFailed(Exception):
-    """One instance could not answer one request (refused, 5xx, timeout, broken stream): try another."""
-
-
-@dataclass
-class _Reply:
-    text: str
-    finish_reason: str | None
-    tokens: int
-    avg_logprob: float | None  # None when the instance does not say (streamed decodes)
-    spans: tuple[TimedSpan, ...] = ()
-    language: str | None = None
-
-
-def wav_bytes(audio: np.ndarray, pad_to_samples: int = 0) -> bytes:
-    """``audio`` (float32, 16 kHz mono, -1..1) as a 16-bit PCM WAV file, zero-padded to ``pad_to_samples``."""
-    pcm = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
-    pcm16 = np.round(pcm * 32767.0).astype("<i2")
-    if pcm16.size < pad_to_samples:
-        pcm16 = np.concatenate([pcm16, np.zeros(pad_to_samples - pcm16.size, dtype="<i2")])
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SAMPLE_RATE)
-        w.writeframes(pcm16.tobytes())
-    return buf.getvalue()
-
-
-def padded_samples(window_s: float) -> int:
-    """Samples to pad a request's audio to so that the server's windowed Whisper picks ``window_s``."""
-    return max(0, round((window_s - _SERVER_MARGIN_S) * SAMPLE_RATE))
-
-
 class RemoteTranscriber:
     """``Transcriber`` on ``vllm serve`` instances. States: NEW -> LOADING -> READY <-> FAILED (no instance up for
     ``down_grace_s``) -> CLOSED."""
@@ -281,7 +244,7 @@ class RemoteTranscriber:
                 larger = policy.next_window(window)
                 reply = await self._decode(request, window, max_tokens_for(audio_s, self.config.max_tokens),
                                            stop_on_loop=larger is not None)
-                words = _word_ids(reply.text)
+                words = word_ids(reply.text)
                 reason = loop_reason(words, reply.text, reply.finish_reason == "length")
                 self.windows.record(window, time.monotonic() - t1, reply.tokens,
                                     fell_back=reason is not None and larger is not None)
@@ -299,7 +262,7 @@ class RemoteTranscriber:
         return Transcript(strip_nonspeech(reply.text), reply.language or request.language, avg, reply.tokens,
                           time.monotonic() - t0, window, encoder_positions(window), fallbacks, spans)
 
-    async def _decode(self, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool) -> _Reply:
+    async def _decode(self, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool) -> Reply:
         """One decode on the least loaded instance; sent again to another when its instance fails, until none is
         left for ``down_grace_s``, or until it failed ``_ATTEMPTS_PER_INSTANCE`` times per instance (then
         ``EngineNotReady``)."""
@@ -349,7 +312,7 @@ class RemoteTranscriber:
                 pass
 
     async def _post(self, instance: Instance, request: DecodeRequest, window_s: float, max_tokens: int,
-                    stop_on_loop: bool) -> _Reply:
+                    stop_on_loop: bool) -> Reply:
         """One ``POST /v1/audio/transcriptions`` to ``instance``. Raises ``InstanceFailed`` for what is the
         instance's fault (network, 5xx, 404, timeout, an error in the stream), ``EngineError`` for a request the
         instance refuses (4xx)."""
@@ -372,84 +335,18 @@ class RemoteTranscriber:
             async with client.stream("POST", instance.url + TRANSCRIPTIONS_PATH, data=form, files=files) as reply:
                 if reply.status_code != 200:
                     body = (await reply.aread()).decode("utf-8", "replace")
-                    message = _error_message(body)
+                    message = error_message(body)
                     if reply.status_code >= 500 or reply.status_code == 404:
                         raise InstanceFailed(f"{reply.status_code} {message}")
                     raise EngineError(f"recognizer at {instance.url} refused the request: {reply.status_code} "
                                       f"{message}")
                 if timed:
-                    return _verbose_reply(json.loads(await reply.aread()), request.language)
-                return await _stream_reply(reply.aiter_lines(), stop_on_loop)
+                    return verbose_reply(json.loads(await reply.aread()), request.language)
+                return await stream_reply(reply.aiter_lines(), stop_on_loop)
         except httpx.HTTPError as exc:
             raise InstanceFailed(_describe(exc)) from exc
         except (ValueError, KeyError, TypeError) as exc:  # a body that is not what vLLM sends
             raise InstanceFailed(f"unreadable answer: {exc}") from exc
-
-
-async def _stream_reply(lines: AsyncIterator[str], stop_on_loop: bool) -> _Reply:
-    """Read vLLM's server-sent events (``data: {json}`` lines, ``data: [DONE]`` last) into a reply; with
-    ``stop_on_loop``, stop reading (the caller then closes the connection) as soon as the text repeats itself."""
-    parts: list[str] = []
-    finish: str | None = None
-    tokens = 0
-    chunks = 0
-    checked = 0
-    async for line in lines:
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            break
-        event = json.loads(payload)
-        if "error" in event:
-            error = event["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise InstanceFailed(f"error in stream: {message}")
-        if event.get("usage"):
-            tokens = int(event["usage"].get("completion_tokens") or 0)
-        for choice in event.get("choices") or ():
-            parts.append((choice.get("delta") or {}).get("content") or "")
-            chunks += 1
-            finish = choice.get("finish_reason") or finish
-        if stop_on_loop and chunks >= checked + _LOOP_CHECK_EVERY:
-            checked = chunks
-            if tandem_repeat(_word_ids("".join(parts))) is not None:
-                finish = "loop"
-                break
-    return _Reply(" ".join("".join(parts).split()), finish, tokens or chunks, None)
-
-
-def _verbose_reply(body: dict[str, Any], language: str | None) -> _Reply:
-    """A ``verbose_json`` answer: text, timed segments and their mean log-probability."""
-    segments = body.get("segments") or []
-    spans = tuple(TimedSpan(float(s["start"]), float(s["end"]), strip_nonspeech(" ".join(str(s["text"]).split())))
-                  for s in segments)
-    counts = [len(s.get("tokens") or ()) for s in segments]
-    tokens = sum(counts)
-    avg = sum(float(s.get("avg_logprob", 0.0)) * n for s, n in zip(segments, counts, strict=True)) / max(1, tokens)
-    return _Reply(" ".join(str(body.get("text", "")).split()), "stop", tokens, avg if tokens else None,
-                  tuple(s for s in spans if s.text), body.get("language") or language)
-
-
-def _word_ids(text: str) -> list[int]:
-    """The words of ``text`` as small integers (equal words, equal ids): what the loop check reads when no token
-    ids come back."""
-    ids: dict[str, int] = {}
-    return [ids.setdefault(w, len(ids)) for w in _WORD.findall(text.lower())]
-
-
-def _error_message(body: str) -> str:
-    """vLLM's ``{"error": {"message": ...}}`` (or FastAPI's ``{"detail": ...}``) as one short line."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.strip()[:200]
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])[:200]
-    if isinstance(data, dict) and data.get("detail"):
-        return str(data["detail"])[:200]
-    return body.strip()[:200]
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,8 +1,12 @@
 """The bench server: the real app (``create_app``) in its own process, so its CPU is measured apart from the
 clients', with the recognizer chosen by flag and a small stats route for the benches.
 
-    python -m bench.serve --recognizer vllm [--model whisper-tiny.en] [--no-speakers] [--port 0]
+    python -m bench.serve --recognizer vllm [--model whisper-tiny.en] [--no-speakers] [--port 0] [--mode engine]
     python -m bench.serve --recognizer fake [--fake-delay-s 0.05]
+
+``--mode`` (``bench/baseline.py``): ``engine``, the server as shipped; ``engine-stock``, with Whisper's 30 s window
+for every request; ``baseline``, the serialized one-at-a-time baseline; ``engine-unbounded``, every session admitted.
+A mode is the server's configuration from its start: a bench compares modes on servers of their own.
 
 It prints one JSON line ``{"port": P, "model": ..., "pid": ...}`` on stdout once the model is loaded and the
 server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SIGTERM/SIGINT. Routes added:
@@ -15,9 +19,6 @@ server listens (loopback only, ``--loopback-only`` ICE), and exits cleanly on SI
   ``collect=1`` then runs a full garbage collection and reports the heap after it (memory that comes back was held
   by unreachable reference cycles), ``trim=1`` then returns free memory to the system (``malloc_trim``). Growth
   that trimming gives back is fragmentation, not a leak.
-- ``POST /bench/mode?mode=engine|baseline|...``: the real decode policy or the serialized baseline
-  (``bench/baseline.py``), switched on the same loaded model; refused (409) while sessions are live. ``engine-jitter4``
-  also receives the audio of the peer connections made afterwards through aiortc's jitter buffer.
 
 ``--recognizer fake`` uses the named ``FakeTranscriber`` (no model at all) for ``bench/pipeline.py``.
 """
@@ -39,24 +40,20 @@ from typing import Any
 from aiohttp import web
 
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
-from app.ops import ADMISSION
 from app.server import create_app, engine_config, freeze_startup_objects
-from app.webrtc import patches
 from app.webrtc.keys import PEERS
-from bench.baseline import ADMIT_ALL, SerializedTranscriber, apply_mode
+from bench.baseline import MODES, SerializedTranscriber, mode_config, mode_max_sessions
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
-from engine.asr.windows import WindowPolicy
 from engine.config import ENDPOINT_PRESETS
 from engine.stream.engine import CaptionEngine
-
-UNBOUNDED_SESSIONS = 256  # what "every session" means for the modes that admit all (``ADMIT_ALL``)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm")
+    p.add_argument("--mode", choices=MODES, default="engine", help="the decode policy (bench/baseline.py)")
     p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
@@ -77,36 +74,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    max_sessions = None if args.max_sessions == "auto" else int(args.max_sessions)
+    max_sessions = mode_max_sessions(args.mode, None if args.max_sessions == "auto" else int(args.max_sessions))
     config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
                           ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=max_sessions,
                           max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
                           ptime_ms=args.ptime_ms, cpu_threads=args.cpu_threads)
+    base = mode_config(args.mode, engine_config(config))
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")
     else:
         from engine.asr.vllm_backend import VllmTranscriber
-        from engine.config import TranscriberConfig
 
-        inner = VllmTranscriber(TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads))
-    transcriber = SerializedTranscriber(inner)
-    base = engine_config(config)
+        inner = VllmTranscriber(base.transcriber)
+    transcriber = SerializedTranscriber(inner, serialized=args.mode == "baseline")
     if args.vad_batch_interval_ms is not None:
         base = replace(base, vad=replace(base.vad, batch_interval_ms=args.vad_batch_interval_ms))
     engine = CaptionEngine(base, transcriber)
     t0 = time.monotonic()
     await engine.start()
     freeze_startup_objects()  # as the server does once its engine is up
-    real_partial, real_inflight = engine.config.partial, engine.scheduler.max_inflight_partials
-    real_window = getattr(inner, "window_policy", WindowPolicy())
-    real_aligner = engine.aligner
-    real_endpoint = engine.config.endpoint
-    real_turns = engine.speakers.turns if engine.speakers is not None else None
-    real_threads = (engine.threads_alone, engine.threads_shared) if engine.threads_alone else None
     app = create_app(config, engine=engine)
     depth: list[tuple[float, int]] = []
-    mode = {"mode": "engine"}
 
     async def stats(request: web.Request) -> web.Response:
         peers = list(request.app[PEERS].values())
@@ -115,7 +104,7 @@ async def serve(args: argparse.Namespace) -> None:
         done = list(transcriber.completed)
         transcriber.completed.clear()
         body: dict[str, Any] = {
-            "engine": engine.stats(), "mode": mode["mode"], "peers": len(peers),
+            "engine": engine.stats(), "mode": args.mode, "peers": len(peers),
             "ingest_audio_s": sum(p.ingest.audio_s for p in peers),
             "ingest_skipped_s": sum(p.ingest.skipped_s for p in peers),
             "lock_wait_s": round(transcriber.waited_s, 3),
@@ -125,21 +114,6 @@ async def serve(args: argparse.Namespace) -> None:
             "partial_s": [round(s, 3) for p, s in done if p == Priority.PARTIAL],
         }
         return web.json_response(body)
-
-    async def set_mode(request: web.Request) -> web.Response:
-        try:
-            apply_mode(engine, transcriber, request.query.get("mode", ""), real_partial, real_inflight, real_window,
-                       real_aligner, real_endpoint, real_turns, real_threads)
-        except (ValueError, RuntimeError) as exc:
-            return web.json_response({"error": str(exc)}, status=409)
-        # Every session let in (the old way), or as many as the server holds on time (unless capped by flag).
-        app[ADMISSION].limit = UNBOUNDED_SESSIONS if request.query["mode"] in ADMIT_ALL else max_sessions
-        # Peer connections made from now on receive audio through the jitter buffer of this mode.
-        patches.install_audio_receiver(
-            args.audio_decoder, jitter="aiortc" if request.query["mode"] == "engine-jitter4" else "low-delay",
-            fec=request.query["mode"] != "engine-nofec")
-        mode["mode"] = request.query["mode"]
-        return web.json_response(mode)
 
     baseline: list[Any] = []
 
@@ -179,7 +153,6 @@ async def serve(args: argparse.Namespace) -> None:
     app.router.add_get("/bench/stats", stats)
     app.router.add_get("/bench/heap", heap)
     app.router.add_get("/bench/memory", memory)
-    app.router.add_post("/bench/mode", set_mode)
 
     async def set_background(request: web.Request) -> web.Response:
         """How files decode: ``floor_s``, how long a file segment waits for live partials before it goes regardless
@@ -207,7 +180,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
-    print(json.dumps({"port": runner.addresses[0][1], "model": engine.model_name, "pid": os.getpid(),
+    print(json.dumps({"port": runner.addresses[0][1], "model": engine.model_name, "mode": args.mode, "pid": os.getpid(),
                       "start_s": round(time.monotonic() - t0, 1)}), flush=True)
     try:
         await done.wait()

@@ -6,11 +6,11 @@ serialized baseline on the same model in the same run.
 The server runs as a subprocess (``bench/serve.py``) so that its CPU (vLLM's EngineCore child included) is
 measured apart from the clients'. All clients share this process: each is an aiortc peer forwarding a different
 session's Ogg Opus file (``bench/clips.py``: real read English utterances separated by 2.5 s pauses, ~40 s) at
-real time, without re-encoding. For each N the bench runs the shipped decode policy ("engine", per-request
-encoder windows), the same policy with Whisper's stock 30 s window for every request ("engine-stock") and the
-serialized baseline ("baseline", ``bench/baseline.py``, 30 s window) one after the other on the same loaded model
-(default: the embedded whisper-base, as the server ships), alternating their order from step to step, and stops
-sweeping a mode once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
+real time, without re-encoding. Each mode (``bench/baseline.py``) runs on a server of its own, started with it
+(``bench.serve --mode``), one after the other on the same model (default: the embedded whisper-base, as the server
+ships): the shipped decode policy ("engine", per-request encoder windows), the same policy with Whisper's stock 30 s
+window for every request ("engine-stock") and the serialized baseline ("baseline", 30 s window). Each sweeps N up
+and stops once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
 
 N sessions are *offered* at once: the server admits as many as it holds on time (``--max-sessions auto``, its
 capacity estimate, read from ``/ready`` before each step: ``capacity``) and refuses the rest with ``503`` busy and
@@ -121,7 +121,6 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
                    args: argparse.Namespace, remote: ServerProcess | None = None) -> dict[str, Any]:
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
     session publishes into a room of its own and a viewer follows that room on ``remote``."""
-    await get_json(http, f"{server.base_url}/bench/mode?mode={mode}", "POST")
     clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec, args.clips) for i in range(n)]
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
@@ -275,6 +274,34 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
             yield remote
 
 
+async def sweep(mode: str, server_args: list[str], args: argparse.Namespace,
+                remote: ServerProcess | None) -> list[dict[str, Any]]:
+    """``mode``'s rows: a bench server started in it, N swept up until it loses real time beyond doubt."""
+    rows: list[dict[str, Any]] = []
+    async with bench_server(server_args, CACHE_DIR / f"sessions-server-{mode}.log") as server:
+        print(f"server ready: {server.info}", file=sys.stderr)
+        trace = CpuTrace(server.ps)
+        sampler = asyncio.create_task(trace.run())
+        try:
+            async with aiohttp.ClientSession() as http:
+                if args.warmup:
+                    # vLLM's first decodes after start are several times slower: keep them out of the table.
+                    print("warm-up session (not measured) ...", file=sys.stderr)
+                    warm_up = session_clip(0, 10.0, args.pause_s, args.packet_ms, args.fec)
+                    await run_clients(server.base_url, [warm_up.ogg])
+                for n in args.sessions:
+                    await asyncio.sleep(args.settle_s)  # the engine core busy-waits ~1 s after activity
+                    row = await run_step(server, http, trace, mode, n, args, remote)
+                    row["model"] = server.info.get("model")
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+                    if len(rows) >= 2 and all(not r["lag_s_p95"] <= args.give_up_lag_s for r in rows[-2:]):
+                        break  # two steps in a row far past real time
+        finally:
+            sampler.cancel()
+    return rows
+
+
 async def main(args: argparse.Namespace) -> int:
     print(f"encoding clips into {CACHE_DIR} ...", file=sys.stderr)
     for i in range(max(args.sessions)):
@@ -288,35 +315,12 @@ async def main(args: argparse.Namespace) -> int:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
+    model = None
     async with contextlib.AsyncExitStack() as stack:
         remote = await stack.enter_async_context(other_front_end(server_args)) if args.remote_viewer else None
-        server = await stack.enter_async_context(bench_server(server_args, CACHE_DIR / "sessions-server.log"))
-        print(f"server ready: {server.info}", file=sys.stderr)
-        trace = CpuTrace(server.ps)
-        sampler = asyncio.create_task(trace.run())
-        active = list(args.modes)
-        try:
-            async with aiohttp.ClientSession() as http:
-                if args.warmup:
-                    # vLLM's first decodes after start are several times slower: keep them out of the table.
-                    print("warm-up session (not measured) ...", file=sys.stderr)
-                    warm_up = session_clip(0, 10.0, args.pause_s, args.packet_ms, args.fec)
-                    await run_clients(server.base_url, [warm_up.ogg])
-                for step, n in enumerate(args.sessions):
-                    # Alternate which mode goes first, so that neither always follows the other's backlog.
-                    for mode in (list(active) if step % 2 == 0 else list(reversed(active))):
-                        await asyncio.sleep(args.settle_s)  # the engine core busy-waits ~1 s after activity
-                        row = await run_step(server, http, trace, mode, n, args, remote)
-                        rows.append(row)
-                        print(json.dumps(row), file=sys.stderr)
-                        lost = [r for r in rows if r["mode"] == mode][-2:]
-                        if len(lost) == 2 and all(not r["lag_s_p95"] <= args.give_up_lag_s for r in lost):
-                            active.remove(mode)  # two steps in a row far past real time
-                    if not active:
-                        break
-        finally:
-            sampler.cancel()
-        model = server.info.get("model")
+        for mode in args.modes:
+            rows += await sweep(mode, [*server_args, "--mode", mode], args, remote)
+            model = model or (rows[-1].get("model") if rows else None)
     print(f"\nmodel {model}, preset {args.preset}, {args.seconds:g} s per session, "
           f"{time.monotonic() - t_start:.0f} s in all\n")
     print_table(rows)
@@ -344,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "engine-stock", "baseline"],
-                   help="engine-noreuse: the engine without partials reused as finals (diagnosis)")
+                   help="the server modes to compare, each on a server of its own (bench/baseline.py)")
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
                    help="fake: the named FakeTranscriber, to check the harness only (no model)")
     p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")

@@ -35,7 +35,7 @@ from ..config import AUDIO_DECODERS, IceConfig
 from .dtls import with_rsa_suites
 from .ice import host_addresses, ranged_candidates
 from .opus import opus_available
-from .rtp_audio import JITTER_BUFFERS, AudioReceiver
+from .rtp_audio import AudioReceiver
 
 log = logging.getLogger(__name__)
 
@@ -109,16 +109,12 @@ def install_dtls() -> None:
     _apply({SSL_CONTEXT: with_rsa_suites(original(SSL_CONTEXT))})
 
 
-def install_audio_receiver(mode: str, jitter: str = "low-delay", fec: bool = True) -> None:
+def install_audio_receiver(mode: str) -> None:
     """``direct``: peer connections created from now on receive audio through ``AudioReceiver``
     (``app.webrtc.rtp_audio``; aiortc's receiver, with a warning, where libopus cannot be loaded); ``aiortc``:
-    through aiortc's own receiver. ``jitter``: ``AudioReceiver``'s audio jitter buffer, "low-delay"
-    (``AudioJitterBuffer``) or "aiortc". ``fec`` False: lost packets are only concealed, never recovered from the
-    next packet's FEC copy (benches compare). Raises ``ValueError`` for another mode or buffer."""
+    through aiortc's own receiver. Raises ``ValueError`` for another mode."""
     if mode not in AUDIO_DECODERS:
         raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
-    if jitter not in JITTER_BUFFERS:
-        raise ValueError(f"jitter buffer must be one of {', '.join(JITTER_BUFFERS)}, got {jitter!r}")
     receiver = original(RTP_RECEIVER)
     if mode == "direct":
         if opus_available():
@@ -126,8 +122,6 @@ def install_audio_receiver(mode: str, jitter: str = "low-delay", fec: bool = Tru
         else:
             log.warning("libopus could not be loaded: audio is decoded by aiortc at 48 kHz and resampled")
     _apply({RTP_RECEIVER: receiver})
-    AudioReceiver.jitter = jitter
-    AudioReceiver.fec = fec
 
 
 def install(config: IceConfig, audio_decoder: str) -> None:

@@ -33,7 +33,7 @@ per-packet work (SRTP, RTP parsing, jitter buffer, RTCP statistics), for at most
 
 ``app.webrtc.patches.install_audio_receiver("direct")`` makes every ``RTCPeerConnection`` created afterwards use
 ``AudioReceiver`` (process-wide: aiortc looks its receiver class up by name); ``"aiortc"`` restores aiortc's
-receiver, ``jitter="aiortc"`` only its jitter buffer (benches compare them).
+receiver.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 _RTP_OPUS_CLOCK_HZ = 48000  # RFC 7587: Opus RTP timestamps always count at 48 kHz
 _RTP_TICKS_PER_SAMPLE = _RTP_OPUS_CLOCK_HZ // SAMPLE_RATE
 _OPUS_STEP_SAMPLES = SAMPLE_RATE // 400  # Opus frames come in multiples of 2.5 ms
-JITTER_BUFFERS = ("low-delay", "aiortc")
 MAX_CONCEAL_S = 0.5  # a longer gap is the sender pausing, not packets lost: it is not filled
 _TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 
@@ -132,7 +131,7 @@ class InlineDecoder:
 
     # ---- decoding -----------------------------------------------------------------------------------------
     def _decode_all(self, codec: RTCRtpCodecParameters, encoded: JitterFrame) -> None:
-        # The low-delay buffer releases packets together (app.webrtc.jitter); aiortc's, one at a time.
+        # The low-delay buffer releases packets together (app.webrtc.jitter).
         for frame in encoded.frames() if isinstance(encoded, PacketRun) else [encoded]:
             try:
                 self._decode(codec, frame)
@@ -232,20 +231,16 @@ class InlineDecoder:
 
 class AudioReceiver(RTCRtpReceiver):
     """aiortc's receiver with, for audio, ``AudioJitterBuffer`` in place of aiortc's jitter buffer (no fixed delay)
-    and ``InlineDecoder`` after it; video is untouched. ``jitter`` = "aiortc" keeps aiortc's audio buffer (it holds
-    four packets: benches compare the two)."""
-
-    jitter = "low-delay"
-    fec = True  # recover lost Opus packets from the next packet's in-band FEC copy (InlineDecoder)
+    and ``InlineDecoder`` after it (lost Opus packets recovered from the next packet's in-band FEC copy); video is
+    untouched."""
 
     def __init__(self, kind: str, transport: RTCDtlsTransport) -> None:
         super().__init__(kind, transport)
         if kind == "audio":
             # aiortc's private jitter buffer and decoder queue (name-mangled); tests/test_rtp_audio.py fails if aiortc
             # renames them.
-            if self.jitter == "low-delay":
-                self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
-            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held, fec=self.fec)
+            self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
+            self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held)
 
     @property
     def decoder(self) -> InlineDecoder | None:
@@ -255,7 +250,7 @@ class AudioReceiver(RTCRtpReceiver):
 
     @property
     def buffer(self) -> AudioJitterBuffer | None:
-        """The low-delay audio jitter buffer (its counters), or None (video, or aiortc's buffer)."""
+        """The low-delay audio jitter buffer (its counters), or None (video)."""
         buffer = self._RTCRtpReceiver__jitter_buffer
         return buffer if isinstance(buffer, AudioJitterBuffer) else None
 

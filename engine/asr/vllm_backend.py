@@ -1,29 +1,27 @@
 """The shared recognizer: one in-process vLLM ``AsyncLLM`` (its engine core runs as a child process).
 
-The same code runs on vLLM's CPU build (``pip install .[cpu]``) and on NVIDIA GPUs (``.[gpu]``). Everything slow
-about starting it (importing vLLM, converting the embedded weights, spawning the engine core) runs in worker
-threads, so the event loop keeps answering while the model loads.
+The same code runs on vLLM's CPU build (``pip install .[cpu]``) and on NVIDIA GPUs (``.[gpu]``). Everything slow about
+starting it (importing vLLM, converting the embedded weights, spawning the engine core: ``engine.asr.vllm_launch``)
+runs in worker threads, so the event loop keeps answering while the model loads.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import math
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.asr.confidence import text_word_probabilities
-from engine.asr.cpu import available_cores, cpu_dtype, cpu_engine_threads, detect_device, engine_core_threads
+from engine.asr.cpu import detect_device
 from engine.asr.guard import strip_nonspeech
 from engine.asr.prompts import MAX_CONTEXT_CHARS, decoder_prompt, joined
 from engine.asr.timestamps import TimedSpan, parse_spans
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
-from engine.asr.vllm_plugin import whisper_overrides
+from engine.asr.vllm_launch import launch
 from engine.asr.windows import (
     SAMPLE_RATE,
     WindowStats,
@@ -34,7 +32,7 @@ from engine.asr.windows import (
     tandem_repeat,
     window_samples,
 )
-from engine.config import FULL_WINDOW_S, TranscriberConfig
+from engine.config import TranscriberConfig
 from engine.errors import EngineNotReady, ModelError
 from engine.models.resolve import ModelSpec, resolve_model
 
@@ -52,7 +50,6 @@ _TOP_LOGPROBS = 3
 # The timed warm-up decode in each window generates this many tokens (a tone decodes to little by itself): about what a
 # partial generates after its settled words, or a short sentence's final.
 _WARM_TOKENS = 16
-_WORKER_EXTENSION = "engine.asr.vllm_worker.CpuThreads"
 
 
 class VllmTranscriber:
@@ -73,7 +70,7 @@ class VllmTranscriber:
         self._watch: asyncio.Task[None] | None = None
         self._first_special_id = 1 << 30  # ids from here up are Whisper's special tokens (set once loaded)
         self._first_timestamp_id = 1 << 30  # <|0.00|>; every later id is a timestamp
-        self.window_policy = config.window_policy()  # may be swapped at run time (benches compare modes)
+        self.window_policy = config.window_policy()  # (config.window; raises ValueError for an unknown one)
         self.windows = WindowStats()
         self._warm_costs: dict[float, float] = {}
         self.cpu_threads = 0  # the CPU engine core's compute threads now (0: not known, or not a CPU engine)
@@ -105,7 +102,8 @@ class VllmTranscriber:
             self.spec = await asyncio.to_thread(resolve_model, self.config.model, self._cache_dir())
             self.name = self.spec.name
             self.device = await asyncio.to_thread(detect_device, self.config.device)
-            self._llm = await asyncio.to_thread(self._build_engine, self.spec, self.device)
+            launched = await asyncio.to_thread(launch, self.config, self.spec, self.device)
+            self._llm, self.cpu_threads, self.dtype = launched.llm, launched.cpu_threads, launched.dtype
             self._lang_tokens = await asyncio.to_thread(self._language_tokens)
             self._first_special_id = await asyncio.to_thread(self._eot_id)
             self._first_timestamp_id = await asyncio.to_thread(self._token_id, "<|0.00|>")
@@ -137,8 +135,8 @@ class VllmTranscriber:
 
         tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
         request = DecodeRequest("warm-up", tone, Priority.FINAL)
-        # Every window of the policy, and Whisper's full one, whatever the mode: benches switch modes at run time.
-        windows = tuple(sorted({*self.config.window_buckets_s, FULL_WINDOW_S}))
+        # Every window of the policy (its last is Whisper's full one, where a looping decode falls back to).
+        windows = self.window_policy.buckets_s
         for i, window in enumerate((windows[0], *windows)):
             await self._generate(request, f"warm-up-{i}", window, max_tokens=8)
         for window in windows:

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache  # layer contracts: pyproject.toml [tool.importlinter]
-.venv/bin/mypy engine app
+.venv/bin/mypy --strict engine app
 .venv/bin/mypy --explicit-package-bases bench speechdata tests  # tests/ and bench/ have no __init__.py: names from the root
 .venv/bin/vulture  # dead code in app/ and engine/: pyproject.toml [tool.vulture], vulture_whitelist.py
 exec .venv/bin/python -m pytest "$@"

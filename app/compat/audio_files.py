@@ -67,7 +67,7 @@ class AudioFileReader:
             raise AudioFileError(f"the audio stream is broken ({exc})") from None
         if not parts:
             return None
-        block = np.concatenate(parts)
+        block: np.ndarray = np.concatenate(parts)
         self.samples += block.size
         return block
 

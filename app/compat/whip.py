@@ -142,7 +142,7 @@ def _resource(request: web.Request) -> PeerSession | web.Response:
     """The WHIP session the URL names, or the error response (401 without the token, 404 if there is none)."""
     if not _authorized(request):
         return _error(401, "unauthorized", "this session needs the server's token")
-    peer = request.app[PEERS].get(request.match_info["session"])
+    peer: PeerSession | None = request.app[PEERS].get(request.match_info["session"])
     if peer is None or peer.publisher is None or peer.publisher.room.id != request.match_info["room"]:
         return _error(404, "no_session", "there is no such WHIP session")
     return peer

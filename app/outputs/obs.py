@@ -374,7 +374,8 @@ class ObsTarget(Target):
                     await self._drop()
                     raise TargetError(f"{self.url} sent something that is not obs-websocket: {msg.data[:80]!r}")
                 if message.get("op") == op:
-                    return message["d"]
+                    data: dict[str, Any] = message["d"]
+                    return data
                 continue
             code = ws.close_code
             await self._drop()

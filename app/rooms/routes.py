@@ -24,8 +24,9 @@ from ..keys import CONFIG
 from ..responses import json_error
 from .holdback import MAX_DELAY_S
 from .keys import ROOMS
-from .room import ROOM_ID_PATTERN, Room, Viewer
+from .room import ROOM_ID_PATTERN, Room
 from .stream import Stream
+from .viewer import Viewer
 
 log = logging.getLogger(__name__)
 

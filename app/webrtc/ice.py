@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aioice.candidate
 import aioice.ice
 from aioice import Candidate
 from aiortc import RTCConfiguration, RTCIceServer, RTCIceTransportPolicy
@@ -65,8 +66,8 @@ def ranged_candidates(low: int, high: int, original: ComponentCandidates) -> Com
                 continue
             protocol, port = bound
             protocol.local_candidate = Candidate(
-                foundation=aioice.ice.candidate_foundation("host", "udp", address), component=component,
-                transport="udp", priority=aioice.ice.candidate_priority(component, "host"), host=address,
+                foundation=aioice.candidate.candidate_foundation("host", "udp", address), component=component,
+                transport="udp", priority=aioice.candidate.candidate_priority(component, "host"), host=address,
                 port=port, type="host")
             self._protocols.append(protocol)
             candidates.append(protocol.local_candidate)

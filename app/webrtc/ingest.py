@@ -127,7 +127,7 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
             pcms = [frame.to_ndarray().reshape(-1)]
         else:
             pcms = [out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
-                    for out in resampler.resample(frame)]  # type: ignore[arg-type]
+                    for out in resampler.resample(frame)]
         for pcm in pcms:
             stats.audio_s += pcm.size / SAMPLE_RATE
             x = pcm.astype(np.float32)

@@ -87,7 +87,8 @@ def _median_filter(x: np.ndarray, width: int) -> np.ndarray:
     pad = width // 2
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
     windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
-    return np.median(windows, axis=-1)
+    filtered: np.ndarray = np.median(windows, axis=-1)
+    return filtered
 
 
 def word_times(scores: np.ndarray, word_tokens: list[int]) -> list[tuple[float, float]]:

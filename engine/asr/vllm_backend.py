@@ -349,7 +349,7 @@ class VllmTranscriber:
         if len(timing) == len(ids):
             return total / len(ids)
         total -= sum(completion.logprobs[k][ids[k]].logprob for k in timing)
-        return total / (len(ids) - len(timing))
+        return float(total / (len(ids) - len(timing)))
 
     def _word_probs(self, completion: Any, ids: list[int], text: str, forced: str, generated: str,
                     kept: int | None = None) -> tuple[float, ...]:

@@ -91,7 +91,7 @@ class WindowedWhisperMultiModalProcessor(WhisperMultiModalProcessor):
     info=WhisperProcessingInfo,
     dummy_inputs=WhisperDummyInputsBuilder,
 )
-class WindowedWhisperForConditionalGeneration(WhisperForConditionalGeneration):
+class WindowedWhisperForConditionalGeneration(WhisperForConditionalGeneration):  # type: ignore[no-untyped-call]
     """vLLM's Whisper, with an encoder window per request (see the module docstring)."""
 
     @classmethod

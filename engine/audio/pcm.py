@@ -6,6 +6,7 @@ times on the wire are milliseconds of session audio.
 
 from __future__ import annotations
 
+import math
 import wave
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def resample(audio: np.ndarray, rate_hz: int) -> np.ndarray:
     from scipy.signal import resample_poly
 
     g = gcd(rate_hz, SAMPLE_RATE)
-    return resample_poly(audio, SAMPLE_RATE // g, rate_hz // g).astype(np.float32)
+    resampled: np.ndarray = resample_poly(audio, SAMPLE_RATE // g, rate_hz // g).astype(np.float32)
+    return resampled
 
 
 def load_wav(path: str | Path) -> np.ndarray:
@@ -75,7 +77,7 @@ def rms_dbfs(audio: np.ndarray) -> float:
     if audio.size == 0:
         return -120.0
     rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
-    return 20.0 * np.log10(max(rms, 1e-6))
+    return 20.0 * math.log10(max(rms, 1e-6))
 
 
 class AudioBuffer:
@@ -129,4 +131,5 @@ def warmup_tone(seconds: float = 1.0) -> np.ndarray:
     """A voiced-like test signal (a 220 Hz tone, amplitude-modulated at 3 Hz), float32 at ``SAMPLE_RATE``: what
     models are run on once at start-up so that the first real request does not pay for kernel set-up."""
     t = np.arange(round(seconds * SAMPLE_RATE), dtype=np.float32) / SAMPLE_RATE
-    return (0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)
+    tone: np.ndarray = (0.1 * np.sin(2 * np.pi * 220.0 * t) * (1 + np.sin(2 * np.pi * 3.0 * t))).astype(np.float32)
+    return tone

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.errors import ModelError
 from engine.models.convert import convert_ct2_whisper
@@ -345,7 +346,7 @@ def _config_multilingual(folder: Path) -> bool:
     return True
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a JSON object")

@@ -110,7 +110,8 @@ class CamppEmbedder:
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         if np.any(norms == 0.0):
             raise ValueError("a segment produced a zero embedding (silent or empty audio)")
-        return (sums / norms).astype(np.float32)
+        units: np.ndarray = (sums / norms).astype(np.float32)
+        return units
 
 
 def exported_model(frames: int, cache_dir: Path | None = None) -> Path:

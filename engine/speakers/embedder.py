@@ -97,7 +97,8 @@ class SpeakerEmbedder:
         if np.any(norms == 0.0):
             # The encoder ends in a ReLU: only a degenerate input yields an all-zero vector.
             raise ValueError("a segment produced a zero embedding (silent or empty audio)")
-        return (sums / norms).astype(np.float32)
+        units: np.ndarray = (sums / norms).astype(np.float32)
+        return units
 
 
 def _fixed_shape_chunks(batch: np.ndarray) -> list[tuple[np.ndarray, int]]:
@@ -124,7 +125,8 @@ def _normalise_volume(samples: np.ndarray) -> np.ndarray:
     change_db = _TARGET_DBFS - 20.0 * np.log10(rms / _INT16_MAX)
     if change_db <= 0.0:
         return samples
-    return (samples * (10.0 ** (change_db / 20.0))).astype(np.float32)
+    louder: np.ndarray = (samples * (10.0 ** (change_db / 20.0))).astype(np.float32)
+    return louder
 
 
 def _partial_mels(samples: np.ndarray) -> list[np.ndarray]:
@@ -149,7 +151,8 @@ def _mel_spectrogram(samples: np.ndarray) -> np.ndarray:
     padded = np.pad(samples, _FFT_SAMPLES // 2)
     frames = np.lib.stride_tricks.sliding_window_view(padded, _FFT_SAMPLES)[::_HOP_SAMPLES]
     power = np.abs(np.fft.rfft(frames * _HANN, axis=-1)) ** 2
-    return (power @ _mel_filters().T).astype(np.float32)
+    mel: np.ndarray = (power @ _mel_filters().T).astype(np.float32)
+    return mel
 
 
 def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
@@ -170,7 +173,8 @@ def _mel_filters() -> np.ndarray:
     ramps = edges_hz[:, None] - fft_hz[None, :]
     widths = np.diff(edges_hz)[:, None]
     weights = np.maximum(0.0, np.minimum(-ramps[:-2] / widths[:-1], ramps[2:] / widths[1:]))
-    return (weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]).astype(np.float32)
+    filters: np.ndarray = (weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]).astype(np.float32)
+    return filters
 
 
 _LOG_STEP = np.log(6.4) / 27.0

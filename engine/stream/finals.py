@@ -48,7 +48,6 @@ from engine.stream.scheduler import DecodeScheduler
 from engine.stream.stable import onto, without_lead
 
 
-
 @dataclass(frozen=True, slots=True)
 class Joined:
     """A segment joined to the turn's half before it (``joined_segment``), with its audio (16 kHz)."""

@@ -393,7 +393,7 @@ class Session:
         self.state = SessionState.STOPPING
         self.scheduler.cancel_partial(self)
         await self.vad.drained()
-        if self.state is SessionState.CLOSED:  # closed meanwhile: its audio is gone, nobody is listening
+        if self._closed():  # closed meanwhile: its audio is gone, nobody is listening
             return
         self._close_open_segment()
         while self._finals.pending:
@@ -402,14 +402,14 @@ class Session:
         await self._alignment.drained()  # the last sentences' word times
         if self._labels is not None:
             await self._labels.drained()  # the last sentences' speaker labels, before re-clustering reads them
-        if self.state is SessionState.CLOSED:  # closed while finishing: nobody is listening any more
+        if self._closed():  # closed while finishing: nobody is listening any more
             return
         self._post([], covered_end=0, is_final=True)
         if self.speakers and self._speaker_service is not None:
             relabel = await self._speaker_service.recluster(self.speakers)
             if relabel:
                 self.mailbox.post(protocol.Speakers(relabel))
-        if self.state is SessionState.CLOSED:
+        if self._closed():
             return
         self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
@@ -417,6 +417,10 @@ class Session:
         self._log.info("stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d, labels corrected after the"
                        " lock %d of %d", self.audio_s, self.stats.sentences, self.stats.dropped, self.stats.rejoined,
                        self.stats.corrected_labels, self.stats.provisional_labels)
+
+    def _closed(self) -> bool:
+        """The session was closed: ``stop`` asks again after each await, since ``close`` may have run meanwhile."""
+        return self.state is SessionState.CLOSED
 
     async def end(self, code: protocol.ErrorCode, reason: str) -> None:
         """End at once (the engine cannot finish it): the client gets an ``error`` with ``reason``, then

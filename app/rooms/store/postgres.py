@@ -212,7 +212,7 @@ class PostgresStore(TranscriptStore):
     async def _update_room(self, query: str, params: tuple[Any, ...]) -> None:
         try:
             async with self._connection() as conn:
-                cursor = await conn.execute(query, params)  # type: ignore[arg-type]
+                cursor = await conn.execute(query, params)
                 if cursor.rowcount != 1:
                     raise StoreError(f"transcript store ({self.where}): there is no room {params[-1]!r}")
         except psycopg.Error as exc:
@@ -268,7 +268,7 @@ class PostgresStore(TranscriptStore):
         params: tuple[Any, ...] = (room_id, since_ms)
         if kind is not None:
             query, params = query + " AND kind = %s", (*params, kind)
-        rows = await self._fetchall(query + " ORDER BY seq", params)  # type: ignore[arg-type]
+        rows = await self._fetchall(query + " ORDER BY seq", params)
         return [TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
                 for seq, created, body in rows]
 
@@ -385,7 +385,7 @@ class PostgresStore(TranscriptStore):
                 log.info("transcript store %s: schema version %d created", self.where, SCHEMA_VERSION)
             elif version < SCHEMA_VERSION:
                 for step in _MIGRATIONS[version - 1:]:
-                    await conn.execute(step)  # type: ignore[arg-type]
+                    await conn.execute(step)
                 await conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
                 log.info("transcript store %s: schema migrated from version %d to %d", self.where, version,
                          SCHEMA_VERSION)

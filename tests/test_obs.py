@@ -39,12 +39,11 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.cea608 import COLUMNS, SHOWN
 from app.outputs.obs import (
-    COLUMNS,
     MAX_CAPTION_BYTES,
     ROWS_PER_STEP,
     ROWS_SHOWN,
-    SHOWN,
     ObsTarget,
     auth_string,
     caption_chars,

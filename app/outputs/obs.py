@@ -51,7 +51,6 @@ import json
 import logging
 import math
 import time
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -59,6 +58,7 @@ from typing import Any, ClassVar
 import aiohttp
 from yarl import URL
 
+from ..cea608 import COLUMNS, shown_form
 from .target import OutgoingCaption, Target, TargetError
 
 log = logging.getLogger(__name__)
@@ -80,32 +80,11 @@ CLOSE_UNSUPPORTED_RPC_VERSION = 4010
 # obs-websocket request status codes (RequestStatus)
 STATUS_OUTPUT_NOT_RUNNING = 501
 
-COLUMNS = 32  # characters a CEA-608 row holds
 ROWS_SHOWN = 3  # rows on screen: the roll-up depth
 ROWS_PER_STEP = 2  # new rows a screen may add (< ROWS_SHOWN: a row already read stays up)
 MAX_CAPTION_BYTES = 128  # libobs keeps this many bytes of a caption's UTF-8 text and drops the rest
 SPEAKER_CHANGE = ">> "  # opens a new speaker's first row, as US broadcast captions do
 STREAM_STATUS_EVERY_S = 5.0  # ask GetStreamStatus at most this often (seconds)
-
-# CEA-608's characters beyond ASCII: the basic set's letters, the special and the extended sets. libcaption maps
-# these from UTF-8 to their 608 codes.
-_NON_ASCII_608 = frozenset(
-    "áéíóúçÑñ÷"  # basic set (in place of * \ ^ _ ` { | } ~, which the extended sets carry)
-    "®°½¿™¢£♪àèâêîôû"  # special set
-    "ÁÉÓÚÜü¡©•«»ÀÂÇÈÊËëÎÏïÔÙùÛ"  # extended set, Spanish and French
-    "ÃãÍÌìÒòÕõÄäÖößÅåØø¥"  # extended set, Portuguese, German and Danish
-)
-# ASCII but for the backquote and the vertical bar, which decoders disagree on.
-SHOWN = frozenset(chr(c) for c in range(0x20, 0x7F)) - {"`", "|"} | _NON_ASCII_608
-
-# Close ASCII forms of characters 608 lacks.
-_SUBSTITUTES = {
-    "‘": "'", "’": "'", "‚": "'", "‛": "'", "′": "'", "´": "'", "`": "'",
-    "“": '"', "”": '"', "„": '"', "‟": '"', "″": '"',
-    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-",
-    "…": "...", "·": ".", "×": "x", "|": "/", "€": "EUR", "♫": "♪", "♬": "♪",
-    "œ": "oe", "Œ": "OE", "æ": "ae", "Æ": "AE", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "ı": "i",
-}
 
 
 def auth_string(password: str, salt: str, challenge: str) -> str:
@@ -116,22 +95,9 @@ def auth_string(password: str, salt: str, challenge: str) -> str:
 
 
 def caption_chars(text: str) -> str:
-    """``text`` in characters CEA-608 shows (all in ``SHOWN``): each kept if 608 has it, else its substitute
-    (curly quotes and dashes to ASCII), else the letter without its accents (``ő`` -> ``o``), else dropped.
-    Whitespace becomes one space; the result is stripped."""
-    out: list[str] = []
-    for ch in text:
-        if ch in SHOWN:
-            out.append(ch)
-        elif ch.isspace():
-            out.append(" ")
-        elif ch in _SUBSTITUTES:
-            out.append(_SUBSTITUTES[ch])
-        else:
-            bare = "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
-            if bare and all(c in SHOWN for c in bare):
-                out.append(bare)
-    return " ".join("".join(out).split())
+    """``text`` in characters CEA-608 shows (``app.cea608.shown_form``: all in ``SHOWN``; libcaption maps the
+    ones beyond ASCII from UTF-8 to their 608 codes). Whitespace becomes one space; the result is stripped."""
+    return " ".join("".join(shown_form(ch) for ch in text).split())
 
 
 def caption_rows(text: str, speaker_changed: bool) -> list[str]:

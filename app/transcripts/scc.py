@@ -31,28 +31,26 @@ A cue can only be loaded once the one before it has gone up (the hidden memory i
 a long cue follows a short one too closely for its load, the short one goes up earlier (``schedule``); cues are
 never shown late, but at the very start of the file, where no earlier frame exists.
 
-Text: at most 4 rows of at most 32 characters (``rules_for``), only characters CEA-608 can show: its basic set
-(ASCII with ``á é í ó ú ç ÷ Ñ ñ`` in place of ``* \\ ^ _ ` { | } ~``), its special set (``♪ à è â ê î ô û ® ° ½ ¿
-™ ¢ £``) and its extended sets (``Á É Ó Ú Ü ü ¡ * © • « » À Â Ç È Ê Ë ë Î Ï ï Ô Ù ù Û Ã ã Í Ì ì Ò ò Õ õ { } \\ ^ _ ~
-Ä ä Ö ö ß ¥ Å å Ø ø``). ``caption_text`` maps everything else to a close form (curly quotes to straight, dashes to
-``-``, other accented letters to their base letter) or drops it, before the cues are cut, so that what is measured
-against 32 columns is what is shown.
+Text: at most 4 rows of at most 32 characters (``rules_for``), only characters CEA-608 can show (``app.cea608``:
+its basic set, ASCII with ``á é í ó ú ç ÷ Ñ ñ`` in place of ``* \\ ^ _ ` { | } ~``, which the extended sets carry,
+its special and its extended sets). ``caption_text`` maps everything else to a close form (curly quotes to
+straight, dashes to ``-``, other accented letters to their base letter) or drops it, before the cues are cut, so
+that what is measured against 32 columns is what is shown.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.protocol import Word
 
+from ..cea608 import COLUMNS, shown_form
 from ..rooms import SentenceRecord
 from .cues import Cue, CueRules, build_cues
 
 HEADER = "Scenarist_SCC V1.0"
-COLUMNS = 32  # characters a CEA-608 row holds
 ROWS = 4  # at most this many rows a caption (the usual limit of pop-on captions)
 BOTTOM_ROW = 15  # the screen's last row (rows are 1-15): captions sit at the bottom
 
@@ -90,17 +88,8 @@ for _hi, _table in ((0x12, _EXTENDED_12), (0x13, _EXTENDED_13)):
         if _entry != "--":
             _EXTENDED[_entry[0]] = ((_hi, _lo), _BASIC[_entry[1]])
 
-# Characters CEA-608 lacks, or has only in a form decoders disagree on, and what is sent instead (``caption_text``).
-_SUBSTITUTES = {
-    "’": "'", "‘": "'", "‚": "'", "′": "'", "´": "'", "`": "'", "“": '"', "”": '"', "„": '"', "″": '"',
-    "–": "-", "—": "-", "‐": "-", "‑": "-", "−": "-", "…": "...", "·": ".", "×": "x", "€": "EUR", "♫": "♪",
-    "♬": "♪", "œ": "oe", "Œ": "OE", "æ": "ae", "Æ": "AE", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "ð": "d",
-    "þ": "th", "Þ": "Th", "ı": "i",
-}
-
 _DEFAULT_RULES = CueRules()  # the SRT's; ``rules_for`` clamps them
 
-SHOWN = frozenset(_BASIC) | frozenset(_SPECIAL) | frozenset(_EXTENDED)  # every character ``encode_row`` takes
 
 
 def parity(byte: int) -> int:
@@ -112,25 +101,15 @@ def parity(byte: int) -> int:
 
 
 def caption_text(text: str) -> str:
-    """``text`` in characters CEA-608 shows (all in ``SHOWN``): kept where 608 has them, else the substitute in
-    ``_SUBSTITUTES``, else the letter without its accents (``ő`` -> ``o``, compatibility forms too: ``ﬁ`` ->
-    ``fi``), else dropped. Whitespace becomes a space. The result may be shorter or longer than ``text``.
+    """``text`` in characters CEA-608 shows (``app.cea608.shown_form``: all in ``SHOWN``, which are the characters
+    ``encode_row`` takes). Whitespace becomes a space. The result may be shorter or longer than ``text``.
 
     A special character right after the same one (``♪♪``) gets a space between: its code would be sent four times
     in a row, and decoders differ on whether the second pair of copies is a new character (pycaption) or more
     redundancy (ffmpeg's)."""
     out: list[str] = []
     for ch in text:
-        if ch in SHOWN:
-            piece = ch
-        elif ch.isspace():
-            piece = " "
-        elif ch in _SUBSTITUTES:
-            piece = _SUBSTITUTES[ch]
-        else:
-            piece = "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
-            if not all(c in SHOWN for c in piece):
-                continue
+        piece = shown_form(ch)
         if piece and piece[0] in _SPECIAL and out and out[-1][-1] == piece[0]:
             out.append(" ")
         if piece:

@@ -43,11 +43,10 @@ import asyncio
 import difflib
 import html
 import json
-import random
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ import webvtt
 from app.rooms.store import SentenceRecord
 from app.transcripts import exports
 from app.transcripts.cues import PAUSE_MS, SPEAKER_STYLES, Cue, CueRules, build_cues, sentence_words
+from bench.lib.recording import GAP_S, GROUPS, SR, Piece, build_recording, group_of, reference_words
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.windows import WindowStats
 from engine.config import EngineConfig, TranscriberConfig
@@ -66,65 +66,6 @@ from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
 from speechdata.corpus import audio, manifest
 from speechdata.wer import normalise, word_errors
-
-SR = 16_000
-GAP_S = (0.3, 1.5)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One clip in the recording: [start_s, end_s) and the pauses on either side."""
-
-    clip: str
-    start_s: float
-    end_s: float
-    gap_before_s: float
-    gap_after_s: float
-
-
-GROUPS = ("read", "noisy", "dialogue", "meeting")
-
-
-def group_of(clip: str) -> str:
-    """read / noisy (read speech with noise, reverb or a telephone band) / dialogue (the constructed LibriSpeech
-    turn-taking clips) / meeting (AMI: spontaneous, overlapping, disfluent)."""
-    if clip.startswith("ami_"):
-        return "meeting"
-    if clip.startswith("libri_"):
-        return "dialogue"
-    return str(manifest()[clip]["kind"])
-
-
-def build_recording(minutes: float, groups: tuple[str, ...] = ("read", "noisy", "dialogue"),
-                    seed: int = 7, gap_s: tuple[float, float] = GAP_S) -> tuple[np.ndarray, list[Piece]]:
-    """The clips of ``groups`` in a shuffled order with random pauses, again in a new order until the recording is
-    ``minutes`` long."""
-    clips = sorted(c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and group_of(c) in groups)
-    rng = random.Random(seed)
-    parts: list[np.ndarray] = [np.zeros(SR // 2, np.float32)]
-    placed: list[tuple[str, float, float, float]] = []
-    t = 0.5
-    while t < minutes * 60:
-        order = clips[:]
-        rng.shuffle(order)
-        for c in order:
-            a = audio(c)
-            gap = rng.uniform(*gap_s)
-            placed.append((c, t, t + a.size / SR, gap))
-            parts += [a, np.zeros(int(gap * SR), np.float32)]
-            t += a.size / SR + int(gap * SR) / SR
-    pieces = [Piece(c, s, e, placed[k - 1][3] if k else 0.5, g) for k, (c, s, e, g) in enumerate(placed)]
-    return np.concatenate(parts), pieces
-
-
-def reference_words(pieces: list[Piece]) -> tuple[list[str], list[int]]:
-    words: list[str] = []
-    owner: list[int] = []
-    for k, p in enumerate(pieces):
-        ws = normalise(manifest()[p.clip]["text"])
-        words += ws
-        owner += [k] * len(ws)
-    return words, owner
 
 
 def word_sides(sentences: list[Sentence], pieces: list[Piece]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ balanced preset closes each one), in 60 ms chunks at real time, like a microphon
   sentences); this includes the endpoint's silence wait, so it is also shown minus that silence;
 - queue: requests in the recognizer (finals + partials) plus partials waiting, sampled every 100 ms;
 - CPU seconds (this process and its children, i.e. the vLLM engine core) per second of audio streamed, and RSS;
-- churn: words shown in partials that the locked text then changed, over words shown (``bench/churn.py``).
+- churn: words shown in partials that the locked text then changed, over words shown (``bench/lib/churn.py``).
 
 Each N runs once per encoder window mode (``--windows``: ``fit`` = the shipped per-request windows, ``stock`` =
 Whisper's 30 s window for every request) on the same loaded engine, back to back, alternating which goes first.
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench.churn import partial_churn
-from bench.metrics import print_markdown_table
+from bench.lib.churn import partial_churn
+from bench.lib.metrics import print_markdown_table
 from engine.asr.windows import WINDOW_MODES, WindowStats
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig

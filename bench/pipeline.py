@@ -48,9 +48,9 @@ import aiohttp
 import numpy as np
 import psutil
 
-from bench.clips import CACHE_DIR, session_clip
-from bench.harness import CpuTrace, bench_server, get_json, pct, run_clients
-from bench.metrics import partial_lags, print_markdown_table
+from bench.lib.clips import CACHE_DIR, session_clip
+from bench.lib.harness import CpuTrace, bench_server, get_json, pct, run_clients
+from bench.lib.metrics import partial_lags, print_markdown_table
 
 
 async def poll_stats(http: aiohttp.ClientSession, url: str, out: list[tuple[float, dict[str, Any]]]) -> None:

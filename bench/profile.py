@@ -4,7 +4,7 @@
 
 The bench server (``bench/serve.py``, shipped defaults) runs the engine core (vLLM's ``EngineCore`` child: the
 recognizer) and the front process (WebRTC, Opus, VAD, speaker embeddings, word alignment, sessions, vLLM's client
-side). For each N, N clients stream read speech at real time (``bench/clips.py``) while:
+side). For each N, N clients stream read speech at real time (``bench/lib/clips.py``) while:
 
 - each process's CPU time is read from ``/proc`` (psutil): the measured totals;
 - py-spy (``pip install py-spy``; without it only the totals and counters are printed) samples every thread of both
@@ -36,8 +36,8 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench.clips import CACHE_DIR, CLIP_SETS, session_clip
-from bench.harness import bench_server, get_json, run_clients
+from bench.lib.clips import CACHE_DIR, CLIP_SETS, session_clip
+from bench.lib.harness import bench_server, get_json, run_clients
 
 # (part, any of these frame substrings), first match wins; frames are "function (file:line)".
 CORE_PARTS = (

@@ -4,7 +4,7 @@ clients', with the recognizer chosen by flag and a small stats route for the ben
     python -m bench.serve --recognizer vllm [--model whisper-tiny.en] [--no-speakers] [--port 0] [--mode engine]
     python -m bench.serve --recognizer fake [--fake-delay-s 0.05]
 
-``--mode`` (``bench/baseline.py``): ``engine``, the server as shipped; ``engine-stock``, with Whisper's 30 s window
+``--mode`` (``bench/lib/modes.py``): ``engine``, the server as shipped; ``engine-stock``, with Whisper's 30 s window
 for every request; ``baseline``, the serialized one-at-a-time baseline; ``engine-unbounded``, every session admitted.
 A mode is the server's configuration from its start: a bench compares modes on servers of their own.
 
@@ -42,7 +42,7 @@ from aiohttp import web
 from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
 from app.server import create_app, engine_config, freeze_startup_objects
 from app.webrtc.keys import PEERS
-from bench.baseline import MODES, SerializedTranscriber, mode_config, mode_max_sessions
+from bench.lib.modes import MODES, SerializedTranscriber, mode_config, mode_max_sessions
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
 from engine.config import ENDPOINT_PRESETS
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm")
-    p.add_argument("--mode", choices=MODES, default="engine", help="the decode policy (bench/baseline.py)")
+    p.add_argument("--mode", choices=MODES, default="engine", help="the decode policy (bench/lib/modes.py)")
     p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
@@ -135,7 +135,7 @@ async def serve(args: argparse.Namespace) -> None:
                                            "count_diff": t.count_diff} for t in top]})
 
     async def heap(request: web.Request) -> web.Response:
-        from bench.heap import glibc_heap, trim
+        from bench.lib.heap import glibc_heap, trim
 
         body: dict[str, Any] = {"before": glibc_heap()}
         if request.query.get("collect") == "1":

@@ -5,8 +5,8 @@ serialized baseline on the same model in the same run.
 
 The server runs as a subprocess (``bench/serve.py``) so that its CPU (vLLM's EngineCore child included) is
 measured apart from the clients'. All clients share this process: each is an aiortc peer forwarding a different
-session's Ogg Opus file (``bench/clips.py``: real read English utterances separated by 2.5 s pauses, ~40 s) at
-real time, without re-encoding. Each mode (``bench/baseline.py``) runs on a server of its own, started with it
+session's Ogg Opus file (``bench/lib/clips.py``: real read English utterances separated by 2.5 s pauses, ~40 s) at
+real time, without re-encoding. Each mode (``bench/lib/modes.py``) runs on a server of its own, started with it
 (``bench.serve --mode``), one after the other on the same model (default: the embedded whisper-base, as the server
 ships): the shipped decode policy ("engine", per-request encoder windows), the same policy with Whisper's stock 30 s
 window for every request ("engine-stock") and the serialized baseline ("baseline", 30 s window). Each sweeps N up
@@ -23,23 +23,24 @@ A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`
 endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. It is *on time* when every
 admitted session's first words p95 <= ``--first-bound-s`` (2 s) and lock p95 <= ``--lock-bound-s`` (2 s after the end
 of speech, the endpoint's silence included) and no sentence was lost. Metrics: see
-``bench/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
+``bench/lib/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
 streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
 engine estimated it) leaving the client to the word arriving as stable on that client's data channel. ``label
 p95``: seconds from a sentence's end of speech leaving the client to its speaker label being final while live (its
 lock, or the ``speakers`` correction after it, whichever came last); ``relabelled``: locked sentences whose label
 such a correction changed (the re-clustering at stop is counted in neither).
 
-``--remote-viewer`` adds a second front end (``bench/remote_viewer.py``): a PostgreSQL server is started for the
+``--remote-viewer`` adds a second front end (``bench/lib/remote_viewer.py``): a PostgreSQL server is started for the
 run, both servers use it as their store, each session publishes into a room of its own on the measured server,
 and a viewer follows that room on the other front end. ``on B``: seconds from the same moment to the word's first
 arrival there, settled (a stable word through the store's announcements, or its locked sentence);
 ``remote_missing`` in the JSON counts settled words that never got there.
 
-``--loss RATE``: each client's network loses that fraction of its audio packets at random (``bench.client.PacketLoss``,
-the same packets in every mode). ``pkts lost`` is what the server counted as lost (``/metrics``), ``concealed s``
-the audio its decoder filled in for them; the JSON also has ``packets_dropped``, what the clients dropped. ``--fec``:
-the clients' packets carry in-band FEC, as Chromium's do once the server reports loss (``bench.clips.encode_opus``).
+``--loss RATE``: each client's network loses that fraction of its audio packets at random
+(``bench.lib.client.PacketLoss``, the same packets in every mode). ``pkts lost`` is what the server counted as lost
+(``/metrics``), ``concealed s`` the audio its decoder filled in for them; the JSON also has ``packets_dropped``,
+what the clients dropped. ``--fec``: the clients' packets carry in-band FEC, as Chromium's do once the server
+reports loss (``bench.lib.clips.encode_opus``).
 """
 
 from __future__ import annotations
@@ -59,12 +60,12 @@ import aiohttp
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import postgres
-from bench.baseline import MODES
-from bench.clips import CACHE_DIR, CLIP_SETS, session_clip
-from bench.harness import CpuTrace, HealthProbe, ServerProcess, bench_server, get_json, pct, run_clients
-from bench.metrics import merge, print_markdown_table, session_metrics
-from bench.remote_viewer import RemoteViewer, StableDelays, follow, stable_delays, stop
+from bench.lib import postgres
+from bench.lib.clips import CACHE_DIR, CLIP_SETS, session_clip
+from bench.lib.harness import CpuTrace, HealthProbe, ServerProcess, bench_server, get_json, pct, run_clients
+from bench.lib.metrics import merge, print_markdown_table, session_metrics
+from bench.lib.modes import MODES
+from bench.lib.remote_viewer import RemoteViewer, StableDelays, follow, stable_delays, stop
 from engine.config import ENDPOINT_PRESETS
 
 
@@ -348,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "engine-stock", "baseline"],
-                   help="the server modes to compare, each on a server of its own (bench/baseline.py)")
+                   help="the server modes to compare, each on a server of its own (bench/lib/modes.py)")
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
                    help="fake: the named FakeTranscriber, to check the harness only (no model)")
     p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")

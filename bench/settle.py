@@ -18,12 +18,12 @@ Per mode and clip kind:
 - WER of the locked text against the reference (clips that have one; ``speechdata.wer`` normalisation);
 - sentences locked, and the extra sentences against ``noearly`` on the same clips (a sentence split early and then
   continued shows up as one more); "split inside": of those splits, the ones inside a sentence of ``noearly``'s text
-  of the same speech (``bench.splits``: the sentence went on, where an extra split at a full stop is a real end);
+  of the same speech (``bench.lib.splits``: the sentence went on, where an extra split at a full stop is a real end);
 - first text and lock, seconds after the speech reached the session (``engine.observe``: from the VAD's onset and
   end of speech), p50, p95 and the worst; stable: seconds from a settled word's audio (its end, as estimated) to
   the message that settled it;
 - flicker: tentative words shown that the next update changed or dropped, over tentative words shown; stable words
-  withdrawn (must be 0); what became of the changed words (``bench.churn.flicker_report``):
+  withdrawn (must be 0); what became of the changed words (``bench.lib.churn.flicker_report``):
   shown in a segment that never locked, replaced by other words, or dropped from the locked text;
 - CPU seconds of the whole process tree (the engine core included) per second of audio.
 
@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench.churn import flicker_report
-from bench.harness import pct, tree_cpu_rss
-from bench.metrics import print_markdown_table
-from bench.splits import inside_splits
+from bench.lib.churn import flicker_report
+from bench.lib.harness import pct, tree_cpu_rss
+from bench.lib.metrics import print_markdown_table
+from bench.lib.splits import inside_splits
 from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-import bench.speakers as spk
+import bench.lib.speaker_labels as spk
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODELS
 from engine.speakers.service import Embedder
 from engine.speakers.tracker import SpeakerConfig
@@ -59,20 +59,6 @@ class MemoEmbedder:
             for i, vector in zip(todo, self.inner.embed([segments[i] for i in todo]), strict=True):
                 self.cache[keys[i]] = vector
         return np.stack([self.cache[k] for k in keys]) if keys else np.zeros((0, 0), np.float32)
-
-
-def _memo_probs() -> None:
-    """VAD probabilities once per distinct clip: ``bench.speakers`` asks for them on every run."""
-    original = spk.clip_probs
-    cache: dict[bytes, np.ndarray] = {}
-
-    def probs(audio: np.ndarray) -> np.ndarray:
-        key = hashlib.blake2b(np.ascontiguousarray(audio).tobytes(), digest_size=16).digest()
-        if key not in cache:
-            cache[key] = original(audio)
-        return cache[key]
-
-    spk.clip_probs = probs
 
 
 @dataclass(frozen=True)
@@ -127,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     assigns = args.assign or [round(shipped_config.similarity_threshold + d, 2) for d in (-0.06, -0.03, 0, 0.03, 0.06)]
     changes = args.change or [round(shipped_turns.change_similarity + d, 2) for d in (-0.10, -0.05, 0, 0.05)]
     joins = args.join or [shipped_turns.join_margin]
-    _memo_probs()
     embedder = MemoEmbedder(model.load())
     fit_clips = [f"{clip}@{lead:g}" if lead else clip for lead in args.leads
                  for clip in (*FIT_RTTM, *spk.alternating_names())]

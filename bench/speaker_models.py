@@ -166,7 +166,7 @@ def _solo_stretches(turns: list[Turn]) -> list[tuple[float, float, str]]:
 
 def cut_windows(segments: list[Item], window_s: float) -> list[Item]:
     """End-to-end windows of every segment that are mostly speech (Silero), each tagged with its segment."""
-    from bench.speakers import clip_probs
+    from bench.lib.speaker_labels import clip_probs
 
     window = round(window_s * SAMPLE_RATE)
     out = []

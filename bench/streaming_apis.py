@@ -5,10 +5,10 @@ next to WebRTC sessions, all on one server and one engine, all streaming real re
                                    [--seconds 30] [--json out.json]
 
 The server runs as a subprocess (``bench/serve.py``). Every session streams a different session clip
-(``bench/clips.py``: read English utterances separated by pauses). The WebSocket clients are plain aiohttp
+(``bench/lib/clips.py``: read English utterances separated by pauses). The WebSocket clients are plain aiohttp
 clients speaking each protocol as its SDKs do (Deepgram: 100 ms of 16 kHz PCM per message, ``interim_results``;
 OpenAI: 100 ms of 24 kHz PCM per ``input_audio_buffer.append``, server VAD), then end the stream (``CloseStream``;
-closing the socket a few seconds after the audio). WebRTC sessions are ``bench/client.py``'s aiortc peers.
+closing the socket a few seconds after the audio). WebRTC sessions are ``bench/lib/client.py``'s aiortc peers.
 
 Per kind of session: first text (from a sentence's first speech leaving the client to the first message showing
 text for it: an interim result, a delta, a partial), lock (from its last speech leaving the client to the final
@@ -30,9 +30,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.clips import Utterance, build_session, session_clip
-from bench.harness import bench_server, pct, run_clients
-from bench.metrics import merge, session_metrics
+from bench.lib.clips import Utterance, build_session, session_clip
+from bench.lib.harness import bench_server, pct, run_clients
+from bench.lib.metrics import merge, session_metrics
 from engine.config import ENDPOINT_PRESETS
 from speechdata.wer import word_errors
 

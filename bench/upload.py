@@ -3,7 +3,7 @@
     python -m bench.upload [--sessions 1] [--rounds 2] [--upload-minutes 10] [--json out.json]
     python -m bench.upload --file-wer [--cuts-ms 25000 14000] [--upload-minutes 10]
 
-The real server (``bench/serve.py``, the embedded model) and N live WebRTC clients (``bench/clips.py``: read
+The real server (``bench/serve.py``, the embedded model) and N live WebRTC clients (``bench/lib/clips.py``: read
 English utterances with 2.5 s pauses, ~40 s each, streamed at real time). Four modes, run in alternating order each
 round on the same loaded model:
 
@@ -18,8 +18,8 @@ round on the same loaded model:
 - ``upload``: the upload alone for as long as a live run lasts.
 
 Printed per mode: the live sessions' first-partial and lock latency (after the end of each utterance), display lag,
-WER (``bench/metrics.py``), and the upload's progress: seconds of the recording locked per wall second while the live
-clients streamed (``x real time``). The upload is cancelled (the client hangs up) when the live run ends.
+WER (``bench/lib/metrics.py``), and the upload's progress: seconds of the recording locked per wall second while the
+live clients streamed (``x real time``). The upload is cancelled (the client hangs up) when the live run ends.
 
 ``--file-wer``: no server; the whole recording through ``app.compat.file_jobs.transcribe_file`` on an in-process engine,
 once per longest file segment in ``--cuts-ms`` (alternating order over ``--rounds``), scored against the clips'
@@ -41,10 +41,10 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.clips import CACHE_DIR, session_clip
-from bench.cues import build_recording
-from bench.harness import bench_server, pct, run_clients
-from bench.metrics import merge, print_markdown_table, session_metrics
+from bench.lib.clips import CACHE_DIR, session_clip
+from bench.lib.harness import bench_server, pct, run_clients
+from bench.lib.metrics import merge, print_markdown_table, session_metrics
+from bench.lib.recording import build_recording
 from engine.config import ENDPOINT_PRESETS, EngineConfig
 from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
@@ -156,7 +156,7 @@ async def file_wer(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from app.compat.file_jobs import open_file, transcribe_file
-    from bench.cues import reference_words
+    from bench.lib.recording import reference_words
     from engine import SessionOptions
     from engine.stream.engine import CaptionEngine
     from speechdata.wer import word_errors

@@ -32,11 +32,11 @@ import aiohttp
 import psutil
 
 from app.config import IceConfig
-from bench.client import BenchClient
-from bench.clips import CACHE_DIR, session_clip
-from bench.harness import CpuTrace, bench_server, install_ice_policy, ogg_duration_s, pct
-from bench.metrics import print_markdown_table
-from bench.soak import Viewer
+from bench.lib.client import BenchClient
+from bench.lib.clips import CACHE_DIR, session_clip
+from bench.lib.harness import CpuTrace, bench_server, install_ice_policy, ogg_duration_s, pct
+from bench.lib.metrics import print_markdown_table
+from bench.lib.room_viewer import Viewer
 
 
 class TimedViewer(Viewer):

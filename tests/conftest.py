@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from bench import postgres
+from bench.lib import postgres
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine

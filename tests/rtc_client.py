@@ -17,7 +17,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from bench.client import PacketLoss
+from bench.lib.client import PacketLoss
 
 RATE = 16_000
 FRAME = 320  # 20 ms

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.churn import partial_churn
-from bench.splits import inside_splits
+from bench.lib.churn import partial_churn
+from bench.lib.splits import inside_splits
 
 
 def caption(partial: str, *locked: str) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def shown(partial: str, stable: int = 0, *locked: str) -> dict[str, Any]:
 
 
 def test_flicker_counts_tentative_words_that_do_not_lock_as_shown() -> None:
-    from bench.churn import flicker
+    from bench.lib.churn import flicker
 
     stream = [shown("The tool"),  # "tool" locks as "two": 1 of 2
               shown("The two stray", 1),  # "The" settled; "two stray" tentative, both lock so
@@ -54,7 +54,7 @@ def test_flicker_counts_tentative_words_that_do_not_lock_as_shown() -> None:
 
 
 def test_a_settled_word_that_changes_or_turns_tentative_again_is_withdrawn() -> None:
-    from bench.churn import flicker
+    from bench.lib.churn import flicker
 
     changed = [shown("If the reader", 2), shown("If a reader", 2)]
     assert flicker(changed)[2] == 1
@@ -75,7 +75,7 @@ def test_a_split_counts_as_inside_a_sentence_only_where_the_whole_decode_reads_o
 
 
 def test_changed_words_are_told_apart_by_what_became_of_them() -> None:
-    from bench.churn import flicker, flicker_causes
+    from bench.lib.churn import flicker, flicker_causes
 
     stream = [shown("Yeah"),  # a lone word whose segment goes away unlocked
               shown(""),

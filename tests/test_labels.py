@@ -138,7 +138,7 @@ async def test_the_first_sentence_is_speaker_zero_until_told_otherwise(voice: in
 
 
 def test_the_bench_counts_corrections_while_live_not_the_reclustering_at_stop() -> None:
-    from bench.metrics import live_relabels
+    from bench.lib.metrics import live_relabels
 
     def caption(*sentences: tuple[int, int], final: bool = False) -> dict[str, Any]:
         return {"type": "caption", "is_final": final, "partial": "",

@@ -20,7 +20,7 @@ from prometheus_client.samples import Sample
 
 from app.config import ServerConfig, build_parser, config_from_args
 from app.rooms.keys import STORE
-from bench.client import PacketLoss
+from bench.lib.client import PacketLoss
 from engine import EngineObserver
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript

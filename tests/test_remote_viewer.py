@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from bench.client import BenchClient
-from bench.remote_viewer import RemoteViewer, stable_delays
+from bench.lib.client import BenchClient
+from bench.lib.remote_viewer import RemoteViewer, stable_delays
 
 OFFSET_MS = 1200  # the room's timeline runs ahead of the session's by this much
 

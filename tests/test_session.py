@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.churn import flicker
+from bench.lib.churn import flicker
 from engine import EngineObserver, SessionOptions, SessionState, protocol
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript

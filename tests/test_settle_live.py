@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from bench.churn import flicker
+from bench.lib.churn import flicker
 from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.protocol import Caption, WordTimes

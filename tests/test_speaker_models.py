@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from app.config import build_parser, config_from_args
-from bench.speakers import run_clip, score_labels, segment_clip
+from bench.lib.speaker_labels import run_clip, score_labels, segment_clip
 from engine.audio.pcm import SAMPLE_RATE
 from engine.config import EngineConfig
 from engine.errors import ModelError

@@ -16,7 +16,7 @@ loopback.
 - lost: reference sentences no locked sentence overlaps;
 - WER of all locked text against the reference (``speechdata.wer``'s normalisation);
 - flicker: tentative words shown that the next screen changed or dropped, and stable words withdrawn
-  (``bench.churn.flicker``).
+  (``bench.lib.churn.flicker``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.churn import flicker, partial_churn
-from bench.client import BenchClient
-from bench.clips import SessionClip
+from bench.lib.churn import flicker, partial_churn
+from bench.lib.client import BenchClient
+from bench.lib.clips import SessionClip
 from engine.config import EndpointConfig
 from speechdata.wer import word_errors
 
@@ -46,9 +46,9 @@ class SessionMetrics:
     errors: int = 0  # word errors
     words: int = 0  # reference words
     overloaded: int = 0  # "overloaded" error messages (the server skipped audio)
-    churned: int = 0  # words shown in partials that the locked text then changed (bench.churn)
+    churned: int = 0  # words shown in partials that the locked text then changed (bench.lib.churn)
     partial_words: int = 0  # words shown in partials
-    flickered: int = 0  # tentative words shown that the next screen changed or dropped (bench.churn.flicker)
+    flickered: int = 0  # tentative words shown that the next screen changed or dropped (bench.lib.churn.flicker)
     tentative_words: int = 0  # tentative words shown
     withdrawn: int = 0  # stable words a later screen changed or dropped (must be 0)
     # Seconds from a sentence's end of speech to its speaker label as final while live: its lock, or a ``speakers``

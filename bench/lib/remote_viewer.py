@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.client import BenchClient
+from bench.lib.client import BenchClient
 
 _SLOP_MS = 300  # a word's estimated times against its locked sentence's edges
 

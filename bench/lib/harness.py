@@ -26,9 +26,9 @@ import psutil
 
 from app.config import IceConfig
 from app.webrtc.patches import install_ice as install_ice_policy
-from bench.client import BenchClient, PacketLoss, Refused
+from bench.lib.client import BenchClient, PacketLoss, Refused
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def pct(values: list[float], q: float) -> float:

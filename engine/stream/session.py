@@ -5,7 +5,7 @@ hands back speech probabilities (``on_vad``), which the endpointer turns into se
 come out of ``next_message``/``messages`` through a coalescing mailbox. ``stop`` finishes the open segment and sends
 the final messages; ``close`` drops everything and is safe to call twice.
 
-The session owns its lifecycle, its audio and the caption on screen; one part per concern does the rest, each
+The session owns its lifecycle and its audio; one part per concern does the rest, each
 told what it needs when the session is built:
 - ``Partials`` (``partials.py``): the open segment's partial decodes, its stable words and the early end of a
   sentence;
@@ -15,7 +15,8 @@ told what it needs when the session is built:
   sentence locked before its embedding was in;
 - ``Voices`` (``voices.py``): a change of voice inside the open segment, which splits it;
 - ``Alignment`` (``alignment.py``): the aligner's word times, after a live sentence's lock;
-- ``Arrivals`` (``arrivals.py``): when each piece of audio arrived, for the latencies it reports.
+- ``Arrivals`` (``arrivals.py``): when each piece of audio arrived, for the latencies it reports;
+- ``OnScreen`` (``onscreen.py``): the caption the client shows, composed from the parts above and posted.
 
 A session is given its collaborators (``Session.__init__``): the engine config, the decode scheduler, its VAD
 lane, the speaker service (or None) and a clock. It owns none of them: whoever opened the VAD lane closes it
@@ -47,9 +48,10 @@ from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentEvent, Segm
 from engine.stream.finals import Finals
 from engine.stream.labels import Labels
 from engine.stream.mailbox import Mailbox
+from engine.stream.onscreen import OnScreen
 from engine.stream.partials import STEP_WINDOWS, DecodeSettings, Partials
 from engine.stream.scheduler import DecodeScheduler
-from engine.stream.speech import Heard, SpeechEvent, SpeechListener, SpeechStarted, SpeechStopped
+from engine.stream.speech import Heard, SpeechListener, SpeechListeners, SpeechStarted, SpeechStopped
 from engine.stream.vad_batch import VadFeed
 from engine.stream.voices import Voices
 
@@ -88,7 +90,8 @@ class Session:
         self.state = SessionState.LIVE
         self.stats = SessionStats()
         self.mailbox = Mailbox()
-        self._speech_listeners: list[SpeechListener] = []  # ``watch_speech``
+        # ``watch_speech``; a transport's fault never stops the session
+        self._speech_listeners = SpeechListeners(lambda: self._log.exception("a speech listener failed"))
         self.audio = AudioBuffer()
         self.endpointer = Endpointer(config.vad, config.file_endpoint if options.background else config.endpoint)
         self._preroll = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
@@ -110,6 +113,8 @@ class Session:
                               stats=self.stats, log=self._log, on_done=self._lock_ready)
         self._voices = Voices(speakers, self.speakers, self.turns, endpointer=self.endpointer, audio=self.audio,
                               live=lambda: self.state is SessionState.LIVE, on_turn=self._on_turn)
+        self._screen = OnScreen(self.mailbox, finals=self._finals, partials=self._partials, voices=self._voices,
+                                arrivals=self._arrivals, live=lambda: self.state is SessionState.LIVE)
 
     @property
     def options(self) -> SessionOptions:
@@ -188,26 +193,13 @@ class Session:
             self._trim()
             self._want_partial()
             if self._speech_listeners:
-                self._tell(Heard(samples_to_ms(self.endpointer.position)))
+                self._speech_listeners.tell(Heard(samples_to_ms(self.endpointer.position)))
 
     def watch_speech(self, listener: SpeechListener) -> Callable[[], None]:
         """Call ``listener`` with every ``engine.stream.speech`` event of this session from now on, synchronously,
         on the event loop (it must not block: queue the event and handle it elsewhere). Returns the call that stops
         it."""
-        self._speech_listeners.append(listener)
-
-        def stop() -> None:
-            if listener in self._speech_listeners:
-                self._speech_listeners.remove(listener)
-
-        return stop
-
-    def _tell(self, event: SpeechEvent) -> None:
-        for listener in list(self._speech_listeners):
-            try:
-                listener(event)
-            except Exception:  # a transport's fault never stops the session
-                self._log.exception("a speech listener failed")
+        return self._speech_listeners.add(listener)
 
     def _on_events(self, events: list[SegmentEvent], cut: int | None = None) -> None:
         """Segment events in order; ``cut``: they are a split at that sample for a change of voice."""
@@ -223,12 +215,13 @@ class Session:
         self.stats.segments += 1
         self._partials.open(event.start)
         if self._speech_listeners:
-            self._tell(SpeechStarted(event.index, samples_to_ms(event.start), samples_to_ms(event.speech_start)))
+            start, speech = samples_to_ms(event.start), samples_to_ms(event.speech_start)
+            self._speech_listeners.tell(SpeechStarted(event.index, start, speech))
         self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
 
     def _on_close(self, event: SegmentClosed) -> None:
         if self._speech_listeners:
-            self._tell(SpeechStopped(event.index, samples_to_ms(event.speech_end)))
+            self._speech_listeners.tell(SpeechStopped(event.index, samples_to_ms(event.speech_end)))
         handover = self._partials.close(event)
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
@@ -249,7 +242,7 @@ class Session:
             self._trim()
             self._want_partial()
         if self._voices.relabel() and self._partials.text:
-            self._post([], covered_end=0)
+            self._screen.post([], covered_end=0)
 
     def _trim(self) -> None:
         """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
@@ -298,7 +291,7 @@ class Session:
         if shown.first_text_at is not None:
             self._observer.first_text(self._arrivals.since(shown.first_text_at))
         if shown.changed:
-            self._post([], covered_end=shown.end)
+            self._screen.post([], covered_end=shown.end)
         self._maybe_end_sentence()
 
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:
@@ -313,7 +306,7 @@ class Session:
             if closed is not None:
                 self._on_events([closed])
 
-    # ---- locked sentences and the caption -------------------------------------------------------------------
+    # ---- locked sentences (the caption: ``OnScreen``) --------------------------------------------------------
     def _lock_ready(self) -> None:
         """Lock every finished segment at the head of the queue, in order, and send them."""
         locked, covered = self._finals.lock()
@@ -328,32 +321,7 @@ class Session:
                 self._observer.lock_lag(self._arrivals.since(item.pending.closed_at), item.pending.speech_s)
         self.stats.sentences += len(locked)
         if locked or covered:
-            self._post([item.sentence for item in locked], covered_end=covered)
-
-    def _tentative(self) -> tuple[str, int]:
-        """The text not locked yet (closed segments awaiting their final, then the open segment) and how many of its
-        leading words are settled (they lock exactly as shown)."""
-        parts = self._finals.previews()
-        if self._partials.text:
-            parts.append((self._partials.text, len(self._partials.stable.words)))
-        settled = 0
-        for text, stable in parts:
-            settled += stable
-            if stable < len(text.split()):
-                break
-        return " ".join(text for text, _ in parts), settled
-
-    def _post(self, sentences: list[protocol.Sentence], covered_end: int, is_final: bool = False) -> None:
-        latency = None
-        if covered_end and self._arrivals and self.state is SessionState.LIVE:
-            latency = int(self._arrivals.since(covered_end) * 1000)
-        if is_final:
-            self.mailbox.post_caption(sentences, "", is_final=True, latency_ms=latency)
-            return
-        text, stable = self._tentative()
-        self.mailbox.post_caption(sentences, text, latency_ms=latency,
-                                  partial_spk=self._voices.label if self._partials.text else None,
-                                  stable=stable, stable_words=self._partials.new_stable_words())
+            self._screen.post([item.sentence for item in locked], covered_end=covered)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     def _close_open_segment(self) -> None:
@@ -404,7 +372,7 @@ class Session:
             await self._labels.drained()  # the last sentences' speaker labels, before re-clustering reads them
         if self._closed():  # closed while finishing: nobody is listening any more
             return
-        self._post([], covered_end=0, is_final=True)
+        self._screen.post([], covered_end=0, is_final=True)
         if self.speakers and self._speaker_service is not None:
             relabel = await self._speaker_service.recluster(self.speakers)
             if relabel:

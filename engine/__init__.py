@@ -18,6 +18,7 @@ from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransiti
 from engine.logs import SessionLog
 from engine.observe import DECODE_KINDS, EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
+from engine.settings import Declared, borrow, declared, nested, setting
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.capacity import CapacityEstimate
 from engine.stream.engine import CaptionEngine, EngineState
@@ -38,6 +39,7 @@ __all__ = [
     "BadAudio",
     "CapacityEstimate",
     "CaptionEngine",
+    "Declared",
     "EngineConfig",
     "EngineError",
     "EngineNotReady",
@@ -55,6 +57,10 @@ __all__ = [
     "SpeechStarted",
     "SpeechStopped",
     "TranscriberConfig",
+    "borrow",
+    "declared",
+    "nested",
     "normalise_asr_url",
     "protocol",
+    "setting",
 ]

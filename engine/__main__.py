@@ -14,9 +14,10 @@ import sys
 from dataclasses import replace
 
 from engine.audio.pcm import load_wav
-from engine.config import ENDPOINT_PRESETS, WINDOW_MODES, EngineConfig, SessionOptions, TranscriberConfig
+from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import dumps
-from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
+from engine.settings import add_flags
+from engine.speakers.models import SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
 
@@ -30,19 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="WAV file (8/16/32-bit PCM, any rate, mono or stereo)")
     p.add_argument("--realtime", action="store_true",
                    help="pace the audio at real time like a live microphone (default: as fast as possible)")
-    p.add_argument("--model", default=None,
-                   help="embedded name (whisper-base [default], whisper-tiny.en), a local Hugging Face folder, "
-                        "or a hub id such as openai/whisper-large-v3-turbo (needs network access)")
-    p.add_argument("--language", default="en", help="language code, or 'auto' to detect per segment (default: en)")
+    # The engine's own settings, as their config fields declare them (engine.settings), without environment
+    # fallbacks: this is a tool for one file, not a service.
+    add_flags(p, TranscriberConfig, "model")
+    add_flags(p, EngineConfig, "default_language")
     p.add_argument("--hotword", action="append", default=[], help="a word or name to prefer (repeatable)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced",
                    help="endpointing preset: how long a pause closes a sentence (default: balanced)")
-    p.add_argument("--window", choices=sorted(WINDOW_MODES), default="fit",
-                   help="Whisper encoder window: 'fit' (per request, default) or 'stock' (always 30 s)")
-    p.add_argument("--no-speakers", action="store_true", help="skip speaker labels")
-    p.add_argument("--speaker-model", choices=SPEAKER_MODEL_NAMES, default=DEFAULT_SPEAKER_MODEL,
-                   help=f"speaker-embedding model (default: {DEFAULT_SPEAKER_MODEL})")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_flags(p, TranscriberConfig, "window")
+    add_flags(p, EngineConfig, "speakers")
+    add_flags(p, EngineConfig, "speaker_model", choices=SPEAKER_MODEL_NAMES)  # names the config may not import
+    add_flags(p, TranscriberConfig, "device")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return p
 
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> int:
     """Stream ``args.file`` and print the messages. With ``engine`` given (already started) it is used as is and
     left running; otherwise one is built from the flags, started and closed."""
-    language = None if args.language in ("auto", "") else args.language
+    language = args.language  # None: detect per segment (``--language auto``)
     audio = load_wav(args.file)
     own = engine is None
     if engine is None:

@@ -1,13 +1,15 @@
 """Engine configuration: one dataclass per concern, units in field names.
 
 Presets for the endpointer and the encoder window modes live here so that the CLI, the server and the benches name
-them the same way. The ground floor of the engine: this module imports nothing else of it.
+them the same way. Fields the server exposes as flags declare them here (``engine.settings.setting``: help, flag,
+environment variable). The ground floor of the engine: it imports nothing else of it but ``engine.settings``.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+
+from engine.settings import setting
 
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
@@ -215,27 +217,38 @@ WINDOW_MODES: dict[str, WindowPolicy] = {"fit": WindowPolicy(), "stock": STOCK_W
 class TranscriberConfig:
     """The shared recognizer: vLLM in this process, or ``vllm serve`` instances at ``asr_urls``."""
 
-    model: str | None = None  # None = embedded default; else embedded name, local HF folder or hub id
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    model: str | None = setting(
+        None, help="embedded name (whisper-base, whisper-tiny.en), a local Hugging Face folder or a hub id "
+                   "such as openai/whisper-large-v3-turbo", default_text="whisper-base")
+    device: str = setting("auto", help="where the in-process recognizer runs ('auto': a GPU when there is one)",
+                          choices=("auto", "cpu", "cuda"))
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
     max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.asr.windows.max_tokens_for)
-    window: str = "fit"  # "fit": encoder window per request (engine.asr.windows); "stock": always Whisper's 30 s
+    window: str = setting("fit", help="Whisper encoder window: 'fit' pads each request to a window that fits its "
+                                      "audio (fast, engine.asr.windows), 'stock' always to 30 s",
+                          choices=sorted(WINDOW_MODES))
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
-    # Compute threads of the CPU engine core; 0 = by load: one per core while one session speaks, half the cores
-    # while several do (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs ~30 % less CPU and serves 3-5
+    # 0 = by load (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs ~30 % less CPU and serves 3-5
     # sessions faster, 2 locks one speaker's long sentences 0.1-0.5 s sooner: docs/benchmarks.md ("CPU threads").
-    cpu_threads: int = 0
+    cpu_threads: int = setting(0, help="compute threads of the CPU speech engine (0: every core while one session "
+                                       "speaks, half of them while several do; a number fixes it; an "
+                                       "OMP_NUM_THREADS in the environment wins)")
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
     # Whisper's timestamp tokens in every decode (partials too, so that a partial can still serve as the final):
-    # word times then follow the model's timed stretches as well as the VAD (engine.stream.words). Measured in
-    # docs/benchmarks.md ("Word times").
-    timestamps: bool = False
-    # Base URLs of ``vllm serve`` instances (``http://host:port``) to decode on instead of an in-process engine;
-    # requests go to the least loaded instance that is up (engine.asr.remote).
-    asr_urls: tuple[str, ...] = ()
+    # word times then follow the model's timed stretches as well as the VAD (engine.stream.words).
+    timestamps: bool = setting(False, flag="--word-timestamps",
+                               help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow "
+                                    "the model's timed stretches, not only the VAD; costs 20-50 % more decode time "
+                                    "(see docs/benchmarks.md)")
+    # Base URLs of ``vllm serve`` instances (``http://host:port``; engine.asr.remote).
+    asr_urls: tuple[str, ...] = setting(
+        (), flag="--asr-url", metavar="URL",
+        help="decode on this `vllm serve` instance (base URL, e.g. http://10.0.0.5:8000) instead of an in-process "
+             "engine; repeat for several: requests go to the least loaded one that is up (serve the model as the "
+             "docs/operations.md says)")
     remote: RemoteAsrConfig = field(default_factory=RemoteAsrConfig)
 
     def window_policy(self) -> WindowPolicy:
@@ -273,6 +286,11 @@ class CapacityConfig:
     sentences_per_s: float = 0.2
 
 
+def language_or_auto(text: str) -> str | None:
+    """A language code as given on a command line: ``auto`` (or nothing) is None, detect per segment."""
+    return None if text in ("auto", "") else text
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything the process-wide engine needs."""
@@ -288,16 +306,22 @@ class EngineConfig:
     partial: PartialConfig = field(default_factory=PartialConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
-    speakers: bool = True  # streaming speaker labels (needs the speaker model)
+    speakers: bool = setting(True, help="skip speaker labels")  # streaming speaker labels (needs the speaker model)
     # Which speaker-embedding model labels speakers: a name of engine.speakers.models.SPEAKER_MODELS (each brings
     # its own thresholds; an unknown name fails when the engine is built). Spelled out here because the config may not
-    # import the speakers layer (the recognizer imports the config); tests check it is that module's default.
-    speaker_model: str = "campplus"
-    default_language: str | None = "en"
+    # import the speakers layer (the recognizer imports the config); tests check it is that module's default. For
+    # the same reason the server adds the names as the flag's choices.
+    speaker_model: str = setting(
+        "campplus", help="speaker-embedding model: 'resemblyzer' (GE2E, 2019) or 'campplus' (CAM++, 2023: fewer "
+                         "speaker confusions, more CPU per window; see docs/benchmarks.md)")
+    default_language: str | None = setting("en", flag="--language", parse=language_or_auto,
+                                           help="default caption language, or 'auto' to detect it per sentence")
     # Word times from Whisper's own cross-attention (engine.asr.align) for every locked sentence, where the recognizer
     # runs in this process (a local checkpoint); else, or when the aligner falls behind, from the VAD alone. Costs a
     # second encoder pass per final on the front end's CPU (docs/benchmarks.md, "Word times").
-    word_align: bool = True
+    word_align: bool = setting(True, help="word times from the VAD alone, not from Whisper's cross-attention (saves a "
+                                          "second encoder pass per locked sentence; subtitle cues then split less "
+                                          "accurately: docs/benchmarks.md)")
 
 
 @dataclass(frozen=True)
@@ -317,9 +341,3 @@ class SessionOptions:
     # locks as soon as its text is final, with a provisional speaker label if its embedding is not in yet
     # (``engine.stream.labels``). False: each sentence waits for its label (a protocol that cannot correct one).
     relabels: bool = True
-
-
-def env_str(name: str, default: str | None) -> str | None:
-    """Read an optional environment setting (empty counts as unset)."""
-    value = os.environ.get(name, "")
-    return value if value else default

@@ -47,6 +47,7 @@ from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
 from engine.config import ENDPOINT_PRESETS
 from engine.stream.engine import CaptionEngine
+from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
     p.add_argument("--vad-batch-interval-ms", type=int, default=None,
                    help="the VAD's least time between batches (default: the engine's; 0: one call per push)")
+    p.add_argument("--file-floor-s", type=float, default=BACKGROUND_FLOOR_S,
+                   help="how long a file's segment waits for live speech to pause before it decodes regardless "
+                        "(0: it never waits for live partials)")
+    p.add_argument("--file-max-segment-ms", type=int, default=None,
+                   help="the longest segment of a file (default: the engine's)")
     p.add_argument("--max-sessions", default="auto",
                    help="as the server's --max-sessions (default auto: its capacity; mode engine-unbounded admits 256)")
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
@@ -90,7 +96,9 @@ async def serve(args: argparse.Namespace) -> None:
     transcriber = SerializedTranscriber(inner, serialized=args.mode == "baseline")
     if args.vad_batch_interval_ms is not None:
         base = replace(base, vad=replace(base.vad, batch_interval_ms=args.vad_batch_interval_ms))
-    engine = CaptionEngine(base, transcriber)
+    if args.file_max_segment_ms is not None:
+        base = replace(base, file_endpoint=replace(base.file_endpoint, max_segment_ms=args.file_max_segment_ms))
+    engine = CaptionEngine(base, transcriber, background_floor_s=args.file_floor_s)
     t0 = time.monotonic()
     await engine.start()
     freeze_startup_objects()  # as the server does once its engine is up
@@ -153,16 +161,6 @@ async def serve(args: argparse.Namespace) -> None:
     app.router.add_get("/bench/stats", stats)
     app.router.add_get("/bench/heap", heap)
     app.router.add_get("/bench/memory", memory)
-
-    async def set_background(request: web.Request) -> web.Response:
-        """How files decode: ``floor_s``, how long a file segment waits for live partials before it goes regardless
-        (0: it never waits for them); ``max_segment_ms``, the longest file segment (for sessions opened after)."""
-        engine.scheduler.background_floor_s = float(request.query["floor_s"])
-        cut = replace(engine.config.file_endpoint, max_segment_ms=int(request.query["max_segment_ms"]))
-        engine.config = replace(engine.config, file_endpoint=cut)
-        return web.json_response({"floor_s": engine.scheduler.background_floor_s, "max_segment_ms": cut.max_segment_ms})
-
-    app.router.add_post("/bench/background", set_background)
 
     async def sample() -> None:
         while True:

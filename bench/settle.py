@@ -4,8 +4,8 @@ without early locks, side by side.
     python -m bench.settle [--kinds read noisy conversational] [--modes new noearly] [--parallel 1] [--json out.json]
 
 Each clip (``../shared/data/speech``, English, 1 s of silence before it and 2.5 s after) is streamed once per mode,
-the modes alternating which goes first from clip to clip, on one loaded engine (default: the embedded whisper-base,
-speaker labels on). ``--parallel N`` streams N clips at once (each mode in turn), for the engine under load.
+each mode on an engine of its own, built in it, one after the other (default: the embedded whisper-base, speaker
+labels on). ``--parallel N`` streams N clips at once, for the engine under load.
 ``--join A B ...`` streams one recording of those clips instead (1 s lead, ``--gap-s`` between them), ``--repeat``
 times (``--parallel 3 --repeat 15``: five runs of three sessions at once).
 
@@ -52,7 +52,8 @@ from engine import EngineObserver
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import Caption
-from engine.speakers.turns import TurnConfig
+from engine.speakers.models import speaker_model
+from engine.speakers.service import SpeakerService
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
 from speechdata.corpus import audio, manifest, pad
@@ -123,21 +124,20 @@ def parse_variant(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
     return name, changes
 
 
-def configure(engine: CaptionEngine, base: EngineConfig, mode: str,
-              variants: dict[str, dict[str, dict[str, Any]]] | None = None,
-              base_turns: TurnConfig | None = None) -> None:
-    """Switch the engine to ``mode`` (no session live): one of ``MODES`` or a ``--variant`` of ``new``;
-    ``base_turns``: the speaker service's shipped ``TurnConfig``, which ``turns`` variants change."""
-    if engine.speakers is not None and base_turns is not None:
-        # Sessions take their turn detector from the service as they open: its config is the mode's too.
-        engine.speakers.turns = replace(base_turns, **(variants or {}).get(mode, {}).get("turns", {}))
-    if variants and mode in variants:
-        engine.config = replace(base, **{section: replace(getattr(base, section), **fields)
-                                         for section, fields in variants[mode].items() if section != "turns"})
-        return
-    early = mode == "new"
-    engine.config = replace(base, endpoint=replace(base.endpoint, sentence_pause_ms=base.endpoint.sentence_pause_ms
-                                                   if early else 0))
+def mode_engine(base: EngineConfig, mode: str, variants: dict[str, dict[str, dict[str, Any]]]) -> CaptionEngine:
+    """An engine (not started) in ``mode``: one of ``MODES`` or a ``--variant`` of ``new``, whose section ``turns``
+    changes the speaker service's ``TurnConfig`` (each session's voice-change detector takes it)."""
+    changes = variants.get(mode, {})
+    config = replace(base, **{section: replace(getattr(base, section), **fields)
+                              for section, fields in changes.items() if section != "turns"})
+    if mode == "noearly":
+        config = replace(config, endpoint=replace(config.endpoint, sentence_pause_ms=0))
+    speakers = None
+    if config.speakers:
+        model = speaker_model(config.speaker_model)
+        speakers = SpeakerService(model.tracker, load=model.load,
+                                  turns=replace(model.turns, **changes.get("turns", {})))
+    return CaptionEngine(config, speakers=speakers)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -145,11 +145,8 @@ async def main(args: argparse.Namespace) -> int:
     clips = list(recordings)
     variants = dict(args.variant)
     args.modes = [*args.modes, *variants]
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads),
-                                         speakers=not args.no_speakers))
-    await engine.start()
-    base = engine.config
-    base_turns = engine.speakers.turns if engine.speakers is not None else None
+    base = EngineConfig(transcriber=TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads),
+                        speakers=not args.no_speakers)
     me = psutil.Process()
     rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
@@ -158,14 +155,13 @@ async def main(args: argparse.Namespace) -> int:
     wires: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in args.modes}
     groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
     t_start = time.monotonic()
-    try:
-        if args.warmup:
-            configure(engine, base, args.modes[0], variants, base_turns)
-            await stream_audio(engine, recordings[clips[0]].samples[: 10 * 16_000], realtime=True)
-        for k, group in enumerate(groups):
-            order = list(args.modes) if k % 2 == 0 else list(reversed(args.modes))
-            for mode in order:
-                configure(engine, base, mode, variants, base_turns)
+    for mode in args.modes:
+        engine = mode_engine(base, mode, variants)
+        await engine.start()
+        try:
+            if args.warmup:
+                await stream_audio(engine, recordings[clips[0]].samples[: 10 * 16_000], realtime=True)
+            for k, group in enumerate(groups):
                 seen = Latencies()
                 engine.observers.add(seen)
                 await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity
@@ -207,9 +203,10 @@ async def main(args: argparse.Namespace) -> int:
                 by = row["by_kind"][recordings[group[0]].kind]
                 by["first"] += seen.first
                 by["lock"] += seen.lock
-            print(f"group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
-    finally:
-        await engine.close()
+                print(f"{mode}: group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)",
+                      file=sys.stderr, flush=True)
+        finally:
+            await engine.close()
     table = []
     for mode in args.modes:
         for kind, by in sorted(rows[mode]["by_kind"].items()):

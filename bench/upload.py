@@ -4,8 +4,9 @@
     python -m bench.upload --file-wer [--cuts-ms 25000 14000] [--upload-minutes 10]
 
 The real server (``bench/serve.py``, the embedded model) and N live WebRTC clients (``bench/lib/clips.py``: read
-English utterances with 2.5 s pauses, ~40 s each, streamed at real time). Four modes, run in alternating order each
-round on the same loaded model:
+English utterances with 2.5 s pauses, ~40 s each, streamed at real time). Four modes, in alternating order each
+round; ``live+upload-eager`` on a server of its own, started with files eager (``bench.serve --file-floor-s 0
+--file-max-segment-ms`` the live cap), the others on a server as shipped:
 
 - ``live``: the N live sessions alone;
 - ``live+upload``: the same N sessions while a long recording (``bench.cues.build_recording``: the shared English
@@ -21,9 +22,9 @@ Printed per mode: the live sessions' first-partial and lock latency (after the e
 WER (``bench/lib/metrics.py``), and the upload's progress: seconds of the recording locked per wall second while the
 live clients streamed (``x real time``). The upload is cancelled (the client hangs up) when the live run ends.
 
-``--file-wer``: no server; the whole recording through ``app.compat.file_jobs.transcribe_file`` on an in-process engine,
-once per longest file segment in ``--cuts-ms`` (alternating order over ``--rounds``), scored against the clips'
-reference transcripts: what cutting files shorter costs in accuracy.
+``--file-wer``: no server; the whole recording through ``app.compat.file_jobs.transcribe_file`` ``--rounds`` times on
+an in-process engine per longest file segment in ``--cuts-ms``, scored against the clips' reference transcripts: what
+cutting files shorter costs in accuracy.
 """
 
 from __future__ import annotations
@@ -46,11 +47,17 @@ from bench.lib.harness import bench_server, pct, run_clients
 from bench.lib.metrics import merge, print_markdown_table, session_metrics
 from bench.lib.recording import build_recording
 from engine.config import ENDPOINT_PRESETS, EngineConfig
-from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
 MODES = ("live", "live+upload", "live+upload-eager", "upload")
-SHIPPED_FLOOR_S = BACKGROUND_FLOOR_S
-SHIPPED_CUT_MS = EngineConfig().file_endpoint.max_segment_ms
+# The bench servers (``bench.serve`` flags): files as shipped, and files eager: a file segment waits only for live
+# finals and is cut as live sentences are (how files first decoded).
+SERVERS = {"shipped": [], "eager": ["--file-floor-s", "0",
+                                    "--file-max-segment-ms", str(EngineConfig().endpoint.max_segment_ms)]}
+
+
+def server_of(mode: str) -> str:
+    """The bench server ``mode`` runs on (a name of ``SERVERS``)."""
+    return "eager" if mode.endswith("-eager") else "shipped"
 
 
 def upload_file(minutes: float) -> Path:
@@ -106,11 +113,6 @@ class Upload:
 
 
 async def step(base_url: str, mode: str, n: int, args: argparse.Namespace, upload_path: Path) -> dict[str, Any]:
-    eager = mode.endswith("-eager")
-    floor, cut = (0.0, EngineConfig().endpoint.max_segment_ms) if eager else (SHIPPED_FLOOR_S, SHIPPED_CUT_MS)
-    async with aiohttp.ClientSession() as http, http.post(
-            f"{base_url}/bench/background?floor_s={floor}&max_segment_ms={cut}") as r:
-        r.raise_for_status()
     upload = Upload()
     task = asyncio.create_task(upload.run(base_url, upload_path)) if "upload" in mode else None
     row: dict[str, Any] = {"mode": mode, "sessions": n if "live" in mode else 0}
@@ -164,14 +166,13 @@ async def file_wer(args: argparse.Namespace) -> int:
     path = upload_file(args.upload_minutes)
     _audio, pieces = build_recording(args.upload_minutes)
     reference = " ".join(reference_words(pieces)[0])
-    engine = CaptionEngine(EngineConfig())
-    await engine.start()
     rows: list[dict[str, Any]] = []
-    try:
-        for r in range(args.rounds):
-            for cut in (args.cuts_ms if r % 2 == 0 else list(reversed(args.cuts_ms))):
-                engine.config = replace(engine.config,
-                                        file_endpoint=replace(engine.config.file_endpoint, max_segment_ms=cut))
+    for cut in args.cuts_ms:  # an engine per longest segment (``EngineConfig.file_endpoint``), its rounds on it
+        config = EngineConfig()
+        engine = CaptionEngine(replace(config, file_endpoint=replace(config.file_endpoint, max_segment_ms=cut)))
+        await engine.start()
+        try:
+            for r in range(args.rounds):
                 t0 = time.monotonic()
                 result = await transcribe_file(engine, await open_file(path), SessionOptions())
                 wall = time.monotonic() - t0
@@ -180,8 +181,8 @@ async def file_wer(args: argparse.Namespace) -> int:
                        "x_realtime": result.duration_s / wall}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
-    finally:
-        await engine.close()
+        finally:
+            await engine.close()
     print(f"\n{path.name}: the whole recording as one upload\n")
     print_markdown_table([("max_segment_ms", "longest segment ms", "{:d}"), ("round", "round", "{:d}"),
                           ("sentences", "sentences", "{:d}"), ("wer", "WER", "{:.2%}"),
@@ -196,21 +197,22 @@ async def main(args: argparse.Namespace) -> int:
     for i in range(max(args.sessions)):
         session_clip(i, args.seconds, args.pause_s)
     rows: list[dict[str, Any]] = []
-    async with bench_server(["--recognizer", "vllm", "--preset", args.preset],
-                            CACHE_DIR / "upload-server.log") as server:
-        print(f"server ready: {server.info}", file=sys.stderr)
-        await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s).ogg])  # warm-up, not measured
-        for r in range(args.rounds):
-            for n in args.sessions:
-                order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
-                for mode in order:
-                    if mode == "upload" and n != args.sessions[0]:
-                        continue  # the upload alone does not depend on N
-                    await asyncio.sleep(args.settle_s)
-                    row = await step(server.base_url, mode, n, args, upload_path)
-                    row["round"] = r
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr)
+    for name, flags in SERVERS.items():
+        modes = [m for m in MODES if server_of(m) == name]
+        async with bench_server(["--recognizer", "vllm", "--preset", args.preset, *flags],
+                                CACHE_DIR / f"upload-server-{name}.log") as server:
+            print(f"server ready ({name}): {server.info}", file=sys.stderr)
+            await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s).ogg])  # warm-up, not measured
+            for r in range(args.rounds):
+                for n in args.sessions:
+                    for mode in (modes if r % 2 == 0 else list(reversed(modes))):
+                        if mode == "upload" and n != args.sessions[0]:
+                            continue  # the upload alone does not depend on N
+                        await asyncio.sleep(args.settle_s)
+                        row = await step(server.base_url, mode, n, args, upload_path)
+                        row["round"] = r
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr)
     print(f"\nupload: {upload_path.name}; live sessions {args.seconds:g} s each, {args.rounds} rounds\n")
     print_markdown_table(COLUMNS, [{k: r.get(k, float("nan")) for k, _h, _f in COLUMNS} for r in rows])
     if args.json:

@@ -32,7 +32,7 @@ from engine.speakers.models import speaker_service
 from engine.speakers.service import SpeakerService
 from engine.stream.capacity import Capacity, CapacityEstimate
 from engine.stream.load import RecognizerLoad
-from engine.stream.scheduler import DecodeScheduler
+from engine.stream.scheduler import BACKGROUND_FLOOR_S, DecodeScheduler
 from engine.stream.session import Session
 from engine.stream.vad_batch import VadBatcher, VadLane, VadModel
 
@@ -72,11 +72,14 @@ class CaptionEngine:
     """Create once per process, ``await start()``, then ``open_session()`` per caller; ``await close()`` at exit."""
 
     def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
-                 vad: VadModel | None = None, speakers: SpeakerService | None = None) -> None:
+                 vad: VadModel | None = None, speakers: SpeakerService | None = None,
+                 background_floor_s: float = BACKGROUND_FLOOR_S) -> None:
         """``transcriber`` defaults to vLLM in this process (or the ``vllm serve`` instances at
         ``config.transcriber.asr_urls``), ``vad`` to Silero, ``speakers`` to ``config.speaker_model`` when
-        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given). Raises
-        ``ValueError`` for a malformed recognizer URL or an unknown ``config.speaker_model``."""
+        ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given).
+        ``background_floor_s``: how long a file's segment waits for live speech to pause before it decodes
+        regardless (``DecodeScheduler``; 0: it never waits for live partials). Raises ``ValueError`` for a malformed
+        recognizer URL or an unknown ``config.speaker_model``."""
         self.config = config
         if transcriber is None and config.transcriber.asr_urls:
             from engine.asr.remote import RemoteTranscriber
@@ -94,8 +97,9 @@ class CaptionEngine:
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
         # ``vllm serve`` instances decode side by side, each as fast as one engine.
         self.recognizer_load = RecognizerLoad(parallel=max(1, len(config.transcriber.asr_urls)))
-        self.scheduler = DecodeScheduler(transcriber, max_inflight, observer=self.observers,
-                                         load=self.recognizer_load, window_for=self._window_for)
+        self.scheduler = DecodeScheduler(transcriber, max_inflight, background_floor_s=background_floor_s,
+                                         observer=self.observers, load=self.recognizer_load,
+                                         window_for=self._window_for)
         # (its front_cores are set in ``start``, once the recognizer's device is known)
         self.capacity = Capacity(config.capacity, self.recognizer_load, front_cores=1.0,
                                  most=config.vad.max_sessions, window_for=self._window_for)

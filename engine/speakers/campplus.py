@@ -31,6 +31,7 @@ import numpy as np
 from engine.audio.pcm import warmup_tone
 from engine.errors import ModelError
 from engine.speakers.fbank import kaldi_fbank, num_frames
+from engine.speakers.pooling import segment_embeddings
 
 SAMPLE_RATE_HZ = 16000
 EMBEDDING_DIM = 192
@@ -105,13 +106,7 @@ class CamppEmbedder:
             out = np.concatenate([self._session.run(None, {"feats": feats[i : i + _MAX_BATCH]})[0]
                                   for i in range(0, len(feats), _MAX_BATCH)])
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        sums = np.zeros((len(segments), EMBEDDING_DIM), dtype=np.float64)
-        np.add.at(sums, np.asarray(owners), out)
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        if np.any(norms == 0.0):
-            raise ValueError("a segment produced a zero embedding (silent or empty audio)")
-        units: np.ndarray = (sums / norms).astype(np.float32)
-        return units
+        return segment_embeddings(out, owners, len(segments))
 
 
 def exported_model(frames: int, cache_dir: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from engine.audio.pcm import warmup_tone
+from engine.speakers.pooling import segment_embeddings
 
 SAMPLE_RATE_HZ = 16000
 EMBEDDING_DIM = 256
@@ -91,14 +92,8 @@ class SpeakerEmbedder:
         with self._lock, self._torch.inference_mode():
             partial = np.concatenate([self._encoder(self._torch.from_numpy(chunk)).numpy()[:n]
                                       for chunk, n in _fixed_shape_chunks(batch)])
-        sums = np.zeros((len(segments), EMBEDDING_DIM), dtype=np.float64)
-        np.add.at(sums, np.asarray(owners), partial)
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        if np.any(norms == 0.0):
-            # The encoder ends in a ReLU: only a degenerate input yields an all-zero vector.
-            raise ValueError("a segment produced a zero embedding (silent or empty audio)")
-        units: np.ndarray = (sums / norms).astype(np.float32)
-        return units
+        # The encoder ends in a ReLU: only a degenerate input yields an all-zero vector (``ValueError``).
+        return segment_embeddings(partial, owners, len(segments))
 
 
 def _fixed_shape_chunks(batch: np.ndarray) -> list[tuple[np.ndarray, int]]:

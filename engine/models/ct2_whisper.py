@@ -205,6 +205,18 @@ class _Mapper:
             else:
                 self.out[f"{dst_prefix}.{proj}.bias"] = np.ascontiguousarray(b)
 
+    def self_attention(self, src: str, dst: str) -> None:
+        """A layer's self-attention block (encoder and decoder alike): its norm, fused Q/K/V and output."""
+        self.norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
+        self.fused(f"{src}/self_attention/linear_0", f"{dst}.self_attn", ("q_proj", "k_proj", "v_proj"))
+        self.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
+
+    def ffn(self, src: str, dst: str) -> None:
+        """A layer's feed-forward block (encoder and decoder alike): its norm and two linear layers."""
+        self.norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
+        self.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
+        self.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
+
 
 def hf_state_dict(model: Ct2Model, dims: WhisperDims) -> dict[str, np.ndarray]:
     """Hugging Face tensors for a CTranslate2 Whisper model, validated against ``expected_hf_shapes``.
@@ -224,27 +236,19 @@ def hf_state_dict(model: Ct2Model, dims: WhisperDims) -> dict[str, np.ndarray]:
     m.copy("encoder/position_encodings/encodings", "model.encoder.embed_positions.weight")
     for i in range(dims.encoder_layers):
         src, dst = f"encoder/layer_{i}", f"model.encoder.layers.{i}"
-        m.norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
-        m.fused(f"{src}/self_attention/linear_0", f"{dst}.self_attn", ("q_proj", "k_proj", "v_proj"))
-        m.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
-        m.norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
-        m.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
-        m.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
+        m.self_attention(src, dst)
+        m.ffn(src, dst)
     m.norm("encoder/layer_norm", "model.encoder.layer_norm")
     m.copy("decoder/embeddings/weight", "model.decoder.embed_tokens.weight")
     m.copy("decoder/position_encodings/encodings", "model.decoder.embed_positions.weight")
     for i in range(dims.decoder_layers):
         src, dst = f"decoder/layer_{i}", f"model.decoder.layers.{i}"
-        m.norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
-        m.fused(f"{src}/self_attention/linear_0", f"{dst}.self_attn", ("q_proj", "k_proj", "v_proj"))
-        m.linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
+        m.self_attention(src, dst)
         m.norm(f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm")
         m.linear(f"{src}/attention/linear_0", f"{dst}.encoder_attn.q_proj")
         m.fused(f"{src}/attention/linear_1", f"{dst}.encoder_attn", ("k_proj", "v_proj"))
         m.linear(f"{src}/attention/linear_2", f"{dst}.encoder_attn.out_proj")
-        m.norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
-        m.linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
-        m.linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
+        m.ffn(src, dst)
     m.norm("decoder/layer_norm", "model.decoder.layer_norm")
     projection = "decoder/projection/weight"
     if model.aliases.get(projection) != "decoder/embeddings/weight":

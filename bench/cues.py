@@ -10,7 +10,7 @@ clips, dozens of readers, 6 minutes; ``meeting`` adds the AMI clips), in a fixed
 pauses drawn from 0.3-1.5 s (shorter than the endpoint's silence wait, so neighbouring clips often share a
 segment), then again in a new order until it is at least ``--minutes`` long (12.3 minutes by default). It
 streams through a live session (Silero VAD, endpointing, partials, finals, speaker labels) as fast as the engine
-takes it, once per word-time mode:
+takes it, once per word-time mode, each on an engine of its own:
 
 - ``align``: Whisper's cross-attention alignment of each locked sentence (``engine.asr.align``; the default);
 - ``vad``: words laid along the VAD's speech frames by length (the aligner off: ``--no-word-align``);
@@ -46,7 +46,6 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +57,8 @@ from app.rooms.store import SentenceRecord
 from app.transcripts import exports
 from app.transcripts.cues import PAUSE_MS, SPEAKER_STYLES, Cue, CueRules, build_cues, sentence_words
 from bench.lib.recording import GAP_S, GROUPS, SR, Piece, build_recording, group_of, reference_words
+from engine.asr.align_service import AlignService
 from engine.asr.transcriber import DecodeRequest, Priority
-from engine.asr.windows import WindowStats
 from engine.config import EngineConfig, TranscriberConfig
 from engine.protocol import Sentence, Word
 from engine.stream.engine import CaptionEngine
@@ -273,14 +272,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if mode in saved:
                 out["modes"][mode] = _saved_row(saved[mode], options, mode, args)
         return out
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model)))
-    await engine.start()
-    aligner = engine.aligner
-    try:
-        for mode in args.modes:
+    for mode in args.modes:
+        if saved is not None and mode not in saved:
+            continue
+        engine = mode_engine(args.model, mode)
+        await engine.start()
+        try:
             if saved is not None:
-                if mode not in saved:
-                    continue
                 row = _saved_row(saved[mode], options, mode, args)
                 records = records_of(saved[mode][1])
             else:
@@ -294,33 +292,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                        f"{mode}-s", pieces)
             if args.samples:
                 row["sample_srt"] = exports.to_srt(records[:6], options)
-    finally:
-        engine.aligner = aligner
-        await engine.close()
+        finally:
+            await engine.close()
     return out
+
+
+def mode_engine(model: str | None, mode: str) -> CaptionEngine:
+    """An engine (not started) whose sessions take word times in ``mode``: ``align`` (Whisper's cross-attention,
+    ``EngineConfig.word_align``), ``timestamps`` (the decoder's timestamp tokens, ``TranscriberConfig.timestamps``)
+    or ``vad`` (the VAD alone). The recording streams ~10x faster than real time, so sentences lock in bursts and the
+    recognizer is always busy, which a live session (a sentence every few seconds) never makes: the aligner never
+    skips a sentence, as the question here is where it puts words, not when it skips them."""
+    config = EngineConfig(transcriber=TranscriberConfig(model=model, timestamps=mode == "timestamps"),
+                          word_align=mode == "align")
+    return CaptionEngine(config, aligner=AlignService(skip_when_behind=False))
 
 
 async def _streamed_row(engine: CaptionEngine, recording: np.ndarray, pieces: list[Piece], mode: str,
                         options: exports.ExportOptions) -> tuple[dict[str, Any], list[Sentence]]:
     """Stream the recording once in word-time ``mode``: the row of figures and the locked sentences."""
-    t: Any = engine.transcriber
-    aligner = engine.aligner  # the loaded one (``run`` puts it back after every mode)
-    if aligner is not None:
-        # The recording streams ~10x faster than real time, so sentences lock in bursts and the recognizer is always
-        # busy, which a live session (a sentence every few seconds) never makes; here the question is where the
-        # aligner puts words, not when it skips them.
-        aligner.skip_when_behind = False
-    engine.config = replace(engine.config, transcriber=replace(engine.config.transcriber,
-                                                               timestamps=mode == "timestamps"))
-    engine.aligner = aligner if mode == "align" else None  # sessions opened from now on
+    t: Any = engine.transcriber  # (a fresh engine: its window counters are this stream's)
+    aligner = engine.aligner
     align_cpu = aligner.cpu_s if aligner is not None else 0.0
     skipped = aligner.skipped if aligner is not None else 0
-    t.windows = WindowStats()
     t0 = time.monotonic()
-    try:
-        result = await stream_audio(engine, recording, realtime=False)
-    finally:
-        engine.aligner = aligner
+    result = await stream_audio(engine, recording, realtime=False)
     wall = time.monotonic() - t0
     align_cpu = (aligner.cpu_s if aligner is not None else 0.0) - align_cpu
     skipped = (aligner.skipped if aligner is not None else 0) - skipped

@@ -14,7 +14,7 @@ balanced preset closes each one), in 60 ms chunks at real time, like a microphon
 - churn: words shown in partials that the locked text then changed, over words shown (``bench/lib/churn.py``).
 
 Each N runs once per encoder window mode (``--windows``: ``fit`` = the shipped per-request windows, ``stock`` =
-Whisper's 30 s window for every request) on the same loaded engine, back to back, alternating which goes first.
+Whisper's 30 s window for every request), each mode on an engine of its own, one after the other.
 A second table gives, per mode and window size, the engine's own counters: encoder positions, decodes, decode time
 p50/p95 (submit to result), generated tokens per second of decode time, and fallbacks (loops redone larger).
 """
@@ -35,7 +35,7 @@ import psutil
 
 from bench.lib.churn import partial_churn
 from bench.lib.metrics import print_markdown_table
-from engine.asr.windows import WINDOW_MODES, WindowStats
+from engine.asr.windows import WINDOW_MODES
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE, load_wav
 from engine.config import ENDPOINT_PRESETS, EngineConfig, TranscriberConfig
 from engine.protocol import Caption
@@ -98,9 +98,10 @@ def tree_cpu_rss(proc: psutil.Process) -> tuple[float, int]:
 
 
 async def run_n(engine: CaptionEngine, n: int, mode: str) -> dict[str, Any]:
+    """``n`` sessions at once on ``engine`` (window mode ``mode``): its row, the per-window counters of this run
+    among them."""
     transcriber: Any = engine.transcriber
-    transcriber.window_policy = WINDOW_MODES[mode]
-    transcriber.windows = WindowStats()
+    windows_before = transcriber.windows.as_list()
     proc = psutil.Process()
     clips = [session_audio(i) for i in range(n)]
     depth: list[int] = []
@@ -145,8 +146,21 @@ async def run_n(engine: CaptionEngine, n: int, mode: str) -> dict[str, Any]:
         "rss_gb": peak_rss / 1e9,
         "wall_s": max(r.wall_s for r in results),
         "churn": sum(c for c, _ in churn) / max(1, sum(w for _, w in churn)),
-        "windows": transcriber.windows.as_list(),
+        "windows": window_delta(windows_before, transcriber.windows.as_list()),
     }
+
+
+def window_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-window counters (``WindowStats.as_list``) of the decodes between ``before`` and ``after``: the counts
+    and sums are differences; the percentiles are those of the recognizer's last decodes."""
+    old = {w["window_s"]: w for w in before}
+    out = []
+    for w in after:
+        prior = old.get(w["window_s"], {})
+        row = {**w, **{k: w[k] - prior.get(k, 0) for k in ("decodes", "fallbacks", "decode_s", "tokens")}}
+        if row["decodes"]:
+            out.append(row)
+    return out
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -171,27 +185,29 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    config = EngineConfig(transcriber=TranscriberConfig(model=args.model), endpoint=ENDPOINT_PRESETS[args.preset],
-                          speakers=not args.no_speakers)
-    engine = CaptionEngine(config)
-    t0 = time.monotonic()
-    await engine.start()
-    print(f"engine ready in {time.monotonic() - t0:.0f} s: {engine.model_name}, preset {args.preset}",
-          file=sys.stderr)
     rows = []
-    try:
-        # vLLM's first decodes after start are several times slower than the rest: warm up, unmeasured.
-        await stream_audio(engine, session_audio(len(UTTERANCES))[: 8 * SAMPLE_RATE], realtime=False)
-        for i, n in enumerate(args.sessions):
-            for mode in args.windows if i % 2 == 0 else args.windows[::-1]:
+    model_name = ""
+    for mode in args.windows:  # an engine per window mode (``TranscriberConfig.window``), one after the other
+        config = EngineConfig(transcriber=TranscriberConfig(model=args.model, window=mode),
+                              endpoint=ENDPOINT_PRESETS[args.preset], speakers=not args.no_speakers)
+        engine = CaptionEngine(config)
+        t0 = time.monotonic()
+        await engine.start()
+        model_name = engine.model_name
+        print(f"engine ready in {time.monotonic() - t0:.0f} s: {engine.model_name}, preset {args.preset}, "
+              f"window {mode}", file=sys.stderr)
+        try:
+            # vLLM's first decodes after start are several times slower than the rest: warm up, unmeasured.
+            await stream_audio(engine, session_audio(len(UTTERANCES))[: 8 * SAMPLE_RATE], realtime=False)
+            for n in args.sessions:
                 row = await run_n(engine, n, mode)
                 rows.append(row)
                 print(f"N={n} {mode}: {json.dumps(row)}", file=sys.stderr)
-    finally:
-        await engine.close()
+        finally:
+            await engine.close()
     print_table(rows)
     if args.json:
-        report = {"model": engine.model_name, "preset": args.preset, "rows": rows, "windows": args.windows,
+        report = {"model": model_name, "preset": args.preset, "rows": rows, "windows": args.windows,
                   "machine": {"cpus": psutil.cpu_count()},
                   "median_lock_s": statistics.median(r["lock_s_p50"] for r in rows)}
         with open(args.json, "w", encoding="utf-8") as f:  # noqa: ASYNC230 (once, after the measurement)
@@ -205,7 +221,7 @@ if __name__ == "__main__":
     parser.add_argument("--model", default=None)
     parser.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     parser.add_argument("--windows", nargs="+", choices=sorted(WINDOW_MODES), default=["fit", "stock"],
-                        help="encoder window modes to compare on the same engine (default: fit stock)")
+                        help="encoder window modes to compare, an engine each (default: fit stock)")
     parser.add_argument("--no-speakers", action="store_true")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -1,11 +1,12 @@
-"""Window bench: the same clips decoded in Whisper's stock 30 s window and under window policies, one engine.
+"""Window bench: the same clips decoded in Whisper's stock 30 s window and under window policies.
 
     python -m bench.windows [--policies stock fit:4,8,15,30:1.0 fit:2,4,8,15,30:0.5] [--prefixes] [--json out.json]
     python -m bench.windows --stream [--realtime --parallel 5] [--policies stock fit]
 
-A policy is ``stock`` or ``fit:<buckets, s>:<margin, s>``. Every English clip of ``shared/data/speech`` with a
-reference transcript and at most 25 s long (read, noisy and conversational) is decoded whole, as a final would be,
-under each policy; the order of the policies rotates from clip to clip so that a load change does not favour one.
+A policy is ``stock`` or ``fit:<buckets, s>:<margin, s>`` (the recognizer's ``--window`` and its buckets and margin).
+Every English clip of ``shared/data/speech`` with a reference transcript and at most 25 s long (read, noisy and
+conversational) is decoded whole, as a final would be, under each policy: each policy on a recognizer of its own,
+one after the other.
 With ``--prefixes`` each clip is also decoded as the partials of a live session would see it: its first 1, 1.5,
 2, ... s (every 0.5 s), and each prefix's text is compared with the stock window's text of the same prefix.
 
@@ -30,7 +31,6 @@ from typing import Any
 
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.vllm_backend import VllmTranscriber
-from engine.asr.windows import STOCK_WINDOW, WindowPolicy, WindowStats
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
@@ -40,15 +40,28 @@ from speechdata.wer import word_errors
 MAX_CLIP_S = 25.0
 
 
-def parse_policy(text: str) -> WindowPolicy:
-    """``stock`` or ``fit:4,8,15,30:1.0[:0.15]`` (buckets in s, margin in s, optional margin fraction)."""
-    if text == "stock":
-        return STOCK_WINDOW
-    kind, buckets, margin, *fraction = text.split(":")
+def policy_config(model: str | None, name: str) -> TranscriberConfig:
+    """The recognizer's configuration under policy ``name``: ``stock``, or ``fit:4,8,15,30:1.0`` (the windows'
+    buckets and the margin, in s: ``TranscriberConfig.window_buckets_s`` and ``window_margin_s``). Raises
+    ``ValueError`` for another name or bad buckets."""
+    if name == "stock":
+        return TranscriberConfig(model=model, window="stock")
+    kind, buckets, margin = name.split(":")
     if kind != "fit":
-        raise ValueError(f"unknown policy {text!r}")
-    return WindowPolicy(tuple(float(b) for b in buckets.split(",")), float(margin),
-                        float(fraction[0]) if fraction else 0.0)
+        raise ValueError(f"unknown policy {name!r}")
+    config = TranscriberConfig(model=model, window="fit", window_buckets_s=tuple(float(b) for b in buckets.split(",")),
+                               window_margin_s=float(margin))
+    config.window_policy()  # (checks the buckets)
+    return config
+
+
+def policy_name(text: str) -> str:
+    """``--policies`` items, checked (``policy_config``)."""
+    try:
+        policy_config(None, text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"policy {text!r}: stock or fit:<buckets, s>:<margin, s> ({exc})") from exc
+    return text
 
 
 def bench_clips(kinds: list[str]) -> list[str]:
@@ -56,30 +69,26 @@ def bench_clips(kinds: list[str]) -> list[str]:
             if e["lang"] == "en" and e["text"] and e["duration_s"] <= MAX_CLIP_S and e["kind"] in kinds]
 
 
-async def decode(t: VllmTranscriber, policy: WindowPolicy, request_id: str, samples: Any) -> tuple[str, float, int]:
-    t.window_policy = policy
+async def decode(t: VllmTranscriber, request_id: str, samples: Any) -> tuple[str, float, int]:
     r = await t.transcribe(DecodeRequest(request_id, samples, Priority.FINAL))
     return r.text, r.decode_s, r.fallbacks
 
 
 async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
-    """Locked-caption WER per policy: every clip streamed through the live pipeline once per policy, ``--parallel``
-    clips at a time (a round), the policies' order rotating from round to round."""
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=False))
-    await engine.start()
-    t: Any = engine.transcriber
+    """Locked-caption WER per policy: every clip streamed through the live pipeline of an engine in that policy,
+    ``--parallel`` clips at a time (a round)."""
     names = list(args.policies)
-    policies = {n: parse_policy(n) for n in names}
-    stats = {n: WindowStats() for n in names}
+    windows: dict[str, list[dict[str, float | int]]] = {}
     totals: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "wall_s": 0.0, "by_kind": {}} for n in names}
     texts: dict[str, dict[str, str]] = {n: {} for n in names}
     clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds
              and c.startswith(tuple(args.clip_prefix))]
     rounds = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
-    try:
-        for k, group in enumerate(rounds):
-            for n in names[k % len(names):] + names[:k % len(names)]:
-                t.window_policy, t.windows = policies[n], stats[n]
+    for n in names:
+        engine = CaptionEngine(EngineConfig(transcriber=policy_config(args.model, n), speakers=False))
+        await engine.start()
+        try:
+            for k, group in enumerate(rounds):
                 results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5),
                                                               realtime=args.realtime) for c in group))
                 for clip, result in zip(group, results, strict=True):
@@ -92,62 +101,61 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
                     by[0] += e
                     by[1] += w
                     texts[n][clip] = result.text()
-            print(f"round {k + 1}/{len(rounds)}: " + ", ".join(
-                f"{n} {totals[n]['errors'] / max(1, totals[n]['words']):.2%}" for n in names), flush=True)
-    finally:
-        await engine.close()
+                print(f"{n} round {k + 1}/{len(rounds)}: {totals[n]['errors'] / max(1, totals[n]['words']):.2%}",
+                      flush=True)
+            t: Any = engine.transcriber
+            windows[n] = t.windows.as_list()
+        finally:
+            await engine.close()
     return {"clips": len(clips), "stream": True, "realtime": args.realtime, "parallel": args.parallel,
             "texts": texts, "policies": {
                 n: {"wer": r["errors"] / max(1, r["words"]), "wall_s": r["wall_s"],
                     "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
-                    "windows": stats[n].as_list()} for n, r in totals.items()}}
+                    "windows": windows[n]} for n, r in totals.items()}}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.stream:
         return await run_stream(args)
-    t = VllmTranscriber(TranscriberConfig(model=args.model))
-    await t.start()
     names = list(args.policies)
-    policies = {n: parse_policy(n) for n in names}
-    stats = {n: WindowStats() for n in names}
+    windows: dict[str, list[dict[str, float | int]]] = {}
     rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": [], "texts": {}}
                                        for n in names}
     prefix_rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": 0}
                                               for n in names}
+    prefix_texts: dict[str, dict[tuple[str, float], str]] = {n: {} for n in names}
     clips = bench_clips(args.kinds)
-    for k, clip in enumerate(clips):
-        samples = audio(clip)
-        order = names[k % len(names):] + names[:k % len(names)]
-        for n in order:
-            t.windows = stats[n]
-            text, secs, fallbacks = await decode(t, policies[n], f"{clip}-{n}", samples)
-            e, w = word_errors(manifest()[clip]["text"], text)
-            row = rows[n]
-            row["errors"] += e
-            row["words"] += w
-            row["decode_s"].append(secs)
-            row["texts"][clip] = text
-            if fallbacks:
-                row["looped"].append(clip)
-        if args.prefixes:
-            ends = [s / 2 for s in range(2, int(2 * min(args.max_prefix_s, len(samples) / 16_000)) + 1)]
-            for end_s in ends:
-                part = samples[: int(end_s * 16_000)]
-                texts = {}
-                for n in order:
-                    t.windows = stats[n]
-                    texts[n], secs, fallbacks = await decode(t, policies[n], f"{clip}-{n}-{end_s}", part)
-                    prefix_rows[n]["decode_s"].append(secs)
-                    prefix_rows[n]["looped"] += int(fallbacks > 0)
-                ref = texts.get("stock")
-                if ref is not None:
-                    for n in names:
-                        e, w = word_errors(ref, texts[n])
-                        prefix_rows[n]["errors"] += e
-                        prefix_rows[n]["words"] += w
-        print(f"{clip}: " + ", ".join(f"{n} {rows[n]['decode_s'][-1]:.2f}s" for n in names), flush=True)
-    await t.close()
+    for n in names:
+        t = VllmTranscriber(policy_config(args.model, n))
+        await t.start()
+        try:
+            for clip in clips:
+                samples = audio(clip)
+                text, secs, fallbacks = await decode(t, f"{clip}-{n}", samples)
+                e, w = word_errors(manifest()[clip]["text"], text)
+                row = rows[n]
+                row["errors"] += e
+                row["words"] += w
+                row["decode_s"].append(secs)
+                row["texts"][clip] = text
+                if fallbacks:
+                    row["looped"].append(clip)
+                if args.prefixes:
+                    for end_s in [s / 2 for s in range(2, int(2 * min(args.max_prefix_s, len(samples) / 16_000)) + 1)]:
+                        part = samples[: int(end_s * 16_000)]
+                        prefix_texts[n][clip, end_s], secs, fallbacks = await decode(t, f"{clip}-{n}-{end_s}", part)
+                        prefix_rows[n]["decode_s"].append(secs)
+                        prefix_rows[n]["looped"] += int(fallbacks > 0)
+                print(f"{n} {clip}: {rows[n]['decode_s'][-1]:.2f}s", flush=True)
+            windows[n] = t.windows.as_list()
+        finally:
+            await t.close()
+    if "stock" in names:  # each prefix's text against the stock window's text of the same prefix
+        for n in names:
+            for key, text in prefix_texts[n].items():
+                e, w = word_errors(prefix_texts["stock"][key], text)
+                prefix_rows[n]["errors"] += e
+                prefix_rows[n]["words"] += w
     out: dict[str, Any] = {"clips": len(clips), "policies": {}}
     stock_texts = rows.get("stock", {}).get("texts", {})
     for n in names:
@@ -159,7 +167,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "decode_s_p50": statistics.median(row["decode_s"]),
             "looped": row["looped"],
             "differs_from_stock": changed,
-            "windows": stats[n].as_list(),
+            "windows": windows[n],
         }
         if args.prefixes:
             p = prefix_rows[n]
@@ -205,8 +213,8 @@ def print_windows(out: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--policies", nargs="+", default=["stock", "fit:4,8,15,30:1.0", "fit:2,4,8,15,30:1.0",
-                                                      "fit:4,8,15,30:2.0"])
+    ap.add_argument("--policies", nargs="+", type=policy_name,
+                    default=["stock", "fit:4,8,15,30:1.0", "fit:2,4,8,15,30:1.0", "fit:4,8,15,30:2.0"])
     ap.add_argument("--model", default=None)
     ap.add_argument("--prefixes", action="store_true", help="also decode 0.5 s-step prefixes (as partials)")
     ap.add_argument("--stream", action="store_true", help="locked-caption WER through the live pipeline")

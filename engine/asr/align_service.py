@@ -28,11 +28,11 @@ MAX_WAITING = 2  # sentences queued for the thread; ~0.1-0.3 s each on one CPU t
 class AlignService:
     """``await start(model_dir)``, then ``align(...)`` per locked sentence; ``await close()`` at exit."""
 
-    def __init__(self, max_waiting: int = MAX_WAITING, dtype: str = "float32") -> None:
+    def __init__(self, max_waiting: int = MAX_WAITING, dtype: str = "float32", skip_when_behind: bool = True) -> None:
+        """``skip_when_behind`` False: every sentence waits for its alignment, however busy (benches of word times
+        that stream faster than real time, where the question is where words land, not when they are skipped)."""
         self.max_waiting = max_waiting
-        # False: every sentence waits for its alignment, however busy (benches of word times that stream faster
-        # than real time, where the question is where words land, not when they are skipped).
-        self.skip_when_behind = True
+        self.skip_when_behind = skip_when_behind
         self.dtype = dtype
         self._aligner: WhisperAligner | None = None
         self._pool: ThreadPoolExecutor | None = None

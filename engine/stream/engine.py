@@ -73,12 +73,13 @@ class CaptionEngine:
 
     def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
                  vad: VadModel | None = None, speakers: SpeakerService | None = None,
-                 background_floor_s: float = BACKGROUND_FLOOR_S) -> None:
+                 background_floor_s: float = BACKGROUND_FLOOR_S, aligner: AlignService | None = None) -> None:
         """``transcriber`` defaults to vLLM in this process (or the ``vllm serve`` instances at
         ``config.transcriber.asr_urls``), ``vad`` to Silero, ``speakers`` to ``config.speaker_model`` when
         ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given).
         ``background_floor_s``: how long a file's segment waits for live speech to pause before it decodes
-        regardless (``DecodeScheduler``; 0: it never waits for live partials). Raises ``ValueError`` for a malformed
+        regardless (``DecodeScheduler``; 0: it never waits for live partials). ``aligner``: the word aligner where
+        ``config.word_align`` is on (default: a new ``AlignService``). Raises ``ValueError`` for a malformed
         recognizer URL or an unknown ``config.speaker_model``."""
         self.config = config
         if transcriber is None and config.transcriber.asr_urls:
@@ -114,7 +115,7 @@ class CaptionEngine:
         self.speakers = (speakers if speakers is not None
                          else speaker_service(config.speaker_model) if config.speakers else None)
         # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
-        self.aligner = AlignService() if config.word_align else None
+        self.aligner = (aligner or AlignService()) if config.word_align else None
         self.sessions: dict[str, Session] = {}
         self._lanes: dict[str, VadLane] = {}  # each session's VAD lane: opened and closed here
         self._state = EngineState.NEW

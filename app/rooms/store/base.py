@@ -301,3 +301,15 @@ def words_from_json(raw: str | None) -> tuple[protocol.Word, ...]:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# A room's row as both backends read it: ``room_record`` takes the columns in this order.
+ROOM_COLUMNS = ("id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s, names, terms, "
+                "learned, ended_ms, outputs")
+
+
+def room_record(row: Sequence[Any]) -> RoomRecord:
+    """A room from its row (``SELECT {ROOM_COLUMNS}``)."""
+    return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
+                      terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
+                      outputs_from_json(row[11]))

@@ -52,6 +52,7 @@ from psycopg_pool import AsyncConnectionPool
 from engine import protocol
 
 from .base import (
+    ROOM_COLUMNS,
     Appended,
     Edits,
     Retimed,
@@ -69,10 +70,9 @@ from .base import (
     names_json,
     now_ms,
     numbered,
-    outputs_from_json,
     outputs_json,
     reading_order,
-    terms_from_json,
+    room_record,
     terms_json,
     words_from_json,
     words_json,
@@ -189,15 +189,8 @@ class PostgresStore(TranscriptStore):
         return record
 
     async def room(self, room_id: str) -> RoomRecord | None:
-        row = await self._fetchone("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
-                                   "editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs "
-                                   "FROM rooms WHERE id = %s",
-                                   (room_id,))
-        if not row:
-            return None
-        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
-                          terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
-                          outputs_from_json(row[11]))
+        row = await self._fetchone(f"SELECT {ROOM_COLUMNS} FROM rooms WHERE id = %s", (room_id,))
+        return room_record(row) if row else None
 
     async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
         await self._update_room("UPDATE rooms SET ended_ms = %s WHERE id = %s", (ended_ms, room_id))

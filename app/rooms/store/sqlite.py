@@ -30,6 +30,7 @@ from engine import protocol
 
 from .base import (
     MEMORY,
+    ROOM_COLUMNS,
     Appended,
     Edits,
     Retimed,
@@ -46,10 +47,9 @@ from .base import (
     names_json,
     now_ms,
     numbered,
-    outputs_from_json,
     outputs_json,
     reading_order,
-    terms_from_json,
+    room_record,
     terms_json,
     words_from_json,
     words_json,
@@ -233,15 +233,8 @@ class SqliteStore(TranscriptStore):
                             record.viewer_token, record.editor_token_sha256, record.delay_s))
 
     def _room(self, room_id: str) -> RoomRecord | None:
-        row = self._conn.execute("SELECT id, created_ms, title, viewer_token_sha256, viewer_token, "
-                                 "editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs "
-                                 "FROM rooms WHERE id = ?",
-                                 (room_id,)).fetchone()
-        if not row:
-            return None
-        return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
-                          terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
-                          outputs_from_json(row[11]))
+        row = self._conn.execute(f"SELECT {ROOM_COLUMNS} FROM rooms WHERE id = ?", (room_id,)).fetchone()
+        return room_record(row) if row else None
 
     def _update_room(self, room_id: str, column: str, value: object) -> None:
         assert column in ("ended_ms", "outputs")  # a column name, never data

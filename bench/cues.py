@@ -198,7 +198,7 @@ async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: lis
 
 
 def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
-    return [SentenceRecord(s.id, "bench", s.text, s.start, s.end, s.spk, s.words) for s in sentences]
+    return [SentenceRecord(s.id, "bench", s.text, s.start_ms, s.end_ms, s.spk, s.words) for s in sentences]
 
 
 def saved_sentences(path: Path) -> dict[str, tuple[dict[str, Any], list[Sentence]]]:
@@ -328,7 +328,7 @@ async def _streamed_row(engine: CaptionEngine, recording: np.ndarray, pieces: li
     row: dict[str, Any] = {
         "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
         "align_cpu_s": align_cpu, "align_skipped": skipped if mode == "align" else None,
-        "speech_s": sum(s.end - s.start for s in sentences) / 1000,
+        "speech_s": sum(s.end_ms - s.start_ms for s in sentences) / 1000,
         "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
         "sides": word_sides(sentences, pieces), **cue_figures,
         "sentence_records": [s.wire(words=True) for s in sentences],  # to build cues again without streaming

@@ -74,13 +74,13 @@ def latencies(result: StreamResult) -> tuple[list[float], list[float]]:
     captions = [(m, t) for m, t in zip(result.messages, result.arrivals_s, strict=True) if isinstance(m, Caption)]
     sentences = result.sentences()
     if sentences:
-        onset = fed_time(result, sentences[0].start * SAMPLE_RATE // 1000)
+        onset = fed_time(result, sentences[0].start_ms * SAMPLE_RATE // 1000)
         shown = [t for m, t in captions if m.partial or m.sentences]
         if shown:
             first_partial.append(shown[0] - onset)
     for m, t in captions:
         for s in m.sentences:
-            locks.append(t - fed_time(result, s.end * SAMPLE_RATE // 1000))
+            locks.append(t - fed_time(result, s.end_ms * SAMPLE_RATE // 1000))
     return first_partial, locks
 
 

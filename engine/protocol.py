@@ -162,14 +162,15 @@ class Word:
 
 @dataclass(frozen=True)
 class Sentence:
-    """One locked sentence: ``start``/``end`` in ms of session audio (room timeline in a room), ``spk`` its speaker
-    label (None when labels are off), ``session`` the publishing session (room messages only), ``words`` its words
-    with their times (same timeline; sent only to clients that ask, see ``wire``)."""
+    """One locked sentence: ``start_ms``/``end_ms`` in ms of session audio (room timeline in a room; the wire's
+    ``start``/``end``), ``spk`` its speaker label (None when labels are off), ``session`` the publishing session
+    (room messages only), ``words`` its words with their times (same timeline; sent only to clients that ask, see
+    ``wire``)."""
 
     id: int
     text: str
-    start: int
-    end: int
+    start_ms: int
+    end_ms: int
     spk: int | None
     session: str | None = None
     words: tuple[Word, ...] = ()
@@ -183,7 +184,8 @@ class Sentence:
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """The JSON form; ``words``: include the ``words`` list (opt-in: it triples a sentence's size)."""
-        out: dict[str, Any] = {"id": self.id, "text": self.text, "start": self.start, "end": self.end, "spk": self.spk}
+        out: dict[str, Any] = {"id": self.id, "text": self.text, "start": self.start_ms, "end": self.end_ms,
+                               "spk": self.spk}
         if self.session is not None:
             out["session"] = self.session
         if words:

@@ -65,9 +65,9 @@ async def test_word_times_and_subtitle_cues_of_real_speech(engine: CaptionEngine
     assert sentences and all(s.words for s in sentences)
     for s in sentences:
         assert [w.w for w in s.words] == s.text.split()
-        last = s.start
+        last = s.start_ms
         for w in s.words:
-            assert last <= w.start_ms <= w.end_ms <= s.end
+            assert last <= w.start_ms <= w.end_ms <= s.end_ms
             last = w.end_ms
 
     # Each word on its reader's side of every change: words matched to a clip's reference words lie inside that
@@ -85,7 +85,7 @@ async def test_word_times_and_subtitle_cues_of_real_speech(engine: CaptionEngine
                     inside += start - 0.25 <= mid <= end + 0.25
     assert total >= 40 and inside / total >= 0.9, (inside, total)
 
-    records = [SentenceRecord(s.id, "live", s.text, s.start, s.end, s.spk, s.words) for s in sentences]
+    records = [SentenceRecord(s.id, "live", s.text, s.start_ms, s.end_ms, s.spk, s.words) for s in sentences]
     rules = CueRules()
     cues = build_cues(records, rules)
     assert [w.w for c in cues for w in c.words] == [w.w for s in sentences for w in s.words]

@@ -97,8 +97,8 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
     sentences = result.sentences()
     # Each utterance is one sentence, or two where its reader paused at what Whisper heard as a full stop (the first
     # pauses 0.83 s after "antecedents", long enough for the early lock).
-    by_clip = [[s for s in sentences if s.end <= 13_000], [s for s in sentences if s.start >= 13_000]]
-    assert [len(b) for b in by_clip] in ([1, 1], [2, 1]), [(s.start, s.end, s.text) for s in sentences]
+    by_clip = [[s for s in sentences if s.end_ms <= 13_000], [s for s in sentences if s.start_ms >= 13_000]]
+    assert [len(b) for b in by_clip] in ([1, 1], [2, 1]), [(s.start_ms, s.end_ms, s.text) for s in sentences]
     first_lock = next(i for i, m in enumerate(result.messages) if isinstance(m, Caption) and m.sentences)
     partials_before = [m.partial for m in result.messages[:first_lock] if isinstance(m, Caption) and m.partial]
     assert partials_before, "no partial text was shown before the first sentence locked"
@@ -110,8 +110,8 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
         assert errors / n < 0.2
         assert all(s.spk is not None for s in said)
     # Times are session milliseconds around the real speech.
-    assert 300 <= by_clip[0][0].start <= 1200 and by_clip[0][-1].end <= 12_600
-    assert by_clip[1][0].start >= 14_000
+    assert 300 <= by_clip[0][0].start_ms <= 1200 and by_clip[0][-1].end_ms <= 12_600
+    assert by_clip[1][0].start_ms >= 14_000
 
 
 async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(engine: CaptionEngine) -> None:
@@ -134,8 +134,8 @@ async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(eng
     # The labels a viewer saw live: as they locked, with any correction right after a lock (a relabel at stop may
     # correct them later).
     sentences = result.sentences(live=True)
-    assert len({s.spk for s in sentences}) == 2, [(s.spk, s.start, s.text) for s in sentences]
-    changes = [(a.spk, b.spk, b.start) for a, b in itertools.pairwise(sentences) if a.spk != b.spk]
+    assert len({s.spk for s in sentences}) == 2, [(s.spk, s.start_ms, s.text) for s in sentences]
+    changes = [(a.spk, b.spk, b.start_ms) for a, b in itertools.pairwise(sentences) if a.spk != b.spk]
     for true_start in starts_ms[1:]:
         assert any(abs(start - true_start) <= 1000 for _, _, start in changes), (true_start, changes)
     assert len(changes) == len(starts_ms) - 1, changes

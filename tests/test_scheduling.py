@@ -113,7 +113,7 @@ async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
     finally:
         await engine.close()
     [sentence] = result.sentences()
-    speech_end = began + sentence.end / 1000
+    speech_end = began + sentence.end_ms / 1000
     restarted = [t for event, rid, _, t in fake.log if event == "cancel" and "-p" in rid and t > speech_end]
     assert restarted and restarted[0] < speech_end + 1.0, (restarted, speech_end)
     whole = [t for event, rid, _, t in fake.log if event == "start" and "-p" in rid and t > speech_end]
@@ -121,7 +121,7 @@ async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
     assert not [rid for rid, _, _ in fake.started if "-f" in rid]  # and it was the final
     lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
                    if isinstance(m, Caption) and m.sentences)
-    assert lock_at < sentence.end / 1000 + 2.0 + 0.5  # the balanced preset's 2 s pause, then at once
+    assert lock_at < sentence.end_ms / 1000 + 2.0 + 0.5  # the balanced preset's 2 s pause, then at once
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
     assert [s.text for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
     lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
                    if isinstance(m, Caption) and m.sentences)
-    speech_end_s = result.sentences()[0].end / 1000
+    speech_end_s = result.sentences()[0].end_ms / 1000
     assert lock_at < speech_end_s + 2.0 + 1.0  # the balanced preset's 2 s pause, and no 4 s final decode
 
 

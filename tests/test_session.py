@@ -237,7 +237,7 @@ async def test_session_locks_each_voice_as_a_sentence_with_its_times_and_partial
     assert [s.id for s in sentences] == [0, 1], sentences
     for s, (a, b) in zip(sentences, info["speech"], strict=True):
         # Times are the scripted speech, to the VAD's window (32 ms) at each end.
-        assert abs(s.start - a * 1000 / SAMPLE_RATE) <= 64 and abs(s.end - b * 1000 / SAMPLE_RATE) <= 64, s
+        assert abs(s.start_ms - a * 1000 / SAMPLE_RATE) <= 64 and abs(s.end_ms - b * 1000 / SAMPLE_RATE) <= 64, s
         # The fake recognizer says which audio it decoded. All of the pre-roll: the audio before the onset was kept
         # while the onset's windows came in (it reaches back from the onset's window, not from the newest window).
         # And all of the speech, to its last window.
@@ -303,7 +303,7 @@ async def test_session_reports_audio_decodes_first_text_and_lock_to_its_observer
     assert all(first <= t <= first + 0.5 for t in seen.first_text_s), seen.first_text_s
     # A sentence locks once the endpoint's pause for its length has passed (its final decode reused a partial).
     for s, lock in zip(sentences, seen.lock_s, strict=True):
-        pause = EngineConfig().endpoint.silence_for(s.end - s.start) / 1000
+        pause = EngineConfig().endpoint.silence_for(s.end_ms - s.start_ms) / 1000
         assert pause - 0.1 <= lock <= pause + 0.3, (lock, pause)
 
 
@@ -319,7 +319,7 @@ async def test_a_sentence_whose_text_ends_one_locks_after_a_short_pause_and_one_
         for s, (_a, b), lock in zip(sentences, info["speech"], seen.lock_s, strict=True):
             # All of the speech is in the sentence however early it locks.
             assert int(s.text.split()[5].rstrip(".")) + float(s.text.split()[2]) * SAMPLE_RATE >= b - WINDOW, s
-            pause = waits(s.end - s.start) / 1000
+            pause = waits(s.end_ms - s.start_ms) / 1000
             assert pause - 0.1 <= lock <= pause + 0.3, (ending, lock, pause)
 
 
@@ -449,7 +449,7 @@ async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_
     sentences = _labelled(messages)
     assert [s.spk for s in sentences] == [0, 1], sentences
     a_end_ms, b_start_ms = speech[0][1] * 1000 // SAMPLE_RATE, speech[1][0] * 1000 // SAMPLE_RATE
-    assert abs(sentences[0].end - a_end_ms) <= 64 and abs(sentences[1].start - b_start_ms) <= 64, sentences
+    assert abs(sentences[0].end_ms - a_end_ms) <= 64 and abs(sentences[1].start_ms - b_start_ms) <= 64, sentences
     # Each side was decoded on its own audio (the fake recognizer says how much it heard: its speech, the pre- and
     # post-roll and its half of the pause), none of the other's: no word twice.
     heard = [float(s.text.split()[2]) for s in sentences]
@@ -504,10 +504,10 @@ async def test_two_halves_of_a_cut_that_the_guard_drops_are_decoded_again_as_one
     [sentence] = _sentences(messages)
     # One sentence over both voices' speech, decoded from all of it (both clips and the pause between them).
     start_ms, end_ms = (speech[0][0] * 1000 // SAMPLE_RATE, speech[1][1] * 1000 // SAMPLE_RATE)
-    assert abs(sentence.start - start_ms) <= 64 and abs(sentence.end - end_ms) <= 400, sentence
+    assert abs(sentence.start_ms - start_ms) <= 64 and abs(sentence.end_ms - end_ms) <= 400, sentence
     heard = float(sentence.text.split()[2])
     assert heard >= (a.size + b.size) / SAMPLE_RATE, sentence.text
-    assert sentence.words and sentence.words[0].start_ms >= sentence.start - 64, sentence.words[:2]
+    assert sentence.words and sentence.words[0].start_ms >= sentence.start_ms - 64, sentence.words[:2]
 
 
 @pytest.mark.asyncio

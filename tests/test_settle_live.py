@@ -36,7 +36,8 @@ def lock_after_speech_s(result: StreamResult, end_s: float) -> float:
     """Seconds from when the audio at ``end_s`` (session time) was fed to when a sentence covering it locked."""
     fed = result.fed_at_s[min(len(result.fed_at_s) - 1, int(end_s * SAMPLE_RATE) // CHUNK_SAMPLES)]
     for m, at in zip(result.messages, result.arrivals_s, strict=True):
-        if isinstance(m, Caption) and any(s.start / 1000 < end_s and s.end / 1000 > end_s - 1.0 for s in m.sentences):
+        if isinstance(m, Caption) and any(s.start_ms / 1000 < end_s and s.end_ms / 1000 > end_s - 1.0
+                                          for s in m.sentences):
             return at - fed
     raise AssertionError(f"no sentence locked around {end_s:.2f} s")
 

@@ -199,6 +199,6 @@ async def test_campplus_in_the_live_engine_gives_two_alternating_readers_two_lab
         await service.close()
     sentences = result.sentences(live=True)
     labels = [s.spk for s in sentences]
-    assert len(set(labels)) == 2, [(s.spk, s.start, s.text) for s in sentences]
+    assert len(set(labels)) == 2, [(s.spk, s.start_ms, s.text) for s in sentences]
     runs = [label for label, _ in itertools.groupby(labels)]
-    assert len(runs) == len(turns), [(s.spk, s.start, s.text) for s in sentences]
+    assert len(runs) == len(turns), [(s.spk, s.start_ms, s.text) for s in sentences]

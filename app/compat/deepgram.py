@@ -288,13 +288,13 @@ class DeepgramStream:
             await self.send(dg.error(msg.message, variant="ServerError"))
 
     async def final(self, s: protocol.Sentence) -> None:
-        words = list(s.words) or dg.estimate_words(s.text, s.start, s.end)
+        words = list(s.words) or dg.estimate_words(s.text, s.start_ms, s.end_ms)
         upto = self._finalize_upto_ms
-        from_finalize = upto is not None and s.end <= upto
+        from_finalize = upto is not None and s.end_ms <= upto
         if upto is not None and not from_finalize:
             self._finalize_upto_ms = None
         start = self._tiling.end_ms
-        end = max(s.end, start)
+        end = max(s.end_ms, start)
         conf = dg.confidence(s)
         await self.send(dg.results(self.request_id, self.model, words, start_ms=start, end_ms=end, is_final=True,
                                    speech_final=self._speech_final(s), from_finalize=from_finalize, conf=conf,
@@ -318,7 +318,7 @@ class DeepgramStream:
         if self.params.endpointing_ms is None:
             return False
         speaking = self.watch.speaking
-        return speaking is None or speaking.speech_ms - s.end > _GOES_ON_MS
+        return speaking is None or speaking.speech_ms - s.end_ms > _GOES_ON_MS
 
     async def interim(self, c: protocol.Caption) -> None:
         if not self.params.interim_results or not c.partial or c.partial == self._last_interim:

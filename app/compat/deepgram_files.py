@@ -168,7 +168,7 @@ def answer(result: FileTranscript, params: ListenParams, request_id: str, model:
 
 def _utterance(s: protocol.Sentence, params: ListenParams) -> dict[str, Any]:
     conf = dg.confidence(s)
-    return {"start": s.start / 1000, "end": s.end / 1000, "confidence": conf, "channel": 0,
+    return {"start": s.start_ms / 1000, "end": s.end_ms / 1000, "confidence": conf, "channel": 0,
             "transcript": dg.transcript(s.words, params.formatted), "speaker": s.spk if s.spk is not None else 0,
             "id": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{s.id}")),
             "words": [dg.word_entry(w, c, _speaker(s, params))

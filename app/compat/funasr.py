@@ -173,7 +173,7 @@ class FunasrStream:
         stamps = [[w.start_ms, w.end_ms] for w in s.words]
         await self.send("2pass-offline", (" " if self.offline_sent else "") + s.text,
                         timestamp=json.dumps(stamps),
-                        stamp_sents=[{"text_seg": s.text, "punc": "", "start": s.start, "end": s.end,
+                        stamp_sents=[{"text_seg": s.text, "punc": "", "start": s.start_ms, "end": s.end_ms,
                                       "ts_list": stamps}],
                         spk=s.spk)
         self.offline_sent += 1

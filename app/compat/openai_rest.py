@@ -289,7 +289,7 @@ def _usage(result: FileTranscript) -> dict[str, Any]:
 
 
 def _records(sentences: list[protocol.Sentence]) -> list[SentenceRecord]:
-    return [SentenceRecord(s.id, "", s.text, s.start, s.end, s.spk, s.words) for s in sentences]
+    return [SentenceRecord(s.id, "", s.text, s.start_ms, s.end_ms, s.spk, s.words) for s in sentences]
 
 
 def _letter(spk: int | None) -> str:
@@ -334,7 +334,7 @@ def _answer(form: TranscriptionForm, result: FileTranscript) -> web.Response:
 
 
 def _verbose_segment(i: int, s: protocol.Sentence, temperature: float) -> dict[str, Any]:
-    return {"id": i, "seek": s.start // 10, "start": s.start / 1000, "end": s.end / 1000, "text": " " + s.text,
+    return {"id": i, "seek": s.start_ms // 10, "start": s.start_ms / 1000, "end": s.end_ms / 1000, "text": " " + s.text,
             "tokens": [], "temperature": temperature,
             "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
             "compression_ratio": _compression_ratio(s.text),
@@ -343,7 +343,7 @@ def _verbose_segment(i: int, s: protocol.Sentence, temperature: float) -> dict[s
 
 
 def _diarized_segment(s: protocol.Sentence) -> dict[str, Any]:
-    return {"type": "transcript.text.segment", "id": f"seg_{s.id}", "start": s.start / 1000, "end": s.end / 1000,
+    return {"type": "transcript.text.segment", "id": f"seg_{s.id}", "start": s.start_ms / 1000, "end": s.end_ms / 1000,
             "text": s.text, "speaker": _letter(s.spk)}
 
 

@@ -344,22 +344,22 @@ class RealtimeStream:
     async def sentence(self, s: protocol.Sentence) -> None:
         """A locked sentence: its item's last delta, and in server VAD mode its ``completed``."""
         rest = self.online.locked(s.text)
-        if s.end <= self._discard_upto_ms:
+        if s.end_ms <= self._discard_upto_ms:
             return  # cleared by the client
         if not self.config.server_vad:
-            item = self._awaiting[0] if self._awaiting and s.end <= (self._awaiting[0].end_ms or 0) else None
+            item = self._awaiting[0] if self._awaiting and s.end_ms <= (self._awaiting[0].end_ms or 0) else None
             item = item or self._open_item()
             await self._delta(item, rest)
             item.texts.append(s.text)
             item.logprobs += word_logprobs(s)
-            item.stop_ms = max(item.stop_ms, s.end)
+            item.stop_ms = max(item.stop_ms, s.end_ms)
             return
-        item = next((i for i in self._awaiting if i.speech_ms == s.start), None)
+        item = next((i for i in self._awaiting if i.speech_ms == s.start_ms), None)
         if item is None:
-            current = self._current if self._current is not None and self._current.speech_ms == s.start else None
+            current = self._current if self._current is not None and self._current.speech_ms == s.start_ms else None
             if current is None:  # a segment that opened and closed between two looks
-                current = await self._speech_started(SpeechStarted(-1, max(0, s.start - 300), s.start))
-            await self._speech_stopped(current, s.end)
+                current = await self._speech_started(SpeechStarted(-1, max(0, s.start_ms - 300), s.start_ms))
+            await self._speech_stopped(current, s.end_ms)
             item = current
         for earlier in list(self._awaiting):  # segments before it that locked no sentence (noise)
             if earlier is item:
@@ -368,7 +368,7 @@ class RealtimeStream:
         await self._delta(item, rest)
         item.texts.append(s.text)
         item.logprobs += word_logprobs(s)
-        item.stop_ms = s.end
+        item.stop_ms = s.end_ms
         await self._complete(item)
 
     async def finish_items(self) -> None:

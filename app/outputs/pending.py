@@ -80,7 +80,7 @@ class PendingCaptions:
         changed = self._voice is not None and self._voice != (s.session, s.spk)
         if voice:
             self._voice = (s.session, s.spk)
-        return OutgoingCaption(seq, s.id, s.text, self.created_ms + s.start, self.created_ms + s.end, s.spk,
+        return OutgoingCaption(seq, s.id, s.text, self.created_ms + s.start_ms, self.created_ms + s.end_ms, s.spk,
                                self.speaker_name(s.spk, names) if s.spk is not None else None, changed)
 
     def _correct(self, correction: Correction, names: Mapping[int, str]) -> None:
@@ -90,8 +90,8 @@ class PendingCaptions:
         for s in correction.sentences:
             if s.id in where:
                 old = items[where[s.id]].caption
-                new = dataclasses.replace(old, text=s.text, start_wall_ms=self.created_ms + s.start,
-                                          end_wall_ms=self.created_ms + s.end, spk=s.spk,
+                new = dataclasses.replace(old, text=s.text, start_wall_ms=self.created_ms + s.start_ms,
+                                          end_wall_ms=self.created_ms + s.end_ms, spk=s.spk,
                                           speaker=self.speaker_name(s.spk, names) if s.spk is not None else None)
                 items[where[s.id]] = dataclasses.replace(items[where[s.id]], caption=new)
             elif s.id > self._newest_id:  # a split's new part: it follows its first part if that still waits

@@ -84,8 +84,9 @@ class RoomPublisher:
             return
         mine = [s for s in correction.sentences if s.session == self.session_id]
         sentences = tuple(dataclasses.replace(
-            s, id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id), start=max(0, s.start - self.offset_ms),
-            end=max(0, s.end - self.offset_ms), session=None, words=tuple(w.shifted(-self.offset_ms) for w in s.words))
+            s, id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id), start_ms=max(0, s.start_ms - self.offset_ms),
+            end_ms=max(0, s.end_ms - self.offset_ms), session=None,
+            words=tuple(w.shifted(-self.offset_ms) for w in s.words))
             for s in mine)
         deleted = tuple(self._session_ids[i] for i in correction.deleted if i in self._session_ids)
         if sentences or deleted or correction.names:
@@ -128,8 +129,8 @@ class RoomPublisher:
     def _respelt(self, s: Sentence) -> SentenceRecord:
         """Locked sentence ``s`` on the room's timeline, spelt by the room's vocabulary (words re-timed as an editor's
         correction's are)."""
-        record = SentenceRecord(-1, self.session_id, s.text, s.start + self.offset_ms, s.end + self.offset_ms, s.spk,
-                                tuple(w.shifted(self.offset_ms) for w in s.words))
+        record = SentenceRecord(-1, self.session_id, s.text, s.start_ms + self.offset_ms, s.end_ms + self.offset_ms,
+                                s.spk, tuple(w.shifted(self.offset_ms) for w in s.words))
         text = self.room.corrector.apply(s.text)
         return record if text == s.text else corrected(record, text, s.spk)
 

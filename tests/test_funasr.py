@@ -104,22 +104,33 @@ def test_first_message_and_online_text_rules() -> None:
     assert online.partial("next one", 0) == [] and online.partial("next one two", 2) == ["next", "one"]
 
 
-async def test_funasr_client_in_every_mode(fake_engine: CaptionEngine) -> None:
+def first_sentence(folder: Path) -> Path:
+    """The clip's first sentence ("And so, my fellow Americans", then a second of its pause) as a WAV file in
+    ``folder``: a 3 s file, so that the stream at real time costs 3 s, not the clip's 11."""
+    path = folder / f"{CLIP}_first_sentence.wav"
+    with wave.open(str(wav_path(CLIP)), "rb") as src, wave.open(str(path), "wb") as dst:
+        dst.setparams(src.getparams())
+        dst.writeframes(src.readframes(3 * src.getframerate()))
+    return path
+
+
+async def test_funasr_client_in_every_mode(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     port = free_port()
+    wav = first_sentence(tmp_path)
     async with running_server(fake_engine, funasr_port=port) as (url, _app):
         uri = f"ws://127.0.0.1:{port}/"  # where FunASR's own server listens: the client connects unchanged
-        offline = await funasr_cli(uri, wav_path(CLIP), "offline")
+        offline = await funasr_cli(uri, wav, "offline")
         assert offline["mode"] == "2pass-offline" and offline["text"].startswith("audio of")
-        assert offline["wav_name"] == wav_path(CLIP).name
+        assert offline["wav_name"] == wav.name
         stamps = offline["timestamp"]
         assert len(stamps) == len(offline["text"].split()) and all(a <= b for a, b in stamps)
 
-        two = await funasr_messages(f"ws{url[4:]}/funasr", wav_path(CLIP), "2pass", real_time=True)
+        two = await funasr_messages(f"ws{url[4:]}/funasr", wav, "2pass", real_time=True)
         modes = [m["mode"] for m in two]
         assert "2pass-online" in modes and "2pass-offline" in modes and two[-1]["is_final"], modes
         assert sum(m["is_final"] for m in two) == 1
 
-        online = await funasr_messages(uri, wav_path(CLIP), "online")
+        online = await funasr_messages(uri, wav, "online")
         assert {m["mode"] for m in online} == {"2pass-online"} and online[-1]["is_final"]
         text = "".join(m["text"] for m in online)
         assert text == offline["text"], "the online words add up to the sentence once it locks"

@@ -96,13 +96,15 @@ async def feed_raw(ws: RawWebSocket, kind: str) -> None:
 
 async def flood(ws: RawWebSocket, timeout_s: float = 30.0) -> float:
     """Messages that each get an answer (tiny: "x"), in bursts, until the server stops taking them (its window to
-    this client shut); returns when that happened (``time.monotonic``)."""
+    this client shut and stayed shut for a second: a server that is only behind reads on and opens it again);
+    returns when it shut (``time.monotonic``)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        for _ in range(2000):
-            ws.text("x")
+        ws.texts("x", 2000)
         if not await ws.flush(0.2):
-            return time.monotonic()
+            shut_at = time.monotonic() - 0.2
+            if not await ws.flush(1.0):
+                return shut_at
         await asyncio.sleep(0)  # the server is in this process: let it run
     raise AssertionError(f"the server read every message for {timeout_s} s")
 

@@ -19,6 +19,7 @@ from tests.servers import running_server
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # real-time speech after seconds of refusals: about 10 s on an idle machine, fake recognizer
 async def test_the_page_waits_while_the_server_is_full_then_goes_live_by_itself(fake_engine: CaptionEngine,
                                                                                   tmp_path: Path) -> None:
     # The microphone plays from the moment the page asks for it: the speech comes after the seconds the page waits

@@ -184,7 +184,7 @@ async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
     from engine.asr.fake import FakeTranscriber
     from engine.config import EngineConfig
 
-    slow = FakeTranscriber(delay_s=1.0)
+    slow = FakeTranscriber(delay_s=0.5)  # the client's timeout below is two and a half decodes
     engine = CaptionEngine(EngineConfig(speakers=False), transcriber=slow)
     await engine.start()
     long = tmp_path / "long.flac"
@@ -195,7 +195,7 @@ async def test_a_client_that_hangs_up_abandons_its_file(tmp_path: Path) -> None:
                 slow.finished.clear()
                 slow.cancelled.clear()
                 started = len(slow.started)
-                async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=2.5) as api:
+                async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0, timeout=1.25) as api:
                     with long.open("rb") as f:
                         if stream:
                             events = await api.audio.transcriptions.create(model="m", file=f, stream=True)

@@ -46,9 +46,10 @@ async def get(url: str) -> tuple[int, str]:
 
 
 async def publish(url: str, room: str) -> CaptionClient:
-    """Stream a clip into ``room`` to its end, stop, and return the publisher's client. (The stop locks the open
-    sentence: no need to stream the long pause that would lock it by itself.)"""
-    client = CaptionClient(url, pad(audio(CLIP), 0.3, 1.0))
+    """Stream the first 2 s of a clip (1.6 s of speech: partials, then a sentence) into ``room``, stop, and return the
+    publisher's client. (The stop locks the open sentence: no need to stream the long pause that would lock it by
+    itself.)"""
+    client = CaptionClient(url, pad(audio(CLIP)[:2 * 16000], 0.3, 1.0))
     await client.connect(offer={"room": room, "token": TOKEN})
     await client.until_played()
     await client.stop()

@@ -21,6 +21,10 @@ from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 
+# The first 2 s of a read sentence (1.6 s of speech): enough for partials and a sentence from the named fake, at
+# real time, where the whole clip's 3.3 s would only make the test wait.
+SPEECH_2_S = audio("ls_1988-24833-0000")[:2 * 16000]
+
 
 async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as http, http.post(f"{url}/offer", data=data,
@@ -60,7 +64,7 @@ async def test_offer_while_the_model_loads_is_503_loading() -> None:
 
 async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, max_sessions=1) as (url, _):
-        first = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
+        first = CaptionClient(url, pad(SPEECH_2_S, 0.3, 1.0))
         await first.connect()
         second = CaptionClient(url, audio("ls_1988-24833-0000"))
         with pytest.raises(RuntimeError, match=r"503.*busy"):
@@ -74,7 +78,7 @@ async def test_session_cap_says_busy_and_others_are_unaffected(fake_engine: Capt
 
 async def test_bad_channel_messages_get_errors_and_the_session_goes_on(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, _):
-        client = CaptionClient(url, pad(audio("ls_1988-24833-0000"), 0.3, 1.0))
+        client = CaptionClient(url, pad(SPEECH_2_S, 0.3, 1.0))
         await client.connect()
         client.send("{oops")
         client.send(json.dumps({"type": "dance"}))

@@ -223,7 +223,7 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
         status, body = await post_json(f"{url}/rooms", {"title": "x" * 200})
         assert status == 503 and body["error"]["code"] == "storage", body
         async with SseReader(f"{url}/rooms/{room}/events") as viewer:
-            client = CaptionClient(url, pad(audio(CLIP), 0.3, 8.0))
+            client = CaptionClient(url, pad(audio(CLIP)[:2 * 16000], 0.3, 8.0))  # 1.6 s of speech, then a pause
             await client.connect(offer={"room": room})
             await viewer.wait_for(lambda r: len(r.sentences()) >= 1, timeout_s=30)
             assert any(m["type"] == "storage" and m["saving"] is False for m in client.messages)

@@ -176,57 +176,63 @@ class ServerMetrics(EngineObserver):
         self._output_errors.labels(kind).inc()
 
 
+def _gauge(name: str, doc: str, *labels: str) -> Callable[[], GaugeMetricFamily]:
+    """What makes the gauge family ``live_captions_<name>`` (a ``_Families`` field: a new one each scrape)."""
+    return lambda: GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels) or None)
+
+
+def _counter(name: str, doc: str, *labels: str) -> Callable[[], CounterMetricFamily]:
+    """What makes the counter family ``live_captions_<name>`` (a ``_Families`` field: a new one each scrape)."""
+    return lambda: CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels) or None)
+
+
 @dataclass
 class _Families:
     """One scrape's families of ``_LiveState``, empty until filled."""
 
-    sessions: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_sessions_active", "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR "
-        "WebSocket) or file (an upload being transcribed)", labels=["kind"]))
-    viewers: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_room_viewers", "Room viewers connected now (event streams)"))
-    rooms: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_rooms_in_memory", "Rooms held in memory now (in use, or idle for less than the idle time)"))
-    unsaved: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_room_events_unsaved", "Room events kept in memory because the transcript store refused them "
-        "(written when it recovers)"))
-    dropped: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
-        f"{PREFIX}_room_viewers_dropped", "Room viewers cut off for falling too far behind"))
-    corrections: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
-        f"{PREFIX}_room_corrections", "Editors' corrections committed (edits, deletions, splits, speaker names)"))
-    held: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_room_events_held", "Room events waiting for their room's hold-back delay before its audience "
-        "gets them"))
-    requests: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority",
-        labels=["priority"]))
-    state: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), "
-        "0 for the others", labels=["state"]))
-    capacity: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_capacity_sessions", "Live sessions the server estimates it holds on time (a warm-up measurement, "
-        "then the measured decode load); source: warm-up or measured", labels=["source"]))
-    limit: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_max_sessions", "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or "
-        "the operator's number"))
-    headroom: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_capacity_headroom_sessions", "Live sessions the server would still let in now (0 while its "
-        "finals run late)"))
-    busy: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)"))
-    late: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_finals_late_seconds", "How late finals run: p90 of the last 30 s of lock lag (close to lock); "
-        "past the capacity's bound (1 s by default), with several sessions on a busy recognizer, new live sessions "
-        "are refused"))
-    refused: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
-        f"{PREFIX}_sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the "
-        "server's capacity), limit (--max-sessions), shutting_down", labels=["reason"]))
-    outputs: GaugeMetricFamily = field(default_factory=lambda: GaugeMetricFamily(
-        f"{PREFIX}_room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: "
-        "connected, sending, retrying, failed, stopped", labels=["kind", "state"]))
-    store_errors: CounterMetricFamily = field(default_factory=lambda: CounterMetricFamily(
-        f"{PREFIX}_store_errors", "Transcript store operations that failed (a full or unwritable disk); room events "
-        "are kept in memory and retried meanwhile"))
+    sessions: GaugeMetricFamily = field(default_factory=_gauge(
+        "sessions_active", "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR WebSocket) or file "
+        "(an upload being transcribed)", "kind"))
+    viewers: GaugeMetricFamily = field(default_factory=_gauge(
+        "room_viewers", "Room viewers connected now (event streams)"))
+    rooms: GaugeMetricFamily = field(default_factory=_gauge(
+        "rooms_in_memory", "Rooms held in memory now (in use, or idle for less than the idle time)"))
+    unsaved: GaugeMetricFamily = field(default_factory=_gauge(
+        "room_events_unsaved", "Room events kept in memory because the transcript store refused them (written when it "
+        "recovers)"))
+    dropped: CounterMetricFamily = field(default_factory=_counter(
+        "room_viewers_dropped", "Room viewers cut off for falling too far behind"))
+    corrections: CounterMetricFamily = field(default_factory=_counter(
+        "room_corrections", "Editors' corrections committed (edits, deletions, splits, speaker names)"))
+    held: GaugeMetricFamily = field(default_factory=_gauge(
+        "room_events_held", "Room events waiting for their room's hold-back delay before its audience gets them"))
+    requests: GaugeMetricFamily = field(default_factory=_gauge(
+        "recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority", "priority"))
+    state: GaugeMetricFamily = field(default_factory=_gauge(
+        "engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), 0 for the "
+        "others", "state"))
+    capacity: GaugeMetricFamily = field(default_factory=_gauge(
+        "capacity_sessions", "Live sessions the server estimates it holds on time (a warm-up measurement, then the "
+        "measured decode load); source: warm-up or measured", "source"))
+    limit: GaugeMetricFamily = field(default_factory=_gauge(
+        "max_sessions", "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or the "
+        "operator's number"))
+    headroom: GaugeMetricFamily = field(default_factory=_gauge(
+        "capacity_headroom_sessions", "Live sessions the server would still let in now (0 while its finals run late)"))
+    busy: GaugeMetricFamily = field(default_factory=_gauge(
+        "recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)"))
+    late: GaugeMetricFamily = field(default_factory=_gauge(
+        "finals_late_seconds", "How late finals run: p90 of the last 30 s of lock lag (close to lock); past the "
+        "capacity's bound (1 s by default), with several sessions on a busy recognizer, new live sessions are refused"))
+    refused: CounterMetricFamily = field(default_factory=_counter(
+        "sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the server's "
+        "capacity), limit (--max-sessions), shutting_down", "reason"))
+    outputs: GaugeMetricFamily = field(default_factory=_gauge(
+        "room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: connected, sending, "
+        "retrying, failed, stopped", "kind", "state"))
+    store_errors: CounterMetricFamily = field(default_factory=_counter(
+        "store_errors", "Transcript store operations that failed (a full or unwritable disk); room events are kept in "
+        "memory and retried meanwhile"))
 
     def all(self) -> Iterator[Metric]:
         return iter([getattr(self, f.name) for f in fields(self)])

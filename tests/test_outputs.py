@@ -459,6 +459,10 @@ async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[st
                     delays[name].append(reader.arrived[newest] - locked_at)
                 await asyncio.sleep(0.05)
         listed = await outputs(url, dead_room["room"], dead_room["editor_token"])
+        for output in listed:  # (left in place, they would hold the server's stop for its whole grace)
+            deleted = await call("DELETE", f"{url}/rooms/{dead_room['room']}/outputs/{output['id']}",
+                                 dead_room["editor_token"])
+            assert deleted[0] == 200
     assert {o["state"] for o in listed} <= {"retrying", "sending"} and all(o["behind"] >= 10 for o in listed)
     assert all(o["sent"] == 0 for o in listed)
     # Generous: each arrival is milliseconds; what is ruled out is the room waiting for a 10 s post or a backoff.

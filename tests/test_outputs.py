@@ -405,7 +405,7 @@ async def test_a_failing_destination_gets_every_caption_once_after_it_recovers(
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
-        youtube.fail(3)
+        youtube.fail(2)  # two retries, 0.5 s then 1 s later (the backoff doubles)
         first = await lock(app, room, "The first caption meets a failing server.")
         await until(lambda: youtube.attempts >= 1, what="the first attempt")
         await asyncio.sleep(0.2)
@@ -414,12 +414,12 @@ async def test_a_failing_destination_gets_every_caption_once_after_it_recovers(
         assert listed["behind"] == 1
         later = await lock(app, room, "A second one waits behind it.", start_ms=4000)
         await until(lambda: len(youtube.posts) == 2, timeout_s=15, what="both after the recovery")
-        assert youtube.attempts == 5 and not youtube.refused and youtube.repeats == 0
+        assert youtube.attempts == 4 and not youtube.refused and youtube.repeats == 0
         assert [(p.seq, p.text) for p in youtube.posts] == [(1, first[0].text), (2, later[0].text)]
         [listed] = await outputs(url, room, editor)
         assert listed["state"] == "connected" and listed["last_error"] is None and listed["sent"] == 2
         metrics = (await call("GET", f"{url}/metrics", TOKEN))[1]["text"]
-        assert 'live_captions_output_send_errors_total{kind="youtube"} 3.0' in metrics
+        assert 'live_captions_output_send_errors_total{kind="youtube"} 2.0' in metrics
 
 
 async def test_a_refused_url_stops_the_output_with_the_error(server: tuple[str, web.Application]) -> None:

@@ -222,35 +222,45 @@ async def read_until(ws: aiohttp.ClientWebSocketResponse, done: Callable[[dict[s
 async def test_streams_without_audio_and_streams_past_their_length_are_closed(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, stream_idle_s=1.0, stream_max_s=2.0) as (url, _app), \
             aiohttp.ClientSession() as http:
-        # Deepgram: KeepAlive every 0.2 s keeps the protocol's own 10 s limit away, not the server's idle limit.
-        async with http.ws_connect("ws" + url[4:] + DEEPGRAM) as ws:
-            t0 = time.monotonic()
-            while not ws.closed and time.monotonic() - t0 < 5:
-                await ws.send_str(json.dumps({"type": "KeepAlive"}))
-                with contextlib.suppress(TimeoutError):
-                    await ws.receive(timeout=0.2)
-            assert ws.close_code == 1008 and time.monotonic() - t0 < 5.0  # (the limit is 1 s, looked at every 1 s)
-        # OpenAI: audio all along, but the stream reached its length: session_expired, then a close.
-        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
-            silence = appends(bytes(4800 * 2))
-            got: list[dict[str, Any]] = []
-            t0 = time.monotonic()
-            while not ws.closed and time.monotonic() - t0 < 6:
-                for event in silence:
-                    await ws.send_str(event)
-                with contextlib.suppress(TimeoutError):
-                    msg = await ws.receive(timeout=0.2)
-                    if msg.type is aiohttp.WSMsgType.TEXT:
-                        got.append(json.loads(msg.data))
-            codes = [m["error"]["code"] for m in got if m["type"] == "error"]
-            assert codes == ["session_expired"] and ws.closed, got
-        # FunASR: configured, then nothing: a final message with the reason, and a close.
-        async with http.ws_connect("ws" + url[4:] + "/funasr") as ws:
-            await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000, "is_speaking": True}))
-            last = (await read_until(ws, lambda m: m.get("is_final") is True, timeout_s=5))[-1]
-            assert "no audio" in last["error"], last
-            await ws.receive(timeout=2)
-        assert ws.close_code == 1008
+
+        async def deepgram() -> None:
+            """KeepAlive every 0.2 s keeps the protocol's own 10 s limit away, not the server's idle limit."""
+            async with http.ws_connect("ws" + url[4:] + DEEPGRAM) as ws:
+                t0 = time.monotonic()
+                while not ws.closed and time.monotonic() - t0 < 5:
+                    await ws.send_str(json.dumps({"type": "KeepAlive"}))
+                    with contextlib.suppress(TimeoutError):
+                        await ws.receive(timeout=0.2)
+                assert ws.close_code == 1008 and time.monotonic() - t0 < 5.0  # (the limit is 1 s, looked at every 1 s)
+
+        async def openai() -> None:
+            """Audio all along, but the stream reached its length: session_expired, then a close."""
+            async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
+                silence = appends(bytes(4800 * 2))
+                got: list[dict[str, Any]] = []
+                t0 = time.monotonic()
+                while not ws.closed and time.monotonic() - t0 < 6:
+                    for event in silence:
+                        await ws.send_str(event)
+                    with contextlib.suppress(TimeoutError):
+                        msg = await ws.receive(timeout=0.2)
+                        if msg.type is aiohttp.WSMsgType.TEXT:
+                            got.append(json.loads(msg.data))
+                codes = [m["error"]["code"] for m in got if m["type"] == "error"]
+                assert codes == ["session_expired"] and ws.closed, got
+
+        async def funasr() -> None:
+            """Configured, then nothing: a final message with the reason, and a close."""
+            async with http.ws_connect("ws" + url[4:] + "/funasr") as ws:
+                await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000,
+                                              "is_speaking": True}))
+                last = (await read_until(ws, lambda m: m.get("is_final") is True, timeout_s=5))[-1]
+                assert "no audio" in last["error"], last
+                await ws.receive(timeout=2)
+            assert ws.close_code == 1008
+
+        # The three streams at once: each limit is the stream's own, and the test waits them out once, not thrice.
+        await asyncio.gather(deepgram(), openai(), funasr())
 
 
 async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(fake_engine: CaptionEngine,

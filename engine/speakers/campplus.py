@@ -31,7 +31,7 @@ import numpy as np
 from engine.audio.pcm import warmup_tone
 from engine.errors import ModelError
 from engine.speakers.fbank import kaldi_fbank, num_frames
-from engine.speakers.pooling import segment_embeddings
+from engine.speakers.pooling import cut_windows, segment_embeddings
 
 SAMPLE_RATE_HZ = 16000
 EMBEDDING_DIM = 192
@@ -94,12 +94,7 @@ class CamppEmbedder:
         """
         if not segments:
             return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
-        windows: list[np.ndarray] = []
-        owners: list[int] = []
-        for index, samples in enumerate(segments):
-            cut = _windows(np.asarray(samples, dtype=np.float32), self._window)
-            windows.extend(cut)
-            owners.extend([index] * len(cut))
+        windows, owners = cut_windows(segments, lambda samples: _windows(samples, self._window))
         feats = kaldi_fbank(np.stack(windows))
         feats -= feats.mean(axis=1, keepdims=True)
         with self._lock:

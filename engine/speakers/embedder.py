@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from engine.audio.pcm import warmup_tone
-from engine.speakers.pooling import segment_embeddings
+from engine.speakers.pooling import cut_windows, segment_embeddings
 
 SAMPLE_RATE_HZ = 16000
 EMBEDDING_DIM = 256
@@ -82,12 +82,7 @@ class SpeakerEmbedder:
         """
         if not segments:
             return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
-        mels: list[np.ndarray] = []
-        owners: list[int] = []
-        for index, samples in enumerate(segments):
-            windows = _partial_mels(_normalise_volume(np.asarray(samples, dtype=np.float32)))
-            mels.extend(windows)
-            owners.extend([index] * len(windows))
+        mels, owners = cut_windows(segments, lambda samples: _partial_mels(_normalise_volume(samples)))
         batch = np.stack(mels)
         with self._lock, self._torch.inference_mode():
             partial = np.concatenate([self._encoder(self._torch.from_numpy(chunk)).numpy()[:n]

@@ -5,7 +5,22 @@ windows' unit vectors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+
+
+def cut_windows(segments: list[np.ndarray],
+                cut: Callable[[np.ndarray], list[np.ndarray]]) -> tuple[list[np.ndarray], list[int]]:
+    """The windows of every segment (each segment as float32, cut by ``cut`` into its windows' network inputs), in
+    order, and for each window the index of the segment it was cut from (``segment_embeddings``' ``owners``)."""
+    windows: list[np.ndarray] = []
+    owners: list[int] = []
+    for index, samples in enumerate(segments):
+        cuts = cut(np.asarray(samples, dtype=np.float32))
+        windows.extend(cuts)
+        owners.extend([index] * len(cuts))
+    return windows, owners
 
 
 def segment_embeddings(windows: np.ndarray, owners: list[int], segments: int) -> np.ndarray:

@@ -22,6 +22,11 @@ _library_reads = (
     used.CpuThreads,  # engine/asr/vllm_worker.py: named as vLLM's worker extension by a string (vllm_backend.py)
 )
 
+_chosen_by_value = (  # enum members a flag or an environment variable names by their value, never in code
+    used.AIORTC,  # app/config.py AudioDecoder: --audio-decoder aiortc
+    used.CPU, used.CUDA,  # engine/config.py Device: --device cpu / cuda
+)
+
 _tests_and_benches_read = (
     used.undo,  # app/webrtc/patches.py: tests give aiortc and aioice their own attributes back
     used.loaded,  # app/rooms/registry.py: tests look at a room in memory without loading it

@@ -66,6 +66,8 @@ class CamppEmbedder:
     the network (a few seconds, needs torch and onnx); later ones load the export in well under a second.
     """
 
+    dim = EMBEDDING_DIM  # length of one embedding vector
+
     def __init__(self, window_s: float = 1.5, cache_dir: Path | None = None) -> None:
         import onnxruntime as ort
 
@@ -80,11 +82,6 @@ class CamppEmbedder:
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         self._lock = threading.Lock()
         self.embed([warmup_tone()])
-
-    @property
-    def dim(self) -> int:
-        """Length of one embedding vector."""
-        return EMBEDDING_DIM
 
     def embed(self, segments: list[np.ndarray]) -> np.ndarray:
         """Embed each segment; float32 mono 16 kHz samples in [-1, 1].

@@ -49,6 +49,8 @@ class SpeakerEmbedder:
     more threads. Construction takes a few seconds (weights, then one warm-up batch).
     """
 
+    dim = EMBEDDING_DIM  # length of one embedding vector
+
     def __init__(self) -> None:
         import torch
 
@@ -66,11 +68,6 @@ class SpeakerEmbedder:
         # The first batch sets up the encoder's kernels: pay that now, at start-up, rather than on the first closed
         # segment of the first session.
         self.embed([warmup_tone()])
-
-    @property
-    def dim(self) -> int:
-        """Length of one embedding vector."""
-        return EMBEDDING_DIM
 
     def embed(self, segments: list[np.ndarray]) -> np.ndarray:
         """Embed each segment; float32 mono 16 kHz samples in [-1, 1].

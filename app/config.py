@@ -11,16 +11,21 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from engine import (
-    ENDPOINT_PRESETS,
     SPEAKER_MODEL_NAMES,
+    Device,
+    EndpointPreset,
     EngineConfig,
     TranscriberConfig,
+    WindowMode,
     borrow,
+    member_of,
     normalise_asr_url,
     setting,
+    values_of,
 )
 
 from .settings import SettingsParser, config_from, markdown
@@ -32,7 +37,12 @@ def default_db() -> Path:
 
 
 # ---- ICE servers: what --ice-server and its companions accept -----------------------------------------------------
-TRANSPORT_POLICIES = ("all", "relay")
+class TransportPolicy(StrEnum):
+    """Which ICE candidates the server and the pages use: ``ALL``, or ``RELAY`` (only TURN-relayed ones)."""
+
+    ALL = "all"
+    RELAY = "relay"
+
 
 _URL = re.compile(r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
                   r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
@@ -90,13 +100,13 @@ def check_ice(config: IceConfig) -> None:
     """Raise ``ValueError`` with a clear message when ``config`` cannot work: a bad URL, a TURN URL with neither
     credentials nor ``turn_secret``, an unknown policy, or ``relay`` without any TURN server."""
     parsed = [parse_server_url(url) for url in config.servers]
-    if config.transport_policy not in TRANSPORT_POLICIES:
+    if config.transport_policy not in tuple(TransportPolicy):
         raise ValueError(f"ICE transport policy {config.transport_policy!r}: expected 'all' or 'relay'")
     for server in parsed:
         if server.is_turn and server.username is None and not config.turn_secret:
             raise ValueError(f"TURN server {server.url!r} has no credentials: give turn:user:pass@host:port or "
                              "--turn-secret (the TURN server's static-auth-secret)")
-    if config.transport_policy == "relay" and not any(s.is_turn for s in parsed):
+    if config.transport_policy == TransportPolicy.RELAY and not any(s.is_turn for s in parsed):
         raise ValueError("--ice-transport-policy relay needs a TURN server (--ice-server turn:...)")
     if config.turn_ttl_s <= 0:
         raise ValueError(f"TURN credential lifetime must be positive, got {config.turn_ttl_s} s")
@@ -131,8 +141,9 @@ class IceConfig:
              "time-limited TURN credentials instead of a fixed user:pass")
     # A connection lasts at most this long on relayed candidates; pages then reconnect.
     turn_ttl_s: int = setting(86_400, help="lifetime of the time-limited TURN credentials, in seconds (86400: one day)")
-    transport_policy: str = setting(
-        "all", flag="--ice-transport-policy", choices=TRANSPORT_POLICIES,
+    transport_policy: TransportPolicy = setting(
+        TransportPolicy.ALL, flag="--ice-transport-policy", parse=member_of(TransportPolicy),
+        choices=values_of(TransportPolicy),
         help="'relay': the server and the pages use only TURN-relayed candidates (hides both ends' addresses; needs "
              "a TURN server)")
     udp_ports: tuple[int, int] | None = setting(
@@ -144,11 +155,22 @@ class IceConfig:
         check_ice(self)
 
 
-AUDIO_DECODERS = ("direct", "aiortc")  # see ServerConfig.audio_decoder
+class AudioDecoder(StrEnum):
+    """How a WebRTC stream's Opus becomes the engine's audio: ``DIRECT`` decodes on arrival at 16 kHz mono
+    (app.webrtc.rtp_audio); ``AIORTC`` is aiortc's decoder thread at 48 kHz stereo, then resampled (the old path,
+    kept for comparison and as a fallback)."""
 
-# Who may read ``GET /metrics``: "off" (404), "open" (anyone), "token" (the server's --auth-token when one is set,
-# else anyone).
-METRICS_ACCESS = ("off", "open", "token")
+    DIRECT = "direct"
+    AIORTC = "aiortc"
+
+
+class MetricsAccess(StrEnum):
+    """Who may read ``GET /metrics``: ``OFF`` (404), ``OPEN`` (anyone), ``TOKEN`` (the server's --auth-token when one
+    is set, else anyone)."""
+
+    OFF = "off"
+    OPEN = "open"
+    TOKEN = "token"
 
 
 def _max_sessions(text: str) -> int | None:
@@ -201,15 +223,16 @@ class ServerConfig:
     port: int = setting(8080, env=("LIVE_CAPTIONS_PORT", "PORT"), help="HTTP(S) port")
     model: str | None = borrow(TranscriberConfig, "model")
     language: str | None = borrow(EngineConfig, "default_language")
-    preset: str = setting("balanced", choices=sorted(ENDPOINT_PRESETS),
-                          help="endpointing preset: how long a pause closes a sentence")
+    preset: EndpointPreset = setting(
+        EndpointPreset.BALANCED, parse=member_of(EndpointPreset), choices=values_of(EndpointPreset),
+        help="endpointing preset: how long a pause closes a sentence")
     sentence_pause_ms: int | None = setting(
         None, parse=int, default_text="the preset's",
         help="silence after which a sentence whose text ends one locks (the preset's: 400 ms balanced, 300 ms "
              "low-latency; 0: every sentence waits for the preset's silence schedule)")
-    window: str = borrow(TranscriberConfig, "window")  # encoder window: "fit" (engine.asr.windows) or "stock" (30 s)
+    window: WindowMode = borrow(TranscriberConfig, "window")  # encoder window (engine.asr.windows)
     cpu_threads: int = borrow(TranscriberConfig, "cpu_threads")  # CPU engine threads; 0 = one per core
-    device: str = borrow(TranscriberConfig, "device")
+    device: Device = borrow(TranscriberConfig, "device")
     # `vllm serve` instances to decode on instead of an in-process engine (base URLs, e.g. http://10.0.0.5:8000);
     # the engine's config cannot check them (engine.asr imports it), this flag does
     asr_urls: tuple[str, ...] = borrow(TranscriberConfig, "asr_urls", parse=_asr_url)
@@ -224,10 +247,8 @@ class ServerConfig:
                                    help="PEM certificate: browsers allow the microphone only on HTTPS or localhost")
     tls_key: str | None = setting(None, help="PEM private key for --tls-cert")
     ice: IceConfig = field(default_factory=IceConfig)
-    # "direct": Opus decoded on arrival at 16 kHz mono (app.webrtc.rtp_audio); "aiortc": aiortc's decoder thread at
-    # 48 kHz stereo, then resampled (the old path, kept for comparison and as a fallback)
-    audio_decoder: str = setting(
-        "direct", choices=AUDIO_DECODERS,
+    audio_decoder: AudioDecoder = setting(
+        AudioDecoder.DIRECT, parse=member_of(AudioDecoder), choices=values_of(AudioDecoder),
         help="'direct': decode Opus on arrival straight to 16 kHz mono; 'aiortc': aiortc's decoder thread at 48 kHz "
              "stereo, then resample")
     # Audio per packet asked of senders (a=ptime in the answer; browsers follow it)
@@ -282,8 +303,8 @@ class ServerConfig:
     public_url: str | None = setting(
         None, default_text="the URL the request came to",
         help="base URL phones reach this server at, for the kiosk's QR code, e.g. https://captions.lan:8443")
-    metrics: str = setting(
-        "token", choices=METRICS_ACCESS,
+    metrics: MetricsAccess = setting(
+        MetricsAccess.TOKEN, parse=member_of(MetricsAccess), choices=values_of(MetricsAccess),
         help="GET /metrics (Prometheus): 'token' needs --auth-token as a bearer token when one is set, else is open "
              "like 'open'; 'off' answers 404")
     # Not flags: set in code.
@@ -296,14 +317,14 @@ class ServerConfig:
     exit_on_engine_failure: bool = False
 
     def __post_init__(self) -> None:
-        if self.audio_decoder not in AUDIO_DECODERS:
-            raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {self.audio_decoder!r}")
+        if self.audio_decoder not in tuple(AudioDecoder):
+            raise ValueError(f"audio decoder must be one of {', '.join(AudioDecoder)}, got {self.audio_decoder!r}")
         if self.ptime_ms not in (0, 10, 20, 40, 60):
             raise ValueError(f"ptime must be 0 (sender's choice), 10, 20, 40 or 60 ms, got {self.ptime_ms}")
         if self.send_timeout_s <= 0 or self.stream_idle_s < 0 or self.stream_max_s < 0:
             raise ValueError("the send timeout must be over 0 s, the stream idle and length limits 0 (none) or more")
-        if self.metrics not in METRICS_ACCESS:
-            raise ValueError(f"metrics access must be one of {', '.join(METRICS_ACCESS)}, got {self.metrics!r}")
+        if self.metrics not in tuple(MetricsAccess):
+            raise ValueError(f"metrics access must be one of {', '.join(MetricsAccess)}, got {self.metrics!r}")
 
 
 EXIT_ENGINE_FAILED = 3  # the process exit status after the speech engine died (see exit_on_engine_failure)

@@ -39,13 +39,14 @@ from typing import Any
 
 from aiohttp import web
 
-from app.config import AUDIO_DECODERS, IceConfig, ServerConfig
+from app.config import AudioDecoder, IceConfig, ServerConfig
 from app.server import create_app, engine_config, freeze_startup_objects
 from app.webrtc.keys import PEERS
 from bench.lib.modes import MODES, SerializedTranscriber, mode_config, mode_max_sessions
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
 from engine.config import ENDPOINT_PRESETS
+from engine.settings import member_of, values_of
 from engine.stream.engine import CaptionEngine
 from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
-    p.add_argument("--audio-decoder", choices=AUDIO_DECODERS, default="direct",
+    p.add_argument("--audio-decoder", type=member_of(AudioDecoder), choices=values_of(AudioDecoder),
+                   default=AudioDecoder.DIRECT,
                    help="as the server's --audio-decoder ('aiortc': the old 48 kHz stereo + resample path)")
     p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
     p.add_argument("--vad-batch-interval-ms", type=int, default=None,

@@ -33,7 +33,7 @@ import numpy as np
 from bench.lib.clips import Utterance, build_session, session_clip
 from bench.lib.harness import bench_server, pct, run_clients
 from bench.lib.metrics import merge, session_metrics
-from engine.config import ENDPOINT_PRESETS
+from engine.config import ENDPOINT_PRESETS, EndpointPreset
 from speechdata.wer import word_errors
 
 _SLOP_S = 0.3  # VAD edges vs reference edges
@@ -176,7 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(one(s) for s in ws_sessions))
         rtc_run = await webrtc
     rows = {kind: ws_metrics([s for s in ws_sessions if s.kind == kind]) for kind in ("deepgram", "realtime")}
-    m = merge([session_metrics(c, clip, ENDPOINT_PRESETS["balanced"])
+    m = merge([session_metrics(c, clip, ENDPOINT_PRESETS[EndpointPreset.BALANCED])
                for c, clip in zip(rtc_run.clients, clips, strict=True)])
     rows["webrtc"] = {"sessions": len(clips), "sentences": m.sentences, "lost": m.lost,
                       "errors": sum(1 for c in rtc_run.clients if c.error),

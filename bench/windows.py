@@ -31,7 +31,7 @@ from typing import Any
 
 from engine.asr.transcriber import DecodeRequest, Priority
 from engine.asr.vllm_backend import VllmTranscriber
-from engine.config import EngineConfig, TranscriberConfig
+from engine.config import EngineConfig, TranscriberConfig, WindowMode
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
 from speechdata.corpus import audio, manifest, pad
@@ -45,11 +45,12 @@ def policy_config(model: str | None, name: str) -> TranscriberConfig:
     buckets and the margin, in s: ``TranscriberConfig.window_buckets_s`` and ``window_margin_s``). Raises
     ``ValueError`` for another name or bad buckets."""
     if name == "stock":
-        return TranscriberConfig(model=model, window="stock")
+        return TranscriberConfig(model=model, window=WindowMode.STOCK)
     kind, buckets, margin = name.split(":")
     if kind != "fit":
         raise ValueError(f"unknown policy {name!r}")
-    config = TranscriberConfig(model=model, window="fit", window_buckets_s=tuple(float(b) for b in buckets.split(",")),
+    config = TranscriberConfig(model=model, window=WindowMode.FIT,
+                               window_buckets_s=tuple(float(b) for b in buckets.split(",")),
                                window_margin_s=float(margin))
     config.window_policy()  # (checks the buckets)
     return config

@@ -13,12 +13,21 @@ prepares weights offline.
 from engine import protocol
 from engine.asr.instances import normalise_url as normalise_asr_url
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
-from engine.config import ENDPOINT_PRESETS, WINDOW_MODES, EngineConfig, SessionOptions, TranscriberConfig
+from engine.config import (
+    ENDPOINT_PRESETS,
+    WINDOW_MODES,
+    Device,
+    EndpointPreset,
+    EngineConfig,
+    SessionOptions,
+    TranscriberConfig,
+    WindowMode,
+)
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
 from engine.observe import DECODE_KINDS, EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
-from engine.settings import Declared, borrow, declared, nested, setting
+from engine.settings import Declared, borrow, declared, member_of, nested, setting, values_of
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.capacity import CapacityEstimate
 from engine.stream.engine import CaptionEngine, EngineState
@@ -40,6 +49,8 @@ __all__ = [
     "CapacityEstimate",
     "CaptionEngine",
     "Declared",
+    "Device",
+    "EndpointPreset",
     "EngineConfig",
     "EngineError",
     "EngineNotReady",
@@ -57,10 +68,13 @@ __all__ = [
     "SpeechStarted",
     "SpeechStopped",
     "TranscriberConfig",
+    "WindowMode",
     "borrow",
     "declared",
+    "member_of",
     "nested",
     "normalise_asr_url",
     "protocol",
     "setting",
+    "values_of",
 ]

@@ -14,9 +14,9 @@ import sys
 from dataclasses import replace
 
 from engine.audio.pcm import load_wav
-from engine.config import ENDPOINT_PRESETS, EngineConfig, SessionOptions, TranscriberConfig
+from engine.config import ENDPOINT_PRESETS, EndpointPreset, EngineConfig, SessionOptions, TranscriberConfig
 from engine.protocol import dumps
-from engine.settings import add_flags
+from engine.settings import add_flags, member_of, values_of
 from engine.speakers.models import SPEAKER_MODEL_NAMES
 from engine.stream.engine import CaptionEngine
 from engine.stream.runner import stream_audio
@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, TranscriberConfig, "model")
     add_flags(p, EngineConfig, "default_language")
     p.add_argument("--hotword", action="append", default=[], help="a word or name to prefer (repeatable)")
-    p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced",
+    p.add_argument("--preset", type=member_of(EndpointPreset), choices=values_of(EndpointPreset),
+                   default=EndpointPreset.BALANCED,
                    help="endpointing preset: how long a pause closes a sentence (default: balanced)")
     add_flags(p, TranscriberConfig, "window")
     add_flags(p, EngineConfig, "speakers")

@@ -8,8 +8,9 @@ environment variable). The ground floor of the engine: it imports nothing else o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from engine.settings import setting
+from engine.settings import member_of, setting, values_of
 
 # Seed 002 section 7, streaming column: (segment speech up to this many ms, silence that closes it in ms).
 BALANCED_SCHEDULE: tuple[tuple[int, int], ...] = (
@@ -66,9 +67,16 @@ class EndpointConfig:
         return self.tail_silence_ms
 
 
-ENDPOINT_PRESETS: dict[str, EndpointConfig] = {
-    "balanced": EndpointConfig(),
-    "low-latency": EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000,
+class EndpointPreset(StrEnum):
+    """A named endpointing setting (``ENDPOINT_PRESETS``): how long a pause closes a sentence."""
+
+    BALANCED = "balanced"
+    LOW_LATENCY = "low-latency"
+
+
+ENDPOINT_PRESETS: dict[EndpointPreset, EndpointConfig] = {
+    EndpointPreset.BALANCED: EndpointConfig(),
+    EndpointPreset.LOW_LATENCY: EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000,
                                   sentence_pause_ms=300),
 }
 
@@ -210,7 +218,25 @@ class WindowPolicy:
 
 
 STOCK_WINDOW = WindowPolicy(buckets_s=(FULL_WINDOW_S,), margin_s=0.0)
-WINDOW_MODES: dict[str, WindowPolicy] = {"fit": WindowPolicy(), "stock": STOCK_WINDOW}
+
+
+class WindowMode(StrEnum):
+    """Whisper's encoder window: ``FIT`` pads each request to a window that fits its audio (engine.asr.windows),
+    ``STOCK`` always to Whisper's own 30 s."""
+
+    FIT = "fit"
+    STOCK = "stock"
+
+
+WINDOW_MODES: dict[WindowMode, WindowPolicy] = {WindowMode.FIT: WindowPolicy(), WindowMode.STOCK: STOCK_WINDOW}
+
+
+class Device(StrEnum):
+    """Where the in-process recognizer runs (``AUTO``: a GPU when there is one)."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
 
 
 @dataclass(frozen=True)
@@ -220,14 +246,15 @@ class TranscriberConfig:
     model: str | None = setting(
         None, help="embedded name (whisper-base, whisper-tiny.en), a local Hugging Face folder or a hub id "
                    "such as openai/whisper-large-v3-turbo", default_text="whisper-base")
-    device: str = setting("auto", help="where the in-process recognizer runs ('auto': a GPU when there is one)",
-                          choices=("auto", "cpu", "cuda"))
+    device: Device = setting(Device.AUTO, parse=member_of(Device), choices=values_of(Device),
+                             help="where the in-process recognizer runs ('auto': a GPU when there is one)")
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
     max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.asr.windows.max_tokens_for)
-    window: str = setting("fit", help="Whisper encoder window: 'fit' pads each request to a window that fits its "
-                                      "audio (fast, engine.asr.windows), 'stock' always to 30 s",
-                          choices=sorted(WINDOW_MODES))
+    window: WindowMode = setting(
+        WindowMode.FIT, parse=member_of(WindowMode), choices=values_of(WindowMode),
+        help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast, "
+             "engine.asr.windows), 'stock' always to 30 s")
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
     # 0 = by load (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs ~30 % less CPU and serves 3-5
@@ -253,10 +280,10 @@ class TranscriberConfig:
 
     def window_policy(self) -> WindowPolicy:
         """The window policy of ``window``; raises ``ValueError`` for an unknown mode or bad buckets."""
-        if self.window == "stock":
+        if self.window == WindowMode.STOCK:
             return STOCK_WINDOW
-        if self.window != "fit":
-            raise ValueError(f"unknown window mode {self.window!r}: use one of {', '.join(WINDOW_MODES)}")
+        if self.window != WindowMode.FIT:
+            raise ValueError(f"unknown window mode {self.window!r}: use one of {', '.join(WindowMode)}")
         return WindowPolicy(self.window_buckets_s, self.window_margin_s)
 
 

@@ -20,12 +20,14 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 ENV_PREFIX = "LIVE_CAPTIONS_"
 _KEY = "live_captions.setting"  # the field metadata key that holds a Setting
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=StrEnum)
 
 # Words an environment variable may use for a boolean, either case.
 _TRUE = ("true", "1", "yes", "on")
@@ -140,6 +142,23 @@ def parse_bool(text: str, name: str) -> bool:
     if word in _TRUE or word in _FALSE:
         return word in _TRUE
     raise ValueError(f"{name}: expected true/false, 1/0, yes/no or on/off, got {text!r}")
+
+
+def member_of(kind: type[_E]) -> Callable[[str], _E | str]:
+    """The parser of a setting whose values are ``kind``'s: the member a text names, or the text as it is when it
+    names none (the setting's ``choices``, ``values_of(kind)``, then refuse it with the usual message)."""
+    def parse(text: str) -> _E | str:
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def values_of(kind: type[StrEnum]) -> tuple[str, ...]:
+    """The values of ``kind``'s members, in their order: a setting's ``choices`` as flags, help and docs spell them."""
+    return tuple(member.value for member in kind)
 
 
 def setting(default: _T, *, help: str, flag: str | None = None, env: Sequence[str] = (),

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache  # layer contracts: pyproject.toml [tool.importlinter]
-.venv/bin/mypy --strict engine app
+.venv/bin/mypy --strict --cache-dir .mypy_cache/strict engine app  # its own cache: the run below is not strict
 .venv/bin/mypy --explicit-package-bases bench speechdata tests  # tests/ and bench/ have no __init__.py: names from the root
 .venv/bin/vulture  # dead code in app/ and engine/: pyproject.toml [tool.vulture], vulture_whitelist.py
 exec .venv/bin/python -m pytest "$@"

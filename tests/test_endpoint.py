@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.audio.vad import WINDOW, BatchedVad, VadStream
-from engine.config import BALANCED_SCHEDULE, ENDPOINT_PRESETS, EndpointConfig, VadConfig
+from engine.config import BALANCED_SCHEDULE, ENDPOINT_PRESETS, EndpointConfig, EndpointPreset, VadConfig
 from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed, SegmentOpened
 from speechdata.corpus import audio, pad
 
@@ -44,7 +44,7 @@ def test_short_pause_does_not_close_but_schedule_silence_does() -> None:
 
 
 def test_long_segments_close_on_shorter_pauses() -> None:
-    cfg = ENDPOINT_PRESETS["balanced"]
+    cfg = ENDPOINT_PRESETS[EndpointPreset.BALANCED]
     long_speech = [0.9] * windows(16_000)
     events = run(long_speech + [0.05] * windows(900) + [0.9] * windows(1_000), cfg)
     c = closes(events)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from aiortc import RTCIceTransportPolicy, RTCPeerConnection
 
-from app.config import IceConfig
+from app.config import IceConfig, TransportPolicy
 from app.webrtc import ice, patches
 
 
@@ -45,7 +45,7 @@ def test_ice_server_urls() -> None:
     assert (turn.urls, turn.username, turn.credential) == ("turn:turn.example.org:3478", "alice", "s3cret")
     assert config.iceTransportPolicy == RTCIceTransportPolicy.ALL
     assert ice.rtc_configuration(IceConfig()).iceServers == []  # never a public default
-    relay = IceConfig(servers=("turn:turn.example.org",), turn_secret="north", transport_policy="relay")
+    relay = IceConfig(servers=("turn:turn.example.org",), turn_secret="north", transport_policy=TransportPolicy.RELAY)
     config = ice.rtc_configuration(relay, label="session-1")
     assert config.iceTransportPolicy == RTCIceTransportPolicy.RELAY
     assert (config.iceServers or [])[0].username.endswith(":session-1")  # type: ignore[union-attr]

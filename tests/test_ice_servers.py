@@ -7,7 +7,7 @@ import pytest
 from aiohttp import ClientSession
 
 from app.__main__ import main
-from app.config import IceConfig, build_parser, config_from_args
+from app.config import IceConfig, TransportPolicy, build_parser, config_from_args
 from app.webrtc import stun_turn
 from engine.stream.engine import CaptionEngine
 from tests.servers import running_server
@@ -46,7 +46,7 @@ def test_static_credentials_are_used_as_given_even_with_a_secret() -> None:
 
 def test_page_config_and_link_headers_come_from_the_same_list() -> None:
     config = IceConfig(servers=("stun:stun.example.org", "turn:turn.example.org"), turn_secret="north",
-                       transport_policy="relay")
+                       transport_policy=TransportPolicy.RELAY)
     servers = stun_turn.ice_servers(config, label="room-1234", now_s=NOW_S)
     assert stun_turn.page_config(config, label="room-1234", now_s=NOW_S) == {
         "iceServers": [{"urls": "stun:stun.example.org"},

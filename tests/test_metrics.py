@@ -306,4 +306,4 @@ def test_metrics_flag_and_environment(monkeypatch: pytest.MonkeyPatch, capsys: p
         build_parser().parse_args([])
     assert "public" in capsys.readouterr().err
     with pytest.raises(ValueError, match="metrics access"):
-        ServerConfig(metrics="public")
+        ServerConfig(metrics="public")  # type: ignore[arg-type]  # not one of them, on purpose

@@ -7,14 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.config import IceConfig
+from app.config import AudioDecoder, IceConfig
 from app.webrtc import patches
 
 
 @pytest.fixture(autouse=True)
 def reinstalled() -> Iterator[None]:
     yield
-    patches.install(IceConfig(), "direct")  # what every other test of this process expects
+    patches.install(IceConfig(), AudioDecoder.DIRECT)  # what every other test of this process expects
 
 
 def current() -> dict[patches.Patch, object]:
@@ -31,7 +31,7 @@ def test_another_library_version_is_refused_before_anything_is_replaced(monkeypa
     before = current()
     monkeypatch.setattr(patches, "installed_version", lambda package: "9.9.9")
     with pytest.raises(RuntimeError) as refused:
-        patches.install(IceConfig(hosts=("127.0.0.1",), udp_ports=(47300, 47309)), "direct")
+        patches.install(IceConfig(hosts=("127.0.0.1",), udp_ports=(47300, 47309)), AudioDecoder.DIRECT)
     message = str(refused.value)
     assert "aioice 9.9.9 is installed" in message and f"aioice {patches.AIOICE_VERSION}" in message
     assert "aioice.ice.get_host_addresses" in message
@@ -44,7 +44,7 @@ def test_undo_restores_the_libraries_own_attributes() -> None:
     patches.undo()
     originals = current()
     assert originals == {patch: patches.original(patch) for patch in patches.PATCHES}
-    patches.install(IceConfig(hosts=("127.0.0.1",), udp_ports=(47300, 47309)), "direct")
+    patches.install(IceConfig(hosts=("127.0.0.1",), udp_ports=(47300, 47309)), AudioDecoder.DIRECT)
     assert all(value is not originals[patch] for patch, value in current().items())
     patches.undo()
     assert current() == originals

@@ -25,7 +25,7 @@ import pytest
 
 from engine.asr.remote import RemoteTranscriber
 from engine.asr.transcriber import DecodeRequest, Priority
-from engine.config import EngineConfig, RemoteAsrConfig, TranscriberConfig
+from engine.config import EngineConfig, RemoteAsrConfig, TranscriberConfig, WindowMode
 from engine.stream.engine import CaptionEngine, EngineState
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors
@@ -187,7 +187,7 @@ async def test_short_windows_cost_less_over_http(vllm_serve: str) -> None:
     clip_id = "ls_3752-4944-0000"
     clip = audio(clip_id)
     recognizers = {mode: RemoteTranscriber(TranscriberConfig(asr_urls=(vllm_serve,), window=mode, remote=REMOTE))
-                   for mode in ("fit", "stock")}
+                   for mode in WindowMode}
     times: dict[str, list[float]] = {mode: [] for mode in recognizers}
     try:
         for t in recognizers.values():

@@ -22,7 +22,7 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from aiortc.rtcrtpreceiver import RemoteStreamTrack, RTCRtpReceiver
 from aiortc.rtp import RtpPacket
 
-from app.config import ServerConfig, build_parser, config_from_args
+from app.config import AudioDecoder, ServerConfig, build_parser, config_from_args
 from app.webrtc import patches, rtp_audio
 from app.webrtc.ingest import IngestStats, pump_track
 from app.webrtc.jitter import AudioJitterBuffer, PacketRun
@@ -174,16 +174,16 @@ async def test_inline_decoder_passes_other_codecs_to_aiortc() -> None:
 
 def test_install_chooses_the_receiver_of_new_peer_connections() -> None:
     try:
-        patches.install_audio_receiver("aiortc")
+        patches.install_audio_receiver(AudioDecoder.AIORTC)
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is RTCRtpReceiver
-        patches.install_audio_receiver("direct")
+        patches.install_audio_receiver(AudioDecoder.DIRECT)
         assert aiortc.rtcpeerconnection.RTCRtpReceiver is AudioReceiver
         transport: Any = SimpleNamespace(state="new")  # all aiortc's receiver reads of it when made
         assert isinstance(AudioReceiver("audio", transport)._RTCRtpReceiver__jitter_buffer, AudioJitterBuffer)
         with pytest.raises(ValueError, match="direct, aiortc"):
-            patches.install_audio_receiver("ffmpeg")
+            patches.install_audio_receiver("ffmpeg")  # type: ignore[arg-type]  # not one of them, on purpose
     finally:
-        patches.install_audio_receiver("direct")
+        patches.install_audio_receiver(AudioDecoder.DIRECT)
 
 
 def test_the_receiver_hands_over_the_packets_waiting_behind_a_gap_as_the_stream_ends() -> None:
@@ -295,7 +295,7 @@ def test_front_end_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="ptime"):
         ServerConfig(ptime_ms=30)
     with pytest.raises(ValueError, match="audio decoder"):
-        ServerConfig(audio_decoder="ffmpeg")
+        ServerConfig(audio_decoder="ffmpeg")  # type: ignore[arg-type]  # not one of them, on purpose
     args = build_parser().parse_args(["--audio-decoder", "aiortc", "--ptime-ms", "20"])
     config = config_from_args(args)
     assert (config.audio_decoder, config.ptime_ms) == ("aiortc", 20)

@@ -25,7 +25,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from playwright.async_api import Browser, Page
 
-from app.config import IceConfig
+from app.config import IceConfig, TransportPolicy
 from app.rooms.keys import ROOMS
 from app.webrtc import ice, patches, stun_turn
 from app.webrtc.keys import PEERS
@@ -76,7 +76,7 @@ def relay_config(turn: TurnServer, *, static_user: tuple[str, str] | None = None
     """Loopback-only host policy as every test server has, plus the TURN server and the relay-only policy."""
     url = f"turn:{static_user[0]}:{static_user[1]}@127.0.0.1:{turn.port}" if static_user else turn.url
     return IceConfig(hosts=("127.0.0.1",), loopback_only=True, servers=(url,),
-                     turn_secret=None if static_user else SECRET, transport_policy="relay")
+                     turn_secret=None if static_user else SECRET, transport_policy=TransportPolicy.RELAY)
 
 
 @pytest.fixture

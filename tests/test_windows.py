@@ -16,7 +16,7 @@ from engine.asr.windows import (
     tandem_repeat,
     window_samples,
 )
-from engine.config import TranscriberConfig
+from engine.config import TranscriberConfig, WindowMode
 
 
 def test_the_smallest_window_that_holds_audio_and_margin() -> None:
@@ -42,9 +42,9 @@ def test_stock_is_always_thirty_seconds_and_has_nowhere_to_fall_back() -> None:
     assert STOCK_WINDOW.stock and not WindowPolicy().stock
     assert {STOCK_WINDOW.window_for(s) for s in (0.1, 3.0, 29.0)} == {FULL_WINDOW_S}
     assert STOCK_WINDOW.next_window(FULL_WINDOW_S) is None
-    assert TranscriberConfig(window="stock").window_policy() is STOCK_WINDOW
+    assert TranscriberConfig(window=WindowMode.STOCK).window_policy() is STOCK_WINDOW
     with pytest.raises(ValueError, match="unknown window mode"):
-        TranscriberConfig(window="tiny").window_policy()
+        TranscriberConfig(window="tiny").window_policy()  # type: ignore[arg-type]  # not one of them, on purpose
 
 
 @pytest.mark.parametrize("buckets", [(), (8.0, 4.0, 30.0), (4.0, 8.0), (0.0, 30.0), (4.0, 4.0, 30.0)])

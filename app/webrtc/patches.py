@@ -31,7 +31,7 @@ import aioice.ice
 import aiortc.rtcpeerconnection
 from aiortc.rtcdtlstransport import RTCCertificate
 
-from ..config import AUDIO_DECODERS, IceConfig
+from ..config import AudioDecoder, IceConfig
 from .dtls import with_rsa_suites
 from .ice import host_addresses, ranged_candidates
 from .opus import opus_available
@@ -109,14 +109,14 @@ def install_dtls() -> None:
     _apply({SSL_CONTEXT: with_rsa_suites(original(SSL_CONTEXT))})
 
 
-def install_audio_receiver(mode: str) -> None:
+def install_audio_receiver(mode: AudioDecoder) -> None:
     """``direct``: peer connections created from now on receive audio through ``AudioReceiver``
     (``app.webrtc.rtp_audio``; aiortc's receiver, with a warning, where libopus cannot be loaded); ``aiortc``:
     through aiortc's own receiver. Raises ``ValueError`` for another mode."""
-    if mode not in AUDIO_DECODERS:
-        raise ValueError(f"audio decoder must be one of {', '.join(AUDIO_DECODERS)}, got {mode!r}")
+    if mode not in tuple(AudioDecoder):
+        raise ValueError(f"audio decoder must be one of {', '.join(AudioDecoder)}, got {mode!r}")
     receiver = original(RTP_RECEIVER)
-    if mode == "direct":
+    if mode == AudioDecoder.DIRECT:
         if opus_available():
             receiver = AudioReceiver
         else:
@@ -124,7 +124,7 @@ def install_audio_receiver(mode: str) -> None:
     _apply({RTP_RECEIVER: receiver})
 
 
-def install(config: IceConfig, audio_decoder: str) -> None:
+def install(config: IceConfig, audio_decoder: AudioDecoder) -> None:
     """All of this server's patches: the ICE policy of ``config``, the DTLS suites and the ``audio_decoder``'s
     receiver. Once, before the first peer connection."""
     install_ice(config)

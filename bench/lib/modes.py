@@ -35,7 +35,7 @@ from typing import Any
 from engine.asr.cpu import available_cores
 from engine.asr.transcriber import DecodeRequest, Transcriber, TranscriberState, Transcript
 from engine.asr.windows import WindowPolicy
-from engine.config import EngineConfig
+from engine.config import EngineConfig, WindowMode
 
 MODES = ("engine", "engine-stock", "baseline", "engine-unbounded")
 PARTIAL_INTERVAL_S = 0.48
@@ -61,7 +61,7 @@ def mode_config(mode: str, base: EngineConfig) -> EngineConfig:
     check_mode(mode)
     transcriber = base.transcriber
     if mode in ("engine-stock", "baseline"):
-        transcriber = replace(transcriber, window="stock")
+        transcriber = replace(transcriber, window=WindowMode.STOCK)
     if mode == "engine-unbounded" and not transcriber.cpu_threads:
         transcriber = replace(transcriber, cpu_threads=available_cores())
     endpoint = replace(base.endpoint, sentence_pause_ms=0) if mode == "baseline" else base.endpoint

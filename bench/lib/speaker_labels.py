@@ -107,11 +107,11 @@ def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     """Cut 16 kHz audio into segments the way a live session does (Silero VAD + the endpointer ``preset``)."""
     if preset not in ENDPOINTER_PRESETS:
         raise ValueError(f"unknown endpointer preset {preset!r}")
-    from engine.config import ENDPOINT_PRESETS, VadConfig
+    from engine.config import ENDPOINT_PRESETS, EndpointPreset, VadConfig
     from engine.stream.endpoint import Endpointer, SegmentClosed
 
     probs = clip_probs(audio)
-    endpointer = Endpointer(VadConfig(), ENDPOINT_PRESETS[preset])
+    endpointer = Endpointer(VadConfig(), ENDPOINT_PRESETS[EndpointPreset(preset)])
     events = endpointer.push(probs)
     last = endpointer.flush()
     closed = [e for e in [*events, last] if isinstance(e, SegmentClosed)]
@@ -140,13 +140,13 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
     Returns the segments, the audio position (seconds) at which each split was decided, the labels shown, the
     number of windows embedded and, per segment, the provisional label its voice showed when it closed (None: none
     was shown)."""
-    from engine.config import ENDPOINT_PRESETS, VadConfig
+    from engine.config import ENDPOINT_PRESETS, EndpointPreset, VadConfig
     from engine.speakers.turns import TurnDetector
     from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentOpened
 
     probs = clip_probs(audio)
     vad_config = VadConfig()
-    endpointer = Endpointer(vad_config, ENDPOINT_PRESETS[preset])
+    endpointer = Endpointer(vad_config, ENDPOINT_PRESETS[EndpointPreset(preset)])
     detector = TurnDetector(turns, vad_config.offset)
     tracker = SpeakerTracker(config)
     closed: list[SegmentClosed] = []

@@ -41,8 +41,8 @@ class VadConfig:
     min_speech_ms: int = 96  # this much consecutive speech opens a segment (ignores clicks)
     max_sessions: int = 256  # rows pre-allocated in the batched state
     # A VAD batch starts at most this often while sessions are live in real time, so that their pushes share one
-    # model call (engine.stream.vad_batch); decisions come at most this much later. 0: one call per push. 30 ms took
-    # a quarter to 30 % off the front end's CPU per live session (docs/benchmarks.md, "Pipeline bench").
+    # model call (engine.stream.vad_batch); decisions come at most this much later. 0: one call per push. Batching
+    # takes a good share off the front end's CPU per live session (docs/benchmarks.md, "Pipeline bench").
     batch_interval_ms: int = 30
 
 
@@ -101,9 +101,9 @@ class PartialConfig:
     # (docs/benchmarks.md, "A full server stays on time").
     session_share: float = 0.5
     # The first partial of a segment once this much speech is in. 200 rather than 240: first words came sooner at p50
-    # with one, three and five sessions (by 0.01-0.06, 0.5 and 1.8-2.3 s) and on conversation (0.3 s), for the same
-    # WER (docs/benchmarks.md, "The first partial at 200 ms of speech"). 160 was no sooner: the guard drops a decode
-    # of less than 200 ms of speech (``GuardConfig.min_speech_ms``).
+    # with one, three and five sessions and on conversation, for the same WER (docs/benchmarks.md, "The first partial
+    # at 200 ms of speech"). 160 was no sooner: the guard drops a decode of less than 200 ms of speech
+    # (``GuardConfig.min_speech_ms``).
     first_after_ms: int = 200
     min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
     load_factor: float = 1.0
@@ -113,9 +113,9 @@ class PartialConfig:
     closing_after_ms: int = 300
     # ...and this much while the session is alone (``DecodeScheduler.alone``: no other session asked for a partial
     # in the last 3 s, no final decoding): with the cores to itself the closing partial jumps no queue and holds no
-    # one back, and the sentence locks sooner (``bench.sessions``, one session: lock p50 0.73-0.81 against
-    # 0.89-0.92 s). Not for everyone: 150 ms for all made three sessions lock 0.57 s and five show first words 1.6 s
-    # later (a pause between words then restarts partials in a full queue). 0 = always ``closing_after_ms``.
+    # one back, and the sentence locks sooner (``bench.sessions``, one session; docs/benchmarks.md). Not for
+    # everyone: 150 ms for all made three sessions lock later and five show first words later (a pause between words
+    # then restarts partials in a full queue). 0 = always ``closing_after_ms``.
     closing_after_alone_ms: int = 150
     # Stable words: words two consecutive partials of a segment agree on (LocalAgreement-2, the last word of a decode
     # that ended inside speech held back) settle. They are sent once (``Caption.stable``/``stable_words``), never
@@ -129,14 +129,14 @@ class PartialConfig:
     # unsure of. 0 = off.
     stable_min_prob: float = 0.4
     # ...or at once, without waiting for the next partial, if the decoder gave it at least this probability and
-    # ``stable_sure_after`` words follow it in the same partial: words settle ~0.2 s sooner for one more wrong word in
-    # 449 on read speech (0.95 and 3, measured against 0.9 and 0.8 with 2: docs/benchmarks.md). 0 = off.
+    # ``stable_sure_after`` words follow it in the same partial: words settle sooner for very few more wrong words on
+    # read speech (0.95 and 3, against 0.9 and 0.8 with 2: docs/benchmarks.md). 0 = off.
     stable_sure_prob: float = 0.95
     stable_sure_after: int = 3
     # Don't show a tentative word the decoder gave less than this probability, or the words after it, unless the
     # partial before said them too (they wait for the next partial; a segment's first word shows at once): words the
-    # decoder guesses are the ones the next partial changes (on noisy speech 9.6 % of the tentative words shown
-    # changed, 4.9 % with this, shown 0.3 s later on average: docs/benchmarks.md). 0 = off.
+    # decoder guesses are the ones the next partial changes (on noisy speech this halves the tentative words shown
+    # that then change, for words shown a little later: docs/benchmarks.md). 0 = off.
     show_min_prob: float = 0.5
 
 
@@ -257,8 +257,8 @@ class TranscriberConfig:
              "engine.asr.windows), 'stock' always to 30 s")
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
-    # 0 = by load (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs ~30 % less CPU and serves 3-5
-    # sessions faster, 2 locks one speaker's long sentences 0.1-0.5 s sooner: docs/benchmarks.md ("CPU threads").
+    # 0 = by load (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs less CPU and serves several sessions
+    # faster, 2 locks one speaker's long sentences sooner: docs/benchmarks.md ("CPU threads").
     cpu_threads: int = setting(0, help="compute threads of the CPU speech engine (0: every core while one session "
                                        "speaks, half of them while several do; a number fixes it; an "
                                        "OMP_NUM_THREADS in the environment wins)")
@@ -294,9 +294,9 @@ class CapacityConfig:
 
     # The share of the recognizer's time (and of the front end's cores) live sessions may fill at their thinnest; the
     # rest absorbs bursts (several sentences ending at once), a measurement's error (a session either way from one
-    # minute to the next), and what a measurement at light load misses (a CPU recognizer's decodes are ~1.4x slower on
-    # the half of its cores it keeps under load). On a 2-core machine: 4 sessions, where 0.75 let in a fifth of long
-    # noisy speech (docs/benchmarks.md, "A full server stays on time").
+    # minute to the next), and what a measurement at light load misses (a CPU recognizer's decodes are slower on the
+    # half of its cores it keeps under load). 0.75 let in one session too many of long noisy speech on a 2-core
+    # machine (docs/benchmarks.md, "A full server stays on time").
     target_busy: float = 0.7
     # The thinnest partial cadence counted on: a speaker still sees new words about this often when the server is full.
     thinnest_interval_s: float = 2.0
@@ -327,8 +327,8 @@ class EngineConfig:
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     # Files (``SessionOptions.background``) are cut at 7 s at most (at the quietest moment of the last 3 s): each
     # segment decodes in the 8 s encoder window, so a live partial that arrives while a file's segment is being
-    # encoded waits a quarter as long as behind a 30 s window; and Whisper drops fewer words in short segments. On the
-    # 10-minute bench recording: WER 8.6 % at 7 s, 11.7 % at 14 s, 12.7 % at 25 s (``bench.upload --file-wer``).
+    # encoded waits a quarter as long as behind a 30 s window; and Whisper drops fewer words in short segments: the
+    # bench recording's WER grows with the longest cut (``bench.upload --file-wer``, docs/benchmarks.md).
     file_endpoint: EndpointConfig = field(default_factory=lambda: EndpointConfig(max_segment_ms=7_000))
     partial: PartialConfig = field(default_factory=PartialConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)

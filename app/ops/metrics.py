@@ -41,9 +41,11 @@ from .admission import Admission
 
 PREFIX = "live_captions"
 
-# Decode wall time (submit to result): ~0.2 s for a short window on a calm CPU, 5-12 s when the machine is loaded.
+# Decode wall time (submit to result): a fraction of a second for a short window on a calm CPU, many seconds when the
+# machine is loaded (docs/benchmarks.md); the buckets span both.
 DECODE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
-# First text of a sentence: the first partial is asked for ~0.3-0.5 s into speech and takes a decode.
+# First text of a sentence: the first partial is asked for once ``PartialConfig.first_after_ms`` of speech is in,
+# and takes a decode.
 FIRST_TEXT_BUCKETS_S = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
 # Lock: the endpoint's silence wait (0.1-2 s by sentence length, presets) plus the final decode, if not reused.
 LOCK_BUCKETS_S = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0, 20.0, 30.0)

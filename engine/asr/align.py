@@ -178,8 +178,8 @@ class WhisperAligner:
         tokens = prompt + [i for ids in word_ids for i in ids] + [self._id("<|endoftext|>")]
         audio_s = audio.size / SAMPLE_RATE
         # The window the final decode ran in (the audio plus 1 s, rounded up to 4/8/15/30 s): the heads attend as
-        # they did when they wrote the text. Measured against the audio + 1 s exactly: cut-and-decode WER of the
-        # cues 9.20 % against 9.58 %, for half as much time again (docs/benchmarks.md, "Word times").
+        # they did when they wrote the text. Against a window of exactly the audio + 1 s the cues' cut-and-decode
+        # WER was lower, for half as much time again (docs/benchmarks.md, "Word times").
         window_s = WindowPolicy().window_for(audio_s)
         with torch.inference_mode():
             x = torch.zeros(int(window_s * SAMPLE_RATE))

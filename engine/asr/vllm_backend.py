@@ -451,6 +451,6 @@ class VllmTranscriber:
             if handler is not None:
                 handler.cancel()
                 await asyncio.gather(handler, return_exceptions=True)
-            # shutdown() joins the engine core (about 5 s): keep it off the event loop.
+            # shutdown() joins the engine core (seconds): keep it off the event loop.
             await asyncio.to_thread(llm.shutdown)
             llm.shutdown = lambda *a, **k: None  # its __del__ would shut down again at interpreter exit

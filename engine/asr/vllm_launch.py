@@ -38,8 +38,8 @@ def launch(config: TranscriberConfig, spec: ModelSpec, device: str) -> Launched:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     if device == "cpu":
-        # Measured on 2-core machines: 1 GiB KV cache is plenty for Whisper; one process for engine core and
-        # worker saves ~0.8 GB.
+        # Whisper's sequences are short: 1 GiB of KV cache is plenty (the unit of VLLM_CPU_KVCACHE_SPACE is GiB).
+        # One process for engine core and worker saves the memory of a second copy of the model.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     importlib.import_module("vllm")

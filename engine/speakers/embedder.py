@@ -35,9 +35,9 @@ _MIN_LAST_COVERAGE = 0.75
 _TARGET_DBFS = -30.0
 _INT16_MAX = 32767.0
 # The LSTM runs on batches of these sizes only (zero windows pad a batch up; a larger batch goes in chunks of the
-# largest). Why: torch's CPU LSTM (oneDNN) compiles and keeps a kernel per batch shape, ~1.3 MB each, and live
-# batches come in every size: the server's memory grew with every new size it met (measured: +150 MB over 120
-# sizes). Five shapes cost ~7 MB once; padding costs under 2x LSTM time on a batch, ~1.3x on average.
+# largest). Why: torch's CPU LSTM (oneDNN) compiles and keeps a kernel per batch shape, and live batches come in
+# every size: the server's memory grew with every new size it met. Five shapes cost their kernels once; padding
+# costs less than twice the LSTM time of a batch, and less than that on average.
 _BATCH_SIZES = (1, 2, 4, 8, 16)
 
 

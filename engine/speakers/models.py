@@ -21,9 +21,9 @@ from engine.speakers.service import Embedder, SpeakerService
 from engine.speakers.tracker import SpeakerConfig
 from engine.speakers.turns import TurnConfig
 
-# CAM++: on the bench's 1.5 s window pairs its EER is 1.6 % against Resemblyzer's 12.3 %, and through the live
-# pipeline (bench/speakers.py) it labels turn-taking readers and AMI meetings with less speaker error
-# (docs/benchmarks.md, "Speaker-embedding models").
+# CAM++: on the bench's short window pairs its EER is far below Resemblyzer's, and through the live pipeline
+# (bench/speakers.py) it labels turn-taking readers and AMI meetings with less speaker error (docs/benchmarks.md,
+# "Speaker-embedding models").
 DEFAULT_SPEAKER_MODEL = "campplus"
 
 

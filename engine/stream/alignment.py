@@ -64,7 +64,7 @@ class Alignment:
             return nothing()
         # A live sentence waits for its words, so they are only aligned while the recognizer has no other
         # sentence's final queued and no partial waiting: on a saturated CPU the aligner's pass would come out of
-        # the decodes' time and lock later (bench.sessions at 4 sessions on 2 cores: lock p95 +0.8 s).
+        # the decodes' time and lock later (bench.sessions with a full 2-core server: docs/benchmarks.md).
         load = self._scheduler.transcriber.load()
         busy = load.get("final", 0) > 0 or self._scheduler.waiting > 0
         return self._aligner.align(audio, text, language, queue=queue, busy=busy)

@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 
 _FAILURE_POLL_S = 0.25  # how often a READY engine checks that its recognizer is still alive
 _SAMPLE_S = 1.0  # how often the load sampler looks (capacity, threads)
-# A CPU recognizer runs on half the cores once several sessions speak and it is busy this share of the time (on 2
-# cores: 1 thread, ~30 % less CPU per session, decodes ~1.4x slower; docs/benchmarks.md "A full server stays on time"),
+# A CPU recognizer runs on half the cores once several sessions speak and it is busy this share of the time (less CPU
+# per session, slower decodes: docs/benchmarks.md, "A full server stays on time"),
 # and on all of them again once it has been much lighter than that (or one session alone has spoken) for a while
 # without a break: a conversation's turns, or the slower decodes of one thread, do not flip the threads back and forth.
 _SHARED_BUSY = 0.6

@@ -234,8 +234,8 @@ class Partials:
             running = self._scheduler.running_partial(self._client)
             if running is not None and closing:
                 # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it, else
-                # the sentence locks as much later (up to a whole partial's decode, 0.5 s and more for a long sentence
-                # on one CPU thread). Once per pause: the new partial hears all the speech. A running partial is
+                # the sentence locks as much later (up to a whole partial's decode, long for a long sentence on one
+                # CPU thread). Once per pause: the new partial hears all the speech. A running partial is
                 # otherwise never cancelled for newer audio.
                 self.forget(running)
                 self._log.debug("partial %s restarted: the speaker paused after it began", running.request_id)

@@ -57,8 +57,8 @@ def test_preroll_keeps_audio_before_onset_and_clicks_are_ignored() -> None:
     opened = [e for e in events if isinstance(e, SegmentOpened)]
     assert len(opened) == 1  # the single-window click did not open a segment
     onset = (lead + 21) * WINDOW
-    assert opened[0].speech_start == onset
-    assert opened[0].start == onset - 300 * 16
+    assert opened[0].speech_start_sample == onset
+    assert opened[0].start_sample == onset - 300 * 16
 
 
 def test_hard_cap_cuts_at_the_quietest_window_and_carries_on() -> None:
@@ -66,9 +66,9 @@ def test_hard_cap_cuts_at_the_quietest_window_and_carries_on() -> None:
     probs = [0.9] * windows(3_900) + [0.36] + [0.9] * windows(3_000) + [0.0] * windows(2_100)
     c = closes(run(probs, cfg))
     assert c[0].reason is CloseReason.CAP
-    assert abs(c[0].end - windows(3_900) * WINDOW) <= WINDOW
-    assert c[1].start == c[0].end  # no audio lost or duplicated at the cut
-    assert all((x.end - x.start) <= 5_000 * 16 for x in c)
+    assert abs(c[0].end_sample - windows(3_900) * WINDOW) <= WINDOW
+    assert c[1].start_sample == c[0].end_sample  # no audio lost or duplicated at the cut
+    assert all((x.end_sample - x.start_sample) <= 5_000 * 16 for x in c)
 
 
 def test_real_speech_between_silences_is_one_segment_covering_the_words() -> None:
@@ -77,5 +77,5 @@ def test_real_speech_between_silences_is_one_segment_covering_the_words() -> Non
     p = vad.run({vad.acquire(): VadStream().push(clip)})[0]
     c = closes(run(list(p)))
     assert len(c) == 1
-    assert 1.6 <= c[0].start / 16000 <= 2.3
-    assert 9.4 <= c[0].end / 16000 <= 10.3  # speech ends ~9.9 s; post-roll and no long tail
+    assert 1.6 <= c[0].start_sample / 16000 <= 2.3
+    assert 9.4 <= c[0].end_sample / 16000 <= 10.3  # speech ends ~9.9 s; post-roll and no long tail

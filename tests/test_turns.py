@@ -41,7 +41,7 @@ def _drive(voice_at: Voice, seconds: float, pauses: Sequence[tuple[float, float]
         window = detector.next_window(position, probs[:i], 0)
         if window is None:
             continue
-        vector = voice_at(window.start / SAMPLE_RATE, window.end / SAMPLE_RATE)
+        vector = voice_at(window.start_sample / SAMPLE_RATE, window.end_sample / SAMPLE_RATE)
         at = detector.add(window, vector, probs[:i], 0)
         if at is not None:
             return at, position / SAMPLE_RATE
@@ -135,8 +135,8 @@ def test_after_a_cut_the_new_voice_is_known_at_once() -> None:
     voice_at = _two_voices(change_s=6.0)
     for i in range(1, probs.size + 1):
         window = detector.next_window(i * WINDOW, probs[:i], 0)
-        if window is not None and (at := detector.add(window, voice_at(window.start / SAMPLE_RATE,
-                                                                      window.end / SAMPLE_RATE), probs[:i], 0)):
+        if window is not None and (at := detector.add(window, voice_at(window.start_sample / SAMPLE_RATE,
+                                                                      window.end_sample / SAMPLE_RATE), probs[:i], 0)):
             detector.cut(at)
             break
     voice = detector.voice
@@ -152,7 +152,7 @@ def test_pauses_are_not_embedded_and_late_results_are_ignored() -> None:
     assert detector.next_window(probs.size * WINDOW, probs, 0) is None, "a window of silence embeds nothing useful"
     speech = _probs(5.0)  # a hop later, and speech
     window = detector.next_window(speech.size * WINDOW, speech, 0)
-    assert window is not None and window.end - window.start == TurnConfig().window
+    assert window is not None and window.end_sample - window.start_sample == TurnConfig().window
     detector.close()
     assert detector.add(window, B, speech, 0) is None  # its segment ended meanwhile
 
@@ -169,8 +169,8 @@ def test_after_a_cut_the_new_turn_keeps_the_new_voice() -> None:
     cuts = []
     for i in range(1, probs.size + 1):
         window = detector.next_window(i * WINDOW, probs[:i], 0)
-        if window is not None and (at := detector.add(window, voice_at(window.start / SAMPLE_RATE,
-                                                                      window.end / SAMPLE_RATE), probs[:i], 0)):
+        if window is not None and (at := detector.add(window, voice_at(window.start_sample / SAMPLE_RATE,
+                                                                      window.end_sample / SAMPLE_RATE), probs[:i], 0)):
             cuts.append(at / SAMPLE_RATE)
             detector.cut(at)
     assert len(cuts) == 2 and 5.7 <= cuts[0] <= 6.0 and 11.7 <= cuts[1] <= 12.0, cuts
@@ -193,11 +193,12 @@ def test_endpointer_split_closes_at_the_cut_and_carries_the_rest_on() -> None:
     cut = (20 + 100 + 5) * WINDOW  # the middle of the short pause
     closed, reopened = endpointer.split(cut)
     assert isinstance(closed, SegmentClosed) and closed.reason is CloseReason.TURN
-    assert closed.start == opened.start and closed.end == cut and closed.speech_end == 120 * WINDOW
-    assert closed.probs.size == (cut - opened.speech_start) // WINDOW
+    assert closed.start_sample == opened.start_sample and closed.end_sample == cut
+    assert closed.speech_end_sample == 120 * WINDOW
+    assert closed.probs.size == (cut - opened.speech_start_sample) // WINDOW
     assert isinstance(reopened, SegmentOpened) and reopened.index == opened.index + 1
-    assert reopened.start == cut and reopened.speech_start == 130 * WINDOW
+    assert reopened.start_sample == cut and reopened.speech_start_sample == 130 * WINDOW
     assert endpointer.open_probs.size == 60 and endpointer.speech_end == 190 * WINDOW
     assert endpointer.split(10 * WINDOW) == [], "a cut outside the open segment's speech does nothing"
     rest = endpointer.flush()
-    assert rest is not None and rest.start == cut and rest.speech_start == 130 * WINDOW
+    assert rest is not None and rest.start_sample == cut and rest.speech_start_sample == 130 * WINDOW

@@ -98,7 +98,7 @@ def _fitted(body: dict[str, Any]) -> dict[str, Any] | None:
 class _Text:
     text: str
     after: int
-    heard_at: float
+    heard_at_s: float
 
 
 class RemoteOpen:
@@ -139,7 +139,7 @@ class RemoteOpen:
     def expire(self) -> bool:
         """Drop texts not heard of for ``STALE_S``; returns whether any went."""
         now = self._clock()
-        stale = [s for s, t in self._texts.items() if now - t.heard_at >= STALE_S]
+        stale = [s for s, t in self._texts.items() if now - t.heard_at_s >= STALE_S]
         for session in stale:
             del self._texts[session]
         return bool(stale)

@@ -235,7 +235,7 @@ def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start:
                          rules)
             cost = best[i][0] + _CUE_COST + pause_cost + _display_cost(plan, chars, rules) + cut_cost[j - 1]
             if cost < best[j][0]:
-                best[j] = (cost, i, plan.end)
+                best[j] = (cost, i, plan.end_ms)
     out: list[tuple[int, int, list[str]]] = []
     j = n
     while j > 0:
@@ -266,13 +266,13 @@ def _shown(texts: list[str], i: int, j: int, mark: str, rules: CueRules) -> list
 
 
 class _Plan(NamedTuple):  # a tuple: the cut search makes one per candidate cue
-    """A cue's earliest display times given the cue before it: shown [start, end), ``limit`` the latest end the
-    following words allow, ``need`` the time reading needs (ms); ``lost``: no time within its reach is enough."""
+    """A cue's earliest display times given the cue before it (ms): shown [start_ms, end_ms), ``limit_ms`` the latest
+    end the following words allow, ``need_ms`` the time reading needs; ``lost``: no time within its reach is enough."""
 
-    start: int
-    end: int
-    limit: int
-    need: int
+    start_ms: int
+    end_ms: int
+    limit_ms: int
+    need_ms: int
     lost: bool
 
 
@@ -315,7 +315,7 @@ def _plan(first_ms: int, last_ms: int, need: int, floor: int, first: bool, follo
 
 def _display_cost(plan: _Plan, chars: int, rules: CueRules) -> float:
     """Penalty for a cue that cannot stay up ``min_ms`` or cannot be read at ``max_cps`` in its room."""
-    room = plan.limit - plan.start
+    room = plan.limit_ms - plan.start_ms
     cost = _SHORT_COST if room < rules.min_ms else 0.0
     cps = chars * 1000 / max(room, 1)
     if cps > rules.max_cps:
@@ -331,18 +331,18 @@ def _timed(cues: list[Cue], rules: CueRules) -> list[Cue]:
     plans: list[_Plan] = []
     for k, c in enumerate(cues):
         follow = cues[k + 1].start_ms if k + 1 < len(cues) else None
-        plans.append(_plan(c.start_ms, c.end_ms, _need_ms(c.chars, rules), plans[-1].end if plans else 0, not plans,
+        plans.append(_plan(c.start_ms, c.end_ms, _need_ms(c.chars, rules), plans[-1].end_ms if plans else 0, not plans,
                            follow, rules))
     out: list[Cue] = []
     next_start: int | None = None
     for c, p in zip(reversed(cues), reversed(plans), strict=True):
-        limit = p.limit if next_start is None else min(p.limit, max(p.end, next_start - rules.gap_ms))
+        limit = p.limit_ms if next_start is None else min(p.limit_ms, max(p.end_ms, next_start - rules.gap_ms))
         if p.lost:
-            start, end = p.start, limit
+            start, end = p.start_ms, limit
         else:
-            at = max(c.start_ms, p.start)  # where it would rather start: at its first word
-            end = min(limit, max(c.end_ms, at + p.need))
-            start = max(p.start, min(at, end - p.need))
+            at = max(c.start_ms, p.start_ms)  # where it would rather start: at its first word
+            end = min(limit, max(c.end_ms, at + p.need_ms))
+            start = max(p.start_ms, min(at, end - p.need_ms))
         end = max(min(end, start + rules.max_ms), start + 1)
         out.append(Cue(start, end, c.lines, c.spk, c.session, c.words))
         next_start = start

@@ -116,7 +116,8 @@ def segment_clip(audio: np.ndarray, preset: str = "balanced") -> list[Segment]:
     last = endpointer.flush()
     closed = [e for e in [*events, last] if isinstance(e, SegmentClosed)]
     return [
-        Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end) for e in closed
+        Segment(e.speech_start_sample / SAMPLE_RATE, e.speech_end_sample / SAMPLE_RATE, e.start_sample, e.end_sample)
+        for e in closed
     ]
 
 
@@ -158,19 +159,19 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
     def handle(events: list, cut: int | None = None) -> None:
         for event in events:
             if isinstance(event, SegmentClosed):
-                start_s = event.speech_start / SAMPLE_RATE
+                start_s = event.speech_start_sample / SAMPLE_RATE
                 guesses.append(next((x.label for x in reversed(shown) if x.segment_s == start_s), None))
                 closed.append(event)
-                speech_s = (event.speech_end - event.speech_start) / SAMPLE_RATE
-                vector = (embedder.embed([audio[event.start : event.end]])[0]
+                speech_s = event.speech_samples / SAMPLE_RATE
+                vector = (embedder.embed([audio[event.start_sample : event.end_sample]])[0]
                           if speech_s >= config.min_embed_speech_s else None)
                 label = tracker.assign(len(closed) - 1, vector, speech_s, event.after_turn)
-                shown.append(Shown(endpointer.position / SAMPLE_RATE, event.speech_start / SAMPLE_RATE, label))
+                shown.append(Shown(endpointer.position / SAMPLE_RATE, event.speech_start_sample / SAMPLE_RATE, label))
                 if cut is None:
                     detector.close()
             elif isinstance(event, SegmentOpened):
                 if cut is None:
-                    detector.open(event.speech_start)
+                    detector.open(event.speech_start_sample)
                 else:
                     detector.cut(cut)
 
@@ -186,24 +187,24 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
         opened = endpointer.open_segment
         if opened is None or not detector.due(endpointer.position):
             continue
-        window = detector.next_window(endpointer.position, endpointer.open_probs, opened.speech_start)
+        window = detector.next_window(endpointer.position, endpointer.open_probs, opened.speech_start_sample)
         if window is None:
             continue
-        vector = embedder.embed([audio[window.start : window.end]])[0]
+        vector = embedder.embed([audio[window.start_sample : window.end_sample]])[0]
         windows += 1
-        at = detector.add(window, vector, endpointer.open_probs, opened.speech_start)
+        at = detector.add(window, vector, endpointer.open_probs, opened.speech_start_sample)
         if at is not None and (events := endpointer.split(at)):
             decided.append(endpointer.position / SAMPLE_RATE)
             handle(events, cut=at)
         if detector.voice is not None and endpointer.open_segment is not None:
             opened = endpointer.open_segment
-            shown.append(Shown(endpointer.position / SAMPLE_RATE, opened.speech_start / SAMPLE_RATE,
+            shown.append(Shown(endpointer.position / SAMPLE_RATE, opened.speech_start_sample / SAMPLE_RATE,
                                tracker.peek(*detector.voice, new_voice=opened.after_turn)))
     last = endpointer.flush()
     if last is not None:
         handle([last])
-    segments = [Segment(e.speech_start / SAMPLE_RATE, e.speech_end / SAMPLE_RATE, e.start, e.end, e.after_turn)
-                for e in closed]
+    segments = [Segment(e.speech_start_sample / SAMPLE_RATE, e.speech_end_sample / SAMPLE_RATE, e.start_sample,
+                        e.end_sample, e.after_turn) for e in closed]
     return segments, decided, shown, windows, guesses
 
 

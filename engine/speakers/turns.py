@@ -90,11 +90,12 @@ class TurnConfig:
 
 @dataclass(frozen=True)
 class Window:
-    """One embedding window of the open segment: audio [start, end), asked for during turn ``turn``."""
+    """One embedding window of the open segment: audio samples [start_sample, end_sample), asked for during turn
+    ``turn``."""
 
     turn: int
-    start: int
-    end: int
+    start_sample: int
+    end_sample: int
 
 
 class TurnDetector:
@@ -148,7 +149,8 @@ class TurnDetector:
             return None
         unit = unit_vector(embedding)
         voice = self._voice_vector()
-        spans_turn = bool(self._voice) and self._voice[-1][0].end - self._voice[0][0].start >= self._min_turn
+        spans_turn = (bool(self._voice)
+                      and self._voice[-1][0].end_sample - self._voice[0][0].start_sample >= self._min_turn)
         if voice is None or not spans_turn:
             # Too little of the turn to judge a window against: every window makes the voice.
             self._voice.append((window, unit))
@@ -161,7 +163,7 @@ class TurnDetector:
             return None
         self._deviating.append((window, unit))
         self._keep_agreeing_run()
-        self._next_end = min(self._next_end, window.end + self.config.confirm_hop)
+        self._next_end = min(self._next_end, window.end_sample + self.config.confirm_hop)
         if len(self._deviating) < self.config.confirm_windows:
             return None
         first = self._deviating[0][0]
@@ -174,12 +176,12 @@ class TurnDetector:
         vector = self._voice_vector()
         if vector is None:
             return None
-        return vector, (self._voice[-1][0].end - self._voice[0][0].start) / SAMPLE_RATE
+        return vector, (self._voice[-1][0].end_sample - self._voice[0][0].start_sample) / SAMPLE_RATE
 
     def cut(self, at: int) -> None:
         """The caller ended the segment at ``at``; the new turn keeps the deviating windows that lie after it."""
         # Windows mostly after the cut are the new voice already: a label can show for it at once.
-        after = [(w, e) for w, e in self._deviating if (w.start + w.end) // 2 >= at]
+        after = [(w, e) for w, e in self._deviating if (w.start_sample + w.end_sample) // 2 >= at]
         self._begin(at, after)
 
     @property
@@ -190,7 +192,7 @@ class TurnDetector:
         self.turn += 1
         self.start = start
         self._next_end = start + self.config.window
-        self._voice = [(Window(self.turn, w.start, w.end), e) for w, e in voice]
+        self._voice = [(Window(self.turn, w.start_sample, w.end_sample), e) for w, e in voice]
         self._deviating = []
 
     def _voice_vector(self) -> np.ndarray | None:
@@ -218,12 +220,12 @@ class TurnDetector:
         it mostly the old: the change lies between the previous window's middle and this one's. Within that span (a
         little wider), the middle of the longest pause, else the least speech-like frame."""
         half = self.config.window // 2
-        lo = max(first.start + half - self.config.hop - half // 2, self.start + WINDOW)
-        hi = first.end - half // 2
+        lo = max(first.start_sample + half - self.config.hop - half // 2, self.start + WINDOW)
+        hi = first.end_sample - half // 2
         i0, i1 = max(0, (lo - probs_start) // WINDOW), max(0, (hi - probs_start) // WINDOW)
         frames = probs[i0:i1]
         if frames.size == 0:
-            return max(lo, min(hi, first.start + half))
+            return max(lo, min(hi, first.start_sample + half))
         quiet = frames < self.threshold
         best_len, best_mid, run = 0, -1, 0
         for i, q in enumerate(quiet.tolist()):

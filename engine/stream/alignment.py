@@ -38,8 +38,8 @@ def closed_words(closed: SegmentClosed, text: str, vad_offset: float, spans: tup
     """The words of ``text``, a closed segment's sentence, on the session's timeline (ms): from the aligner's
     ``aligned`` words if any, else laid along the segment's speech by the VAD (``vad_offset``: its speech threshold)
     and Whisper's timed ``spans``."""
-    return place_words(text, samples_to_ms(closed.speech_start), samples_to_ms(closed.speech_end), closed.probs,
-                       vad_offset, WINDOW_MS, spans, samples_to_ms(closed.start), aligned or ())
+    return place_words(text, samples_to_ms(closed.speech_start_sample), samples_to_ms(closed.speech_end_sample),
+                       closed.probs, vad_offset, WINDOW_MS, spans, samples_to_ms(closed.start_sample), aligned or ())
 
 
 class Alignment:

@@ -33,28 +33,33 @@ class CloseReason(StrEnum):
 
 @dataclass(frozen=True)
 class SegmentOpened:
-    """Speech began; the segment's audio starts at ``start`` (pre-roll included)."""
+    """Speech began; the segment's audio starts at sample ``start_sample`` (pre-roll included)."""
 
     index: int
-    start: int
-    speech_start: int
+    start_sample: int
+    speech_start_sample: int
     after_turn: bool = False  # opened by ``Endpointer.split``: another voice than the segment before it
 
 
 @dataclass(frozen=True)
 class SegmentClosed:
-    """The segment ``index`` is complete: its audio is [start, end); speech ran [speech_start, speech_end).
-    ``probs``: the VAD's speech probability of each 512-sample window from ``speech_start`` to ``end`` (where the
-    words were said: ``engine.stream.words``)."""
+    """The segment ``index`` is complete: its audio is samples [start_sample, end_sample); speech ran
+    [speech_start_sample, speech_end_sample). ``probs``: the VAD's speech probability of each 512-sample window from
+    ``speech_start_sample`` to ``end_sample`` (where the words were said: ``engine.stream.words``)."""
 
     index: int
-    start: int
-    end: int
-    speech_start: int
-    speech_end: int
+    start_sample: int
+    end_sample: int
+    speech_start_sample: int
+    speech_end_sample: int
     reason: CloseReason
     probs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32), compare=False, repr=False)
     after_turn: bool = False  # the segment began at a change of voice (its ``SegmentOpened.after_turn``)
+
+    @property
+    def speech_samples(self) -> int:
+        """How long its speech ran, in samples."""
+        return self.speech_end_sample - self.speech_start_sample
 
 
 SegmentEvent = SegmentOpened | SegmentClosed
@@ -127,11 +132,11 @@ class Endpointer:
                 self._silence = 0
             else:
                 self._silence += 1
-            speech_ms = _ms(self._speech_end - self._open.speech_start)
+            speech_ms = _ms(self._speech_end - self._open.speech_start_sample)
             if _ms(self._silence * WINDOW) >= self.cfg.silence_for(speech_ms):
                 events.append(self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position),
                                           CloseReason.SILENCE))
-            elif _ms(self.position - self._open.start) >= self.cfg.max_segment_ms:
+            elif _ms(self.position - self._open.start_sample) >= self.cfg.max_segment_ms:
                 self._cut_at_cap(start, events)
         return events
 
@@ -154,16 +159,16 @@ class Endpointer:
         """End the open segment at sample ``at`` (reason ``TURN``) and open the next one there with the audio after it.
         Returns the two events, or none when nothing is open or ``at`` is not inside the open segment's speech."""
         opened = self._open
-        if opened is None or not opened.speech_start + WINDOW <= at <= self.position - WINDOW:
+        if opened is None or not opened.speech_start_sample + WINDOW <= at <= self.position - WINDOW:
             return []
-        at = opened.speech_start + (at - opened.speech_start) // WINDOW * WINDOW
+        at = opened.speech_start_sample + (at - opened.speech_start_sample) // WINDOW * WINDOW
         kept = (self.position - at) // WINDOW
         tail = self._probs[len(self._probs) - kept:]
         # The old segment's speech ends at its last speech window before the cut.
         before = self._probs[: len(self._probs) - kept]
         speech = [i for i, p in enumerate(before) if p >= self.vad.offset]
         speech_end = self._speech_end
-        self._speech_end = opened.speech_start + (speech[-1] + 1) * WINDOW if speech else at
+        self._speech_end = opened.speech_start_sample + (speech[-1] + 1) * WINDOW if speech else at
         events: list[SegmentEvent] = [self._close(at, CloseReason.TURN)]
         # The new segment's speech starts at its first speech window after the cut; its audio at the cut (the
         # pre-roll reaches back to the previous segment's end and no further).
@@ -192,8 +197,8 @@ class Endpointer:
     def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
         assert self._open is not None
         opened = self._open
-        windows = max(0, (end - opened.speech_start) // WINDOW)
-        closed = SegmentClosed(opened.index, opened.start, end, opened.speech_start,
+        windows = max(0, (end - opened.speech_start_sample) // WINDOW)
+        closed = SegmentClosed(opened.index, opened.start_sample, end, opened.speech_start_sample,
                                min(self._speech_end, end), reason, np.asarray(self._probs[:windows], np.float32),
                                opened.after_turn)
         self._open = None
@@ -209,7 +214,7 @@ class Endpointer:
         tail = np.asarray(self._probs[-search:])
         quiet = int(np.argmin(tail))
         cut = self.position - (search - quiet) * WINDOW  # start of the quietest window
-        cut = max(cut, self._open.speech_start + WINDOW)
+        cut = max(cut, self._open.speech_start_sample + WINDOW)
         still_speaking = self._silence == 0
         self._speech_end = min(self._speech_end, cut)
         events.append(self._close(cut, CloseReason.CAP))

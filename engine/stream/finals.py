@@ -87,7 +87,8 @@ class Pending:
     stable: int = 0  # leading words of ``preview`` that were settled (the sentence locks with them)
     audio: np.ndarray | None = None  # the segment's audio (the aligner reads it once the sentence has locked)
     voice: int | None = None  # the speaker label its voice showed beside its partial text when it closed
-    closed_at: int = 0  # the session's sample at which it closed (the endpoint decided): its lock lag counts from there
+    # The session's sample at which it closed (the endpoint decided): its lock lag counts from there.
+    closed_at_sample: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,16 +128,16 @@ class Finals:
         self._dropped_half: Joined | None = None
 
     def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None,
-              closed_at: int = 0) -> None:
+              closed_at_sample: int = 0) -> None:
         """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz; ``voice``: the speaker label shown
-        beside its partial text, if any: it locks with that one if its embedding is not in yet; ``closed_at``: the
-        session sample at which it closed)."""
-        speech_s = (closed.speech_end - closed.speech_start) / SAMPLE_RATE
+        beside its partial text, if any: it locks with that one if its embedding is not in yet;
+        ``closed_at_sample``: the session sample at which it closed)."""
+        speech_s = closed.speech_samples / SAMPLE_RATE
         task = asyncio.create_task(self._final(closed, audio, speech_s, handover),
                                    name=f"{self._session_id}-final-{closed.index}")
         self.pending.append(Pending(closed, handover.preview, task, speech_s, shown=handover.shown,
                                     stable=len(handover.stable), audio=audio, voice=voice,
-                                    closed_at=closed_at or closed.end))
+                                    closed_at_sample=closed_at_sample or closed.end_sample))
         task.add_done_callback(lambda _t: self._on_done())
 
     def previews(self) -> list[tuple[str, int]]:
@@ -172,12 +173,12 @@ class Finals:
             result = prior
             if result is None and adopted is not None:
                 result = await self._scheduler.final_of(adopted)
-                if result is not None and (result.truncated or stopped_early(result, closed.speech_end, stable,
+                if result is not None and (result.truncated or stopped_early(result, closed.speech_end_sample, stable,
                                                                              stable_end)):
                     result = None  # a partial's text that stops before its audio does: decode it properly
             if result is None:
                 result = await self._decode(request)
-                if stopped_early(result, closed.speech_end, stable, stable_end):
+                if stopped_early(result, closed.speech_end_sample, stable, stable_end):
                     # Decode it whole, unforced; the settled words are then put back in front (``onto``).
                     result = await self._scheduler.final(dataclasses.replace(request, prefix=""))
         except EngineNotReady as exc:
@@ -200,7 +201,7 @@ class Finals:
                 embed.cancel()
                 return _NOTHING
             text = " ".join(stable)
-        reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_end - closed.speech_start),
+        reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_samples),
                                self._config.guard)
         if reason:
             kind = reason.kind.value
@@ -278,7 +279,7 @@ class Finals:
         if both.size > _WHISPER_SAMPLES:
             return None
         request = self._request(f"{self._session_id}-f{closed.index}-joined", both, [])
-        speech_s = (segment.speech_end - segment.speech_start) / SAMPLE_RATE
+        speech_s = segment.speech_samples / SAMPLE_RATE
         embed = self._embed(both, speech_s)
         try:
             result = await self._decode(request)
@@ -286,7 +287,7 @@ class Finals:
             embed.cancel()
             return None
         self._stats.final_decode_s.append(result.decode_s)
-        reason = reject_reason(result, rms_dbfs(both), samples_to_ms(segment.speech_end - segment.speech_start),
+        reason = reject_reason(result, rms_dbfs(both), samples_to_ms(segment.speech_samples),
                                self._config.guard)
         if reason:
             embed.cancel()
@@ -319,8 +320,8 @@ class Finals:
             text, spans, probs = final.text, final.spans, final.word_probs
             if final.joined is not None:  # the sentence is this segment joined to the one before it
                 item.closed, item.audio = final.joined.segment, final.joined.audio
-                item.speech_s = (item.closed.speech_end - item.closed.speech_start) / SAMPLE_RATE
-            covered = max(covered, item.closed.end)
+                item.speech_s = item.closed.speech_samples / SAMPLE_RATE
+            covered = max(covered, item.closed.end_sample)
             if text is None:
                 continue
             sid = self._next_sentence
@@ -329,10 +330,10 @@ class Finals:
             spk = (self._labels.label(sid, final.embed or nothing(), item.speech_s, closed.after_turn, item.voice)
                    if self._labels else None)
             words = closed_words(closed, text, self._config.vad.offset, spans, final.aligned)
-            speech = closed.probs[: max(1, (closed.speech_end - closed.speech_start) // WINDOW)]
+            speech = closed.probs[: max(1, closed.speech_samples // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
-            sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start),
-                                         samples_to_ms(closed.speech_end), spk, words=tuple(words),
+            sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start_sample),
+                                         samples_to_ms(closed.speech_end_sample), spk, words=tuple(words),
                                          avg_logprob=round(final.avg_logprob, 4), no_speech_prob=no_speech,
                                          word_probs=tuple(round(p, 4) for p in probs)
                                          if len(probs) == len(words) else ())
@@ -345,9 +346,10 @@ def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: Segmen
     """Segment ``second`` joined to ``first``, the one before it, as one (its index, reason and end; ``first``'s start,
     speech start and change of voice), with its audio: silence stands in for any samples between the two, which
     belong to neither (the quiet windows after a cut, before the next segment's pre-roll)."""
-    gap = np.zeros(max(0, second.start - first.end), np.float32)
-    skip = max(0, (second.speech_start - first.speech_start) // WINDOW - first.probs.size)
+    gap = np.zeros(max(0, second.start_sample - first.end_sample), np.float32)
+    skip = max(0, (second.speech_start_sample - first.speech_start_sample) // WINDOW - first.probs.size)
     probs = np.concatenate([first.probs, np.zeros(skip, np.float32), second.probs]).astype(np.float32)
-    segment = dataclasses.replace(second, start=first.start, speech_start=first.speech_start, probs=probs,
+    segment = dataclasses.replace(second, start_sample=first.start_sample,
+                                  speech_start_sample=first.speech_start_sample, probs=probs,
                                   after_turn=first.after_turn)
     return Joined(segment, np.concatenate([first_audio, gap, second_audio]).astype(np.float32))

@@ -171,10 +171,10 @@ class Partials:
         decode to adopt (else both None): on CPU this saves one whole decode per sentence."""
         # A segment cut while speech goes on (a cap or a change of voice) must not take a decode that heard the
         # words after the cut; after a pause, a decode that ran on into the silence is as good.
-        limit = event.end if event.reason in (CloseReason.CAP, CloseReason.TURN) else None
+        limit = event.end_sample if event.reason in (CloseReason.CAP, CloseReason.TURN) else None
 
         def covers(end: int) -> bool:
-            return end >= event.speech_end and (limit is None or end <= limit)
+            return end >= event.speech_end_sample and (limit is None or end <= limit)
 
         last = self._last
         if last is not None and last[0] == event.index and covers(last[1]) and not last[2].truncated:
@@ -209,14 +209,14 @@ class Partials:
         if opened is None or options.background or not options.partials:
             return
         cfg = self._cfg
-        speech_ms = samples_to_ms(self._endpointer.position - opened.speech_start)
+        speech_ms = samples_to_ms(self._endpointer.position - opened.speech_start_sample)
         new_ms = samples_to_ms(self._endpointer.position - self._audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self._scheduler.partial_decode_ema_s)
         share = self._scheduler.partial_share(cfg.recognizer_share, cfg.session_share)
         if share > 0:
             # Paced by what its decode will cost: a session's partials take at most its share of the recognizer, so
             # long sentences (larger windows) and a full server (smaller shares) space them out, fairly.
-            audio_s = (self._endpointer.position - opened.start) / SAMPLE_RATE
+            audio_s = (self._endpointer.position - opened.start_sample) / SAMPLE_RATE
             interval = max(interval, self._scheduler.partial_cost_s(audio_s) / share)
         closing = self.closing
         if closing or not self.text:
@@ -255,7 +255,7 @@ class Partials:
         # The audio ends inside speech when its last windows were speech: its last word may be cut short.
         in_speech = self._endpointer.speech_end >= end - STEP_WINDOWS * WINDOW
         self._meta[request_id] = (opened.index, end, in_speech)
-        return self._decoding.request(request_id, self._audio.slice(opened.start, end), Priority.PARTIAL,
+        return self._decoding.request(request_id, self._audio.slice(opened.start_sample, end), Priority.PARTIAL,
                                       self.stable.words, self._config.transcriber.timestamps)
 
     def forget(self, request: DecodeRequest) -> None:
@@ -274,7 +274,7 @@ class Partials:
             result = dataclasses.replace(result, truncated=True, looped=False)
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
-        speech_ms = samples_to_ms(end - opened.speech_start)
+        speech_ms = samples_to_ms(end - opened.speech_start_sample)
         text = "" if reject_reason(result, level, speech_ms, self._config.guard) else result.text
         probs = result.word_probs if text == result.text else ()
         decoded = len(text.split())
@@ -302,7 +302,7 @@ class Partials:
         changed = text != self.text or self.stable.sent < len(self.stable.words)
         if changed:
             self.text = text
-        return Shown(opened.speech_start if first else None, changed, end)
+        return Shown(opened.speech_start_sample if first else None, changed, end)
 
     def sentence_ended(self) -> bool:
         """May the open segment close now? Yes once its newest partial, a decode of all of its speech, ends a
@@ -355,10 +355,10 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None:
             return []
-        return place_words(text, samples_to_ms(opened.speech_start),
-                           samples_to_ms(max(self._endpointer.speech_end, opened.speech_start + WINDOW)),
+        return place_words(text, samples_to_ms(opened.speech_start_sample),
+                           samples_to_ms(max(self._endpointer.speech_end, opened.speech_start_sample + WINDOW)),
                            self._endpointer.open_probs, self._config.vad.offset, WINDOW_MS, (),
-                           samples_to_ms(opened.start), ())
+                           samples_to_ms(opened.start_sample), ())
 
     def _settled_until(self, text: str) -> int:
         """Where the settled words of the open segment end, estimated from the VAD (a session sample index)."""

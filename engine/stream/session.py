@@ -213,20 +213,20 @@ class Session:
 
     def _on_open(self, event: SegmentOpened) -> None:
         self.stats.segments += 1
-        self._partials.open(event.start)
+        self._partials.open(event.start_sample)
         if self._speech_listeners:
-            start, speech = samples_to_ms(event.start), samples_to_ms(event.speech_start)
+            start, speech = samples_to_ms(event.start_sample), samples_to_ms(event.speech_start_sample)
             self._speech_listeners.tell(SpeechStarted(event.index, start, speech))
-        self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start))
+        self._log.debug("segment %d opened at %d ms", event.index, samples_to_ms(event.start_sample))
 
     def _on_close(self, event: SegmentClosed) -> None:
         if self._speech_listeners:
-            self._speech_listeners.tell(SpeechStopped(event.index, samples_to_ms(event.speech_end)))
+            self._speech_listeners.tell(SpeechStopped(event.index, samples_to_ms(event.speech_end_sample)))
         handover = self._partials.close(event)
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
-        audio = self.audio.slice(event.start, event.end)
-        self._finals.start(event, audio, handover, voice=self._voices.label, closed_at=self.endpointer.position)
+        audio = self.audio.slice(event.start_sample, event.end_sample)
+        self._finals.start(event, audio, handover, voice=self._voices.label, closed_at_sample=self.endpointer.position)
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
 
     def _on_turn(self, at: int | None) -> None:
@@ -249,11 +249,12 @@ class Session:
         opened = self.endpointer.open_segment
         # Before a segment opens, its pre-roll reaches back from where its speech began, which may lie a few windows
         # back (the onset must last ``min_speech_ms``), not from the newest window.
-        keep = opened.start if opened else self.endpointer.onset_start - self._preroll
+        keep = opened.start_sample if opened else self.endpointer.onset_start - self._preroll
         self.audio.trim_before(keep)
         # Arrival times are still needed for the latency of segments waiting for their final decode.
         pending = self._finals.pending
-        self._arrivals.forget_before(min(self.audio.origin, pending[0].closed.start) if pending else self.audio.origin)
+        oldest = min(self.audio.origin, pending[0].closed.start_sample) if pending else self.audio.origin
+        self._arrivals.forget_before(oldest)
 
     # ---- partials (``DecodeScheduler``'s ``PartialClient``) -------------------------------------------------
     @property
@@ -316,9 +317,9 @@ class Session:
                 self._alignment.after_lock(item.sentence.id, closed, item.pending.audio, item.sentence.text,
                                            item.spans, self.options.language)
                 if not item.pending.shown:
-                    self._observer.first_text(self._arrivals.since(closed.speech_start))
-                self._observer.locked(self._arrivals.since(closed.speech_end))
-                self._observer.lock_lag(self._arrivals.since(item.pending.closed_at), item.pending.speech_s)
+                    self._observer.first_text(self._arrivals.since(closed.speech_start_sample))
+                self._observer.locked(self._arrivals.since(closed.speech_end_sample))
+                self._observer.lock_lag(self._arrivals.since(item.pending.closed_at_sample), item.pending.speech_s)
         self.stats.sentences += len(locked)
         if locked or covered:
             self._screen.post([item.sentence for item in locked], covered_end=covered)

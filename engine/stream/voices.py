@@ -46,7 +46,7 @@ class Voices:
         if self._turns is not None and cut is not None:
             self._turns.cut(cut)
         elif self._turns is not None:
-            self._turns.open(event.speech_start)
+            self._turns.open(event.speech_start_sample)
 
     def closed(self, cut: int | None) -> None:
         """The open segment closed; ``cut``: by a split for a change of voice (the voice watch goes on)."""
@@ -59,10 +59,11 @@ class Voices:
         if (self._turns is None or self._service is None or opened is None or not self._live()
                 or not self._turns.due(self._endpointer.position)):
             return
-        window = self._turns.next_window(self._endpointer.position, self._endpointer.open_probs, opened.speech_start)
+        window = self._turns.next_window(self._endpointer.position, self._endpointer.open_probs,
+                                         opened.speech_start_sample)
         if window is None:
             return
-        fut = self._service.embed_window(self._audio.slice(window.start, window.end))
+        fut = self._service.embed_window(self._audio.slice(window.start_sample, window.end_sample))
         fut.add_done_callback(lambda f: self._on_window(window, f))
 
     def _on_window(self, window: Window, fut: asyncio.Future[np.ndarray | None]) -> None:
@@ -73,7 +74,7 @@ class Voices:
         vector = fut.result()
         if vector is None:
             return
-        self._on_turn(self._turns.add(window, vector, self._endpointer.open_probs, opened.speech_start))
+        self._on_turn(self._turns.add(window, vector, self._endpointer.open_probs, opened.speech_start_sample))
 
     def relabel(self) -> bool:
         """Update ``label``, the label the open segment's voice would lock with now; True if it changed."""

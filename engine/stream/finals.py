@@ -162,8 +162,8 @@ class Finals:
         start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times
         and its speaker embedding; a live one locks without its word times (they follow, ``Alignment.after_lock``)
         and, if its client takes corrections, without its embedding (``Labels``)."""
-        stable, stable_end, prior, adopted, carried = (handover.stable, handover.stable_end, handover.prior,
-                                                       handover.adopted, handover.carried)
+        stable, stable_end_sample, prior, adopted, carried = (handover.stable, handover.stable_end_sample,
+                                                              handover.prior, handover.adopted, handover.carried)
         request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
         # Where the sentence does not wait for its label, its embedding starts once its text is decoded: on a CPU
         # it would otherwise share the cores with that decode, which the lock does wait for.
@@ -174,11 +174,11 @@ class Finals:
             if result is None and adopted is not None:
                 result = await self._scheduler.final_of(adopted)
                 if result is not None and (result.truncated or stopped_early(result, closed.speech_end_sample, stable,
-                                                                             stable_end)):
+                                                                             stable_end_sample)):
                     result = None  # a partial's text that stops before its audio does: decode it properly
             if result is None:
                 result = await self._decode(request)
-                if stopped_early(result, closed.speech_end_sample, stable, stable_end):
+                if stopped_early(result, closed.speech_end_sample, stable, stable_end_sample):
                     # Decode it whole, unforced; the settled words are then put back in front (``onto``).
                     result = await self._scheduler.final(dataclasses.replace(request, prefix=""))
         except EngineNotReady as exc:

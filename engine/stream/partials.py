@@ -50,12 +50,13 @@ def forced(stable: list[str]) -> str:
     return bare if bare and ends_sentence(text) else text
 
 
-def stopped_early(result: Transcript, speech_end: int, stable: list[str], stable_end: int) -> bool:
-    """The decode, made to start with the settled words (they end at sample ``stable_end``), added none though the
-    speaker went on for ``EARLY_STOP_S`` after them (to ``speech_end``): Whisper ended the text right after the
-    forced words. Its text is not the segment's, whatever it says (it must not lock it, early or as the final)."""
+def stopped_early(result: Transcript, speech_end_sample: int, stable: list[str], stable_end_sample: int) -> bool:
+    """The decode, made to start with the settled words (they end at sample ``stable_end_sample``), added none
+    though the speaker went on for ``EARLY_STOP_S`` after them (to ``speech_end_sample``): Whisper ended the text
+    right after the forced words. Its text is not the segment's, whatever it says (it must not lock it, early or as
+    the final)."""
     return (bool(stable) and len(result.text.split()) <= len(stable)
-            and speech_end - stable_end > EARLY_STOP_S * SAMPLE_RATE)
+            and speech_end_sample - stable_end_sample > EARLY_STOP_S * SAMPLE_RATE)
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Handover:
     prior: Transcript | None  # a finished partial that heard all of its speech: it is the final decode
     adopted: asyncio.Task[Transcript | None] | None  # or a running one, taken over from the scheduler
     stable: list[str]  # its settled words: the locked sentence starts with exactly them
-    stable_end: int  # where they end, estimated from the VAD (sample)
+    stable_end_sample: int  # where they end, estimated from the VAD
     carried: list[str]  # settled words that went on to the next segment at a change of voice (``Partials.cut``)
     preview: str  # its text on screen, kept there until it locks
     shown: bool  # some text of it was shown before it closed (its first-text latency is taken)
@@ -101,9 +102,9 @@ class Carry:
 class Shown:
     """What a partial's result changed on screen (``Partials.on_result``)."""
 
-    first_text_at: int | None  # the segment's first text: its speech start (sample), the first-text latency is due
+    first_text_at_sample: int | None  # the segment's first text: its speech start, the first-text latency is due
     changed: bool  # the text or its settled words changed: a caption is due
-    end: int  # the end of the audio it heard (sample): the caption's latency is taken from there
+    end_sample: int  # the end of the audio it heard: the caption's latency is taken from there
 
 
 class Partials:
@@ -127,7 +128,7 @@ class Partials:
         self.text = ""  # what shows of the open segment, its settled words first
         self.shown = False  # the open segment has shown some text (its first-text latency is taken)
         self.stable = self._new_stable()  # the open segment's settled words
-        self.stable_end = 0  # where they end, estimated (sample)
+        self.stable_end_sample = 0  # where they end, estimated (sample)
         self._audio_end = 0  # end sample of the audio the newest request covers
         # request id -> (segment index, audio end sample, the audio ended inside speech)
         self._meta: dict[str, tuple[int, int, bool]] = {}
@@ -145,7 +146,7 @@ class Partials:
     def open(self, start: int) -> None:
         """A segment opened, its audio from sample ``start``: nothing of it is decoded or shown yet."""
         self.stable = self._new_stable()
-        self.stable_end = 0
+        self.stable_end_sample = 0
         self._decoded = []
         self._ends_sentence = False
         self.text = ""
@@ -159,7 +160,7 @@ class Partials:
         self._scheduler.cancel_partial(self._client)
         self._last = None
         self._ends_sentence = False
-        handover = Handover(prior, adopted, list(self.stable.words), self.stable_end, self._carried, self.text,
+        handover = Handover(prior, adopted, list(self.stable.words), self.stable_end_sample, self._carried, self.text,
                             self.shown)
         self._carried = []
         self.text = ""
@@ -270,7 +271,7 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None or opened.index != index:
             return None
-        if stopped_early(result, min(end, self._endpointer.speech_end), self.stable.words, self.stable_end):
+        if stopped_early(result, min(end, self._endpointer.speech_end), self.stable.words, self.stable_end_sample):
             result = dataclasses.replace(result, truncated=True, looped=False)
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
@@ -283,7 +284,7 @@ class Partials:
         text = " ".join(self.stable.update(text.split(), in_speech or result.truncated, end / SAMPLE_RATE, probs))
         if len(self.stable.words) > settled:
             self._log.debug("segment %d: %d words stable", index, len(self.stable.words))
-            self.stable_end = self._settled_until(text)
+            self.stable_end_sample = self._settled_until(text)
         # The decode's words end the text (``onto`` put the settled words in front): text word k is decoded word
         # k + shift.
         shift = decoded - len(text.split())
@@ -403,6 +404,6 @@ class Partials:
     def resume(self, carry: Carry, at: int) -> None:
         """The new voice's segment, opened at sample ``at``, starts with the carried words: shown, still settled."""
         self.stable = self._new_stable(list(carry.words), sent=carry.sent)
-        self.stable_end = at
+        self.stable_end_sample = at
         self.text = " ".join(carry.words + carry.tail)
         self.shown = True

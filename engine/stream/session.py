@@ -289,10 +289,10 @@ class Session:
         shown = self._partials.on_result(request, result)
         if shown is None:
             return
-        if shown.first_text_at is not None:
-            self._observer.first_text(self._arrivals.since(shown.first_text_at))
+        if shown.first_text_at_sample is not None:
+            self._observer.first_text(self._arrivals.since(shown.first_text_at_sample))
         if shown.changed:
-            self._screen.post([], covered_end=shown.end)
+            self._screen.post([], covered_end=shown.end_sample)
         self._maybe_end_sentence()
 
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:

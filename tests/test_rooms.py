@@ -22,6 +22,7 @@ from app.rooms.keys import ROOMS
 from app.rooms.open_text import STALE_S, RemoteOpen
 from app.rooms.store import RoomRecord, SentenceRecord, Snapshot, open_store
 from app.rooms.store.sqlite import SCHEMA_VERSION, SqliteStore
+from app.rooms.viewer import Queued
 from app.transcripts import exports
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Sentence, Word, WordTimes
@@ -208,7 +209,8 @@ async def test_a_slow_viewer_gets_the_newest_partial_and_is_cut_off_rather_than_
     viewer.put(1, Caption([], "a"), durable=False)
     viewer.put(1, Caption([], "a b"), durable=False)  # replaces the unsent partial
     viewer.put(2, locked, durable=True)
-    assert [(await viewer.get(1.0)) for _ in range(2)] == [(1, Caption([], "a b"), False), (2, locked, True)]
+    got = [await viewer.get(1.0) for _ in range(2)]
+    assert got == [Queued(1, Caption([], "a b"), False), Queued(2, locked, True)]
     with pytest.raises(TimeoutError):
         await viewer.get(0.05)
     for seq in range(10_000):
@@ -236,8 +238,8 @@ async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> Non
                 except TimeoutError:
                     break
                 assert item is not None
-                if isinstance(item[1], protocol.Caption):
-                    got = item[1]
+                if isinstance(item.message, protocol.Caption):
+                    got = item.message
             assert got is not None
             return got
 
@@ -256,9 +258,9 @@ async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> Non
         await store.close()
 
 
-async def _drain(viewer: Viewer, quiet_s: float = 0.2) -> list[tuple[int, protocol.ServerMessage, bool]]:
+async def _drain(viewer: Viewer, quiet_s: float = 0.2) -> list[Queued]:
     """Everything a viewer has, until nothing comes for ``quiet_s``."""
-    items: list[tuple[int, protocol.ServerMessage, bool]] = []
+    items: list[Queued] = []
     while True:
         try:
             item = await viewer.get(quiet_s)
@@ -268,8 +270,8 @@ async def _drain(viewer: Viewer, quiet_s: float = 0.2) -> list[tuple[int, protoc
         items.append(item)
 
 
-def _partials(items: list[tuple[int, protocol.ServerMessage, bool]]) -> list[Caption]:
-    return [m for _, m, durable in items if isinstance(m, Caption) and not durable]
+def _partials(items: list[Queued]) -> list[Caption]:
+    return [q.message for q in items if isinstance(q.message, Caption) and not q.durable]
 
 
 async def raw_events(url: str, until: str, last_event_id: int | None = None, timeout_s: float = 10.0) -> str:
@@ -382,7 +384,7 @@ async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_wo
         # The durable caption that locks a's sentence carries the live partial and its stable count.
         await a.publish(Caption([Sentence(0, "So the plan is.", 0, 700, None)], ""))
         items = await _drain(viewer)
-        locked = [m for _, m, durable in items if durable]
+        locked = [q.message for q in items if q.durable]
         assert len(locked) == 1 and isinstance(locked[0], Caption)
         assert (locked[0].partial, locked[0].stable) == ("wait now", 1)
     finally:
@@ -400,7 +402,8 @@ async def test_a_slow_viewer_loses_no_settled_words_when_its_partials_are_merged
     viewer.put(1, Caption([], "a b c x y", stable=3), durable=False)  # none settled: it waits behind, then merges
     viewer.put(1, Caption([], "a b c x y z", stable=3), durable=False)
     got = [await viewer.get(1.0) for _ in range(3)]
-    assert [(m.partial, m.stable, m.stable_words) for _, m, _ in filter(None, got) if isinstance(m, Caption)] == [
+    messages = [q.message for q in got if q is not None]
+    assert [(m.partial, m.stable, m.stable_words) for m in messages if isinstance(m, Caption)] == [
         ("a b c", 2, [a, b]), ("a b c x", 3, [Word("x", 5, 6)]), ("a b c x y z", 3, [])]
     with pytest.raises(TimeoutError):
         await viewer.get(0.05)

@@ -238,9 +238,8 @@ async def _durable(viewer: Viewer, n: int) -> list[tuple[int, protocol.ServerMes
     while len(out) < n:
         item = await viewer.get(10.0)
         assert item is not None, "the viewer's stream ended"
-        seq, message, durable = item
-        if durable:
-            out.append((seq, message))
+        if item.durable:
+            out.append((item.seq, item.message))
     return out
 
 

@@ -195,8 +195,7 @@ class OutputRunner:
                         continue
                     if item is None:
                         break  # cut off, or the room closed: subscribe again
-                    seq, message, durable = item
-                    if durable and self.queue.take(seq, message, room.names):
+                    if item.durable and self.queue.take(item.seq, item.message, room.names):
                         self._wake.set()
             finally:
                 room.unsubscribe(viewer)

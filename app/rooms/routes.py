@@ -202,12 +202,11 @@ async def _follow(response: web.StreamResponse, viewer: Viewer, last: int, strea
             continue
         if item is None:
             return
-        seq, message, durable = item
-        if durable:
-            if seq <= last:
+        if item.durable:
+            if item.seq <= last:
                 continue  # already sent from the store
-            last = seq
-        await stream.send(response, message, seq if durable else None)
+            last = item.seq
+        await stream.send(response, item.message, item.seq if item.durable else None)
 
 
 def _after_seq(request: web.Request) -> int | None:

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from engine.protocol import Caption, ServerMessage
@@ -20,8 +21,18 @@ class ViewerState(StrEnum):
     ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """One message in a viewer's queue: the room event ``seq`` it belongs to, and whether it is ``durable`` (a stored
+    event, which a reconnecting viewer gets from the store) or passing (a partial or a status)."""
+
+    seq: int
+    message: ServerMessage
+    durable: bool
+
+
 class Viewer:
-    """One subscriber's queue of ``(seq, message, durable)``. ``get`` returns ``None`` once the stream must end.
+    """One subscriber's queue of ``Queued`` messages. ``get`` returns ``None`` once the stream must end.
 
     ``on_overflow`` runs once if the viewer falls too far behind. A reader that stopped reading is blocked in a
     socket write, not in ``get``, so ending the queue alone would not free it: the stream's handler sets this to
@@ -31,23 +42,23 @@ class Viewer:
         self.state = ViewerState.OPEN
         self.editor = editor  # gets everything at once (a room's editor), not through the room's delay
         self.on_overflow = on_overflow
-        self._items: deque[tuple[int, ServerMessage, bool]] = deque()
+        self._items: deque[Queued] = deque()
         self._wake = asyncio.Event()
 
     def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
         if self.state is ViewerState.ENDED:
             return
         last = self._items[-1] if self._items else None
-        merged = _coalesced(last[1], message) if last and not last[2] and not durable else None
+        merged = _coalesced(last.message, message) if last and not last.durable and not durable else None
         if last is not None and merged is not None:
-            self._items[-1] = (seq, merged, durable)  # the newer partial or status replaces the unsent one
+            self._items[-1] = Queued(seq, merged, durable)  # the newer partial or status replaces the unsent one
         elif len(self._items) >= VIEWER_QUEUE_MAX:
             self.end()  # too far behind: the client resumes from the store on reconnect
             if self.on_overflow is not None:
                 self.on_overflow()
             return
         else:
-            self._items.append((seq, message, durable))
+            self._items.append(Queued(seq, message, durable))
         self._wake.set()
 
     def end(self) -> None:
@@ -55,7 +66,7 @@ class Viewer:
         self._items.clear()
         self._wake.set()
 
-    async def get(self, timeout_s: float) -> tuple[int, ServerMessage, bool] | None:
+    async def get(self, timeout_s: float) -> Queued | None:
         """The next item; raises ``TimeoutError`` after ``timeout_s`` with nothing to send (time for a heartbeat)."""
         while not self._items:
             if self.state is ViewerState.ENDED:

@@ -67,6 +67,16 @@ class SpeakerConfig:
             raise ValueError(f"recluster_margin must be >= 0, got {self.recluster_margin}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """The label for an embedded segment; ``backed``: its embedding backs the label (then it joins the centroid);
+    ``new``: the label is a new speaker's."""
+
+    label: int
+    backed: bool
+    new: bool
+
+
 class SpeakerTracker:
     """Per-session online assignment; pure and synchronous; cost per segment bounded (no O(N^2) per new segment).
 
@@ -107,8 +117,9 @@ class SpeakerTracker:
             label = self._context_label(len(self._order))
         else:
             unit = unit_vector(embedding)
-            label, matched = self._nearest_or_new(unit, speech_s, len(self._order), new_voice)
-            if matched:
+            choice = self._nearest_or_new(unit, speech_s, len(self._order), new_voice)
+            label = choice.label
+            if choice.backed:
                 self._add_to_centroid(label, unit, speech_s)
             self._embedded[segment_id] = (unit, speech_s)
         self._order.append(segment_id)
@@ -120,8 +131,7 @@ class SpeakerTracker:
         for the voice of an open segment."""
         if speech_s < self.config.min_embed_speech_s:
             return self._context_label(len(self._order))
-        label, _, _ = self._choose(unit_vector(embedding), speech_s, len(self._order), new_voice)
-        return label
+        return self._choose(unit_vector(embedding), speech_s, len(self._order), new_voice).label
 
     def recluster(self) -> dict[int, int]:
         """Cluster all embedded segments globally and relabel where the clustering is clearly better.
@@ -162,28 +172,28 @@ class SpeakerTracker:
             return 0
         return (labels or self.labels)[self._order[index - 1]]
 
-    def _nearest_or_new(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> tuple[int, bool]:
-        """Label for an embedded segment, and whether the embedding backs it (then it joins the centroid)."""
-        label, backed, new = self._choose(unit, speech_s, index, new_voice)
+    def _nearest_or_new(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> _Choice:
+        """The choice for an embedded segment, a new speaker opened if it is one."""
+        choice = self._choose(unit, speech_s, index, new_voice)
         self.last_comparisons = self._speakers
-        if new:
+        if choice.new:
             self._new_speaker(unit.size)
-        return label, backed
+        return choice
 
-    def _choose(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> tuple[int, bool, bool]:
-        """(label, the embedding backs it, it is a new speaker) for an embedded segment; changes nothing."""
+    def _choose(self, unit: np.ndarray, speech_s: float, index: int, new_voice: bool) -> _Choice:
+        """The choice for an embedded segment; changes nothing."""
         if self._sums is None or self._speakers == 0:
             # Short segments before the first embedded one already carry label 0: this speaker is theirs.
-            return self._speakers, True, True
+            return _Choice(self._speakers, backed=True, new=True)
         active = self._sums[: self._speakers]
         norms = np.linalg.norm(active, axis=1)
         similarities = (active @ unit) / np.maximum(norms, 1e-12)
         best = int(np.argmax(similarities))
         if similarities[best] >= self.config.similarity_threshold or self._speakers >= self.config.max_speakers:
-            return best, True, False
+            return _Choice(best, backed=True, new=False)
         if speech_s < (self.config.min_embed_speech_s if new_voice else self.config.min_new_speaker_speech_s):
-            return self._context_label(index), False, False
-        return self._speakers, True, True
+            return _Choice(self._context_label(index), backed=False, new=False)
+        return _Choice(self._speakers, backed=True, new=True)
 
     def _new_speaker(self, dim: int) -> int:
         if self._sums is None:

@@ -35,6 +35,7 @@ from tests.test_hardening import disk_full
 
 TOKEN = "metrics-test-token"
 CLIP = "ls_1988-24833-0000"  # 3.3 s of read speech: one sentence
+SPEECH_S = 2.0  # the live tests stream the clip's first 2 s (1.6 s of speech: partials, then the sentence)
 UPLOAD = "whisper_jfk"  # 11 s
 
 EXPECTED_TYPES = {
@@ -144,7 +145,7 @@ async def finals_engine() -> AsyncIterator[CaptionEngine]:
 
 
 async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: CaptionEngine) -> None:
-    samples = pad(audio(CLIP), 0.3, 1.0)  # the stop locks the open sentence
+    samples = pad(audio(CLIP)[:int(SPEECH_S * 16_000)], 0.3, 1.0)  # the stop locks the open sentence
     async with running_server(finals_engine) as (url, _app):
         before = await scrape(url)
         assert before.value("live_captions_sessions_active", kind="live") == 0
@@ -202,8 +203,8 @@ async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: Ca
 async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(fake_engine: CaptionEngine,
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="app.webrtc.peer")
-    samples = pad(audio(CLIP), 0.3, 1.0)  # 4.6 s: 230 packets of 20 ms
-    lose = {20, 40, 41, 100, 150, 151, 152, 200}
+    samples = pad(audio(CLIP)[:int(SPEECH_S * 16_000)], 0.3, 1.0)  # 3.3 s: 165 packets of 20 ms
+    lose = {20, 40, 41, 80, 110, 111, 112, 140}
     async with running_server(fake_engine) as (url, _app):
         client = CaptionClient(url, samples)
         client.loss = PacketLoss(lambda n: n in lose)

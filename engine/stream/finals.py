@@ -100,6 +100,23 @@ class Locked:
     spans: tuple[TimedSpan, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """Text on screen that is not locked yet, and how many of its leading words are settled (they lock as shown)."""
+
+    text: str
+    stable: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockRound:
+    """What one ``Finals.lock`` locked: the new sentences, and the end (sample) of the audio the finished segments
+    covered (0 if none finished; a segment with nothing to show locks no sentence but counts)."""
+
+    locked: list[Locked]
+    covered_end_sample: int
+
+
 class Finals:
     """One session's closed segments, oldest first (``pending``), until each has locked."""
 
@@ -140,10 +157,9 @@ class Finals:
                                     closed_at_sample=closed_at_sample or closed.end_sample))
         task.add_done_callback(lambda _t: self._on_done())
 
-    def previews(self) -> list[tuple[str, int]]:
-        """The text shown for each segment waiting to lock (oldest first, those that showed some) and how many of
-        its leading words are settled."""
-        return [(p.preview, p.stable) for p in self.pending if p.preview]
+    def previews(self) -> list[Preview]:
+        """The text shown for each segment waiting to lock (oldest first, those that showed some)."""
+        return [Preview(p.preview, p.stable) for p in self.pending if p.preview]
 
     def cancel(self) -> list[asyncio.Task[Final]]:
         """Cancel every final and forget the segments; returns their tasks (to await)."""
@@ -302,10 +318,8 @@ class Finals:
         return Final(result.text, result.spans, embed, result.avg_logprob, await aligned, joined,
                      result.word_probs)
 
-    def lock(self) -> tuple[list[Locked], int]:
-        """Lock every finished segment at the head of the queue, in order. Returns the new sentences and the end
-        (sample) of the audio the finished segments covered, 0 if none finished (a segment with nothing to show
-        locks no sentence but counts)."""
+    def lock(self) -> LockRound:
+        """Lock every finished segment at the head of the queue, in order."""
         locked: list[Locked] = []
         covered = 0
         while self.pending and self.pending[0].task.done():
@@ -338,7 +352,7 @@ class Finals:
                                          word_probs=tuple(round(p, 4) for p in probs)
                                          if len(probs) == len(words) else ())
             locked.append(Locked(sentence, item, spans))
-        return locked, covered
+        return LockRound(locked, covered)
 
 
 def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: SegmentClosed,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import engine.protocol as protocol
 from engine.stream.arrivals import Arrivals
-from engine.stream.finals import Finals
+from engine.stream.finals import Finals, Preview
 from engine.stream.mailbox import Mailbox
 from engine.stream.partials import Partials
 from engine.stream.voices import Voices
@@ -25,30 +25,30 @@ class OnScreen:
         self._mailbox, self._finals, self._partials, self._voices = mailbox, finals, partials, voices
         self._arrivals, self._live = arrivals, live
 
-    def tentative(self) -> tuple[str, int]:
+    def tentative(self) -> Preview:
         """The text not locked yet (closed segments awaiting their final, then the open segment) and how many of its
         leading words are settled (they lock exactly as shown)."""
         parts = self._finals.previews()
         if self._partials.text:
-            parts.append((self._partials.text, len(self._partials.stable.words)))
+            parts.append(Preview(self._partials.text, len(self._partials.stable.words)))
         settled = 0
-        for text, stable in parts:
-            settled += stable
-            if stable < len(text.split()):
+        for part in parts:
+            settled += part.stable
+            if part.stable < len(part.text.split()):
                 break
-        return " ".join(text for text, _ in parts), settled
+        return Preview(" ".join(part.text for part in parts), settled)
 
-    def post(self, sentences: list[protocol.Sentence], covered_end: int, is_final: bool = False) -> None:
-        """A caption with ``sentences`` (just locked) and the text not locked yet; ``covered_end``: the session
+    def post(self, sentences: list[protocol.Sentence], covered_end_sample: int, is_final: bool = False) -> None:
+        """A caption with ``sentences`` (just locked) and the text not locked yet; ``covered_end_sample``: the session
         audio (samples) it is up to date with, for its latency (0: none); ``is_final``: the session's last caption
         (no text is left unlocked)."""
         latency = None
-        if covered_end and self._arrivals and self._live():
-            latency = int(self._arrivals.since(covered_end) * 1000)
+        if covered_end_sample and self._arrivals and self._live():
+            latency = int(self._arrivals.since(covered_end_sample) * 1000)
         if is_final:
             self._mailbox.post_caption(sentences, "", is_final=True, latency_ms=latency)
             return
-        text, stable = self.tentative()
-        self._mailbox.post_caption(sentences, text, latency_ms=latency,
+        shown = self.tentative()
+        self._mailbox.post_caption(sentences, shown.text, latency_ms=latency,
                                    partial_spk=self._voices.label if self._partials.text else None,
-                                   stable=stable, stable_words=self._partials.new_stable_words())
+                                   stable=shown.stable, stable_words=self._partials.new_stable_words())

@@ -242,7 +242,7 @@ class Session:
             self._trim()
             self._want_partial()
         if self._voices.relabel() and self._partials.text:
-            self._screen.post([], covered_end=0)
+            self._screen.post([], covered_end_sample=0)
 
     def _trim(self) -> None:
         """Keep only the open segment (or the pre-roll) of audio; closed segments were copied out."""
@@ -292,7 +292,7 @@ class Session:
         if shown.first_text_at_sample is not None:
             self._observer.first_text(self._arrivals.since(shown.first_text_at_sample))
         if shown.changed:
-            self._screen.post([], covered_end=shown.end_sample)
+            self._screen.post([], covered_end_sample=shown.end_sample)
         self._maybe_end_sentence()
 
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None:
@@ -310,7 +310,8 @@ class Session:
     # ---- locked sentences (the caption: ``OnScreen``) --------------------------------------------------------
     def _lock_ready(self) -> None:
         """Lock every finished segment at the head of the queue, in order, and send them."""
-        locked, covered = self._finals.lock()
+        done = self._finals.lock()
+        locked = done.locked
         for item in locked:
             closed = item.pending.closed
             if not self.options.background:  # a file's audio arrives faster than it was said: no latency to report
@@ -321,8 +322,8 @@ class Session:
                 self._observer.locked(self._arrivals.since(closed.speech_end_sample))
                 self._observer.lock_lag(self._arrivals.since(item.pending.closed_at_sample), item.pending.speech_s)
         self.stats.sentences += len(locked)
-        if locked or covered:
-            self._screen.post([item.sentence for item in locked], covered_end=covered)
+        if locked or done.covered_end_sample:
+            self._screen.post([item.sentence for item in locked], covered_end_sample=done.covered_end_sample)
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     def _close_open_segment(self) -> None:
@@ -373,7 +374,7 @@ class Session:
             await self._labels.drained()  # the last sentences' speaker labels, before re-clustering reads them
         if self._closed():  # closed while finishing: nobody is listening any more
             return
-        self._screen.post([], covered_end=0, is_final=True)
+        self._screen.post([], covered_end_sample=0, is_final=True)
         if self.speakers and self._speaker_service is not None:
             relabel = await self._speaker_service.recluster(self.speakers)
             if relabel:

@@ -78,7 +78,7 @@ def test_parameters_codecs_and_wav_headers() -> None:
 
 
 async def test_deepgram_sdk_streams_through_the_engine(fake_engine: CaptionEngine) -> None:
-    data = pcm16(audio(CLIP))
+    data = pcm16(audio(CLIP)[:3 * 16000])  # "And so, my fellow Americans", then a second of the pause after it
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create()).room
         run = await stream_deepgram(url, data, speed=4, finalize=True,

@@ -89,7 +89,7 @@ async def test_whip_publish_trickle_delete_and_errors(fake_engine: CaptionEngine
 
         # The captions reach the room as a browser publisher's do; DELETE ends the session and locks the sentence.
         for _ in range(300):
-            if app[PEERS] and next(iter(app[PEERS].values())).ingest.audio_s > 4.0:
+            if app[PEERS] and next(iter(app[PEERS].values())).ingest.audio_s > 2.5:  # mid-sentence: DELETE locks it
                 break
             await asyncio.sleep(0.1)
         async with http.delete(resource) as r:

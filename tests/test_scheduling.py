@@ -194,7 +194,7 @@ class _Speaker:
 
     def __init__(self, name: str, scheduler: object, keep_asking: bool) -> None:
         self.session_id = name
-        self.last_partial_started = 0.0
+        self.last_partial_started_s = 0.0
         self.closing = False
         self.first_words = False
         self.scheduler = scheduler

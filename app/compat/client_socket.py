@@ -72,7 +72,7 @@ class ClientSocket:
         self.send_timeout_s = send_timeout_s
         self.gone: str | None = None
         self._lock = asyncio.Lock()
-        self._sending_since: float | None = None  # loop time the send under way began (None: none)
+        self._sending_since_s: float | None = None  # loop time the send under way began (None: none)
         self._hurried = False
 
     @staticmethod
@@ -105,7 +105,7 @@ class ClientSocket:
             if not self.open:
                 sending.close()  # the coroutine was never awaited
                 return False
-            self._sending_since = asyncio.get_running_loop().time()
+            self._sending_since_s = asyncio.get_running_loop().time()
             try:
                 await asyncio.wait_for(sending, self.send_timeout_s)
                 return True
@@ -115,7 +115,7 @@ class ClientSocket:
                 self.gone = "hung up"
                 log.debug("a send found the client gone: %r", exc)
             finally:
-                self._sending_since = None
+                self._sending_since_s = None
             return False
 
     def hurry(self) -> None:
@@ -123,13 +123,13 @@ class ClientSocket:
         included (past that it is cut off), so that a stuck client cannot hold the stop."""
         self._hurried = True
         self.send_timeout_s = min(self.send_timeout_s, HURRY_S)
-        since = self._sending_since
+        since = self._sending_since_s
         if since is not None:
             loop = asyncio.get_running_loop()
             loop.call_later(max(0.0, since + HURRY_S - loop.time()), self._cut_if_stuck, since)
 
     def _cut_if_stuck(self, since: float) -> None:
-        if self._sending_since == since:
+        if self._sending_since_s == since:
             self.cut_off(f"it took no message for {HURRY_S:.0f} s while the server stops")
 
     def cut_off(self, why: str) -> None:

@@ -102,7 +102,7 @@ class PcmFeed:
         self._odd = b""
         self._clock = clock
         self._unpaced = unpaced or (lambda: False)  # the pace no longer applies (the stream is ending)
-        self._started: float | None = None  # the clock at the first audio
+        self._started_s: float | None = None  # the clock at the first audio
         self.set_format(encoding, rate)
 
     def set_format(self, encoding: str, rate: int) -> None:
@@ -127,8 +127,8 @@ class PcmFeed:
         else:
             self.received_s += len(data) / self._resample.rate
         pcm = self._resample(decode(data, self.encoding))
-        if self._started is None and pcm.size:
-            self._started = self._clock()
+        if self._started_s is None and pcm.size:
+            self._started_s = self._clock()
         for i in range(0, pcm.size, _SLICE_SAMPLES):
             if self.session.state is not SessionState.LIVE:
                 return True
@@ -143,10 +143,10 @@ class PcmFeed:
         """Wait while the audio fed is more than ``ahead_s`` ahead of the clock since the first audio, unless the
         pace no longer applies (``unpaced``: the server stops, the stream reached a limit, its client is gone: what
         it sent is then fed as fast as the engine takes it). Looks again every ``_PACE_LOOK_S``."""
-        if self._started is None or self.ahead_s == math.inf:
+        if self._started_s is None or self.ahead_s == math.inf:
             return
         while not self._unpaced():
-            early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started)
+            early = self.fed_samples / SAMPLE_RATE - self.ahead_s - (self._clock() - self._started_s)
             if early <= 0:
                 return
             await asyncio.sleep(min(early, _PACE_LOOK_S))

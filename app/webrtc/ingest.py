@@ -59,18 +59,18 @@ class Backlog:
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
         self.shedding = False
-        self._above_since: float | None = None
+        self._above_since_s: float | None = None
 
     def update(self, waiting_s: float, now: float | None = None) -> bool:
         """Feed the audio waiting now (seconds); returns True while the ingest should skip audio."""
         now = time.monotonic() if now is None else now
         if waiting_s > self.limit_s:
-            if self._above_since is None:
-                self._above_since = now
-            if now - self._above_since >= self.limit_s:
+            if self._above_since_s is None:
+                self._above_since_s = now
+            if now - self._above_since_s >= self.limit_s:
                 self.shedding = True
         else:
-            self._above_since = None
+            self._above_since_s = None
             if waiting_s < self.limit_s / 2:
                 self.shedding = False
         return self.shedding

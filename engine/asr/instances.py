@@ -68,7 +68,7 @@ class InstancePool:
             raise ValueError(f"recognizer URLs repeat: {', '.join(normalised)}")
         self.instances = [Instance(u) for u in normalised]
         self.changed = asyncio.Event()  # set (and replaced) whenever an instance comes UP
-        self._all_down_since: float | None = time.monotonic()
+        self._all_down_since_s: float | None = time.monotonic()
 
     def pick(self, exclude: Iterable[Instance] = ()) -> Instance | None:
         """The UP instance with the fewest requests in flight (ties: fewest answered so far, then given order),
@@ -89,7 +89,7 @@ class InstancePool:
         instance.state = InstanceState.UP
         instance.error = ""
         instance.went_down = asyncio.Event()
-        self._all_down_since = None
+        self._all_down_since_s = None
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
 
@@ -101,15 +101,15 @@ class InstancePool:
             instance.state = InstanceState.DOWN
             instance.failures += 1
             instance.went_down.set()
-        if not self.up and self._all_down_since is None:
-            self._all_down_since = time.monotonic()
+        if not self.up and self._all_down_since_s is None:
+            self._all_down_since_s = time.monotonic()
         return not was_down
 
     def all_down_s(self, now: float | None = None) -> float:
         """Seconds since the last instance stopped being UP (since creation at start); 0 while one is UP."""
-        if self._all_down_since is None:
+        if self._all_down_since_s is None:
             return 0.0
-        return (time.monotonic() if now is None else now) - self._all_down_since
+        return (time.monotonic() if now is None else now) - self._all_down_since_s
 
     def describe(self) -> str:
         """Every instance's URL and state, with the error of those DOWN: for logs and error details."""

@@ -124,7 +124,7 @@ class Partials:
         self._audio = audio
         self._clock = clock
         self._log = log
-        self.last_started = 0.0  # clock time of the newest request (the scheduler serves the longest unserved first)
+        self.last_started_s = 0.0  # clock time of the newest request (the scheduler serves the longest unserved first)
         self.text = ""  # what shows of the open segment, its settled words first
         self.shown = False  # the open segment has shown some text (its first-text latency is taken)
         self.stable = self._new_stable()  # the open segment's settled words
@@ -231,7 +231,7 @@ class Partials:
         if new_speech:
             self._scheduler.note_speaking(self._client)  # (it speaks, however seldom its partials are due)
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
-                and self._clock() - self.last_started >= interval):
+                and self._clock() - self.last_started_s >= interval):
             running = self._scheduler.running_partial(self._client)
             if running is not None and closing:
                 # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it, else
@@ -246,13 +246,13 @@ class Partials:
 
     def request(self, request_id: str) -> DecodeRequest | None:
         """The decode of the open segment's audio up to now (None if no segment is open); it becomes the newest
-        request (``last_started``)."""
+        request (``last_started_s``)."""
         opened = self._endpointer.open_segment
         if opened is None:
             return None
         end = self._endpointer.position
         self._audio_end = end
-        self.last_started = self._clock()
+        self.last_started_s = self._clock()
         # The audio ends inside speech when its last windows were speech: its last word may be cut short.
         in_speech = self._endpointer.speech_end >= end - STEP_WINDOWS * WINDOW
         self._meta[request_id] = (opened.index, end, in_speech)

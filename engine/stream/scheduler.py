@@ -59,7 +59,7 @@ class PartialClient(Protocol):
     session_id: str
 
     @property
-    def last_partial_started(self) -> float:
+    def last_partial_started_s(self) -> float:
         """When its last partial request was made (the client's clock); 0 if never."""
         ...
 
@@ -75,7 +75,7 @@ class PartialClient(Protocol):
         ...
 
     def partial_request(self) -> DecodeRequest | None:
-        """The request for the session's newest audio (the client sets ``last_partial_started``), or None if a
+        """The request for the session's newest audio (the client sets ``last_partial_started_s``), or None if a
         partial is no longer wanted."""
         ...
 
@@ -327,7 +327,7 @@ class DecodeScheduler:
             self._floor_timer = asyncio.get_running_loop().call_later(wait_s, self._floor_reached)
         while self._waiting:
             client = min(self._waiting.values(), key=lambda c: (not c.closing, not c.first_words,
-                                                                 c.last_partial_started))
+                                                                 c.last_partial_started_s))
             if not client.closing and (self._finals or self._closing
                                        or len(self._running) >= self.max_inflight_partials):
                 # A closing partial is its sentence's final: it waits for no slot, as a final would not, and like a

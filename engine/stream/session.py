@@ -268,9 +268,9 @@ class Session:
         return self.endpointer.open_segment is not None and not self._partials.shown
 
     @property
-    def last_partial_started(self) -> float:
+    def last_partial_started_s(self) -> float:
         """When the newest partial request was made (the session's clock); 0 if never."""
-        return self._partials.last_started
+        return self._partials.last_started_s
 
     def _want_partial(self) -> None:
         if self.state is SessionState.LIVE:

@@ -51,7 +51,7 @@ def test_session_update_rules() -> None:
 
 
 async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionEngine) -> None:
-    x = audio(CLIP)
+    x = audio(CLIP)[:3 * 16000]  # "And so, my fellow Americans", then a second of the pause after it
     data = pcm16(np.concatenate([x, np.zeros(16000 * 3, np.float32)]), 24000)
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create()).room

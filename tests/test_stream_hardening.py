@@ -290,12 +290,14 @@ async def test_a_stop_with_stuck_clients_on_every_endpoint_ends_within_the_drain
     # A send deadline longer than the drain: the stop itself must not wait on the clients that do not read.
     async with running_server(fake_engine, send_timeout_s=60.0, drain_timeout_s=drain_s,
                               funasr_port=port) as (url, app):
-        stuck = []
-        for kind in ("deepgram", "openai"):
+
+        async def stuck_client(kind: str) -> RawWebSocket:
             ws = await RawWebSocket.connect(url, PATHS[kind])
             await feed_raw(ws, kind)
             await flood(ws)  # its sends to this client are stuck
-            stuck.append(ws)
+            return ws
+
+        stuck = list(await asyncio.gather(stuck_client("deepgram"), stuck_client("openai")))  # flooded together
         ws = await RawWebSocket.connect(f"http://127.0.0.1:{port}", "/")
         await feed_raw(ws, "funasr")
         stuck.append(ws)

@@ -198,7 +198,7 @@ def test_endpointer_split_closes_at_the_cut_and_carries_the_rest_on() -> None:
     assert closed.probs.size == (cut - opened.speech_start_sample) // WINDOW
     assert isinstance(reopened, SegmentOpened) and reopened.index == opened.index + 1
     assert reopened.start_sample == cut and reopened.speech_start_sample == 130 * WINDOW
-    assert endpointer.open_probs.size == 60 and endpointer.speech_end == 190 * WINDOW
+    assert endpointer.open_probs.size == 60 and endpointer.speech_end_sample == 190 * WINDOW
     assert endpointer.split(10 * WINDOW) == [], "a cut outside the open segment's speech does nothing"
     rest = endpointer.flush()
     assert rest is not None and rest.start_sample == cut and rest.speech_start_sample == 130 * WINDOW

@@ -166,7 +166,8 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
                 vector = (embedder.embed([audio[event.start_sample : event.end_sample]])[0]
                           if speech_s >= config.min_embed_speech_s else None)
                 label = tracker.assign(len(closed) - 1, vector, speech_s, event.after_turn)
-                shown.append(Shown(endpointer.position / SAMPLE_RATE, event.speech_start_sample / SAMPLE_RATE, label))
+                shown.append(Shown(endpointer.position_sample / SAMPLE_RATE, event.speech_start_sample / SAMPLE_RATE,
+                                   label))
                 if cut is None:
                     detector.close()
             elif isinstance(event, SegmentOpened):
@@ -185,20 +186,20 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
             continue
         handle(endpointer.push(probs[i:done]))
         opened = endpointer.open_segment
-        if opened is None or not detector.due(endpointer.position):
+        if opened is None or not detector.due(endpointer.position_sample):
             continue
-        window = detector.next_window(endpointer.position, endpointer.open_probs, opened.speech_start_sample)
+        window = detector.next_window(endpointer.position_sample, endpointer.open_probs, opened.speech_start_sample)
         if window is None:
             continue
         vector = embedder.embed([audio[window.start_sample : window.end_sample]])[0]
         windows += 1
         at = detector.add(window, vector, endpointer.open_probs, opened.speech_start_sample)
         if at is not None and (events := endpointer.split(at)):
-            decided.append(endpointer.position / SAMPLE_RATE)
+            decided.append(endpointer.position_sample / SAMPLE_RATE)
             handle(events, cut=at)
         if detector.voice is not None and endpointer.open_segment is not None:
             opened = endpointer.open_segment
-            shown.append(Shown(endpointer.position / SAMPLE_RATE, opened.speech_start_sample / SAMPLE_RATE,
+            shown.append(Shown(endpointer.position_sample / SAMPLE_RATE, opened.speech_start_sample / SAMPLE_RATE,
                                tracker.peek(*detector.voice, new_voice=opened.after_turn)))
     last = endpointer.flush()
     if last is not None:

@@ -85,12 +85,12 @@ class Endpointer:
         self.reset()
 
     def reset(self) -> None:
-        self.position = 0  # samples consumed so far
+        self.position_sample = 0  # samples consumed so far
         self.segments = 0  # segments opened so far
         self._onset_run = 0
         self._last_end = 0  # end of the previous segment: pre-roll never reaches back over it
         self._open: SegmentOpened | None = None
-        self._speech_end = 0
+        self._speech_end_sample = 0
         self._silence = 0  # trailing silent windows in the open segment
         self._probs: list[float] = []  # probabilities of the open segment's windows since speech_start
 
@@ -99,15 +99,15 @@ class Endpointer:
         return self._open
 
     @property
-    def speech_end(self) -> int:
+    def speech_end_sample(self) -> int:
         """End of the last speech window of the open segment (absolute sample index)."""
-        return self._speech_end
+        return self._speech_end_sample
 
     @property
-    def onset_start(self) -> int:
-        """Where the run of speech windows that has not opened a segment yet began (``position`` if there is none):
-        a segment that opens later has its speech start here or after."""
-        return self.position - self._onset_run * WINDOW
+    def onset_start_sample(self) -> int:
+        """Where the run of speech windows that has not opened a segment yet began (``position_sample`` if there is
+        none): a segment that opens later has its speech start here or after."""
+        return self.position_sample - self._onset_run * WINDOW
 
     @property
     def open_probs(self) -> np.ndarray:
@@ -118,25 +118,24 @@ class Endpointer:
         """Consume one probability per 512-sample window, in order; return segment events in order."""
         events: list[SegmentEvent] = []
         for p in probs.tolist():
-            start = self.position
-            self.position += WINDOW
+            start = self.position_sample
+            self.position_sample += WINDOW
             if self._open is None:
                 self._onset_run = self._onset_run + 1 if p >= self.vad.onset else 0
                 if self._onset_run >= self._min_onset:
-                    onset = self.position - self._onset_run * WINDOW
+                    onset = self.position_sample - self._onset_run * WINDOW
                     self._begin(onset, events)
                 continue
             self._probs.append(p)
             if p >= self.vad.offset:
-                self._speech_end = self.position
+                self._speech_end_sample = self.position_sample
                 self._silence = 0
             else:
                 self._silence += 1
-            speech_ms = _ms(self._speech_end - self._open.speech_start_sample)
+            speech_ms = _ms(self._speech_end_sample - self._open.speech_start_sample)
             if _ms(self._silence * WINDOW) >= self.cfg.silence_for(speech_ms):
-                events.append(self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position),
-                                          CloseReason.SILENCE))
-            elif _ms(self.position - self._open.start_sample) >= self.cfg.max_segment_ms:
+                events.append(self._close(self._closing_end(), CloseReason.SILENCE))
+            elif _ms(self.position_sample - self._open.start_sample) >= self.cfg.max_segment_ms:
                 self._cut_at_cap(start, events)
         return events
 
@@ -146,36 +145,36 @@ class Endpointer:
         close. Returns the event, or None when nothing is open or the speaker is talking (no pause)."""
         if self._open is None or not self._silence:
             return None
-        return self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position), CloseReason.SENTENCE)
+        return self._close(self._closing_end(), CloseReason.SENTENCE)
 
     def flush(self) -> SegmentClosed | None:
         """Close the open segment now (end of stream). Returns its event, or None if nothing was open."""
         self._onset_run = 0
         if self._open is None:
             return None
-        return self._close(min(self._speech_end + _samples(self.cfg.postroll_ms), self.position), CloseReason.FLUSH)
+        return self._close(self._closing_end(), CloseReason.FLUSH)
 
     def split(self, at: int) -> list[SegmentEvent]:
         """End the open segment at sample ``at`` (reason ``TURN``) and open the next one there with the audio after it.
         Returns the two events, or none when nothing is open or ``at`` is not inside the open segment's speech."""
         opened = self._open
-        if opened is None or not opened.speech_start_sample + WINDOW <= at <= self.position - WINDOW:
+        if opened is None or not opened.speech_start_sample + WINDOW <= at <= self.position_sample - WINDOW:
             return []
         at = opened.speech_start_sample + (at - opened.speech_start_sample) // WINDOW * WINDOW
-        kept = (self.position - at) // WINDOW
+        kept = (self.position_sample - at) // WINDOW
         tail = self._probs[len(self._probs) - kept:]
         # The old segment's speech ends at its last speech window before the cut.
         before = self._probs[: len(self._probs) - kept]
         speech = [i for i, p in enumerate(before) if p >= self.vad.offset]
-        speech_end = self._speech_end
-        self._speech_end = opened.speech_start_sample + (speech[-1] + 1) * WINDOW if speech else at
+        speech_end = self._speech_end_sample
+        self._speech_end_sample = opened.speech_start_sample + (speech[-1] + 1) * WINDOW if speech else at
         events: list[SegmentEvent] = [self._close(at, CloseReason.TURN)]
         # The new segment's speech starts at its first speech window after the cut; its audio at the cut (the
         # pre-roll reaches back to the previous segment's end and no further).
         first = next((i for i, p in enumerate(tail) if p >= self.vad.offset), 0)
         self._begin(at + first * WINDOW, events, after_turn=True)
         self._probs = list(tail[first:])
-        self._speech_end = speech_end
+        self._speech_end_sample = speech_end
         self._silence = 0
         for p in reversed(self._probs):
             if p >= self.vad.offset:
@@ -187,19 +186,23 @@ class Endpointer:
         pre = _samples(self.cfg.preroll_ms) if preroll else 0
         self._open = SegmentOpened(self.segments, max(onset - pre, self._last_end, 0), onset, after_turn)
         self.segments += 1
-        self._speech_end = self.position
+        self._speech_end_sample = self.position_sample
         self._silence = 0
         self._onset_run = 0
-        n_windows = (self.position - onset) // WINDOW
+        n_windows = (self.position_sample - onset) // WINDOW
         self._probs = [1.0] * n_windows
         events.append(self._open)
+
+    def _closing_end(self) -> int:
+        """Where the open segment ends if it closed now: its speech's end plus the post-roll, within the audio in."""
+        return min(self._speech_end_sample + _samples(self.cfg.postroll_ms), self.position_sample)
 
     def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
         assert self._open is not None
         opened = self._open
         windows = max(0, (end - opened.speech_start_sample) // WINDOW)
         closed = SegmentClosed(opened.index, opened.start_sample, end, opened.speech_start_sample,
-                               min(self._speech_end, end), reason, np.asarray(self._probs[:windows], np.float32),
+                               min(self._speech_end_sample, end), reason, np.asarray(self._probs[:windows], np.float32),
                                opened.after_turn)
         self._open = None
         self._last_end = end
@@ -213,12 +216,12 @@ class Endpointer:
         search = min(len(self._probs), max(1, _samples(_CAP_SEARCH_MS) // WINDOW))
         tail = np.asarray(self._probs[-search:])
         quiet = int(np.argmin(tail))
-        cut = self.position - (search - quiet) * WINDOW  # start of the quietest window
+        cut = self.position_sample - (search - quiet) * WINDOW  # start of the quietest window
         cut = max(cut, self._open.speech_start_sample + WINDOW)
         still_speaking = self._silence == 0
-        self._speech_end = min(self._speech_end, cut)
+        self._speech_end_sample = min(self._speech_end_sample, cut)
         events.append(self._close(cut, CloseReason.CAP))
         if still_speaking or cut < window_start:
-            kept = (self.position - cut) // WINDOW
+            kept = (self.position_sample - cut) // WINDOW
             self._begin(cut, events, preroll=False)
             self._probs = list(tail[len(tail) - kept :]) if kept else []

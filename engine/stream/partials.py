@@ -196,7 +196,7 @@ class Partials:
         alone_ms = self._cfg.closing_after_alone_ms
         if 0 < alone_ms < after_ms and self._scheduler.alone(self._client):
             after_ms = alone_ms
-        return 0 < after_ms <= samples_to_ms(self._endpointer.position - self._endpointer.speech_end)
+        return 0 < after_ms <= samples_to_ms(self._endpointer.position_sample - self._endpointer.speech_end_sample)
 
     def want(self) -> None:
         """Ask the scheduler for a partial if one is due: the segment holds ``first_after_ms`` of speech, new speech
@@ -210,14 +210,14 @@ class Partials:
         if opened is None or options.background or not options.partials:
             return
         cfg = self._cfg
-        speech_ms = samples_to_ms(self._endpointer.position - opened.speech_start_sample)
-        new_ms = samples_to_ms(self._endpointer.position - self._audio_end)
+        speech_ms = samples_to_ms(self._endpointer.position_sample - opened.speech_start_sample)
+        new_ms = samples_to_ms(self._endpointer.position_sample - self._audio_end)
         interval = max(cfg.interval_s, cfg.load_factor * self._scheduler.partial_decode_ema_s)
         share = self._scheduler.partial_share(cfg.recognizer_share, cfg.session_share)
         if share > 0:
             # Paced by what its decode will cost: a session's partials take at most its share of the recognizer, so
             # long sentences (larger windows) and a full server (smaller shares) space them out, fairly.
-            audio_s = (self._endpointer.position - opened.start_sample) / SAMPLE_RATE
+            audio_s = (self._endpointer.position_sample - opened.start_sample) / SAMPLE_RATE
             interval = max(interval, self._scheduler.partial_cost_s(audio_s) / share)
         closing = self.closing
         if closing or not self.text:
@@ -227,7 +227,7 @@ class Partials:
             # back: the first words should show as soon as there is more speech).
             interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
-        new_speech = self._endpointer.speech_end > self._audio_end
+        new_speech = self._endpointer.speech_end_sample > self._audio_end
         if new_speech:
             self._scheduler.note_speaking(self._client)  # (it speaks, however seldom its partials are due)
         if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
@@ -250,11 +250,11 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None:
             return None
-        end = self._endpointer.position
+        end = self._endpointer.position_sample
         self._audio_end = end
         self.last_started_s = self._clock()
         # The audio ends inside speech when its last windows were speech: its last word may be cut short.
-        in_speech = self._endpointer.speech_end >= end - STEP_WINDOWS * WINDOW
+        in_speech = self._endpointer.speech_end_sample >= end - STEP_WINDOWS * WINDOW
         self._meta[request_id] = (opened.index, end, in_speech)
         return self._decoding.request(request_id, self._audio.slice(opened.start_sample, end), Priority.PARTIAL,
                                       self.stable.words, self._config.transcriber.timestamps)
@@ -271,7 +271,8 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None or opened.index != index:
             return None
-        if stopped_early(result, min(end, self._endpointer.speech_end), self.stable.words, self.stable_end_sample):
+        if stopped_early(result, min(end, self._endpointer.speech_end_sample), self.stable.words,
+                         self.stable_end_sample):
             result = dataclasses.replace(result, truncated=True, looped=False)
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
@@ -294,7 +295,7 @@ class Partials:
         # afresh: a cut decode is never the final, ``_reusable``). A partial that is forced to start with few settled
         # words loops into its window's padding more often, and the sentence would wait for the long silence.
         whole = not result.truncated or result.looped
-        self._ends_sentence = end >= self._endpointer.speech_end and whole and ends_sentence(text)
+        self._ends_sentence = end >= self._endpointer.speech_end_sample and whole and ends_sentence(text)
         if in_speech:
             text = self._held_back(text)
         text = self._sure_part(text, probs, shift)
@@ -314,10 +315,10 @@ class Partials:
         opened = self._endpointer.open_segment
         if pause_ms <= 0 or not self._ends_sentence or opened is None or last is None or last[0] != opened.index:
             return False
-        if last[1] < self._endpointer.speech_end:  # the speaker went on after that decode's audio
+        if last[1] < self._endpointer.speech_end_sample:  # the speaker went on after that decode's audio
             self._ends_sentence = False
             return False
-        return samples_to_ms(self._endpointer.position - self._endpointer.speech_end) >= pause_ms
+        return samples_to_ms(self._endpointer.position_sample - self._endpointer.speech_end_sample) >= pause_ms
 
     def _held_back(self, text: str) -> str:
         """What to show of a decode whose audio ended while the speaker was talking: its last word may be cut
@@ -357,7 +358,7 @@ class Partials:
         if opened is None:
             return []
         return place_words(text, samples_to_ms(opened.speech_start_sample),
-                           samples_to_ms(max(self._endpointer.speech_end, opened.speech_start_sample + WINDOW)),
+                           samples_to_ms(max(self._endpointer.speech_end_sample, opened.speech_start_sample + WINDOW)),
                            self._endpointer.open_probs, self._config.vad.offset, WINDOW_MS, (),
                            samples_to_ms(opened.start_sample), ())
 
@@ -367,7 +368,7 @@ class Partials:
         if not n:
             return 0
         placed = self._placed(text)
-        return placed[n - 1].end_ms * SAMPLE_RATE // 1000 if len(placed) >= n else self._endpointer.speech_end
+        return placed[n - 1].end_ms * SAMPLE_RATE // 1000 if len(placed) >= n else self._endpointer.speech_end_sample
 
     def new_stable_words(self) -> list[Word]:
         """The open segment's words that settled since they were last sent (from now on they count as sent), with

@@ -176,7 +176,7 @@ class Session:
     @property
     def vad_backlog_s(self) -> float:
         """Audio received but not yet through the VAD, in seconds (grows when the machine falls behind)."""
-        return (self.audio.end - self.endpointer.position) / SAMPLE_RATE
+        return (self.audio.end - self.endpointer.position_sample) / SAMPLE_RATE
 
     # ---- VAD results and segments ---------------------------------------------------------------------------
     def on_vad(self, probs: np.ndarray) -> None:
@@ -193,7 +193,7 @@ class Session:
             self._trim()
             self._want_partial()
             if self._speech_listeners:
-                self._speech_listeners.tell(Heard(samples_to_ms(self.endpointer.position)))
+                self._speech_listeners.tell(Heard(samples_to_ms(self.endpointer.position_sample)))
 
     def watch_speech(self, listener: SpeechListener) -> Callable[[], None]:
         """Call ``listener`` with every ``engine.stream.speech`` event of this session from now on, synchronously,
@@ -226,7 +226,8 @@ class Session:
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         audio = self.audio.slice(event.start_sample, event.end_sample)
-        self._finals.start(event, audio, handover, voice=self._voices.label, closed_at_sample=self.endpointer.position)
+        self._finals.start(event, audio, handover, voice=self._voices.label,
+                           closed_at_sample=self.endpointer.position_sample)
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
 
     def _on_turn(self, at: int | None) -> None:
@@ -249,7 +250,7 @@ class Session:
         opened = self.endpointer.open_segment
         # Before a segment opens, its pre-roll reaches back from where its speech began, which may lie a few windows
         # back (the onset must last ``min_speech_ms``), not from the newest window.
-        keep = opened.start_sample if opened else self.endpointer.onset_start - self._preroll
+        keep = opened.start_sample if opened else self.endpointer.onset_start_sample - self._preroll
         self.audio.trim_before(keep)
         # Arrival times are still needed for the latency of segments waiting for their final decode.
         pending = self._finals.pending
@@ -344,7 +345,7 @@ class Session:
             raise IllegalTransition("finalize", self.state)
         self.scheduler.cancel_partial(self)
         await self.vad.drained()
-        flushed_ms = samples_to_ms(self.endpointer.position)
+        flushed_ms = samples_to_ms(self.endpointer.position_sample)
         if self.state is not SessionState.LIVE:
             return flushed_ms
         self._close_open_segment()

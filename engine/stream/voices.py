@@ -57,9 +57,9 @@ class Voices:
         """Ask for the embedding of the open segment's next window when the turn detector wants one."""
         opened = self._endpointer.open_segment
         if (self._turns is None or self._service is None or opened is None or not self._live()
-                or not self._turns.due(self._endpointer.position)):
+                or not self._turns.due(self._endpointer.position_sample)):
             return
-        window = self._turns.next_window(self._endpointer.position, self._endpointer.open_probs,
+        window = self._turns.next_window(self._endpointer.position_sample, self._endpointer.open_probs,
                                          opened.speech_start_sample)
         if window is None:
             return

@@ -42,16 +42,7 @@ from .publisher import RoomPublisher
 from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats, merged_stable
 from .routes import base_url, may_edit, viewable_room
-from .store import (
-    MEMORY,
-    RoomRecord,
-    SentenceRecord,
-    Snapshot,
-    StoreError,
-    TimedEvent,
-    TranscriptStore,
-    open_store,
-)
+from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TimedEvent, TranscriptStore, open_store
 from .stream import as_now
 from .viewer import Viewer, ViewerState
 

@@ -150,11 +150,19 @@ class TranscriptStore(ABC):
     where = ""  # what the store is, for logs (never a password)
     errors = 0  # operations that failed with ``StoreError`` since open (the server's metrics count them)
 
-    @abstractmethod
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
                           created_ms: int | None = None, viewer_token: str | None = None,
                           editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
         """Store a new room; an id that exists already is a ``StoreError``."""
+        record = RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title, viewer_token_sha256,
+                            viewer_token, editor_token_sha256, delay_s)
+        await self._insert_room(record)
+        return record
+
+    @abstractmethod
+    async def _insert_room(self, record: RoomRecord) -> None:
+        """``create_room``'s write: ``INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token,
+        editor_token_sha256, delay_s)`` with ``room_row(record)``."""
 
     @abstractmethod
     async def room(self, room_id: str) -> RoomRecord | None: ...
@@ -308,8 +316,60 @@ ROOM_COLUMNS = ("id, created_ms, title, viewer_token_sha256, viewer_token, edito
                 "learned, ended_ms, outputs")
 
 
+def room_row(record: RoomRecord) -> tuple[Any, ...]:
+    """A new room's row: ``id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s``
+    (the other columns start empty)."""
+    return (record.id, record.created_ms, record.title, record.viewer_token_sha256, record.viewer_token,
+            record.editor_token_sha256, record.delay_s)
+
+
 def room_record(row: Sequence[Any]) -> RoomRecord:
     """A room from its row (``SELECT {ROOM_COLUMNS}``)."""
     return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
                       terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
                       outputs_from_json(row[11]))
+
+
+# What both backends write and read in table ``sentences``, whatever their SQL dialect: the parameters of each
+# statement, in the order of its placeholders, and the records back from the columns.
+SENTENCE_COLUMNS = "id, session, text, start_ms, end_ms, spk, words, original, deleted"
+
+
+def sentence_rows(room_id: str, records: Sequence[SentenceRecord], locked_ms: int) -> list[tuple[Any, ...]]:
+    """``INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words)``."""
+    return [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, locked_ms, words_json(s.words))
+            for s in records]
+
+
+def relabel_rows(room_id: str, relabel: dict[int, int]) -> list[tuple[Any, ...]]:
+    """``UPDATE sentences SET spk = ? WHERE room = ? AND id = ?``."""
+    return [(spk, room_id, sid) for sid, spk in relabel.items()]
+
+
+def retimed_rows(room_id: str, retimed: Retimed) -> list[tuple[Any, ...]]:
+    """``UPDATE sentences SET words = ? WHERE room = ? AND id = ?``."""
+    return [(words_json(words), room_id, sid) for sid, words in retimed.items()]
+
+
+def replaced_rows(room_id: str, replaced: Sequence[SentenceRecord]) -> list[tuple[Any, ...]]:
+    """``UPDATE sentences SET ... text = ?, start_ms = ?, end_ms = ?, spk = ?, words = ? WHERE room = ? AND id = ?``."""
+    return [(r.text, r.start_ms, r.end_ms, r.spk, words_json(r.words), room_id, r.id) for r in replaced]
+
+
+def vocabulary_row(room_id: str, vocabulary: tuple[Sequence[str], Sequence[str]]) -> tuple[Any, ...]:
+    """``UPDATE rooms SET terms = ?, learned = ? WHERE id = ?``."""
+    terms, learned = vocabulary
+    return terms_json(terms), terms_json(learned), room_id
+
+
+def renamed_json(stored: str | None, changed: dict[int, str]) -> str | None:
+    """A room's ``names`` column once ``changed`` is applied to what it holds (``stored``)."""
+    return names_json(merged_names(names_from_json(stored), changed))
+
+
+def snapshot(seq: int, rows: Sequence[Sequence[Any]], names: str | None) -> Snapshot:
+    """A snapshot from its rows (``SELECT {SENTENCE_COLUMNS} ... ORDER BY id``) and the room's ``names`` column."""
+    records = [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words), original,
+                              bool(gone))
+               for sid, session, text, start, end, spk, words, original, gone in rows]
+    return Snapshot(seq, reading_order(records), names_from_json(names))

@@ -51,32 +51,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from engine import protocol
 
-from .base import (
-    ROOM_COLUMNS,
-    Appended,
-    Edits,
-    Retimed,
-    RoomEvent,
-    RoomRecord,
-    SentenceRecord,
-    Snapshot,
-    StoreError,
-    TimedEvent,
-    TranscriptStore,
-    announce_json,
-    event_json,
-    merged_names,
-    names_from_json,
-    names_json,
-    now_ms,
-    numbered,
-    outputs_json,
-    reading_order,
-    room_record,
-    terms_json,
-    words_from_json,
-    words_json,
-)
+from . import base
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +123,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(TranscriptStore):
+class PostgresStore(base.TranscriptStore):
     shared = True
 
     def __init__(self, url: str) -> None:
@@ -177,26 +152,19 @@ class PostgresStore(TranscriptStore):
         return store
 
     # ---- public API ----------------------------------------------------------------------------------------------
-    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None,
-                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
-        record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
-                            viewer_token, editor_token_sha256, delay_s)
+    async def _insert_room(self, record: base.RoomRecord) -> None:
         await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                            "editor_token_sha256, delay_s) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                            (record.id, record.created_ms, record.title, record.viewer_token_sha256,
-                             record.viewer_token, record.editor_token_sha256, record.delay_s))
-        return record
+                            "editor_token_sha256, delay_s) VALUES (%s, %s, %s, %s, %s, %s, %s)", base.room_row(record))
 
-    async def room(self, room_id: str) -> RoomRecord | None:
-        row = await self._fetchone(f"SELECT {ROOM_COLUMNS} FROM rooms WHERE id = %s", (room_id,))
-        return room_record(row) if row else None
+    async def room(self, room_id: str) -> base.RoomRecord | None:
+        row = await self._fetchone(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = %s", (room_id,))
+        return base.room_record(row) if row else None
 
     async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
         await self._update_room("UPDATE rooms SET ended_ms = %s WHERE id = %s", (ended_ms, room_id))
 
     async def set_outputs(self, room_id: str, outputs: Sequence[dict[str, Any]]) -> None:
-        await self._update_room("UPDATE rooms SET outputs = %s WHERE id = %s", (outputs_json(outputs), room_id))
+        await self._update_room("UPDATE rooms SET outputs = %s WHERE id = %s", (base.outputs_json(outputs), room_id))
 
     async def rooms_with_outputs(self) -> list[str]:
         rows = await self._fetchall("SELECT id FROM rooms WHERE outputs IS NOT NULL AND ended_ms IS NULL", ())
@@ -207,7 +175,7 @@ class PostgresStore(TranscriptStore):
             async with self._connection() as conn:
                 cursor = await conn.execute(query, params)
                 if cursor.rowcount != 1:
-                    raise StoreError(f"transcript store ({self.where}): there is no room {params[-1]!r}")
+                    raise base.StoreError(f"transcript store ({self.where}): there is no room {params[-1]!r}")
         except psycopg.Error as exc:
             raise self._error(exc) from exc
 
@@ -215,11 +183,11 @@ class PostgresStore(TranscriptStore):
         row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
-                     edits: Edits | None = None) -> Appended:
+    async def append(self, room_id: str, event: base.RoomEvent, sentences: Sequence[base.SentenceRecord] = (),
+                     relabel: dict[int, int] | None = None, retimed: base.Retimed | None = None,
+                     edits: base.Edits | None = None) -> base.Appended:
         records = list(sentences)
-        now = now_ms()
+        now = base.now_ms()
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 # Numbers and the room's row lock in one statement (see the module docstring).
@@ -227,23 +195,22 @@ class PostgresStore(TranscriptStore):
                                   "WHERE id = %s RETURNING last_seq, next_sentence", (len(records), room_id))
                 row = await cur.fetchone()
                 if row is None:
-                    raise StoreError(f"transcript store ({self.where}): there is no room {room_id!r}")
-                stored = numbered(event, records, int(row[0]), int(row[1]) - len(records))
-                kind, body = event_json(stored.event)
+                    raise base.StoreError(f"transcript store ({self.where}): there is no room {room_id!r}")
+                stored = base.numbered(event, records, int(row[0]), int(row[1]) - len(records))
+                kind, body = base.event_json(stored.event)
                 await cur.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (%s, %s, %s, %s, %s)",
                                   (room_id, stored.event.seq, kind, body, now))
                 if stored.records:
                     await cur.executemany(
                         "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                        [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, words_json(s.words))
-                         for s in stored.records])
+                        base.sentence_rows(room_id, stored.records, now))
                 if relabel:
                     await cur.executemany("UPDATE sentences SET spk = %s WHERE room = %s AND id = %s",
-                                          [(spk, room_id, sid) for sid, spk in relabel.items()])
+                                          base.relabel_rows(room_id, relabel))
                 if retimed:
                     await cur.executemany("UPDATE sentences SET words = %s WHERE room = %s AND id = %s",
-                                          [(words_json(words), room_id, sid) for sid, words in retimed.items()])
+                                          base.retimed_rows(room_id, retimed))
                 if edits is not None:
                     await self._apply(cur, room_id, edits)
                 await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{room_id} {stored.event.seq}"))
@@ -256,32 +223,29 @@ class PostgresStore(TranscriptStore):
                                     (room_id, after_seq))
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
-    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:
+    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[base.TimedEvent]:
         query = "SELECT seq, created_ms, body FROM events WHERE room = %s AND created_ms >= %s"
         params: tuple[Any, ...] = (room_id, since_ms)
         if kind is not None:
             query, params = query + " AND kind = %s", (*params, kind)
         rows = await self._fetchall(query + " ORDER BY seq", params)
-        return [TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+        return [base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
                 for seq, created, body in rows]
 
-    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
+    async def snapshot(self, room_id: str, deleted: bool = False) -> base.Snapshot:
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 # One snapshot of the database for both reads: the seq and the sentences agree.
                 await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 await cur.execute("SELECT last_seq, names FROM rooms WHERE id = %s", (room_id,))
                 row = await cur.fetchone()
-                await cur.execute("SELECT id, session, text, start_ms, end_ms, spk, words, original, deleted "
-                                  "FROM sentences WHERE room = %s AND (%s OR NOT deleted) ORDER BY id",
+                await cur.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences "
+                                  "WHERE room = %s AND (%s OR NOT deleted) ORDER BY id",
                                   (room_id, deleted))
                 rows = await cur.fetchall()
         except psycopg.Error as exc:
             raise self._error(exc) from exc
-        records = [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words),
-                                  original, bool(gone))
-                   for sid, session, text, start, end, spk, words, original, gone in rows]
-        return Snapshot(int(row[0]) if row else 0, reading_order(records), names_from_json(row[1]) if row else {})
+        return base.snapshot(int(row[0]) if row else 0, rows, row[1] if row else None)
 
     def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
               on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
@@ -290,7 +254,7 @@ class PostgresStore(TranscriptStore):
                                                  name="store-listen")
 
     async def announce(self, room_id: str, body: dict[str, Any]) -> None:
-        announce_json(body)  # the size check: raises ValueError
+        base.announce_json(body)  # the size check: raises ValueError
         payload = json.dumps({"from": self.origin, "room": room_id, "body": body}, separators=(",", ":"),
                              ensure_ascii=False)
         async with self._announcing:
@@ -308,35 +272,34 @@ class PostgresStore(TranscriptStore):
 
     # ---- internals -----------------------------------------------------------------------------------------------
     @staticmethod
-    async def _apply(cur: psycopg.AsyncCursor[Any], room_id: str, edits: Edits) -> None:
+    async def _apply(cur: psycopg.AsyncCursor[Any], room_id: str, edits: base.Edits) -> None:
         """An editor's changes, inside ``append``'s transaction (which holds the room's row lock). The first edit
         of a sentence keeps its text as ``original``."""
         if edits.replaced:
             await cur.executemany(
                 "UPDATE sentences SET original = COALESCE(original, text), text = %s, start_ms = %s, end_ms = %s, "
                 "spk = %s, words = %s WHERE room = %s AND id = %s",
-                [(r.text, r.start_ms, r.end_ms, r.spk, words_json(r.words), room_id, r.id) for r in edits.replaced])
+                base.replaced_rows(room_id, edits.replaced))
         if edits.deleted:
             await cur.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = true "
                                   "WHERE room = %s AND id = %s", [(room_id, sid) for sid in edits.deleted])
         if edits.names:
             await cur.execute("SELECT names FROM rooms WHERE id = %s", (room_id,))
             row = await cur.fetchone()
-            names = merged_names(names_from_json(row[0] if row else None), edits.names)
-            await cur.execute("UPDATE rooms SET names = %s WHERE id = %s", (names_json(names), room_id))
+            await cur.execute("UPDATE rooms SET names = %s WHERE id = %s",
+                              (base.renamed_json(row[0] if row else None, edits.names), room_id))
         if edits.vocabulary is not None:
-            terms, learned = edits.vocabulary
             await cur.execute("UPDATE rooms SET terms = %s, learned = %s WHERE id = %s",
-                              (terms_json(terms), terms_json(learned), room_id))
+                              base.vocabulary_row(room_id, edits.vocabulary))
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def _error(self, exc: BaseException) -> base.StoreError:
         self.errors += 1
-        return StoreError(f"transcript store ({self.where}): {str(exc).strip() or type(exc).__name__}")
+        return base.StoreError(f"transcript store ({self.where}): {str(exc).strip() or type(exc).__name__}")
 
     def _connection(self) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
         if self._closed:
             self.errors += 1
-            raise StoreError("the transcript store is closed")
+            raise base.StoreError("the transcript store is closed")
         return self._pool.connection()
 
     async def _execute(self, query: str, params: tuple[Any, ...]) -> None:
@@ -370,7 +333,7 @@ class PostgresStore(TranscriptStore):
                 row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
                 version = int(row[0]) if row and row[0] is not None else 0
             if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.where} has schema version {version}; this server knows up to "
+                raise base.StoreError(f"{self.where} has schema version {version}; this server knows up to "
                                  f"{SCHEMA_VERSION}")
             if version == 0:
                 await conn.execute(_SCHEMA)

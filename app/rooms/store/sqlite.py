@@ -28,32 +28,7 @@ from typing import Any, TypeVar
 
 from engine import protocol
 
-from .base import (
-    MEMORY,
-    ROOM_COLUMNS,
-    Appended,
-    Edits,
-    Retimed,
-    RoomEvent,
-    RoomRecord,
-    SentenceRecord,
-    Snapshot,
-    StoreError,
-    TimedEvent,
-    TranscriptStore,
-    event_json,
-    merged_names,
-    names_from_json,
-    names_json,
-    now_ms,
-    numbered,
-    outputs_json,
-    reading_order,
-    room_record,
-    terms_json,
-    words_from_json,
-    words_json,
-)
+from . import base
 
 SCHEMA_VERSION = 4
 
@@ -110,7 +85,7 @@ _MIGRATIONS = [
 T = TypeVar("T")
 
 
-class SqliteStore(TranscriptStore):
+class SqliteStore(base.TranscriptStore):
     """``path`` ":memory:" keeps everything in memory (tests, or a server started with ``--db :memory:``)."""
 
     def __init__(self, path: str) -> None:
@@ -131,15 +106,10 @@ class SqliteStore(TranscriptStore):
         return store
 
     # ---- public API (async; every call runs on the store's thread) -------------------------------------------
-    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None,
-                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
-        record = RoomRecord(room_id, created_ms if created_ms is not None else now_ms(), title, viewer_token_sha256,
-                            viewer_token, editor_token_sha256, delay_s)
+    async def _insert_room(self, record: base.RoomRecord) -> None:
         await self._run(self._create_room, record)
-        return record
 
-    async def room(self, room_id: str) -> RoomRecord | None:
+    async def room(self, room_id: str) -> base.RoomRecord | None:
         return await self._run(self._room, room_id)
 
     async def counters(self, room_id: str) -> tuple[int, int]:
@@ -149,24 +119,24 @@ class SqliteStore(TranscriptStore):
         await self._run(self._update_room, room_id, "ended_ms", ended_ms)
 
     async def set_outputs(self, room_id: str, outputs: Sequence[dict[str, Any]]) -> None:
-        await self._run(self._update_room, room_id, "outputs", outputs_json(outputs))
+        await self._run(self._update_room, room_id, "outputs", base.outputs_json(outputs))
 
     async def rooms_with_outputs(self) -> list[str]:
         return await self._run(self._rooms_with_outputs)
 
-    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
-                     edits: Edits | None = None) -> Appended:
+    async def append(self, room_id: str, event: base.RoomEvent, sentences: Sequence[base.SentenceRecord] = (),
+                     relabel: dict[int, int] | None = None, retimed: base.Retimed | None = None,
+                     edits: base.Edits | None = None) -> base.Appended:
         return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}),
-                               dict(retimed or {}), edits or Edits())
+                               dict(retimed or {}), edits or base.Edits())
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         return await self._run(self._events_after, room_id, after_seq)
 
-    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
+    async def snapshot(self, room_id: str, deleted: bool = False) -> base.Snapshot:
         return await self._run(self._snapshot, room_id, deleted)
 
-    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:
+    async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[base.TimedEvent]:
         return await self._run(self._timed_events, room_id, since_ms, kind)
 
     async def close(self) -> None:
@@ -183,28 +153,28 @@ class SqliteStore(TranscriptStore):
         counted in ``errors``)."""
         if self._closed:
             self.errors += 1
-            raise StoreError("the transcript store is closed")
+            raise base.StoreError("the transcript store is closed")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except (sqlite3.Error, OSError) as exc:  # OSError: a folder that cannot be made
             self.errors += 1
-            raise StoreError(f"transcript store ({self.path}): {exc}") from exc
-        except StoreError:
+            raise base.StoreError(f"transcript store ({self.path}): {exc}") from exc
+        except base.StoreError:
             self.errors += 1
             raise
 
     def _open(self) -> None:
-        if self.path != MEMORY:
+        if self.path != base.MEMORY:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; transactions are explicit
         self._db = db
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has schema version {version}; this server knows up to {SCHEMA_VERSION}")
-        if self.path != MEMORY:
+            raise base.StoreError(f"{self.path} has schema version {version}; this server knows up to {SCHEMA_VERSION}")
+        if self.path != base.MEMORY:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
+                raise base.StoreError(f"{self.path}: cannot switch to WAL mode (got {mode!r})")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA busy_timeout=5000")
@@ -223,23 +193,21 @@ class SqliteStore(TranscriptStore):
     @property
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            raise StoreError("the transcript store is not open")
+            raise base.StoreError("the transcript store is not open")
         return self._db
 
-    def _create_room(self, record: RoomRecord) -> None:
+    def _create_room(self, record: base.RoomRecord) -> None:
         self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                           "editor_token_sha256, delay_s) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (record.id, record.created_ms, record.title, record.viewer_token_sha256,
-                            record.viewer_token, record.editor_token_sha256, record.delay_s))
+                           "editor_token_sha256, delay_s) VALUES (?, ?, ?, ?, ?, ?, ?)", base.room_row(record))
 
-    def _room(self, room_id: str) -> RoomRecord | None:
-        row = self._conn.execute(f"SELECT {ROOM_COLUMNS} FROM rooms WHERE id = ?", (room_id,)).fetchone()
-        return room_record(row) if row else None
+    def _room(self, room_id: str) -> base.RoomRecord | None:
+        row = self._conn.execute(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = ?", (room_id,)).fetchone()
+        return base.room_record(row) if row else None
 
     def _update_room(self, room_id: str, column: str, value: object) -> None:
         assert column in ("ended_ms", "outputs")  # a column name, never data
         if self._conn.execute(f"UPDATE rooms SET {column} = ? WHERE id = ?", (value, room_id)).rowcount != 1:
-            raise StoreError(f"transcript store ({self.path}): there is no room {room_id!r}")
+            raise base.StoreError(f"transcript store ({self.path}): there is no room {room_id!r}")
 
     def _rooms_with_outputs(self) -> list[str]:
         rows = self._conn.execute("SELECT id FROM rooms WHERE outputs IS NOT NULL AND ended_ms IS NULL").fetchall()
@@ -253,26 +221,25 @@ class SqliteStore(TranscriptStore):
         row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
         return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
 
-    def _append(self, room_id: str, event: RoomEvent, sentences: list[SentenceRecord],
-                relabel: dict[int, int], retimed: Retimed, edits: Edits) -> Appended:
+    def _append(self, room_id: str, event: base.RoomEvent, sentences: list[base.SentenceRecord],
+                relabel: dict[int, int], retimed: base.Retimed, edits: base.Edits) -> base.Appended:
         db = self._conn
-        now = now_ms()
+        now = base.now_ms()
         db.execute("BEGIN IMMEDIATE")  # the write lock first: the numbers read next stay ours until COMMIT
         try:
             last_seq, next_id = self._counters(room_id)
-            stored = numbered(event, sentences, last_seq + 1, next_id)
-            kind, body = event_json(stored.event)
+            stored = base.numbered(event, sentences, last_seq + 1, next_id)
+            kind, body = base.event_json(stored.event)
             db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
                        (room_id, stored.event.seq, kind, body, now))
             db.executemany(
                 "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, now, words_json(s.words))
-                 for s in stored.records])
+                base.sentence_rows(room_id, stored.records, now))
             db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
-                           [(spk, room_id, sid) for sid, spk in relabel.items()])
+                           base.relabel_rows(room_id, relabel))
             db.executemany("UPDATE sentences SET words = ? WHERE room = ? AND id = ?",
-                           [(words_json(words), room_id, sid) for sid, words in retimed.items()])
+                           base.retimed_rows(room_id, retimed))
             self._apply(room_id, edits)
             db.execute("COMMIT")
         except BaseException:
@@ -280,33 +247,31 @@ class SqliteStore(TranscriptStore):
             raise
         return stored
 
-    def _apply(self, room_id: str, edits: Edits) -> None:
+    def _apply(self, room_id: str, edits: base.Edits) -> None:
         """An editor's changes (inside ``_append``'s transaction). The first edit of a sentence keeps its text as
         ``original``."""
         db = self._conn
         db.executemany("UPDATE sentences SET original = COALESCE(original, text), text = ?, start_ms = ?, end_ms = ?, "
                        "spk = ?, words = ? WHERE room = ? AND id = ?",
-                       [(r.text, r.start_ms, r.end_ms, r.spk, words_json(r.words), room_id, r.id)
-                        for r in edits.replaced])
+                       base.replaced_rows(room_id, edits.replaced))
         db.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = 1 "
                        "WHERE room = ? AND id = ?",
                        [(room_id, sid) for sid in edits.deleted])
         if edits.names:
             row = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
-            names = merged_names(names_from_json(row[0] if row else None), edits.names)
-            db.execute("UPDATE rooms SET names = ? WHERE id = ?", (names_json(names), room_id))
+            db.execute("UPDATE rooms SET names = ? WHERE id = ?",
+                       (base.renamed_json(row[0] if row else None, edits.names), room_id))
         if edits.vocabulary is not None:
-            terms, learned = edits.vocabulary
             db.execute("UPDATE rooms SET terms = ?, learned = ? WHERE id = ?",
-                       (terms_json(terms), terms_json(learned), room_id))
+                       base.vocabulary_row(room_id, edits.vocabulary))
 
-    def _timed_events(self, room_id: str, since_ms: int, kind: str | None) -> list[TimedEvent]:
+    def _timed_events(self, room_id: str, since_ms: int, kind: str | None) -> list[base.TimedEvent]:
         query = "SELECT seq, created_ms, body FROM events WHERE room = ? AND created_ms >= ?"
         params: tuple[object, ...] = (room_id, since_ms)
         if kind is not None:
             query, params = query + " AND kind = ?", (*params, kind)
         rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+        return [base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
                 for seq, created, body in rows]
 
     def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
@@ -314,18 +279,15 @@ class SqliteStore(TranscriptStore):
                                   (room_id, after_seq)).fetchall()
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
-    def _snapshot(self, room_id: str, deleted: bool) -> Snapshot:
+    def _snapshot(self, room_id: str, deleted: bool) -> base.Snapshot:
         db = self._conn
         db.execute("BEGIN")
         try:
             seq = self._last_seq(room_id)
-            rows = db.execute("SELECT id, session, text, start_ms, end_ms, spk, words, original, deleted "
-                              "FROM sentences WHERE room = ? AND (? OR deleted = 0) ORDER BY id",
+            rows = db.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences WHERE room = ? AND (? OR deleted = 0) "
+                              "ORDER BY id",
                               (room_id, deleted)).fetchall()
             names = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
         finally:
             db.execute("COMMIT")
-        records = [SentenceRecord(int(sid), session, text, start, end, spk, words_from_json(words), original,
-                                  bool(gone))
-                   for sid, session, text, start, end, spk, words, original, gone in rows]
-        return Snapshot(seq, reading_order(records), names_from_json(names[0] if names else None))
+        return base.snapshot(seq, rows, names[0] if names else None)

@@ -1,7 +1,7 @@
 """Speaker embeddings, online speaker assignment and re-clustering, on real recorded speech.
 
 Clips come from the shared speech folder beside the repository; they are cut into segments by the project's
-own VAD and endpointer (through the bench's ``segment_clip``), as in a live session. The ``low-latency``
+own VAD and endpointer (through ``bench.lib.speaker_labels.segment_clip``), as in a live session. The ``low-latency``
 endpointer preset is the one the turn-taking clips are judged on: the ``balanced`` preset waits up to 2 s of
 silence and so merges most turns of those clips into segments holding two speakers, where one label per
 segment cannot be right (see the bench table).
@@ -9,24 +9,19 @@ segment cannot be right (see the bench table).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
+from bench.lib import speaker_labels as bench
 from engine.audio.pcm import SAMPLE_RATE
 from engine.speakers.embedder import SpeakerEmbedder
 from engine.speakers.tracker import SpeakerConfig, SpeakerTracker
 from speechdata import corpus
 from speechdata.corpus import SPEECH_DIR, Turn
-
-BENCH_FILE = Path(__file__).resolve().parents[1] / "bench" / "speakers.py"
 
 # Each clip below is one reader; several utterances are joined with 1 s of silence so that a session sees
 # several segments of the same voice (including reverberant public-address speech, whisper_jfk).
@@ -40,16 +35,6 @@ SINGLE_SPEAKER_SESSIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_speakers", BENCH_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 
 
 @pytest.fixture(scope="module")

@@ -188,7 +188,7 @@ class OutputRunner:
                     try:
                         item = await viewer.get(POLL_S)
                     except TimeoutError:
-                        if room.record.ended_ms is not None and not room.audience.lag()[0]:
+                        if room.record.ended_ms is not None and not room.audience.lag().held:
                             self._input_done = True  # the room ended and its audience has everything
                             self._wake.set()
                             return

@@ -11,12 +11,21 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from engine.protocol import Caption, ServerMessage
 
 from .holdback import Holdback
 from .store.base import Snapshot, TimedEvent
 from .viewer import Viewer
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """How far the audience is behind the editors: events held back, and how long the oldest has waited (ms)."""
+
+    held: int
+    behind_ms: int
 
 
 class Audience:
@@ -35,9 +44,9 @@ class Audience:
         """The newest seq the audience has (None in a room without a delay: everything, as it happens)."""
         return self._hold.released if self._hold is not None else None
 
-    def lag(self) -> tuple[int, int]:
-        """``(events held, ms the oldest has waited)``."""
-        return (self._hold.held, self._hold.behind_ms(time.time())) if self._hold is not None else (0, 0)
+    def lag(self) -> Lag:
+        """How far the audience is behind (nothing without a delay)."""
+        return Lag(self._hold.held, self._hold.behind_ms(time.time())) if self._hold is not None else Lag(0, 0)
 
     def put(self, seq: int, message: ServerMessage, durable: bool) -> None:
         """A message of the room (``Room._broadcast``)."""

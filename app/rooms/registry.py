@@ -154,7 +154,7 @@ class RoomRegistry:
                 "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
                 "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values()),
                 "corrections": self.stats.corrections,
-                "held_events": sum(r.audience.lag()[0] for r in self._rooms.values())}
+                "held_events": sum(r.audience.lag().held for r in self._rooms.values())}
 
     def close(self) -> None:
         if self._sweeper is not None:

@@ -148,9 +148,9 @@ class Room:
 
     def status(self, editor: bool = False) -> RoomStatus:
         """The room's status as its audience sees it, or its editors (``editor``: with the newest seq released)."""
-        held, behind_ms = self.audience.lag()
+        lag = self.audience.lag()
         return RoomStatus(self.id, bool(self.publishers), len(self.publishers), len(self.viewers), self.saving,
-                          seq=self.seq, delay_s=self.audience.delay_s, held=held, behind_ms=behind_ms,
+                          seq=self.seq, delay_s=self.audience.delay_s, held=lag.held, behind_ms=lag.behind_ms,
                           released=self.audience.released if editor else None)
 
     def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,

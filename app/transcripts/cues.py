@@ -174,17 +174,18 @@ def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules()
         count = line_count(_shown([w.w for w in turn.words[:1]], 0, 1, mark, rules), rules.max_chars)
         if mark and (count is None or count > rules.max_lines):
             mark = ""  # the limits leave no room for a mark (tiny max_chars with one line)
-        cut, floor = _cut_turn(turn.words, mark, floor, not cues, next_start, rules)
-        for i, j, lines in cut:
-            w = turn.words[i:j]
-            cues.append(Cue(w[0].start_ms, w[-1].end_ms, tuple(lines), turn.spk, turn.session, tuple(w)))
+        cut = _cut_turn(turn.words, mark, floor, not cues, next_start, rules)
+        floor = cut.floor_ms
+        for c in cut.cues:
+            w = turn.words[c.first:c.end]
+            cues.append(Cue(w[0].start_ms, w[-1].end_ms, tuple(c.lines), turn.spk, turn.session, tuple(w)))
     return _timed(cues, rules)
 
 
 def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start: int | None,
-              rules: CueRules) -> tuple[list[tuple[int, int, list[str]]], int]:
-    """The best cut of one turn into cues: ``(first word, end word, lines)`` for each cue, in order, and where the
-    last one ends at the earliest (the next turn's ``floor``). ``floor``: the previous cue's earliest end;
+              rules: CueRules) -> _TurnCut:
+    """The best cut of one turn into cues, in order, and where the last one ends at the earliest (the next turn's
+    ``floor``). ``floor``: the previous cue's earliest end;
     ``first``: no cue before this turn.
 
     The search counts lines by greedy filling, word by word as a cue grows (cheap); the lines of the chosen cues
@@ -236,15 +237,15 @@ def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start:
             cost = best[i][0] + _CUE_COST + pause_cost + _display_cost(plan, chars, rules) + cut_cost[j - 1]
             if cost < best[j][0]:
                 best[j] = (cost, i, plan.end_ms)
-    out: list[tuple[int, int, list[str]]] = []
+    out: list[_Cut] = []
     j = n
     while j > 0:
         i = best[j][1]
         broken = break_lines(_shown(texts, i, j, mark, rules), rules.max_chars, rules.max_lines)
         assert broken is not None  # the search kept only cues that fit
-        out.append((i, j, broken))
+        out.append(_Cut(i, j, broken))
         j = i
-    return out[::-1], best[n][2]
+    return _TurnCut(out[::-1], best[n][2])
 
 
 def _last_line_width(words: list[str], max_chars: int) -> int:
@@ -263,6 +264,23 @@ def _shown(texts: list[str], i: int, j: int, mark: str, rules: CueRules) -> list
     if j > 0 and len(mark) + len(texts[0]) <= rules.max_chars:
         return [f"{mark}{texts[0]}", *texts[1:j]]
     return [mark.rstrip(), *texts[:j]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """One cue of a turn's best cut: the turn's words ``[first, end)``, laid out in ``lines``."""
+
+    first: int
+    end: int
+    lines: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _TurnCut:
+    """A turn's best cut into cues, and where its last cue ends at the earliest (ms: the next turn's ``floor``)."""
+
+    cues: list[_Cut]
+    floor_ms: int
 
 
 class _Plan(NamedTuple):  # a tuple: the cut search makes one per candidate cue

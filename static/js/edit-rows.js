@@ -257,25 +257,12 @@ export class Rows {
     li.className = "line";
     li.dataset.sentenceId = String(record.id);
     li.tabIndex = -1;
-    const head = document.createElement("span");
-    head.className = "head";
-    const who = document.createElement("span");
-    who.className = "who";
-    const when = document.createElement("time");
-    when.className = "when";
-    head.append(who, " ", when);
-    const text = document.createElement("span");
-    text.className = "text";
-    text.dataset.text = "";
-    const flag = document.createElement("span");
-    flag.className = "flag";
-    flag.dataset.flag = "";
-    const save = document.createElement("span");
-    save.className = "save";
-    save.dataset.save = "";
-    const note = document.createElement("span");
-    note.className = "note";
-    note.dataset.note = "";
+    const head = part("head");
+    head.append(part("who"), " ", part("when", "time"));
+    const text = part("text", "span", true);
+    const flag = part("flag", "span", true);
+    const save = part("save", "span", true);
+    const note = part("note", "span", true);
     note.hidden = true;
     li.append(head, " ", text, " ", flag, " ", save, note);
     this.#rows.set(record.id, li);
@@ -290,4 +277,15 @@ export class Rows {
     const li = this.#rows.get(id);
     if (li) li.tabIndex = 0;
   }
+}
+
+/**
+ * One part of a line: a `tag` element of class `name`; a `marked` one also carries the empty data-<name> attribute
+ * that the editor's code and its tests find it by.
+ */
+function part(name, tag = "span", marked = false) {
+  const el = document.createElement(tag);
+  el.className = name;
+  if (marked) el.dataset[name] = "";
+  return el;
 }

@@ -54,6 +54,7 @@ from engine.asr.windows import (
     SAMPLE_RATE,
     WindowStats,
     encoder_positions,
+    fall_back,
     loop_reason,
     max_tokens_for,
 )
@@ -250,10 +251,8 @@ class RemoteTranscriber:
                                     fell_back=reason is not None and larger is not None)
                 if reason is None or larger is None:
                     break
-                log.info("request %s looped in a %g s window (%s): decoding again in %g s", request.request_id,
-                         window, reason, larger)
+                window = fall_back(request.request_id, window, reason, larger)
                 fallbacks += 1
-                window = larger
         finally:
             self._inflight.pop(request.request_id, None)
         avg = 0.0 if reply.avg_logprob is None else reply.avg_logprob

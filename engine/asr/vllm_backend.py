@@ -26,6 +26,7 @@ from engine.asr.windows import (
     SAMPLE_RATE,
     WindowStats,
     encoder_positions,
+    fall_back,
     loop_reason,
     loop_start,
     max_tokens_for,
@@ -290,10 +291,8 @@ class VllmTranscriber:
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
                 if larger is None:
                     break
-                log.info("request %s looped in a %g s window (%s): decoding again in %g s", request.request_id,
-                         window, reason, larger)
+                window = fall_back(request.request_id, window, reason, larger)
                 fallbacks += 1
-                window = larger
         finally:
             self._inflight.pop(request.request_id, None)
         decode_s = time.monotonic() - t0

@@ -10,11 +10,13 @@ phrase until the token limit). So every decode is checked (``loop_reason``) and 
 the next larger window, up to the stock 30 s window, whose output is taken as it is. ``max_tokens_for`` caps the
 tokens a request may write by its audio length, so that a loop ends early instead of filling the decoder.
 
-Everything here is pure and cheap (numpy on at most a few hundred token ids): it runs on the event loop.
+Everything here is cheap (numpy on at most a few hundred token ids) and, but for ``fall_back``'s log line, pure: it
+runs on the event loop.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import zlib
 from collections import deque
@@ -30,6 +32,8 @@ from engine.config import MAX_COMPRESSION_RATIO
 from engine.config import STOCK_WINDOW as STOCK_WINDOW
 from engine.config import WINDOW_MODES as WINDOW_MODES
 from engine.config import WindowPolicy as WindowPolicy
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000
 MEL_HOP_SAMPLES = 160  # one log-mel frame per 10 ms
@@ -135,6 +139,14 @@ def loop_reason(tokens: Sequence[int], text: str, hit_token_cap: bool) -> str | 
     if len(text) > _MIN_COMPRESSION_CHARS and compression_ratio(text) > MAX_COMPRESSION_RATIO:
         return f"compression ratio {compression_ratio(text):.2f}"
     return None
+
+
+
+def fall_back(request_id: str, window_s: float, reason: str | None, larger_s: float) -> float:
+    """A decode of ``request_id`` looped in ``window_s`` (``loop_reason``: ``reason``): log it, and return the window
+    it is decoded again in, ``larger_s`` (the policy's next window; seconds)."""
+    log.info("request %s looped in a %g s window (%s): decoding again in %g s", request_id, window_s, reason, larger_s)
+    return larger_s
 
 
 @dataclass

@@ -160,46 +160,6 @@ class VllmTranscriber:
     def _cache_dir(self) -> Path | None:
         return Path(self.config.cache_dir) if self.config.cache_dir else None
 
-    def _build_engine(self, spec: ModelSpec, device: str) -> Any:
-        """Runs in a worker thread: import vLLM and spawn its engine core (a minute or more on CPU)."""
-        # vLLM logs to stdout by default, where `python -m engine` prints its JSON lines; its INFO/WARNING output
-        # (hundreds of lines per start, e.g. one per float16 tensor cast to bfloat16) buries ours.
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        if device == "cpu":
-            # Measured on 2-core machines: 1 GiB KV cache is plenty for Whisper; one process for engine core and
-            # worker saves ~0.8 GB.
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        importlib.import_module("vllm")
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        kwargs: dict[str, Any] = dict(
-            model=spec.path,
-            hf_overrides=whisper_overrides,  # any Whisper runs as the windowed variant (engine/asr/vllm_plugin.py)
-            # Live audio never repeats: caching processed features would only cost memory and hashing.
-            mm_processor_cache_gb=0,
-            max_model_len=448,
-            max_num_seqs=self.config.max_num_seqs,
-            limit_mm_per_prompt={"audio": 1},
-            scheduling_policy="priority",
-            disable_log_stats=True,
-        )
-        dtype = self.config.dtype
-        if device == "cpu":
-            kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True,
-                          worker_extension_cls=_WORKER_EXTENSION)  # set_cpu_threads
-        else:
-            kwargs.update(dtype=dtype, gpu_memory_utilization=self.config.gpu_memory_utilization)
-        threads = cpu_engine_threads(self.config.cpu_threads) if device == "cpu" else None
-        with engine_core_threads(threads):
-            llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))  # spawns the engine core
-        if device == "cpu":
-            self.cpu_threads = threads or int(os.environ.get("OMP_NUM_THREADS", 0) or available_cores())
-        self.dtype = str(getattr(llm.model_config, "dtype", kwargs["dtype"])).removeprefix("torch.")
-        return llm
-
     def _language_tokens(self) -> dict[int, str]:
         """Token id -> language code, to report what a multilingual model detected."""
         tok = getattr(self._llm, "tokenizer", None)

@@ -1,4 +1,4 @@
-"""The partial-churn measure of the benches (bench/churn.py) on made-up caption streams."""
+"""The partial-churn measure of the benches (bench/lib/churn.py) on made-up caption streams."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How the sessions bench pairs the words that settled on a publisher's channel with their arrival at a room viewer
-on another front end (bench/remote_viewer.py), on made-up message streams."""
+on another front end (bench/lib/remote_viewer.py), on made-up message streams."""
 
 from __future__ import annotations
 

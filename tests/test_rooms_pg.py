@@ -1,4 +1,4 @@
-"""Rooms across front ends on one PostgreSQL database (a real server started for the run, bench/postgres.py).
+"""Rooms across front ends on one PostgreSQL database (a real server started for the run, bench/lib/postgres.py).
 
 Two real front ends (two ``create_app`` servers on one database) serve one room: a publisher on A, server-sent-event
 viewers on A and B, B restarted while the room is live (its viewer resumes with ``Last-Event-ID``), then publishers

@@ -1,5 +1,5 @@
 """The transcript store's contract, on both backends: SQLite (a file) and PostgreSQL (a real server started for
-the run, see bench/postgres.py). Commits survive reopening, the store numbers events and sentences so that two
+the run, see bench/lib/postgres.py). Commits survive reopening, the store numbers events and sentences so that two
 writers on one database never collide, schema versions, clear errors, and PostgreSQL's commit notices."""
 
 from __future__ import annotations

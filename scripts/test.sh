@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (first run only) and run the whole test suite: lint, types, unit, functional and browser tests.
-# Extra arguments go to pytest, e.g. scripts/test.sh -m "not heavy and not slow" for the quick tier.
+# Extra arguments go to pytest, e.g. scripts/test.sh -m "not heavy and not slow" -n 4 for the quick tier.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests

@@ -14,6 +14,8 @@ import playwright
 from playwright.async_api import Browser, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
+# What the shared ``mic_file`` fixture (tests/conftest.py) has the fake microphone say: one read sentence.
+SPEECH_CLIP = "ls_2412-153948-0000"
 
 
 def playwright_disabled_features() -> list[str]:

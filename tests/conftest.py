@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +14,9 @@ from bench.lib import postgres
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +53,31 @@ def postgres_server() -> Iterator[str]:
 def postgres_url(postgres_server: str) -> str:
     """A fresh, empty database of the run's PostgreSQL server, for one test."""
     return postgres.new_database(postgres_server)
+
+
+@pytest.fixture(scope="session")
+def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A WAV of ``tests.browser.SPEECH_CLIP`` for Chromium's fake microphone: 1 s of silence, the sentence, 4 s."""
+    from speechdata.corpus import audio, pad
+    from tests.browser import SPEECH_CLIP, write_wav
+
+    return write_wav(tmp_path_factory.mktemp("mic") / "speech.wav", pad(audio(SPEECH_CLIP), 1.0, 4.0))
+
+
+@pytest.fixture
+async def browser(mic_file: Path) -> AsyncIterator[Browser]:
+    """A Chromium of its own for one test, its microphone saying ``mic_file`` (Playwright is imported here so that
+    the tiers without a browser do not pay for it)."""
+    from tests.browser import chromium
+
+    async with chromium(mic_file) as b:
+        yield b
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where a browser test saves its screenshots: ``$LIVE_CAPTIONS_SCREENSHOTS`` (a folder) when set, else the
+    test's temporary folder."""
+    folder = Path(os.environ.get("LIVE_CAPTIONS_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

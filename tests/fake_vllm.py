@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import BodyPartReader, web
 
+from tests.servers import serving
+
 MODEL_ID = "fake-whisper"
 
 
@@ -118,15 +120,8 @@ async def fake_vllm(fake: FakeVllm | None = None, port: int = 0) -> AsyncIterato
     """Serve ``fake`` on 127.0.0.1 (``port`` 0: a free one); ``fake.url`` is its base URL. Leaving the block stops
     it: open connections are cut, as when the process dies."""
     fake = fake or FakeVllm()
-    runner = web.AppRunner(fake.app(), handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, reuse_address=True)
-    await site.start()
-    fake.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(fake.app(), port, handler_cancellation=True, shutdown_timeout=0.1) as fake.url:
         yield fake
-    finally:
-        await runner.cleanup()
 
 
 def free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 
@@ -26,12 +27,18 @@ async def running_server(engine: CaptionEngine | None,
     (base URL, app)."""
     port = int(overrides.pop("port", 0))  # type: ignore[call-overload]
     app = create_app(replace(LOOPBACK, **overrides), engine=engine)  # type: ignore[arg-type]
-    runner = web.AppRunner(app)
+    async with serving(app, port) as url:
+        yield url, app
+
+
+@asynccontextmanager
+async def serving(app: web.Application, port: int = 0, **runner_options: Any) -> AsyncIterator[str]:
+    """Serve any aiohttp ``app`` on 127.0.0.1 (``port`` 0: a free one; another: rebound where it was); yields its
+    base URL and stops it when the block ends. ``runner_options`` go to ``web.AppRunner``."""
+    runner = web.AppRunner(app, **runner_options)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, reuse_address=True)
-    await site.start()
-    port = runner.addresses[0][1]
+    await web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
     try:
-        yield f"http://127.0.0.1:{port}", app
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

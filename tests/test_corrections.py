@@ -6,13 +6,11 @@ the room's own commit path (or the named fake recognizer): what is tested is the
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -24,6 +22,7 @@ from app.rooms.store import Edits, SentenceRecord, open_store
 from app.rooms.vocabulary import Corrector, Fix
 from engine import CaptionEngine, protocol
 from engine.protocol import Caption, Correction, Sentence, Speakers, Word
+from tests.api import call, new_room
 from tests.servers import running_server
 from tests.sse import SseReader
 
@@ -180,19 +179,6 @@ async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tu
         yield served
 
 
-async def call(method: str, url: str, token: str | None, body: Any = None) -> tuple[int, dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as http, http.request(method, url, json=body, headers=headers) as r:
-        text = await r.text()
-        return r.status, (json.loads(text) if text and r.content_type == "application/json" else {"text": text})
-
-
-async def new_room(url: str, **body: Any) -> dict[str, Any]:
-    status, made = await call("POST", f"{url}/rooms", TOKEN, body)
-    assert status == 201, made
-    return made
-
-
 async def lock(app: web.Application, room_id: str, *texts: str, session: str = "pub") -> list[SentenceRecord]:
     """Sentences locked in the room the way a publisher's are."""
     room: Room | None = await app[ROOMS].get(room_id)
@@ -232,7 +218,7 @@ def texts_ever(events: list[tuple[int | None, dict[str, Any]]]) -> set[str]:
 
 async def test_an_editor_token_edits_its_own_room_and_nothing_else(server: tuple[str, web.Application]) -> None:
     url, app = server
-    mine, other = await new_room(url, private=True), await new_room(url)
+    mine, other = await new_room(url, TOKEN, private=True), await new_room(url, TOKEN)
     room, editor = mine["room"], mine["editor_token"]
     assert editor and mine["links"]["edit"].endswith(f"/rooms/{room}/edit?token={editor}")
     [s] = await lock(app, room, "hello wrold")
@@ -258,7 +244,7 @@ async def test_an_editor_token_edits_its_own_room_and_nothing_else(server: tuple
 async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_the_corrected_text(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     a, b, c = await lock(app, room, "mister dash wood arrived", "uh uh", "then we began")
     async with SseReader(f"{url}/rooms/{room}/events?token={TOKEN}") as live:
@@ -301,7 +287,7 @@ async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_
 async def test_with_a_delay_the_audience_never_sees_a_version_corrected_within_it(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url, delay_s=1.5)
+    made = await new_room(url, TOKEN, delay_s=1.5)
     room, editor = made["room"], made["editor_token"]
     async with SseReader(f"{url}/rooms/{room}/events") as audience, \
             SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as editors:
@@ -328,7 +314,7 @@ async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine:
                                                                       tmp_path: Path) -> None:
     db = str(tmp_path / "d.db")
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
-        made = await new_room(url, delay_s=2.0)
+        made = await new_room(url, TOKEN, delay_s=2.0)
         room = made["room"]
         await lock(app, room, "said just before the restart")
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
@@ -342,7 +328,7 @@ async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine:
 async def test_a_learned_fix_and_the_vocabulary_respell_what_publishers_lock_and_tell_their_clients(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
     [s] = await lock(app, room_id, "we met captain freyr")
     status, _ = await call("PUT", f"{url}/rooms/{room_id}/sentences/{s.id}", editor, {"text": "We met Captain Frere."})
@@ -372,7 +358,7 @@ async def test_a_learned_fix_and_the_vocabulary_respell_what_publishers_lock_and
 
 async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     [s] = await lock(app, room, "the minutes were aproved")
     async with SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as one, \
@@ -395,7 +381,7 @@ async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(
                                                                                  tmp_path: Path) -> None:
     db = str(tmp_path / "e.db")
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, _):
-        made = await new_room(url)
+        made = await new_room(url, TOKEN)
         room, editor = made["room"], made["editor_token"]
         assert (await call("POST", f"{url}/rooms/{room}/end", made["viewer_token"]))[0] == 403
         status, first = await call("POST", f"{url}/rooms/{room}/end", editor)
@@ -408,7 +394,7 @@ async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(
 
 async def test_an_oversize_edit_is_refused_with_413(server: tuple[str, web.Application]) -> None:
     url, _ = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     status, body = await call("PUT", f"{url}/rooms/{made['room']}/vocabulary", made["editor_token"],
                               {"terms": ["x" * 60] * 300})
     assert status == 413 and body["error"]["code"] == "too_large"

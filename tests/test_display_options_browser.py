@@ -13,7 +13,7 @@ from aiohttp import web
 
 from engine.stream.engine import CaptionEngine
 from tests.browser import chromium, write_wav
-from tests.servers import running_server
+from tests.servers import running_server, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -32,14 +32,8 @@ async def tracker() -> AsyncIterator[tuple[str, list[str]]]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", any_request)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", hits
-    finally:
-        await runner.cleanup()
+    async with serving(app, access_log=None) as url:
+        yield url, hits
 
 
 async def test_hostile_colours_load_nothing_and_plain_colours_apply(fake_engine: CaptionEngine, tmp_path: Path,

@@ -12,8 +12,6 @@ Screenshots go to ``$LIVE_CAPTIONS_SCREENSHOTS`` (a folder) when set, else to th
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +25,12 @@ from app.rooms import SentenceRecord
 from app.rooms.keys import ROOMS
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
-from tests.browser import chromium, write_wav
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 
 pytestmark = pytest.mark.e2e
 
 CLIP = "ls_1988-24833-0000"
-SPEECH_CLIP = "ls_2412-153948-0000"
 
 # Records, from the first moment of the page, every text each sentence element ever showed and which elements were
 # marked as corrected: a MutationObserver's callback runs before the browser paints, so nothing shown escapes it.
@@ -55,24 +51,6 @@ const record = () => {
 new MutationObserver(record).observe(document, {subtree: true, childList: true, characterData: true,
                                                 attributes: true, attributeFilter: ["class"]});
 """
-
-
-@pytest.fixture(scope="module")
-def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_wav(tmp_path_factory.mktemp("mic") / "speech.wav", pad(audio(SPEECH_CLIP), 1.0, 4.0))
-
-
-@pytest.fixture
-async def browser(mic_file: Path) -> AsyncIterator[Browser]:
-    async with chromium(mic_file) as b:
-        yield b
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("LIVE_CAPTIONS_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 async def new_room(url: str, **fields: Any) -> dict[str, Any]:

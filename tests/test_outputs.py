@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -34,7 +33,8 @@ from app.rooms.keys import ROOMS, STORE
 from app.transcripts import break_lines, speaker_name
 from engine import CaptionEngine
 from engine.protocol import Caption, Correction, Sentence, Speakers, Word
-from tests.servers import running_server
+from tests.api import call, new_room
+from tests.servers import running_server, serving
 from tests.sse import SseReader
 
 TOKEN = "server-token-for-outputs"
@@ -149,15 +149,8 @@ async def stand_in() -> AsyncIterator[StandInIngestion]:
     ingestion.open.set()
     app = web.Application()
     app.router.add_route("*", "/closedcaption", ingestion.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    ingestion.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(app) as ingestion.url:
         yield ingestion
-    finally:
-        await runner.cleanup()
 
 
 @contextlib.asynccontextmanager
@@ -191,21 +184,6 @@ def refused_url() -> str:
 async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
     async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "o.db")) as served:
         yield served
-
-
-async def call(method: str, url: str, token: str | None, body: Any = None,
-               data: bytes | None = None) -> tuple[int, dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
-    async with aiohttp.ClientSession() as http, http.request(method, url, headers=headers, **kwargs) as r:
-        text = await r.text()
-        return r.status, (json.loads(text) if text and r.content_type == "application/json" else {"text": text})
-
-
-async def new_room(url: str, **body: Any) -> dict[str, Any]:
-    status, made = await call("POST", f"{url}/rooms", TOKEN, body)
-    assert status == 201, made
-    return made
 
 
 async def add_output(url: str, room: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -331,7 +309,7 @@ def test_what_waits_takes_corrections_and_what_went_out_does_not() -> None:
 async def test_only_a_rooms_editor_manages_its_outputs_and_bodies_are_checked(
         server: tuple[str, web.Application]) -> None:
     url, _ = server
-    mine, other = await new_room(url, private=True), await new_room(url)
+    mine, other = await new_room(url, TOKEN, private=True), await new_room(url, TOKEN)
     room, editor = mine["room"], mine["editor_token"]
     base = f"{url}/rooms/{room}/outputs"
     good = {"kind": "youtube", "url": "http://127.0.0.1:9/closedcaption?cid=secret-key"}
@@ -366,7 +344,7 @@ async def test_only_a_rooms_editor_manages_its_outputs_and_bodies_are_checked(
 async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     await lock(app, room, "This was said before the output existed.")
     async with stand_in() as youtube:
@@ -401,7 +379,7 @@ async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(
 async def test_a_failing_destination_gets_every_caption_once_after_it_recovers(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
@@ -424,7 +402,7 @@ async def test_a_failing_destination_gets_every_caption_once_after_it_recovers(
 
 async def test_a_refused_url_stops_the_output_with_the_error(server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         wrong = youtube.url + "/not-the-ingestion-path?cid=x"
@@ -440,7 +418,7 @@ async def test_a_refused_url_stops_the_output_with_the_error(server: tuple[str, 
 
 async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[str, web.Application]) -> None:
     url, app = server
-    plain_room, dead_room = await new_room(url), await new_room(url)
+    plain_room, dead_room = await new_room(url, TOKEN), await new_room(url, TOKEN)
     async with silent_server() as silent:
         for target in (refused_url(), silent):
             await add_output(url, dead_room["room"], dead_room["editor_token"], {"kind": "youtube", "url": target})
@@ -474,7 +452,7 @@ async def test_outputs_survive_a_restart_and_resend_nothing(fake_engine: Caption
     db = str(tmp_path / "restart.db")
     async with stand_in() as youtube:
         async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
-            made = await new_room(url)
+            made = await new_room(url, TOKEN)
             room, editor = made["room"], made["editor_token"]
             out = await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
             before = await lock(app, room, "Before the restart, one.", "Before the restart, two.")
@@ -493,7 +471,7 @@ async def test_outputs_survive_a_restart_and_resend_nothing(fake_engine: Caption
 
 async def test_a_delay_room_posts_only_the_corrected_text(server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url, delay_s=1.5)
+    made = await new_room(url, TOKEN, delay_s=1.5)
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
@@ -511,7 +489,7 @@ async def test_a_delay_room_posts_only_the_corrected_text(server: tuple[str, web
 async def test_deleting_an_output_stops_it_and_an_ended_room_sends_what_is_left(
         server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url, delay_s=1.0)
+    made = await new_room(url, TOKEN, delay_s=1.0)
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         kept = await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url("kept")})
@@ -540,7 +518,7 @@ async def test_an_output_far_behind_lets_go_of_the_room_and_reads_on_from_the_st
         server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "MAX_WAITING", 5)  # as 512 captions, without locking 512 of them
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
         await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
@@ -568,7 +546,7 @@ async def test_an_output_far_behind_lets_go_of_the_room_and_reads_on_from_the_st
 
 async def test_an_obs_output_keeps_its_password_and_never_shows_it(server: tuple[str, web.Application]) -> None:
     url, app = server
-    made = await new_room(url)
+    made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     body = {"kind": "obs", "url": refused_url().replace("http://", "ws://"), "password": "hunter2"}
     status, answer = await call("POST", f"{url}/rooms/{room}/outputs", editor, body)

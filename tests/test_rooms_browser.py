@@ -12,9 +12,7 @@ Screenshots go to ``$LIVE_CAPTIONS_SCREENSHOTS`` (a folder) when set, else to th
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -28,34 +26,15 @@ from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors
-from tests.browser import chromium, write_wav
+from tests.browser import SPEECH_CLIP
 from tests.rtc_client import CaptionClient
-from tests.servers import running_server
+from tests.servers import running_server, serving
 
 # Four of these run on the named fake recognizer (what they check is delivery, not the words); the two that
 # caption Chromium's microphone judge real speech and need the model.
 pytestmark = pytest.mark.e2e
 
 CLIP = "ls_1988-24833-0000"
-SPEECH_CLIP = "ls_2412-153948-0000"
-
-
-@pytest.fixture(scope="module")
-def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_wav(tmp_path_factory.mktemp("mic") / "speech.wav", pad(audio(SPEECH_CLIP), 1.0, 4.0))
-
-
-@pytest.fixture
-async def browser(mic_file: Path) -> AsyncIterator[Browser]:
-    async with chromium(mic_file) as b:
-        yield b
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("LIVE_CAPTIONS_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 async def new_room(url: str) -> str:
@@ -127,12 +106,7 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
 
     host = web.Application()
     host.router.add_get("/", host_page)
-    runner = web.AppRunner(host)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(host) as host_url:
         async with running_server(fake_engine, embed_origins=(host_url,)) as (url, _):
             page_info.update(server=url, room=await new_room(url))
             page = await browser.new_page(viewport={"width": 820, "height": 760})
@@ -179,8 +153,6 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
             await asyncio.wait_for(refused, 10)
             framed = other.frame_locator("#f")
             assert await framed.locator(".captions").count() == 0
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.slow
@@ -360,11 +332,7 @@ async def test_host_page_starts_and_stops_a_microphone_widget_by_postmessage(
 
     host = web.Application()
     host.router.add_get("/", host_page)
-    runner = web.AppRunner(host)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
+    async with serving(host) as host_url:
         async with running_server(engine, embed_origins=(host_url,)) as (url, _):
             page_info.update(server=url, room=await new_room(url))
             page = await browser.new_page()
@@ -389,8 +357,6 @@ async def test_host_page_starts_and_stops_a_microphone_widget_by_postmessage(
             shown = [s["text"] for m in await page.evaluate("window.received") if m["type"] == "caption"
                      for s in m["sentences"]]
             assert stored and shown == stored
-    finally:
-        await runner.cleanup()
 
 
 LINE_BOXES = """flow => {

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -180,13 +179,6 @@ def sse(messages: list[dict[str, Any]], room: str) -> str:
     events = ["retry: 600000\n\n", f"data: {json.dumps(status)}\n\n"]
     events += [f"id: {m['seq']}\ndata: {json.dumps(m)}\n\n" for m in messages]
     return "".join(events)
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("LIVE_CAPTIONS_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ a stable word is never withdrawn. Settled words that went on to the next voice's
 
 A change of voice cuts a segment in two (``CloseReason.TURN``). When neither half passes the guard, the cut is taken
 for a mistake (noise that sounded like another voice, two halves too short for Whisper to be sure of) and the two
-are decoded again as one segment, which locks if that passes: without it a false cut loses every word of both (on
-one reader under 0 dB babble the two halves decoded at -1.0 and -1.6 avg logprob; joined, the sentence passed).
+are decoded again as one segment, which locks if that passes: without it a false cut loses every word of both (it
+happens to a reader under loud babble: each half fails the guard, and joined they pass).
 
 ``lock`` locks every finished segment at the head of the queue, in order, each once: an id, its speaker label
 (``Labels``, in that order) and word times. A live sentence whose client takes speaker corrections locks without

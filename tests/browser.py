@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import playwright
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, Page, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 # What the shared ``mic_file`` fixture (tests/conftest.py) has the fake microphone say: one read sentence.
@@ -64,3 +64,10 @@ async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
+
+
+async def open_page(browser: Browser, url: str, width: int = 1280, height: int = 720, mobile: bool = False) -> Page:
+    """A new page of ``browser`` at ``width`` x ``height`` CSS pixels (``mobile``: as a phone), opened at ``url``."""
+    page = await browser.new_page(viewport={"width": width, "height": height}, is_mobile=mobile)
+    await page.goto(url)
+    return page

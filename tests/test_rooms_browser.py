@@ -26,7 +26,7 @@ from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors
-from tests.browser import SPEECH_CLIP
+from tests.browser import SPEECH_CLIP, open_page
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server, serving
 
@@ -109,8 +109,7 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
     async with serving(host) as host_url:
         async with running_server(fake_engine, embed_origins=(host_url,)) as (url, _):
             page_info.update(server=url, room=await new_room(url))
-            page = await browser.new_page(viewport={"width": 820, "height": 760})
-            await page.goto(host_url)
+            page = await open_page(browser, host_url, 820, 760)
             await page.wait_for_function(
                 "['w-transparent','w-dark','w-light'].every((id) => window.received.some("
                 "(m) => m.frame === id && m.type === 'state' && m.state === 'waiting'))", timeout=20_000)
@@ -160,8 +159,7 @@ async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them
         fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
     async with running_server(fake_engine) as (url, _):
         room = await new_room(url)
-        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await kiosk.goto(f"{url}/kiosk?room={room}&lines=3")
+        kiosk = await open_page(browser, f"{url}/kiosk?room={room}&lines=3")
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
         await kiosk.wait_for_selector("#qr-box:not([hidden])", timeout=5_000)
         await kiosk.screenshot(path=str(shots / "kiosk-waiting.png"))
@@ -176,8 +174,7 @@ async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them
         qr_target = await kiosk.evaluate("fetch(document.getElementById('qr').src).then(r => "
                                          "r.headers.get('X-Viewer-Url'))")
         assert qr_target == f"{url}/view?room={room}"
-        phone = await browser.new_page(viewport={"width": 390, "height": 760}, is_mobile=True)
-        await phone.goto(qr_target)
+        phone = await open_page(browser, qr_target, 390, 760, mobile=True)
         await wait_shown(phone, len(texts))
         assert await shown_sentences(phone) == texts
         await phone.screenshot(path=str(shots / "phone-viewer.png"))
@@ -190,8 +187,7 @@ async def test_kiosk_recovers_from_a_server_restart_and_the_transcript_keeps_eve
     db, port = str(tmp_path / "captions.db"), free_port()
     async with running_server(fake_engine, db_path=db, port=port) as (url, _):
         room = await new_room(url)
-        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await kiosk.goto(f"{url}/kiosk?room={room}")
+        kiosk = await open_page(browser, f"{url}/kiosk?room={room}")
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
         before = [s["text"] for s in (await publish(url, room)).sentences()]
         await wait_shown(kiosk, len(before))
@@ -223,10 +219,8 @@ async def test_kiosk_as_the_rooms_microphone_captions_real_speech(engine: Captio
                                                                    shots: Path) -> None:
     async with running_server(engine) as (url, _):
         room = await new_room(url)
-        phone = await browser.new_page(viewport={"width": 390, "height": 760}, is_mobile=True)
-        await phone.goto(f"{url}/view?room={room}")
-        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await kiosk.goto(f"{url}/kiosk?room={room}&mic=1")
+        phone = await open_page(browser, f"{url}/view?room={room}", 390, 760, mobile=True)
+        kiosk = await open_page(browser, f"{url}/kiosk?room={room}&mic=1")
         await kiosk.wait_for_selector(".status[data-state=live]", timeout=120_000)
         await asyncio.sleep(audio(SPEECH_CLIP).size / 16000 + 5.0)
         await kiosk.evaluate("window.liveCaptions.mic.stop()")
@@ -267,12 +261,9 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
     kiosk, the phone viewer and both widget themes show the text with the corrected speaker. Screenshots."""
     async with running_server(fake_engine) as (url, app):
         room_id = await new_room(url)
-        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await kiosk.goto(f"{url}/kiosk?room={room_id}&lines=4")
-        top = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await top.goto(f"{url}/kiosk?room={room_id}&lines=2&position=top&theme=light&qr=0")
-        phone = await browser.new_page(viewport={"width": 390, "height": 760}, is_mobile=True)
-        await phone.goto(f"{url}/view?room={room_id}")
+        kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&lines=4")
+        top = await open_page(browser, f"{url}/kiosk?room={room_id}&lines=2&position=top&theme=light&qr=0")
+        phone = await open_page(browser, f"{url}/view?room={room_id}", 390, 760, mobile=True)
         widgets = await browser.new_page(viewport={"width": 720, "height": 330})
         await widgets.goto(f"{url}/health")  # a document of the server's own origin, which may frame the widget
         await widgets.set_content(
@@ -378,10 +369,8 @@ async def test_kiosk_and_widget_break_their_lines_as_subtitles_do(fake_engine: C
                 "fog over the river has lifted and the boats come back to the harbour.")]
     async with running_server(fake_engine) as (url, app):
         room_id = await new_room(url)
-        kiosk = await browser.new_page(viewport={"width": 1280, "height": 720})
-        await kiosk.goto(f"{url}/kiosk?room={room_id}&lines=4&qr=0")
-        widget = await browser.new_page(viewport={"width": 360, "height": 200})
-        await widget.goto(f"{url}/embed?room={room_id}&font=18&lines=3&speakers=1")
+        kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&lines=4&qr=0")
+        widget = await open_page(browser, f"{url}/embed?room={room_id}&font=18&lines=3&speakers=1", 360, 200)
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
         await seed_room(app, room_id, long, start_ms=1000, ms_per_word=300, gap_ms=500)
         for page in (kiosk, widget):

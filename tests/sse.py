@@ -1,4 +1,5 @@
-"""A minimal server-sent-events reader for tests (what a browser's EventSource does, without reconnecting)."""
+"""A minimal server-sent-events reader for tests (what a browser's EventSource does, without reconnecting), and
+the raw text of a stream (``raw_events``)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,16 @@ class SseReader:
                 self._changed.clear()
                 await self._changed.wait()
         await asyncio.wait_for(loop(), timeout_s)
+
+
+async def raw_events(url: str, until: str, last_event_id: int | None = None, timeout_s: float = 10.0) -> str:
+    """The raw text of a viewer stream, read until ``until`` appears in it (what ``SseReader`` hides: id-only
+    events)."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    text = ""
+    async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as r, asyncio.timeout(timeout_s):
+        async for chunk in r.content.iter_any():
+            text += chunk.decode("utf-8")
+            if until in text:
+                return text
+    raise AssertionError(f"the stream ended without {until!r}: {text!r}")

@@ -5,7 +5,6 @@ fake: nothing here needs a model."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import aiohttp
@@ -16,7 +15,7 @@ from app.config import ServerConfig, build_parser
 from app.ops import ADMISSION, Slot
 from app.rooms.keys import ROOMS
 from engine import CapacityEstimate, CaptionEngine
-from tests.servers import running_server
+from tests.servers import free_port, running_server
 
 SDP = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
 
@@ -24,12 +23,6 @@ SDP = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
 def full(late: bool = False) -> Callable[[], CapacityEstimate]:
     """A capacity estimate of one session (taken by the test), or of finals already running late."""
     return lambda: CapacityEstimate(1, "measured", 0.5, 0.1, 0.97, 2.4 if late else 0.3, late)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def retry_after(refused: aiohttp.WSServerHandshakeError) -> str | None:

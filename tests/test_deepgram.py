@@ -27,6 +27,7 @@ from app.rooms.keys import ROOMS
 from engine import CaptionEngine
 from speechdata.corpus import audio, reference
 from speechdata.wer import wer
+from tests.g711 import mulaw
 from tests.live_clients import pcm16, speech, stream_deepgram
 from tests.servers import running_server
 
@@ -41,16 +42,6 @@ def wav_bytes(samples: np.ndarray, rate: int = 16000) -> bytes:
         w.setframerate(rate)
         w.writeframes(pcm16(samples, rate))
     return out.getvalue()
-
-
-def mulaw(samples: np.ndarray) -> bytes:
-    """G.711 µ-law codes of ``samples`` (the nearest code of the decoder's table)."""
-    table = decode(bytes(range(256)), "mulaw").astype(np.int32)
-    order = np.argsort(table)
-    target = (np.clip(samples, -1, 1) * 32767).astype(np.int32)
-    pos = np.clip(np.searchsorted(table[order], target), 1, 255)
-    nearer = np.where(np.abs(table[order][pos - 1] - target) < np.abs(table[order][pos] - target), pos - 1, pos)
-    return order[nearer].astype(np.uint8).tobytes()
 
 
 def test_parameters_codecs_and_wav_headers() -> None:

@@ -34,9 +34,9 @@ from engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import normalise, word_errors
 from tests.rtc_client import ArrayAudioTrack, CaptionClient
+from tests.server_process import server_process, wait_ready
 from tests.servers import LOOPBACK
 from tests.sse import SseReader
-from tests.test_engine_death import server_process, wait_ready
 
 pytestmark = pytest.mark.heavy
 

@@ -19,13 +19,14 @@ from aiortc import RTCPeerConnection
 
 from app.ops.keys import ADMISSION
 from app.rooms.keys import ROOMS, STORE
-from app.rooms.store import SentenceRecord, TranscriptStore, open_store
+from app.rooms.store import SentenceRecord, open_store
 from app.rooms.store.sqlite import SCHEMA_VERSION
 from app.webrtc.keys import PEERS
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
+from tests.disk import disk_full
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.sse import SseReader
@@ -199,19 +200,6 @@ async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: Ca
         assert again is not None and again is not room and again.seq == 1
         async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{ids[2]}/transcript.txt") as r:
             assert "Back again." in await r.text()
-
-
-def disk_full(store: TranscriptStore, full: bool) -> None:
-    """Make the store's writes fail as SQLite fails on a full disk (``SQLITE_FULL``), or work again. (A real tiny
-    file system needs root to mount; this injects the same error at the same place.)"""
-    def refuse(*_: object) -> None:
-        raise sqlite3.OperationalError("database or disk is full")
-
-    for name in ("_append", "_create_room"):
-        if full:
-            setattr(store, name, refuse)
-        else:
-            store.__dict__.pop(name, None)
 
 
 async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_space_returns(

@@ -14,7 +14,6 @@ import asyncio
 import io
 import itertools
 import random
-import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -33,6 +32,7 @@ from app.transcripts.exports import ExportOptions
 from engine import CaptionEngine
 from engine.protocol import Word
 from speechdata.wer import word_errors
+from tests.caption_readers import until_listed, vtt_blocks, vtt_cues
 from tests.servers import running_server
 
 T = hls.Timing(segment_ms=4000, settle_ms=10_000, window=15, end_grace_ms=5000)
@@ -45,16 +45,6 @@ def _said(text: str, start: int, step: int = 320) -> tuple[Word, ...]:
 def _sentence(sid: int, text: str, start: int, spk: int | None = 0) -> SentenceRecord:
     words = _said(text, start)
     return SentenceRecord(sid, "s", text, start, words[-1].end_ms, spk, words)
-
-
-def _blocks(vtt: str) -> list[str]:
-    """A WebVTT file's cues as ``"start --> end\\ntext"`` blocks, without identifiers."""
-    out = []
-    for block in vtt.strip().split("\n\n")[1:]:
-        lines = block.split("\n")
-        at = next(i for i, line in enumerate(lines) if "-->" in line)
-        out.append("\n".join(lines[at:]))
-    return out
 
 
 def _segments(sentences: list[SentenceRecord], committed: Mapping[int, float], schedule: hls.Schedule,
@@ -98,9 +88,9 @@ def test_a_segment_holds_the_cues_overlapping_it_with_room_times_under_the_times
     for n, cues in enumerate(segments):
         assert all(c.start_ms < (n + 1) * 4000 and c.end_ms > n * 4000 for c in cues), n
     file = to_vtt(sentences, ExportOptions(names={1: "Dr. Lee"}))
-    seen = list(dict.fromkeys(b for text in texts for b in _blocks(text)))
-    assert seen == _blocks(file), "together, the segments are the room's WebVTT file, repeats dropped"
-    spanning = [b for b in seen if sum(b in _blocks(t) for t in texts) > 1]
+    seen = list(dict.fromkeys(b for text in texts for b in vtt_blocks(text)))
+    assert seen == vtt_blocks(file), "together, the segments are the room's WebVTT file, repeats dropped"
+    spanning = [b for b in seen if sum(b in vtt_blocks(t) for t in texts) > 1]
     assert spanning, "a cue across a boundary is in both segments, the same"
     assert "<v Dr. Lee>-We have" in "".join(texts), "the file's voice span, name and dialogue dash"
     assert texts[6] == "WEBVTT\nX-TIMESTAMP-MAP=MPEGTS:900000,LOCAL:00:00:00.000\n\n", "a segment without cues"
@@ -125,8 +115,8 @@ def test_segments_are_the_rooms_webvtt_file_over_a_long_room_when_sentences_lock
     committed = {s.id: s.end_ms + rng.randint(500, 2000) for s in sentences}
     schedule = hls.live_schedule(T, t + 30_000)
     segments = _segments(sentences, committed, schedule)
-    seen = list(dict.fromkeys(b for cues in segments for b in _blocks(hls.segment_vtt(cues))))
-    assert seen == _blocks(to_vtt(sentences))
+    seen = list(dict.fromkeys(b for cues in segments for b in vtt_blocks(hls.segment_vtt(cues))))
+    assert seen == vtt_blocks(to_vtt(sentences))
 
 
 def test_a_sentence_that_locks_late_goes_to_the_first_segment_listed_after_and_listed_ones_stay() -> None:
@@ -145,10 +135,10 @@ def test_a_sentence_that_locks_late_goes_to_the_first_segment_listed_after_and_l
     assert "long sentence" not in texts[0] + texts[1], "segments 0 and 1 were listed before it locked"
     at = next(n for n in range(schedule.count) if schedule.listed_at(n) >= committed[1])
     assert at == 2 and "long sentence" in texts[2]
-    first = _blocks(texts[2])[0]
+    first = vtt_blocks(texts[2])[0]
     assert first.startswith("00:00:02."), "its first cue keeps its real time, and comes first in the segment"
-    seen = list(dict.fromkeys(b for text in texts for b in _blocks(text)))
-    assert sorted(seen) == sorted(_blocks(to_vtt(sentences))), "nothing lost, nothing repeated"
+    seen = list(dict.fromkeys(b for text in texts for b in vtt_blocks(text)))
+    assert sorted(seen) == sorted(vtt_blocks(to_vtt(sentences))), "nothing lost, nothing repeated"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -227,17 +217,6 @@ async def _say(room: Room, text: str, start: int, spk: int | None = 0) -> None:
     await room.commit_sentences([SentenceRecord(-1, "pub", text, start, words[-1].end_ms, spk, words)])
 
 
-async def _until_listed(http: aiohttp.ClientSession, url: str, count: int, timeout_s: float = 15.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        async with http.get(url) as r:
-            text = await r.text()
-        if sum(1 for line in text.splitlines() if line.startswith("captions/")) >= count:
-            return text
-        assert time.monotonic() < deadline, text
-        await asyncio.sleep(0.1)
-
-
 async def test_the_playlist_and_its_segments_over_http(quick: tuple[str, web.Application]) -> None:
     url, app = quick
     async with aiohttp.ClientSession() as http:
@@ -252,7 +231,7 @@ async def test_the_playlist_and_its_segments_over_http(quick: tuple[str, web.App
             assert r.status == 403
         async with http.get(f"{base}/0.vtt") as r:
             assert r.status == 403
-        text = await _until_listed(http, f"{base}.m3u8?token={token}", 2)
+        text = await until_listed(http, f"{base}.m3u8?token={token}", 2)
         async with http.get(f"{base}.m3u8?token={token}") as r:
             assert r.headers["Content-Type"].startswith("application/vnd.apple.mpegurl")
             assert r.headers["Cache-Control"] == "max-age=1" and r.headers["Access-Control-Allow-Origin"] == "*"
@@ -285,7 +264,7 @@ async def test_a_delayed_audience_gets_segments_a_delay_later(quick: tuple[str, 
         await asyncio.sleep(0.9)
         await _say(room, "First words.", 0)
         playlist = f"{url}/rooms/{room_id}/captions.m3u8"
-        await _until_listed(http, playlist, 1)
+        await until_listed(http, playlist, 1)
         assert _room_ms(room) >= 1000 + 500 + 1000 - 20, "segment 0 ends at 1 s, settles 0.5 s, then the delay"
         async with http.get(f"{url}/rooms/{room_id}/captions/0.vtt") as r:
             assert "First words." in await r.text()
@@ -299,7 +278,7 @@ async def test_a_delayed_audience_gets_segments_a_delay_later(quick: tuple[str, 
         for n in range(count):
             async with http.get(f"{url}/rooms/{room_id}/captions/{n}.vtt") as r:
                 assert "Held back" not in await r.text()
-        await _until_listed(http, playlist, 3)
+        await until_listed(http, playlist, 3)
         assert room.audience.lag().held == 0, "released before its segment is listed"
         async with http.get(f"{url}/rooms/{room_id}/captions/2.vtt") as r:
             assert "Held back a while." in await r.text()
@@ -350,17 +329,6 @@ SPOKEN = [
 ]
 
 
-def _cues(vtt: str) -> list[tuple[float, float, str]]:
-    """(start s, end s, text without markup) of each cue of a WebVTT file."""
-    out = []
-    for block in _blocks(vtt):
-        timing, *lines = block.split("\n")
-        a, b = (sum(float(x) * f for x, f in zip(t.strip().split(" ")[0].split(":")[::-1], (1, 60, 3600),
-                                                  strict=False)) for t in timing.split("-->"))
-        out.append((a, b, re.sub(r"<[^>]*>", "", " ".join(lines))))
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh "
                                                            "--tests installs it)")
@@ -398,7 +366,7 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
 
         speaking = asyncio.create_task(speak())
         playlist = f"{url}/rooms/{room_id}/captions.m3u8?token={token}"
-        await _until_listed(http, playlist, 1)  # ffmpeg 5.1 gives up on a playlist without segments
+        await until_listed(http, playlist, 1)  # ffmpeg 5.1 gives up on a playlist without segments
         out = tmp_path / "out.vtt"
         ffmpeg = await asyncio.create_subprocess_exec(
             "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-live_start_index", "0",
@@ -420,10 +388,10 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
                 await ffmpeg.wait()
         assert ffmpeg.returncode == 0, err.decode(errors="replace")
         async with http.get(f"{url}/rooms/{room_id}/transcript.vtt?token={token}") as r:
-            file = _cues(await r.text())
+            file = vtt_cues(await r.text())
         async with http.get(f"{url}/rooms/{room_id}/transcript.txt?token={token}") as r:
             transcript = " ".join(line for line in (await r.text()).splitlines() if not line.startswith("["))
-    got = _cues(out.read_text(encoding="utf-8"))
+    got = vtt_cues(out.read_text(encoding="utf-8"))
     errors, said = word_errors(transcript, " ".join(text for _, _, text in got))
     assert said > 80 and errors <= said // 100, (errors, said, got)
     assert late in [text for _, _, text in got], "the late sentence got through, sorted in at its time"

@@ -16,9 +16,10 @@ from aiortc.rtp import RtpPacket
 from app.webrtc.jitter import MAX_MISORDER, AudioJitterBuffer, PacketRun
 from app.webrtc.rtp_audio import InlineDecoder
 from speechdata.corpus import audio
-from tests.test_rtp_audio import CLIP, frames_of, opus_packets
+from tests.opus_frames import frames_of, opus_packets
 
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
+CLIP = "ls_1988-24833-0000"
 TICKS = 960  # one 20 ms packet in RTP ticks (48 kHz)
 
 

@@ -28,10 +28,10 @@ from engine.config import EngineConfig
 from engine.observe import Observers
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, wav_path
+from tests.disk import disk_full
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 from tests.sse import SseReader
-from tests.test_hardening import disk_full
 
 TOKEN = "metrics-test-token"
 CLIP = "ls_1988-24833-0000"  # 3.3 s of read speech: one sentence

@@ -1,12 +1,13 @@
 """The OBS Studio target (app/outputs/obs.py): captions into OBS's stream over obs-websocket v5.
 
-The pure pieces first: the authentication string against the documented formula computed here on its own, the
+The pure pieces first: the authentication string against the documented formula computed on its own, the
 reduction to CEA-608's characters, rows of at most 32 characters and roll-up screens of at most 128 bytes. Then
-the target against ``StandInObs``, an obs-websocket v5 server written here from the documented protocol (see its
-docstring for why the quick tier does not use the real OBS): every caption arrives as ``SendStreamCaption`` with
-rows of at most 32 characters and the expected text; a wrong password is a permanent error; a restarted server is
-reconnected to and captions resume; a stream that is not running is a retryable error and shows in ``status()``;
-a sentence whose screens were partly delivered resumes at the first one missing; a silent server times out.
+the target against ``StandInObs`` (tests/obs_stand_in.py), an obs-websocket v5 server written from the documented
+protocol (see its docstring for why the quick tier does not use the real OBS): every caption arrives as
+``SendStreamCaption`` with rows of at most 32 characters and the expected text; a wrong password is a permanent
+error; a restarted server is reconnected to and captions resume; a stream that is not running is a retryable
+error and shows in ``status()``; a sentence whose screens were partly delivered resumes at the first one
+missing; a silent server times out.
 
 Last (``slow``), the real OBS Studio (Debian's ``obs-studio`` 29, obs-websocket 5.1.0) under Xvfb, streaming to a
 local ffmpeg RTMP listener: the captions are read back out of the H.264 stream OBS sent (its CEA-608 SEI) and
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-import hashlib
 import json
 import os
 import re
@@ -31,18 +30,15 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cea608 import COLUMNS, SHOWN
 from app.outputs.obs import (
     MAX_CAPTION_BYTES,
-    ROWS_PER_STEP,
     ROWS_SHOWN,
     ObsTarget,
     auth_string,
@@ -51,17 +47,7 @@ from app.outputs.obs import (
     screens,
 )
 from app.outputs.target import OutgoingCaption, TargetError
-
-PASSWORD = "correct horse battery staple"
-
-
-def documented_auth(password: str, salt: str, challenge: str) -> str:
-    """The protocol document's steps, written out separately from the module's: sha256 of ``password + salt``,
-    base64 of it (the "base64 secret"), sha256 of ``secret + challenge``, base64 of that."""
-    secret_digest = bytes.fromhex(hashlib.new("sha256", password.encode("utf-8") + salt.encode("utf-8")).hexdigest())
-    secret = binascii.b2a_base64(secret_digest, newline=False).decode("ascii")
-    answer_digest = bytes.fromhex(hashlib.new("sha256", f"{secret}{challenge}".encode()).hexdigest())
-    return binascii.b2a_base64(answer_digest, newline=False).decode("ascii")
+from tests.obs_stand_in import PASSWORD, StandInObs, documented_auth, new_rows
 
 
 def caption(seq: int, text: str, speaker_changed: bool = False, spoken_ms: int = 0) -> OutgoingCaption:
@@ -69,21 +55,6 @@ def caption(seq: int, text: str, speaker_changed: bool = False, spoken_ms: int =
     return OutgoingCaption(seq=seq, sentence_id=seq, text=text, start_wall_ms=1_700_000_000_000,
                            end_wall_ms=1_700_000_000_000 + spoken_ms, spk=None, speaker=None,
                            speaker_changed=speaker_changed)
-
-
-def new_rows(sent: list[str], shown: list[str] | None = None) -> list[str]:
-    """The rows each screen added, in order, after ``shown`` (the screen before the first): a screen's rows start
-    with rows that stayed from the screen before (roll-up: those move up), which this checks, and the rest are
-    new."""
-    out: list[str] = []
-    before = shown or []
-    for text in sent:
-        rows = text.split("\n")
-        kept = next(k for k in range(len(rows), -1, -1) if k <= len(before) and rows[:k] == before[len(before) - k:])
-        assert len(rows) - kept <= ROWS_PER_STEP, f"{text!r} adds more than {ROWS_PER_STEP} rows"
-        out += rows[kept:]
-        before = rows
-    return out
 
 
 def assert_shape(sent: list[str]) -> None:
@@ -155,115 +126,6 @@ def test_target_wants_a_websocket_url() -> None:
     for bad in ("http://127.0.0.1:4455", "127.0.0.1:4455", "ws://"):
         with pytest.raises(ValueError):
             ObsTarget(bad, None)
-
-
-# -- the stand-in
-
-
-class StandInObs:
-    """A stand-in for OBS Studio's obs-websocket v5 server on 127.0.0.1, written here from the documented
-    protocol (github.com/obsproject/obs-websocket, docs/generated/protocol.md), not from its code: ``Hello`` (op 0)
-    with a fresh ``challenge`` and ``salt`` when ``password`` is set; ``Identify`` (op 1) checked against
-    ``documented_auth``, the socket closed with 4009 (AuthenticationFailed) on a wrong or missing answer;
-    ``Identified`` (op 2); then ``RequestResponse`` (op 7) to ``GetVersion``, ``GetStreamStatus`` (``outputActive``
-    is ``streaming``) and ``SendStreamCaption`` (the text recorded in ``captions``; code 501 OutputNotRunning while
-    not ``streaming``, as obs-websocket answers). ``stop()`` closes every socket (code 1001, as when OBS quits)
-    and the port; ``start()`` again listens on the same port.
-
-    Why a stand-in: the real OBS does run on this machine (``test_real_obs`` drives Debian's OBS 29.0.2 under
-    Xvfb), but it needs an X server, software GL, an RTMP listener for its stream and seconds to start, which the
-    quick tier does not have; and only a stand-in can be told to stop streaming after a given caption, or to say
-    nothing at all."""
-
-    def __init__(self, password: str | None) -> None:
-        self.password = password
-        self.port = 0
-        self.streaming = True
-        self.stop_streaming_after: int | None = None  # captions taken before the stream stops by itself
-        self.silent = False  # accept the socket, never say Hello
-        self.captions: list[str] = []
-        self.identifies: list[dict[str, Any]] = []
-        self.protocols: list[str | None] = []
-        self._runner: web.AppRunner | None = None
-        self._sockets: set[web.WebSocketResponse] = set()
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/", self._serve)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-        await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        self.port = server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        for ws in list(self._sockets):
-            await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
-        assert self._runner is not None
-        await self._runner.cleanup()
-        self._runner = None
-
-    async def _serve(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(protocols=("obswebsocket.json", "obswebsocket.msgpack"))
-        await ws.prepare(request)
-        self.protocols.append(ws.ws_protocol)
-        self._sockets.add(ws)
-        try:
-            if self.silent:
-                await ws.receive()
-                return ws
-            hello: dict[str, Any] = {"obsWebSocketVersion": "5.5.2", "rpcVersion": 1}
-            salt = base64.b64encode(secrets.token_bytes(32)).decode()
-            challenge = base64.b64encode(secrets.token_bytes(32)).decode()
-            if self.password is not None:
-                hello["authentication"] = {"challenge": challenge, "salt": salt}
-            await ws.send_json({"op": 0, "d": hello})
-            identify = json.loads((await ws.receive()).data)
-            self.identifies.append(identify)
-            if identify["op"] != 1:
-                await ws.close(code=4007)  # NotIdentified
-                return ws
-            if self.password is not None and (
-                    identify["d"].get("authentication") != documented_auth(self.password, salt, challenge)):
-                await ws.close(code=4009, message=b"Authentication failed.")
-                return ws
-            await ws.send_json({"op": 2, "d": {"negotiatedRpcVersion": 1}})
-            async for msg in ws:
-                request_msg = json.loads(msg.data)
-                assert request_msg["op"] == 6
-                await ws.send_json({"op": 7, "d": self._answer(request_msg["d"])})
-            return ws
-        finally:
-            self._sockets.discard(ws)
-
-    def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
-        kind, data = request["requestType"], request.get("requestData", {})
-        answer: dict[str, Any] = {"requestType": kind, "requestId": request["requestId"]}
-        if kind == "GetVersion":
-            answer["responseData"] = {"obsVersion": "30.2.3", "obsWebSocketVersion": "5.5.2", "rpcVersion": 1}
-        elif kind == "GetStreamStatus":
-            answer["responseData"] = {"outputActive": self.streaming, "outputReconnecting": False}
-        elif kind == "SendStreamCaption":
-            if not isinstance(data.get("captionText"), str):
-                answer["requestStatus"] = {"result": False, "code": 300, "comment": "captionText"}
-                return answer
-            if not self.streaming:
-                answer["requestStatus"] = {"result": False, "code": 501}
-                return answer
-            self.captions.append(data["captionText"])
-            if self.stop_streaming_after is not None and len(self.captions) >= self.stop_streaming_after:
-                self.streaming = False
-        else:
-            answer["requestStatus"] = {"result": False, "code": 204}  # UnknownRequestType
-            return answer
-        answer["requestStatus"] = {"result": True, "code": 100}
-        return answer
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from app.rooms.keys import ROOMS
 from engine import CaptionEngine
 from speechdata.corpus import audio
 from speechdata.wer import wer
+from tests.g711 import mulaw
 from tests.live_clients import pcm16, speech, stream_realtime
 from tests.servers import running_server
-from tests.test_deepgram import mulaw
 
 CLIP = "whisper_jfk"
 

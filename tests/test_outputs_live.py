@@ -1,7 +1,7 @@
 """A room's four ways out at once, on real speech: a WebRTC publisher speaks recorded read speech into a room
 captioned by the real engine, while the room sends its captions to a YouTube caption ingestion stand-in and an
-obs-websocket stand-in (both written from their services' published documents: ``tests/test_outputs.py``,
-``tests/test_obs.py``; the real OBS is driven by ``test_obs.py``'s slow tier), Debian's ffmpeg follows its HLS
+obs-websocket stand-in (both written from their services' published documents: ``tests/youtube_stand_in.py``,
+``tests/obs_stand_in.py``; the real OBS is driven by ``test_obs.py``'s slow tier), Debian's ffmpeg follows its HLS
 playlist, and at the end pycaption reads its SCC file. Every one of them must carry the room's transcript: what is
 compared is each output against the room's own locked text, so the test holds whatever the model writes."""
 
@@ -21,12 +21,11 @@ from app.transcripts import hls
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from speechdata.wer import word_errors
+from tests.caption_readers import pycaption_captions, until_listed, vtt_cues
+from tests.obs_stand_in import PASSWORD, StandInObs, new_rows
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.test_hls import _cues, _until_listed
-from tests.test_obs import PASSWORD, StandInObs, new_rows
-from tests.test_outputs import stand_in
-from tests.test_scc import _pycaption_captions
+from tests.youtube_stand_in import stand_in
 
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed")]
@@ -71,7 +70,7 @@ async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(engine: Capti
             client = CaptionClient(url, speech())
             await client.connect(offer={"room": room, "token": TOKEN})
             playlist = f"{url}/rooms/{room}/captions.m3u8"
-            await _until_listed(http, playlist, 1, timeout_s=60)
+            await until_listed(http, playlist, 1, timeout_s=60)
             out = tmp_path / "hls.vtt"
             ffmpeg = await asyncio.create_subprocess_exec(
                 "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-live_start_index", "0",
@@ -108,8 +107,8 @@ async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(engine: Capti
     carried = {
         "youtube": " ".join(p.text for p in youtube.posts).replace(">> ", ""),
         "obs": " ".join(new_rows(obs.captions)).replace(">> ", ""),
-        "hls": " ".join(text for _, _, text in _cues(out.read_text(encoding="utf-8"))),
-        "scc": " ".join(text for _, _, text in _pycaption_captions(scc_text)),
+        "hls": " ".join(text for _, _, text in vtt_cues(out.read_text(encoding="utf-8"))),
+        "scc": " ".join(text for _, _, text in pycaption_captions(scc_text)),
     }
     for kind, text in carried.items():
         assert errors_against(transcript, text) <= 0.02, (kind, text, transcript)

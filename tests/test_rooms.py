@@ -29,7 +29,7 @@ from engine.protocol import Caption, Sentence, Word, WordTimes
 from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.sse import SseReader
+from tests.sse import SseReader, raw_events
 
 TOKEN = "s3cret-publisher-token"
 CLIP = "ls_1988-24833-0000"
@@ -272,19 +272,6 @@ async def _drain(viewer: Viewer, quiet_s: float = 0.2) -> list[Queued]:
 
 def _partials(items: list[Queued]) -> list[Caption]:
     return [q.message for q in items if isinstance(q.message, Caption) and not q.durable]
-
-
-async def raw_events(url: str, until: str, last_event_id: int | None = None, timeout_s: float = 10.0) -> str:
-    """The raw text of a viewer stream, read until ``until`` appears in it (what ``tests.sse`` hides: id-only
-    events)."""
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    text = ""
-    async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as r, asyncio.timeout(timeout_s):
-        async for chunk in r.content.iter_any():
-            text += chunk.decode("utf-8")
-            if until in text:
-                return text
-    raise AssertionError(f"the stream ended without {until!r}: {text!r}")
 
 
 async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_transcript(

@@ -31,8 +31,7 @@ from engine.protocol import Caption, Sentence, Word, WordTimes
 from speechdata.corpus import audio, pad
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
-from tests.sse import SseReader
-from tests.test_rooms import raw_events
+from tests.sse import SseReader, raw_events
 
 TOKEN = "s3cret-publisher-token"
 CLIPS = ["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_3752-4944-0002", "ls_6930-75918-0000"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,32 +31,12 @@ from app.webrtc.rtp_audio import AudioReceiver, InlineDecoder
 from engine import CHUNK_SAMPLES
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
+from tests.opus_frames import frames_of, opus_packets
 from tests.rtc_client import ArrayAudioTrack, CaptionClient
 from tests.servers import running_server
 
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=96)
 CLIP = "ls_1988-24833-0000"
-
-
-def opus_packets(left: np.ndarray, right: np.ndarray | None = None, packet_ms: int = 20, bit_rate: int = 64000,
-                 options: dict[str, str] | None = None) -> list[bytes]:
-    """Encode 16 kHz float audio as a WebRTC sender would: 48 kHz Opus, ``packet_ms`` packets; stereo if ``right``;
-    ``options``: libopus encoder options (FFmpeg's names)."""
-    layout = "mono" if right is None else "stereo"
-    chans = [left] if right is None else [left, right]
-    n = min(c.size for c in chans)
-    pcm = (np.clip(np.stack([c[:n] for c in chans]), -1, 1) * 32767).astype(np.int16)
-    enc = av.CodecContext.create("libopus", "w")
-    enc.sample_rate, enc.layout, enc.format, enc.bit_rate = 48000, layout, "s16", bit_rate
-    enc.options = {"frame_duration": str(packet_ms), **(options or {})}
-    resampler = av.AudioResampler(format="s16", layout=layout, rate=48000, frame_size=48 * packet_ms)
-    packets = []
-    for start in range(0, n, 320):  # 20 ms at a time, as a microphone delivers
-        src = av.AudioFrame.from_ndarray(pcm[:, start:start + 320].T.reshape(1, -1).copy(), format="s16",
-                                         layout=layout)
-        src.sample_rate, src.pts, src.time_base = 16000, start, fractions.Fraction(1, 16000)
-        packets += [bytes(p) for f in resampler.resample(src) for p in enc.encode(f)]
-    return packets + [bytes(p) for p in enc.encode(None)]
 
 
 def old_path(packets: list[bytes]) -> np.ndarray:
@@ -129,11 +108,6 @@ class _Receiver:
 
     def __init__(self) -> None:
         self._track = RemoteStreamTrack("audio")
-
-
-def frames_of(track: RemoteStreamTrack) -> Iterator[av.AudioFrame | None]:
-    while not track._queue.empty():
-        yield track._queue.get_nowait()
 
 
 async def test_inline_decoder_queues_60ms_frames_and_ends_the_track() -> None:

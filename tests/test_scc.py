@@ -26,7 +26,6 @@ import pytest
 import srt as srt_lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pycaption import SCCReader
 
 from app.cea608 import SHOWN
 from app.rooms.keys import ROOMS
@@ -35,6 +34,7 @@ from app.transcripts import scc
 from app.transcripts.cues import CueRules
 from engine import CaptionEngine
 from engine.protocol import Word
+from tests.caption_readers import pycaption_captions
 from tests.servers import running_server
 
 TIMECODE = re.compile(r"(\d\d):(\d\d):(\d\d);(\d\d)")
@@ -342,11 +342,6 @@ async def _ffmpeg_captions(scc_text: str, folder: Path) -> list[tuple[float, flo
             for a, b, text in _cue_times(out.read_text(encoding="utf-8"))]
 
 
-def _pycaption_captions(scc_text: str) -> list[tuple[float, float, str]]:
-    captions = SCCReader().read(scc_text).get_captions("en-US")
-    return [(c.start / 1e6, c.end / 1e6, c.get_text()) for c in captions]
-
-
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh "
                                                            "--tests installs it)")
 async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: CaptionEngine,
@@ -373,7 +368,7 @@ async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: 
             assert max(len(r) for r in rows) == lines, "the long sentences fill the rows they may"
             early = _early_cues(parsed, cues)
             assert len(early) < len(cues) / 2, "most cues go up at their start"
-            for reader, captions in (("pycaption", _pycaption_captions(scc_text)),
+            for reader, captions in (("pycaption", pycaption_captions(scc_text)),
                                      ("ffmpeg", await _ffmpeg_captions(scc_text, tmp_path))):
                 assert _words(" ".join(text for _, _, text in captions)) == said, reader
                 assert len(captions) == len(cues), (reader, captions)
@@ -413,7 +408,7 @@ async def test_special_and_extended_characters_read_back_in_both_readers(tmp_pat
     words = _said(text, 3000)
     file = scc.to_scc([SentenceRecord(0, "s", text, 3000, words[-1].end_ms, 0, words)],
                       CueRules(max_lines=4))
-    got = "\n".join(t for _, _, t in _pycaption_captions(file))
+    got = "\n".join(t for _, _, t in pycaption_captions(file))
     assert " ".join(got.split()) == text
     if shutil.which("ffmpeg"):
         ffmpeg = await _ffmpeg_captions(file, tmp_path)

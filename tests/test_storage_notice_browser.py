@@ -12,8 +12,8 @@ from app.rooms.keys import ROOMS, STORE
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from tests.browser import chromium, write_wav
+from tests.disk import disk_full
 from tests.servers import running_server
-from tests.test_hardening import disk_full
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

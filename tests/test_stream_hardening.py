@@ -35,7 +35,7 @@ from engine.config import EngineConfig
 from speechdata.corpus import audio
 from tests.live_clients import pcm16, stream_deepgram
 from tests.raw_clients import RawWebSocket, stalled_upload, status_of
-from tests.servers import running_server
+from tests.servers import free_port, running_server
 
 CLIP = "ls_1988-24833-0000"
 SPOKEN_S = 2.5  # the client sends this much of the clip: its sentence is still open when it misbehaves
@@ -282,8 +282,6 @@ async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(fake_engine: C
 
 async def test_a_stop_with_stuck_clients_on_every_endpoint_ends_within_the_drain_and_3_s(
         fake_engine: CaptionEngine) -> None:
-    from tests.test_capacity_refusals import free_port
-
     port = free_port()
     drain_s = 5.0  # (the server's default is 15 s)
     t_stop = 0.0

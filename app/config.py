@@ -155,6 +155,10 @@ class IceConfig:
         check_ice(self)
 
 
+# What --ptime-ms may ask of a sender: audio per packet, in ms (0: the sender's choice).
+PTIMES_MS = (0, 10, 20, 40, 60)
+
+
 class AudioDecoder(StrEnum):
     """How a WebRTC stream's Opus becomes the engine's audio: ``DIRECT`` decodes on arrival at 16 kHz mono
     (app.webrtc.rtp_audio); ``AIORTC`` is aiortc's decoder thread at 48 kHz stereo, then resampled (the old path,
@@ -253,7 +257,7 @@ class ServerConfig:
              "stereo, then resample")
     # Audio per packet asked of senders (a=ptime in the answer; browsers follow it)
     ptime_ms: int = setting(
-        60, choices=(0, 10, 20, 40, 60),
+        60, choices=PTIMES_MS,
         help="audio per packet asked of senders (a=ptime): 60 = a third of the packets to receive for at most 40 ms "
              "more delay; 0 = the sender's choice, 20 ms for browsers")
     # Live sessions at once: None ("auto") lets in as many as the engine estimates it holds on time (a warm-up
@@ -319,7 +323,7 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.audio_decoder not in tuple(AudioDecoder):
             raise ValueError(f"audio decoder must be one of {', '.join(AudioDecoder)}, got {self.audio_decoder!r}")
-        if self.ptime_ms not in (0, 10, 20, 40, 60):
+        if self.ptime_ms not in PTIMES_MS:
             raise ValueError(f"ptime must be 0 (sender's choice), 10, 20, 40 or 60 ms, got {self.ptime_ms}")
         if self.send_timeout_s <= 0 or self.stream_idle_s < 0 or self.stream_max_s < 0:
             raise ValueError("the send timeout must be over 0 s, the stream idle and length limits 0 (none) or more")

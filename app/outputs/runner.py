@@ -24,9 +24,7 @@ import time
 from enum import StrEnum
 from typing import Any, Protocol
 
-from engine.protocol import Caption, Correction
-
-from ..rooms import Room, RoomRegistry, StoreError, as_now
+from ..rooms import Room, RoomRegistry, StoreError, as_corrected
 from .backoff import Backoff
 from .layout import Layout
 from .pending import PendingCaptions, Waiting
@@ -209,20 +207,16 @@ class OutputRunner:
 
     async def _catch_up(self, room: Room) -> None:
         """Take the stored events after what the queue has, as a resuming audience viewer gets them: up to what the
-        audience has, each sentence as it now is (``app.rooms.stream``)."""
+        audience has, each sentence in its last version among them (``app.rooms.stream.as_corrected``)."""
         assert self.queue is not None
         after = self.queue.read_to
         while True:
             try:
-                pending = room.pending()
-                events = room.events_with(await room.store.events_after(room.id, after), pending, after)
+                events = room.events_with(await room.store.events_after(room.id, after), room.pending(), after)
                 limit = room.audience.replay_until()
                 if limit is not None:
                     events = [(seq, m) for seq, m in events if seq <= limit]
-                if any(isinstance(m, Caption | Correction) for _, m in events):
-                    snapshot = room.snapshot_with(await room.store.snapshot(room.id), pending)
-                    now = {s.id: s for s in snapshot.sentences}
-                    events = [(seq, as_now(m, now)) for seq, m in events]
+                events = as_corrected(events)
                 break
             except StoreError as exc:
                 log.warning("%s: cannot read the room's events (%s); trying again", self._where, exc)

@@ -43,12 +43,12 @@ from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats, merged_stable
 from .routes import base_url, may_edit, viewable_room
 from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TimedEvent, TranscriptStore, open_store
-from .stream import as_now
+from .stream import as_corrected
 from .viewer import Viewer, ViewerState
 
 __all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "STORE", "Room", "RoomPublisher", "RoomRecord", "RoomRegistry",
            "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent", "TranscriptStore", "Viewer",
-           "ViewerState", "add_routes", "as_now", "base_url", "may_edit", "merged_stable", "open_store",
+           "ViewerState", "add_routes", "as_corrected", "base_url", "may_edit", "merged_stable", "open_store",
            "viewable_room"]
 
 

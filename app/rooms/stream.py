@@ -18,7 +18,6 @@ from engine.protocol import Caption, Correction, Sentence, ServerMessage, Vocabu
 
 from .holdback import empty
 from .room import Room
-from .store.base import SentenceRecord
 
 
 class Stream:
@@ -100,14 +99,3 @@ def as_corrected(events: list[tuple[int, ServerMessage]]) -> list[tuple[int, Ser
             message = dataclasses.replace(message, sentences=tuple(latest(message.sentences)))
         out.append((seq, message))
     return out
-
-
-def as_now(message: ServerMessage, now: dict[int, SentenceRecord]) -> ServerMessage:
-    """A stored caption or correction with each sentence as it is ``now`` (id -> record), and without the deleted
-    ones: a resuming viewer (or output) never gets a version a later correction replaced, even for a moment."""
-    if isinstance(message, Caption):
-        return dataclasses.replace(message, sentences=[now[s.id].sentence() for s in message.sentences if s.id in now])
-    if isinstance(message, Correction):
-        return dataclasses.replace(message, sentences=tuple(now[s.id].sentence() for s in message.sentences
-                                                            if s.id in now))
-    return message

@@ -207,10 +207,11 @@ class RemoteTranscriber:
 
     async def _warm_up(self, instance: Instance) -> None:
         """One short decode in each window before the instance takes requests: vLLM's first decode in a new
-        encoder shape is several times slower than the rest, and a speaker should not pay for it."""
+        encoder shape is several times slower than the rest, and a speaker should not pay for it. Only the windows
+        of this recognizer's policy: the stock one decodes in Whisper's full window alone."""
         tone = (0.05 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)).astype(np.float32)
         request = DecodeRequest("warm-up", tone, Priority.FINAL)
-        for window in self.config.window_buckets_s:
+        for window in self.window_policy.buckets_s:
             t0 = time.monotonic()
             await self._post(instance, request, window, max_tokens=8, stop_on_loop=False)
             took = time.monotonic() - t0

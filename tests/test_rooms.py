@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from app.rooms import Room, RoomRegistry, Viewer, ViewerState, merged_stable
+from app.rooms import RoomRegistry, Viewer, ViewerState, merged_stable
 from app.rooms.keys import ROOMS
 from app.rooms.open_text import STALE_S, RemoteOpen
 from app.rooms.store import RoomRecord, SentenceRecord, Snapshot, open_store
@@ -319,9 +319,16 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
             WordTimes(1, tuple(w.shifted(off) for w in aligned), seq=3, session="s1")
 
 
+class _EmptyStore:
+    """A store that has nothing of the room: what a read finds is all the room's own unsaved events."""
+
+    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
+        return Snapshot(0, [])
+
+
 async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> None:
     """While the store refuses writes, a ``words`` update is kept in memory with the sentence it times, in order,
-    and read paths (``snapshot_with``) apply it."""
+    and the room's read path (``Room.read_snapshot``) applies it."""
     store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     room = (await rooms.create()).room
@@ -329,8 +336,9 @@ async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> N
     publisher = room.join("s1")
     await publisher.publish(Caption([Sentence(0, "Hello.", 0, 500, None, words=(Word("Hello.", 0, 500),))], ""))
     await publisher.publish(WordTimes(0, (Word("Hello.", 40, 380),)))
-    assert [type(e.body) for e in room.pending()] == [Caption, WordTimes] and not room.saving
-    snap = Room.snapshot_with(Snapshot(0, []), room.pending())
+    assert [type(e.body) for e in room.unsaved] == [Caption, WordTimes] and not room.saving
+    room.store = _EmptyStore()  # type: ignore[assignment]  # reads answer "nothing stored": all of it is unsaved
+    snap = await room.read_snapshot()
     assert snap.seq == 2 and snap.sentences[0].words == (Word("Hello.", 40 + publisher.offset_ms,
                                                                 380 + publisher.offset_ms),)
     rooms.close()

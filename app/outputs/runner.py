@@ -212,7 +212,7 @@ class OutputRunner:
         after = self.queue.read_to
         while True:
             try:
-                events = room.events_with(await room.store.events_after(room.id, after), room.pending(), after)
+                events = await room.read_events_after(after)
                 limit = room.audience.replay_until()
                 if limit is not None:
                     events = [(seq, m) for seq, m in events if seq <= limit]

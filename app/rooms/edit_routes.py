@@ -154,9 +154,7 @@ async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[s
 async def _sentence(request: web.Request, room: Room) -> SentenceRecord:
     """The sentence named in the path as it is now (the store's, with what it has not taken yet)."""
     sid = int(request.match_info["sentence"])
-    pending = room.pending()
-    snapshot = room.snapshot_with(await room.store.snapshot(room.id), pending)
-    record = next((s for s in snapshot.sentences if s.id == sid), None)
+    record = await room.read_sentence(sid)
     if record is None:
         raise _error(web.HTTPNotFound, "no_sentence", f"room {room.id} has no sentence {sid} (or it was deleted)")
     return record

@@ -25,6 +25,7 @@ from .store.base import (
     RoomEvent,
     RoomRecord,
     SentenceRecord,
+    Snapshot,
     StoreError,
     TranscriptStore,
     merged_names,
@@ -207,13 +208,26 @@ class Room:
         if self.remote.expire():
             self.broadcast_partial()
 
-    # ---- what the store does not have yet (read paths add it to what they read) -----------------------------------
-    # Take ``pending()`` *before* reading the store: an event written while the read runs is then in one or the other.
-    def pending(self) -> list[NumberedEvent]:
-        return list(self.unsaved)
+    # ---- the read path: the store's events and sentences with what it has not taken yet ------------------------
+    # Each read takes the unsaved events *before* it reads the store: an event written while the read runs is then
+    # in one or the other, never in neither. Every reader of a room's durable state goes through these three.
+    async def read_snapshot(self, deleted: bool = False) -> Snapshot:
+        """Every sentence as it is now (``deleted``: deleted ones too, marked), with the speaker names, as of the
+        newest event stored or kept unsaved. Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        return unsaved.snapshot_with(await self.store.snapshot(self.id, deleted=deleted), pending)
 
-    events_with = staticmethod(unsaved.events_with)
-    snapshot_with = staticmethod(unsaved.snapshot_with)
+    async def read_events_after(self, after_seq: int) -> list[tuple[int, ServerMessage]]:
+        """The durable events after ``after_seq``, in seq order: the stored ones, then those kept unsaved. Raises
+        ``StoreError``."""
+        pending = list(self.unsaved)
+        return unsaved.events_with(await self.store.events_after(self.id, after_seq), pending, after_seq)
+
+    async def read_sentence(self, sentence_id: int) -> SentenceRecord | None:
+        """Sentence ``sentence_id`` as it is now; None when the room has none (or it was deleted). Raises
+        ``StoreError``."""
+        snapshot = await self.read_snapshot()
+        return next((s for s in snapshot.sentences if s.id == sentence_id), None)
 
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, drafts: list[SentenceRecord], latency_ms: int | None = None,

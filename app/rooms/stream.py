@@ -37,21 +37,20 @@ class Stream:
         """Send what the viewer missed: the stored events after ``after``, or the whole room. Returns the seq it
         reflects (live events up to it are skipped)."""
         room, store = self.room, self.room.store
-        pending = room.pending()  # what a full disk holds back is replayed from memory
         known = room.seq
         if after is not None and after > known and store.shared:
             # Another front end may be ahead of this one (a viewer moving here; a notice on its way): the store
             # decides whether ``after`` is a seq of this room. (A larger one is not: the viewer gets the whole room.)
             known = (await store.counters(room.id))[0]
         if after is not None and after <= known:
-            events = room.events_with(await store.events_after(room.id, after), pending, after)
+            events = await room.read_events_after(after)  # with what a full disk holds back, from memory
             limit = None if self.editor else room.audience.replay_until()
             if limit is not None:
                 events = [(seq, m) for seq, m in events if seq <= limit]  # the rest comes when released
             for seq, message in as_corrected(events):
                 await self.send(response, message, seq)
             return events[-1][0] if events else after
-        snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
+        snapshot = await room.read_snapshot()
         if not self.editor:
             snapshot = room.audience.view(snapshot)
         await self.send(response, Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),

@@ -168,8 +168,10 @@ async def _sentences(request: web.Request, room: Room, since_ms: float) -> tuple
     the rule puts there would lose the caption for good (players fetch a segment once)."""
     store = request.app[STORE]
     created = room.record.created_ms
-    pending = room.pending()  # before reading the store: an event written meanwhile is in one or the other
-    snapshot = room.snapshot_with(await store.snapshot(room.id), pending)
+    snapshot = await room.read_snapshot()
+    # What the store has not taken yet, before its commit times are read: a sentence of the snapshot is in one or
+    # the other.
+    pending = list(room.unsaved)
     # The commit times after the snapshot: a caption committed between the two reads must not pass for an old one.
     since = created + max(0, math.floor(since_ms)) if math.isfinite(since_ms) else 0
     events = await store.timed_events(room.id, since_ms=since, kind="caption")

@@ -120,9 +120,8 @@ async def room_transcript(request: web.Request) -> web.Response:
         options = exports.parse_options(request.query)
     except exports.OptionError as exc:
         return bad_parameter(exc)
-    pending = room.pending()
     store = request.app[STORE]
-    snapshot = room.snapshot_with(await store.snapshot(room.id, deleted=fmt == "json"), pending)
+    snapshot = await room.read_snapshot(deleted=fmt == "json")
     sentences = [s for s in snapshot.sentences if not s.deleted]
     deleted = [s for s in snapshot.sentences if s.deleted]
     history = _history(await store.timed_events(room.id, kind="correction")) if fmt == "json" else {}

@@ -28,6 +28,7 @@ from engine import (
     values_of,
 )
 
+from .outbound import parse_output_destinations
 from .settings import SettingsParser, config_from, markdown
 
 
@@ -215,6 +216,14 @@ def _origin(text: str) -> str:
     return text.strip().rstrip("/")
 
 
+def _output_allow(text: str) -> str:
+    """One ``--output-allow`` value: its entries, checked, written the canonical way and comma-separated."""
+    try:
+        return ",".join(str(entry) for entry in parse_output_destinations(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """The caption server: where it listens, what decodes the speech, who may do what, where transcripts go.
@@ -311,6 +320,13 @@ class ServerConfig:
         MetricsAccess.TOKEN, parse=member_of(MetricsAccess), choices=values_of(MetricsAccess),
         help="GET /metrics (Prometheus): 'token' needs --auth-token as a bearer token when one is set, else is open "
              "like 'open'; 'off' answers 404")
+    output_allow: tuple[str, ...] = setting(
+        (), parse=_output_allow, env=("LIVE_CAPTIONS_OUTPUT_ALLOW",), metavar="DESTINATIONS",
+        default_text="none: outputs reach public addresses only",
+        help="let room outputs (OBS, YouTube) reach these destinations, which the outbound policy refuses otherwise "
+             "(loopback, private, link-local, ...; docs/operations.md#outputs-outbound-policy): CIDRs "
+             "(192.168.1.0/24), addresses (127.0.0.1, [::1]) or host names (obs.lan), each optionally with :port "
+             "(obs.lan:4455); one value may list several, comma-separated")
     # Not flags: set in code.
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
@@ -329,6 +345,8 @@ class ServerConfig:
             raise ValueError("the send timeout must be over 0 s, the stream idle and length limits 0 (none) or more")
         if self.metrics not in tuple(MetricsAccess):
             raise ValueError(f"metrics access must be one of {', '.join(MetricsAccess)}, got {self.metrics!r}")
+        for allowed in self.output_allow:
+            parse_output_destinations(allowed)  # raises ValueError naming a bad entry
 
 
 EXIT_ENGINE_FAILED = 3  # the process exit status after the speech engine died (see exit_on_engine_failure)

@@ -52,7 +52,7 @@ class StandInObs:
     ``Identified`` (op 2); then ``RequestResponse`` (op 7) to ``GetVersion``, ``GetStreamStatus`` (``outputActive``
     is ``streaming``) and ``SendStreamCaption`` (the text recorded in ``captions``; code 501 OutputNotRunning while
     not ``streaming``, as obs-websocket answers). ``stop()`` closes every socket (code 1001, as when OBS quits)
-    and the port; ``start()`` again listens on the same port.
+    and the port; ``start()`` again listens on the same port. ``chatter_s``: events instead of answers.
 
     Why a stand-in: the real OBS does run on this machine (``test_real_obs`` drives Debian's OBS 29.0.2 under
     Xvfb), but it needs an X server, software GL, an RTMP listener for its stream and seconds to start, which the
@@ -65,6 +65,7 @@ class StandInObs:
         self.streaming = True
         self.stop_streaming_after: int | None = None  # captions taken before the stream stops by itself
         self.silent = False  # accept the socket, never say Hello
+        self.chatter_s: float | None = None  # once identified: an event this often, and no request ever answered
         self.captions: list[str] = []
         self.identifies: list[dict[str, Any]] = []
         self.protocols: list[str | None] = []
@@ -118,6 +119,9 @@ class StandInObs:
                 await ws.close(code=4009, message=b"Authentication failed.")
                 return ws
             await ws.send_json({"op": 2, "d": {"negotiatedRpcVersion": 1}})
+            if self.chatter_s is not None:
+                await self._chatter(ws, self.chatter_s)
+                return ws
             async for msg in ws:
                 request_msg = json.loads(msg.data)
                 assert request_msg["op"] == 6
@@ -125,6 +129,19 @@ class StandInObs:
             return ws
         finally:
             self._sockets.discard(ws)
+
+    @staticmethod
+    async def _chatter(ws: web.WebSocketResponse, every_s: float) -> None:
+        """Events (op 5, as OBS sends them to a client that subscribed) until the client goes; requests are never
+        read, so never answered: an OBS busy with everything but this client."""
+        event = {"op": 5, "d": {"eventType": "CurrentProgramSceneChanged", "eventIntent": 4,
+                                "eventData": {"sceneName": "Scene"}}}
+        try:
+            while not ws.closed:
+                await ws.send_json(event)
+                await asyncio.sleep(every_s)
+        except ConnectionError:
+            pass  # the client closed the socket
 
     def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         kind, data = request["requestType"], request.get("requestData", {})

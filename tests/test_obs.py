@@ -37,6 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cea608 import COLUMNS, SHOWN
+from app.outputs import DestinationPolicy
 from app.outputs.obs import (
     MAX_CAPTION_BYTES,
     ROWS_SHOWN,
@@ -48,6 +49,8 @@ from app.outputs.obs import (
 )
 from app.outputs.target import OutgoingCaption, TargetError
 from tests.obs_stand_in import PASSWORD, StandInObs, documented_auth, new_rows
+
+LOOPBACK = DestinationPolicy.from_settings(["127.0.0.1"])  # --output-allow 127.0.0.1: OBS stand-ins on loopback
 
 
 def caption(seq: int, text: str, speaker_changed: bool = False, spoken_ms: int = 0) -> OutgoingCaption:
@@ -139,7 +142,7 @@ async def obs() -> AsyncIterator[StandInObs]:
 
 @pytest.fixture
 async def target(obs: StandInObs) -> AsyncIterator[ObsTarget]:
-    t = ObsTarget(obs.url, PASSWORD, max_step_s=0.01)
+    t = ObsTarget(obs.url, PASSWORD, max_step_s=0.01, policy=LOOPBACK)
     yield t
     await t.close()
 
@@ -182,7 +185,7 @@ async def test_every_caption_arrives_in_rows_of_32(obs: StandInObs, target: ObsT
 async def test_screens_of_a_long_sentence_follow_its_pace(obs: StandInObs) -> None:
     long = SENTENCES[2]  # 6 rows: 3 screens
     for spoken_ms, max_step_s, waits_s in ((1200, 5.0, 2 * 0.4), (6000, 0.2, 2 * 0.2)):
-        target = ObsTarget(obs.url, PASSWORD, max_step_s=max_step_s)
+        target = ObsTarget(obs.url, PASSWORD, max_step_s=max_step_s, policy=LOOPBACK)
         try:
             began = time.monotonic()
             await target.send(caption(long.seq, long.text, spoken_ms=spoken_ms))
@@ -195,7 +198,7 @@ async def test_screens_of_a_long_sentence_follow_its_pace(obs: StandInObs) -> No
 
 async def test_wrong_password_is_permanent(obs: StandInObs) -> None:
     for password, words in (("not it", "refused the password"), (None, "asks for a password")):
-        target = ObsTarget(obs.url, password)
+        target = ObsTarget(obs.url, password, policy=LOOPBACK)
         with pytest.raises(TargetError) as raised:
             await target.send(SENTENCES[0])
         assert raised.value.permanent, raised.value
@@ -250,7 +253,7 @@ async def test_a_retry_resumes_at_the_first_screen_missing(obs: StandInObs, targ
 
 async def test_a_silent_server_times_out(obs: StandInObs) -> None:
     obs.silent = True
-    target = ObsTarget(obs.url, PASSWORD, response_timeout_s=0.3)
+    target = ObsTarget(obs.url, PASSWORD, response_timeout_s=0.3, policy=LOOPBACK)
     began = time.monotonic()
     with pytest.raises(TargetError) as raised:
         await target.send(SENTENCES[0])
@@ -488,7 +491,7 @@ def decode_608(frames: list[list[tuple[int, int]]]) -> list[str]:
 
 @pytest.mark.slow
 async def test_real_obs(real_obs: RealObs) -> None:
-    target = ObsTarget(f"ws://127.0.0.1:{real_obs.ws_port}", PASSWORD, max_step_s=0.5)
+    target = ObsTarget(f"ws://127.0.0.1:{real_obs.ws_port}", PASSWORD, max_step_s=0.5, policy=LOOPBACK)
     try:
         deadline = time.monotonic() + 60
         while True:  # as the runner does: retry until OBS is up and streaming
@@ -506,7 +509,7 @@ async def test_real_obs(real_obs: RealObs) -> None:
         assert re.fullmatch(r"\d+\.\d+\.\d+.*", status["obs_version"] or ""), status
 
         # A wrong password: OBS's own close code.
-        wrong = ObsTarget(target.url, "not it")
+        wrong = ObsTarget(target.url, "not it", policy=LOOPBACK)
         with pytest.raises(TargetError) as raised:
             await wrong.send(SENTENCES[0])
         assert raised.value.permanent and "refused the password" in str(raised.value)

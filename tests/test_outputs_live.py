@@ -59,7 +59,8 @@ async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(engine: Capti
     obs = StandInObs(PASSWORD)
     await obs.start()
     try:
-        async with running_server(engine, auth_token=TOKEN) as (url, _), stand_in() as youtube, \
+        async with running_server(engine, auth_token=TOKEN, output_allow=("127.0.0.1",)) as (url, _), \
+                stand_in() as youtube, \
                 aiohttp.ClientSession() as http:
             made = await call(http, "POST", f"{url}/rooms", TOKEN, {"title": "Four outputs"})
             room, editor = made["room"], made["editor_token"]

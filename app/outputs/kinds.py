@@ -9,34 +9,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .destinations import DestinationPolicy
 from .layout import Layout
 from .spec import OutputSpec
 from .target import Target, TargetError
 from .youtube import YouTubeTarget
 
-Factory = Callable[[OutputSpec, Layout], Target]
+# A target of a configuration, connecting only where the policy allows.
+Factory = Callable[[OutputSpec, Layout, DestinationPolicy], Target]
 
 
-def _youtube(spec: OutputSpec, layout: Layout) -> Target:
-    return YouTubeTarget(spec.url, layout.break_lines, acknowledged=spec.resume.get("seq", 0))
+def _youtube(spec: OutputSpec, layout: Layout, policy: DestinationPolicy) -> Target:
+    return YouTubeTarget(spec.url, layout.break_lines, acknowledged=spec.resume.get("seq", 0), policy=policy)
 
 
-def _obs(spec: OutputSpec, layout: Layout) -> Target:
+def _obs(spec: OutputSpec, layout: Layout, policy: DestinationPolicy) -> Target:
     from .obs import ObsTarget  # loaded on first use (see the module)
 
-    return ObsTarget(spec.url, spec.password)
+    return ObsTarget(spec.url, spec.password, policy=policy)
 
 
 FACTORIES: dict[str, Factory] = {"youtube": _youtube, "obs": _obs}
 
 
-def make_target(spec: OutputSpec, layout: Layout) -> Target:
-    """The target of ``spec``. Raises ``TargetError`` (permanent) for a kind this server does not know (a stored
-    output of a newer version), ``ValueError`` for a configuration the target refuses."""
+def make_target(spec: OutputSpec, layout: Layout, policy: DestinationPolicy) -> Target:
+    """The target of ``spec``, connecting only where ``policy`` allows. Raises ``TargetError`` (permanent) for a
+    kind this server does not know (a stored output of a newer version), ``ValueError`` for a configuration the
+    target refuses."""
     factory = FACTORIES.get(spec.kind)
     if factory is None:
         raise TargetError(f"unknown output kind {spec.kind!r}", permanent=True)
-    return factory(spec, layout)
+    return factory(spec, layout, policy)
 
 
 def resume_state(target: Target) -> dict[str, int]:

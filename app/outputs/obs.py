@@ -36,9 +36,13 @@ then says ``"streaming": False``. ``GetStreamStatus`` (``outputActive``) is aske
 send when the last answer is ``STREAM_STATUS_EVERY_S`` or more old.
 
 Failures: a refused, dropped or silent connection (every await has a timeout: ``connect_timeout_s``,
-``response_timeout_s``) raises a retryable ``TargetError`` and forgets the socket; the next ``send`` connects
-again (the runner does the backoff). A wrong or missing password raises a permanent one. A sentence whose
-screens were partly delivered resumes at the first screen not delivered when the runner retries it.
+``response_timeout_s``; an answer's is a deadline, which no other message on the socket moves) raises a retryable
+``TargetError`` and forgets the socket; the next ``send`` connects again (the runner does the backoff). A wrong or
+missing password raises a permanent one, as does a destination the server's outbound policy refuses
+(``destinations``: checked for every connection; a redirect is never followed). An error says only the class of
+what happened (``failures``), never what the peer sent; messages are at most ``MAX_MESSAGE_BYTES``; the URL is
+logged without its user information and query values. A sentence whose screens were partly delivered resumes at
+the first screen not delivered when the runner retries it.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +64,9 @@ import aiohttp
 from yarl import URL
 
 from ..cea608 import COLUMNS, shown_form
+from . import failures
+from .destinations import DestinationPolicy, DestinationRefused, OutboundSession, RedirectRefused
+from .spec import redacted_url
 from .target import OutgoingCaption, Target, TargetError
 
 log = logging.getLogger(__name__)
@@ -85,6 +93,9 @@ ROWS_PER_STEP = 2  # new rows a screen may add (< ROWS_SHOWN: a row already read
 MAX_CAPTION_BYTES = 128  # libobs keeps this many bytes of a caption's UTF-8 text and drops the rest
 SPEAKER_CHANGE = ">> "  # opens a new speaker's first row, as US broadcast captions do
 STREAM_STATUS_EVERY_S = 5.0  # ask GetStreamStatus at most this often (seconds)
+# The largest message taken from OBS: GetVersion's answer (its list of requests) is a few KiB; no events are asked for.
+MAX_MESSAGE_BYTES = 64 * 1024
+VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){1,3}(-[A-Za-z0-9.]{1,16})?")  # OBS's version as shown: "30.1.2"
 
 
 def auth_string(password: str, salt: str, challenge: str) -> str:
@@ -167,21 +178,25 @@ class ObsTarget(Target):
     caption shape. Raises ``ValueError`` at once for a URL that is not ``ws://`` or ``wss://`` with a host.
 
     ``connect_timeout_s`` bounds opening the socket; ``response_timeout_s`` each answer (``Hello``,
-    ``Identified``, a ``RequestResponse``); ``max_step_s`` the time between two screens of one sentence."""
+    ``Identified``, a ``RequestResponse``); ``max_step_s`` the time between two screens of one sentence.
+    ``policy``: where it may connect (None: public addresses only)."""
 
     kind: ClassVar[str] = "obs"
 
     def __init__(self, url: str, password: str | None, *, connect_timeout_s: float = 5.0,
-                 response_timeout_s: float = 5.0, max_step_s: float = 2.0) -> None:
+                 response_timeout_s: float = 5.0, max_step_s: float = 2.0,
+                 policy: DestinationPolicy | None = None) -> None:
         parsed = URL(url)
         if parsed.scheme not in ("ws", "wss") or not parsed.host:
-            raise ValueError(f"an OBS address is ws://host:port (obs-websocket), not {url!r}")
+            raise ValueError(f"an OBS address is ws://host:port (obs-websocket), not {redacted_url(url)!r}")
         self.url = url
+        self.policy = policy or DestinationPolicy()
+        self._where = redacted_url(url)  # for the log: user information and query values are secrets
         self._password = password
         self._connect_timeout_s = connect_timeout_s
         self._response_timeout_s = response_timeout_s
         self._max_step_s = max_step_s
-        self._session: aiohttp.ClientSession | None = None
+        self._session: OutboundSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._identified = False  # ``_ws`` got its ``Identified``
         self._lock = asyncio.Lock()  # one exchange at a time: answers are read in line
@@ -214,7 +229,8 @@ class ObsTarget(Target):
                     self._streaming_at = time.monotonic()
                     raise TargetError("OBS is not streaming: it puts captions only in a running stream")
                 if not status.get("result"):
-                    raise TargetError(f"OBS refused the caption: {_describe(status)}")
+                    code = failures.number(status.get("code"))  # its comment is OBS's words: not shown
+                    raise TargetError(f"OBS refused the caption (code {'unknown' if code is None else code})")
                 self._streaming = True
                 plan.done += 1
                 self._shown = screen
@@ -250,26 +266,33 @@ class ObsTarget(Target):
         if self._identified and self._ws is not None and not self._ws.closed:
             return self._ws
         await self._drop()
-        self._session = aiohttp.ClientSession()
+        self._session = self.policy.session()
         try:
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
-                    self._ws = await self._session.ws_connect(self.url, protocols=(SUBPROTOCOL,), autoping=True)
+                    # max_msg_size: what OBS sends is small; a peer that is no OBS cannot make the server hold more
+                    self._ws = await self._session.http.ws_connect(self.url, protocols=(SUBPROTOCOL,), autoping=True,
+                                                                   max_msg_size=MAX_MESSAGE_BYTES)
             except TimeoutError:
-                raise TargetError(f"OBS at {self.url} did not accept a connection within "
-                                  f"{self._connect_timeout_s:g} s") from None
+                raise TargetError(f"OBS did not accept a connection within {self._connect_timeout_s:g} s") from None
+            except DestinationRefused as e:
+                raise failures.refused(e) from None
+            except RedirectRefused as e:
+                raise TargetError(f"not obs-websocket (HTTP status {e.status} to the WebSocket handshake; redirects "
+                                  "are not followed)", permanent=True) from None
+            except aiohttp.InvalidURL:
+                raise TargetError(failures.NOT_A_URL, permanent=True) from None
             except aiohttp.WSServerHandshakeError as e:
-                raise TargetError(f"{self.url} is not obs-websocket (HTTP {e.status} to the WebSocket "
-                                  "handshake)") from e
+                raise TargetError(f"not obs-websocket (HTTP status {e.status} to the WebSocket handshake)") from None
             except (aiohttp.ClientError, OSError) as e:
-                raise TargetError(f"OBS at {self.url} is not reachable: {e}") from e
+                raise TargetError(f"OBS is not reachable: {failures.connection_failure(e)}") from None
             await self._identify(self._ws)
             self._identified = True
             self._streaming_at = -math.inf  # ask about the stream on this new connection
         except BaseException:
             await self._drop()
             raise
-        log.info("obs %s: connected, OBS %s", self.url, self._obs_version)
+        log.info("obs %s: connected, OBS %s", self._where, self._obs_version)
         return self._ws
 
     async def _identify(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -278,14 +301,16 @@ class ObsTarget(Target):
         auth = hello.get("authentication")
         if isinstance(auth, dict):
             if self._password is None:
-                raise TargetError("OBS asks for a password (obs-websocket authentication is on) and none is set",
-                                  permanent=True)
+                raise TargetError("authentication failed: OBS asks for a password (obs-websocket authentication is "
+                                  "on) and none is set", permanent=True)
             identify["authentication"] = auth_string(self._password, str(auth.get("salt", "")),
                                                      str(auth.get("challenge", "")))
         await self._send_json(ws, {"op": OP_IDENTIFY, "d": identify})
         await self._receive(ws, "Identified", OP_IDENTIFIED)
         status, data = await self._request(ws, "GetVersion", {})
-        self._obs_version = str(data["obsVersion"]) if status.get("result") and "obsVersion" in data else None
+        version = data.get("obsVersion") if status.get("result") else None
+        # shown in the output's status: a version number, or nothing (never other text the peer sent)
+        self._obs_version = version if isinstance(version, str) and VERSION.fullmatch(version) else None
 
     async def _ask_stream_status(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         status, data = await self._request(ws, "GetStreamStatus", {})
@@ -295,13 +320,15 @@ class ObsTarget(Target):
 
     async def _request(self, ws: aiohttp.ClientWebSocketResponse, request_type: str,
                        data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Send one request and wait for its answer: ``(requestStatus, responseData)``. Other messages (events,
-        answers to requests given up on) are skipped."""
+        """Send one request and wait for its answer: ``(requestStatus, responseData)``, within
+        ``response_timeout_s`` of the call whatever else arrives. Other messages (events, answers to requests given
+        up on) are skipped."""
+        deadline = asyncio.get_running_loop().time() + self._response_timeout_s
         request_id = str(next(self._ids))
         await self._send_json(ws, {"op": OP_REQUEST, "d": {"requestType": request_type, "requestId": request_id,
                                                            "requestData": data}})
         while True:
-            answer = await self._receive(ws, f"{request_type}", OP_REQUEST_RESPONSE)
+            answer = await self._receive(ws, request_type, OP_REQUEST_RESPONSE, deadline)
             if answer.get("requestId") == request_id:
                 status = answer.get("requestStatus")
                 response = answer.get("responseData")
@@ -314,46 +341,57 @@ class ObsTarget(Target):
                 await ws.send_str(json.dumps(message))
         except TimeoutError:
             await self._drop()
-            raise TargetError(f"OBS at {self.url} did not take a message within "
-                              f"{self._response_timeout_s:g} s") from None
-        except (aiohttp.ClientError, ConnectionError) as e:
+            raise TargetError(f"OBS did not take a message within {self._response_timeout_s:g} s") from None
+        except (aiohttp.ClientError, ConnectionError):
             await self._drop()
-            raise TargetError(f"the connection to OBS at {self.url} dropped: {e}") from e
+            raise TargetError("the connection to OBS dropped") from None
 
-    async def _receive(self, ws: aiohttp.ClientWebSocketResponse, what: str, op: int) -> dict[str, Any]:
-        """The ``d`` of the next message with op code ``op``; earlier messages of other op codes are skipped.
-        Raises ``TargetError`` (the socket forgotten) on a timeout, a close or a malformed message."""
-        while True:
-            try:
-                async with asyncio.timeout(self._response_timeout_s):
-                    msg = await ws.receive()
-            except TimeoutError:
-                await self._drop()
-                raise TargetError(f"OBS at {self.url} did not answer {what} within "
-                                  f"{self._response_timeout_s:g} s") from None
-            if msg.type is aiohttp.WSMsgType.TEXT:
-                try:
-                    message = json.loads(msg.data)
-                except ValueError:
-                    message = None
-                if not isinstance(message, dict) or not isinstance(message.get("d"), dict):
-                    await self._drop()
-                    raise TargetError(f"{self.url} sent something that is not obs-websocket: {msg.data[:80]!r}")
-                if message.get("op") == op:
-                    data: dict[str, Any] = message["d"]
-                    return data
-                continue
-            code = ws.close_code
+    async def _receive(self, ws: aiohttp.ClientWebSocketResponse, what: str, op: int,
+                       deadline: float | None = None) -> dict[str, Any]:
+        """The ``d`` of the next message with op code ``op``; earlier messages of other op codes are skipped. It
+        must come by ``deadline`` (the loop's clock; None: ``response_timeout_s`` from now): skipped messages do
+        not move it. Raises ``TargetError`` (the socket forgotten) on a timeout, a close or a malformed message."""
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self._response_timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                msg, data = await self._next(ws, op)
+        except TimeoutError:
             await self._drop()
-            if code == CLOSE_AUTHENTICATION_FAILED:
-                raise TargetError("OBS refused the password (obs-websocket closed with 4009, "
-                                  "AuthenticationFailed): check the password in OBS's Tools > "
-                                  "WebSocket Server Settings", permanent=True)
-            if code == CLOSE_UNSUPPORTED_RPC_VERSION:
-                raise TargetError("OBS's obs-websocket does not speak RPC version 1 (closed with 4010): "
-                                  "OBS 28 or later is needed", permanent=True)
-            reason = f" (close code {code})" if code is not None else ""
-            raise TargetError(f"the connection to OBS at {self.url} dropped while waiting for {what}{reason}")
+            raise TargetError(f"OBS did not answer {what} within {self._response_timeout_s:g} s") from None
+        if data is not None:
+            return data
+        code = ws.close_code
+        await self._drop()
+        if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            raise TargetError("OBS sent something that is not obs-websocket")  # what it sent is not shown
+        if code == CLOSE_AUTHENTICATION_FAILED:
+            raise TargetError("authentication failed: OBS refused the password (obs-websocket closed with 4009, "
+                              "AuthenticationFailed): check the password in OBS's Tools > WebSocket Server "
+                              "Settings", permanent=True)
+        if code == CLOSE_UNSUPPORTED_RPC_VERSION:
+            raise TargetError("OBS's obs-websocket does not speak RPC version 1 (closed with 4010): "
+                              "OBS 28 or later is needed", permanent=True)
+        reason = f" (close code {code})" if failures.number(code) is not None else ""
+        raise TargetError(f"the connection to OBS dropped while waiting for {what}{reason}")
+
+    @staticmethod
+    async def _next(ws: aiohttp.ClientWebSocketResponse,
+                    op: int) -> tuple[aiohttp.WSMessage, dict[str, Any] | None]:
+        """The next message with op code ``op`` and its ``d``; or the first message that is no obs-websocket
+        JSON, or that ends the socket, with None."""
+        while True:
+            msg = await ws.receive()
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                return msg, None
+            try:
+                message = json.loads(msg.data)
+            except ValueError:
+                return msg, None
+            if not isinstance(message, dict) or not isinstance(message.get("d"), dict):
+                return msg, None
+            if message.get("op") == op:
+                return msg, message["d"]
 
     async def _drop(self) -> None:
         """Forget the socket and its session, closing both."""
@@ -369,8 +407,3 @@ class ObsTarget(Target):
         finally:
             if session is not None:
                 await session.close()
-
-
-def _describe(status: dict[str, Any]) -> str:
-    comment = status.get("comment")
-    return f"code {status.get('code')}" + (f", {comment}" if comment else "")

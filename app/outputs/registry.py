@@ -8,6 +8,11 @@ stops. A server that starts again resumes each output after its saved progress: 
 a caption whose send was cut off in flight (the destination may have taken it: once more, under the same YouTube
 ``seq``); a crash may resend what went out in the last ``save_every_s`` (2 s). Captions are not lost either way:
 the output reads what it did not send from the store.
+
+Limits: ``MAX_OUTPUTS`` per room (stopped and failed ones count: they are listed until removed), and
+``MAX_SERVER_OUTPUTS`` running at once on the server, every room together (each holds a connection and two tasks;
+stopped and failed ones hold none and do not count). Outputs stored before a restart start again whatever the
+count: the limits refuse new ones only. Where an output may connect is ``policy``'s (``destinations``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 from ..ops import ServerMetrics
 from ..rooms import Room, RoomRegistry, StoreError, TranscriptStore
 from . import kinds
+from .destinations import DestinationPolicy
 from .layout import Layout
 from .runner import OutputRunner, OutputState, audience_seq
 from .spec import OutputSpec, Progress, SpecError
@@ -30,12 +36,13 @@ from .target import TargetError
 log = logging.getLogger(__name__)
 
 MAX_OUTPUTS = 8  # per room
+MAX_SERVER_OUTPUTS = 64  # running at once, every room of the server together
 SAVE_EVERY_S = 2.0
 STOP_GRACE_S = 2.0  # a stopping server gives its outputs this long to send what its sessions locked on the way out
 
 
 class TooManyOutputs(Exception):
-    """The room has ``MAX_OUTPUTS`` already."""
+    """The room has ``MAX_OUTPUTS`` already, or the server runs ``MAX_SERVER_OUTPUTS``; the message says which."""
 
 
 @dataclass
@@ -49,16 +56,20 @@ class _RoomOutputs:
 
 class OutputRegistry:
     """Every output this server knows (see the module). ``layout``: line breaking and speaker names for the
-    targets; ``metrics``: where sends and failures are counted (``/metrics``)."""
+    targets; ``metrics``: where sends and failures are counted (``/metrics``); ``policy``: where outputs may
+    connect (None: public addresses only)."""
 
     def __init__(self, rooms: RoomRegistry, store: TranscriptStore, layout: Layout,
-                 metrics: ServerMetrics | None = None, save_every_s: float = SAVE_EVERY_S) -> None:
+                 metrics: ServerMetrics | None = None, save_every_s: float = SAVE_EVERY_S,
+                 policy: DestinationPolicy | None = None) -> None:
         self.rooms = rooms
         self.store = store
         self.layout = layout
         self.metrics = metrics
         self.save_every_s = save_every_s
+        self.policy = policy or DestinationPolicy()
         self._rooms: dict[str, _RoomOutputs] = {}
+        self._adding = 0  # outputs being added (saved, not started yet): they count as running
         self._loading = asyncio.Lock()
         self._closed = False
         if metrics is not None:
@@ -89,20 +100,34 @@ class OutputRegistry:
     async def add(self, room: Room, spec: OutputSpec) -> OutputRunner:
         """A new output of ``room`` (loaded: the output follows it), saved, then started where the room's audience is
         now. Raises ``TooManyOutputs``, ``StoreError``."""
-        entry = await self._entry(room.id)
-        async with entry.lock:
-            if len(entry.runners) >= MAX_OUTPUTS:
-                raise TooManyOutputs(f"a room has at most {MAX_OUTPUTS} outputs")
-            runner = self._runner(room.id, dataclasses.replace(spec, progress=Progress(audience_seq(room))))
-            entry.runners.append(runner)
-            try:
-                await self._write(room.id, entry)
-            except StoreError:
-                entry.runners.remove(runner)
-                raise
-        runner.start()
+        # Counted and reserved before the first await: two rooms adding at once cannot both take the last place.
+        if self.running() >= MAX_SERVER_OUTPUTS:
+            raise TooManyOutputs(f"this server runs at most {MAX_SERVER_OUTPUTS} outputs at once, every room "
+                                 "together: try again once others have stopped, or ask its operator")
+        self._adding += 1
+        try:
+            entry = await self._entry(room.id)
+            async with entry.lock:
+                if len(entry.runners) >= MAX_OUTPUTS:
+                    raise TooManyOutputs(f"a room has at most {MAX_OUTPUTS} outputs")
+                runner = self._runner(room.id, dataclasses.replace(spec, progress=Progress(audience_seq(room))))
+                entry.runners.append(runner)
+                try:
+                    await self._write(room.id, entry)
+                except StoreError:
+                    entry.runners.remove(runner)
+                    raise
+            runner.start()
+        finally:
+            self._adding -= 1
         log.info("room %s: output %s (%s) added", room.id, spec.id, spec.kind)
         return runner
+
+    def running(self) -> int:
+        """Outputs this server runs now, every room together: started and neither stopped nor failed, and those
+        being added."""
+        idle = (OutputState.STOPPED, OutputState.FAILED)
+        return self._adding + sum(r.state not in idle for entry in self._rooms.values() for r in entry.runners)
 
     async def remove(self, room_id: str, output_id: str) -> bool:
         """Stop output ``output_id`` and forget it; False if the room has no such output. Raises ``StoreError``."""
@@ -180,7 +205,7 @@ class OutputRegistry:
     def _runner(self, room_id: str, spec: OutputSpec) -> OutputRunner:
         """A runner of ``spec``; one whose target cannot be made here shows ``failed`` with the reason."""
         try:
-            target, error = kinds.make_target(spec, self.layout), None
+            target, error = kinds.make_target(spec, self.layout, self.policy), None
         except TargetError as exc:
             target, error = None, str(exc)
         except Exception as exc:  # a target's constructor refusing its configuration

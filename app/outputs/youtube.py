@@ -17,8 +17,11 @@ sentence by another speaker than the one before starts with ``>> `` (the US broa
 
 Errors: no answer within 10 s, a refused or dropped connection, a 5xx or a 429 are retried (with ``Retry-After``
 when the answer names one); a redirect (not followed: this target contacts nothing but its URL) or any other 4xx
-is permanent (a wrong or expired URL). Nothing that was posted can be taken back: YouTube has no way to retract a
-caption.
+is permanent (a wrong or expired URL), as is a destination the server's outbound policy refuses
+(``destinations``: checked for every connection). The error says only the class of what happened
+(``failures``): an answer's body is never read but for a success's first ``MAX_ANSWER_BYTES`` (dropped), so
+neither a destination's words nor a huge body reach the editor or the server's memory. Nothing that was posted
+can be taken back: YouTube has no way to retract a caption.
 """
 
 from __future__ import annotations
@@ -31,52 +34,57 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from . import failures
 from .backoff import RetryLater
+from .destinations import DestinationPolicy, DestinationRefused, OutboundSession, RedirectRefused
 from .layout import BreakLines, frames
-from .spec import redacted_url
 from .target import OutgoingCaption, Target, TargetError
 
 TIMEOUT_S = 10.0  # one post, connection to answer
 NEW_SPEAKER = ">> "
-ERROR_BODY_CHARS = 200  # of a refusal's body, in the error shown
+MAX_ANSWER_BYTES = 4096  # of a success's body, read (to reuse the connection) and dropped; a longer one closes it
 
 
 class YouTubeTarget(Target):
     """Posts each caption to ``url`` (the stream's caption ingestion URL). ``break_lines``: the project's subtitle
-    line breaking (``layout.Layout``). ``acknowledged``: the last ``seq`` YouTube took (0 for a new output)."""
+    line breaking (``layout.Layout``). ``acknowledged``: the last ``seq`` YouTube took (0 for a new output).
+    ``policy``: where it may connect (None: public addresses only)."""
 
     kind = "youtube"
 
-    def __init__(self, url: str, break_lines: BreakLines, acknowledged: int = 0, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, url: str, break_lines: BreakLines, acknowledged: int = 0, timeout_s: float = TIMEOUT_S,
+                 policy: DestinationPolicy | None = None) -> None:
         self.url = url  # posted to exactly as given (ASCII, validated by ``spec``), with ``seq`` added
         self.break_lines = break_lines
         self.acknowledged = acknowledged
         self.timeout_s = timeout_s
-        self._http: aiohttp.ClientSession | None = None
+        self.policy = policy or DestinationPolicy()
+        self._http: OutboundSession | None = None
 
     async def send(self, caption: OutgoingCaption) -> None:
         seq = self.acknowledged + 1  # a retry of the same caption posts the same seq: nothing is acknowledged yet
         joint = "" if self.url.endswith(("?", "&")) else "&" if "?" in self.url else "?"
         url = URL(f"{self.url}{joint}seq={seq}", encoded=True)
         body = self.body(caption).encode("utf-8")
-        where = redacted_url(self.url)
         try:
-            async with self._session().post(url, data=body, headers={"Content-Type": "text/plain"},
-                                            allow_redirects=False) as answer:
-                text = await answer.text(errors="replace")
+            async with self._session().http.post(url, data=body, headers={"Content-Type": "text/plain"},
+                                                 allow_redirects=False) as answer:
                 status = answer.status
                 retry_after = answer.headers.get("Retry-After")
+                if 200 <= status < 300:
+                    await _discard(answer)
         except TimeoutError:
-            raise TargetError(f"{where}: no answer within {self.timeout_s:g} s") from None
-        except aiohttp.InvalidURL as exc:
-            raise TargetError(f"{where}: not a URL this server can post to ({exc})", permanent=True) from None
-        except aiohttp.ClientError as exc:
-            raise TargetError(f"{where}: {_described(exc)}") from None
+            raise TargetError(f"no answer within {self.timeout_s:g} s") from None
+        except (DestinationRefused, RedirectRefused) as exc:
+            raise failures.refused(exc) from None
+        except aiohttp.InvalidURL:
+            raise TargetError(failures.NOT_A_URL, permanent=True) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TargetError(failures.connection_failure(exc)) from None
         if 200 <= status < 300:
             self.acknowledged = seq
             return
-        said = " ".join(text.split())[:ERROR_BODY_CHARS]
-        message = f"{where} answered {status}" + (f": {said}" if said else "")
+        message = f"HTTP status {status}"  # what the answer says beyond its status is never shown
         if status == 429 or status >= 500:
             after = _retry_after_s(retry_after)
             if after is not None:
@@ -102,11 +110,21 @@ class YouTubeTarget(Target):
             await self._http.close()
             self._http = None
 
-    def _session(self) -> aiohttp.ClientSession:
+    def _session(self) -> OutboundSession:
         if self._http is None:  # made on first use: it belongs to the running loop
-            # trust_env=False: no proxy from the environment; the post goes to its URL and nowhere else.
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s), trust_env=False)
+            self._http = self.policy.session(aiohttp.ClientTimeout(total=self.timeout_s))
         return self._http
+
+
+async def _discard(answer: aiohttp.ClientResponse) -> None:
+    """Read a success's body to its end, if it ends within ``MAX_ANSWER_BYTES`` (the connection is then reused),
+    and drop it; a longer one is left unread, and the connection closes with the answer."""
+    left = MAX_ANSWER_BYTES
+    while left > 0:
+        chunk = await answer.content.read(left)
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def timestamp(wall_ms: int) -> str:
@@ -127,12 +145,3 @@ def _retry_after_s(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def _described(exc: aiohttp.ClientError) -> str:
-    """What went wrong, without the URL (aiohttp's messages name it, secrets and all)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the server closed the connection without an answer"
-    return type(exc).__name__

@@ -275,7 +275,7 @@ async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_
         assert any(m["type"] == "correction" and m["names"] == {"0": "Dr. Lee"} for _, m in late.events)
     status, srt = await call("GET", f"{url}/rooms/{room}/transcript.srt?speakers=label", None)
     assert "Dr. Lee: Mister Dashwood arrived." in srt["text"] and "dash wood" not in srt["text"]
-    status, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", None)
+    status, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", editor)  # the editing: editors' only
     entries = {s["id"]: s for s in doc["sentences"]}
     assert entries[a.id]["original"] == "mister dash wood arrived" and entries[a.id]["speaker"] == "Dr. Lee"
     assert [w["w"] for w in entries[a.id]["words"]] == ["Mister", "Dashwood", "arrived."]
@@ -373,7 +373,7 @@ async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(serve
         await until(lambda: sum(m["type"] == "correction" for _, m in viewer.events) == 2)
         await until(lambda: sum(m["type"] == "correction" for _, m in one.events) == 2)
         assert shown(one.events) == shown(viewer.events) == {s.id: last}
-    _, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", None)
+    _, doc = await call("GET", f"{url}/rooms/{room}/transcript.json", editor)
     assert doc["sentences"][0]["text"] == last and len(doc["sentences"][0]["edits"]) == 2
 
 

@@ -25,7 +25,9 @@ Several front ends on one shared store (PostgreSQL, ``TranscriptStore.shared``) 
 
 Editors (``app.rooms.edit_routes``) correct locked sentences and name speakers through durable ``correction``
 events, and set the vocabulary live sessions in the room decode with; a room may hold its audience back a few
-seconds (``app.rooms.audience``) so that corrections land before anyone reads the error.
+seconds (``app.rooms.audience``) so that corrections land before anyone reads the error. A correction is final
+until the next: word times and relabels that arrive after it apply to the sentence as corrected
+(``app.rooms.late``).
 
 Viewers cost no audio and no model work: one small in-memory queue each. A slow viewer's queued partials are
 coalesced (newest wins); a viewer that falls ``_VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes
@@ -38,9 +40,10 @@ from aiohttp import web
 
 from . import edit_routes, routes
 from .keys import ROOMS, STORE
+from .open_text import merged_stable
 from .publisher import RoomPublisher
 from .registry import RoomRegistry
-from .room import ROOM_ID_PATTERN, Room, RoomStats, merged_stable
+from .room import ROOM_ID_PATTERN, Room, RoomStats
 from .routes import base_url, may_edit, viewable_room
 from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TimedEvent, TranscriptStore, open_store
 from .stream import as_corrected

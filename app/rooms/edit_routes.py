@@ -1,7 +1,8 @@
 """HTTP handlers for a room's editors: correct, delete and split locked sentences, name speakers, set the room's
 vocabulary (docs/protocol.md, "Correcting a room live"). Each change is one durable room event (``Room``'s
-``commit_correction`` and ``commit_vocabulary``); what the sentence was comes from the store, with what it has not
-taken yet.
+``commit_edit``, ``commit_correction`` and ``commit_vocabulary``); what the sentence was comes from the store, with
+what it has not taken yet, read inside the room's lock. What a text costs to retime is bounded (``edits``) and paid
+in a worker thread, so the largest correction allowed never holds up the event loop.
 
 Who: the room's editor token or the server's token, as ``Authorization: Bearer`` (or ``?token=``). A wrong token
 answers 403 whatever the room, so an editor token opens nothing but its own room.
@@ -9,19 +10,24 @@ answers 403 whatever the room, so an editor token opens nothing but its own room
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from engine import ErrorCode
+
 from ..auth import presented_token
 from ..bodies import BodyError, read_json_object
+from ..responses import http_error
 from . import edits
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room
 from .routes import may_edit
 from .store.base import SentenceRecord, now_ms
+from .unsaved import NumberedEvent
 
 MAX_EDIT_BODY_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 2000
@@ -35,7 +41,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put(sentence, put_sentence)
     app.router.add_delete(sentence, delete_sentence)
     app.router.add_post(sentence + "/split", split_sentence)
-    app.router.add_put(room + "/speakers/{spk:[0-9]{1,4}}", put_speaker)
+    app.router.add_put(room + "/speakers/{spk:[0-9]{1,12}}", put_speaker)  # a label past the bound is a 400
     app.router.add_get(room + "/vocabulary", get_vocabulary)
     app.router.add_put(room + "/vocabulary", put_vocabulary)
     app.router.add_post(room + "/end", end_room)
@@ -47,12 +53,16 @@ async def put_sentence(request: web.Request) -> web.Response:
     text = body.get("text")
     if not isinstance(text, str) or not 0 < len(" ".join(text.split())) <= MAX_TEXT_CHARS:
         raise _bad(f'"text" must be a string of 1 to {MAX_TEXT_CHARS} characters (delete a sentence to remove it)')
-    record = await _sentence(request, room)
-    spk = body.get("spk", record.spk)
-    if spk is not None and (isinstance(spk, bool) or not isinstance(spk, int) or not 0 <= spk < 1000):
-        raise _bad('"spk" must be a speaker label (0-999) or null')
-    new = edits.corrected(record, text, spk)
-    event = await room.commit_correction([new], [], {}, _editor(request, room, body))
+    if "spk" in body and body["spk"] is not None and not _label(body["spk"]):
+        raise _bad(f'"spk" must be a speaker label (0-{edits.SPEAKER_LABELS - 1}) or null')
+
+    async def edit(record: SentenceRecord) -> edits.Change:
+        # Retiming costs what the text costs (bounded: see edits): off the event loop.
+        new = await asyncio.to_thread(edits.corrected, record, text, body.get("spk", record.spk))
+        return edits.Change(replaced=(new,))
+
+    record, event = await _edited(request, room, edit, body)
+    new = event.edits.replaced[0] if event.edits is not None else record
     await _learn(room, record.original or record.text, new.text)
     return web.json_response({"seq": event.seq, "sentence": new.sentence().wire(words=True)})
 
@@ -60,8 +70,11 @@ async def put_sentence(request: web.Request) -> web.Response:
 async def delete_sentence(request: web.Request) -> web.Response:
     """``DELETE /rooms/{id}/sentences/{sid}``: the sentence goes (kept in the history)."""
     room = await _editable_room(request)
-    record = await _sentence(request, room)
-    event = await room.commit_correction([], [record.id], {}, _editor(request, room, dict(request.query)))
+
+    async def edit(record: SentenceRecord) -> edits.Change:
+        return edits.Change(deleted=(record.id,))
+
+    record, event = await _edited(request, room, edit, dict(request.query))
     return web.json_response({"seq": event.seq, "deleted": record.id})
 
 
@@ -69,17 +82,20 @@ async def split_sentence(request: web.Request) -> web.Response:
     """``POST /rooms/{id}/sentences/{sid}/split`` ``{"at", "editor"?}``: the first ``at`` words stay, the rest
     become a new sentence right after."""
     room, body = await _editing(request, {"at", "editor"})
-    record = await _sentence(request, room)
     at = body.get("at")
     if isinstance(at, bool) or not isinstance(at, int):
         raise _bad('"at" must be the number of words that stay in the sentence')
-    try:
-        first, second = edits.split(record, at, new_id=record.id)  # the room gives the new part its id
-    except ValueError as exc:
-        raise _bad(str(exc)) from None
-    event = await room.commit_correction([first], [], {}, _editor(request, room, body), new=[second])
-    return web.json_response({"seq": event.seq, "sentences": [r.sentence().wire(words=True) for r in
-                                                              [first, *event.records]]})
+
+    async def edit(record: SentenceRecord) -> edits.Change:
+        try:
+            first, second = edits.split(record, at, new_id=record.id)  # the room gives the new part its id
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        return edits.Change(replaced=(first,), new=(second,))
+
+    _, event = await _edited(request, room, edit, body)
+    parts = [*(event.edits.replaced if event.edits is not None else ()), *event.records]
+    return web.json_response({"seq": event.seq, "sentences": [r.sentence().wire(words=True) for r in parts]})
 
 
 async def put_speaker(request: web.Request) -> web.Response:
@@ -90,7 +106,10 @@ async def put_speaker(request: web.Request) -> web.Response:
     if not isinstance(name, str) or len(name.strip()) > MAX_NAME_CHARS:
         raise _bad(f'"name" must be a string of at most {MAX_NAME_CHARS} characters ("" for the default)')
     spk = int(request.match_info["spk"])
-    event = await room.commit_correction([], [], {spk: " ".join(name.split())}, _editor(request, room, body))
+    if not _label(spk):
+        raise _bad(f"a speaker label is 0-{edits.SPEAKER_LABELS - 1}, not {spk}")
+    event = await room.commit_correction(edits.Change(names={spk: " ".join(name.split())}),
+                                         _editor(request, room, body))
     return web.json_response({"seq": event.seq, "names": {str(k): v for k, v in sorted(room.names.items())}})
 
 
@@ -120,6 +139,7 @@ async def end_room(request: web.Request) -> web.Response:
         ended_ms = now_ms()
         await room.store.set_ended(room.id, ended_ms)
         room.record = dataclasses.replace(room.record, ended_ms=ended_ms)
+        room.audience.end()  # its outputs send what the audience still gets, then stop
     return web.json_response({"room": room.id, "ended_ms": room.record.ended_ms})
 
 
@@ -128,9 +148,9 @@ async def _editable_room(request: web.Request) -> Room:
     """The room named in the path, if the request may edit it (loaded into memory: edits commit through it)."""
     room = await request.app[ROOMS].get(request.match_info["room"])
     if room is None:
-        raise _error(web.HTTPNotFound, "no_room", "there is no such room")
+        raise http_error(404, ErrorCode.NO_ROOM, "there is no such room")
     if not may_edit(request, room):
-        raise _error(web.HTTPForbidden, "unauthorized", "editing this room needs its editor token")
+        raise http_error(403, ErrorCode.UNAUTHORIZED, "editing this room needs its editor token")
     return room
 
 
@@ -141,9 +161,7 @@ async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[s
         body = await read_json_object(request, MAX_EDIT_BODY_BYTES)
     except BodyError as exc:
         if exc.status == 413:
-            raise web.HTTPRequestEntityTooLarge(
-                MAX_EDIT_BODY_BYTES, MAX_EDIT_BODY_BYTES + 1, content_type="application/json",
-                text=json.dumps({"error": {"code": "too_large", "message": exc.message}})) from None
+            raise http_error(413, ErrorCode.TOO_LARGE, exc.message) from None
         raise _bad(exc.message) from None
     unknown = sorted(set(body) - fields)
     if unknown:
@@ -151,13 +169,20 @@ async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[s
     return room, body
 
 
-async def _sentence(request: web.Request, room: Room) -> SentenceRecord:
-    """The sentence named in the path as it is now (the store's, with what it has not taken yet)."""
+async def _edited(request: web.Request, room: Room, edit: Callable[[SentenceRecord], Awaitable[edits.Change]],
+                  body: dict[str, Any]) -> tuple[SentenceRecord, NumberedEvent]:
+    """``edit`` of the sentence named in the path, committed (``Room.commit_edit``: it gets the sentence as it now
+    is). Returns the sentence as it was and the event."""
     sid = int(request.match_info["sentence"])
-    record = await room.read_sentence(sid)
-    if record is None:
-        raise _error(web.HTTPNotFound, "no_sentence", f"room {room.id} has no sentence {sid} (or it was deleted)")
-    return record
+    done = await room.commit_edit(sid, edit, _editor(request, room, body))
+    if done is None:
+        raise http_error(404, ErrorCode.NO_SENTENCE, f"room {room.id} has no sentence {sid} (or it was deleted)")
+    return done
+
+
+def _label(spk: object) -> bool:
+    """Whether ``spk`` is a speaker label an editor may give (``edits.SPEAKER_LABELS``)."""
+    return isinstance(spk, int) and not isinstance(spk, bool) and 0 <= spk < edits.SPEAKER_LABELS
 
 
 def _editor(request: web.Request, room: Room, body: dict[str, Any]) -> str:
@@ -169,17 +194,13 @@ def _editor(request: web.Request, room: Room, body: dict[str, Any]) -> str:
 
 
 async def _learn(room: Room, original: str, text: str) -> None:
-    """Fixes for what the recognizer got wrong (``edits.learned_fixes``) join the room's learned vocabulary."""
-    fixes = [f.wire() for f in edits.learned_fixes(original, text)]
+    """Fixes for what the recognizer got wrong (``edits.learned_fixes``, off the event loop like retiming) join the
+    room's learned vocabulary."""
+    fixes = [f.wire() for f in await asyncio.to_thread(edits.learned_fixes, original, text)]
     merged = edits.merged_entries(room.learned, fixes)
     if merged != room.learned:
         await room.commit_vocabulary(room.terms, merged)
 
 
 def _bad(message: str) -> web.HTTPException:
-    return _error(web.HTTPBadRequest, "bad_message", message)
-
-
-def _error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:
-    return cls(text=json.dumps({"error": {"code": code, "message": message}}), content_type="application/json")
-
+    return http_error(400, ErrorCode.BAD_MESSAGE, message)

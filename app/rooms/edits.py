@@ -6,13 +6,21 @@ share the time the replaced words took, in proportion to their length; words ins
 gap between them. A sentence without word times (stored before they existed) gets its words spread over its span.
 The room has no audio, so the aligner (which needs it) cannot time them; a stretch an editor retyped was said in
 the time the recognizer's words for it took, which is what these keep.
+
+Cost: which words an editor left alone comes from a word diff (``diff``) whose work is bounded whatever the texts
+(at most ``MAX_DIFF_STEPS`` steps: about 25 ms of Python for the worst text the editors' limits allow): past that,
+the words between the common beginning and end count as one changed stretch, and the new ones are spread over the
+time the old ones took. It is still more than the event loop should spend: callers run ``corrected`` and
+``learned_fixes`` in a worker thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from engine.protocol import Word
 
@@ -22,7 +30,22 @@ from .vocabulary import Fix, learnable
 MAX_TERM_WORDS = 4  # a changed stretch longer than this is a rewrite, not a name or a term
 MAX_TERMS = 100  # per room: terms editors enter, and learned fixes (each list)
 MAX_TERM_CHARS = 64
+SPEAKER_LABELS = 1000  # an editor may give a sentence, or a name, any speaker label from 0 to SPEAKER_LABELS - 1
+# The diff's budget: steps of its search (a word compared, or a diagonal tried): about 25 ms of Python at most.
+MAX_DIFF_STEPS = 100_000
 _EDGE_PUNCTUATION = ".,;:!?\"'()[]{}«»“”‘’…"
+
+
+@dataclass(frozen=True)
+class Change:
+    """An editor's correction (``Room.commit_correction``): sentences ``replaced`` in their new form (a split's first
+    part), ids ``deleted``, speaker ``names`` changed ("" = back to the default) and ``new``: a split's new part (the
+    room gives it its id)."""
+
+    replaced: tuple[SentenceRecord, ...] = ()
+    deleted: tuple[int, ...] = ()
+    names: dict[int, str] = field(default_factory=dict)
+    new: tuple[SentenceRecord, ...] = ()
 
 
 def corrected(record: SentenceRecord, text: str, spk: int | None) -> SentenceRecord:
@@ -39,8 +62,7 @@ def retimed(record: SentenceRecord, new: list[str]) -> tuple[Word, ...]:
     if not old or len(old) != len(record.text.split()):  # no times, or times that do not match its words
         return _spread(new, record.start_ms, record.end_ms)
     out: list[Word] = []
-    matcher = difflib.SequenceMatcher(a=[_key(w.w) for w in old], b=[_key(w) for w in new], autojunk=False)
-    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+    for op, a0, a1, b0, b1 in diff([_key(w.w) for w in old], [_key(w) for w in new]):
         if op == "equal":
             out += [Word(new[b0 + i], old[a0 + i].start_ms, old[a0 + i].end_ms) for i in range(a1 - a0)]
         elif op in ("replace", "insert"):
@@ -73,9 +95,8 @@ def learned_fixes(original: str, text: str) -> list[Fix]:
     capital letter, not just the sentence's first word's; a digit; inner punctuation: "C-SPAN", "3D"), the pair, if
     the two are spelt alike (``app.rooms.vocabulary.learnable``). Case or punctuation changes alone teach nothing."""
     old, new = original.split(), text.split()
-    matcher = difflib.SequenceMatcher(a=[_key(w) for w in old], b=[_key(w) for w in new], autojunk=False)
     fixes: list[Fix] = []
-    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+    for op, a0, a1, b0, b1 in diff([_key(w) for w in old], [_key(w) for w in new]):
         if op != "replace" or not 0 < a1 - a0 <= MAX_TERM_WORDS or not 0 < b1 - b0 <= MAX_TERM_WORDS:
             continue
         words = [w for w in (w.strip(_EDGE_PUNCTUATION) for w in new[b0:b1]) if w]
@@ -85,6 +106,91 @@ def learned_fixes(original: str, text: str) -> list[Fix]:
         if fix is not None and fix not in fixes:
             fixes.append(fix)
     return fixes
+
+
+Opcode = tuple[Literal["equal", "replace", "delete", "insert"], int, int, int, int]
+
+
+def diff(a: Sequence[str], b: Sequence[str]) -> list[Opcode]:
+    """How ``b`` differs from ``a``, as ``difflib.SequenceMatcher.get_opcodes`` says it (``(tag, a0, a1, b0, b1)``,
+    covering both in order): the common beginning and end, and between them a shortest edit script (Myers' O(ND)
+    diff). Bounded: the script is searched for at most ``MAX_DIFF_STEPS`` steps; one that needs more makes the
+    middle one ``replace`` (or ``delete``, ``insert``). Work: O(len(a) + len(b) + ``MAX_DIFF_STEPS``)."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < n and head < m and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    middle = _matches(a[head:n - tail], b[head:m - tail], MAX_DIFF_STEPS) or []
+    blocks = [(0, 0, head), *((head + i, head + j, k) for i, j, k in middle), (n - tail, m - tail, tail)]
+    ops: list[Opcode] = []
+    i = j = 0
+    for bi, bj, size in [*blocks, (n, m, 0)]:
+        if i < bi or j < bj:
+            ops.append(("replace" if i < bi and j < bj else "delete" if i < bi else "insert", i, bi, j, bj))
+        if size:
+            if ops and ops[-1][0] == "equal":  # blocks that touch are one
+                ops[-1] = ("equal", ops[-1][1], bi + size, ops[-1][3], bj + size)
+            else:
+                ops.append(("equal", bi, bi + size, bj, bj + size))
+        i, j = bi + size, bj + size
+    return ops
+
+
+def _matches(a: Sequence[str], b: Sequence[str], budget: int) -> list[tuple[int, int, int]] | None:
+    """The runs ``(i, j, size)`` that ``a`` and ``b`` share in a shortest edit script between them (Myers, "An O(ND)
+    Difference Algorithm and Its Variations", 1986: the greedy forward search, then back along its trace), in order;
+    None when finding it takes more than ``budget`` steps."""
+    n, m = len(a), len(b)
+    if not n or not m:
+        return []
+    top = n + m
+    offset = top + 1
+    v = [0] * (2 * top + 3)  # v[offset + k]: how far along a the furthest path on diagonal k (x - y) reaches
+    trace: list[list[int]] = []
+    steps = 0
+    for d in range(top + 1):
+        trace.append(v[offset - d - 1:offset + d + 2])  # what step d starts from (diagonals -d-1 .. d+1)
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
+                x = v[offset + k + 1]  # down: a word of b inserted
+            else:
+                x = v[offset + k - 1] + 1  # right: a word of a deleted
+            y = x - k
+            start = x
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[offset + k] = x
+            steps += 1 + x - start
+            if x >= n and y >= m:
+                return _runs(trace, d, n, m)
+        if steps > budget:
+            return None
+    return None  # (never reached: d = n + m always ends)
+
+
+def _runs(trace: list[list[int]], d_end: int, n: int, m: int) -> list[tuple[int, int, int]]:
+    """The shared runs of the path that ``_matches`` found to (``n``, ``m``) in ``d_end`` edits, from its trace."""
+    runs: list[tuple[int, int, int]] = []
+    x, y = n, m
+    for d in range(d_end, -1, -1):
+        before = trace[d]  # diagonal k is at before[k + d + 1]
+        k = x - y
+        if d == 0:
+            px = py = 0
+            sx = 0
+        else:
+            down = k == -d or (k != d and before[k - 1 + d + 1] < before[k + 1 + d + 1])
+            pk = k + 1 if down else k - 1
+            px = before[pk + d + 1]
+            py = px - pk
+            sx = px if down else px + 1  # where the snake after the edit began
+        if x > sx:
+            runs.append((sx, sx - k, x - sx))
+        x, y = px, py
+    return runs[::-1]
 
 
 def merged_entries(entries: tuple[str, ...], more: list[str]) -> tuple[str, ...]:

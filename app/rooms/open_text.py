@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.protocol import Word
+from engine.protocol import Caption, Word
 
 from .store.base import StoreError, TranscriptStore, announce_json
 
@@ -143,3 +143,27 @@ class RemoteOpen:
         for session in stale:
             del self._texts[session]
         return bool(stale)
+
+
+def open_caption(parts: list[tuple[str, str, int]], voice: int | None, seq: int, latency_ms: int | None = None,
+                 stable_words: list[Word] | None = None, words_session: str | None = None) -> Caption:
+    """A room's open text as its viewers get it: ``parts`` (``Room.open_parts``) joined, with how many of its
+    leading words are settled (``merged_stable``). ``voice``: the label of the voice speaking, given only when one
+    publisher has open text (several speaking at once have one merged partial, and one label for it would misname
+    someone). ``stable_words``: words of publisher ``words_session`` that settled with this update (room timeline);
+    ``partial_session`` names that publisher when no voice is named. ``seq``: the room's newest."""
+    session = parts[0][0] if voice is not None else words_session if stable_words else None
+    return Caption([], " ".join(text for _, text, _ in parts), latency_ms=latency_ms, seq=seq, partial_spk=voice,
+                   partial_session=session, stable=merged_stable(parts), stable_words=list(stable_words or ()))
+
+
+def merged_stable(parts: list[tuple[str, str, int]]) -> int:
+    """How many leading words of the joined texts of ``parts`` (``Room.open_parts``) are settled: the first
+    part's stable words, plus the next part's only if all of the first is settled, and so on."""
+    count = 0
+    for _, text, stable in parts:
+        words = len(text.split())
+        count += min(stable, words)
+        if stable < words:
+            break
+    return count

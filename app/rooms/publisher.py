@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from engine import SessionLog
@@ -33,9 +33,11 @@ class RoomPort(Protocol):
     def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
                           session: str | None = None) -> None: ...
 
-    async def commit_relabel(self, relabel: dict[int, int]) -> None: ...
+    async def commit_relabel(self, relabel: dict[int, int],
+                             given: Mapping[int, int | None] | None = None) -> list[SentenceRecord]: ...
 
-    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> None: ...
+    async def commit_words(self, sentence_id: int, words: tuple[Word, ...],
+                           session: str) -> SentenceRecord | None: ...
 
     def announce_open(self, session: str, text: str, words: list[Word]) -> None: ...
 
@@ -68,6 +70,7 @@ class RoomPublisher:
         self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._session_ids: dict[int, int] = {}  # and back
+        self._given: dict[int, int | None] = {}  # room sentence id -> the label the session gave it last
         self._on_correction: Callable[[Correction], None] | None = None
         self._log = SessionLog(log, session_id)
 
@@ -104,17 +107,23 @@ class RoomPublisher:
                 for s, r in zip(new, records, strict=True):
                     self._ids[s.id] = r.id
                     self._session_ids[r.id] = s.id
+                    self._given[r.id] = r.spk
                 self._tell_respelt(new, records)
             else:
                 self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
             self._announce(bool(new), settled)
         elif isinstance(message, Speakers):
-            await self.room.commit_relabel({self._ids[k]: v for k, v in message.relabel.items() if k in self._ids})
+            relabel = {self._ids[k]: v for k, v in message.relabel.items() if k in self._ids}
+            kept = await self.room.commit_relabel(relabel, {sid: self._given.get(sid) for sid in relabel})
+            self._given.update(relabel)
+            self._tell_current(kept)  # their labels are an editor's: the client's relabel must not stay
         elif isinstance(message, WordTimes):
             sid = self._ids.get(message.id)
             if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
-                await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
-                                             self.session_id)
+                now = await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
+                                                   self.session_id)
+                if now is not None and [w.w for w in now.words] != [w.w for w in message.words]:
+                    self._tell_current([now])  # corrected or respelt: the client's words must not stay either
 
     def _open_text(self, text: str, stable: int) -> None:
         """The session's open text as the room shows it: spelt by the room's vocabulary, its settled words and the
@@ -140,6 +149,13 @@ class RoomPublisher:
                    for s, r in zip(new, records, strict=True) if r.text != s.text]
         if changed and self._on_correction is not None:
             self._on_correction(Correction(tuple(changed), editor="vocabulary"))
+
+    def _tell_current(self, records: list[SentenceRecord]) -> None:
+        """The session's client gets ``records`` (its sentences, as they now are in the room) as a correction: it
+        takes the session's own ``words`` and ``speakers`` messages, which know nothing of editors, and this comes
+        right after them (``watch``)."""
+        if records:
+            self.corrected(Correction(tuple(r.sentence() for r in records)))
 
     async def saving_changes(self) -> AsyncIterator[tuple[bool, str]]:
         """``(saving, why not)`` each time the room's store stops or starts taking its writes again, beginning

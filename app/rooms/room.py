@@ -1,7 +1,6 @@
 """One room in memory: its durable events committed in seq order and delivered to its viewers, its publishers'
 open text, and what it keeps while the store refuses writes (see the package's docstring)."""
 
-
 from __future__ import annotations
 
 import asyncio
@@ -9,34 +8,33 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import Caption, Correction, RoomStatus, ServerMessage, Speakers, Vocabulary, Word, WordTimes
 
 from ..auth import token_digest
-from . import unsaved
+from . import late, unsaved
 from .audience import Audience
-from .open_text import Announcer, RemoteOpen
+from .edits import Change
+from .open_text import Announcer, RemoteOpen, open_caption
 from .publisher import RoomPublisher
 from .store.base import (
     Edits,
     RoomEvent,
     RoomRecord,
     SentenceRecord,
-    Snapshot,
     StoreError,
     TranscriptStore,
     merged_names,
 )
-from .unsaved import NumberedEvent
+from .unsaved import NumberedEvent, ReadPath
 from .viewer import VIEWER_QUEUE_MAX, Viewer
 from .vocabulary import Corrector
 
 log = logging.getLogger(__name__)
 
-_UNSAVED_MAX = 20_000  # durable events a room keeps in memory while the store refuses writes (~300 B each)
 ROOM_ID_PATTERN = r"[A-Za-z0-9_-]{8,64}"
 
 
@@ -50,8 +48,9 @@ class RoomStats:
     corrections: int = 0  # editors' corrections committed here (edits, deletions, splits, speaker names)
 
 
-class Room:
-    """In-memory side of one room; created by ``RoomRegistry`` from its stored record.
+class Room(ReadPath):
+    """In-memory side of one room; created by ``RoomRegistry`` from its stored record. Its durable state is read
+    through ``ReadPath``.
 
     Store failures (a full disk) never hold captions back from viewers: an event the store refuses is broadcast
     all the same, kept in memory in order (``unsaved``), replayed to viewers who (re)connect meanwhile, and written
@@ -80,7 +79,8 @@ class Room:
         self.names = dict(record.names)  # speaker label -> the name editors gave it (kept current by the events)
         self.terms, self.learned = record.terms, record.learned  # the room's vocabulary (likewise)
         self.corrector = Corrector(self.terms, self.learned)  # ... as it rewrites what publishers lock
-        self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status)
+        self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status,
+                                 ended=record.ended_ms is not None)
 
     @property
     def private(self) -> bool:
@@ -156,17 +156,13 @@ class Room:
 
     def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
                         words_session: str | None = None) -> Caption:
-        """The open text and how many of its leading words are settled; with the voice now speaking when exactly
-        one publisher is (several speaking at once have one merged partial, and one label for it would misname
-        someone). ``stable_words``: words of publisher ``words_session`` that settled with this update (room
-        timeline); ``partial_session`` names that publisher when no voice is named."""
+        """The open text and how many of its leading words are settled (``open_text.open_caption``), with the voice
+        now speaking when exactly one publisher is. ``stable_words``: words of publisher ``words_session`` that
+        settled with this update (room timeline)."""
         parts = self.open_parts()
         one = self.publishers.get(parts[0][0]) if len(parts) == 1 else None
-        spk = one.partial_spk if one is not None else None
-        session = one.session_id if one is not None and spk is not None else words_session if stable_words else None
-        return Caption([], " ".join(text for _, text, _ in parts), latency_ms=latency_ms, seq=self.seq,
-                       partial_spk=spk, partial_session=session, stable=merged_stable(parts),
-                       stable_words=list(stable_words or ()))
+        return open_caption(parts, one.partial_spk if one is not None else None, self.seq, latency_ms, stable_words,
+                            words_session)
 
     def _broadcast(self, message: ServerMessage, durable: bool) -> None:
         """To the editors now; to the audience now or after the room's delay (``Audience``)."""
@@ -208,27 +204,6 @@ class Room:
         if self.remote.expire():
             self.broadcast_partial()
 
-    # ---- the read path: the store's events and sentences with what it has not taken yet ------------------------
-    # Each read takes the unsaved events *before* it reads the store: an event written while the read runs is then
-    # in one or the other, never in neither. Every reader of a room's durable state goes through these three.
-    async def read_snapshot(self, deleted: bool = False) -> Snapshot:
-        """Every sentence as it is now (``deleted``: deleted ones too, marked), with the speaker names, as of the
-        newest event stored or kept unsaved. Raises ``StoreError``."""
-        pending = list(self.unsaved)
-        return unsaved.snapshot_with(await self.store.snapshot(self.id, deleted=deleted), pending)
-
-    async def read_events_after(self, after_seq: int) -> list[tuple[int, ServerMessage]]:
-        """The durable events after ``after_seq``, in seq order: the stored ones, then those kept unsaved. Raises
-        ``StoreError``."""
-        pending = list(self.unsaved)
-        return unsaved.events_with(await self.store.events_after(self.id, after_seq), pending, after_seq)
-
-    async def read_sentence(self, sentence_id: int) -> SentenceRecord | None:
-        """Sentence ``sentence_id`` as it is now; None when the room has none (or it was deleted). Raises
-        ``StoreError``."""
-        snapshot = await self.read_snapshot()
-        return next((s for s in snapshot.sentences if s.id == sentence_id), None)
-
     # ---- durable events ----------------------------------------------------------------------------------------
     async def commit_sentences(self, drafts: list[SentenceRecord], latency_ms: int | None = None,
                                stable_words: list[Word] | None = None,
@@ -244,40 +219,64 @@ class Room:
             self._deliver(event.seq, event.body, latency_ms, stable_words, words_session)
             return event.records
 
-    async def commit_relabel(self, relabel: dict[int, int]) -> None:
-        """Commit corrected speaker labels (room sentence id -> spk), then broadcast them."""
-        if not relabel:
-            return
+    async def commit_relabel(self, relabel: dict[int, int],
+                             given: Mapping[int, int | None] | None = None) -> list[SentenceRecord]:
+        """Commit corrected speaker labels (room sentence id -> spk), then broadcast them. ``given``: the labels
+        the publishing session gave those sentences before; a sentence whose label is not that any more keeps the
+        label an editor set (``late``). Returns those sentences, as they are."""
+        kept: list[SentenceRecord] = []
         async with self._lock:
-            seq = self.seq + 1
-            event = await self._save(NumberedEvent(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
-            self._deliver(event.seq, event.body)
+            if given is not None and relabel:
+                relabel, kept = late.relabel_now(relabel, given, await self.sentences_now(relabel.keys()))
+            if relabel:
+                seq = self.seq + 1
+                event = await self._save(NumberedEvent(seq, Speakers(dict(relabel), seq=seq), relabel=dict(relabel)))
+                self._deliver(event.seq, event.body)
+        return kept
 
-    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> None:
-        """Commit better word times for room sentence ``sentence_id`` (room timeline; the aligner's, which follow
-        the lock), then broadcast them. They replace the sentence's stored words."""
+    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> SentenceRecord | None:
+        """Commit the aligner's word times for room sentence ``sentence_id`` (room timeline; they follow the lock)
+        as they apply to the sentence now (``late``: after a correction, its words retimed), then broadcast them.
+        They replace its stored words. Returns the sentence with them; None when it has none (deleted, or not
+        readable while the store fails)."""
         async with self._lock:
+            record = (await self.sentences_now({sentence_id})).get(sentence_id)
+            if record is None:
+                return None
+            record = dataclasses.replace(record, words=await late.words_now(record, words))
             seq = self.seq + 1
-            body = WordTimes(sentence_id, words, seq=seq, session=session)
-            event = await self._save(NumberedEvent(seq, body, retimed={sentence_id: words}))
+            body = WordTimes(sentence_id, record.words, seq=seq, session=session)
+            event = await self._save(NumberedEvent(seq, body, retimed={sentence_id: record.words}))
             self._deliver(event.seq, event.body)
+            return record
 
-    async def commit_correction(self, replaced: list[SentenceRecord], deleted: list[int], names: dict[int, str],
-                                editor: str, new: list[SentenceRecord] | None = None) -> NumberedEvent:
-        """Commit an editor's correction (sentences ``replaced`` in their new form, ids ``deleted``, speaker
-        ``names`` changed, ``new`` sentences from a split: their ids are the store's), then broadcast it. Returns
-        the event as stored."""
+    async def commit_edit(self, sentence_id: int, edit: Callable[[SentenceRecord], Awaitable[Change]],
+                          editor: str) -> tuple[SentenceRecord, NumberedEvent] | None:
+        """Commit what ``edit`` makes of sentence ``sentence_id`` as it is now (read and changed inside the lock,
+        so no late update slips in between), as ``commit_correction``. Returns the sentence as it was and the event
+        as stored; None when the room has no such sentence (or it was deleted). Raises ``StoreError`` when it cannot
+        be read, and what ``edit`` raises."""
         async with self._lock:
-            seq = self.seq + 1
-            first = self._next_sentence
-            new = [dataclasses.replace(r, id=first + i) for i, r in enumerate(new or [])]
-            body = Correction(tuple(r.sentence() for r in [*replaced, *new]), tuple(deleted), dict(names), editor,
-                              seq=seq)
-            event = await self._save(NumberedEvent(seq, body, new, edits=Edits(tuple(replaced), tuple(deleted),
-                                                                         dict(names))))
-            self._deliver(event.seq, event.body)
-            self.stats.corrections += 1
-            return event
+            record = await self.read_sentence(sentence_id)
+            return None if record is None else (record, await self._correct(await edit(record), editor))
+
+    async def commit_correction(self, change: Change, editor: str) -> NumberedEvent:
+        """Commit an editor's correction (``Change``: the ids of a split's new sentences are the store's), then
+        broadcast it. Returns the event as stored."""
+        async with self._lock:
+            return await self._correct(change, editor)
+
+    async def _correct(self, change: Change, editor: str) -> NumberedEvent:
+        """``commit_correction`` with ``_lock`` held."""
+        seq = self.seq + 1
+        new = [dataclasses.replace(r, id=self._next_sentence + i) for i, r in enumerate(change.new)]
+        body = Correction(tuple(r.sentence() for r in [*change.replaced, *new]), change.deleted, dict(change.names),
+                          editor, seq=seq)
+        event = await self._save(NumberedEvent(seq, body, new, edits=Edits(change.replaced, change.deleted,
+                                                                     dict(change.names))))
+        self._deliver(event.seq, event.body)
+        self.stats.corrections += 1
+        return event
 
     async def commit_vocabulary(self, terms: tuple[str, ...], learned: tuple[str, ...]) -> int:
         """Commit the room's vocabulary (``app.rooms.vocabulary``: what publishers lock from now on is spelt by it),
@@ -327,11 +326,7 @@ class Room:
         refuses. Events other front ends committed before it are broadcast first. Never raises for a store failure:
         captions go on, the publishers are told."""
         self.touch()
-        self.unsaved.append(event)
-        if len(self.unsaved) > _UNSAVED_MAX:
-            lost = self.unsaved.pop(0)
-            log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
-                      self.id, _UNSAVED_MAX, lost.seq)
+        unsaved.keep(self.unsaved, event, self.id)
         stored = await self._flush(event)
         if stored is None:
             return event
@@ -448,14 +443,3 @@ class Room:
             viewer.end()
         self.viewers.clear()
 
-
-def merged_stable(parts: list[tuple[str, str, int]]) -> int:
-    """How many leading words of the joined texts of ``parts`` (``Room.open_parts``) are settled: the first
-    part's stable words, plus the next part's only if all of the first is settled, and so on."""
-    count = 0
-    for _, text, stable in parts:
-        words = len(text.split())
-        count += min(stable, words)
-        if stable < words:
-            break
-    return count

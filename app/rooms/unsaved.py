@@ -1,13 +1,19 @@
 """Durable room events the store has not taken yet (a full disk), and how read paths add them to what they read
-from the store: a room keeps them in order (``Room.unsaved``) until the store takes writes again."""
+from the store: a room keeps them in order (``Room.unsaved``) until the store takes writes again. ``ReadPath`` is
+the room's side of it: every reader of a room's durable state goes through it."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
+import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from engine.protocol import ServerMessage
 
+from .audience import Audience
 from .store.base import (
     Appended,
     Edits,
@@ -15,9 +21,15 @@ from .store.base import (
     RoomEvent,
     SentenceRecord,
     Snapshot,
+    StoreError,
+    TranscriptStore,
     merged_names,
     reading_order,
 )
+
+log = logging.getLogger(__name__)
+
+UNSAVED_MAX = 20_000  # durable events a room keeps in memory while the store refuses writes (~300 B each)
 
 
 @dataclass
@@ -31,6 +43,76 @@ class NumberedEvent:
     relabel: dict[int, int] = field(default_factory=dict)
     retimed: Retimed = field(default_factory=dict)
     edits: Edits | None = None
+
+
+class ReadPath:
+    """A room's durable state as it is now: the store's events and sentences with what it has not taken yet.
+
+    Each read takes the unsaved events *before* it reads the store: an event written while the read runs is then in
+    one or the other, never in neither."""
+
+    id: str
+    store: TranscriptStore
+    unsaved: list[NumberedEvent]
+    audience: Audience
+
+    async def read_snapshot(self, deleted: bool = False) -> Snapshot:
+        """Every sentence as it is now (``deleted``: deleted ones too, marked), with the speaker names, as of the
+        newest event stored or kept unsaved. Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        return snapshot_with(await self.store.snapshot(self.id, deleted=deleted), pending)
+
+    async def read_released(self) -> Snapshot:
+        """What the room's audience has been given: every sentence in its last version, deleted ones left out, and in
+        a room with a delay only those released (``Audience.view``), judged by what this front end holds back *and*
+        by the store's commit times, so that a room read without loading it (file reads load nothing), or a caption
+        another front end committed that has not reached this one yet, shows nothing early. Raises ``StoreError``."""
+        snapshot = await self.read_snapshot()
+        delay_s = self.audience.delay_s
+        if not delay_s:
+            return snapshot
+        now_ms = int(time.time() * 1000)
+        # Read after the snapshot: a caption committed between the two reads is among these, never only in the
+        # snapshot.
+        recent = await self.store.timed_events(self.id, since_ms=now_ms - math.ceil(delay_s * 1000), kind="caption")
+        return self.audience.view(snapshot, recent, now_ms / 1000)
+
+    async def read_events_after(self, after_seq: int) -> list[tuple[int, ServerMessage]]:
+        """The durable events after ``after_seq``, in seq order: the stored ones, then those kept unsaved. Raises
+        ``StoreError``."""
+        pending = list(self.unsaved)
+        return events_with(await self.store.events_after(self.id, after_seq), pending, after_seq)
+
+    async def read_sentences(self, ids: Collection[int]) -> dict[int, SentenceRecord]:
+        """Sentences ``ids`` as they are now, by id (those the room has and did not delete); what this costs is
+        theirs, not the room's. Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        snapshot = snapshot_with(await self.store.snapshot(self.id, ids=ids), pending)
+        return {s.id: s for s in snapshot.sentences if s.id in ids}
+
+    async def read_sentence(self, sentence_id: int) -> SentenceRecord | None:
+        """Sentence ``sentence_id`` as it is now; None when the room has none (or it was deleted). Raises
+        ``StoreError``."""
+        return (await self.read_sentences({sentence_id})).get(sentence_id)
+
+    async def sentences_now(self, ids: Collection[int]) -> dict[int, SentenceRecord]:
+        """``read_sentences`` for a late update, which goes on when the store fails: then it is what the unsaved
+        events alone say (a sentence they do not hold is left out)."""
+        try:
+            return await self.read_sentences(ids)
+        except StoreError as exc:
+            log.warning("room %s: could not read sentences %s: %s", self.id, sorted(ids), exc)
+            return {s.id: s for s in snapshot_with(Snapshot(0, []), list(self.unsaved)).sentences if s.id in ids}
+
+
+def keep(pending: list[NumberedEvent], event: NumberedEvent, room_id: str) -> None:
+    """Add ``event`` to room ``room_id``'s ``pending`` events, the oldest dropped past ``UNSAVED_MAX`` (memory is
+    bounded; what goes is lost)."""
+    pending.append(event)
+    if len(pending) > UNSAVED_MAX:
+        lost = pending.pop(0)
+        log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
+                  room_id, UNSAVED_MAX, lost.seq)
 
 
 def events_with(events: list[tuple[int, ServerMessage]], pending: list[NumberedEvent],

@@ -41,8 +41,9 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   viewers resume from (SSE ``Last-Event-ID``).
 - ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels), words:
   the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known; replaced by
-  a "words" event: the aligner's times, which follow the lock), original (the recognizer's text once an editor
-  changed it, else NULL) and deleted (1 once an editor removed it: kept for the history, never shown).
+  a "words" event: the aligner's times, which follow the lock, as the room applied them to the sentence's text
+  then, ``app.rooms.late``), original (the recognizer's text once an editor changed it, else NULL) and deleted (1
+  once an editor removed it: kept for the history, never shown).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import dataclasses
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,19 +189,21 @@ class TranscriptStore(ABC):
                      relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
                      edits: Edits | None = None) -> Appended:
         """Commit one room event atomically: the event as viewers get it, its new sentences, any speaker
-        relabels, any new word times (``retimed``: they replace the stored sentences' words) and an editor's
-        ``edits``. A ``Caption``'s sentences are ``sentences`` in order; a ``Correction``'s are its replaced ones,
-        then ``sentences`` (a split's new one). The event gets the room's next seq and the new sentences the room's
-        next ids (see the module's contracts); returns them as stored."""
+        relabels, any new word times (``retimed``: they replace the stored sentences' words, so the caller makes
+        them the words of each sentence's text as it is) and an editor's ``edits``. A ``Caption``'s sentences are
+        ``sentences`` in order; a ``Correction``'s are its replaced ones, then ``sentences`` (a split's new one).
+        The event gets the room's next seq and the new sentences the room's next ids (see the module's contracts);
+        returns them as stored."""
 
     @abstractmethod
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         """Events with ``seq > after_seq`` in order, as ``(seq, message)``."""
 
     @abstractmethod
-    async def snapshot(self, room_id: str, deleted: bool = False) -> Snapshot:
-        """The room's sentences (in ``reading_order``; ``deleted``: with the ones editors removed), its
-        speaker names and the seq they reflect, read in one transaction (consistent)."""
+    async def snapshot(self, room_id: str, deleted: bool = False, ids: Collection[int] | None = None) -> Snapshot:
+        """The room's sentences (in ``reading_order``; ``deleted``: with the ones editors removed; ``ids``: only
+        those of them with these ids, which is what costs, not the room's size), its speaker names and the seq they
+        reflect, read in one transaction (consistent)."""
 
     @abstractmethod
     async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[TimedEvent]:

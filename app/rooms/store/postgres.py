@@ -42,7 +42,7 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -232,7 +232,9 @@ class PostgresStore(base.TranscriptStore):
         return [base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
                 for seq, created, body in rows]
 
-    async def snapshot(self, room_id: str, deleted: bool = False) -> base.Snapshot:
+    async def snapshot(self, room_id: str, deleted: bool = False,
+                       ids: Collection[int] | None = None) -> base.Snapshot:
+        only = None if ids is None else sorted(set(ids))
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 # One snapshot of the database for both reads: the seq and the sentences agree.
@@ -240,8 +242,9 @@ class PostgresStore(base.TranscriptStore):
                 await cur.execute("SELECT last_seq, names FROM rooms WHERE id = %s", (room_id,))
                 row = await cur.fetchone()
                 await cur.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences "
-                                  "WHERE room = %s AND (%s OR NOT deleted) ORDER BY id",
-                                  (room_id, deleted))
+                                  "WHERE room = %s AND (%s OR NOT deleted) "
+                                  "AND (%s::bigint[] IS NULL OR id = ANY(%s::bigint[])) ORDER BY id",
+                                  (room_id, deleted, only, only))
                 rows = await cur.fetchall()
         except psycopg.Error as exc:
             raise self._error(exc) from exc

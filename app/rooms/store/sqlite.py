@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ from engine import protocol
 from . import base
 
 SCHEMA_VERSION = 4
+_FEW_IDS = 500  # a snapshot of at most this many sentences asks for them by id
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rooms (
@@ -133,8 +134,9 @@ class SqliteStore(base.TranscriptStore):
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         return await self._run(self._events_after, room_id, after_seq)
 
-    async def snapshot(self, room_id: str, deleted: bool = False) -> base.Snapshot:
-        return await self._run(self._snapshot, room_id, deleted)
+    async def snapshot(self, room_id: str, deleted: bool = False,
+                       ids: Collection[int] | None = None) -> base.Snapshot:
+        return await self._run(self._snapshot, room_id, deleted, None if ids is None else sorted(set(ids)))
 
     async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[base.TimedEvent]:
         return await self._run(self._timed_events, room_id, since_ms, kind)
@@ -279,15 +281,21 @@ class SqliteStore(base.TranscriptStore):
                                   (room_id, after_seq)).fetchall()
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
-    def _snapshot(self, room_id: str, deleted: bool) -> base.Snapshot:
+    def _snapshot(self, room_id: str, deleted: bool, ids: list[int] | None) -> base.Snapshot:
         db = self._conn
+        # A few sentences by their ids, or all of them (more ids than SQLite's oldest limit on parameters, 999).
+        few = ids is not None and len(ids) <= _FEW_IDS
+        only = f" AND id IN ({', '.join('?' * len(ids))})" if few and ids is not None else ""
         db.execute("BEGIN")
         try:
             seq = self._last_seq(room_id)
-            rows = db.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences WHERE room = ? AND (? OR deleted = 0) "
-                              "ORDER BY id",
-                              (room_id, deleted)).fetchall()
+            rows = db.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences WHERE room = ? AND (? OR deleted = 0)"
+                              f"{only} ORDER BY id",
+                              (room_id, deleted, *(ids if few and ids is not None else ()))).fetchall()
             names = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
         finally:
             db.execute("COMMIT")
+        if ids is not None and not few:
+            wanted = set(ids)
+            rows = [r for r in rows if r[0] in wanted]
         return base.snapshot(seq, rows, names[0] if names else None)

@@ -50,9 +50,9 @@ class Stream:
             for seq, message in as_corrected(events):
                 await self.send(response, message, seq)
             return events[-1][0] if events else after
-        snapshot = await room.read_snapshot()
-        if not self.editor:
-            snapshot = room.audience.view(snapshot)
+        # The audience's view is judged by the store's commit times too: a caption another front end committed
+        # that has not reached this one yet is not shown before its delay.
+        snapshot = await (room.read_snapshot() if self.editor else room.read_released())
         await self.send(response, Caption([s.sentence() for s in snapshot.sentences], "", seq=snapshot.seq),
                         snapshot.seq)
         if snapshot.names:

@@ -27,6 +27,9 @@ from .cues import SPEAKER_STYLES, Cue, CueRules, build_cues, speaker_mark, speak
 # ASCII), which a browser shows as it shows the TXT.
 MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "scc": "text/plain",
         "json": "application/json"}
+# Every download carries this: a browser must never guess another type than the one sent (a transcript is what
+# people said, and a guess of HTML would run whatever they said as markup in this server's origin).
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 
 
 CUE_MODES = ("subtitle", "sentence")
@@ -192,8 +195,9 @@ def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: 
             history: Mapping[int, Sequence[Edit]] | None = None, deleted: Sequence[SentenceRecord] = ()) -> str:
     """``header`` fields first (``room_header``, or the page's model and language), then ``exported_at`` and the
     sentences. A room's transcript also has its speaker ``names``, and for each sentence an editor changed, the
-    recognizer's text (``original``) and the ``edits`` in order (``history``: sentence id -> edits); the sentences
-    editors ``deleted`` follow, with theirs."""
+    recognizer's text (``original``, whenever a sentence has one) and the ``edits`` in order (``history``: sentence
+    id -> edits); the sentences editors ``deleted`` follow, with theirs. The editing is for the room's editors only:
+    a caller rendering for anyone else passes sentences without ``original``, no ``history`` and no ``deleted``."""
     def entry(s: SentenceRecord) -> dict[str, Any]:
         out = {"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
                "speaker": None if s.spk is None else speaker_name(s.spk, names), "text": s.text,

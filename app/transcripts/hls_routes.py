@@ -3,7 +3,8 @@ playlist) and ``GET /rooms/{id}/captions/{n}.vtt`` (its segments). What they hol
 
 Access is the transcript files': an open room by its id, a private one with its viewer token (``?token=``, or
 ``Authorization: Bearer``); the playlist's segment URLs carry the ``?token=`` it was asked with, since players
-fetch them without headers of their own. Any origin may read them (``CORS``).
+fetch them without headers of their own. Any origin may read them (``CORS``); no browser may take them for another
+type (``exports.NOSNIFF``).
 
 Players reload the playlist every few seconds and fetch each segment once, many of them for one room: a segment is
 made once per room state (the room's ``seq``) and kept in a small cache, and a room's end, which another front end
@@ -21,11 +22,11 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from engine.protocol import Caption
+from engine.protocol import Caption, ErrorCode
 
 from ..responses import json_error
 from ..rooms import ROOM_ID_PATTERN, STORE, Room, SentenceRecord, Snapshot, viewable_room
-from . import hls
+from . import exports, hls
 
 ENDED_RECHECK_S = 2.0  # must stay well under hls.END_GRACE_MS
 # Players in web pages (hls.js) fetch the playlist and segments from the video page's origin; captions carry no
@@ -86,7 +87,7 @@ async def captions_playlist(request: web.Request) -> web.Response:
     text = hls.playlist(schedule, room.record.created_ms, lambda n: f"captions/{n}.vtt{suffix}")
     # Players reload it every few seconds: a second of caching lets a CDN answer most of them, no more.
     return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",
-                        headers={**CORS, "Cache-Control": "max-age=1"})
+                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"})
 
 
 async def captions_segment(request: web.Request) -> web.Response:
@@ -96,8 +97,8 @@ async def captions_segment(request: web.Request) -> web.Response:
     n = int(request.match_info["n"])
     schedule = await _schedule(request, room)
     if n >= schedule.count:
-        missing = json_error(404, "no_segment", "this segment is not listed yet")
-        missing.headers.update({**CORS, "Cache-Control": "no-store"})
+        missing = json_error(404, ErrorCode.NO_SEGMENT, "this segment is not listed yet")
+        missing.headers.update({**CORS, **exports.NOSNIFF, "Cache-Control": "no-store"})
         return missing
     state = request.app[HLS]
     key = (room.id, n, room.seq, schedule.timing, schedule.closed_ms)
@@ -110,7 +111,7 @@ async def captions_segment(request: web.Request) -> web.Response:
     # while it can be in the playlist.
     max_age = schedule.timing.window * schedule.timing.segment_ms // 1000
     return web.Response(text=text, content_type=hls.SEGMENT_MIME, charset="utf-8",
-                        headers={**CORS, "Cache-Control": f"max-age={max_age}"})
+                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": f"max-age={max_age}"})
 
 
 def _segment_text(n: int, sentences: list[SentenceRecord], committed: dict[int, float], schedule: hls.Schedule,

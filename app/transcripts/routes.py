@@ -1,5 +1,6 @@
-"""Transcript files over HTTP: ``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}`` (a room's, from the store)
-and ``POST /exports/transcript.{txt,srt,vtt,scc,json}`` (the caption page's download buttons, and any client).
+"""Transcript files over HTTP: ``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}`` (a room's, through its read
+path: everything for its editors, what was released for its audience) and ``POST /exports/transcript.{txt,srt,vtt,
+scc,json}`` (the caption page's download buttons, and any client). Every file is sent with ``exports.NOSNIFF``.
 
 The page sends the sentences it shows (its own session's, after any "clear"), and gets the file back from the one
 formatter the room transcripts use (``exports``), so a download from the page and a room's transcript file never
@@ -15,13 +16,13 @@ from typing import Any
 
 from aiohttp import web
 
-from engine.protocol import Correction, Word
+from engine.protocol import Correction, ErrorCode, Word
 
 from ..auth import presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG
-from ..responses import bad_parameter, json_error
-from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, TimedEvent, viewable_room
+from ..responses import bad_parameter, json_error, unreadable_body
+from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, TimedEvent, may_edit, viewable_room
 from . import exports
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
@@ -39,21 +40,21 @@ async def export_transcript(request: web.Request) -> web.Response:
     "language"?, "token"?}`` (times in ms and words as the ``caption`` messages carry them) -> the file, as an
     attachment. The query takes the cue options of ``exports.parse_options``."""
     if request.content_type != "application/json":
-        return json_error(415, "bad_message", "send the transcript as application/json")
+        return json_error(415, ErrorCode.BAD_MESSAGE, "send the transcript as application/json")
     try:
         body = await read_json_object(request, MAX_EXPORT_BYTES)
     except BodyError as exc:
-        return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
+        return unreadable_body(exc.status, exc.message)
     if not token_matches(presented_token_or_field(request, body), request.app[CONFIG].auth_token):
-        return json_error(401, "unauthorized", "exporting needs the server's token")
+        return json_error(401, ErrorCode.UNAUTHORIZED, "exporting needs the server's token")
     raw = body.get("sentences")
     if isinstance(raw, list) and len(raw) > MAX_EXPORT_SENTENCES:
-        return json_error(413, "too_large", f"at most {MAX_EXPORT_SENTENCES} sentences")
+        return json_error(413, ErrorCode.TOO_LARGE, f"at most {MAX_EXPORT_SENTENCES} sentences")
     try:
         sentences = _sentences(raw)
         header = _header(body)
     except ValueError as exc:
-        return json_error(400, "bad_message", str(exc))
+        return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
     try:
         options = exports.parse_options(request.query)
     except exports.OptionError as exc:
@@ -62,7 +63,7 @@ async def export_transcript(request: web.Request) -> web.Response:
     text = await asyncio.to_thread(exports.render, fmt, sentences, header, options)  # up to 200,000 sentences
     return web.Response(text=text, content_type=exports.MIME[fmt],
                         charset="utf-8", headers={"Content-Disposition": f'attachment; filename="captions.{fmt}"',
-                                                  "Cache-Control": "no-store"})
+                                                  "Cache-Control": "no-store", **exports.NOSNIFF})
 
 
 def _sentences(raw: Any) -> list[SentenceRecord]:
@@ -112,25 +113,36 @@ def _header(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def room_transcript(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}``: every locked sentence so far, from the store. SRT,
-    WebVTT and SCC take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it)."""
+    """``GET /rooms/{id}/transcript.{txt,srt,vtt,scc,json}``: the room's locked sentences so far, each as it now is.
+    SRT, WebVTT and SCC take the cue options of ``exports.parse_options`` in the query (a bad one: 400 naming it).
+
+    Who asks decides what: the room's editors (its editor token, or the server's token) get every sentence at once,
+    and the JSON also the editing (each changed sentence's ``original`` and ``edits``, the ``deleted`` ones); the
+    audience gets what it has been given (``Room.read_released``), corrected, and nothing of the editing."""
     room = await viewable_room(request)
     fmt = request.match_info["fmt"]
     try:
         options = exports.parse_options(request.query)
     except exports.OptionError as exc:
         return bad_parameter(exc)
-    store = request.app[STORE]
-    snapshot = await room.read_snapshot(deleted=fmt == "json")
-    sentences = [s for s in snapshot.sentences if not s.deleted]
-    deleted = [s for s in snapshot.sentences if s.deleted]
-    history = _history(await store.timed_events(room.id, kind="correction")) if fmt == "json" else {}
+    history: dict[int, list[exports.Edit]] = {}
+    deleted: list[SentenceRecord] = []
+    if may_edit(request, room):
+        snapshot = await room.read_snapshot(deleted=fmt == "json")
+        sentences = [s for s in snapshot.sentences if not s.deleted]
+        deleted = [s for s in snapshot.sentences if s.deleted]
+        if fmt == "json":
+            history = _history(await request.app[STORE].timed_events(room.id, kind="correction"))
+    else:
+        snapshot = await room.read_released()
+        # The recognizer's text is the editors' business: the audience reads the sentence as corrected, only.
+        sentences = [dataclasses.replace(s, original=None) for s in snapshot.sentences if not s.deleted]
     options = dataclasses.replace(options, names=snapshot.names)
     text = await asyncio.to_thread(exports.render, fmt, sentences, exports.room_header(room.record), options,
                                    history, deleted)
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
                         headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
-                                 "Cache-Control": "no-store"})
+                                 "Cache-Control": "no-store", **exports.NOSNIFF})
 
 
 def _history(events: list[TimedEvent]) -> dict[int, list[exports.Edit]]:

@@ -19,7 +19,7 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, TranscriberConfig
+from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, ErrorCode, TranscriberConfig
 
 from . import compat, ops, outputs, pages, resources, webrtc
 from .config import EXIT_ENGINE_FAILED, ServerConfig
@@ -34,7 +34,7 @@ from .ops import (
     LiveStreams,
     ServerMetrics,
 )
-from .outputs import OUTPUTS, Layout, OutputRegistry
+from .outputs import OUTPUTS, DestinationPolicy, Layout, OutputRegistry
 from .responses import json_error
 from .rooms import MEMORY, ROOMS, STORE, RoomRegistry, StoreError, open_store
 from .rooms import add_routes as add_room_routes
@@ -71,7 +71,8 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     app[STREAMS] = LiveStreams()
     app[DRAIN] = DrainReport()
     # ``auto``: the engine's capacity estimate (the engine exists once the app starts; offers come after that).
-    app[ADMISSION] = Admission(config.max_sessions, capacity=lambda: app[ENGINE].capacity_estimate())
+    app[ADMISSION] = Admission(config.max_sessions, capacity=lambda: app[ENGINE].capacity_estimate(),
+                               engine=lambda: app[ENGINE])
     app[FILE_JOBS] = Admission(config.max_file_jobs, what="file transcriptions")
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[METRICS].admission = app[ADMISSION]
@@ -95,7 +96,8 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         app[ROOMS].start()
         # Outputs write captions as the room's files do (app.transcripts' line breaking and speaker names).
         layout = Layout(break_lines=break_lines, speaker_name=speaker_name)
-        app[OUTPUTS] = OutputRegistry(app[ROOMS], app[STORE], layout, app[METRICS])
+        policy = DestinationPolicy.from_settings(config.output_allow)  # where outputs may connect (--output-allow)
+        app[OUTPUTS] = OutputRegistry(app[ROOMS], app[STORE], layout, app[METRICS], policy=policy)
         await app[OUTPUTS].start()  # the stored outputs of rooms that did not end go on
         app[METRICS].rooms, app[METRICS].store = app[ROOMS], app[STORE]
         log.info("transcripts kept in %s", app[STORE].where)
@@ -183,7 +185,7 @@ async def store_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except StoreError as exc:
         log.error("%s %s: %s", request.method, request.path, exc)
-        return json_error(503, "storage", f"the transcript store fails: {exc}; try again later")
+        return json_error(503, ErrorCode.STORAGE, f"the transcript store fails: {exc}; try again later")
 
 
 async def _exit_when_engine_dies(app: web.Application) -> None:

@@ -44,7 +44,7 @@ def test_a_closed_admission_refuses_and_says_why() -> None:
     admission.close()
     refusal = admission.check()
     assert admission.try_acquire() is None and refusal is not None and "shutting down" in refusal.message
-    assert refusal.reason == "shutting_down" and refusal.retry_after_s > 0
+    assert refusal.reason == "shutting_down" and (refusal.retry_after_s or 0) > 0
     slot.release()
     assert admission.in_use == 0
 

@@ -22,21 +22,25 @@ from aiohttp import web
 
 from app.outputs import OUTPUTS, OutgoingCaption, runner
 from app.outputs.backoff import Backoff, RetryLater
-from app.outputs.layout import frames
+from app.outputs.layout import Layout, frames
 from app.outputs.pending import PendingCaptions
-from app.outputs.spec import Progress, SpecError, parse, redacted_url
+from app.outputs.spec import OutputSpec, Progress, SpecError, parse, redacted_url
+from app.outputs.target import Target
 from app.outputs.youtube import YouTubeTarget
-from app.rooms import Room, SentenceRecord
+from app.rooms import MEMORY, Room, RoomRegistry, SentenceRecord, Viewer, open_store
 from app.rooms.keys import ROOMS, STORE
+from app.rooms.viewer import Queued
 from app.transcripts import break_lines, speaker_name
 from engine import CaptionEngine
 from engine.protocol import Caption, Correction, Sentence, Speakers, Word
 from tests.api import call, new_room
+from tests.disk import disk_full
 from tests.servers import running_server
 from tests.sse import SseReader
 from tests.youtube_stand_in import post_entries, stand_in
 
 TOKEN = "server-token-for-outputs"
+LOOPBACK_ALLOWED = ("127.0.0.1",)  # --output-allow: the stand-ins listen on loopback, which outputs may not reach else
 
 
 # ---- destinations that never take a post ----------------------------------------------------------------------------
@@ -69,7 +73,8 @@ def refused_url() -> str:
 # ---- helpers ---------------------------------------------------------------------------------------------------------
 @pytest.fixture
 async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "o.db")) as served:
+    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "o.db"),
+                              output_allow=LOOPBACK_ALLOWED) as served:
         yield served
 
 
@@ -338,13 +343,15 @@ async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[st
 async def test_outputs_survive_a_restart_and_resend_nothing(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     db = str(tmp_path / "restart.db")
     async with stand_in() as youtube:
-        async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
+        async with running_server(fake_engine, auth_token=TOKEN, db_path=db,
+                                  output_allow=LOOPBACK_ALLOWED) as (url, app):
             made = await new_room(url, TOKEN)
             room, editor = made["room"], made["editor_token"]
             out = await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
             before = await lock(app, room, "Before the restart, one.", "Before the restart, two.")
             await until(lambda: len(youtube.posts) == 2)
-        async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
+        async with running_server(fake_engine, auth_token=TOKEN, db_path=db,
+                                  output_allow=LOOPBACK_ALLOWED) as (url, app):
             [listed] = await outputs(url, room, editor)
             assert listed["id"] == out["id"] and listed["state"] in ("connected", "sending")
             assert listed["status"] == {"seq": 2}, "YouTube's seq goes on where it stopped"
@@ -441,3 +448,95 @@ async def test_an_obs_output_keeps_its_password_and_never_shows_it(server: tuple
     assert "hunter2" not in json.dumps(await outputs(url, room, editor))
     record = await app[STORE].room(room)
     assert record is not None and record.outputs[0]["password"] == "hunter2"
+
+
+# ---- the reader waits on events, not on a clock ---------------------------------------------------------------------
+async def test_a_quiet_output_takes_no_wake_ups_and_stops_as_soon_as_its_room_ends(
+        server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle output once woke every 0.5 s to look whether its room had ended (20 rooms of 8 outputs: 2 % of a CPU
+    idle); now its viewer tells it (``Audience.until_end``)."""
+    gets: list[float | None] = []
+    get = Viewer.get
+
+    async def counted(self: Viewer, timeout_s: float | None) -> Queued | None:
+        gets.append(timeout_s)
+        return await get(self, timeout_s)
+
+    monkeypatch.setattr(Viewer, "get", counted)
+    url, app = server
+    made = await new_room(url, TOKEN)
+    room, editor = made["room"], made["editor_token"]
+    async with stand_in() as youtube:
+        await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
+        await lock(app, room, "One sentence, then quiet.")
+        await until(lambda: len(youtube.posts) == 1)
+        [out] = await app[OUTPUTS].outputs(room)
+        await until(lambda: out.state is runner.OutputState.CONNECTED)
+        before = len(gets)
+        await asyncio.sleep(2.0)
+        assert len(gets) == before, f"{len(gets) - before} wake-ups of a quiet output in 2 s"
+        assert (await call("POST", f"{url}/rooms/{room}/end", editor))[0] == 200
+        ended_at = time.monotonic()
+        await until(lambda: out.state is runner.OutputState.STOPPED, what="the output stops with its room")
+        assert time.monotonic() - ended_at < 0.25, "at once, not at the next look"
+    assert [p.text for p in youtube.posts] == ["One sentence, then quiet."]
+
+
+class Collected(Target):
+    """A destination that takes every caption at once (what is tested is what the output reads)."""
+
+    kind = "collected"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    async def send(self, caption: OutgoingCaption) -> None:
+        self.texts.append(caption.text)
+
+
+class Unheard:
+    def caption_sent(self, runner: runner.OutputRunner) -> None:
+        pass
+
+    def send_failed(self, runner: runner.OutputRunner) -> None:
+        pass
+
+
+async def commit(room: Room, text: str, start_ms: int) -> None:
+    words = tuple(Word(w, start_ms + i * 300, start_ms + i * 300 + 280) for i, w in enumerate(text.split()))
+    await room.commit_sentences([SentenceRecord(-1, "pub", text, start_ms, words[-1].end_ms, 0, words)])
+
+
+async def test_an_event_the_store_takes_during_an_outputs_catch_up_is_not_missed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catch-up reads through ``Room.read_events_after``, which takes the events not saved yet *before* it reads
+    the store: an event flushed to the store while that read runs is in one or the other. (Store first, then what
+    is unsaved, would find it in neither: the read began before the flush, and the flush emptied the list.)"""
+    store = await open_store(MEMORY)
+    rooms = RoomRegistry(store)
+    room = (await rooms.create("catch-up")).room
+    await commit(room, "Stored before the output starts.", 0)
+    disk_full(store, True)
+    await commit(room, "Kept in memory while the disk is full.", 3000)
+    disk_full(store, False)
+    assert len(room.unsaved) == 1
+    read = store.events_after
+
+    async def flushed_meanwhile(room_id: str, after_seq: int) -> list[tuple[int, Any]]:
+        events = await read(room_id, after_seq)  # the store as it was when the read began...
+        await room.retry_unsaved()  # ...and the flush that lands while the read runs
+        return events
+
+    monkeypatch.setattr(store, "events_after", flushed_meanwhile)
+    target = Collected()
+    spec = OutputSpec("o1", "collected", "http://captions.example/", 0, progress=Progress(0))  # resumes at seq 0
+    out = runner.OutputRunner(room.id, spec, target, rooms, Layout(break_lines, speaker_name), Unheard())
+    out.start()
+    try:
+        await until(lambda: len(target.texts) == 2, what="both sentences, the one flushed meanwhile too")
+    finally:
+        await out.close()
+        rooms.close()
+        await store.close()
+    assert not room.unsaved and target.texts == ["Stored before the output starts.",
+                                                 "Kept in memory while the disk is full."]

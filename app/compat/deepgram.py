@@ -7,10 +7,11 @@ The protocol (Deepgram's "Live Audio" reference):
 
 - Connect with query parameters (``deepgram_params``) and ``Authorization: Token <key>`` (or the WebSocket
   subprotocols ``token, <key>``), checked against ``--auth-token``. A connection this server cannot serve is
-  refused before the upgrade: ``400`` bad parameters, ``401`` a wrong key, ``404`` no such room, ``429`` every
-  slot of a fixed ``--max-sessions N`` in use, ``503`` the server is full (its capacity), the model is loading or the
-  server is stopping; a ``dg-error`` header and a JSON body ``{"err_code", "err_msg", "request_id"}`` say why, and
-  ``Retry-After`` when to try again.
+  refused before the upgrade: ``400`` bad parameters, ``401`` a wrong key, ``404`` no such room, and admission's
+  refusals (``app.ops.admission``): ``429`` every slot of a fixed ``--max-sessions N`` in use, ``503`` the server
+  is full (its capacity), the model is loading, the server is stopping, or its engine failed; a ``dg-error`` header
+  and a JSON body ``{"err_code", "err_msg", "request_id"}`` say why, and ``Retry-After`` when to try again (none
+  for a failed engine: waiting does not help).
 - The client sends audio as binary messages and, as text, ``{"type": "KeepAlive"}``, ``{"type": "Finalize"}``
   (lock the open sentence now, keep streaming) and ``{"type": "CloseStream"}`` (lock it, send the last results and
   ``Metadata``, close with 1000). An empty binary message closes the stream as ``CloseStream`` does.
@@ -24,7 +25,9 @@ The protocol (Deepgram's "Live Audio" reference):
   ``UtteranceEnd`` (``utterance_end_ms``) after that long without words, ``Metadata`` at the end.
 - Without ``encoding`` the audio is a recording, told apart by its first bytes: a mono WAV stream (its header gives
   the format), or WebM/Opus (``MediaRecorder``), Ogg/Opus, MP3 or FLAC (``container_audio``).
-- Errors close the stream as Deepgram's do: no audio or ``KeepAlive`` for 10 s: 1011 ``NET-0001``; audio this
+- Errors close the stream as Deepgram's do: an engine that will not open the session after the upgrade after all:
+  1013 (try again later) ``NET-0000``, or 1011 ``NET-0000`` when it failed; no audio or ``KeepAlive`` for 10 s: 1011
+  ``NET-0001``; audio this
   server cannot decode: 1008 ``DATA-0000``; a message over 1 MiB: 1009;
   a server that stops: 1001; the server's own limits (``--stream-idle-s`` without audio, ``KeepAlive`` or not;
   ``--stream-max-s``): 1008 with the reason. The open sentence is locked and sent (and stored in the room) before
@@ -49,12 +52,13 @@ from engine import SessionOptions, SpeechStarted, protocol
 
 from ..auth import token_matches
 from ..keys import CONFIG, ENGINE
+from ..ops import RefusalReason
 from . import deepgram_results as dg
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .container_audio import ContainerFeed, sniff
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
-from .live_stream import LiveStream, Refused, SpeechWatch, admit, open_live
+from .live_stream import LiveStream, NoRoom, Refused, SpeechWatch, admit, open_live
 from .read_ahead import ClientSilent, ReadAhead
 from .redaction import Redactor
 
@@ -63,11 +67,11 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 10.0  # Deepgram closes a stream that sent no audio or KeepAlive for this long (NET-0001)
 MAX_MESSAGE_BYTES = 1024 * 1024  # one audio message (Deepgram's clients send 20-250 ms)
 _GOES_ON_MS = 300  # a sentence whose next speech began within this long after it is not ``speech_final``
-# A full server is unavailable (503) for now; the operator's ``--max-sessions`` cap is Deepgram's concurrency limit
-# (429). Both say when to try again (``Retry-After``).
-_REFUSALS = {"loading": (503, "SERVICE_UNAVAILABLE"), "shutting_down": (503, "SERVICE_UNAVAILABLE"),
-             "engine": (503, "SERVICE_UNAVAILABLE"), "full": (503, "SERVICE_UNAVAILABLE"),
-             "limit": (429, "TOO_MANY_REQUESTS"), "no_room": (404, "NOT_FOUND")}
+# Admission's refusals as Deepgram's: a server that cannot serve now is unavailable (503); the operator's
+# ``--max-sessions`` cap is Deepgram's concurrency limit (429). ``Retry-After`` says when to try again, except for a
+# failed engine (``Refusal.headers``).
+_REFUSALS = {RefusalReason.LIMIT: (429, "TOO_MANY_REQUESTS")}
+_UNAVAILABLE = (503, "SERVICE_UNAVAILABLE")
 NET_0001 = "NET-0001: no audio or KeepAlive received within 10 s"
 DATA_0000 = "DATA-0000: the payload cannot be decoded as audio"
 
@@ -76,8 +80,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/listen", listen)
 
 
-def http_error(status: int, code: str, message: str, request_id: str,
-               headers: dict[str, str] | None = None) -> web.Response:
+def deepgram_error(status: int, code: str, message: str, request_id: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
     """Deepgram's refusal of a connection or request: ``dg-error`` header and JSON body (``headers``: more, e.g.
     ``Retry-After``)."""
     return web.json_response({"err_code": code, "err_msg": message, "request_id": request_id}, status=status,
@@ -89,19 +93,21 @@ async def listen(request: web.Request) -> web.StreamResponse:
     app, request_id = request.app, str(uuid.uuid4())
     key, as_subprotocol = presented_key(request)
     if not token_matches(key, app[CONFIG].auth_token):
-        return http_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
+        return deepgram_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
     protocols = ("token", "bearer") if as_subprotocol else ()
     ws = ClientSocket.response(protocols, MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
-        return http_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
+        return deepgram_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
     try:
         params = parse_params(request.query, app[CONFIG].language)
         admitted = await admit(app, request.query.get("room"))
     except ParamError as exc:
-        return http_error(400, "Bad Request", str(exc), request_id)
+        return deepgram_error(400, "Bad Request", str(exc), request_id)
+    except NoRoom as exc:
+        return deepgram_error(404, "NOT_FOUND", str(exc), request_id)
     except Refused as exc:
-        status, code = _REFUSALS[exc.reason]
-        return http_error(status, code, str(exc), request_id, exc.headers)
+        status, code = _REFUSALS.get(exc.refusal.reason, _UNAVAILABLE)
+        return deepgram_error(status, code, str(exc), request_id, exc.refusal.headers)
     ws.headers["dg-request-id"] = request_id
     try:
         sock = await ClientSocket.accept(request, ws, app[CONFIG].send_timeout_s)
@@ -116,8 +122,8 @@ async def listen(request: web.Request) -> web.StreamResponse:
         redactor = Redactor(params.redact) if params.redact else None
         async with open_live(app, admitted, options, redactor=redactor, sock=sock) as live:
             await DeepgramStream(sock, params, live, request_id, app[ENGINE].model_name).run()
-    except Refused as exc:
-        await sock.close(1011, f"NET-0000: {exc}")
+    except Refused as exc:  # (the engine would not open the session after the upgrade)
+        await sock.close(exc.refusal.close_code, f"NET-0000: {exc}")
     except Exception:  # logged, and the open sentence finished, by open_live
         await sock.close(1011, "NET-0000: internal server error")
     return ws

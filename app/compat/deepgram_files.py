@@ -35,7 +35,7 @@ from ..keys import CONFIG, ENGINE
 from ..ops import FILE_JOBS, STREAMS
 from . import deepgram_results as dg
 from .audio_files import AudioFileError
-from .deepgram import http_error
+from .deepgram import deepgram_error
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
 from .redaction import Redactor
@@ -64,18 +64,18 @@ async def transcribe(request: web.Request) -> web.Response:
     app, request_id = request.app, str(uuid.uuid4())
     key, _ = presented_key(request)
     if not token_matches(key, app[CONFIG].auth_token):
-        return http_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
+        return deepgram_error(401, "INVALID_AUTH", "Invalid credentials.", request_id)
     try:
         params = parse_params(request.query, app[CONFIG].language, also=FILE_PARAMS)
     except ParamError as exc:
-        return http_error(400, "Bad Request", str(exc), request_id)
+        return deepgram_error(400, "Bad Request", str(exc), request_id)
     if request.content_type == "application/json":
-        return http_error(400, "Bad Request", "this server does not fetch audio from URLs: send the file as the "
-                                              "request body", request_id)
+        return deepgram_error(400, "Bad Request", "this server does not fetch audio from URLs: send the file as the "
+                                                  "request body", request_id)
     if app[ENGINE].state is not EngineState.READY:
-        return http_error(503, "SERVICE_UNAVAILABLE", f"the speech model is {app[ENGINE].state.value}", request_id)
+        return deepgram_error(503, "SERVICE_UNAVAILABLE", f"the speech model is {app[ENGINE].state.value}", request_id)
     if app[FILE_JOBS].closed:
-        return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
+        return deepgram_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
     path = None
     try:
         # The body first, then a file slot: an upload that is slow to arrive (or stalls: 408) holds none.
@@ -84,15 +84,15 @@ async def transcribe(request: web.Request) -> web.Response:
         try:
             path, sha = await _save(request, limit, header)
         except BodyError as exc:
-            return http_error(exc.status, "Bad Request", exc.message, request_id)
+            return deepgram_error(exc.status, "Bad Request", exc.message, request_id)
         if path is None:
-            return http_error(413, "PAYLOAD_TOO_LARGE", f"the file is over {limit // (1024 * 1024)} MB", request_id)
+            return deepgram_error(413, "PAYLOAD_TOO_LARGE", f"the file is over {limit // (1024 * 1024)} MB", request_id)
         slot = app[FILE_JOBS].try_acquire()
         if slot is None:
             if app[FILE_JOBS].closed:
-                return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
-            return http_error(429, "TOO_MANY_REQUESTS", f"{app[CONFIG].max_file_jobs} files are being transcribed; "
-                                                        "try again shortly", request_id)
+                return deepgram_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
+            return deepgram_error(429, "TOO_MANY_REQUESTS", f"{app[CONFIG].max_file_jobs} files are being transcribed; "
+                                                            "try again shortly", request_id)
         try:
             reader = await open_file(path)
             options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
@@ -101,17 +101,17 @@ async def transcribe(request: web.Request) -> web.Response:
         finally:
             slot.release()
         if result.cut_short:
-            return http_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again",
-                              request_id)
+            return deepgram_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again",
+                                  request_id)
         if params.redact:
             result = replace(result, sentences=[Redactor(params.redact).sentence(s) for s in result.sentences])
         return web.json_response(answer(result, params, request_id, app[ENGINE].model_name, sha,
                                         request.query.get("utterances", "").lower() == "true"),
                                  headers={"dg-request-id": request_id})
     except AudioFileError as exc:
-        return http_error(400, "Bad Request", f"the file cannot be decoded: {exc}", request_id)
+        return deepgram_error(400, "Bad Request", f"the file cannot be decoded: {exc}", request_id)
     except (EngineNotReady, EngineError, FileJobError) as exc:
-        return http_error(503, "SERVICE_UNAVAILABLE", f"the speech engine cannot transcribe now: {exc}", request_id)
+        return deepgram_error(503, "SERVICE_UNAVAILABLE", f"the speech engine cannot transcribe now: {exc}", request_id)
     except ConnectionResetError:
         log.info("%s: the client went away; its file's transcription was abandoned", request.path)
         return web.Response(status=400)  # nobody reads it

@@ -22,8 +22,11 @@ append them), ``itn`` is accepted and ignored (Whisper writes numbers as digits 
 carries ``"spk"`` (the speaker label; FunASR's offline pipeline names it the same way). One connection is one
 utterance: after ``{"is_speaking": false}`` and the final message, open a new connection for the next one. With
 ``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's. A
-connection the server cannot take is refused before the upgrade, as on every other way in: ``503`` with
-``Retry-After`` when it is full (code ``busy``), loading or stopping, ``404`` for an unknown room. A stream that
+connection the server cannot take is refused before the upgrade with ``POST /offer``'s answers
+(``app.ops.admission``): ``503`` ``busy`` (full, at the cap, stopping) or ``loading`` with ``Retry-After``,
+``engine`` (it failed) without, ``404`` ``no_room`` for an unknown room; an engine that will not open the session
+after the upgrade after all gets the final message with the reason and a close with 1013 (try again later), or 1011
+when it failed. A stream that
 sends no audio for ``--stream-idle-s`` or lives past ``--stream-max-s`` gets its last sentence, then a final
 message with the reason as ``error`` and a close with 1008; a file sent in offline mode that stops arriving for 30 s
 is given up the same way. Text it cannot read mid-stream is ignored, as FunASR's server does.
@@ -47,6 +50,7 @@ from engine import (
     SAMPLE_RATE,
     EngineError,
     EngineNotReady,
+    ErrorCode,
     SessionOptions,
     protocol,
 )
@@ -54,10 +58,11 @@ from engine import (
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG, ENGINE, MAIN_APP
 from ..ops import STREAMS
+from ..responses import json_error
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
-from .live_stream import LiveStream, OnlineText, Refused, admit, open_live
+from .live_stream import LiveStream, NoRoom, OnlineText, Refused, admit, open_live
 from .read_ahead import ClientSilent, ReadAhead, client_messages
 
 log = logging.getLogger(__name__)
@@ -195,20 +200,18 @@ async def handle(request: web.Request) -> web.StreamResponse:
     app = request.app.get(MAIN_APP, request.app)
     config = app[CONFIG]
     if not token_matches(presented_token(request), config.auth_token):
-        return web.json_response({"error": {"code": "unauthorized", "message": "this server needs its token"}},
-                                 status=401)
+        return json_error(401, ErrorCode.UNAUTHORIZED, "this server needs its token")
     ws = ClientSocket.response(("binary",), _MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
-        return web.json_response({"error": {"code": "bad_message", "message": "connect with a WebSocket client"}},
-                                 status=400)
+        return json_error(400, ErrorCode.BAD_MESSAGE, "connect with a WebSocket client")
     # Admitted before the upgrade, as every other way in: a full server answers 503 with Retry-After, which the
     # client sees as a failed connection rather than a stream that closes at once.
     try:
         admitted = await admit(app, request.query.get("room"))
+    except NoRoom as exc:
+        return json_error(404, ErrorCode.NO_ROOM, str(exc))
     except Refused as exc:
-        code = "busy" if exc.reason in ("full", "limit") else exc.reason  # (the same codes as POST /offer's)
-        return web.json_response({"error": {"code": code, "message": str(exc), "reason": exc.reason}},
-                                 status=404 if exc.reason == "no_room" else 503, headers=exc.headers)
+        return exc.refusal.response()  # (the same answers as POST /offer's)
     try:
         sock = await ClientSocket.accept(request, ws, config.send_timeout_s)
         fconfig = await _configuration(sock)
@@ -241,8 +244,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 relay.cancel()
                 await asyncio.gather(relay, return_exceptions=True)
             await sock.close(WSCloseCode.GOING_AWAY if live.stopping.is_set() else WSCloseCode.OK)
-    except Refused as exc:
-        await _refuse(sock, str(exc), code=1013)
+    except Refused as exc:  # (the engine would not open the session after the upgrade)
+        await _refuse(sock, str(exc), code=exc.refusal.close_code)
     except Exception:  # logged, and the open sentence finished, by open_live
         await _refuse(sock, "internal server error", code=1011)
     return ws

@@ -1,9 +1,12 @@
 """A live caption stream over a WebSocket (FunASR's, Deepgram's and OpenAI Realtime's protocols), in the pieces
 every such protocol shares, so that each protocol module only translates messages:
 
-- ``admit``: the engine is ready, the ``?room=`` exists, and an admission slot is free (the same admission as WebRTC
-  sessions: the server's capacity, or the operator's cap); raises ``Refused`` with the reason and when to try again,
-  which each protocol answers in its own way, always with ``Retry-After`` where waiting helps.
+- ``admit``: the one admission of every live session (``app.ops.admission``: the server is not stopping, the engine
+  is ready, the server's capacity or the operator's cap has room), then the ``?room=`` exists; raises ``Refused``
+  with the ``Refusal`` (its reason and when to try again), which each protocol answers in its own way, always with
+  ``Retry-After`` where waiting helps, or ``NoRoom``. ``open_live`` raises ``Refused`` too when the engine will not
+  open the session after all (the same refusals); the protocol's socket is open by then, so it closes it with
+  ``Refusal.close_code``.
 - ``LiveStream`` (``open_live``): the engine session of an admitted stream, configured, publishing into its room,
   registered in ``STREAMS`` so that a stopping server asks it to finish (``stopping``); ``messages`` yields the
   session's messages after each has gone to the room; leaving the ``open_live`` block closes everything once.
@@ -28,8 +31,6 @@ from aiohttp import web
 
 from engine import (
     EngineError,
-    EngineNotReady,
-    EngineState,
     Heard,
     IllegalTransition,
     Session,
@@ -41,7 +42,7 @@ from engine import (
 )
 
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, STREAMS, Refusal, Slot
+from ..ops import ADMISSION, STREAMS, Refusal, Slot
 from ..rooms import ROOMS, Room, RoomPublisher
 from .client_socket import ClientSocket
 from .redaction import Redactor
@@ -50,20 +51,18 @@ log = logging.getLogger(__name__)
 
 
 class Refused(Exception):
-    """A stream that cannot start. ``reason``: ``loading`` (the model is not ready), ``full`` (the server holds no more
-    live sessions on time), ``limit`` (every slot of the operator's ``--max-sessions`` is taken), ``shutting_down``,
-    ``no_room`` or ``engine`` (the engine would not open a session). ``retry_after_s``: when to try again (None: not
-    worth it as it is), for ``Retry-After``."""
+    """A stream that may not start: ``refusal`` says why (``RefusalReason``) and when to try again."""
 
-    def __init__(self, reason: str, message: str, retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.retry_after_s = retry_after_s
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
-    @property
-    def headers(self) -> dict[str, str]:
-        """``Retry-After`` where trying again later helps."""
-        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+
+class NoRoom(Exception):
+    """The ``?room=`` names no room."""
+
+    def __init__(self) -> None:
+        super().__init__("there is no such room")
 
 
 @dataclass
@@ -75,17 +74,19 @@ class Admitted:
 
 
 async def admit(app: web.Application, room_id: str | None) -> Admitted:
-    """Check that a stream may start; take its admission slot. Raises ``Refused``."""
-    engine = app[ENGINE]
-    if engine.state is not EngineState.READY:
-        raise Refused("loading", f"the speech model is {engine.state.value}; try again shortly",
-                      LOADING_RETRY_AFTER_S)
-    room = await app[ROOMS].get(room_id) if room_id else None
-    if room_id and room is None:
-        raise Refused("no_room", "there is no such room")
+    """Take the stream's admission slot (``Admission.admit``, before the first await: concurrent connects cannot
+    overshoot), then find its room. Raises ``Refused``, or ``NoRoom`` (the slot given back)."""
     slot = app[ADMISSION].admit()
     if isinstance(slot, Refusal):
-        raise Refused(slot.reason, slot.message, slot.retry_after_s)
+        raise Refused(slot)
+    try:
+        room = await app[ROOMS].get(room_id) if room_id else None
+    except BaseException:
+        slot.release()
+        raise
+    if room_id and room is None:
+        slot.release()
+        raise NoRoom
     return Admitted(slot, room)
 
 
@@ -237,12 +238,12 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
     (``LiveStream.watch_limits``). Leaving the block leaves the room,
     closes the session and frees the slot (whatever happened); leaving it by an error first finishes the session
     and publishes its last sentence (``LiveStream.rescue``): no words are lost to a failing handler. Raises
-    ``Refused("engine", ...)`` when the engine will not open a session."""
+    ``Refused`` when the engine will not open the session after all (``Admission.refusal_for``)."""
     try:
         try:
             session = app[ENGINE].open_session(options)
-        except (EngineNotReady, EngineError) as exc:
-            raise Refused("engine", str(exc)) from None
+        except EngineError as exc:  # (EngineNotReady is one)
+            raise Refused(app[ADMISSION].refusal_for(exc)) from None
         if configure:
             session.configure(options)
         publisher = None

@@ -8,8 +8,10 @@ The protocol (OpenAI's Realtime reference, transcription sessions):
 
 - Connect with ``Authorization: Bearer <key>`` (or the subprotocol ``openai-insecure-api-key.<key>``), checked
   against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``401``, ``404`` no such
-  room, ``429`` every slot of a fixed ``--max-sessions N`` in use, ``503`` full, loading or stopping; with
-  ``Retry-After`` where waiting helps). The server opens with ``session.created``; a beta client
+  room, and admission's refusals, ``app.ops.admission``: ``429`` every slot of a fixed ``--max-sessions N`` in use,
+  ``503`` full, loading, stopping or a failed engine; with ``Retry-After`` where waiting helps, not for a failed
+  engine); an engine that will not open the session after the upgrade after all closes the socket with 1013 (try
+  again later) or 1011 (failed) and the reason. The server opens with ``session.created``; a beta client
   (``OpenAI-Beta: realtime=v1``) gets the beta API's names throughout: ``transcription_session.created`` and
   ``.updated`` (the beta session object), ``conversation.item.created`` for ``conversation.item.added``.
 - Client events: ``session.update`` / ``transcription_session.update`` (``realtime_config``), answered with
@@ -46,18 +48,20 @@ from engine import SessionOptions
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG
+from ..ops import RefusalReason
 from .client_socket import ClientSocket
-from .live_stream import Refused, admit, open_live
+from .live_stream import NoRoom, Refused, admit, open_live
 from .openai_rest import ApiError
 from .realtime_config import RealtimeConfig
 from .realtime_stream import RealtimeStream
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # OpenAI takes up to 15 MiB of audio per append event
-_REFUSALS = {"loading": (503, "server_error", "model_not_ready"), "engine": (503, "server_error", None),
-             "shutting_down": (503, "server_error", "server_shutting_down"),
-             "full": (503, "server_error", "server_at_capacity"),
-             "limit": (429, "rate_limit_error", "rate_limit_exceeded"),
-             "no_room": (404, "invalid_request_error", "room_not_found")}
+# Admission's refusals in the REST API's terms: (status, error type, error code).
+_REFUSALS = {RefusalReason.LOADING: (503, "server_error", "model_not_ready"),
+             RefusalReason.ENGINE_FAILED: (503, "server_error", "engine_failed"),
+             RefusalReason.SHUTTING_DOWN: (503, "server_error", "server_shutting_down"),
+             RefusalReason.FULL: (503, "server_error", "server_at_capacity"),
+             RefusalReason.LIMIT: (429, "rate_limit_error", "rate_limit_exceeded")}
 _SUBPROTOCOL_KEY = "openai-insecure-api-key."
 
 
@@ -86,10 +90,12 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         return ApiError(400, "connect with a WebSocket client").response()
     try:
         admitted = await admit(app, request.query.get("room"))
+    except NoRoom as exc:
+        return ApiError(404, str(exc), code="room_not_found").response()
     except Refused as exc:
-        status, kind, code = _REFUSALS[exc.reason]
+        status, kind, code = _REFUSALS[exc.refusal.reason]
         response = ApiError(status, str(exc), kind=kind, code=code).response()
-        response.headers.update(exc.headers)
+        response.headers.update(exc.refusal.headers)
         return response
     try:
         sock = await ClientSocket.accept(request, ws, app[CONFIG].send_timeout_s)
@@ -102,8 +108,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
                              configure=False, sock=sock) as live:
             await RealtimeStream(sock, live, config, beta=_speaks_beta(request)).run()
-    except Refused as exc:
-        await sock.close(1011, str(exc))
+    except Refused as exc:  # (the engine would not open the session after the upgrade)
+        await sock.close(exc.refusal.close_code, str(exc))
     except Exception:  # logged, and the open sentence finished, by open_live
         await sock.close(1011, "internal server error")
     return ws

@@ -10,9 +10,9 @@ room's audio over WebRTC with one HTTP request, and its viewers, kiosk and trans
 - ``DELETE`` on the resource ends the session: its open sentence is finished and locked, then it closes (``200``).
 - ``OPTIONS`` on either answers CORS preflights and ``Accept-Post: application/sdp``.
 - Errors: ``415`` wrong content type, ``400`` an SDP aiortc cannot use or one without exactly one audio track,
-  ``401`` a missing or wrong token, ``404`` no such room or resource, ``413`` an oversize offer, ``503`` with
-  ``Retry-After`` while the model loads or every session place is taken. Error bodies are this server's JSON
-  errors.
+  ``401`` a missing or wrong token, ``404`` no such room or resource, ``413`` an oversize offer, ``503`` the
+  refusals of ``POST /offer`` (``app.ops.admission``): ``loading`` and ``busy`` with ``Retry-After``, ``engine`` (it
+  failed) without. Error bodies are this server's JSON errors.
 
 The server's answer carries all its candidates (it does not trickle); clients may trickle theirs or put them in
 the offer. A WHIP publisher has no caption channel: its captions go to its room only.
@@ -26,19 +26,18 @@ import re
 from aiohttp import web
 from aiortc.sdp import candidate_from_sdp
 
-from engine import EngineError, EngineNotReady, EngineState
+from engine import EngineError, ErrorCode
 
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, LOADING_RETRY_AFTER_S, METRICS, Refusal
-from ..responses import json_error
+from ..ops import ADMISSION, METRICS, Refusal
+from ..responses import json_error, unreadable_body
 from ..rooms import ROOMS
 from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
 
 log = logging.getLogger(__name__)
 
-_RETRY_AFTER_S = str(LOADING_RETRY_AFTER_S)  # while the model loads, or the engine would not open a session
 _CORS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, If-Match",
@@ -55,10 +54,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/whip/{room}/{session}", end)
 
 
-def _error(status: int, code: str, message: str, **headers: str) -> web.Response:
-    response = json_error(status, code, message)
-    response.headers.update({**_CORS, **headers})
-    return response
+def _error(status: int, code: ErrorCode, message: str, **headers: str) -> web.Response:
+    """This server's JSON error (``json_error``) with the CORS headers every WHIP answer carries."""
+    return json_error(status, code, message, headers={**_CORS, **headers})
 
 
 def _authorized(request: web.Request) -> bool:
@@ -95,18 +93,20 @@ async def publish(request: web.Request) -> web.Response:
     app = request.app
     config, engine = app[CONFIG], app[ENGINE]
     if not _authorized(request):
-        return _error(401, "unauthorized", "publishing needs the server's token (Authorization: Bearer <token>)",
+        return _error(401, ErrorCode.UNAUTHORIZED,
+                      "publishing needs the server's token (Authorization: Bearer <token>)",
                       **{"WWW-Authenticate": "Bearer"})
     if request.content_type != "application/sdp":
-        return _error(415, "bad_message", "send the SDP offer as application/sdp")
+        return _error(415, ErrorCode.BAD_MESSAGE, "send the SDP offer as application/sdp")
     try:
         sdp = await _read_sdp(request)
     except BodyError as exc:
-        return _error(exc.status, "too_large" if exc.status == 413 else "bad_message", f"offer {exc.message}")
-    if engine.state is not EngineState.READY:
-        return _error(503, "loading" if engine.state in (EngineState.NEW, EngineState.LOADING) else "engine",
-                      f"the speech model is {engine.state.value}; try again shortly", **{"Retry-After": _RETRY_AFTER_S})
-    slot = app[ADMISSION].admit()  # before the first await below: concurrent offers cannot overshoot
+        refused = unreadable_body(exc.status, f"offer {exc.message}")
+        refused.headers.update(_CORS)
+        return refused
+    # The engine's state and the capacity, as ``POST /offer`` asks; before the first await below: concurrent offers
+    # cannot overshoot.
+    slot = app[ADMISSION].admit()
     if isinstance(slot, Refusal):
         return slot.response(_CORS)
     try:
@@ -116,18 +116,19 @@ async def publish(request: web.Request) -> web.Response:
         raise
     if room is None:
         slot.release()
-        return _error(404, "no_room", "there is no such room: create it first (the page's Share, or POST /rooms)")
+        return _error(404, ErrorCode.NO_ROOM,
+                      "there is no such room: create it first (the page's Share, or POST /rooms)")
     try:
         peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False,
                            on_shed=app[METRICS].shed, loss=app[METRICS])
-    except (EngineNotReady, EngineError) as exc:
-        return _error(503, "busy", str(exc), **{"Retry-After": _RETRY_AFTER_S})
+    except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
+        return app[ADMISSION].refusal_for(exc).response(_CORS)
     try:
         answer = await peer.accept(sdp, "offer")
     except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
         await peer.close()
         log.info("rejected WHIP offer: %s", exc)
-        return _error(400, "bad_sdp", f"cannot use this offer: {exc}")
+        return _error(400, ErrorCode.BAD_SDP, f"cannot use this offer: {exc}")
     room = await app[ROOMS].get(room.id) or room  # the room may have left memory during the awaits
     peer.join(room)
     headers = {**_CORS, "Location": f"/whip/{room.id}/{peer.id}", "ETag": f'"{peer.id}"'}
@@ -141,10 +142,10 @@ async def publish(request: web.Request) -> web.Response:
 def _resource(request: web.Request) -> PeerSession | web.Response:
     """The WHIP session the URL names, or the error response (401 without the token, 404 if there is none)."""
     if not _authorized(request):
-        return _error(401, "unauthorized", "this session needs the server's token")
+        return _error(401, ErrorCode.UNAUTHORIZED, "this session needs the server's token")
     peer: PeerSession | None = request.app[PEERS].get(request.match_info["session"])
     if peer is None or peer.publisher is None or peer.publisher.room.id != request.match_info["room"]:
-        return _error(404, "no_session", "there is no such WHIP session")
+        return _error(404, ErrorCode.NO_SESSION, "there is no such WHIP session")
     return peer
 
 
@@ -154,18 +155,18 @@ async def trickle(request: web.Request) -> web.Response:
     if isinstance(peer, web.Response):
         return peer
     if request.content_type != _TRICKLE:
-        return _error(415, "bad_message", f"send candidates as {_TRICKLE}", **{"Accept-Patch": _TRICKLE})
+        return _error(415, ErrorCode.BAD_MESSAGE, f"send candidates as {_TRICKLE}", **{"Accept-Patch": _TRICKLE})
     match = request.headers.get("If-Match")
     if match not in (None, "*", f'"{peer.id}"'):
-        return _error(412, "bad_message", "the ETag does not match this session")
+        return _error(412, ErrorCode.BAD_MESSAGE, "the ETag does not match this session")
     try:
         fragment = await _read_sdp(request)
     except BodyError as exc:
-        return _error(exc.status, "bad_message", f"fragment {exc.message}")
+        return _error(exc.status, ErrorCode.BAD_MESSAGE, f"fragment {exc.message}")
     remote = peer.pc.remoteDescription
     ufrag = re.search(r"^a=ice-ufrag:(\S+)", fragment, re.M)
     if ufrag and remote is not None and f"a=ice-ufrag:{ufrag.group(1)}" not in remote.sdp:
-        return _error(422, "bad_message", "ICE restarts are not supported: publish again")
+        return _error(422, ErrorCode.BAD_MESSAGE, "ICE restarts are not supported: publish again")
     mid = None
     for line in fragment.splitlines():
         line = line.strip()
@@ -175,7 +176,7 @@ async def trickle(request: web.Request) -> web.Response:
             try:
                 candidate = candidate_from_sdp(line[2:])
             except (ValueError, IndexError):
-                return _error(400, "bad_message", f"not an ICE candidate: {line[:80]}")
+                return _error(400, ErrorCode.BAD_MESSAGE, f"not an ICE candidate: {line[:80]}")
             if peer.config.ice.loopback_only and not is_loopback(candidate.ip):
                 continue  # a candidate this server must not contact (as for the offer's own candidates)
             candidate.sdpMid = mid

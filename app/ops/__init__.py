@@ -8,13 +8,13 @@ from aiohttp import web
 
 from . import metrics_routes, probes
 from .access_log import install as install_access_log
-from .admission import LOADING_RETRY_AFTER_S, RETRY_AFTER_S, Admission, Refusal, Slot
+from .admission import LOADING_RETRY_AFTER_S, RETRY_AFTER_S, Admission, Refusal, RefusalReason, Slot
 from .keys import ADMISSION, FILE_JOBS, METRICS, STREAMS
 from .metrics import ServerMetrics
 from .streams import LiveStreams
 
 __all__ = ["ADMISSION", "FILE_JOBS", "LOADING_RETRY_AFTER_S", "METRICS", "RETRY_AFTER_S", "STREAMS", "Admission",
-           "LiveStreams", "Refusal", "ServerMetrics", "Slot", "add_routes", "install_access_log"]
+           "LiveStreams", "Refusal", "RefusalReason", "ServerMetrics", "Slot", "add_routes", "install_access_log"]
 
 
 def add_routes(app: web.Application) -> None:

@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 from engine import DECODE_KINDS, CaptionEngine, EngineObserver, EngineState
 
 from ..rooms import RoomRegistry, TranscriptStore
-from .admission import Admission
+from .admission import Admission, RefusalReason
 
 PREFIX = "live_captions"
 
@@ -227,8 +227,9 @@ class _Families:
         "finals_late_seconds", "How late finals run: p90 of the last 30 s of lock lag (close to lock); past the "
         "capacity's bound (1 s by default), with several sessions on a busy recognizer, new live sessions are refused"))
     refused: CounterMetricFamily = field(default_factory=_counter(
-        "sessions_refused", "Live sessions refused with 503/429 and Retry-After, by reason: full (the server's "
-        "capacity), limit (--max-sessions), shutting_down", "reason"))
+        "sessions_refused", "Live sessions refused (503/429), by reason: loading (the model), engine_failed, full "
+        "(the server's capacity), limit (--max-sessions), shutting_down; all but engine_failed with Retry-After",
+        "reason"))
     outputs: GaugeMetricFamily = field(default_factory=_gauge(
         "room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: connected, sending, "
         "retrying, failed, stopped", "kind", "state"))
@@ -282,8 +283,8 @@ class _LiveState(Collector):
             f.store_errors.add_metric([], store.errors)
         admission = self._metrics.admission
         if admission is not None:
-            for reason in ("full", "limit", "shutting_down"):
-                f.refused.add_metric([reason], admission.refused.get(reason, 0))
+            for reason in RefusalReason:
+                f.refused.add_metric([reason.value], admission.refused.get(reason.value, 0))
         return f.all()
 
     def _capacity(self, f: _Families, engine: CaptionEngine) -> None:

@@ -2,21 +2,25 @@
 with their state, remove one.
 
 Who: the room's editor token or the server's token (``Authorization: Bearer``, or ``?token=``), as for correcting
-the room: an output publishes the room's captions elsewhere. A wrong token answers 403 whatever the room.
+the room: an output publishes the room's captions elsewhere. A wrong token answers 403 whatever the room. Where an
+output may connect is the operator's (``destinations``): a URL the outbound policy refuses answers 400
+``bad_message``, naming the class of address it is, never more.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 from aiohttp import web
 
+from engine import ErrorCode
+
 from ..bodies import BodyError, read_json_object
-from ..responses import json_error
+from ..responses import http_error, unreadable_body
 from ..rooms import ROOM_ID_PATTERN, ROOMS, Room, may_edit
+from .destinations import DestinationRefused
 from .keys import OUTPUTS
-from .registry import MAX_OUTPUTS, TooManyOutputs
+from .registry import TooManyOutputs
 from .spec import SpecError, parse
 
 MAX_BODY_BYTES = 4096
@@ -38,17 +42,21 @@ async def add_output(request: web.Request) -> web.Response:
     try:
         body = await read_json_object(request, MAX_BODY_BYTES)
     except BodyError as exc:
-        return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
+        return unreadable_body(exc.status, exc.message)
     try:
         spec = parse(body, created_ms=int(time.time() * 1000))
     except SpecError as exc:
-        raise _error(web.HTTPBadRequest, "bad_message", str(exc)) from None
+        raise http_error(400, ErrorCode.BAD_MESSAGE, str(exc)) from None
     if room.record.ended_ms is not None:
-        raise _error(web.HTTPConflict, "room_ended", "the room has ended: its outputs stopped")
+        raise http_error(409, ErrorCode.ROOM_ENDED, "the room has ended: its outputs stopped")
+    try:
+        await request.app[OUTPUTS].policy.check_destination(spec.url)
+    except DestinationRefused as exc:
+        raise http_error(400, ErrorCode.BAD_MESSAGE, f'"url": {exc}') from None
     try:
         runner = await request.app[OUTPUTS].add(room, spec)
-    except TooManyOutputs:
-        raise _error(web.HTTPConflict, "too_many_outputs", f"a room has at most {MAX_OUTPUTS} outputs") from None
+    except TooManyOutputs as exc:  # the room's limit or the server's: the message says which
+        raise http_error(409, ErrorCode.TOO_MANY_OUTPUTS, str(exc)) from None
     return web.json_response(runner.view(), status=201)
 
 
@@ -65,7 +73,7 @@ async def delete_output(request: web.Request) -> web.Response:
     room = await _editable_room(request, keep=False)
     output_id = request.match_info["output"]
     if not await request.app[OUTPUTS].remove(room.id, output_id):
-        raise _error(web.HTTPNotFound, "no_output", f"room {room.id} has no output {output_id}")
+        raise http_error(404, ErrorCode.NO_OUTPUT, f"room {room.id} has no output {output_id}")
     return web.json_response({"deleted": output_id})
 
 
@@ -74,11 +82,7 @@ async def _editable_room(request: web.Request, keep: bool) -> Room:
     follows it); a look loads nothing."""
     room = await request.app[ROOMS].get(request.match_info["room"], keep=keep)
     if room is None:
-        raise _error(web.HTTPNotFound, "no_room", "there is no such room")
+        raise http_error(404, ErrorCode.NO_ROOM, "there is no such room")
     if not may_edit(request, room):
-        raise _error(web.HTTPForbidden, "unauthorized", "a room's outputs need its editor token")
+        raise http_error(403, ErrorCode.UNAUTHORIZED, "a room's outputs need its editor token")
     return room
-
-
-def _error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:
-    return cls(text=json.dumps({"error": {"code": code, "message": message}}), content_type="application/json")

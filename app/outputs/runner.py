@@ -12,7 +12,8 @@ queue has drained to half it subscribes again and reads what it missed from the 
 as a resuming viewer gets it).
 
 When the room ends (``POST /rooms/{id}/end``) the output sends what the audience still gets (what the delay holds,
-too), then stops.
+too), then stops. Its viewer says so (``Audience.until_end``: the viewer finishes once the room ended and the
+audience has everything), so a quiet output waits on its viewer alone and takes no wake-up until something happens.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from enum import StrEnum
 from typing import Any, Protocol
 
-from ..rooms import Room, RoomRegistry, StoreError, as_corrected
+from ..rooms import Room, RoomRegistry, StoreError, ViewerState, as_corrected
 from .backoff import Backoff
 from .layout import Layout
 from .pending import PendingCaptions, Waiting
@@ -34,7 +35,7 @@ from .target import OutgoingCaption, Target, TargetError
 log = logging.getLogger(__name__)
 
 MAX_WAITING = 512  # captions an output holds unsent before it lets go of the room's stream (as a viewer is cut off)
-POLL_S = 0.5  # how often a quiet output looks whether its room ended
+RESUBSCRIBE_S = 0.5  # a reader cut off from its room's stream (or whose room closed) follows it again after this
 STORE_RETRY_S = 2.0  # a store that cannot be read is asked again after this long
 
 
@@ -180,17 +181,15 @@ class OutputRunner:
             if room is None:
                 raise LookupError("the room does not exist")
             viewer = room.subscribe()
+            room.audience.until_end(viewer)
             try:
                 await self._catch_up(room)
                 while len(self.queue) < MAX_WAITING:
-                    try:
-                        item = await viewer.get(POLL_S)
-                    except TimeoutError:
-                        if room.record.ended_ms is not None and not room.audience.lag().held:
-                            self._input_done = True  # the room ended and its audience has everything
-                            self._wake.set()
-                            return
-                        continue
+                    item = await viewer.get(None)  # an item, the room's end, or a cut-off: nothing to look at meanwhile
+                    if item is None and viewer.state is ViewerState.FINISHED:
+                        self._input_done = True  # the room ended and its audience has everything
+                        self._wake.set()
+                        return
                     if item is None:
                         break  # cut off, or the room closed: subscribe again
                     if item.durable and self.queue.take(item.seq, item.message, room.names):
@@ -203,7 +202,7 @@ class OutputRunner:
                 self._room_for_more.clear()
                 await self._room_for_more.wait()
             else:
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(RESUBSCRIBE_S)  # (once per cut-off, not a poll: a cut-off is rare)
 
     async def _catch_up(self, room: Room) -> None:
         """Take the stored events after what the queue has, as a resuming audience viewer gets them: up to what the
@@ -270,7 +269,8 @@ class OutputRunner:
                 error = exc
             except Exception as exc:  # a target's own bug: shown and retried, never a silent end of the output
                 log.exception("%s: sending failed unexpectedly", self._where)
-                error = TargetError(f"{type(exc).__name__}: {exc}")
+                # its text may quote what the destination sent (failures): the editor sees only its type
+                error = TargetError(f"internal error ({type(exc).__name__})")
             else:
                 self.last_error = None
                 return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.protocol import Caption, ServerMessage
@@ -30,14 +30,17 @@ class Lag:
 
 class Audience:
     """The audience of one room. ``viewers`` is the room's own set (editors among them are skipped);
-    ``on_release`` runs when what is held changed (the room broadcasts its status: the held count changed)."""
+    ``on_release`` runs when what is held changed (the room broadcasts its status: the held count changed);
+    ``ended``: the room has ended already (``end``)."""
 
-    def __init__(self, delay_s: float, last_seq: int, viewers: set[Viewer], on_release: Callable[[], None]) -> None:
+    def __init__(self, delay_s: float, last_seq: int, viewers: set[Viewer], on_release: Callable[[], None],
+                 ended: bool = False) -> None:
         self.delay_s = delay_s
         self._viewers = viewers
         self._on_release = on_release
         self._hold = Holdback(delay_s, released=last_seq) if delay_s > 0 else None
         self._timer: asyncio.TimerHandle | None = None
+        self.ended = ended  # the room ended (``end``)
 
     @property
     def released(self) -> int | None:
@@ -69,16 +72,51 @@ class Audience:
             self._hold.add(event.seq, event.message, event.created_ms / 1000)
         self._release()
 
-    def view(self, snapshot: Snapshot) -> Snapshot:
+    def view(self, snapshot: Snapshot, recent: Sequence[TimedEvent] = (), now_s: float | None = None) -> Snapshot:
         """What of ``snapshot`` (read from the store) the audience may see now: without held sentences, as of the
-        seq just before the first held event."""
-        if self._hold is None or self._hold.first_held_seq() is None:
+        seq just before the first held event.
+
+        ``recent``: the room's stored captions committed in the last ``delay_s``, read *after* the snapshot, when the
+        reader cannot count on what this front end holds: a room read without loading it (never seeded, see
+        ``seed``), or a caption committed but not handed to the audience yet. Then nothing from the first caption
+        committed less than ``delay_s`` before ``now_s`` (default: now) on is shown either: not its sentences, nor
+        any sentence with a higher id (room ids are given out in seq order, so those came with it or after it: a
+        split of a held sentence among them)."""
+        if self._hold is None:
             return snapshot
+        now_s = time.time() if now_s is None else now_s
         held = self._hold.held_sentences()
         first = self._hold.first_held_seq()
-        assert first is not None
-        return Snapshot(min(snapshot.seq, first - 1), [s for s in snapshot.sentences if s.id not in held],
+        seq = snapshot.seq if first is None else min(snapshot.seq, first - 1)
+        bound: int | None = None  # the first sentence id the audience may not see yet
+        for event in recent:
+            message = event.message
+            if isinstance(message, Caption) and message.sentences and event.created_ms / 1000 + self.delay_s > now_s:
+                bound = min(s.id for s in message.sentences)
+                seq = min(seq, event.seq - 1)
+                break
+        if not held and bound is None:
+            return snapshot
+        return Snapshot(seq, [s for s in snapshot.sentences if s.id not in held and (bound is None or s.id < bound)],
                         snapshot.names)
+
+    def end(self) -> None:
+        """The room ended (``POST /rooms/{id}/end``): the viewers that follow it until then (``until_end``) finish
+        once the audience has every event held back for it."""
+        self.ended = True
+        self._finish_if_done()
+
+    def until_end(self, viewer: Viewer) -> None:
+        """``viewer`` (of the audience) follows the room until it ends: it finishes (``Viewer.finish``) once the room
+        ended and the audience has everything; at once if that is so already."""
+        viewer.ends_with_room = True
+        self._finish_if_done()
+
+    def _finish_if_done(self) -> None:
+        if self.ended and (self._hold is None or not self._hold.held):
+            for viewer in list(self._viewers):
+                if viewer.ends_with_room:
+                    viewer.finish()
 
     def replay_until(self) -> int | None:
         """The newest seq a resuming audience viewer may be replayed from the store (None: no limit)."""
@@ -104,6 +142,8 @@ class Audience:
         due = self._hold.due(time.time())
         for seq, message in due:
             self._send(seq, message, True)
+        if due:
+            self._finish_if_done()  # (after what it released: a finished viewer hands that out first)
         if due or changed:
             self._on_release()
         next_s = self._hold.next_due_s()

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import socket
 
 import segno
 from aiohttp import web
 
+from engine import ErrorCode
+
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG
-from ..responses import json_error
+from ..responses import http_error, json_error, unreadable_body
 from .holdback import MAX_DELAY_S
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room
@@ -70,20 +71,22 @@ async def create_room(request: web.Request) -> web.Response:
     "editor_token", "links"}``. Needs the server's auth token when one is configured. ``viewer_token``: private
     rooms only. ``delay_s`` (0-30): the audience's hold-back delay (``app.rooms.holdback``)."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
-        return json_error(401, "unauthorized", "creating a room needs the server's token")
+        return json_error(401, ErrorCode.UNAUTHORIZED, "creating a room needs the server's token")
     try:
         params = await read_json_object(request, MAX_ROOM_BODY_BYTES, empty_ok=True)
     except BodyError as exc:
-        return json_error(exc.status, "too_large" if exc.status == 413 else "bad_message", exc.message)
+        return unreadable_body(exc.status, exc.message)
     title, private, delay_s = params.get("title", ""), params.get("private", False), params.get("delay_s", 0)
     # A wrong type is an error, never a default: "private": "true" must not quietly create an open room.
     if not isinstance(title, str) or not isinstance(private, bool):
-        return json_error(400, "bad_message", '"title" must be a string and "private" true or false')
+        return json_error(400, ErrorCode.BAD_MESSAGE, '"title" must be a string and "private" true or false')
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 <= delay_s <= MAX_DELAY_S:
-        return json_error(400, "bad_message", f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
+        return json_error(400, ErrorCode.BAD_MESSAGE,
+                          f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
     unknown = sorted(set(params) - {"title", "private", "delay_s"})
     if unknown:
-        return json_error(400, "bad_message", f"unknown field {unknown[0]!r}: expected title, private, delay_s")
+        return json_error(400, ErrorCode.BAD_MESSAGE,
+                          f"unknown field {unknown[0]!r}: expected title, private, delay_s")
     new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s))
     room = new.room
     return web.json_response({"room": room.id, "viewer_token": new.viewer_token, "editor_token": new.editor_token,
@@ -95,11 +98,11 @@ async def viewable_room(request: web.Request, keep: bool = False) -> Room:
     the server's auth token may view every room. ``keep``: see ``RoomRegistry.get`` (only subscribers keep)."""
     room = await request.app[ROOMS].get(request.match_info["room"], keep=keep)
     if room is None:
-        raise _http_error(web.HTTPNotFound, "no_room", "there is no such room")
+        raise http_error(404, ErrorCode.NO_ROOM, "there is no such room")
     token = presented_token(request)
     admin = request.app[CONFIG].auth_token
     if not room.may_view(token) and not (admin is not None and token_matches(token, admin)):
-        raise _http_error(web.HTTPForbidden, "unauthorized", "this room needs its viewer token")
+        raise http_error(403, ErrorCode.UNAUTHORIZED, "this room needs its viewer token")
     return room
 
 
@@ -128,8 +131,8 @@ async def room_qr(request: web.Request) -> web.Response:
         presented = presented_token(request)
         token = room.record.viewer_token or (presented if room.may_view(presented) else None)
         if token is None:  # a room made before viewer tokens were kept, asked for with the server's token
-            raise _http_error(web.HTTPConflict, "no_viewer_token",
-                              "this room's viewer token was not kept; ask with the viewer token itself")
+            raise http_error(409, ErrorCode.NO_VIEWER_TOKEN,
+                             "this room's viewer token was not kept; ask with the viewer token itself")
     url = room_links(request, room.id, token)["view"]
     buffer = io.BytesIO()
     # Black on white with a quiet zone, whatever the page's theme: phone cameras read that best.
@@ -154,7 +157,7 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     words = request.query.get("words", "0") in ("1", "true")  # word times in each sentence: opt-in
     editor = request.query.get("editor", "0") in ("1", "true")
     if editor and not may_edit(request, room):
-        raise _http_error(web.HTTPForbidden, "unauthorized", "the editor's stream needs the room's editor token")
+        raise http_error(403, ErrorCode.UNAUTHORIZED, "the editor's stream needs the room's editor token")
     stream = Stream(room, editor, words)
     # Subscribe before reading the store: nothing committed meanwhile can be missed. A viewer that stops reading
     # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
@@ -215,7 +218,3 @@ def _after_seq(request: web.Request) -> int | None:
         value = int(raw) if raw is not None else None
         return value if value is None or value >= 0 else None
     return None
-
-
-def _http_error(cls: type[web.HTTPException], code: str, message: str) -> web.HTTPException:
-    return cls(text=json.dumps({"error": {"code": code, "message": message}}), content_type="application/json")

@@ -1,6 +1,8 @@
 """A room's viewer: one subscriber's bounded queue of the room's messages. A slow viewer's queued partials are
 coalesced (newest wins); a viewer that falls ``VIEWER_QUEUE_MAX`` durable events behind is cut off and resumes from
-the store when it reconnects, so the server never buffers without bound."""
+the store when it reconnects, so the server never buffers without bound. A viewer that follows the room only until
+it ends (``ends_with_room``: a room's output) is told so through its queue too (``finish``), so its reader waits on
+one thing, the queue, and never wakes to look."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ VIEWER_QUEUE_MAX = 512
 
 class ViewerState(StrEnum):
     OPEN = "open"
+    FINISHED = "finished"  # the room ended and its audience got everything: what is queued is the last
     ENDED = "ended"  # server shutting down, or the viewer fell too far behind: the stream closes
 
 
@@ -32,7 +35,8 @@ class Queued:
 
 
 class Viewer:
-    """One subscriber's queue of ``Queued`` messages. ``get`` returns ``None`` once the stream must end.
+    """One subscriber's queue of ``Queued`` messages. ``get`` returns ``None`` once the stream must end: at once when
+    it ended (``ENDED``: what was queued is dropped), after what is queued when it finished (``FINISHED``).
 
     ``on_overflow`` runs once if the viewer falls too far behind. A reader that stopped reading is blocked in a
     socket write, not in ``get``, so ending the queue alone would not free it: the stream's handler sets this to
@@ -42,6 +46,7 @@ class Viewer:
         self.state = ViewerState.OPEN
         self.editor = editor  # gets everything at once (a room's editor), not through the room's delay
         self.on_overflow = on_overflow
+        self.ends_with_room = False  # ``Audience.until_end``: finished once the room ended and the audience has all
         self._items: deque[Queued] = deque()
         self._wake = asyncio.Event()
 
@@ -66,10 +71,18 @@ class Viewer:
         self._items.clear()
         self._wake.set()
 
-    async def get(self, timeout_s: float) -> Queued | None:
-        """The next item; raises ``TimeoutError`` after ``timeout_s`` with nothing to send (time for a heartbeat)."""
+    def finish(self) -> None:
+        """Nothing more is coming (its room ended, and the audience has everything): ``get`` hands out what is
+        queued (and what is still put), then ``None``. Does nothing to a viewer that ended."""
+        if self.state is ViewerState.OPEN:
+            self.state = ViewerState.FINISHED
+            self._wake.set()
+
+    async def get(self, timeout_s: float | None) -> Queued | None:
+        """The next item, or None once the stream must end (see the class). Raises ``TimeoutError`` after
+        ``timeout_s`` with nothing to send (time for a heartbeat); ``None``: it waits as long as it takes."""
         while not self._items:
-            if self.state is ViewerState.ENDED:
+            if self.state is not ViewerState.OPEN:
                 return None
             self._wake.clear()
             await asyncio.wait_for(self._wake.wait(), timeout_s)

@@ -7,13 +7,13 @@ import logging
 
 from aiohttp import web
 
-from engine import EngineError, EngineNotReady, EngineState, ErrorCode
+from engine import EngineError, ErrorCode
 
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS, RETRY_AFTER_S, Refusal
-from ..responses import json_error
+from ..ops import ADMISSION, METRICS, Refusal
+from ..responses import json_error, unreadable_body
 from ..rooms import ROOMS, StoreError
 from . import stun_turn
 from .keys import PEERS
@@ -32,7 +32,7 @@ async def ice(request: web.Request) -> web.Response:
     ``POST /offer`` does: TURN credentials open the relay, so they go only to clients that may publish."""
     config = request.app[CONFIG]
     if not token_matches(presented_token(request), config.auth_token):
-        return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
+        return json_error(401, ErrorCode.UNAUTHORIZED, "captioning a microphone needs the server's token")
     return web.json_response(stun_turn.page_config(config.ice, label=request.query.get("room")),
                              headers={"Cache-Control": "no-store"})
 
@@ -45,25 +45,23 @@ async def offer(request: web.Request) -> web.Response:
     try:
         params = await read_json_object(request, MAX_OFFER_BYTES)
     except BodyError as exc:
-        code = ErrorCode.TOO_LARGE if exc.status == 413 else ErrorCode.BAD_MESSAGE
-        return json_error(exc.status, code, f"offer {exc.message}" if exc.status == 413 else exc.message)
+        return unreadable_body(exc.status, f"offer {exc.message}" if exc.status == 413 else exc.message)
     if not isinstance(params, dict) or not isinstance(params.get("sdp"), str) or params.get("type") != "offer":
         return json_error(400, ErrorCode.BAD_MESSAGE, 'expected {"sdp": "...", "type": "offer"}')
 
     app = request.app
     engine, peers, config = app[ENGINE], app[PEERS], app[CONFIG]
     if not token_matches(presented_token_or_field(request, params), config.auth_token):
-        return json_error(401, "unauthorized", "captioning a microphone needs the server's token")
+        return json_error(401, ErrorCode.UNAUTHORIZED, "captioning a microphone needs the server's token")
     room_id = params.get("room")
     if room_id is not None and not isinstance(room_id, str):
         return json_error(400, ErrorCode.BAD_MESSAGE, '"room" must be a room id string')
-    if engine.state is not EngineState.READY:
-        loading = engine.state in (EngineState.NEW, EngineState.LOADING)
-        status, code = (503, ErrorCode.LOADING) if loading else (503, ErrorCode.ENGINE)
-        return json_error(status, code, f"the speech model is {engine.state.value}; try again shortly")
-    slot = app[ADMISSION].admit()  # taken before the first await: concurrent offers cannot overshoot
+    # The engine's state and the capacity, as on every way in; taken before the first await: concurrent offers
+    # cannot overshoot. A refusal is 503 (loading, busy with Retry-After: the page waits and tries again by itself;
+    # engine: it failed).
+    slot = app[ADMISSION].admit()
     if isinstance(slot, Refusal):
-        return slot.response()  # 503 busy, Retry-After: the page waits and tries again by itself
+        return slot.response()
     try:
         room = await app[ROOMS].get(room_id) if room_id else None
     except BaseException:
@@ -71,20 +69,18 @@ async def offer(request: web.Request) -> web.Response:
         raise
     if room_id and room is None:
         slot.release()
-        return json_error(404, "no_room", "there is no such room")
+        return json_error(404, ErrorCode.NO_ROOM, "there is no such room")
     try:
         # The session owns the slot from here (released on close).
         peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS])
-    except EngineNotReady as exc:
-        return json_error(503, ErrorCode.ENGINE, str(exc))
-    except EngineError as exc:  # (every VAD row taken: the engine's own limit)
-        return Refusal("full", str(exc), RETRY_AFTER_S).response()
+    except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
+        return app[ADMISSION].refusal_for(exc).response()
     try:
         answer = await peer.accept(params["sdp"], "offer")
     except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
         await peer.close()
         log.info("rejected offer: %s", exc)
-        return json_error(400, "bad_sdp", f"cannot use this offer: {exc}")
+        return json_error(400, ErrorCode.BAD_SDP, f"cannot use this offer: {exc}")
     editor_token = None
     try:
         if room is None:
@@ -97,7 +93,7 @@ async def offer(request: web.Request) -> web.Response:
             room = await app[ROOMS].get(room.id) or room
     except StoreError as exc:  # the stored room could not be read again
         await peer.close()
-        return json_error(503, "storage", f"the transcript store fails: {exc}")
+        return json_error(503, ErrorCode.STORAGE, f"the transcript store fails: {exc}")
     peer.join(room)
     body = {"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id}
     if editor_token is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,7 +99,9 @@ def main(wav: str, workdir: str) -> None:
             time.sleep(0.1)
         transcript = call("GET", f"/rooms/{room}/transcript.json")
         server_log = (work / "server.log").read_text()
-        deleted = ended and f'"DELETE /whip/{room}/' in server_log and "ended by its client" in server_log
+        # The access log writes the room as its mark (app.ops.access_log), never its id.
+        deleted = ended and re.search(r'"DELETE /whip/~[0-9a-f]+/', server_log) is not None \
+            and "ended by its client" in server_log
         print(json.dumps({"whip_status": 201 if "Resource URL:" in output else 0, "deleted": deleted,
                           "text": " ".join(s["text"] for s in transcript["sentences"]),
                           "client_output": output[-1500:]}))

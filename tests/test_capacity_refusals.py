@@ -164,16 +164,23 @@ class NoModelHere(FakeTranscriber):
         raise RuntimeError("no model at /models/missing")
 
 
-async def test_a_loading_model_is_the_same_refusal_with_retry_after_on_every_way_in() -> None:
-    loading = CaptionEngine(EngineConfig(speakers=False), transcriber=FakeTranscriber())  # never started
+async def refusals_of(engine: CaptionEngine) -> tuple[dict[str, Answer], str]:
+    """Every way in's answer from a server on ``engine`` (``refusals``), and its ``/metrics`` after them; the
+    engine is closed after."""
     port = free_port()
     try:
-        async with running_server(loading, funasr_port=port) as (url, app), aiohttp.ClientSession() as http:
+        async with running_server(engine, funasr_port=port) as (url, app), aiohttp.ClientSession() as http:
             room = (await app[ROOMS].create()).room
             answers = await refusals(http, url, room.id, port)
             metrics = await (await http.get(f"{url}/metrics")).text()
     finally:
-        await loading.close()
+        await engine.close()
+    return answers, metrics
+
+
+async def test_a_loading_model_is_the_same_refusal_with_retry_after_on_every_way_in() -> None:
+    loading = CaptionEngine(EngineConfig(speakers=False), transcriber=FakeTranscriber())  # never started
+    answers, metrics = await refusals_of(loading)
     assert {n: (a.status, a.retry_after) for n, a in answers.items()} == dict.fromkeys(answers, (503, "10")), answers
     for name in OURS:
         assert answers[name].body["error"] | {"message": ""} == {
@@ -187,14 +194,7 @@ async def test_a_failed_engine_is_the_same_refusal_without_retry_after_on_every_
     failed = CaptionEngine(EngineConfig(speakers=False), transcriber=NoModelHere())
     with pytest.raises(EngineNotReady):
         await failed.start()
-    port = free_port()
-    try:
-        async with running_server(failed, funasr_port=port) as (url, app), aiohttp.ClientSession() as http:
-            room = (await app[ROOMS].create()).room
-            answers = await refusals(http, url, room.id, port)
-            metrics = await (await http.get(f"{url}/metrics")).text()
-    finally:
-        await failed.close()
+    answers, metrics = await refusals_of(failed)
     # Waiting does not bring a failed engine back (the operator, or a restart, must): no Retry-After anywhere.
     assert {n: (a.status, a.retry_after) for n, a in answers.items()} == dict.fromkeys(answers, (503, None)), answers
     for name in OURS:

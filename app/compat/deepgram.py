@@ -52,13 +52,13 @@ from engine import SessionOptions, SpeechStarted, protocol
 
 from ..auth import token_matches
 from ..keys import CONFIG, ENGINE
-from ..ops import RefusalReason
+from ..ops import NoRoom, RefusalReason, Refused, admit_publisher
 from . import deepgram_results as dg
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .container_audio import ContainerFeed, sniff
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .live_audio import MAX_RATE_HZ, MIN_RATE_HZ, PcmFeed, WavHeader
-from .live_stream import LiveStream, NoRoom, Refused, SpeechWatch, admit, open_live
+from .live_stream import LiveStream, SpeechWatch, open_live
 from .read_ahead import ClientSilent, ReadAhead
 from .redaction import Redactor
 
@@ -100,7 +100,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return deepgram_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
     try:
         params = parse_params(request.query, app[CONFIG].language)
-        admitted = await admit(app, request.query.get("room"))
+        admitted = await admit_publisher(app, request.query.get("room"))
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     except NoRoom as exc:

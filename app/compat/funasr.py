@@ -57,12 +57,12 @@ from engine import (
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG, ENGINE, MAIN_APP
-from ..ops import STREAMS
+from ..ops import STREAMS, NoRoom, Refused, admit_publisher
 from ..responses import json_error
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
-from .live_stream import LiveStream, NoRoom, OnlineText, Refused, admit, open_live
+from .live_stream import LiveStream, OnlineText, open_live
 from .read_ahead import ClientSilent, ReadAhead, client_messages
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     # Admitted before the upgrade, as every other way in: a full server answers 503 with Retry-After, which the
     # client sees as a failed connection rather than a stream that closes at once.
     try:
-        admitted = await admit(app, request.query.get("room"))
+        admitted = await admit_publisher(app, request.query.get("room"))
     except NoRoom as exc:
         return json_error(404, ErrorCode.NO_ROOM, str(exc))
     except Refused as exc:

@@ -1,10 +1,11 @@
 """A live caption stream over a WebSocket (FunASR's, Deepgram's and OpenAI Realtime's protocols), in the pieces
 every such protocol shares, so that each protocol module only translates messages:
 
-- ``admit``: the one admission of every live session (``app.ops.admission``: the server is not stopping, the engine
-  is ready, the server's capacity or the operator's cap has room), then the ``?room=`` exists; raises ``Refused``
-  with the ``Refusal`` (its reason and when to try again), which each protocol answers in its own way, always with
-  ``Retry-After`` where waiting helps, or ``NoRoom``. ``open_live`` raises ``Refused`` too when the engine will not
+- admission is ``app.ops.admit_publisher``, the one way in of every live session, ``POST /offer`` and WHIP too (the
+  server is not stopping, the engine is ready, the server's capacity or the operator's cap has room, then the
+  ``?room=`` exists); it raises ``Refused`` with the ``Refusal`` (its reason and when to try again), which each
+  protocol answers in its own way, always with ``Retry-After`` where waiting helps, or ``NoRoom``. ``open_live``
+  raises ``Refused`` too when the engine will not
   open the session after all (the same refusals); the protocol's socket is open by then, so it closes it with
   ``Refusal.close_code``.
 - ``LiveStream`` (``open_live``): the engine session of an admitted stream, configured, publishing into its room,
@@ -42,52 +43,12 @@ from engine import (
 )
 
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, STREAMS, Refusal, Slot
-from ..rooms import ROOMS, Room, RoomPublisher
+from ..ops import ADMISSION, STREAMS, Admitted, Refused
+from ..rooms import ROOMS, RoomPublisher
 from .client_socket import ClientSocket
 from .redaction import Redactor
 
 log = logging.getLogger(__name__)
-
-
-class Refused(Exception):
-    """A stream that may not start: ``refusal`` says why (``RefusalReason``) and when to try again."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
-
-
-class NoRoom(Exception):
-    """The ``?room=`` names no room."""
-
-    def __init__(self) -> None:
-        super().__init__("there is no such room")
-
-
-@dataclass
-class Admitted:
-    """An admitted stream's slot (released when its ``LiveStream`` closes) and room (None: no room)."""
-
-    slot: Slot
-    room: Room | None
-
-
-async def admit(app: web.Application, room_id: str | None) -> Admitted:
-    """Take the stream's admission slot (``Admission.admit``, before the first await: concurrent connects cannot
-    overshoot), then find its room. Raises ``Refused``, or ``NoRoom`` (the slot given back)."""
-    slot = app[ADMISSION].admit()
-    if isinstance(slot, Refusal):
-        raise Refused(slot)
-    try:
-        room = await app[ROOMS].get(room_id) if room_id else None
-    except BaseException:
-        slot.release()
-        raise
-    if room_id and room is None:
-        slot.release()
-        raise NoRoom
-    return Admitted(slot, room)
 
 
 class LiveStream:

@@ -48,9 +48,9 @@ from engine import SessionOptions
 
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG
-from ..ops import RefusalReason
+from ..ops import NoRoom, RefusalReason, Refused, admit_publisher
 from .client_socket import ClientSocket
-from .live_stream import NoRoom, Refused, admit, open_live
+from .live_stream import open_live
 from .openai_rest import ApiError
 from .realtime_config import RealtimeConfig
 from .realtime_stream import RealtimeStream
@@ -89,7 +89,7 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     if not ws.can_prepare(request).ok:
         return ApiError(400, "connect with a WebSocket client").response()
     try:
-        admitted = await admit(app, request.query.get("room"))
+        admitted = await admit_publisher(app, request.query.get("room"))
     except NoRoom as exc:
         return ApiError(404, str(exc), code="room_not_found").response()
     except Refused as exc:

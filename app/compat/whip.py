@@ -31,7 +31,7 @@ from engine import EngineError, ErrorCode
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS, Refusal
+from ..ops import ADMISSION, METRICS, NoRoom, Refused, admit_publisher
 from ..responses import json_error, unreadable_body
 from ..rooms import ROOMS
 from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
@@ -104,20 +104,15 @@ async def publish(request: web.Request) -> web.Response:
         refused = unreadable_body(exc.status, f"offer {exc.message}")
         refused.headers.update(_CORS)
         return refused
-    # The engine's state and the capacity, as ``POST /offer`` asks; before the first await below: concurrent offers
-    # cannot overshoot.
-    slot = app[ADMISSION].admit()
-    if isinstance(slot, Refusal):
-        return slot.response(_CORS)
-    try:
-        room = await app[ROOMS].get(request.match_info["room"])
-    except BaseException:
-        slot.release()
-        raise
-    if room is None:
-        slot.release()
+    try:  # the engine's state, the capacity and the room, as on every way in
+        admitted = await admit_publisher(app, request.match_info["room"])
+    except Refused as exc:
+        return exc.refusal.response(_CORS)
+    except NoRoom:
         return _error(404, ErrorCode.NO_ROOM,
                       "there is no such room: create it first (the page's Share, or POST /rooms)")
+    slot, room = admitted.slot, admitted.room
+    assert room is not None  # (it named one)
     try:
         peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False,
                            on_shed=app[METRICS].shed, loss=app[METRICS])

@@ -11,10 +11,12 @@ from .access_log import install as install_access_log
 from .admission import LOADING_RETRY_AFTER_S, RETRY_AFTER_S, Admission, Refusal, RefusalReason, Slot
 from .keys import ADMISSION, FILE_JOBS, METRICS, STREAMS
 from .metrics import ServerMetrics
+from .publishers import Admitted, NoRoom, Refused, admit_publisher
 from .streams import LiveStreams
 
 __all__ = ["ADMISSION", "FILE_JOBS", "LOADING_RETRY_AFTER_S", "METRICS", "RETRY_AFTER_S", "STREAMS", "Admission",
-           "LiveStreams", "Refusal", "RefusalReason", "ServerMetrics", "Slot", "add_routes", "install_access_log"]
+           "Admitted", "LiveStreams", "NoRoom", "Refusal", "RefusalReason", "Refused", "ServerMetrics", "Slot",
+           "add_routes", "admit_publisher", "install_access_log"]
 
 
 def add_routes(app: web.Application) -> None:

@@ -12,7 +12,7 @@ from engine import EngineError, ErrorCode
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
-from ..ops import ADMISSION, METRICS, Refusal
+from ..ops import ADMISSION, METRICS, NoRoom, Refused, admit_publisher
 from ..responses import json_error, unreadable_body
 from ..rooms import ROOMS, StoreError
 from . import stun_turn
@@ -56,20 +56,15 @@ async def offer(request: web.Request) -> web.Response:
     room_id = params.get("room")
     if room_id is not None and not isinstance(room_id, str):
         return json_error(400, ErrorCode.BAD_MESSAGE, '"room" must be a room id string')
-    # The engine's state and the capacity, as on every way in; taken before the first await: concurrent offers
-    # cannot overshoot. A refusal is 503 (loading, busy with Retry-After: the page waits and tries again by itself;
-    # engine: it failed).
-    slot = app[ADMISSION].admit()
-    if isinstance(slot, Refusal):
-        return slot.response()
+    # The engine's state, the capacity and the room, as on every way in. A refusal is 503 (loading, busy with
+    # Retry-After: the page waits and tries again by itself; engine: it failed).
     try:
-        room = await app[ROOMS].get(room_id) if room_id else None
-    except BaseException:
-        slot.release()
-        raise
-    if room_id and room is None:
-        slot.release()
+        admitted = await admit_publisher(app, room_id)
+    except Refused as exc:
+        return exc.refusal.response()
+    except NoRoom:
         return json_error(404, ErrorCode.NO_ROOM, "there is no such room")
+    slot, room = admitted.slot, admitted.room
     try:
         # The session owns the slot from here (released on close).
         peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS])

@@ -38,4 +38,5 @@ _tests_and_benches_read = (
     used.last_comparisons, used.num_speakers,  # engine/speakers/tracker.py: checked by the speaker tests
     used.captions,  # engine/stream/runner.py: a run's captions, read by benches and tests
     used.finals_inflight, used.background_inflight,  # engine/stream/scheduler.py: checked by the scheduling tests
+    used.pids,  # engine/translate/apertium.py: the pipelines a test kills underneath
 )

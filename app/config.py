@@ -327,6 +327,15 @@ class ServerConfig:
              "(loopback, private, link-local, ...; docs/operations.md#outputs-outbound-policy): CIDRs "
              "(192.168.1.0/24), addresses (127.0.0.1, [::1]) or host names (obs.lan), each optionally with :port "
              "(obs.lan:4455); one value may list several, comma-separated")
+    apertium: bool = setting(True, help="no Apertium: rooms cannot have languages unless --translate-url "
+                                        "serves them (Apertium, from Debian, is the offline default)")
+    translate_url: str | None = setting(
+        None, metavar="URL", default_text="none",
+        help="an OpenAI-compatible chat-completions endpoint (e.g. `vllm serve` of an instruction-tuned model) that "
+             "translates room languages, asked before Apertium (docs/protocol.md#rooms-in-other-languages)")
+    translate_model: str = setting("", help="the model name --translate-url serves")
+    translate_api_key: str | None = setting(None, env=("LIVE_CAPTIONS_TRANSLATE_API_KEY",), default_text="none",
+                                            help="bearer token for --translate-url")
     # Not flags: set in code.
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence

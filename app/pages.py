@@ -1,8 +1,10 @@
 """The pages: the microphone page (``/``), and the pages that show a room: the phone viewer (``/view``), the
 embeddable widget (``/embed``, and ``/embed.js``, the host page's one-line loader), the meeting-room kiosk
-(``/kiosk``) and the room's editor (``/rooms/{id}/edit?token=<editor token>``). Each page's script reads its options
-from its URL and talks to the JSON, WebRTC and event-stream endpoints; the pages themselves carry no state (the
-editor page is the same for every room and anyone may load it: the token in its address is what the API checks)."""
+(``/kiosk``), the page from which a person at a meeting joins the room with a name and their own microphone
+(``/join``, what the kiosk's QR code opens) and the room's editor (``/rooms/{id}/edit?token=<editor token>``). Each
+page's script reads its options from its URL and talks to the JSON, WebRTC and event-stream endpoints; the pages
+themselves carry no state (the editor page is the same for every room and anyone may load it: the token in its
+address is what the API checks)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/", index)
     app.router.add_get("/view", page("view.html"))
     app.router.add_get("/kiosk", page("kiosk.html"))
+    app.router.add_get("/join", page("join.html"))
     app.router.add_get("/embed", page("embed.html"))
     app.router.add_get("/embed.js", embed_loader)
     app.router.add_get("/rooms/{room:" + ROOM_ID_PATTERN + "}/edit", page("edit.html"))

@@ -19,7 +19,17 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from engine import ENDPOINT_PRESETS, CaptionEngine, EngineConfig, ErrorCode, TranscriberConfig
+from engine import (
+    ENDPOINT_PRESETS,
+    ApertiumTranslator,
+    CaptionEngine,
+    ChatTranslator,
+    EngineConfig,
+    ErrorCode,
+    TranscriberConfig,
+    TranslationService,
+    Translator,
+)
 
 from . import compat, ops, outputs, pages, resources, webrtc
 from .config import EXIT_ENGINE_FAILED, ServerConfig
@@ -33,10 +43,11 @@ from .ops import (
     Admission,
     LiveStreams,
     ServerMetrics,
+    silent_microphones,
 )
 from .outputs import OUTPUTS, DestinationPolicy, Layout, OutputRegistry
 from .responses import json_error
-from .rooms import MEMORY, ROOMS, STORE, RoomRegistry, StoreError, open_store
+from .rooms import MEMORY, ROOMS, SOURCE_LANGUAGE, STORE, RoomRegistry, StoreError, Translates, open_store
 from .rooms import add_routes as add_room_routes
 from .transcripts import add_routes as add_transcript_routes
 from .transcripts import break_lines, speaker_name
@@ -61,18 +72,42 @@ def engine_config(config: ServerConfig) -> EngineConfig:
     )
 
 
-def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web.Application:
+async def translation_service(config: ServerConfig) -> TranslationService | None:
+    """The translation engines ``config`` asks for that are installed (a chat endpoint first, then Apertium),
+    started; None when there are none."""
+    engines: list[Translator] = []
+    if config.translate_url:
+        engines.append(ChatTranslator(config.translate_url, config.translate_model, config.translate_api_key))
+    if config.apertium:
+        apertium = ApertiumTranslator()
+        if apertium.available:
+            engines.append(apertium)
+        else:
+            log.warning("Apertium is not installed (scripts/setup.sh installs it): rooms cannot have its languages")
+    if not engines:
+        return None
+    service = TranslationService(engines)
+    service.start()  # each language's engine starts when a room first has it (``RoomRegistry``), not here
+    log.info("translation: %s into %s", ", ".join(service.names()),
+             ", ".join(sorted(service.targets(SOURCE_LANGUAGE))))
+    return service
+
+
+def create_app(config: ServerConfig, engine: CaptionEngine | None = None,
+               translation: Translates | None = None) -> web.Application:
     """The server. With ``engine`` given (already started, e.g. shared by tests) the app uses it and leaves its
     lifecycle to the caller; otherwise the app creates one and starts it in the background on startup (the page
-    shows "loading model" until ``/ready`` says so) and closes it on cleanup."""
+    shows "loading model" until ``/ready`` says so) and closes it on cleanup. ``translation``: the translation
+    engines to use (a fake in tests; the caller's to close), else those ``config`` names (``translation_service``)."""
     app = web.Application(client_max_size=webrtc.MAX_OFFER_BYTES, middlewares=[store_errors])
     app[CONFIG] = config
     app[PEERS] = {}
     app[STREAMS] = LiveStreams()
     app[DRAIN] = DrainReport()
     # ``auto``: the engine's capacity estimate (the engine exists once the app starts; offers come after that).
+    # A meeting's silent microphones are connected, not talking: the capacity counts voices.
     app[ADMISSION] = Admission(config.max_sessions, capacity=lambda: app[ENGINE].capacity_estimate(),
-                               engine=lambda: app[ENGINE])
+                               engine=lambda: app[ENGINE], silent=lambda: silent_microphones(app))
     app[FILE_JOBS] = Admission(config.max_file_jobs, what="file transcriptions")
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[METRICS].admission = app[ADMISSION]
@@ -92,7 +127,9 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
     async def transcripts(app: web.Application) -> AsyncIterator[None]:
         # Opened before the engine and closed after every session: no locked sentence finds the store closed.
         app[STORE] = await open_store(config.db_path or MEMORY)
-        app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s)
+        own_translation = translation is None
+        service = translation if translation is not None else await translation_service(config)
+        app[ROOMS] = RoomRegistry(app[STORE], idle_s=config.room_idle_s, translator=service)
         app[ROOMS].start()
         # Outputs write captions as the room's files do (app.transcripts' line breaking and speaker names).
         layout = Layout(break_lines=break_lines, speaker_name=speaker_name)
@@ -104,6 +141,8 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None) -> web
         yield
         await app[OUTPUTS].close()  # stopped at shutdown already (stop_outputs); here if startup failed after
         app[ROOMS].close()
+        if own_translation and isinstance(service, TranslationService):
+            await service.close()
         await app[STORE].close()
 
     async def finish_sessions(app: web.Application) -> None:

@@ -200,7 +200,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("app.webrtc.peer").setLevel(logging.INFO)  # connect/close per session, for the record
-    for name in ("engine.stream.engine", "engine.asr.vllm_backend", "app.ops.admission"):
+    for name in ("engine.stream.engine", "engine.asr.vllm_backend", "engine.asr.align_service", "app.ops.admission"):
         logging.getLogger(name).setLevel(logging.INFO)  # capacity, warm-up timing, threads, refusals
     asyncio.run(serve(args))
     return 0

@@ -10,21 +10,35 @@ real time, without re-encoding. Each mode (``bench/lib/modes.py``) runs on a ser
 (``bench.serve --mode``), one after the other on the same model (default: the embedded whisper-base, as the server
 ships): the shipped decode policy ("engine", per-request encoder windows), the same policy with Whisper's stock 30 s
 window for every request ("engine-stock") and the serialized baseline ("baseline", 30 s window). Each sweeps N up
-and stops once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row).
+and stops once it has lost real time beyond doubt (display lag p95 over ``--give-up-lag-s`` twice in a row); with
+``--until-late`` already at the first step that is not on time, and with ``--budget-s`` before a step that would end
+past that many seconds of the mode's sweep (``should_stop``; the JSON's ``stops`` says why each mode stopped).
 
 N sessions are *offered* at once: the server admits as many as it holds on time (``--max-sessions auto``, its
 capacity estimate, read from ``/ready`` before each step: ``capacity``) and refuses the rest with ``503`` busy and
 ``Retry-After`` (``refused``); every figure is that of the sessions it admitted. ``engine-unbounded`` is the server
 as it was before it knew its capacity (every session admitted, partials paced by their own decode time alone, a CPU
 recognizer on every core however many speak), for the comparison. ``--clips hard`` sends long read sentences and
-noisy, reverberant, far-field and telephone speech instead of short read ones.
+noisy, reverberant, far-field and telephone speech instead of short read ones; ``--clips users`` a speaker's mix
+(of every three sentences two short read ones and one hard one, pauses of 1.2-2.5 s), best sent as browsers do
+unasked, in 20 ms packets (``--packet-ms 20``).
+
+``--cold``: no warm-up session, so the first step of each mode meets a fresh server as users do; the first sentence
+of each session it admitted is reported apart (``cold lock``: its lock latency, ``cold 1st right``: its first correct
+word; the JSON's ``cold_lock_s_max``, ``cold_first_correct_s_max``, ``cold_first_partial_s_max`` and, over more
+than one, their ``_p50``), and that step's other figures (first partial, first correct word, lock, label and the
+held and on-time verdicts) are over its other sentences. Without it an unmeasured warm-up session runs first
+(``--no-warmup`` skips it) and the cold columns are empty. ``--as-users`` is ``--clips users --packet-ms 20
+--cold``: the streams as users send them, on a server as they meet it, the set the headline figures come from.
 
 A mode *holds* N sessions in real time when: display lag p95 <= ``--lag-limit-s`` (1 s), lock latency p95 <=
 endpoint silence + ``--lock-limit-s`` (0.4 s), no sentence lost and no audio skipped. It is *on time* when every
 admitted session's first words p95 <= ``--first-bound-s`` (2 s) and lock p95 <= ``--lock-bound-s`` (2 s after the end
-of speech, the endpoint's silence included) and no sentence was lost. Metrics: see
-``bench/lib/metrics.py``; CPU per live session is the server tree's CPU over the window in which all N clients were
-streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
+of speech, the endpoint's silence included) and no sentence was lost. Metrics: see ``bench/lib/metrics.py``; ``1st
+partial``: seconds from a sentence's onset leaving the client to the first new text shown for it, right or wrong;
+``1st right``: to the first word of its reference shown (``no_correct`` in the JSON counts sentences that showed
+none before they locked); CPU per live session is the server tree's CPU over the window in which all N clients
+were streaming, divided by N, in % of one core. ``stable p50``: seconds from a settled word's audio (its end, as the
 engine estimated it) leaving the client to the word arriving as stable on that client's data channel. ``label
 p95``: seconds from a sentence's end of speech leaving the client to its speaker label being final while live (its
 lock, or the ``speakers`` correction after it, whichever came last); ``relabelled``: locked sentences whose label
@@ -77,7 +91,9 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
     lock_over95 = pct(m.lock_over_silence_s, 95)
     row = {
         "mode": mode, "sessions": n, "ref_sentences": m.sentences, "lost": m.lost, "no_partial": m.no_partial,
+        "no_correct": m.no_correct,
         "first_partial_s_p50": pct(m.first_partial_s, 50), "first_partial_s_p95": pct(m.first_partial_s, 95),
+        "first_correct_s_p50": pct(m.first_correct_s, 50), "first_correct_s_p95": pct(m.first_correct_s, 95),
         "lock_s_p50": pct(m.lock_s, 50), "lock_s_p95": pct(m.lock_s, 95),
         "lock_over_silence_s_p95": lock_over95,
         "lag_s_p50": pct(m.lag_s, 50), "lag_s_p95": lag95, "lag_s_max": max(m.lag_s, default=float("nan")),
@@ -91,7 +107,13 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
         "rss_gb": rss / 1e9,
         "queue_p50": pct([float(d) for d in depth], 50), "queue_max": max(depth, default=0),
         "overloaded_msgs": m.overloaded, "failures": m.failures[:5],
+        # A fresh server's first sentences (--cold), apart from the figures above: NaN where none were measured.
+        "cold_sentences": m.cold,
     }
+    for key, values in (("cold_lock_s", m.cold_lock_s), ("cold_first_correct_s", m.cold_first_correct_s),
+                        ("cold_first_partial_s", m.cold_first_partial_s)):
+        row[f"{key}_max"] = max(values, default=float("nan"))
+        row[f"{key}_p50"] = pct(values, 50) if len(values) > 1 else float("nan")
     reasons = []
     if not lag95 <= args.lag_limit_s:
         reasons.append(f"lag p95 {lag95:.2f} s > {args.lag_limit_s} s")
@@ -119,9 +141,10 @@ async def ready_capacity(http: aiohttp.ClientSession, base_url: str) -> dict[str
 
 
 async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mode: str, n: int,
-                   args: argparse.Namespace, remote: ServerProcess | None = None) -> dict[str, Any]:
+                   args: argparse.Namespace, remote: ServerProcess | None = None, cold: bool = False) -> dict[str, Any]:
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
-    session publishes into a room of its own and a viewer follows that room on ``remote``."""
+    session publishes into a room of its own and a viewer follows that room on ``remote``. ``cold``: the server is
+    fresh, so each session's first sentence is measured apart (``row_for``'s ``cold_*``)."""
     clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec, args.clips) for i in range(n)]
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
@@ -148,11 +171,12 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     endpoint = ENDPOINT_PRESETS[args.preset]
     # The sessions the server refused as full streamed nothing: the metrics are those of the ones it took.
     admitted = [(cl, clip) for cl, clip in zip(run.clients, clips, strict=True) if cl.refused is None]
-    metrics = merge([session_metrics(cl, clip, endpoint) for cl, clip in admitted])
+    metrics = merge([session_metrics(cl, clip, endpoint, cold=1 if cold else 0) for cl, clip in admitted])
     window = max(0.0, run.first_done_s - run.all_live_s)
     row = row_for(mode, len(admitted), metrics, trace.cpu_between(run.all_live_s, run.first_done_s), window,
                   trace.peak_rss(run.t0, run.t1), stats["depth"], args)
     row["offered"], row["refused"] = n, n - len(admitted)
+    row["cold_start"] = cold
     row["capacity"] = capacity.get("sessions")
     row["capacity_source"] = capacity.get("source")
     row["capacity_after"] = (await ready_capacity(http, server.base_url)).get("sessions")
@@ -216,8 +240,10 @@ def dump_step(path: Path, clients: list[Any], clips: list[Any]) -> None:
 COLUMNS = [("mode", "mode", "{}"), ("offered", "offered", "{:d}"), ("capacity", "capacity", "{}"),
            ("sessions", "admitted", "{:d}"), ("refused", "refused", "{:d}"), ("ref_sentences", "sent", "{:d}"),
            ("lost", "lost", "{:d}"), ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
-           ("first_partial_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
+           ("first_partial_s_p95", "p95", "{:.2f}"), ("first_correct_s_p50", "1st right p50", "{:.2f}"),
+           ("first_correct_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
            ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
+           ("cold_lock_s_max", "cold lock", "{:.2f}"), ("cold_first_correct_s_max", "cold 1st right", "{:.2f}"),
            ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
            ("churn", "churn", "{:.1%}"), ("flicker", "flicker", "{:.1%}"), ("stable_withdrawn", "withdrawn", "{:d}"),
            ("label_s_p95", "label p95", "{:.2f}"), ("relabelled", "relabelled", "{:d}"),
@@ -255,6 +281,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         e = ones["engine"]
         out["one_session"] = {"first_partial_s_p50": e["first_partial_s_p50"],
                               "first_partial_s_p95": e["first_partial_s_p95"],
+                              "first_correct_s_p50": e["first_correct_s_p50"],
+                              "first_correct_s_p95": e["first_correct_s_p95"],
                               "lock_over_silence_s_p95": e["lock_over_silence_s_p95"]}
     return out
 
@@ -275,32 +303,61 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
             yield remote
 
 
+def should_stop(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed_s: float) -> str | None:
+    """Why a mode's sweep should start no further step, or None to go on.
+
+    ``rows``: the mode's steps so far, in the order run (``run_step``'s rows: ``lag_s_p95``, ``on_time``, ``offered``,
+    ``wall_s``). ``elapsed_s``: wall seconds since the mode's sweep began, its server's start included. The reasons,
+    in this order: display lag p95 over ``--give-up-lag-s`` in each of the last two steps (always on); with
+    ``--until-late``, the last step not on time; with ``--budget-s``, the next step would end past the budget,
+    judged to take as long as the last one did (its clients' ``wall_s`` plus the ``--settle-s`` before it; with no
+    step yet, only a budget already spent on the server's start stops it). A step is never cut short: the budget
+    decides only whether the next one starts.
+    """
+    if len(rows) >= 2 and all(not r["lag_s_p95"] <= args.give_up_lag_s for r in rows[-2:]):
+        return f"lag p95 over {args.give_up_lag_s:g} s two steps in a row"
+    if args.until_late and rows and not rows[-1]["on_time"]:
+        return f"not on time at {rows[-1]['offered']} sessions offered (--until-late)"
+    if args.budget_s is not None:
+        next_s = float(rows[-1]["wall_s"]) + args.settle_s if rows else 0.0
+        if elapsed_s + next_s > args.budget_s:
+            return (f"budget: {elapsed_s:.0f} s of --budget-s {args.budget_s:g} used, "
+                    f"the next step would take about {next_s:.0f} s")
+    return None
+
+
 async def sweep(mode: str, server_args: list[str], args: argparse.Namespace,
-                remote: ServerProcess | None) -> list[dict[str, Any]]:
-    """``mode``'s rows: a bench server started in it, N swept up until it loses real time beyond doubt."""
+                remote: ServerProcess | None) -> tuple[list[dict[str, Any]], str | None]:
+    """``mode``'s rows: a bench server started in it, N swept up until ``should_stop`` says why not further (the
+    reason, returned beside the rows; None when the whole ``--sessions`` ladder ran)."""
     rows: list[dict[str, Any]] = []
+    reason: str | None = None
+    t0 = time.monotonic()  # the budget counts the server's start: on a GPU it is a good part of a short sweep
     async with bench_server(server_args, CACHE_DIR / f"sessions-server-{mode}.log") as server:
         print(f"server ready: {server.info}", file=sys.stderr)
         trace = CpuTrace(server.ps)
         sampler = asyncio.create_task(trace.run())
         try:
             async with aiohttp.ClientSession() as http:
-                if args.warmup:
+                if args.warmup and not args.cold:
                     # vLLM's first decodes after start are several times slower: keep them out of the table.
                     print("warm-up session (not measured) ...", file=sys.stderr)
                     warm_up = session_clip(0, 10.0, args.pause_s, args.packet_ms, args.fec)
                     await run_clients(server.base_url, [warm_up.ogg])
                 for n in args.sessions:
+                    reason = should_stop(rows, args, time.monotonic() - t0)
+                    if reason:
+                        print(f"{mode}: stopped sweeping before {n} sessions: {reason}", file=sys.stderr)
+                        break
                     await asyncio.sleep(args.settle_s)  # the engine core busy-waits ~1 s after activity
-                    row = await run_step(server, http, trace, mode, n, args, remote)
+                    # With --cold, the first step is the one that meets the fresh server: it reports that apart.
+                    row = await run_step(server, http, trace, mode, n, args, remote, cold=args.cold and not rows)
                     row["model"] = server.info.get("model")
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
-                    if len(rows) >= 2 and all(not r["lag_s_p95"] <= args.give_up_lag_s for r in rows[-2:]):
-                        break  # two steps in a row far past real time
         finally:
             sampler.cancel()
-    return rows
+    return rows, reason
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -315,14 +372,17 @@ async def main(args: argparse.Namespace) -> int:
     if args.no_speakers:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
+    stops: dict[str, str | None] = {}
     t_start = time.monotonic()
     model = None
     async with contextlib.AsyncExitStack() as stack:
         remote = await stack.enter_async_context(other_front_end(server_args)) if args.remote_viewer else None
         for mode in args.modes:
-            rows += await sweep(mode, [*server_args, "--mode", mode], args, remote)
+            mode_rows, stops[mode] = await sweep(mode, [*server_args, "--mode", mode], args, remote)
+            rows += mode_rows
             model = model or (rows[-1].get("model") if rows else None)
-    print(f"\nmodel {model}, preset {args.preset}, {args.seconds:g} s per session, "
+    print(f"\nmodel {model}, preset {args.preset}, {args.clips} clips in {args.packet_ms} ms packets, "
+          f"{args.seconds:g} s per session{', cold start' if args.cold else ''}, "
           f"{time.monotonic() - t_start:.0f} s in all\n")
     print_table(rows)
     s = summary(rows)
@@ -333,13 +393,16 @@ async def main(args: argparse.Namespace) -> int:
     for r in rows:
         if not r["held"]:
             print(f"  {r['mode']} N={r['sessions']}: {r['why_not']}")
+    for mode, reason in stops.items():
+        if reason:
+            print(f"stopped sweeping {mode}: {reason}")
     if args.json:
         report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": model,
                   "preset": args.preset, "seconds": args.seconds, "speakers": not args.no_speakers,
                   "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
                               "load_avg": psutil.getloadavg()},
                   "limits": {"lag_s": args.lag_limit_s, "lock_over_silence_s": args.lock_limit_s},
-                  "summary": s, "rows": rows, "args": vars(args)}
+                  "summary": s, "stops": stops, "rows": rows, "args": vars(args)}
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2, default=str), "utf-8")
     return 0
 
@@ -358,9 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--clips", choices=CLIP_SETS, default="read",
                    help="what each session says: read, short read sentences (median 5 s); hard, long read sentences "
-                        "(10-16 s) and noisy, reverberant, far-field and telephone speech")
+                        "(10-16 s) and noisy, reverberant, far-field and telephone speech; users, a speaker's mix "
+                        "(two read sentences, then a hard one, pauses of 1.2-2.5 s), best measured with "
+                        "--packet-ms 20, as users' browsers send")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
-    p.add_argument("--pause-s", type=float, default=2.5, help="pause between sentences")
+    p.add_argument("--pause-s", type=float, default=2.5,
+                   help="pause between sentences (not for --clips users: theirs are drawn from 1.2-2.5 s)")
     p.add_argument("--packet-ms", type=int, choices=(20, 60), default=60,
                    help="audio per Opus packet the clients send: 60 as browsers do when the answer asks for it (the "
                         "server's default a=ptime), 20 as they do unasked")
@@ -374,10 +440,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'on time': locks p95 at most this after the end of speech (every admitted session)")
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
-    p.add_argument("--give-up-lag-s", type=float, default=3.0, help="stop sweeping a mode past this lag p95")
+    p.add_argument("--give-up-lag-s", type=float, default=3.0,
+                   help="stop sweeping a mode once two steps in a row are past this lag p95")
+    p.add_argument("--until-late", action="store_true",
+                   help="stop sweeping a mode at its first step that is not on time (see --first-bound-s)")
+    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
+                   help="start no step that would end past this many seconds of a mode's sweep (its server's start "
+                        "included), judged by the last step's duration; a step is never cut short (default: none)")
     p.add_argument("--stop-timeout-s", type=float, default=120.0)
     p.add_argument("--settle-s", type=float, default=3.0)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured first session")
+    p.add_argument("--cold", action="store_true",
+                   help="no warm-up session: the first step meets a fresh server, the first sentence of each of its "
+                        "sessions is reported apart (cold lock, cold 1st right) and its other figures are the rest's")
+    p.add_argument("--as-users", action="store_true",
+                   help="--clips users --packet-ms 20 --cold (overriding them): streams as users send them to a "
+                        "server as they meet it, the stream set the headline figures come from")
     p.add_argument("--remote-viewer", action="store_true",
                    help="each session publishes into a room, followed by a viewer on a second front end that shares "
                         "the store (a PostgreSQL server started for the run): reports how soon settled words reach it")
@@ -386,5 +464,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``build_parser``), with ``--as-users`` spelled out into the flags it stands for."""
+    args = build_parser().parse_args(argv)
+    if args.as_users:
+        args.clips, args.packet_ms, args.cold = "users", 20, True
+    return args
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(build_parser().parse_args())))
+    sys.exit(asyncio.run(main(parse_args())))

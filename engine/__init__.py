@@ -30,9 +30,19 @@ from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
 from engine.settings import Declared, borrow, declared, member_of, nested, setting, values_of
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES
 from engine.stream.capacity import CapacityEstimate
+from engine.stream.crosstalk import CrossTalk, CrossTalkConfig, Microphone
 from engine.stream.engine import CaptionEngine, EngineState
 from engine.stream.session import Session, SessionState
 from engine.stream.speech import Heard, SpeechEvent, SpeechStarted, SpeechStopped
+from engine.translate import (
+    ApertiumTranslator,
+    ChatTranslator,
+    TranslationError,
+    TranslationRequest,
+    TranslationService,
+    Translator,
+    normalise_language,
+)
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -45,9 +55,13 @@ __all__ = [
     "SAMPLE_RATE",
     "SPEAKER_MODEL_NAMES",
     "WINDOW_MODES",
+    "ApertiumTranslator",
     "BadAudio",
     "CapacityEstimate",
     "CaptionEngine",
+    "ChatTranslator",
+    "CrossTalk",
+    "CrossTalkConfig",
     "Declared",
     "Device",
     "EndpointPreset",
@@ -59,6 +73,7 @@ __all__ = [
     "ErrorCode",
     "Heard",
     "IllegalTransition",
+    "Microphone",
     "ModelError",
     "Session",
     "SessionLog",
@@ -68,12 +83,17 @@ __all__ = [
     "SpeechStarted",
     "SpeechStopped",
     "TranscriberConfig",
+    "TranslationError",
+    "TranslationRequest",
+    "TranslationService",
+    "Translator",
     "WindowMode",
     "borrow",
     "declared",
     "member_of",
     "nested",
     "normalise_asr_url",
+    "normalise_language",
     "protocol",
     "setting",
     "values_of",

@@ -138,6 +138,13 @@ class PartialConfig:
     # decoder guesses are the ones the next partial changes (on noisy speech this halves the tentative words shown
     # that then change, for words shown a little later: docs/benchmarks.md). 0 = off.
     show_min_prob: float = 0.5
+    # ...but a segment's first word shows at once, however unsure the decoder was, if it gave it at least this: below
+    # it nothing shows, and the next partial comes on more speech without waiting for the interval. Decoding each
+    # read and noisy clip's first 200 ms of speech (``bench.first_words``), 16 of 39 first words were wrong
+    # (probability p50 0.30, p75 0.36) and 18 right (p25 0.45, p50 0.55): 0.4 keeps 12 of the wrong ones off the
+    # screen and holds 4 of the right back a partial (docs/benchmarks.md, "First words that are right"). 0 = the
+    # first word always shows.
+    first_show_min_prob: float = 0.4
 
 
 # Whisper's own threshold: text that gzip shrinks more than this repeats itself (``engine.asr.windows``).
@@ -311,6 +318,12 @@ class CapacityConfig:
     # sentence every 1 / ``sentences_per_s`` seconds.
     speaking_fraction: float = 0.7
     sentences_per_s: float = 0.2
+    # A connected microphone that is silent (a meeting's other phones) costs the front end its VAD and WebRTC only:
+    # this many CPU seconds per second (``bench.meeting``, six silent microphones: 0.026), so the server holds many
+    # more connected than talking at once. A talking voice's front-end CPU (VAD, speaker embeddings, word alignment)
+    # is measured; until it is, this is taken for it (``bench.meeting``, two readers: 0.07).
+    idle_front_cpu: float = 0.025
+    voice_front_cpu: float = 0.07
 
 
 def language_or_auto(text: str) -> str | None:

@@ -38,7 +38,12 @@ Room viewers (server-sent events) get the same ``caption`` and ``speakers`` mess
 (each sentence names its ``session``; ``partial_spk`` comes with ``partial_session``, the session whose voice it
 names, and only while one publisher is speaking) and
 ``{"type":"room","seq":N,"room":ID,"live":B,"publishers":N,"viewers":N,"saving":B}`` status messages; a room's
-editors also get ``{"type":"vocabulary","seq":N,"terms":[...],"learned":[...]}``.
+editors also get ``{"type":"vocabulary","seq":N,"terms":[...],"learned":[...]}``. A room with languages sends
+``{"type":"translation","seq":N,"lang":L,"sentences":[...],"update":B,"missing":[K,...],"editor":E}``: its locked
+sentences in language ``L`` (each keyed by the source sentence's ``id``, with the source's times and label;
+``update``: they replace translations sent before, after a correction; ``missing``: ids whose translation failed for
+now, sent with the source text, retried), and ``{"type":"languages","seq":N,"languages":[L,...]}`` when its
+languages change.
 
 Every server message is one class below (``ServerMessage``): the engine posts them, the transport and the room
 stream send ``wire()``, clients and tests read JSON back with ``parse_server_message``. docs/protocol.md is the
@@ -222,6 +227,20 @@ class Ready:
                 "language": self.language}
 
 
+@dataclass(frozen=True)
+class OpenLine:
+    """One speaking publisher's open text in a room (``Caption.open``): ``text`` of publisher ``session``, its first
+    ``stable`` words settled, in the voice labelled ``spk`` (None: not known)."""
+
+    session: str
+    text: str
+    stable: int = 0
+    spk: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {"session": self.session, "text": self.text, "stable": self.stable, "spk": self.spk}
+
+
 @dataclass
 class Caption:
     """Newly locked ``sentences`` (each sent once) and the whole current ``partial`` text. Mutable: a waiting
@@ -239,6 +258,8 @@ class Caption:
     stable: int = 0
     # Words that settled since the previous caption (each sent once), with estimated times.
     stable_words: list[Word] = field(default_factory=list)
+    # Room messages only (None elsewhere): each speaking publisher's open text on its own, in the order they started.
+    open: list[OpenLine] | None = None
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
@@ -255,6 +276,8 @@ class Caption:
             out["stable"] = self.stable
         if self.stable_words:
             out["stable_words"] = [w.wire() for w in self.stable_words]
+        if self.open is not None:
+            out["open"] = [line.wire() for line in self.open]
         return out
 
 
@@ -321,6 +344,41 @@ class Vocabulary:
 
 
 @dataclass(frozen=True)
+class Translation:
+    """Room sentences in room language ``lang`` (BCP 47): each sentence is keyed by its source sentence's ``id`` and
+    has the source's times, label and session; its ``text`` is the translation. ``update``: they replace translations
+    sent before (a correction re-translated them, or an editor corrected a translation: ``editor`` says who).
+    ``missing``: ids among them whose translation failed for now; they carry the source text until a retry
+    succeeds."""
+
+    lang: str
+    sentences: tuple[Sentence, ...]
+    update: bool = False
+    missing: tuple[int, ...] = ()
+    editor: str = ""
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "translation", "seq": self.seq, "lang": self.lang,
+                               "sentences": [s.wire() for s in self.sentences], "update": self.update,
+                               "missing": list(self.missing)}
+        if self.editor:
+            out["editor"] = self.editor
+        return out
+
+
+@dataclass(frozen=True)
+class Languages:
+    """A room's languages besides the one spoken in it (BCP 47, in the order they were added)."""
+
+    languages: tuple[str, ...] = ()
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "languages", "seq": self.seq, "languages": list(self.languages)}
+
+
+@dataclass(frozen=True)
 class Stopped:
     seq: int = 0
 
@@ -377,8 +435,8 @@ class RoomStatus:
         return out
 
 
-ServerMessage = (Ready | Caption | WordTimes | Speakers | Correction | Vocabulary | Stopped | Error | Storage
-                 | RoomStatus)
+ServerMessage = (Ready | Caption | WordTimes | Speakers | Correction | Vocabulary | Translation | Languages | Stopped
+                 | Error | Storage | RoomStatus)
 
 
 def parse_server_message(data: dict[str, Any]) -> ServerMessage:
@@ -390,7 +448,7 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
             return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
                            _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")),
                            _str_or_none(data.get("partial_session")), int(data.get("stable") or 0),
-                           list(_words(data.get("stable_words"))))
+                           list(_words(data.get("stable_words"))), _open_lines(data.get("open")))
         if kind == "words":
             return WordTimes(int(data["id"]), _words(data["words"]), seq, _str_or_none(data.get("session")))
         if kind == "ready":
@@ -402,6 +460,12 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
                               {int(k): str(v) for k, v in data["names"].items()}, str(data.get("editor") or ""), seq)
         if kind == "vocabulary":
             return Vocabulary(tuple(str(t) for t in data["terms"]), tuple(str(t) for t in data["learned"]), seq)
+        if kind == "translation":
+            return Translation(str(data["lang"]), tuple(_sentence(x) for x in data["sentences"]),
+                               bool(data.get("update")), tuple(int(i) for i in data.get("missing") or ()),
+                               str(data.get("editor") or ""), seq)
+        if kind == "languages":
+            return Languages(tuple(str(lang) for lang in data["languages"]), seq)
         if kind == "stopped":
             return Stopped(seq)
         if kind == "error":
@@ -419,6 +483,11 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
 
 def _words(items: Any) -> tuple[Word, ...]:
     return tuple(Word(str(w["w"]), int(w["start_ms"]), int(w["end_ms"])) for w in items or ())
+
+
+def _open_lines(items: Any) -> list[OpenLine] | None:
+    return None if items is None else [OpenLine(str(o["session"]), str(o["text"]), int(o.get("stable") or 0),
+                                                _int_or_none(o.get("spk"))) for o in items]
 
 
 def _sentence(s: dict[str, Any]) -> Sentence:

@@ -76,6 +76,23 @@ print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependenc
   touch "$stamp-tests"
 fi
 
+# Apertium (rule-based translation, offline) and its language data from Debian, for rooms with languages
+# (engine/translate/apertium.py): English to and from Spanish, Catalan, Galician and Esperanto, Spanish to Portuguese
+# and French, Catalan to Italian (the last three reached from English through Spanish or Catalan), Romanian and
+# French to Spanish. The server runs without them (rooms then have no languages unless --translate-url serves some).
+if ! { command -v apertium && [ -e /usr/share/apertium/modes/eng-spa.mode ] \
+    && [ -e /usr/share/apertium/modes/cat-ita.mode ]; } >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  if $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq apertium \
+      apertium-eng-spa apertium-eng-cat apertium-en-gl apertium-eo-en apertium-es-pt apertium-fr-es apertium-es-ro \
+      apertium-cat-ita >/dev/null; then
+    :
+  else
+    echo "setup: could not install Apertium from Debian; rooms will have no Apertium languages" >&2
+  fi
+fi
+
 # The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP
 # client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
 # namespace (tests/whip_scenario.py), coturn's turnserver for the TURN relay tests (tests/turn_server.py; the package's

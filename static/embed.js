@@ -18,7 +18,7 @@
  *   widget → host   {type: "ready", version: 1, mode: "viewer" | "microphone", room}
  *                   {type: "state", state, detail}
  *                   {type: "caption", seq, sentences: [{id, text, start, end, spk, session}], partial, stable,
- *                    partialSpk}
+ *                    partialSpk, open: [{session, text, stable, spk}] | null}
  *                   {type: "speakers", relabel: {id: spk}}
  *                   {type: "correction", seq, sentences: [{id, text, start, end, spk, session}], deleted: [ids],
  *                    names: {spk: name}}   a room's editor corrected sentences (replace by id; an id not seen
@@ -28,6 +28,8 @@
  * `stable` is how many leading words of `partial` (split on white space) are settled: they lock exactly as shown and
  * never change, only the words after them may (0 when none is). The widget shows the settled words like locked
  * text and the rest quieter (`[data-stable]` and `[data-tentative]` inside `[data-partial]`, js/caption-lines.js).
+ * `open` (a room's, else null) is the same open text one line per speaking publisher, in the order they started
+ * (`spk` null when not known); the widget shows each publisher after the first on a line of its own.
  */
 
 import { CaptionLines } from "./js/caption-lines.js";
@@ -58,13 +60,15 @@ if (shown) {
   shown.addEventListener("sentence", ({ detail }) => lines.add(detail));
   shown.addEventListener("caption", ({ detail }) => {
     const stable = detail.stable ?? 0;
-    lines.setPartial(detail.partial, detail.partialSpk ?? null, detail.partialSession ?? null, stable);
+    const open = detail.open ?? null;
+    lines.setPartial(detail.partial, detail.partialSpk ?? null, detail.partialSession ?? null, stable, open);
     post({ type: "caption", seq: detail.seq ?? null, sentences: detail.sentences, partial: detail.partial, stable,
-           partialSpk: detail.partialSpk ?? null });
+           partialSpk: detail.partialSpk ?? null, open });
   });
   shown.addEventListener("speakers", ({ detail }) => {
     const { partial, stable } = shown.transcript();
-    lines.render(shown.sentences, partial, shown.partialSpk ?? null, shown.partialSession ?? null, stable);
+    lines.render(shown.sentences, partial, shown.partialSpk ?? null, shown.partialSession ?? null, stable,
+                 shown.open ?? null);
     post({ type: "speakers", relabel: Object.fromEntries(detail.changed.map((r) => [r.id, r.spk])) });
   });
   // An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.

@@ -1,7 +1,8 @@
 /**
  * Meeting-room kiosk: `/kiosk?room=<id>` shows the room's captions full-screen and needs no keyboard or mouse.
  * It starts by itself, shows its connection state in plain words, reconnects by itself (the room's text is kept
- * and the server replays what was missed), and shows a QR code that opens the room on a phone.
+ * and the server replays what was missed), and shows a QR code: by default it opens the room's join page, where a
+ * person at the table joins with a name and their phone's microphone (their lines then carry their name here).
  *
  * URL parameters (display ones in js/display-options.js; defaults here: dark theme, 3 lines at the bottom,
  * speaker names on, font about 1/14 of the screen height):
@@ -9,13 +10,15 @@
  *   mic=1          also be the room's microphone (captions this device's microphone into the room)
  *   key=<token>    the server's auth token, needed with mic=1 when the server has one
  *   lang=<code>    language of the microphone session (default: the server's)
+ *   qr=view        the QR code opens the read-only phone viewer instead (an audience that only reads)
  *   qr=0           hide the QR code
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events);
  * `window.liveCaptions.mic` is the microphone's CaptionController with mic=1, else null.
  * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the
- * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js). A sentence
- * an editor just corrected has the class `corrected` for two seconds.
+ * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js); while
+ * several publishers speak, each one after the first has its own `[data-open-line][data-session]` after it. A
+ * sentence an editor just corrected has the class `corrected` for two seconds.
  */
 
 import { CaptionLines } from "./js/caption-lines.js";
@@ -39,9 +42,9 @@ const mic = query.get("mic") === "1" ? microphone() : null;
 
 feed.addEventListener("sentence", ({ detail }) => lines.add(detail));
 feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial, detail.partialSpk,
-                                                                  detail.partialSession, detail.stable));
+                                                                  detail.partialSession, detail.stable, detail.open));
 feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial, feed.partialSpk,
-                                                     feed.partialSession, feed.stable));
+                                                     feed.partialSession, feed.stable, feed.open));
 // An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
 feed.addEventListener("correction", ({ detail }) => {
   if (Object.keys(detail.names).length) lines.setNames(feed.names);
@@ -50,8 +53,17 @@ feed.addEventListener("correction", ({ detail }) => {
 feed.addEventListener("state", showStatus);
 mic?.addEventListener("state", showStatus);
 
+const QR = {
+  join: { alt: "QR code that opens the page to join this meeting from a phone", caption: "Scan to join with your phone" },
+  view: { alt: "QR code that opens these captions on a phone", caption: "Captions on your phone" },
+};
 if (query.get("qr") !== "0" && feed.room) {
-  $("qr").src = feed.url("/qr.svg");
+  const target = query.get("qr") === "view" ? "view" : "join";
+  const src = new URL(feed.url("/qr.svg"), location.href);
+  src.searchParams.set("page", target);
+  $("qr").alt = QR[target].alt;
+  $("qr-caption").textContent = QR[target].caption;
+  $("qr").src = src.pathname + src.search;
   $("qr").addEventListener("load", () => ($("qr-box").hidden = false));
 }
 

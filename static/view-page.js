@@ -5,8 +5,9 @@
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events).
  * DOM: `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the settled words, shown like
- * locked text; `[data-tentative]`: the rest, quieter; see js/view.js), `#badge[data-state]`. A sentence an editor
- * just corrected has the class `corrected` for two seconds.
+ * locked text; `[data-tentative]`: the rest, quieter; see js/view.js), while several publishers speak one
+ * `[data-open-line][data-session]` after it per publisher after the first, `#badge[data-state]`. A sentence an
+ * editor just corrected has the class `corrected` for two seconds.
  */
 
 import { Follow } from "./js/follow.js";
@@ -31,9 +32,9 @@ const view = new TranscriptView({ log: $("transcript"), partial: $("partial"), f
 
 feed.addEventListener("sentence", ({ detail }) => view.add(detail));
 feed.addEventListener("caption", ({ detail }) => view.setPartial(detail.partial, detail.partialSpk,
-                                                                 detail.partialSession, detail.stable));
+                                                                 detail.partialSession, detail.stable, detail.open));
 feed.addEventListener("speakers", () => view.render(feed.sentences, feed.partial, feed.partialSpk,
-                                                    feed.partialSession, feed.stable));
+                                                    feed.partialSession, feed.stable, feed.open));
 // An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
 feed.addEventListener("correction", ({ detail }) => {
   if (Object.keys(detail.names).length) view.setNames(feed.names);

@@ -99,10 +99,12 @@ def test_the_warm_up_gives_a_first_estimate() -> None:
 
 
 def speak(clock: Clock, cap: Capacity, load: RecognizerLoad, cpu: list[float], sessions: int, seconds: int,
-          partial_s: float, front_cpu_per_s: float, talkers: int | None = None) -> None:
+          partial_s: float, front_cpu_per_s: float, talkers: int | None = None, voices: bool = False,
+          talker_cpu_per_s: float = 0.0) -> None:
     """``sessions`` live sessions for ``seconds``, ``talkers`` of them (all: None) speaking: each second each talker
     runs one partial decode that costs ``partial_s`` (one at a time: charged exactly that) and locks a sentence of
-    2 s of speech every 4 s; every session costs the front end ``front_cpu_per_s``."""
+    2 s of speech every 4 s; every session costs the front end ``front_cpu_per_s``, each talker ``talker_cpu_per_s``
+    more. ``voices``: the engine tells the capacity how many talk (``Capacity.sample``), else it does not."""
     talkers = sessions if talkers is None else talkers
     for second in range(seconds):
         for _ in range(talkers):
@@ -110,11 +112,11 @@ def speak(clock: Clock, cap: Capacity, load: RecognizerLoad, cpu: list[float], s
             clock.now += partial_s / talkers
             load.end(t, window_s=4.0)
         clock.now += 1.0 - partial_s
-        cpu[0] += front_cpu_per_s * sessions
+        cpu[0] += front_cpu_per_s * sessions + talker_cpu_per_s * talkers
         if second % 4 == 3:
             for _ in range(talkers):
                 cap.lock_lag(0.1, 2.0)
-        cap.sample(sessions)
+        cap.sample(sessions, talkers if voices else None)
 
 
 def test_the_measured_load_replaces_the_warm_up() -> None:
@@ -150,6 +152,51 @@ def test_silent_sessions_do_not_make_the_speakers_look_cheap() -> None:
     assert quiet.estimate().sessions == pytest.approx(busy.estimate().sessions, abs=1)
     # ...and the front end's CPU is taken per session as it is (silent sessions cost it VAD and WebRTC all the same).
     assert quiet.estimate().front_cpu_per_session == pytest.approx(0.02, rel=0.1)
+
+
+def test_a_meeting_of_eight_microphones_two_talking_fits() -> None:
+    """Eight connected microphones, two of them talking: the capacity counts voices, not connections. A silent one
+    costs the front end ``idle_front_cpu``; what is left of the front end's CPU per second of talking is a voice's."""
+    clock, cpu = Clock(), [0.0]
+    cap, load = capacity(clock, cpu, measured_after_s=30.0)
+    idle = CapacityConfig().idle_front_cpu
+    speak(clock, cap, load, cpu, sessions=8, seconds=60, partial_s=0.1, front_cpu_per_s=idle, talkers=2,
+          voices=True, talker_cpu_per_s=0.1)
+    estimate = cap.estimate()
+    assert estimate.source == "measured"
+    assert estimate.sessions >= 2  # both voices on time
+    assert estimate.holds >= 8  # and every microphone connected
+    # The voices' own front-end cost is what was spent on them, the silent microphones' taken out.
+    spoken = cap._measured
+    assert spoken is not None and spoken.voice == pytest.approx(idle + 0.1, rel=0.1)
+    # The first microphone is a voice; the seven that join its room after it are silent until they talk.
+    silent = [0]
+    admission = Admission(None, capacity=cap.estimate, silent=lambda: silent[0])
+    assert isinstance(admission.admit(), Slot)
+    for _ in range(7):
+        assert isinstance(admission.admit(shared=True), Slot)
+        silent[0] = admission.in_use - 2  # two of them talk
+    assert admission.talking == 2
+
+
+def test_admission_counts_the_voices_talking() -> None:
+    """Sessions of their own are voices; a meeting's silent microphones are not, until they talk."""
+    silent = [0]
+    now = CapacityEstimate(2, "measured", 0.1, 0.05, 0.5, 0.2, False, connections=5)
+    admission = Admission(None, capacity=lambda: now, silent=lambda: silent[0])
+    assert all(isinstance(admission.admit(), Slot) for _ in range(2))  # two readers: as many as talk on time
+    refusal = admission.admit()  # a third reader would make them late
+    assert isinstance(refusal, Refusal) and refusal.reason == "full" and "talk at once" in refusal.message
+    assert isinstance(admission.admit(shared=True), Slot)  # a meeting's next microphone, silent
+    silent[0] = 1
+    assert isinstance(admission.admit(shared=True), Slot)
+    silent[0] = 2
+    assert isinstance(admission.admit(), Refusal)  # still two voices: no third of its own
+    assert isinstance(admission.admit(shared=True), Slot)
+    silent[0] = 3
+    refusal = admission.admit(shared=True)  # five connected: as many as the front end holds
+    assert isinstance(refusal, Refusal) and "holds 5 live" in refusal.message
+    assert now.as_dict(5, 2)["headroom"] == 0 and now.as_dict(3, 0)["headroom"] == 2
 
 
 def test_the_front_ends_cpu_can_be_what_limits() -> None:
@@ -214,3 +261,43 @@ def test_an_operators_number_wins_over_the_estimate() -> None:
     assert isinstance(refusal, Refusal) and refusal.reason == "limit"
     generous = Admission(10, capacity=lambda: estimate(1, late=True))
     assert all(isinstance(generous.admit(), Slot) for _ in range(10))  # the operator decided: no capacity check
+
+
+def test_the_front_ends_cpu_is_counted_only_while_live_sessions_alone_run() -> None:
+    """What the process spends with no live session open (the work after a meeting, the next one's set-up) or while a
+    file is transcribed is no live session's cost: it does not make a meeting's next microphones look dear."""
+    clock, cpu = Clock(), [0.0]
+    cap, load = capacity(clock, cpu, measured_after_s=30.0)
+    speak(clock, cap, load, cpu, sessions=2, seconds=40, partial_s=0.1, front_cpu_per_s=0.05)
+    for _ in range(10):  # the meeting is over; the process works a full core on something else
+        clock.now += 1.0
+        cpu[0] += 1.0
+        cap.sample(0)
+    for _ in range(10):  # a file is transcribed beside one silent live session
+        clock.now += 1.0
+        cpu[0] += 1.0
+        cap.sample(1, 0, files=1)
+    estimate = cap.estimate()
+    assert estimate.source == "measured"
+    assert estimate.front_cpu_per_session == pytest.approx(0.05, rel=0.1)
+    assert estimate.holds >= 8  # a meeting's phones still join
+    clock.now += 120  # the window holds no second to measure the front end in: its last figure stands
+    for _ in range(3):
+        clock.now += 1.0
+        cpu[0] += 1.0
+        cap.sample(0)
+    assert cap.estimate().front_cpu_per_session == pytest.approx(0.05, rel=0.1)
+
+
+def test_silent_microphones_that_cost_more_than_assumed_are_not_charged_to_the_voices() -> None:
+    """On a machine where a connected, silent session costs the front end four times ``idle_front_cpu``, the seconds
+    in which nobody talked say so, and the voices' own cost stays what it is."""
+    clock, cpu = Clock(), [0.0]
+    cap, load = capacity(clock, cpu, measured_after_s=30.0)
+    idle = 4 * CapacityConfig().idle_front_cpu
+    speak(clock, cap, load, cpu, sessions=6, seconds=20, partial_s=0.0, front_cpu_per_s=idle, talkers=0,
+          voices=True)
+    speak(clock, cap, load, cpu, sessions=6, seconds=60, partial_s=0.1, front_cpu_per_s=idle, talkers=2,
+          voices=True, talker_cpu_per_s=0.1)
+    spoken = cap._measured
+    assert spoken is not None and spoken.voice == pytest.approx(idle + 0.1, rel=0.15)

@@ -249,8 +249,8 @@ async def test_a_viewer_that_ends_with_its_room_gets_what_the_delay_held_then_it
     await store.close()
 
 async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> None:
-    """A publisher's ``partial_spk`` reaches the room's viewers with the session it belongs to (labels are per
-    session); while two publishers speak at once the merged partial names nobody."""
+    """A publisher's ``partial_spk`` reaches the room's viewers as its room label (each publisher's voices get their
+    own), with the session it belongs to; while two publishers speak at once the merged partial names nobody."""
     store = await open_store(":memory:")
     rooms = RoomRegistry(store)
     try:
@@ -273,14 +273,14 @@ async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> Non
 
         await first.publish(protocol.Caption([], "so the plan is", partial_spk=1))
         shown = await latest_partial()
-        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("so the plan is", 1, "session-a")
+        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("so the plan is", 0, "session-a")
         assert shown.wire()["partial_session"] == "session-a"
         await second.publish(protocol.Caption([], "wait", partial_spk=0))
         shown = await latest_partial()
         assert shown.partial == "so the plan is wait" and shown.partial_spk is None and shown.partial_session is None
         await first.publish(protocol.Caption([], ""))  # the first stops speaking: the one still speaking is named
         shown = await latest_partial()
-        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("wait", 0, "session-b")
+        assert (shown.partial, shown.partial_spk, shown.partial_session) == ("wait", 1, "session-b")
     finally:
         rooms.close()
         await store.close()

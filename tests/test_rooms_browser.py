@@ -22,7 +22,7 @@ from playwright.async_api import Browser, ConsoleMessage, Page
 
 from app.rooms import Room, SentenceRecord
 from app.rooms.keys import ROOMS
-from engine.protocol import Caption
+from engine.protocol import Caption, Sentence
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors
@@ -170,13 +170,15 @@ async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them
         assert await shown_sentences(kiosk) == texts
         assert await kiosk.locator(".status").get_attribute("data-state") == "waiting"  # the publisher left
 
-        # A phone that opens the room's viewer page now (from the QR code) sees every sentence so far.
+        # A phone that opens the room now from the QR code (its join page) sees every sentence so far, and so does
+        # the read-only viewer page.
         qr_target = await kiosk.evaluate("fetch(document.getElementById('qr').src).then(r => "
-                                         "r.headers.get('X-Viewer-Url'))")
-        assert qr_target == f"{url}/view?room={room}"
-        phone = await open_page(browser, qr_target, 390, 760, mobile=True)
-        await wait_shown(phone, len(texts))
-        assert await shown_sentences(phone) == texts
+                                         "r.headers.get('X-Join-Url'))")
+        assert qr_target == f"{url}/join?room={room}"
+        for target in (qr_target, f"{url}/view?room={room}"):
+            phone = await open_page(browser, target, 390, 760, mobile=True)
+            await wait_shown(phone, len(texts))
+            assert await shown_sentences(phone) == texts
         await phone.screenshot(path=str(shots / "phone-viewer.png"))
         await kiosk.screenshot(path=str(shots / "kiosk.png"))
 
@@ -292,18 +294,22 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
         await top.screenshot(path=str(shots / "kiosk-top-light.png"))
         await phone.screenshot(path=str(shots / "phone-viewer.png"))
         await widgets.screenshot(path=str(shots / "embed-dark-light.png"))
-        # A new voice speaks before its sentence locks: every display names it before the open text, and only
-        # while it is not the speaker of the last sentence.
+        # A new voice speaks before its sentence locks: every display names it before the open text (a room-wide
+        # label of its own), and only while it is not the speaker of the last sentence.
         talker = room.join("demo-session")
         await talker.publish(Caption([], "and one more thing", partial_spk=1))
-        who = "[data-partial-who][data-who-spk='1']"
+        label = talker.partial_spk
+        assert label is not None and label > 2  # above every label the room's sentences use
+        who = f"[data-partial-who][data-who-spk='{label}']"
         await kiosk.wait_for_selector(who, timeout=10_000)
-        assert (await kiosk.locator(who).text_content()) == "Speaker 2:"
+        assert (await kiosk.locator(who).text_content()) == f"Speaker {label + 1}:"
         await widgets.frame_locator("#d").locator(who).wait_for(timeout=10_000)
-        await phone.wait_for_selector("[data-partial][data-spk='1']", timeout=10_000)
-        await talker.publish(Caption([], "and one more thing", partial_spk=2))  # the last sentence's speaker
+        await phone.wait_for_selector(f"[data-partial][data-spk='{label}']", timeout=10_000)
+        # Its sentence locks; its next words are the last sentence's speaker's, so no name before them.
+        await talker.publish(Caption([Sentence(0, "And one more thing.", 9000, 10_000, 1)], "", is_final=False))
+        await talker.publish(Caption([], "and then", partial_spk=1))
         await kiosk.wait_for_selector("[data-partial-who]", state="detached", timeout=10_000)
-        assert (await kiosk.locator("span[data-partial]").text_content()) == "and one more thing"
+        assert (await kiosk.locator("span[data-partial]").text_content()) == "and then"
         talker.leave()
 
 

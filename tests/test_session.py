@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -130,6 +130,20 @@ class UnsureOfNumbers(LocatingFake):
     async def transcribe(self, request: DecodeRequest) -> Transcript:
         result = await super().transcribe(request)
         probs = tuple(0.2 if any(c.isdigit() for c in w) else 0.99 for w in result.text.split())
+        return replace(result, word_probs=probs)
+
+
+class UnsureOfItsFirstWord(LocatingFake):
+    """The fake recognizer, its decoder unsure of the first word of every text (probability 0.2, the rest 0.99), as
+    Whisper often is of a sentence's first word from its first 200 ms. Keeps the seconds of audio of each partial."""
+
+    decoded_s: ClassVar[list[float]] = []
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        result = await super().transcribe(request)
+        if request.priority is Priority.PARTIAL:
+            self.decoded_s.append(request.audio.size / SAMPLE_RATE)
+        probs = tuple(0.2 if i == 0 else 0.99 for i, _w in enumerate(result.text.split()))
         return replace(result, word_probs=probs)
 
 
@@ -376,6 +390,36 @@ async def test_tentative_words_the_decoder_is_unsure_of_wait_for_a_partial_that_
                              config=replace(config, partial=replace(config.partial, show_min_prob=0.0)))
     assert any(c.isdigit() for p in shown(messages) for c in p)
     assert flicker(m.wire() for m in messages if isinstance(m, Caption))[0] > 0
+
+
+@pytest.mark.asyncio
+async def test_a_first_word_the_decoder_is_unsure_of_waits_for_a_partial_that_says_it_again() -> None:
+    def first_partials(messages: list[protocol.ServerMessage]) -> list[str]:
+        """The first partial text shown of each sentence."""
+        out, showing = [], False
+        for m in messages:
+            if isinstance(m, Caption):
+                if m.partial and not showing:
+                    out.append(m.partial)
+                showing = bool(m.partial) and not m.sentences
+        return out
+
+    decoded = UnsureOfItsFirstWord.decoded_s
+    decoded.clear()
+    messages, _ = await _run(speakers=None, recognizer=UnsureOfItsFirstWord)
+    shown = first_partials(messages)
+    # Nothing shows from a sentence's first partial (its first word is a guess); the next one says it again, and it
+    # comes on the next 180 ms of speech, not after the partials' 0.5 s interval: nothing is on screen yet.
+    assert len(shown) == 2, shown
+    first_s = float(shown[0].split()[2])  # (the fake's "audio of S seconds")
+    assert decoded[0] < first_s <= decoded[0] + 0.3, (shown, decoded[:3])
+    assert [len(s.text.split()) for s in _sentences(messages)] == [6, 6]  # what locks is never gated
+    # Without the floor the first word of the first partial shows at once; the next partial waits for the interval.
+    decoded.clear()
+    config = EngineConfig()
+    messages, _ = await _run(speakers=None, recognizer=UnsureOfItsFirstWord,
+                             config=replace(config, partial=replace(config.partial, first_show_min_prob=0.0)))
+    assert first_partials(messages)[0] == "audio" and decoded[1] - decoded[0] >= 0.5, (messages[:3], decoded[:3])
 
 
 @pytest.mark.asyncio

@@ -282,3 +282,90 @@ async def test_room_screens_show_settled_words_as_locked_and_only_the_tail_tenta
             assert [(m["partial"], m["stable"]) for m in posted] == [(p, s) for _, p, s in SCRIPT]
         await page.screenshot(path=str(shots / f"stable-words-{screen}.png"))
         assert not errors, errors
+
+
+# Two publishers speaking at once (the room caption's `open`): a starts, b starts while a goes on, both grow, then
+# a's sentence locks while b goes on. (session, text, stable, spk) per line.
+OPEN_SCRIPT: list[tuple[list[str], list[tuple[str, str, int, int]]]] = [
+    ([], [("pub-a", "so the plan", 1, 0)]),
+    ([], [("pub-a", "so the plan is", 2, 0), ("pub-b", "wait", 0, 1)]),
+    ([], [("pub-a", "so the plan is to ship", 4, 0), ("pub-b", "wait what about", 1, 1)]),
+    (["So the plan is to ship."], [("pub-b", "wait what about the", 3, 1)]),
+]
+OPEN_SCREENS = {
+    "kiosk": "/kiosk?room={room}&qr=0&lines=4",
+    "view": "/view?room={room}",
+    "embed": "/embed?room={room}&theme=dark&font=20&lines=3&speakers=1",
+}
+
+# Every DOM change batch records the open lines shown, in order: their session (the first line, `[data-partial]`,
+# has none), text without a leading speaker name, the name shown with it, and where the line starts on screen.
+OBSERVE_OPEN = """() => {
+    window.__open = [];
+    const name = /^Speaker \\d+:? /;
+    const read = () => [...document.querySelectorAll("[data-partial], [data-open-line]")]
+        .filter((el) => el.textContent.trim())
+        .map((el) => {
+            const text = el.textContent.replace(/\\s+/g, " ").trim();
+            const who = el.querySelector(".who") ?? (el.previousElementSibling?.matches("[data-partial-who]")
+                ? el.previousElementSibling : null);
+            return {session: el.dataset.session ?? null, text: text.replace(name, ""),
+                    who: who ? who.textContent.replace(/:$/, "") : null,
+                    top: Math.round((who ?? el).getClientRects()[0]?.top ?? -1)};
+        });
+    new MutationObserver(() => window.__open.push(read()))
+        .observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def open_messages(room: str) -> list[dict[str, Any]]:
+    """OPEN_SCRIPT as the room's event stream: `open` with the joined `partial` beside it, as the server sends."""
+    out: list[dict[str, Any]] = []
+    for seq, (locked, lines) in enumerate(OPEN_SCRIPT, start=1):
+        sentences = [{"id": i, "text": text, "start": 1000, "end": 2500, "spk": 0, "session": "pub-a"}
+                     for i, text in enumerate(locked)]
+        out.append({"type": "caption", "seq": seq, "sentences": sentences, "is_final": False,
+                    "partial": " ".join(text for _, text, _, _ in lines), "stable": lines[0][2],
+                    "open": [{"session": s, "text": t, "stable": n, "spk": spk} for s, t, n, spk in lines]})
+    return out
+
+
+@pytest.mark.parametrize("screen", list(OPEN_SCREENS))
+async def test_room_screens_show_each_speaking_publisher_on_a_line_of_its_own(
+        fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str) -> None:
+    async with running_server(fake_engine) as (url, _):
+        async with aiohttp.ClientSession() as http, http.post(f"{url}/rooms", json={"title": "Two"}) as r:
+            room = (await r.json())["room"]
+        messages = open_messages(room)
+        page = await browser.new_page(viewport={"width": 1280, "height": 720})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        released = asyncio.Event()
+
+        async def events(route: Route) -> None:
+            await released.wait()
+            await route.fulfill(status=200, body=sse(messages, room), headers={"Content-Type": "text/event-stream",
+                                                                               "Cache-Control": "no-store"})
+
+        await page.route(f"**/rooms/{room}/events**", events)
+        await page.goto(url + OPEN_SCREENS[screen].format(room=room))
+        await page.wait_for_function("window.liveCaptions !== undefined")
+        await page.evaluate(OBSERVE_OPEN)
+        released.set()
+        await page.wait_for_function(f"window.liveCaptions.messages.length >= {len(messages) + 1}", timeout=20_000)
+        states = [[(line["session"], line["text"], line["who"]) for line in state]
+                  for state in await page.evaluate("window.__open")]
+        # Both talking: a first (it started first), b on its own line under a's, named by its voice; never the two
+        # texts run together into one line.
+        both = [(None, "so the plan is to ship", "Speaker 1"), ("pub-b", "wait what about", "Speaker 2")]
+        assert both in states, states
+        assert not any(line[1].startswith("so the plan is wait") for state in states for line in state), states
+        two = next(s for s in await page.evaluate("window.__open") if len(s) == 2 and s[1]["text"] == both[1][1])
+        assert two[1]["top"] > two[0]["top"], f"b's line is not under a's: {two}"
+        # a's sentence locked: its line goes, b's open text is the one open line (named: a spoke last).
+        assert states[-1] == [(None, "wait what about the", "Speaker 2")], states[-1]
+        assert await page.locator("[data-open-line]").count() == 0
+        assert [" ".join(t.split()) for t in await page.locator("[data-sentence-id]").all_inner_texts()] == [
+            "So the plan is to ship."]
+        await page.screenshot(path=str(shots / f"open-lines-{screen}.png"))
+        assert not errors, errors

@@ -38,7 +38,7 @@ for module in (app, resources):
 static, templates = resources.static_dir(), resources.templates_dir()
 assert static.is_relative_to(target) and templates.is_relative_to(target), (static, templates)
 
-PAGES = ["/", "/view?room=x", "/kiosk?room=x", "/embed?room=x", "/rooms/AAAAAAAAAAAAAAAA/edit"]
+PAGES = ["/", "/view?room=x", "/kiosk?room=x", "/join?room=x", "/embed?room=x", "/rooms/AAAAAAAAAAAAAAAA/edit"]
 LINKS = re.compile(r'(?:src|href)="(/static/[^"]+)"')
 IMPORTS = re.compile(r'(?:\bfrom\s*|^import\s*|\bimport\(\s*)"(\.{1,2}/[^"]+)"', re.MULTILINE)
 
@@ -110,5 +110,6 @@ def test_the_installed_wheel_serves_every_page_and_file_they_load(tmp_path: Path
     assert run.returncode == 0, run.stderr[-3000:]
     served = run.stdout.split()
     for name in ("/static/captions.js", "/static/kiosk.js", "/static/embed.js", "/static/view-page.js",
-                 "/static/js/controller.js", "/static/captions.css", "/static/kiosk.css", "/static/embed.css"):
+                 "/static/join.js", "/static/js/controller.js", "/static/captions.css", "/static/kiosk.css",
+                 "/static/embed.css", "/static/join.css"):
         assert name in served, served

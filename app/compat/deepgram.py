@@ -1,7 +1,8 @@
 """Deepgram's live transcription API at ``/v1/listen``, so that Deepgram's clients (``deepgram-sdk``, LiveKit
 Agents' ``livekit-plugins-deepgram``, Pipecat's ``DeepgramSTTService``) stream to this server unchanged but for
 their URL and key. Every connection is an ordinary engine session: admitted like a WebRTC one, batched with every
-other session, endpointed and speaker-labelled, published into ``?room=<id>``, finished by a stopping server.
+other session, endpointed and speaker-labelled, published into ``?room=<id>`` (as ``?name=<person>``), finished by a
+stopping server.
 
 The protocol (Deepgram's "Live Audio" reference):
 
@@ -100,7 +101,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
         return deepgram_error(400, "Bad Request", "connect with a WebSocket client (or POST a file)", request_id)
     try:
         params = parse_params(request.query, app[CONFIG].language)
-        admitted = await admit_publisher(app, request.query.get("room"))
+        admitted = await admit_publisher(app, request.query.get("room"), params.name)
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     except NoRoom as exc:

@@ -22,6 +22,7 @@ What each parameter does here (docs/protocol.md has the table):
   caller), ``mip_opt_out`` (this server keeps nothing to train on), ``no_delay`` (it never holds results back),
   ``numerals`` (Whisper writes numbers as digits), ``filler_words`` (fillers are kept where Whisper writes them),
   ``profanity_filter=false``, ``dictation=false``, and ``room``/``token`` (this server's own).
+- ``name``: the person publishing into ``room`` (``app.rooms.names.person_name``; a bad one is refused).
 - Refused with ``400`` naming it: any other parameter, ``profanity_filter=true`` and ``dictation=true`` (this server
   has no such filter), and the analyses it does not run (``search``, ``replace``, ``summarize``, ``topics``, ...).
 """
@@ -35,6 +36,7 @@ from multidict import MultiMapping
 
 from engine import LANGUAGE_CODES, MAX_HOTWORDS, protocol
 
+from ..rooms import BadName, person_name
 from .live_audio import ENCODINGS, MAX_RATE_HZ, MIN_RATE_HZ
 from .redaction import RedactError, parse_redact
 
@@ -43,7 +45,7 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 # module's docstring); every other one is refused, naming it.
 _HONOURED = {"encoding", "sample_rate", "channels", "multichannel", "language", "detect_language", "model",
              "interim_results", "punctuate", "smart_format", "diarize", "diarize_model", "endpointing",
-             "utterance_end_ms", "vad_events", "keyterm", "keywords", "redact", "room", "token"}
+             "utterance_end_ms", "vad_events", "keyterm", "keywords", "redact", "room", "name", "token"}
 _WITHOUT_EFFECT = {"version", "tier", "tag", "extra", "mip_opt_out", "no_delay", "numerals", "filler_words"}
 _ONLY_FALSE = {"profanity_filter": "this server has no profanity filter",
                "dictation": "this server does not turn spoken punctuation into marks"}
@@ -68,6 +70,7 @@ class ListenParams:
     vad_events: bool = False
     hotwords: tuple[str, ...] = ()
     redact: frozenset[str] = frozenset()  # redaction.KINDS to mask
+    name: str | None = None  # the person publishing (``room``)
 
     @property
     def formatted(self) -> bool:
@@ -123,6 +126,10 @@ def parse_params(query: MultiMapping[str], default_language: str | None,
         redact = parse_redact(query.getall("redact", []))
     except RedactError as exc:
         raise ParamError(str(exc)) from None
+    try:
+        person = person_name(query.get("name"))
+    except BadName as exc:
+        raise ParamError(str(exc)) from None
     detect = _bool(query, "detect_language", False)
     encoding = query.get("encoding")
     if encoding is not None:
@@ -160,7 +167,7 @@ def parse_params(query: MultiMapping[str], default_language: str | None,
                         diarize=_bool(query, "diarize", False) or "diarize_model" in query,
                         endpointing_ms=endpointing_ms, utterance_end_ms=utterance_end,
                         vad_events=_bool(query, "vad_events", False), hotwords=hotwords[:MAX_HOTWORDS],
-                        redact=redact)
+                        redact=redact, name=person)
 
 
 def presented_key(request: web.Request) -> tuple[str | None, bool]:

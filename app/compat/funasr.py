@@ -21,7 +21,8 @@ This server's choices within the protocol: sentences come from its own VAD endpo
 append them), ``itn`` is accepted and ignored (Whisper writes numbers as digits already), each offline message also
 carries ``"spk"`` (the speaker label; FunASR's offline pipeline names it the same way). One connection is one
 utterance: after ``{"is_speaking": false}`` and the final message, open a new connection for the next one. With
-``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's. A
+``?room=ID`` (and the server's token when auth is on) the captions are published into that room like a browser's,
+with ``&name=<person>`` as that person (``app.rooms.names``; a bad one is ``400`` ``bad_parameter``). A
 connection the server cannot take is refused before the upgrade with ``POST /offer``'s answers
 (``app.ops.admission``): ``503`` ``busy`` (full, at the cap, stopping) or ``loading`` with ``Retry-After``,
 ``engine`` (it failed) without, ``404`` ``no_room`` for an unknown room; an engine that will not open the session
@@ -58,7 +59,8 @@ from engine import (
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG, ENGINE, MAIN_APP
 from ..ops import STREAMS, NoRoom, Refused, admit_publisher
-from ..responses import json_error
+from ..responses import ParameterError, bad_parameter, json_error
+from ..rooms import BadName, person_name
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
@@ -207,7 +209,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
     # Admitted before the upgrade, as every other way in: a full server answers 503 with Retry-After, which the
     # client sees as a failed connection rather than a stream that closes at once.
     try:
-        admitted = await admit_publisher(app, request.query.get("room"))
+        name = person_name(request.query.get("name"))
+    except BadName as exc:
+        return bad_parameter(ParameterError("name", str(exc)))
+    try:
+        admitted = await admit_publisher(app, request.query.get("room"), name)
     except NoRoom as exc:
         return json_error(404, ErrorCode.NO_ROOM, str(exc))
     except Refused as exc:

@@ -211,7 +211,8 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
         if admitted.room is not None:
             # The room object fetched at admission may have left memory meanwhile (as in POST /offer).
             room = await app[ROOMS].get(admitted.room.id) or admitted.room
-            publisher = room.join(session.session_id)
+            publisher = room.join(session.session_id, admitted.name)
+            room.share_microphone(session.session_id, session)
         config = app[CONFIG]
         stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
                             redactor, sock)

@@ -2,13 +2,14 @@
 it (the ``openai`` package's ``client.realtime.connect``, LiveKit Agents' ``openai.STT(use_realtime=True)``) stream
 to this server unchanged but for their base URL and key. Every connection is an ordinary engine session: admitted
 like a WebRTC one, batched with every other session, endpointed and speaker-labelled, published into
-``?room=<id>``, finished by a stopping server.
+``?room=<id>`` (as ``?name=<person>``), finished by a stopping server.
 
 The protocol (OpenAI's Realtime reference, transcription sessions):
 
 - Connect with ``Authorization: Bearer <key>`` (or the subprotocol ``openai-insecure-api-key.<key>``), checked
-  against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``401``, ``404`` no such
-  room, and admission's refusals, ``app.ops.admission``: ``429`` every slot of a fixed ``--max-sessions N`` in use,
+  against ``--auth-token``; refusals before the upgrade use the REST API's error shape (``400`` ``invalid_value``
+  a ``name`` that ``app.rooms.names.person_name`` refuses, ``401``, ``404`` no such room, and admission's refusals,
+  ``app.ops.admission``: ``429`` every slot of a fixed ``--max-sessions N`` in use,
   ``503`` full, loading, stopping or a failed engine; with ``Retry-After`` where waiting helps, not for a failed
   engine); an engine that will not open the session after the upgrade after all closes the socket with 1013 (try
   again later) or 1011 (failed) and the reason. The server opens with ``session.created``; a beta client
@@ -49,6 +50,7 @@ from engine import SessionOptions
 from ..auth import presented_token, token_matches
 from ..keys import CONFIG
 from ..ops import NoRoom, RefusalReason, Refused, admit_publisher
+from ..rooms import BadName, person_name
 from .client_socket import ClientSocket
 from .live_stream import open_live
 from .openai_rest import ApiError
@@ -89,7 +91,11 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     if not ws.can_prepare(request).ok:
         return ApiError(400, "connect with a WebSocket client").response()
     try:
-        admitted = await admit_publisher(app, request.query.get("room"))
+        name = person_name(request.query.get("name"))
+    except BadName as exc:
+        return ApiError(400, str(exc), param="name", code="invalid_value").response()
+    try:
+        admitted = await admit_publisher(app, request.query.get("room"), name)
     except NoRoom as exc:
         return ApiError(404, str(exc), code="room_not_found").response()
     except Refused as exc:

@@ -5,11 +5,13 @@ room's audio over WebRTC with one HTTP request, and its viewers, kiosk and trans
   (when the server has a token) -> ``201 Created``, the SDP answer, ``Location: /whip/{room}/{session}`` (the
   session resource), ``ETag`` and a ``Link: <...>; rel="ice-server"`` per configured STUN/TURN server, with the
   credentials to use (static, or time-limited for the room: ``app.webrtc.stun_turn``, the pages' source too).
+  ``?name=<person>``: the publisher is that person in the room (``app.rooms.names``).
 - ``PATCH`` on the resource with ``Content-Type: application/trickle-ice-sdpfrag``: the client's trickled ICE
   candidates (``204``). ICE restarts (a new ``ice-ufrag``) are not supported: ``422``.
 - ``DELETE`` on the resource ends the session: its open sentence is finished and locked, then it closes (``200``).
 - ``OPTIONS`` on either answers CORS preflights and ``Accept-Post: application/sdp``.
-- Errors: ``415`` wrong content type, ``400`` an SDP aiortc cannot use or one without exactly one audio track,
+- Errors: ``415`` wrong content type, ``400`` an SDP aiortc cannot use or one without exactly one audio track
+  (``bad_sdp``) or a name ``person_name`` refuses (``bad_parameter``, ``"param": "name"``),
   ``401`` a missing or wrong token, ``404`` no such room or resource, ``413`` an oversize offer, ``503`` the
   refusals of ``POST /offer`` (``app.ops.admission``): ``loading`` and ``busy`` with ``Retry-After``, ``engine`` (it
   failed) without. Error bodies are this server's JSON errors.
@@ -32,8 +34,8 @@ from ..auth import presented_token, token_matches
 from ..bodies import BodyError
 from ..keys import CONFIG, ENGINE
 from ..ops import ADMISSION, METRICS, NoRoom, Refused, admit_publisher
-from ..responses import json_error, unreadable_body
-from ..rooms import ROOMS
+from ..responses import ParameterError, bad_parameter, json_error, unreadable_body
+from ..rooms import ROOMS, BadName, person_name
 from ..webrtc import MAX_OFFER_BYTES, PEERS, PeerSession, ice_servers, is_loopback, link_headers
 
 log = logging.getLogger(__name__)
@@ -99,13 +101,19 @@ async def publish(request: web.Request) -> web.Response:
     if request.content_type != "application/sdp":
         return _error(415, ErrorCode.BAD_MESSAGE, "send the SDP offer as application/sdp")
     try:
+        name = person_name(request.query.get("name"))
+    except BadName as exc:
+        refused = bad_parameter(ParameterError("name", str(exc)))
+        refused.headers.update(_CORS)
+        return refused
+    try:
         sdp = await _read_sdp(request)
     except BodyError as exc:
         refused = unreadable_body(exc.status, f"offer {exc.message}")
         refused.headers.update(_CORS)
         return refused
     try:  # the engine's state, the capacity and the room, as on every way in
-        admitted = await admit_publisher(app, request.match_info["room"])
+        admitted = await admit_publisher(app, request.match_info["room"], name)
     except Refused as exc:
         return exc.refusal.response(_CORS)
     except NoRoom:
@@ -125,7 +133,7 @@ async def publish(request: web.Request) -> web.Response:
         log.info("rejected WHIP offer: %s", exc)
         return _error(400, ErrorCode.BAD_SDP, f"cannot use this offer: {exc}")
     room = await app[ROOMS].get(room.id) or room  # the room may have left memory during the awaits
-    peer.join(room)
+    peer.join(room, admitted.name)
     headers = {**_CORS, "Location": f"/whip/{room.id}/{peer.id}", "ETag": f'"{peer.id}"'}
     response = web.Response(status=201, body=answer.sdp.encode(), content_type="application/sdp", headers=headers)
     for link in link_headers(ice_servers(config.ice, label=room.id)):  # the same servers the pages get

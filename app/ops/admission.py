@@ -156,12 +156,16 @@ class Admission:
     ready. ``what`` names the sessions in refusals."""
 
     def __init__(self, limit: int | None, capacity: Callable[[], CapacityEstimate] | None = None,
-                 what: str = "caption sessions", engine: Callable[[], EngineStatus] | None = None) -> None:
+                 what: str = "caption sessions", engine: Callable[[], EngineStatus] | None = None,
+                 silent: Callable[[], int] | None = None) -> None:
         if limit is None and capacity is None:
             raise ValueError("admission needs a limit or a capacity estimate")
         self.limit = limit
         self.capacity = capacity
         self.engine = engine
+        # How many of the sessions in use are a meeting's silent microphones (``admit_publisher``'s
+        # ``silent_microphones``): connected, costing VAD and WebRTC only. None: every session counts as talking.
+        self.silent = silent
         self.what = what
         self._in_use = 0
         self.closed = False  # the server is stopping: no new session (``refusal`` says so)
@@ -181,9 +185,15 @@ class Admission:
         """The capacity estimate admission reads (None: it has none)."""
         return self.capacity() if self.capacity is not None else None
 
-    def admit(self) -> Slot | Refusal:
-        """A slot, or why not. Never awaits: the check and the take are one step."""
-        refusal = self.check()
+    @property
+    def talking(self) -> int:
+        """Sessions in use that count as talking: all but a meeting's silent microphones (``silent``)."""
+        return self._in_use - (self.silent() if self.silent is not None else 0)
+
+    def admit(self, shared: bool = False) -> Slot | Refusal:
+        """A slot, or why not. Never awaits: the check and the take are one step. ``shared``: the session joins a room
+        that has a publisher already (a meeting's next microphone: silent until its person talks)."""
+        refusal = self.check(shared)
         if refusal is not None:
             return self._counted(refusal)
         self._in_use += 1
@@ -204,8 +214,10 @@ class Admission:
         taken = self.admit()
         return taken if isinstance(taken, Slot) else None
 
-    def check(self) -> Refusal | None:
-        """Why a session would be refused now, or None if it would be let in (nothing is taken)."""
+    def check(self, shared: bool = False) -> Refusal | None:
+        """Why a session would be refused now, or None if it would be let in (nothing is taken); ``shared``: as
+        ``admit``. A session of its own counts as a voice; a meeting's next microphone only once it talks, so it is
+        let in while the server holds it connected (``CapacityEstimate.holds``)."""
         if self.closed:
             return _shutting_down()
         if self.engine is not None:
@@ -223,9 +235,12 @@ class Admission:
         if estimate.late:
             return Refusal(RefusalReason.FULL, f"the server is full: its sentences already lock "
                            f"{estimate.finals_late_s:.1f} s late; try again in {retry} s", retry)
-        if self._in_use >= estimate.sessions:
-            return Refusal(RefusalReason.FULL, f"the server is full: it holds {estimate.sessions} live {self.what} on "
+        if self._in_use >= estimate.holds:
+            return Refusal(RefusalReason.FULL, f"the server is full: it holds {estimate.holds} live {self.what} on "
                            f"time and all are taken; try again in {retry} s", retry)
+        if not shared and self.talking >= estimate.sessions:
+            return Refusal(RefusalReason.FULL, f"the server is full: {estimate.sessions} of its live {self.what} talk "
+                           f"at once, as many as it captions on time; try again in {retry} s", retry)
         return None
 
     def close(self) -> None:

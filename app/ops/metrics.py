@@ -195,6 +195,12 @@ class _Families:
     sessions: GaugeMetricFamily = field(default_factory=_gauge(
         "sessions_active", "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR WebSocket) or file "
         "(an upload being transcribed)", "kind"))
+    voices: GaugeMetricFamily = field(default_factory=_gauge(
+        "voices_active", "Live sessions talking now (the others are connected and silent: a meeting's other "
+        "microphones)"))
+    connections: GaugeMetricFamily = field(default_factory=_gauge(
+        "capacity_connections", "Live sessions the server estimates it holds connected, talking or not (a silent "
+        "microphone costs its VAD and WebRTC only)"))
     viewers: GaugeMetricFamily = field(default_factory=_gauge(
         "room_viewers", "Room viewers connected now (event streams)"))
     rooms: GaugeMetricFamily = field(default_factory=_gauge(
@@ -214,8 +220,8 @@ class _Families:
         "engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), 0 for the "
         "others", "state"))
     capacity: GaugeMetricFamily = field(default_factory=_gauge(
-        "capacity_sessions", "Live sessions the server estimates it holds on time (a warm-up measurement, then the "
-        "measured decode load); source: warm-up or measured", "source"))
+        "capacity_sessions", "Live sessions the server estimates can talk at once on time (a warm-up measurement, "
+        "then the measured decode load); source: warm-up or measured", "source"))
     limit: GaugeMetricFamily = field(default_factory=_gauge(
         "max_sessions", "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or the "
         "operator's number"))
@@ -258,6 +264,7 @@ class _LiveState(Collector):
             live = sum(1 for s in list(engine.sessions.values()) if not s.options.background)
             f.sessions.add_metric(["live"], live)
             f.sessions.add_metric(["file"], len(engine.sessions) - live)
+            f.voices.add_metric([], engine.voices_active if engine.state is EngineState.READY else 0)
             for priority, n in engine.load().items():
                 f.requests.add_metric([priority], n)
             now = engine.state
@@ -291,10 +298,11 @@ class _LiveState(Collector):
         admission = self._metrics.admission
         estimate = (admission.estimate() if admission is not None else None) or engine.capacity_estimate()
         f.capacity.add_metric([estimate.source], estimate.sessions)
+        f.connections.add_metric([], estimate.holds)
         f.busy.add_metric([], estimate.recognizer_busy)
         f.late.add_metric([], estimate.finals_late_s)
         if admission is None:
             return
-        limit = estimate.sessions if admission.auto else admission.limit or 0
+        limit = estimate.holds if admission.auto else admission.limit or 0
         f.limit.add_metric([], limit)
         f.headroom.add_metric([], 0 if admission.check() is not None else max(0, limit - admission.in_use))

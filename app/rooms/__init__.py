@@ -3,6 +3,9 @@
 A room re-numbers what its publishers send onto one room-level stream:
 - sentence ids are room-wide (0, 1, 2, ...), times are milliseconds since the room was created (so sentences of
   successive or concurrent publisher sessions share one timeline), and each sentence names its ``session``;
+- speaker labels are room-wide too: each voice of each publisher gets its own (``app.rooms.names``), and a publisher
+  that joins as a person (``name``) names its voices with durable ``correction`` events (editor ``"publisher"``)
+  before anything that shows them;
 - every durable event (a ``caption`` carrying newly locked sentences, a ``speakers`` relabel, a ``words`` update
   of a sentence's word times) gets the next room ``seq`` and is committed to the ``TranscriptStore`` *before* any
   viewer sees it; viewers resume from a seq;
@@ -38,24 +41,27 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import edit_routes, routes
+from . import edit_routes, language_routes, routes
 from .keys import ROOMS, STORE
+from .names import BadName, person_name
 from .open_text import merged_stable
 from .publisher import RoomPublisher
 from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats
-from .routes import base_url, may_edit, viewable_room
+from .routes import base_url, may_edit, stream_language, viewable_room
 from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TimedEvent, TranscriptStore, open_store
 from .stream import as_corrected
+from .translating import SOURCE_LANGUAGE, Translates
 from .viewer import Viewer, ViewerState
 
-__all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "STORE", "Room", "RoomPublisher", "RoomRecord", "RoomRegistry",
-           "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent", "TranscriptStore", "Viewer",
-           "ViewerState", "add_routes", "as_corrected", "base_url", "may_edit", "merged_stable", "open_store",
-           "viewable_room"]
+__all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "SOURCE_LANGUAGE", "STORE", "BadName", "Room", "RoomPublisher",
+           "RoomRecord", "RoomRegistry", "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent",
+           "TranscriptStore", "Translates", "Viewer", "ViewerState", "add_routes", "as_corrected", "base_url",
+           "may_edit", "merged_stable", "open_store", "person_name", "stream_language", "viewable_room"]
 
 
 def add_routes(app: web.Application) -> None:
     """Rooms, their viewer streams and their editors' API."""
     routes.add_routes(app)
     edit_routes.add_routes(app)
+    language_routes.add_routes(app)

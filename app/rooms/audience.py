@@ -58,7 +58,7 @@ class Audience:
         elif durable:
             if isinstance(message, Caption):  # the live text of the moment it locked: not for a delayed audience
                 message = dataclasses.replace(message, partial="", stable=0, stable_words=[], partial_spk=None,
-                                              partial_session=None, latency_ms=None)
+                                              partial_session=None, latency_ms=None, open=[])
             self._hold.add(seq, message, time.time())
             self._release(changed=True)
 

@@ -49,7 +49,7 @@ def add_routes(app: web.Application) -> None:
 
 async def put_sentence(request: web.Request) -> web.Response:
     """``PUT /rooms/{id}/sentences/{sid}`` ``{"text", "spk"?, "editor"?}``: the sentence's new text (and label)."""
-    room, body = await _editing(request, {"text", "spk", "editor"})
+    room, body = await editing(request, {"text", "spk", "editor"})
     text = body.get("text")
     if not isinstance(text, str) or not 0 < len(" ".join(text.split())) <= MAX_TEXT_CHARS:
         raise _bad(f'"text" must be a string of 1 to {MAX_TEXT_CHARS} characters (delete a sentence to remove it)')
@@ -69,7 +69,7 @@ async def put_sentence(request: web.Request) -> web.Response:
 
 async def delete_sentence(request: web.Request) -> web.Response:
     """``DELETE /rooms/{id}/sentences/{sid}``: the sentence goes (kept in the history)."""
-    room = await _editable_room(request)
+    room = await editable_room(request)
 
     async def edit(record: SentenceRecord) -> edits.Change:
         return edits.Change(deleted=(record.id,))
@@ -81,7 +81,7 @@ async def delete_sentence(request: web.Request) -> web.Response:
 async def split_sentence(request: web.Request) -> web.Response:
     """``POST /rooms/{id}/sentences/{sid}/split`` ``{"at", "editor"?}``: the first ``at`` words stay, the rest
     become a new sentence right after."""
-    room, body = await _editing(request, {"at", "editor"})
+    room, body = await editing(request, {"at", "editor"})
     at = body.get("at")
     if isinstance(at, bool) or not isinstance(at, int):
         raise _bad('"at" must be the number of words that stay in the sentence')
@@ -101,7 +101,7 @@ async def split_sentence(request: web.Request) -> web.Response:
 async def put_speaker(request: web.Request) -> web.Response:
     """``PUT /rooms/{id}/speakers/{spk}`` ``{"name", "editor"?}``: what label ``spk`` shows as in the whole room
     ("" = its default)."""
-    room, body = await _editing(request, {"name", "editor"})
+    room, body = await editing(request, {"name", "editor"})
     name = body.get("name")
     if not isinstance(name, str) or len(name.strip()) > MAX_NAME_CHARS:
         raise _bad(f'"name" must be a string of at most {MAX_NAME_CHARS} characters ("" for the default)')
@@ -109,18 +109,18 @@ async def put_speaker(request: web.Request) -> web.Response:
     if not _label(spk):
         raise _bad(f"a speaker label is 0-{edits.SPEAKER_LABELS - 1}, not {spk}")
     event = await room.commit_correction(edits.Change(names={spk: " ".join(name.split())}),
-                                         _editor(request, room, body))
+                                         editor_of(request, room, body))
     return web.json_response({"seq": event.seq, "names": {str(k): v for k, v in sorted(room.names.items())}})
 
 
 async def get_vocabulary(request: web.Request) -> web.Response:
-    room = await _editable_room(request)
+    room = await editable_room(request)
     return web.json_response({"terms": list(room.terms), "learned": list(room.learned)})
 
 
 async def put_vocabulary(request: web.Request) -> web.Response:
     """``PUT /rooms/{id}/vocabulary`` ``{"terms": [...]}``: the terms editors enter (the learned ones stay)."""
-    room, body = await _editing(request, {"terms"})
+    room, body = await editing(request, {"terms"})
     terms = body.get("terms")
     if (not isinstance(terms, list) or not all(isinstance(t, str) for t in terms) or len(terms) > edits.MAX_TERMS
             or any(len(t.strip()) > edits.MAX_TERM_CHARS for t in terms)):
@@ -134,7 +134,7 @@ async def put_vocabulary(request: web.Request) -> web.Response:
 async def end_room(request: web.Request) -> web.Response:
     """``POST /rooms/{id}/end``: the event is over. Its HLS playlist closes (``EXT-X-ENDLIST``) and its outputs stop;
     its transcript stays, and viewers keep what they have. Ending twice keeps the first time."""
-    room = await _editable_room(request)
+    room = await editable_room(request)
     if room.record.ended_ms is None:
         ended_ms = now_ms()
         await room.store.set_ended(room.id, ended_ms)
@@ -144,7 +144,7 @@ async def end_room(request: web.Request) -> web.Response:
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------
-async def _editable_room(request: web.Request) -> Room:
+async def editable_room(request: web.Request) -> Room:
     """The room named in the path, if the request may edit it (loaded into memory: edits commit through it)."""
     room = await request.app[ROOMS].get(request.match_info["room"])
     if room is None:
@@ -154,9 +154,9 @@ async def _editable_room(request: web.Request) -> Room:
     return room
 
 
-async def _editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[str, Any]]:
-    """The room (``_editable_room``) and the request's JSON body, which may hold only ``fields``."""
-    room = await _editable_room(request)
+async def editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[str, Any]]:
+    """The room (``editable_room``) and the request's JSON body, which may hold only ``fields``."""
+    room = await editable_room(request)
     try:
         body = await read_json_object(request, MAX_EDIT_BODY_BYTES)
     except BodyError as exc:
@@ -174,7 +174,7 @@ async def _edited(request: web.Request, room: Room, edit: Callable[[SentenceReco
     """``edit`` of the sentence named in the path, committed (``Room.commit_edit``: it gets the sentence as it now
     is). Returns the sentence as it was and the event."""
     sid = int(request.match_info["sentence"])
-    done = await room.commit_edit(sid, edit, _editor(request, room, body))
+    done = await room.commit_edit(sid, edit, editor_of(request, room, body))
     if done is None:
         raise http_error(404, ErrorCode.NO_SENTENCE, f"room {room.id} has no sentence {sid} (or it was deleted)")
     return done
@@ -185,7 +185,7 @@ def _label(spk: object) -> bool:
     return isinstance(spk, int) and not isinstance(spk, bool) and 0 <= spk < edits.SPEAKER_LABELS
 
 
-def _editor(request: web.Request, room: Room, body: dict[str, Any]) -> str:
+def editor_of(request: web.Request, room: Room, body: dict[str, Any]) -> str:
     """Who made the edit, for the history: the name the editor gave, else what their token says they are."""
     name = body.get("editor")
     if isinstance(name, str) and name.strip():

@@ -1,11 +1,14 @@
 """A room's hold-back delay: the audience gets each durable event ``delay_s`` after it was committed, so that an
 editor's correction made meanwhile is the only version it ever sees.
 
-- A ``caption`` (newly locked sentences) is due ``delay_s`` after its commit. Every other event (a correction of a
+- A ``caption`` (newly locked sentences) and a ``translation`` (those sentences in a room language) are due
+  ``delay_s`` after their commit. Every other event (a correction of a
   sentence already out, a relabel, word times) has no delay of its own, but events leave in seq order: one goes when
   it is due and everything before it has gone. So viewers resume by seq exactly as without a delay.
 - While a caption is held, later events that touch its sentences change it in place (``add``): a correction
-  replaces the sentence's text (or removes it), a relabel its label, word times its words. What touched only held
+  replaces the sentence's text (or removes it), a relabel its label, word times its words; a held translation
+  is replaced by a newer one of the same sentence and language (the re-translation of a correction) and loses the
+  sentences a correction removed. What touched only held
   sentences leaves the later event (it would tell viewers of a change they never saw); an event left with nothing
   still goes, as its seq alone.
 - Nothing here is the only copy: every held event is in the store. A restart builds the queue again from the
@@ -20,7 +23,7 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
-from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, WordTimes
+from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, Translation, WordTimes
 
 MAX_DELAY_S = 30.0
 
@@ -64,7 +67,8 @@ class Holdback:
         if seq <= last:
             return
         message = self._touch_held(message)
-        due = committed_s + self.delay_s if isinstance(message, Caption) else committed_s
+        news = isinstance(message, Caption) or (isinstance(message, Translation) and bool(message.sentences))
+        due = committed_s + self.delay_s if news else committed_s
         self._held.append(_Held(seq, message, due, committed_s))
 
     def due(self, now_s: float) -> list[tuple[int, ServerMessage]]:
@@ -81,7 +85,10 @@ class Holdback:
         return self._held[0].due_s if self._held else None
 
     def _touch_held(self, message: ServerMessage) -> ServerMessage:
-        """Apply ``message`` to the held captions it touches; returns what is left of it for the audience."""
+        """Apply ``message`` to the held captions and translations it touches; returns what is left of it for the
+        audience."""
+        if isinstance(message, Translation | Correction):
+            message = self._touch_translations(message)
         held = {s.id: h for h in self._held if isinstance(h.message, Caption) for s in h.message.sentences}
         if not held:
             return message
@@ -114,11 +121,42 @@ class Holdback:
         return message
 
 
+    def _touch_translations(self, message: Translation | Correction) -> Translation | Correction:
+        """A re-translation replaces the held translation of its sentences (same language); a correction's removed
+        sentences leave the held translations. Returns what is left of ``message``."""
+        langs = [h for h in self._held if isinstance(h.message, Translation)]
+        if not langs:
+            return message
+        if isinstance(message, Correction):
+            gone = set(message.deleted)
+            for h in langs:
+                assert isinstance(h.message, Translation)
+                h.message = dataclasses.replace(h.message, sentences=tuple(s for s in h.message.sentences
+                                                                           if s.id not in gone))
+            return message
+        taken: set[int] = set()
+        for h in langs:
+            old = h.message
+            assert isinstance(old, Translation)
+            if old.lang != message.lang:
+                continue
+            newer = {s.id: s for s in message.sentences if s.id in {o.id for o in old.sentences}}
+            if newer:
+                missing = {i for i in old.missing if i not in newer} | {i for i in message.missing if i in newer}
+                h.message = dataclasses.replace(old, sentences=tuple(newer.get(o.id, o) for o in old.sentences),
+                                                missing=tuple(sorted(missing)))
+                taken |= newer.keys()
+        return dataclasses.replace(message, sentences=tuple(s for s in message.sentences if s.id not in taken),
+                                   missing=tuple(i for i in message.missing if i not in taken))
+
+
 def empty(message: ServerMessage) -> bool:
     """A correction or relabel with nothing left in it for the audience (``Holdback`` took it into held captions):
     it goes as its seq alone."""
     if isinstance(message, Correction):
         return not message.sentences and not message.deleted and not message.names
+    if isinstance(message, Translation):
+        return not message.sentences
     return isinstance(message, Speakers) and not message.relabel
 
 

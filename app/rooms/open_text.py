@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.protocol import Caption, Word
+from engine.protocol import Caption, OpenLine, Word
 
+from .publisher import RoomPublisher
 from .store.base import StoreError, TranscriptStore, announce_json
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class _Text:
     text: str
     after: int
     heard_at_s: float
+    started_s: float  # when this open text was first heard here (``RemoteOpen.started``)
 
 
 class RemoteOpen:
@@ -119,7 +121,8 @@ class RemoteOpen:
         if not text:
             return (session, []) if self._texts.pop(session, None) is not None else None
         old = self._texts.get(session)
-        self._texts[session] = _Text(text, after, self._clock())
+        now = self._clock()
+        self._texts[session] = _Text(text, after, now, now if old is None else old.started_s)
         return (session, words) if old is None or old.text != text or words else None
 
     def locked(self, session: str, seq: int) -> bool:
@@ -136,6 +139,11 @@ class RemoteOpen:
         """``(session, stable text)`` of every remote publisher with open text, in the order they started."""
         return [(session, t.text) for session, t in self._texts.items()]
 
+    def started(self) -> dict[str, float]:
+        """When (``clock``: ``time.monotonic`` unless told otherwise) each remote publisher's open text was first
+        heard here, by session: when its first words showed on this front end."""
+        return {session: t.started_s for session, t in self._texts.items()}
+
     def expire(self) -> bool:
         """Drop texts not heard of for ``STALE_S``; returns whether any went."""
         now = self._clock()
@@ -146,19 +154,37 @@ class RemoteOpen:
 
 
 def open_caption(parts: list[tuple[str, str, int]], voice: int | None, seq: int, latency_ms: int | None = None,
-                 stable_words: list[Word] | None = None, words_session: str | None = None) -> Caption:
-    """A room's open text as its viewers get it: ``parts`` (``Room.open_parts``) joined, with how many of its
-    leading words are settled (``merged_stable``). ``voice``: the label of the voice speaking, given only when one
-    publisher has open text (several speaking at once have one merged partial, and one label for it would misname
-    someone). ``stable_words``: words of publisher ``words_session`` that settled with this update (room timeline);
-    ``partial_session`` names that publisher when no voice is named. ``seq``: the room's newest."""
+                 stable_words: list[Word] | None = None, words_session: str | None = None,
+                 lines: Sequence[OpenLine] = ()) -> Caption:
+    """A room's open text as its viewers get it: ``parts`` (``Speaking.open_parts``) joined, with how many of its
+    leading words are settled (``merged_stable``), and ``lines`` (``open_lines``), the same text one line per
+    speaking publisher (``Caption.open``). ``voice``: the label of the voice speaking, given only when one publisher
+    has open text (several speaking at once have one merged partial, and one label for it would misname someone;
+    each of ``lines`` has its own). ``stable_words``: words of publisher ``words_session`` that settled with this
+    update (room timeline); ``partial_session`` names that publisher when no voice is named. ``seq``: the room's
+    newest."""
     session = parts[0][0] if voice is not None else words_session if stable_words else None
     return Caption([], " ".join(text for _, text, _ in parts), latency_ms=latency_ms, seq=seq, partial_spk=voice,
-                   partial_session=session, stable=merged_stable(parts), stable_words=list(stable_words or ()))
+                   partial_session=session, stable=merged_stable(parts), stable_words=list(stable_words or ()),
+                   open=list(lines))
+
+
+def open_lines(parts: list[tuple[str, str, int]], publishers: Mapping[str, RoomPublisher],
+               remote: RemoteOpen) -> list[OpenLine]:
+    """``parts`` (``Speaking.open_parts``) one line each (``Caption.open``), in the order their open texts started
+    showing here (a tie keeps ``parts``' order): one of this front end's ``publishers`` when its partial did
+    (``RoomPublisher.started``), with its voice's label; another front end's when ``remote`` first heard it."""
+    started = remote.started()
+    lines = []
+    for session, text, stable in parts:
+        p = publishers.get(session)
+        at = p.started if p is not None else started.get(session, 0.0)
+        lines.append((at, OpenLine(session, text, stable, p.partial_spk if p is not None else None)))
+    return [line for _, line in sorted(lines, key=lambda item: item[0])]
 
 
 def merged_stable(parts: list[tuple[str, str, int]]) -> int:
-    """How many leading words of the joined texts of ``parts`` (``Room.open_parts``) are settled: the first
+    """How many leading words of the joined texts of ``parts`` (``Speaking.open_parts``) are settled: the first
     part's stable words, plus the next part's only if all of the first is settled, and so on."""
     count = 0
     for _, text, stable in parts:

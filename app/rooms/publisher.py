@@ -1,6 +1,13 @@
-"""A publisher session's side of its room: it maps the session's sentence ids and times onto the room's and posts
-every message the session sends. The room is seen through ``RoomPort``, the few calls a publisher makes, so this
-module does not import the room's."""
+"""A publisher session's side of its room: it maps the session's sentence ids, times and speaker labels onto the
+room's and posts every message the session sends. The room is seen through ``RoomPort``, the few calls a publisher
+makes, so this module does not import the room's.
+
+Speaker labels: each voice the session labels (0, 1, 2, ... per session) gets a room-wide label from the room
+(``RoomLabels``) the first time it locks a sentence, shows in a partial or is relabelled to; everything the room
+stores and shows carries that one. A named publisher (``names.person_name``) names each new voice before anything
+that uses its label is broadcast: its first voice is the person, the next ones ``"name (2)"``, ... (a microphone two
+people share); a sentence without a label (the session's labels are off) is the person's too. The session's own
+client keeps the session's labels: it gets the session's messages as they are, and corrections mapped back."""
 
 from __future__ import annotations
 
@@ -8,13 +15,14 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from engine import SessionLog
 from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, Word, WordTimes
 
 from .edits import corrected
+from .names import RoomLabels, voice_name
 from .store.base import RoomRecord, SentenceRecord
 from .vocabulary import Corrector
 
@@ -26,6 +34,7 @@ class RoomPort(Protocol):
 
     id: str
     record: RoomRecord
+    labels: RoomLabels
 
     async def commit_sentences(self, drafts: list[SentenceRecord],
                                latency_ms: int | None, settled: list[Word], session: str) -> list[SentenceRecord]: ...
@@ -38,6 +47,8 @@ class RoomPort(Protocol):
 
     async def commit_words(self, sentence_id: int, words: tuple[Word, ...],
                            session: str) -> SentenceRecord | None: ...
+
+    async def commit_names(self, names: Mapping[int, str]) -> None: ...
 
     def announce_open(self, session: str, text: str, words: list[Word]) -> None: ...
 
@@ -55,52 +66,90 @@ class RoomPublisher:
     """A publisher session's view of its room: maps its session sentence ids and times onto the room's.
 
     ``publish`` takes every message the session sends to its own client, in order, and returns once anything
-    durable in it is committed.
+    durable in it is committed. ``name``: the person publishing (checked by ``names.person_name``), None: unnamed.
     """
 
-    def __init__(self, room: RoomPort, session_id: str) -> None:
+    def __init__(self, room: RoomPort, session_id: str, name: str | None = None) -> None:
         self.room = room
         self.session_id = session_id
+        self.name = name
         # Session audio time 0 is (about) now: shift its times onto the room's timeline.
         self.offset_ms = max(0, int(time.time() * 1000) - room.record.created_ms)
         self.partial = ""
         self.stable = 0  # how many leading words of ``partial`` are settled
-        self.partial_spk: int | None = None  # the label of the voice speaking ``partial``, when the session knows it
+        self.started = 0.0  # time.monotonic() when ``partial`` last went from empty to words (``open_text.open_lines``)
+        self.partial_spk: int | None = None  # the room label of the voice speaking ``partial``, when it is known
         self.announced = ""  # the stable text the other front ends were last told of
         self._saving: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()  # see ``saving_changes``
         self._ids: dict[int, int] = {}  # session sentence id -> room sentence id
         self._session_ids: dict[int, int] = {}  # and back
-        self._given: dict[int, int | None] = {}  # room sentence id -> the label the session gave it last
+        self._given: dict[int, int | None] = {}  # room sentence id -> the (room) label the session gave it last
+        self._labels: dict[int | None, int] = {}  # session speaker label -> room label (None: see the module)
+        self._session_labels: dict[int, int | None] = {}  # and back
         self._on_correction: Callable[[Correction], None] | None = None
         self._log = SessionLog(log, session_id)
 
     def watch(self, on_correction: Callable[[Correction], None]) -> None:
-        """Hear of changes to this session's sentences after they locked, with its own sentence ids and times (for
-        its client): editors' corrections, and the room's vocabulary respelling a sentence as it locks. Called by a
-        transport whose client takes ``correction`` messages, right after ``Room.join``."""
+        """Hear of changes to this session's sentences after they locked, with its own sentence ids, times and labels
+        (for its client): editors' corrections, the names of its voices, and the room's vocabulary respelling a
+        sentence as it locks. Called by a transport whose client takes ``correction`` messages, right after
+        ``Room.join``."""
         self._on_correction = on_correction
 
     def corrected(self, correction: Correction) -> None:
-        """Called by the room: an editor's correction. This session's client gets the part about its sentences
-        (ids and times its own; a split's new part with ``SPLIT_ID_BASE`` + its room id), and every name."""
+        """Called by the room: a correction (an editor's, or a publisher's names). This session's client gets the
+        part about its sentences (ids, times and labels its own; a split's new part with ``SPLIT_ID_BASE`` + its
+        room id; a label that is none of its voices' stays the room's), and the names it can use: its voices', by
+        its labels, and those of other labels its sentences here carry (not clashing with one of its own)."""
         if self._on_correction is None:
             return
         mine = [s for s in correction.sentences if s.session == self.session_id]
         sentences = tuple(dataclasses.replace(
             s, id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id), start_ms=max(0, s.start_ms - self.offset_ms),
-            end_ms=max(0, s.end_ms - self.offset_ms), session=None,
+            end_ms=max(0, s.end_ms - self.offset_ms), spk=self._session_label(s.spk), session=None,
             words=tuple(w.shifted(-self.offset_ms) for w in s.words))
             for s in mine)
         deleted = tuple(self._session_ids[i] for i in correction.deleted if i in self._session_ids)
-        if sentences or deleted or correction.names:
-            self._on_correction(Correction(sentences, deleted, dict(correction.names), correction.editor))
+        carried = {s.spk for s in mine if s.spk not in self._session_labels} - set(self._labels)
+        names: dict[int, str] = {}
+        for label, name in correction.names.items():
+            if label in self._session_labels:
+                spk = self._session_labels[label]
+                if spk is not None:
+                    names[spk] = name
+            elif label in carried:
+                names[label] = name
+        if sentences or deleted or names:
+            self._on_correction(Correction(sentences, deleted, names, correction.editor))
+
+    def _session_label(self, label: int | None) -> int | None:
+        """Room label ``label`` as this session's client knows it (its own label for its voices)."""
+        return self._session_labels.get(label, label) if label is not None else None
+
+    async def _label_voices(self, labels: Iterable[int | None]) -> None:
+        """Give each session label of ``labels`` without one its room label; a named publisher names the new ones,
+        committed before anything that uses them is broadcast (see the module). ``None`` (no label) is a voice of a
+        named publisher's only."""
+        names: dict[int, str] = {}
+        for spk in labels:
+            if spk in self._labels or (spk is None and self.name is None):
+                continue
+            label = self.room.labels.take()
+            self._labels[spk] = label
+            self._session_labels.setdefault(label, spk)  # (labels run out: the last one is shared; the first keeps it)
+            if self.name is not None:
+                names[label] = voice_name(self.name, len(self._labels))
+        if names:
+            await self.room.commit_names(names)
 
     async def publish(self, message: ServerMessage) -> None:
         if isinstance(message, Caption):
-            self._open_text("" if message.is_final else message.partial, message.stable)
-            self.partial_spk = message.partial_spk if self.partial else None
-            settled = [w.shifted(self.offset_ms) for w in message.stable_words]
             new = [s for s in message.sentences if s.id not in self._ids]
+            speaking = None if message.is_final or not message.partial.strip() else message.partial_spk
+            await self._label_voices([*(s.spk for s in new), *(() if speaking is None else (speaking,))])
+            self._open_text("" if message.is_final else message.partial, message.stable)
+            self.partial_spk = self._labels.get(speaking) if self.partial and speaking is not None else None
+            settled = [w.shifted(self.offset_ms) for w in message.stable_words]
             if new:
                 drafts = [self._respelt(s) for s in new]
                 records = await self.room.commit_sentences(drafts, message.latency_ms, settled, self.session_id)
@@ -113,7 +162,9 @@ class RoomPublisher:
                 self.room.broadcast_partial(message.latency_ms, settled, self.session_id)
             self._announce(bool(new), settled)
         elif isinstance(message, Speakers):
-            relabel = {self._ids[k]: v for k, v in message.relabel.items() if k in self._ids}
+            mine = {k: v for k, v in message.relabel.items() if k in self._ids}
+            await self._label_voices(mine.values())
+            relabel = {self._ids[k]: self._labels[v] for k, v in mine.items()}
             kept = await self.room.commit_relabel(relabel, {sid: self._given.get(sid) for sid in relabel})
             self._given.update(relabel)
             self._tell_current(kept)  # their labels are an editor's: the client's relabel must not stay
@@ -132,16 +183,19 @@ class RoomPublisher:
         stable = min(stable, len(words))
         fix = self.room.corrector
         settled, rest = fix.apply(" ".join(words[:stable])), fix.apply(" ".join(words[stable:]))
-        self.partial = " ".join(filter(None, (settled, rest)))
+        was_open, self.partial = bool(self.partial), " ".join(filter(None, (settled, rest)))
         self.stable = len(settled.split())
+        if self.partial and not was_open:  # its first words show: its line goes after those already speaking
+            self.started = time.monotonic()
 
     def _respelt(self, s: Sentence) -> SentenceRecord:
-        """Locked sentence ``s`` on the room's timeline, spelt by the room's vocabulary (words re-timed as an editor's
-        correction's are)."""
+        """Locked sentence ``s`` on the room's timeline with its room label, spelt by the room's vocabulary (words
+        re-timed as an editor's correction's are)."""
+        spk = self._labels.get(s.spk, s.spk)  # (``_label_voices`` gave it one, unless it has none)
         record = SentenceRecord(-1, self.session_id, s.text, s.start_ms + self.offset_ms, s.end_ms + self.offset_ms,
-                                s.spk, tuple(w.shifted(self.offset_ms) for w in s.words))
+                                spk, tuple(w.shifted(self.offset_ms) for w in s.words))
         text = self.room.corrector.apply(s.text)
-        return record if text == s.text else corrected(record, text, s.spk)
+        return record if text == s.text else corrected(record, text, spk)
 
     def _tell_respelt(self, new: list[Sentence], records: list[SentenceRecord]) -> None:
         """The session's client gets the sentences the room's vocabulary respelt, as a correction."""

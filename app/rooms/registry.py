@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -12,6 +13,7 @@ from typing import Any
 from ..auth import new_token, token_digest
 from .room import Room, RoomStats
 from .store.base import RoomRecord, StoreError, TranscriptStore, now_ms
+from .translating import SOURCE_LANGUAGE, RoomTranslating, Translates, TranslationStats
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,12 @@ class RoomRegistry:
     events) and for ``idle_s`` after; then a sweep every ``sweep_s`` lets it go, and it loads again from the store
     on demand. Reads that only look (status, transcript, QR code) get a detached copy and load nothing."""
 
-    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0) -> None:
+    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0,
+                 translator: Translates | None = None) -> None:
         self.store = store
+        self.translator = translator  # the translation engines (None: this front end translates nothing)
+        self.translation_stats = TranslationStats()
+        self._warmed: set[str] = set()  # languages whose engine was started (``_translating``)
         self.idle_s = idle_s
         self.sweep_s = sweep_s
         self.stats = RoomStats()
@@ -64,26 +70,26 @@ class RoomRegistry:
             room.heard_announcement(body)
 
     async def create(self, title: str = "", private: bool = False, unsaved_ok: bool = False,
-                     delay_s: float = 0.0) -> NewRoom:
+                     delay_s: float = 0.0, languages: tuple[str, ...] = ()) -> NewRoom:
         """A new room with an unguessable id and an editor token; ``private`` rooms get a viewer token (kept with
-        the room: its QR code and links carry it); ``delay_s``: its audience's hold-back delay. Raises
-        ``StoreError`` if the store cannot take it, unless ``unsaved_ok``: then the room lives in memory and is
-        written with its events once the store takes writes again (a microphone session's own room: captions must
-        not wait for a disk)."""
+        the room: its QR code and links carry it); ``delay_s``: its audience's hold-back delay; ``languages``: what
+        its sentences are translated into (checked by the caller: ``translatable``). Raises ``StoreError`` if the
+        store cannot take it, unless ``unsaved_ok``: then the room lives in memory and is written with its events
+        once the store takes writes again (a microphone session's own room: captions must not wait for a disk)."""
         viewer_token = new_token() if private else None
         editor_token = new_token()
         record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
                             token_digest(viewer_token) if viewer_token else None, viewer_token,
-                            token_digest(editor_token), delay_s)
-        room = Room(record, self.store, 0, 0, self.stats)
+                            token_digest(editor_token), delay_s, languages=languages)
+        room = self._translating(Room(record, self.store, 0, 0, self.stats))
         try:
             await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
-                                         record.viewer_token, record.editor_token_sha256, record.delay_s)
+                                         record.viewer_token, record.editor_token_sha256, record.delay_s,
+                                         record.languages)
         except StoreError as exc:
             if not unsaved_ok:
                 raise
-            room.record_saved = False
-            room.store_error = str(exc)
+            room.journal.record_refused(str(exc))
             log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
         self._add(room)
         log.info("room %s created%s%s", room.id, " (viewer token required)" if private else "",
@@ -105,17 +111,41 @@ class RoomRegistry:
                 if record is None:
                     return None
                 last_seq, next_id = await self.store.counters(room_id)
-                room = Room(record, self.store, last_seq, next_id, self.stats)
+                # New voices' labels continue above the stored ones (a detached room has no publishers).
+                next_label = await self.store.next_label(room_id) if keep else 0
+                room = Room(record, self.store, last_seq, next_id, self.stats, next_label)
                 if keep:
+                    self._translating(room)
                     if record.delay_s:  # what its audience did not get yet (a restart; another front end's)
                         since = now_ms() - int(record.delay_s * 1000)
                         room.audience.seed(await self.store.timed_events(room_id, since_ms=since))
                     self._add(room)
             return room
 
+    def in_memory(self) -> list[Room]:
+        """The rooms held in memory now."""
+        return list(self._rooms.values())
+
     def loaded(self, room_id: str) -> Room | None:
         """The room if it is in memory now (loads nothing)."""
         return self._rooms.get(room_id)
+
+    def translatable(self, source: str = SOURCE_LANGUAGE) -> frozenset[str]:
+        """The languages this front end's engines can translate ``source`` into (none without engines)."""
+        return self.translator.targets(source) if self.translator is not None else frozenset()
+
+    def _translating(self, room: Room) -> Room:
+        """``room`` with its translation side, where this front end has engines."""
+        if self.translator is not None:
+            # A pair's engine starts (Apertium: 0.1-0.6 s of CPU) when a room first has it, before its first
+            # sentence needs it: in a thread, off the loop, and never at a server's start.
+            cold = [lang for lang in room.languages if lang not in self._warmed]
+            if cold:
+                self._warmed.update(cold)
+                asyncio.get_running_loop().run_in_executor(None, self.translator.warm, SOURCE_LANGUAGE, cold)
+            room.translating = RoomTranslating(room.id, self.translator, lambda: room.languages,
+                                               room.commit_translation, self.translation_stats)
+        return room
 
     def _add(self, room: Room) -> Room:
         self._rooms[room.id] = room
@@ -152,8 +182,11 @@ class RoomRegistry:
                 "loaded": self.stats.rooms_loaded,
                 "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
                 "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
-                "unsaved_rooms": sum(not r.record_saved for r in self._rooms.values()),
+                "unsaved_rooms": sum(not r.journal.record_saved for r in self._rooms.values()),
                 "corrections": self.stats.corrections,
+                "translations": dataclasses.asdict(self.translation_stats),
+                "translations_waiting": sum(r.translating.waiting for r in self._rooms.values()
+                                            if r.translating is not None),
                 "held_events": sum(r.audience.lag().held for r in self._rooms.values())}
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ import socket
 import segno
 from aiohttp import web
 
-from engine import ErrorCode
+from engine import ErrorCode, normalise_language
 
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
@@ -27,6 +27,7 @@ from .holdback import MAX_DELAY_S
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room
 from .stream import Stream
+from .translating import SOURCE_LANGUAGE, room_languages
 from .viewer import Viewer
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,14 @@ def base_url(request: web.Request) -> str:
 
 def room_links(request: web.Request, room_id: str, viewer_token: str | None,
                editor_token: str | None = None) -> dict[str, str]:
-    """The room's URLs for its audience (with its viewer token, if private), and its editor page (with
-    ``editor_token``, when given: only at creation)."""
+    """The room's URLs for its audience (with its viewer token, if private): ``join`` is the page a person at the
+    meeting joins from with a name and their own microphone; and its editor page (with ``editor_token``, when given:
+    only at creation)."""
     base = base_url(request)
     query = f"room={room_id}" + (f"&token={viewer_token}" if viewer_token else "")
     auth = f"?token={viewer_token}" if viewer_token else ""
     links = {"view": f"{base}/view?{query}", "kiosk": f"{base}/kiosk?{query}", "embed": f"{base}/embed?{query}",
-             "events": f"{base}/rooms/{room_id}/events{auth}",
+             "join": f"{base}/join?{query}", "events": f"{base}/rooms/{room_id}/events{auth}",
              "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}"}
     if editor_token is not None:
         links["edit"] = f"{base}/rooms/{room_id}/edit?token={editor_token}"
@@ -67,9 +69,11 @@ def room_links(request: web.Request, room_id: str, viewer_token: str | None,
 
 
 async def create_room(request: web.Request) -> web.Response:
-    """``POST /rooms`` ``{"title"?: str, "private"?: bool, "delay_s"?: number}`` -> 201 ``{"room", "viewer_token",
-    "editor_token", "links"}``. Needs the server's auth token when one is configured. ``viewer_token``: private
-    rooms only. ``delay_s`` (0-30): the audience's hold-back delay (``app.rooms.holdback``)."""
+    """``POST /rooms`` ``{"title"?: str, "private"?: bool, "delay_s"?: number, "languages"?: [str]}`` -> 201
+    ``{"room", "viewer_token", "editor_token", "languages", "links"}``. Needs the server's auth token when one is
+    configured. ``viewer_token``: private rooms only. ``delay_s`` (0-30): the audience's hold-back delay
+    (``app.rooms.holdback``). ``languages``: what its sentences are translated into (``app.rooms.language_routes``;
+    400 for one this server cannot produce)."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
         return json_error(401, ErrorCode.UNAUTHORIZED, "creating a room needs the server's token")
     try:
@@ -83,13 +87,18 @@ async def create_room(request: web.Request) -> web.Response:
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 <= delay_s <= MAX_DELAY_S:
         return json_error(400, ErrorCode.BAD_MESSAGE,
                           f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
-    unknown = sorted(set(params) - {"title", "private", "delay_s"})
+    unknown = sorted(set(params) - {"title", "private", "delay_s", "languages"})
     if unknown:
         return json_error(400, ErrorCode.BAD_MESSAGE,
-                          f"unknown field {unknown[0]!r}: expected title, private, delay_s")
-    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s))
+                          f"unknown field {unknown[0]!r}: expected title, private, delay_s, languages")
+    try:
+        languages = room_languages(params.get("languages", []), request.app[ROOMS].translatable())
+    except ValueError as exc:
+        return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
+    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s), languages=languages)
     room = new.room
     return web.json_response({"room": room.id, "viewer_token": new.viewer_token, "editor_token": new.editor_token,
+                              "languages": list(room.languages),
                               "links": room_links(request, room.id, new.viewer_token, new.editor_token)}, status=201)
 
 
@@ -117,14 +126,24 @@ async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
     return web.json_response({**room.status(editor=may_edit(request, room)).wire(), "title": room.record.title,
                               "created_ms": room.record.created_ms, "private": room.private,
-                              "delay_s": room.audience.delay_s})
+                              "delay_s": room.audience.delay_s, "language": SOURCE_LANGUAGE,
+                              "languages": list(room.languages),
+                              "translations_waiting": room.translating.waiting if room.translating else 0})
+
+
+QR_PAGES = {"view": "X-Viewer-Url", "join": "X-Join-Url"}  # ?page= -> the header that names the URL encoded
 
 
 async def room_qr(request: web.Request) -> web.Response:
-    """An SVG QR code of the room's phone viewer URL (made here: no outside service).
+    """An SVG QR code of the room's phone viewer URL, or with ``?page=join`` of its join page (where a person at the
+    meeting joins with a name and their phone's microphone); made here, no outside service. The URL is also in the
+    ``X-Viewer-Url`` (``X-Join-Url``) header.
 
     A private room's URL carries the room's *viewer* token, however the request was authorised: never the server's
     token (the code is shown on screens in meeting rooms), and never nothing (the code must open the room)."""
+    target = request.query.get("page", "view")
+    if target not in QR_PAGES:
+        raise http_error(400, ErrorCode.BAD_MESSAGE, '"page" must be "view" or "join"')
     room = await viewable_room(request)
     token = None
     if room.private:
@@ -133,13 +152,13 @@ async def room_qr(request: web.Request) -> web.Response:
         if token is None:  # a room made before viewer tokens were kept, asked for with the server's token
             raise http_error(409, ErrorCode.NO_VIEWER_TOKEN,
                              "this room's viewer token was not kept; ask with the viewer token itself")
-    url = room_links(request, room.id, token)["view"]
+    url = room_links(request, room.id, token)[target]
     buffer = io.BytesIO()
     # Black on white with a quiet zone, whatever the page's theme: phone cameras read that best.
     segno.make(url, error="m").save(buffer, kind="svg", xmldecl=False, svgns=True, scale=1, border=2,
                                      omitsize=True, dark="#000", light="#fff")
-    return web.Response(body=buffer.getvalue(), content_type="image/svg+xml", headers={"Cache-Control": "no-store",
-                                                                        "X-Viewer-Url": url})
+    return web.Response(body=buffer.getvalue(), content_type="image/svg+xml",
+                        headers={"Cache-Control": "no-store", QR_PAGES[target]: url})
 
 
 async def room_events(request: web.Request) -> web.StreamResponse:
@@ -151,14 +170,16 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     ``id: <seq>``; partials and status carry none (they are never replayed). ``?words=1``: sentences carry their word
     times, and ``words`` updates are sent (else only their ids). ``?editor=1`` (the room's editor token or the
     server's): everything at once whatever the room's delay, and its ``vocabulary``; else what the audience gets.
+    ``?lang=es``: the room in one of its languages (``app.rooms.stream``); 400 for one it does not have.
     """
     room = await viewable_room(request, keep=True)
     after = _after_seq(request)
+    lang = stream_language(request, room)
     words = request.query.get("words", "0") in ("1", "true")  # word times in each sentence: opt-in
     editor = request.query.get("editor", "0") in ("1", "true")
     if editor and not may_edit(request, room):
         raise http_error(403, ErrorCode.UNAUTHORIZED, "the editor's stream needs the room's editor token")
-    stream = Stream(room, editor, words)
+    stream = Stream(room, editor, words, lang)
     # Subscribe before reading the store: nothing committed meanwhile can be missed. A viewer that stops reading
     # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
     viewer = room.subscribe(on_overflow=lambda: _abort(request), editor=editor)
@@ -179,6 +200,24 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     finally:
         room.unsubscribe(viewer)
     return response
+
+
+def stream_language(request: web.Request, room: Room) -> str | None:
+    """The room language a request asks for (``?lang=``): None for the spoken one, or one of the room's languages;
+    raises 400 for any other."""
+    raw = request.query.get("lang", "")
+    if not raw:
+        return None
+    try:
+        lang = normalise_language(raw)
+    except ValueError:
+        raise http_error(400, ErrorCode.BAD_MESSAGE, '"lang" must be a language code (BCP 47)') from None
+    if lang == SOURCE_LANGUAGE:
+        return None
+    if lang not in room.languages:
+        have = ", ".join([SOURCE_LANGUAGE, *room.languages])
+        raise http_error(400, ErrorCode.BAD_MESSAGE, f"this room is in {have}, not {lang!r}")
+    return lang
 
 
 def _small_send_buffer(request: web.Request) -> None:

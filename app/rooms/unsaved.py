@@ -1,6 +1,6 @@
 """Durable room events the store has not taken yet (a full disk), and how read paths add them to what they read
-from the store: a room keeps them in order (``Room.unsaved``) until the store takes writes again. ``ReadPath`` is
-the room's side of it: every reader of a room's durable state goes through it."""
+from the store: a room's journal keeps them in order (``Room.unsaved``, ``app.rooms.journal``) until the store takes
+writes again. ``ReadPath`` is the room's side of it: every reader of a room's durable state goes through it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from engine.protocol import ServerMessage
+from engine.protocol import Caption, Correction, ServerMessage
 
 from .audience import Audience
 from .store.base import (
@@ -22,6 +22,7 @@ from .store.base import (
     SentenceRecord,
     Snapshot,
     StoreError,
+    TimedEvent,
     TranscriptStore,
     merged_names,
     reading_order,
@@ -53,8 +54,12 @@ class ReadPath:
 
     id: str
     store: TranscriptStore
-    unsaved: list[NumberedEvent]
     audience: Audience
+
+    @property
+    def unsaved(self) -> list[NumberedEvent]:
+        """The events the store has not taken yet, oldest first (the room's)."""
+        raise NotImplementedError
 
     async def read_snapshot(self, deleted: bool = False) -> Snapshot:
         """Every sentence as it is now (``deleted``: deleted ones too, marked), with the speaker names, as of the
@@ -82,6 +87,39 @@ class ReadPath:
         ``StoreError``."""
         pending = list(self.unsaved)
         return events_with(await self.store.events_after(self.id, after_seq), pending, after_seq)
+
+    async def read_newest_seq(self) -> int:
+        """The seq of the newest event stored (by any front end) or kept unsaved. Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        return max((await self.store.counters(self.id))[0], pending[-1].seq if pending else 0)
+
+    async def read_commit_times(self, since_ms: int = 0) -> dict[int, int]:
+        """When each sentence locked by a caption committed at or after ``since_ms`` was committed, by sentence id
+        (both in ms since the Unix epoch): the store's commit times, which are the same on every front end, and now
+        for a sentence the store has not taken yet. Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        events = await self.store.timed_events(self.id, since_ms=since_ms, kind="caption")
+        committed: dict[int, int] = {}
+        for event in events:
+            if isinstance(event.message, Caption):
+                for s in event.message.sentences:
+                    committed[s.id] = event.created_ms
+        now_ms = int(time.time() * 1000)
+        for numbered in pending:
+            if isinstance(numbered.body, Caption):
+                for r in numbered.records:
+                    committed.setdefault(r.id, now_ms)
+        return committed
+
+    async def read_corrections(self) -> list[TimedEvent]:
+        """Every ``correction`` event with its commit time (ms since the Unix epoch), in seq order: the stored
+        ones, then those the store has not taken yet (committed: now). Raises ``StoreError``."""
+        pending = list(self.unsaved)
+        events = await self.store.timed_events(self.id, kind="correction")
+        stored = events[-1].seq if events else 0
+        now_ms = int(time.time() * 1000)
+        return events + [TimedEvent(e.seq, now_ms, e.body) for e in pending
+                         if e.seq > stored and isinstance(e.body, Correction)]
 
     async def read_sentences(self, ids: Collection[int]) -> dict[int, SentenceRecord]:
         """Sentences ``ids`` as they are now, by id (those the room has and did not delete); what this costs is
@@ -144,9 +182,12 @@ def snapshot_with(snapshot: Snapshot, pending: list[NumberedEvent]) -> Snapshot:
                 sentences[r.id] = dataclasses.replace(r, original=(old.original or old.text) if old else None)
             for sid in event.edits.deleted:
                 sentences.pop(sid, None)
+            for sid, changed in event.edits.translations.items():
+                if sid in sentences:
+                    old = sentences[sid]
+                    sentences[sid] = dataclasses.replace(old, translations={**old.translations, **changed})
             names = merged_names(names, event.edits.names)
     return Snapshot(pending[-1].seq, reading_order([sentences[k] for k in sorted(sentences)]), names)
-
 
 
 def stored(stored: Appended, draft: NumberedEvent) -> NumberedEvent:

@@ -194,7 +194,8 @@ class Edit:
 def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: Mapping[int, str] | None = None,
             history: Mapping[int, Sequence[Edit]] | None = None, deleted: Sequence[SentenceRecord] = ()) -> str:
     """``header`` fields first (``room_header``, or the page's model and language), then ``exported_at`` and the
-    sentences. A room's transcript also has its speaker ``names``, and for each sentence an editor changed, the
+    sentences. A room's transcript also has its speaker ``names``, each sentence's ``translations`` into the room's
+    languages (``{"lang": text}``, where it has them), and for each sentence an editor changed, the
     recognizer's text (``original``, whenever a sentence has one) and the ``edits`` in order (``history``: sentence
     id -> edits); the sentences editors ``deleted`` follow, with theirs. The editing is for the room's editors only:
     a caller rendering for anyone else passes sentences without ``original``, no ``history`` and no ``deleted``."""
@@ -202,6 +203,8 @@ def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: 
         out = {"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
                "speaker": None if s.spk is None else speaker_name(s.spk, names), "text": s.text,
                "words": [w.wire() for w in s.words]}
+        if s.translations:
+            out["translations"] = dict(sorted(s.translations.items()))
         if s.original is not None:
             out["original"] = s.original
         if history and history.get(s.id):

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from engine.protocol import Caption, ErrorCode
+from engine.protocol import ErrorCode
 
 from ..responses import json_error
 from ..rooms import ROOM_ID_PATTERN, STORE, Room, SentenceRecord, Snapshot, viewable_room
@@ -104,7 +104,7 @@ async def captions_segment(request: web.Request) -> web.Response:
     key = (room.id, n, room.seq, schedule.timing, schedule.closed_ms)
     text = state.segments.get(key)
     if text is None:
-        snapshot, committed = await _sentences(request, room, hls.commits_needed_after(n, schedule))
+        snapshot, committed = await _sentences(room, hls.commits_needed_after(n, schedule))
         text = await asyncio.to_thread(_segment_text, n, snapshot.sentences, committed, schedule, snapshot.names)
         state.segments.put(key, text)
     # A listed segment changes only if an editor corrects it later, and players fetch it once: a CDN may keep it
@@ -132,7 +132,7 @@ async def _schedule(request: web.Request, room: Room) -> hls.Schedule:
     key = (room.id, room.seq, closed)
     last_end = state.last_ends.get(key)
     if last_end is None:
-        snapshot, committed = await _sentences(request, room, closed)
+        snapshot, committed = await _sentences(room, closed)
         last_end = await asyncio.to_thread(hls.last_cue_end, snapshot.sentences, committed, closed, snapshot.names)
         state.last_ends.put(key, last_end)
     return hls.closed_schedule(timing, closed, last_end)
@@ -157,7 +157,7 @@ async def _ended_ms(request: web.Request, room: Room) -> int | None:
     return ended
 
 
-async def _sentences(request: web.Request, room: Room, since_ms: float) -> tuple[Snapshot, dict[int, float]]:
+async def _sentences(room: Room, since_ms: float) -> tuple[Snapshot, dict[int, float]]:
     """The room's sentences (corrected, without the deleted ones), and when each sentence committed at or after
     room time ``since_ms`` was committed (room time; see ``hls.committed_by``). Sentences the store has not taken
     yet (a full disk) count as committed now.
@@ -167,25 +167,11 @@ async def _sentences(request: web.Request, room: Room, since_ms: float) -> tuple
     same on every front end. The room's ``Audience`` is not asked: it holds an event from when this front end heard
     of it, which may be later than its commit (another front end's), and a segment made while it held a caption
     the rule puts there would lose the caption for good (players fetch a segment once)."""
-    store = request.app[STORE]
     created = room.record.created_ms
     snapshot = await room.read_snapshot()
-    # What the store has not taken yet, before its commit times are read: a sentence of the snapshot is in one or
-    # the other.
-    pending = list(room.unsaved)
     # The commit times after the snapshot: a caption committed between the two reads must not pass for an old one.
     since = created + max(0, math.floor(since_ms)) if math.isfinite(since_ms) else 0
-    events = await store.timed_events(room.id, since_ms=since, kind="caption")
-    committed: dict[int, float] = {}
-    for event in events:
-        if isinstance(event.message, Caption):
-            for s in event.message.sentences:
-                committed[s.id] = event.created_ms - created
-    now = _wall_ms() - created
-    for numbered in pending:
-        if isinstance(numbered.body, Caption):
-            for r in numbered.records:
-                committed.setdefault(r.id, now)
+    committed: dict[int, float] = {sid: ms - created for sid, ms in (await room.read_commit_times(since)).items()}
     return snapshot, committed
 
 

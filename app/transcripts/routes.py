@@ -22,7 +22,7 @@ from ..auth import presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG
 from ..responses import bad_parameter, json_error, unreadable_body
-from ..rooms import ROOM_ID_PATTERN, STORE, SentenceRecord, TimedEvent, may_edit, viewable_room
+from ..rooms import ROOM_ID_PATTERN, SentenceRecord, TimedEvent, may_edit, stream_language, viewable_room
 from . import exports
 
 MAX_EXPORT_BYTES = 16 * 1024 * 1024  # ~100,000 sentences: a long day of captions
@@ -118,9 +118,13 @@ async def room_transcript(request: web.Request) -> web.Response:
 
     Who asks decides what: the room's editors (its editor token, or the server's token) get every sentence at once,
     and the JSON also the editing (each changed sentence's ``original`` and ``edits``, the ``deleted`` ones); the
-    audience gets what it has been given (``Room.read_released``), corrected, and nothing of the editing."""
+    audience gets what it has been given (``Room.read_released``), corrected, and nothing of the editing.
+
+    ``?lang=es`` (one of the room's languages; not JSON, which carries every language): each sentence's newest
+    translation in its place, with the source's timing and the same cue rules (its source text while it has none)."""
     room = await viewable_room(request)
     fmt = request.match_info["fmt"]
+    lang = stream_language(request, room) if fmt != "json" else None
     try:
         options = exports.parse_options(request.query)
     except exports.OptionError as exc:
@@ -132,16 +136,19 @@ async def room_transcript(request: web.Request) -> web.Response:
         sentences = [s for s in snapshot.sentences if not s.deleted]
         deleted = [s for s in snapshot.sentences if s.deleted]
         if fmt == "json":
-            history = _history(await request.app[STORE].timed_events(room.id, kind="correction"))
+            history = _history(await room.read_corrections())
     else:
         snapshot = await room.read_released()
         # The recognizer's text is the editors' business: the audience reads the sentence as corrected, only.
         sentences = [dataclasses.replace(s, original=None) for s in snapshot.sentences if not s.deleted]
     options = dataclasses.replace(options, names=snapshot.names)
+    if lang is not None:
+        sentences = [s.translated(lang) for s in sentences]
     text = await asyncio.to_thread(exports.render, fmt, sentences, exports.room_header(room.record), options,
                                    history, deleted)
     return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
-                        headers={"Content-Disposition": f'inline; filename="captions-{room.id}.{fmt}"',
+                        headers={"Content-Disposition":
+                                 f'inline; filename="captions-{room.id}{"." + lang if lang else ""}.{fmt}"',
                                  "Cache-Control": "no-store", **exports.NOSNIFF})
 
 

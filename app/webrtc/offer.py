@@ -14,7 +14,7 @@ from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
 from ..ops import ADMISSION, METRICS, NoRoom, Refused, admit_publisher
 from ..responses import json_error, unreadable_body
-from ..rooms import ROOMS, StoreError
+from ..rooms import ROOMS, BadName, StoreError, person_name
 from . import stun_turn
 from .keys import PEERS
 from .peer import PeerSession
@@ -38,8 +38,9 @@ async def ice(request: web.Request) -> web.Response:
 
 
 async def offer(request: web.Request) -> web.Response:
-    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "token"?}`` -> ``{"sdp", "type": "answer", "session",
-    "room"}``. The session publishes into ``room`` (which must exist), or into a new room of its own."""
+    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "name"?, "token"?}`` -> ``{"sdp", "type": "answer",
+    "session", "room"}``. The session publishes into ``room`` (which must exist), or into a new room of its own, as
+    person ``name`` (``names.person_name``)."""
     if request.content_type != "application/json":
         return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
     try:
@@ -56,10 +57,14 @@ async def offer(request: web.Request) -> web.Response:
     room_id = params.get("room")
     if room_id is not None and not isinstance(room_id, str):
         return json_error(400, ErrorCode.BAD_MESSAGE, '"room" must be a room id string')
+    try:
+        name = person_name(params.get("name"))
+    except BadName as exc:
+        return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
     # The engine's state, the capacity and the room, as on every way in. A refusal is 503 (loading, busy with
     # Retry-After: the page waits and tries again by itself; engine: it failed).
     try:
-        admitted = await admit_publisher(app, room_id)
+        admitted = await admit_publisher(app, room_id, name)
     except Refused as exc:
         return exc.refusal.response()
     except NoRoom:
@@ -89,7 +94,7 @@ async def offer(request: web.Request) -> web.Response:
     except StoreError as exc:  # the stored room could not be read again
         await peer.close()
         return json_error(503, ErrorCode.STORAGE, f"the transcript store fails: {exc}")
-    peer.join(room)
+    peer.join(room, admitted.name)
     body = {"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id}
     if editor_token is not None:
         body["editor_token"] = editor_token

@@ -94,11 +94,12 @@ class PeerSession:
         self.pc.on("connectionstatechange", self._on_connection_state)
         self._sender = self._spawn(self._send_loop(), "send")
 
-    def join(self, room: Room) -> None:
-        """Publish into ``room`` from now on. Call before the client can send ``start`` (i.e. right after
-        ``accept``): no message exists before that, so the room misses nothing."""
+    def join(self, room: Room, name: str | None = None) -> None:
+        """Publish into ``room`` from now on, as person ``name`` (None: unnamed). Call before the client can send
+        ``start`` (i.e. right after ``accept``): no message exists before that, so the room misses nothing."""
         if self.publisher is None:
-            self.publisher = room.join(self.id)
+            self.publisher = room.join(self.id, name)
+            room.share_microphone(self.id, self.session)
             self.publisher.watch(self.session.post_correction)
             self._spawn(self._tell_saving(self.publisher), "saving")
 

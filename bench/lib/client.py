@@ -73,14 +73,18 @@ class TimedTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, inner: MediaStreamTrack) -> None:
+    def __init__(self, inner: MediaStreamTrack, gate: asyncio.Event | None = None) -> None:
+        """``gate``: the first packet waits for it (microphones of one room that start capturing at one moment)."""
         super().__init__()
         self.inner = inner
+        self.gate = gate
         self.media_s: list[float] = []
         self.wall_s: list[float] = []
         self.ended = asyncio.Event()
 
     async def recv(self) -> Any:
+        if self.gate is not None and not self.media_s:
+            await self.gate.wait()  # (the file's player starts pacing at its first read: after this)
         try:
             packet = await self.inner.recv()
         except MediaStreamError:
@@ -103,9 +107,9 @@ class BenchClient:
     """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
 
     def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None,
-                 loss: PacketLoss | None = None) -> None:
+                 loss: PacketLoss | None = None, gate: asyncio.Event | None = None) -> None:
         """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``. ``loss``: the network loses these
-        audio packets."""
+        audio packets. ``gate``: the audio starts when it is set (``TimedTrack``)."""
         self.base_url = base_url
         self.loss = loss
         self.ogg = ogg
@@ -115,7 +119,7 @@ class BenchClient:
         self.player = MediaPlayer(str(ogg), decode=False)
         if self.player.audio is None:
             raise ValueError(f"{ogg} has no audio stream")
-        self.track = TimedTrack(self.player.audio)
+        self.track = TimedTrack(self.player.audio, gate)
         self.messages: list[tuple[float, dict[str, Any]]] = []  # (monotonic arrival, message)
         self.session = ""
         self.error = ""

@@ -7,6 +7,15 @@ loopback.
 
 - first partial: from the moment a sentence's first speech left the client to the first message showing new text
   for it (a partial that was not on screen before the onset, or a locked sentence overlapping it);
+- first correct word: from the same moment to the first message showing a word of that sentence's reference
+  (after ``speechdata.wer.normalise``) that was not on screen before the onset. By word counts: the words of the
+  message's partial and of its locked sentences overlapping the sentence, less the words of the partial shown just
+  before the onset (less, in turn, those of them locked since as other sentences), must include a reference word.
+  So neither the previous sentence's tail left on screen nor a wrong first guess scores, and a word the reference
+  says twice scores once shown again. Messages count up to the sentence's (last) lock or, if it never locks, up to
+  the next sentence's onset; a sentence with no right word by then counts in ``no_correct``. A word the previous
+  sentence only gains after the onset (a lagging partial, its final decode) may score if this sentence says it
+  too: partials carry no word times to tell;
 - lock: from the moment its last speech left the client to the arrival of the locked sentence(s) covering it;
   ``lock_over_silence`` subtracts the endpoint silence the preset waits for at that sentence length, which is
   the part of the lock latency that is policy, not processing;
@@ -17,19 +26,26 @@ loopback.
 - WER of all locked text against the reference (``speechdata.wer``'s normalisation);
 - flicker: tentative words shown that the next screen changed or dropped, and stable words withdrawn
   (``bench.lib.churn.flicker``).
+
+A fresh server is slow on its first decodes (vLLM's are several times slower after start): ``session_metrics(...,
+cold=k)`` measures the first ``k`` sentences of the session apart, their first partial, first correct word and lock
+in the ``cold_*`` lists instead of the others, and leaves their lock over silence and label times out, so that every
+other latency list is the warm server's. Counts (sentences, lost, no partial, no correct word), display lag, WER, churn
+and flicker stay those of the whole session.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.lib.churn import flicker, partial_churn
 from bench.lib.client import BenchClient
-from bench.lib.clips import SessionClip
+from bench.lib.clips import SessionClip, Utterance
 from engine.config import EndpointConfig
-from speechdata.wer import word_errors
+from speechdata.wer import normalise, word_errors
 
 _SLOP_S = 0.3  # VAD edges vs reference edges
 
@@ -37,12 +53,14 @@ _SLOP_S = 0.3  # VAD edges vs reference edges
 @dataclass
 class SessionMetrics:
     first_partial_s: list[float] = field(default_factory=list)
+    first_correct_s: list[float] = field(default_factory=list)  # first word of the reference shown (s)
     lock_s: list[float] = field(default_factory=list)
     lock_over_silence_s: list[float] = field(default_factory=list)
     lag_s: list[float] = field(default_factory=list)
     sentences: int = 0  # reference sentences
     lost: int = 0
     no_partial: int = 0  # sentences that showed no text before they locked (or never)
+    no_correct: int = 0  # sentences that showed no word of their reference before they locked (or never)
     errors: int = 0  # word errors
     words: int = 0  # reference words
     overloaded: int = 0  # "overloaded" error messages (the server skipped audio)
@@ -55,6 +73,11 @@ class SessionMetrics:
     # correction after it (engine.stream.labels), whichever came last; the re-clustering at stop is not counted.
     label_s: list[float] = field(default_factory=list)
     relabelled: int = 0  # locked sentences whose label a ``speakers`` message changed while live
+    # The first sentences of a session on a fresh server (``session_metrics``' ``cold``), measured apart: seconds.
+    cold: int = 0  # reference sentences measured as cold (also counted in ``sentences``)
+    cold_first_partial_s: list[float] = field(default_factory=list)
+    cold_first_correct_s: list[float] = field(default_factory=list)
+    cold_lock_s: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
 
@@ -89,8 +112,38 @@ def live_relabels(messages: list[tuple[float, dict[str, Any]]]) -> tuple[dict[in
     return changed_at, changes
 
 
-def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig) -> SessionMetrics:
-    m = SessionMetrics(sentences=len(clip.utterances))
+def first_correct(captions: list[tuple[float, dict[str, Any]]], u: Utterance, onset: float,
+                  until: float = math.inf) -> float | None:
+    """Arrival time of the first caption message from ``onset`` to ``until`` (monotonic s, both included) that shows
+    a word of ``u``'s reference that was not on screen before the onset (the module's docstring: first correct
+    word), or None. ``captions``: (arrival, caption message) in arrival order."""
+    reference = set(normalise(u.text))
+    before = [msg.get("partial") or "" for t, msg in captions if t < onset]
+    on_screen = Counter(normalise(before[-1] if before else ""))
+    for t, msg in captions:
+        if t < onset:
+            continue
+        if t > until:
+            break
+        ours = Counter[str]()
+        for s in msg["sentences"]:
+            if _overlaps(s, u.speech_start_s, u.speech_end_s):
+                ours.update(normalise(s["text"]))
+            else:
+                # The text on screen before the onset leaves the partial as its sentences lock: once locked, the
+                # same words in the partial are new ones.
+                on_screen -= Counter(normalise(s["text"]))
+        shown = Counter(normalise(msg.get("partial") or "")) + ours
+        if any(w in reference for w in shown - on_screen):
+            return t
+    return None
+
+
+def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig,
+                    cold: int = 0) -> SessionMetrics:
+    """``client``'s session against ``clip``'s reference sentences (the module's docstring). ``cold``: the first
+    this many sentences are measured apart (``SessionMetrics.cold_*``), the others' latencies are the warm ones."""
+    m = SessionMetrics(sentences=len(clip.utterances), cold=min(cold, len(clip.utterances)))
     if client.error:
         m.failures.append(client.error)
     if not client.track.wall_s:
@@ -104,7 +157,8 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
     m.churned, m.partial_words = partial_churn(msg for _, msg in captions)
     m.flickered, m.tentative_words, m.withdrawn = flicker(msg for _, msg in captions)
     labelled_at, m.relabelled = live_relabels(client.messages)
-    for u in clip.utterances:
+    for i, u in enumerate(clip.utterances):
+        is_cold = i < cold
         onset = client.sent_at(u.speech_start_s)
         before = [msg["partial"] for t, msg in captions if t < onset]
         shown_before = before[-1] if before else ""
@@ -114,12 +168,27 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
         if first is None:
             m.no_partial += 1
         else:
-            m.first_partial_s.append(first - onset)
+            (m.cold_first_partial_s if is_cold else m.first_partial_s).append(first - onset)
         covering = [t for t, s in locked if _overlaps(s, u.speech_start_s, u.speech_end_s)]
+        # A right word counts until the sentence is locked; one never locked, until the next sentence starts.
+        if covering:
+            until = max(covering)
+        elif i + 1 < len(clip.utterances):
+            until = client.sent_at(clip.utterances[i + 1].speech_start_s)
+        else:
+            until = math.inf
+        correct = first_correct(captions, u, onset, until)
+        if correct is None:
+            m.no_correct += 1
+        else:
+            (m.cold_first_correct_s if is_cold else m.first_correct_s).append(correct - onset)
         if not covering:
             m.lost += 1
             continue
         lock = max(covering) - client.sent_at(u.speech_end_s)
+        if is_cold:
+            m.cold_lock_s.append(lock)
+            continue
         m.lock_s.append(lock)
         labelled = [labelled_at.get(s["id"], t) for t, s in locked if _overlaps(s, u.speech_start_s, u.speech_end_s)]
         m.label_s.append(max(labelled) - client.sent_at(u.speech_end_s))
@@ -134,12 +203,14 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
     out = SessionMetrics()
     for m in items:
         out.first_partial_s += m.first_partial_s
+        out.first_correct_s += m.first_correct_s
         out.lock_s += m.lock_s
         out.lock_over_silence_s += m.lock_over_silence_s
         out.lag_s += m.lag_s
         out.sentences += m.sentences
         out.lost += m.lost
         out.no_partial += m.no_partial
+        out.no_correct += m.no_correct
         out.errors += m.errors
         out.words += m.words
         out.overloaded += m.overloaded
@@ -150,6 +221,10 @@ def merge(items: list[SessionMetrics]) -> SessionMetrics:
         out.withdrawn += m.withdrawn
         out.label_s += m.label_s
         out.relabelled += m.relabelled
+        out.cold += m.cold
+        out.cold_first_partial_s += m.cold_first_partial_s
+        out.cold_first_correct_s += m.cold_first_correct_s
+        out.cold_lock_s += m.cold_lock_s
         out.failures += m.failures
     return out
 

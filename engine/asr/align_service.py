@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from engine.asr.align import AlignedWord, WhisperAligner
+from engine.audio.pcm import warmup_tone
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,17 @@ class AlignService:
         self.cpu_s = 0.0  # thread CPU time spent aligning
 
     async def start(self, model_dir: str) -> None:
-        """Load the checkpoint (about a second) in the worker thread. Raises what loading raises."""
+        """Load the checkpoint (about a second) in the worker thread and align a tone once: the first sentence
+        should not pay for the kernels' set-up. Raises what loading raises; a failed warm-up is only logged."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="align")
         loop = asyncio.get_running_loop()
         self._aligner = await loop.run_in_executor(self._pool, WhisperAligner, model_dir, self.dtype)
+        t0 = time.monotonic()
+        try:
+            await loop.run_in_executor(self._pool, self._aligner.align, warmup_tone(2.0), "hello there", "en")
+        except Exception as exc:  # (it is only a warm-up: the first sentence pays for it, nothing more)
+            log.warning("word aligner warm-up failed: %r", exc)
+        log.info("word aligner warm-up: %.2f s", time.monotonic() - t0)
 
     def align(self, audio: np.ndarray, text: str, language: str | None, queue: bool = False,
               busy: bool = False) -> asyncio.Future[list[AlignedWord] | None]:

@@ -112,6 +112,12 @@ class AudioBuffer:
         b = min(max(stop - self.origin, a), self._len)
         return self._buf[a:b].copy()
 
+    def silence(self, start: int, stop: int) -> None:
+        """Zero samples ``start``..``stop`` (absolute), as far as they are still held."""
+        a = min(max(start - self.origin, 0), self._len)
+        b = min(max(stop - self.origin, a), self._len)
+        self._buf[a:b] = 0.0
+
     def release(self) -> None:
         """Drop the storage (the session is over); ``end`` stays where it was."""
         self.origin += self._len

@@ -13,8 +13,9 @@ cores it has (VAD, speaker embeddings, word alignment, WebRTC: its process CPU p
   (``speaking_fraction``, ``sentences_per_s``): ``source`` "warm-up";
 - from then on, from what the speech of the last ``window_s`` actually cost the recognizer, per second of speech, for
   a session that speaks at least as much as the typical speaker (silent sessions, a kiosk waiting for its meeting, do
-  not make the others look cheap), and the front end's CPU per live session-second: ``source`` "measured" (kept when
-  the server goes quiet, until new measurements replace it).
+  not make the others look cheap), and the front end's CPU per live session-second, counted in the seconds that had
+  live sessions and no file session open: ``source`` "measured" (kept when the server goes quiet, until new
+  measurements replace it).
 
 It is never more than ``most`` (the VAD's rows), and that many while nothing at all is known of the recognizer's cost.
 Whatever the estimate, when finals run late (from a segment's close to its lock, p90 over ``late_window_s``, past
@@ -39,6 +40,7 @@ from engine.stream.load import FINAL, PARTIAL, RecognizerLoad
 LATE_QUANTILE = 0.9
 LATE_BUSY = 0.5  # finals that run late count as load only while the recognizer is at least this busy
 PARTIALS_PER_SENTENCE = 2  # its first words and its closing decode, however thin the partials between
+_QUIET_MEASURED_S = 10.0  # session-seconds nobody talked in that measure what a silent session costs the front end
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,23 @@ class CapacityEstimate:
     recognizer_busy: float  # the recognizers' recent busy share (0-1)
     finals_late_s: float  # p90 of how long recent live sentences took from their segment's close to their lock
     late: bool  # finals run later than ``CapacityConfig.late_after_s`` under load: admit no one
+    # Live sessions it holds connected, talking or not (a silent microphone costs VAD and WebRTC only); None: as many
+    # as ``sessions`` (an estimate that knows nothing of silent sessions).
+    connections: int | None = None
 
-    def as_dict(self, live: int) -> dict[str, object]:
-        """For ``/ready`` and logs, with ``live`` sessions open: headroom = sessions - live."""
-        return {"sessions": self.sessions, "live": live, "headroom": self.sessions - live, "source": self.source,
+    @property
+    def holds(self) -> int:
+        """Live sessions it holds connected (``connections``, else ``sessions``)."""
+        return self.sessions if self.connections is None else self.connections
+
+    def as_dict(self, live: int, talking: int | None = None) -> dict[str, object]:
+        """For ``/ready`` and logs, with ``live`` sessions open (connected), ``talking`` of them counted as voices
+        (None: all; a meeting's silent microphones are not): ``sessions`` is how many may talk at once on time,
+        ``connections`` how many may be connected; headroom: how many more voices it takes (fewer than none when past
+        either)."""
+        talking = live if talking is None else talking
+        return {"sessions": self.sessions, "connections": self.holds, "live": live, "talking": talking,
+                "headroom": min(self.sessions - talking, self.holds - live), "source": self.source,
                 "per_session_s": round(self.per_session_s, 4),
                 "front_cpu_per_session": None if self.front_cpu_per_session is None
                 else round(self.front_cpu_per_session, 4),
@@ -67,10 +82,21 @@ class CapacityEstimate:
 class _Sample:
     t: float
     live: int
+    speaking: int  # of them talking (``DecodeScheduler.speaking``)
     final_s: float  # cumulative recognizer seconds charged to finals
     partial_s: float  # ... to partials
     partials: int  # cumulative partial decodes finished
     front_cpu_s: float  # cumulative CPU seconds of this process
+    files: int  # file sessions open (``SessionOptions.background``): their CPU is no live session's
+
+
+@dataclass(frozen=True)
+class _Measured:
+    need: float  # recognizer seconds per second a talking voice needs at the thinnest partial cadence
+    # The front end's CPU seconds per second per connected session, all of them (None: no second of the window was
+    # one to measure it in, and none before)
+    per_connection: float | None
+    voice: float | None  # ...per talking voice, beyond what a silent session costs
 
 
 class Capacity(EngineObserver):
@@ -93,16 +119,21 @@ class Capacity(EngineObserver):
         self._cpu_clock = cpu_clock
         self._samples: deque[_Sample] = deque()
         self._locks: deque[tuple[float, float, float]] = deque()  # (clock time, close-to-lock s, speech s) of locks
-        self._measured: tuple[float, float] | None = None  # last measured (per-session s, front CPU/session)
+        self._measured: _Measured | None = None  # the last measurement (kept when the server goes quiet)
+        self._idle: float | None = None  # a silent session's front-end CPU as last measured (``_front``)
         self._live = 0
+        self._speaking = 0
 
     # ---- inputs ---------------------------------------------------------------------------------------------
-    def sample(self, live: int) -> None:
-        """Now ``live`` live sessions are open."""
+    def sample(self, live: int, speaking: int | None = None, files: int = 0) -> None:
+        """Now ``live`` live sessions are open, ``speaking`` of them talking (None: all), and ``files`` file
+        sessions."""
         now = self._clock()
         self._live = live
-        self._samples.append(_Sample(now, live, self.load.charged_s(FINAL), self.load.charged_s(PARTIAL),
-                                     self.load.decodes(PARTIAL), self._cpu_clock()))
+        self._speaking = live if speaking is None else min(live, speaking)
+        self._samples.append(_Sample(now, live, self._speaking, self.load.charged_s(FINAL),
+                                     self.load.charged_s(PARTIAL), self.load.decodes(PARTIAL), self._cpu_clock(),
+                                     files))
         while self._samples and now - self._samples[0].t > self.config.window_s:
             self._samples.popleft()
         self._forget_locks(now)
@@ -122,9 +153,10 @@ class Capacity(EngineObserver):
             self._locks.popleft()
 
     # ---- the estimate ---------------------------------------------------------------------------------------
-    def _measure(self) -> tuple[float, float] | None:
-        """(recognizer s per session-second, front CPU s per session-second) of a session speaking at least as much as
-        the typical speaker, over the window; None while it holds under ``measured_after_s`` seconds of speech."""
+    def _measure(self) -> _Measured | None:
+        """What a talking voice needs of the recognizer (speaking at least as much as the typical speaker) and of the
+        front end, and what a connected session costs the front end, over the window; None while it holds under
+        ``measured_after_s`` seconds of speech."""
         cfg = self.config
         samples = list(self._samples)
         if len(samples) < 2:
@@ -133,6 +165,7 @@ class Capacity(EngineObserver):
         locks = [(lag, speech_s) for t, lag, speech_s in self._locks if t >= first.t]
         speech_s = sum(s for _lag, s in locks)
         session_s = sum(a.live * (b.t - a.t) for a, b in itertools.pairwise(samples))
+        voice_s = sum(a.speaking * (b.t - a.t) for a, b in itertools.pairwise(samples))
         if speech_s < cfg.measured_after_s or session_s <= 0:
             return None
         partials = last.partials - first.partials
@@ -140,12 +173,42 @@ class Capacity(EngineObserver):
                         else self.load.cost_s(self._window_for(4.0)))
         needed = sum(PARTIALS_PER_SENTENCE + s / cfg.thinnest_interval_s for _lag, s in locks)
         per_speech_s = ((last.final_s - first.final_s) + partial_cost * needed) / speech_s
-        # A session speaks this share of its time: as measured, but never less than a typical speaker does. (The
-        # front end's CPU is taken per session-second as it is: most of it, VAD, Opus and the event loop, is paid
-        # whether the session speaks or not.)
-        speaking = max(min(1.0, speech_s / session_s), cfg.speaking_fraction)
-        front = (last.front_cpu_s - first.front_cpu_s) / session_s
-        return per_speech_s * speaking, front
+        # A voice speaks this share of the time it talks: as measured, but never less than a typical speaker does (a
+        # silent session, a kiosk waiting for its meeting, is not a voice, and does not make the voices look cheap).
+        talking_s = voice_s if voice_s > 0 else session_s
+        speaking = max(min(1.0, speech_s / talking_s), cfg.speaking_fraction)
+        per_connection, voice = self._front(samples)
+        return _Measured(per_speech_s * speaking, per_connection, voice)
+
+    def _front(self, samples: list[_Sample]) -> tuple[float | None, float | None]:
+        """The front end's CPU per connected session-second and per talking voice-second (``_Measured``), over the
+        seconds of ``samples`` in which live sessions were open and no file was: the process's CPU in the others is
+        no live session's (a file's VAD and alignment, the work after a meeting ends, a transcript's export). The last
+        measurement's (or None) when the window has no such second."""
+        # (Both ends of a second: in the one in which the last session closed the process may already be at other work.)
+        counted = [(a, b) for a, b in itertools.pairwise(samples)
+                   if min(a.live, b.live) > 0 and a.files == b.files == 0]
+        session_s = sum(a.live * (b.t - a.t) for a, b in counted)
+        if session_s <= 0:
+            last = self._measured
+            return (last.per_connection, last.voice) if last is not None else (None, None)
+        voice_s = sum(a.speaking * (b.t - a.t) for a, b in counted)
+        talking_s = voice_s if voice_s > 0 else session_s
+        cpu_s = sum(b.front_cpu_s - a.front_cpu_s for a, b in counted)
+        # Every connected session's VAD and WebRTC, and a talking voice's speaker embeddings and word alignment on
+        # top: what is left per second of talking once the silent sessions' share is taken out. That share is
+        # ``idle_front_cpu`` a session, or what the seconds in which nobody talked measured, if more: a machine
+        # slower than the one it was measured on must not charge its silent sessions' cost to the few voices.
+        silent_s = max(0.0, session_s - talking_s)
+        quiet = [(a, b) for a, b in counted if a.speaking == b.speaking == 0]
+        quiet_s = sum(a.live * (b.t - a.t) for a, b in quiet)
+        if quiet_s >= _QUIET_MEASURED_S:  # (kept, like the rest, until seconds like these measure it again)
+            self._idle = sum(b.front_cpu_s - a.front_cpu_s for a, b in quiet) / quiet_s
+        return cpu_s / session_s, max(0.0, cpu_s - self._idle_cost() * silent_s) / talking_s
+
+    def _idle_cost(self) -> float:
+        """A connected, silent session's front-end CPU (s per s): ``idle_front_cpu``, or as measured if more."""
+        return max(self.config.idle_front_cpu, self._idle or 0.0)
 
     def _prior(self) -> float:
         """Recognizer seconds per second of a typical speaker at the thinnest cadence, from the cost of one decode
@@ -171,17 +234,26 @@ class Capacity(EngineObserver):
     def estimate(self) -> CapacityEstimate:
         """How many live sessions the engine holds on time now (see the module docstring)."""
         cfg = self.config
-        front: float | None
-        if self._measured is not None:
-            need, front = self._measured
-            source = "measured"
-        else:
-            need, front, source = self._prior(), None, "warm-up"
+        measured = self._measured
+        need = measured.need if measured is not None else self._prior()
+        measured_voice = measured.voice if measured is not None else None
+        voice = measured_voice if measured_voice is not None else cfg.voice_front_cpu
         budget = cfg.target_busy * self.load.parallel
         sessions = self.most if need <= 0 else int(budget / need)
-        if front is not None and front > 0:
-            sessions = min(sessions, int(cfg.target_busy * self.front_cores / front))
+        front = cfg.target_busy * self.front_cores
+        silent = max(0, self._live - self._speaking)
+        idle = self._idle_cost()
+        if measured_voice is not None and voice > 0:
+            # What the silent ones leave of the front end's cores, for voices.
+            sessions = min(sessions, int(max(0.0, front - idle * silent) / voice))
+        sessions = max(1, min(self.most, sessions))
+        # Connected at most: those voices talking, and as many silent microphones as the rest of the front end's
+        # cores carry.
+        spare = max(0.0, front - sessions * (voice + idle))
+        connections = min(self.most, sessions + int(spare / idle)) if idle > 0 else self.most
         late_s = self.finals_late_s()
         busy = self.load.busy()
         late = self._live > 1 and busy >= LATE_BUSY and late_s > cfg.late_after_s
-        return CapacityEstimate(max(1, min(self.most, sessions)), source, need, front, busy, late_s, late)
+        return CapacityEstimate(sessions, "measured" if measured is not None else "warm-up", need,
+                                measured.per_connection if measured is not None else None, busy, late_s, late,
+                                connections)

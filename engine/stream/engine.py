@@ -215,8 +215,8 @@ class CaptionEngine:
         while self._state is EngineState.READY:
             await asyncio.sleep(_SAMPLE_S)
             try:
-                speaking = self.scheduler.speaking()
-                self.capacity.sample(self.live_sessions)
+                speaking, live = self.scheduler.speaking(), self.live_sessions
+                self.capacity.sample(live, speaking, files=max(0, len(self.sessions) - live))
                 await asyncio.wait_for(self._adapt_threads(speaking), _SAMPLE_S * 2)
             except asyncio.CancelledError:
                 raise
@@ -260,6 +260,16 @@ class CaptionEngine:
     def live_sessions(self) -> int:
         """Sessions open now that are live (a stream), not files."""
         return sum(1 for s in list(self.sessions.values()) if not s.options.background)
+
+    @property
+    def voices_active(self) -> int:
+        """Live sessions talking now (their partials share the recognizer: ``DecodeScheduler.speaking``); the others
+        are connected and silent, costing their VAD and transport only."""
+        return min(self.live_sessions, self.scheduler.speaking())
+
+    def speaking_sessions(self) -> set[str]:
+        """The ids of the live sessions talking now (``voices_active``)."""
+        return self.scheduler.speaking_sessions()
 
     def capacity_estimate(self) -> CapacityEstimate:
         """How many live sessions the engine holds on time now (``engine.stream.capacity``)."""

@@ -136,6 +136,7 @@ class Partials:
         self._decoded: list[tuple[int, int]] = []  # the open segment's partials: (audio end sample, words decoded)
         self._carried: list[str] = []  # settled words moving on to the next segment at a split (``cut``)
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
+        self._unsure_first = 0  # the open segment's partials that showed nothing for an unsure first word
 
     def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
         return StableWords(list(words or ()), sent, min_age_s=self._cfg.stable_min_age_s,
@@ -149,6 +150,7 @@ class Partials:
         self.stable_end_sample = 0
         self._decoded = []
         self._ends_sentence = False
+        self._unsure_first = 0
         self.text = ""
         self.shown = False
         self._audio_end = start
@@ -220,11 +222,13 @@ class Partials:
             audio_s = (self._endpointer.position_sample - opened.start_sample) / SAMPLE_RATE
             interval = max(interval, self._scheduler.partial_cost_s(audio_s) / share)
         closing = self.closing
-        if closing or not self.text:
+        if closing or (not self.text and self._unsure_first <= 1):
             # No waiting for the interval when the speaker has paused (a decode of everything up to now is most
             # likely the sentence's final: run it during the endpoint's silence wait, not after it), or when nothing
             # is on screen yet for this segment (the first words were too short or only a non-speech tag came
-            # back: the first words should show as soon as there is more speech).
+            # back: the first words should show as soon as there is more speech). Once only for a first word the
+            # decoder is unsure of (``_sure_part``): on noisy speech it may stay unsure for several partials, and
+            # each one without the interval costs the recognizer a decode.
             interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self._endpointer.speech_end_sample > self._audio_end
@@ -338,17 +342,25 @@ class Partials:
     def _sure_part(self, text: str, probs: tuple[float, ...], shift: int) -> str:
         """``text`` up to its first tentative word that the decoder gave less than ``show_min_prob`` and the previous
         partial did not say too (``probs``: per word of the decode; text word k is its word k + ``shift``): that word
-        and the ones after it wait for the next partial. The settled words, and the first word of a segment, always
-        show."""
+        and the ones after it wait for the next partial. The settled words always show, and the first word of a
+        segment if the decoder gave it at least ``first_show_min_prob``."""
         threshold = self._cfg.show_min_prob
         words = text.split()
         if threshold <= 0 or not probs:
             return text
         settled = len(self.stable.words)
         agreed = self.stable.agreed
+        # The first word of a segment shows at once, unless the decoder was less sure of it than
+        # ``first_show_min_prob`` and no partial before said it: then nothing shows yet, and the next partial comes
+        # without the interval (``want``: nothing on screen), on more speech.
+        unsure = settled == agreed == 0 and 0 <= shift < len(probs) and probs[shift] < self._cfg.first_show_min_prob
+        floor = 0 if unsure else 1
         for k in range(settled, len(words)):
             if k >= agreed and 0 <= k + shift < len(probs) and probs[k + shift] < threshold:
-                return " ".join(words[:max(k, settled, 1)])
+                shown = words[:max(k, settled, floor)]
+                if not shown:
+                    self._unsure_first += 1
+                return " ".join(shown)
         return text
 
     # ---- settled words --------------------------------------------------------------------------------------

@@ -143,6 +143,11 @@ class DecodeScheduler:
         now = time.monotonic()
         self._live_at = self._asked[client.session_id] = now
 
+    def speaking_sessions(self) -> set[str]:
+        """The ids of the sessions ``speaking`` counts."""
+        self._forget_quiet(time.monotonic())
+        return set(self._asked)
+
     def speaking(self) -> int:
         """Sessions that spoke (``note_speaking``) or asked for a partial in the last ``ALONE_AFTER_S``: those speaking
         now (their partials share the recognizer)."""

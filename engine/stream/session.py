@@ -37,6 +37,7 @@ import engine.protocol as protocol
 from engine.asr.align_service import AlignService
 from engine.asr.transcriber import DecodeRequest, Transcript
 from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, as_float32, samples_to_ms
+from engine.audio.vad import WINDOW
 from engine.config import EngineConfig, SessionOptions
 from engine.errors import IllegalTransition
 from engine.logs import SessionLog
@@ -44,6 +45,7 @@ from engine.observe import EngineObserver, SessionStats
 from engine.speakers.service import SpeakerService
 from engine.stream.alignment import Alignment
 from engine.stream.arrivals import Arrivals
+from engine.stream.crosstalk import Microphone, OwnVoice
 from engine.stream.endpoint import Endpointer, SegmentClosed, SegmentEvent, SegmentOpened
 from engine.stream.finals import Finals
 from engine.stream.labels import Labels
@@ -96,6 +98,7 @@ class Session:
         self.endpointer = Endpointer(config.vad, config.file_endpoint if options.background else config.endpoint)
         self._preroll = config.endpoint.preroll_ms * SAMPLE_RATE // 1000
         self._arrivals = Arrivals(clock)
+        self._own_voice: OwnVoice | None = None  # its place among a room's microphones (``share_room``)
         self._speaker_service = speakers
         self.speakers = speakers.new_tracker() if speakers is not None else None
         self.turns = speakers.new_turn_detector(config.vad.offset) if speakers is not None else None
@@ -148,8 +151,17 @@ class Session:
             return
         self.audio.append(audio)
         self._arrivals.add(self.audio.end)
+        if self._own_voice is not None:
+            self._own_voice.microphone.heard(self.audio.end, audio)
         self.vad.push(audio)
         self._observer.audio_received(audio.size / SAMPLE_RATE, self.options.background)
+
+    def share_room(self, microphone: Microphone) -> None:
+        """This session's microphone is one of a room's (``engine.stream.crosstalk``): from now on its audio is heard
+        there too, and what the room judges another microphone's voice is silence to this session (its VAD hears
+        none, its decodes get its audio silenced). Each VAD window waits until the room can judge it, at most
+        ``max_wait_s``. The room takes it out when the session leaves (``Microphone.close``)."""
+        self._own_voice = OwnVoice(microphone, WINDOW, self.audio.silence)
 
     @property
     def audio_s(self) -> float:
@@ -183,6 +195,12 @@ class Session:
         """Consume speech probabilities of the next windows of this session's audio (the VAD lane calls this)."""
         if self.state is SessionState.CLOSED:
             return
+        if self._own_voice is not None:
+            probs = self._own_voice.judged(probs, self.endpointer.position_sample)
+        self._on_probs(probs)
+
+    def _on_probs(self, probs: np.ndarray) -> None:
+        """Speech probabilities of the next windows, judged by the room where it has several microphones."""
         # In steps of what a live push brings, whatever this delivery holds: a delivery of a session ahead of real
         # time (batched ticks, a backlog) carries up to a second of audio, and a pause inside it would otherwise never
         # be seen (``closing``), nor the first words of a segment that opened inside it.
@@ -302,11 +320,22 @@ class Session:
 
     def _maybe_end_sentence(self) -> None:
         """Close the open segment once its text ends a sentence and a short pause followed
-        (``Partials.sentence_ended``)."""
-        if self.state is SessionState.LIVE and self._partials.sentence_ended():
+        (``Partials.sentence_ended``), or, in a room of several microphones, once another microphone's voice took
+        the floor in a short pause (``_floor_taken``)."""
+        if self.state is SessionState.LIVE and (self._partials.sentence_ended() or self._floor_taken()):
             closed = self.endpointer.end_sentence()
             if closed is not None:
                 self._on_events([closed])
+
+    def _floor_taken(self) -> bool:
+        """Another of the room's microphones speaks now and this one has paused for ``floor_pause_ms``: its speaker's
+        turn is over, whatever its text says (a meeting's turns end where the next voice starts)."""
+        own = self._own_voice
+        if own is None or not own.floor_taken or self.endpointer.open_segment is None:
+            return False
+        pause_ms = own.microphone.config.floor_pause_ms
+        return (pause_ms > 0
+                and samples_to_ms(self.endpointer.position_sample - self.endpointer.speech_end_sample) >= pause_ms)
 
     # ---- locked sentences (the caption: ``OnScreen``) --------------------------------------------------------
     def _lock_ready(self) -> None:
@@ -366,6 +395,8 @@ class Session:
         await self.vad.drained()
         if self._closed():  # closed meanwhile: its audio is gone, nobody is listening
             return
+        if self._own_voice is not None:  # the windows still waiting for the room's judgement: judged now
+            self._on_probs(self._own_voice.judged(np.zeros(0, np.float32), self.endpointer.position_sample, True))
         self._close_open_segment()
         while self._finals.pending:
             await asyncio.wait([p.task for p in self._finals.pending])

@@ -20,7 +20,13 @@
  *     <span class="stable" data-stable>              its settled words ("" when none is settled)
  *     (the white space between them, as a text node)
  *     <span class="tentative" data-tentative>        the words after them, which may still change
- * Only the newest `keep` sentences stay in the DOM: a wall screen runs for days.
+ *   <span class="partial open-line" data-open-line data-session>   each further line of a room's `open`: a block
+ *                                                    of its own with its voice's `who` (when known) and its `stable`
+ *                                                    and `tentative` spans as above
+ * Only the newest `keep` sentences stay in the DOM: a wall screen runs for days. With `open` (./open-lines.js), the
+ * first publisher to start speaking has `[data-partial]`, which goes on from the locked text as a lone speaker's
+ * does (so it never moves as others start or stop); each other one has its own line under it, in the order they
+ * started, named whenever its voice is known.
  *
  * Corrections (a room's editor, `correct`): a corrected sentence keeps its element and gets its new text there,
  * marked `corrected` for two seconds (./corrections.js: a background tint, nothing that takes room); a deleted one
@@ -32,6 +38,7 @@
 import { isMarked, markCorrected } from "./corrections.js";
 import { speakerName } from "./labels.js";
 import { lineStarts } from "./line-breaks.js";
+import { openParts, placeLines } from "./open-lines.js";
 import { splitStable } from "./stable.js";
 
 const PALETTE_SIZE = 8;
@@ -45,6 +52,7 @@ export class CaptionLines {
   #tentative;
   #partialWho;
   #partialGap = document.createTextNode(" ");
+  #more = new Map(); // session -> the parts of a further open line (`open`: openLine), in order
   #speakers;
   #keep;
   #maxChars;
@@ -216,9 +224,20 @@ export class CaptionLines {
    * Replace the open text. `spk`/`session`: the voice now speaking, when the server names it (a room names its
    * publishing session too: labels are per session); its name goes before the text when it is not the speaker of
    * the last sentence, so a new voice is named before its sentence locks. `stable`: how many leading words of
-   * `text` are settled (shown like locked text, the rest quieter).
+   * `text` are settled (shown like locked text, the rest quieter). `open`: a room's open text one line per speaking
+   * publisher (`[{session, text, stable, spk}]`, RoomFeed's); given, it is shown instead of the others (see above).
    */
-  setPartial(text, spk = null, session = null, stable = 0) {
+  setPartial(text, spk = null, session = null, stable = 0, open = null) {
+    const { first, more } = openParts(text, spk, session, stable, open);
+    const changed = this.#setFirst(first);
+    const placed = placeLines(this.#more, more, this.#partial, openLine);
+    this.#more = placed.lines;
+    const filled = more.map((entry) => this.#fillLine(this.#more.get(entry.session), entry));
+    if (changed || placed.moved || filled.includes(true)) this.#layout();
+  }
+
+  /** The first open text (`setPartial`'s); returns whether anything changed. */
+  #setFirst({ text, spk, session, stable }) {
     text = text ?? "";
     const named = this.#speakers && Boolean(text) && Number.isInteger(spk) && (!this.#last || this.#last.spk !== spk
       || (session !== null && this.#last.session !== session));
@@ -226,7 +245,7 @@ export class CaptionLines {
     const { settled, gap, tail } = splitStable(text, stable);
     if (this.#text(this.#partial) === text && this.#text(this.#stable) === settled
         && (this.#partialWho.isConnected ? this.#text(this.#partialWho) : "") === label) {
-      return;
+      return false;
     }
     if (label) {
       this.#partialWho.dataset.whoSpk = String(spk);
@@ -245,7 +264,25 @@ export class CaptionLines {
       this.#partial.replaceChildren(this.#stable, this.#gap, this.#tentative);
     }
     if (this.#gap.data !== gap) this.#gap.data = gap;
-    this.#layout();
+    return true;
+  }
+
+  /** A further open line (`openLine`'s parts) shows `open` entry `{text, stable, spk}`; returns whether it changed. */
+  #fillLine(line, { text, stable, spk }) {
+    const label = this.#speakers && Number.isInteger(spk) ? `${speakerName(spk, this.#names)}:` : "";
+    const { settled, gap, tail } = splitStable(text, stable);
+    if (this.#text(line.who) === label && this.#text(line.stable) === settled && this.#text(line.tentative) === tail
+        && line.gap.data === gap) {
+      return false;
+    }
+    if (label) this.#setName(line.who, spk);
+    if (label && !line.who.isConnected) line.stable.before(line.who, line.whoGap);
+    if (!label) [line.who, line.whoGap].forEach((node) => node.remove());
+    this.#texts.set(line.who, label);
+    this.#texts.set(line.stable, settled);
+    this.#texts.set(line.tentative, tail);
+    line.gap.data = gap;
+    return true;
   }
 
   #hidePartialWho() {
@@ -265,20 +302,32 @@ export class CaptionLines {
   #layout() {
     const nodes = [];
     for (const child of this.#flow.children) {
-      if (child !== this.#partial) nodes.push(child);
-      else if (this.#stable.parentNode === child) nodes.push(this.#stable, this.#tentative);
+      if (child === this.#partial) {
+        if (this.#stable.parentNode === child) nodes.push(this.#stable, this.#tentative);
+      } else if (!("openLine" in child.dataset)) {
+        nodes.push(child);
+      }
     }
+    const fits = this.#fitter();
+    this.#breakLines(nodes, this.#tentative, fits);
+    // A further open line is a block of its own: its first word starts a line anyway.
+    for (const { who, stable, tentative } of this.#more.values()) {
+      this.#breakLines([...(who.isConnected ? [who] : []), stable, tentative], tentative, fits);
+    }
+  }
+
+  /** `#layout` for one run of `nodes` (in order; its settled words, then `tentative`, if it is among them). */
+  #breakLines(nodes, tentative, fits) {
     const words = [];
     const where = []; // word -> [node, index of the word in the node]
     let settled = -1; // how many words come before the tentative tail
     for (const node of nodes) {
-      if (node === this.#tentative) settled = words.length;
+      if (node === tentative) settled = words.length;
       const ws = this.#text(node).split(/\s+/).filter(Boolean);
       ws.forEach((w, i) => { words.push(w); where.push([node, i]); });
     }
     if (settled < 0) settled = words.length;
     const first = Math.max(0, settled - LAYOUT_WORDS);
-    const fits = this.#fitter();
     const starts = lineStarts(words.slice(first, settled), this.#maxChars, fits).map((i) => i + first);
     if (settled < words.length) {
       // The tail goes on from the last settled line, which keeps its words together.
@@ -322,14 +371,14 @@ export class CaptionLines {
   }
 
   /** Rebuild from records (after a speaker relabel); the open text is updated, not rebuilt. */
-  render(records, partial, partialSpk = null, partialSession = null, stable = 0) {
+  render(records, partial, partialSpk = null, partialSession = null, stable = 0, open = null) {
     const marked = [...this.#spans].filter(([, span]) => isMarked(span)).map(([k]) => k);
     this.#flow.replaceChildren(this.#partial);
     this.#spans.clear();
     this.#last = null;
     for (const record of records.slice(-this.#keep)) this.add(record);
     for (const k of marked) if (this.#spans.has(k)) markCorrected(this.#spans.get(k)); // the mark survives a rebuild
-    this.setPartial(partial, partialSpk, partialSession, stable);
+    this.setPartial(partial, partialSpk, partialSession, stable, open);
     this.#layout();
   }
 
@@ -350,6 +399,25 @@ export class CaptionLines {
 /** A sentence's key: ids are per session on a page's own data channel (room-wide in a room, where this is too). */
 function key(record) {
   return `${record.session ?? ""}\u0000${record.id}`;
+}
+
+/**
+ * The parts of a further open line (`setPartial`) of publisher `session`: its element, and in it its voice's name
+ * (out of it until named), the settled words, the white space after them and the tentative rest.
+ */
+function openLine(session) {
+  const span = (className, data) => {
+    const el = document.createElement("span");
+    el.className = className;
+    el.dataset[data] = "";
+    return el;
+  };
+  const line = { el: span("partial open-line", "openLine"), who: span("who", "partialWho"),
+                 whoGap: document.createTextNode(" "), stable: span("stable", "stable"),
+                 gap: document.createTextNode(""), tentative: span("tentative", "tentative") };
+  line.el.dataset.session = session;
+  line.el.append(line.stable, line.gap, line.tentative);
+  return line;
 }
 
 /** Remove `node` and the space after it. */

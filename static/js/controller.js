@@ -86,6 +86,8 @@ export class CaptionController extends EventTarget {
   #readyUrl;
   #offerUrl;
   #offerFields;
+  #microphone;
+  #muted = false;
   #maxHotwords;
   #wakers = new Set();
   #watching = false;
@@ -93,15 +95,18 @@ export class CaptionController extends EventTarget {
 
   /**
    * @param {{readyUrl?: string, offerUrl?: string, maxHotwords?: number, model?: string,
-   *          defaults?: () => object, offerFields?: {room?: string, token?: string}}} config
-   *   defaults(): start options when start() is given none; offerFields: sent with every offer (rooms)
+   *          defaults?: () => object, offerFields?: {room?: string, token?: string, name?: string},
+   *          microphone?: MediaTrackConstraints}} config
+   *   defaults(): start options when start() is given none; offerFields: sent with every offer (rooms);
+   *   microphone: the page's own getUserMedia audio constraints (then the `processing` option is not used)
    */
   constructor({ readyUrl = "/ready", offerUrl = "/offer", maxHotwords = 0, model = "", defaults,
-                offerFields = {} } = {}) {
+                offerFields = {}, microphone = null } = {}) {
     super();
     this.#readyUrl = readyUrl;
     this.#offerUrl = offerUrl;
     this.#offerFields = offerFields;
+    this.#microphone = microphone;
     this.#maxHotwords = maxHotwords;
     this.model = model;
     this.#defaults = defaults ?? (() => ({}));
@@ -119,6 +124,19 @@ export class CaptionController extends EventTarget {
   /** True from start() until stop() or a failure: the person wants captions. */
   get running() {
     return this.#running;
+  }
+
+  /**
+   * Whether the microphone is muted: its track then sends silence (the session stays up; nothing new is captioned),
+   * and a later start or reconnect keeps it so until it is unmuted.
+   */
+  get muted() {
+    return this.#muted;
+  }
+
+  set muted(value) {
+    this.#muted = Boolean(value);
+    for (const track of this.#stream?.getAudioTracks() ?? []) track.enabled = !this.#muted;
   }
 
   /** `{sentences: [{id, text, start, end, spk, session}], partial, stable}`, a detached copy. */
@@ -237,12 +255,13 @@ export class CaptionController extends EventTarget {
   async #begin(run) {
     try {
       this.#setState(State.CONNECTING, "Waiting for the microphone…");
-      const stream = await openMicrophone({ processing: this.#options.processing });
+      const stream = await openMicrophone({ processing: this.#options.processing, audio: this.#microphone });
       if (!this.#isCurrent(run)) {
         releaseMicrophone(stream);
         return;
       }
       this.#stream = stream;
+      for (const track of stream.getAudioTracks()) track.enabled = !this.#muted;
       for (const track of stream.getAudioTracks()) {
         track.addEventListener("ended", () => this.#isCurrent(run) && this.#fail(new CaptionError("mic-ended")));
       }

@@ -10,13 +10,14 @@ import { CaptionError } from "./errors.js";
  *
  * By default the browser's echo cancellation, noise suppression and gain control are off: the recogniser
  * does better on the unprocessed signal and the server does its own voice detection. `processing: true`
- * turns them on, which helps on a laptop whose speakers play into its microphone.
+ * turns them on, which helps on a laptop whose speakers play into its microphone. `audio`: a page's own
+ * getUserMedia audio constraints instead (mono unless they say otherwise); `processing` is then not looked at.
  */
-export async function openMicrophone({ processing = false } = {}) {
+export async function openMicrophone({ processing = false, audio: constraints = null } = {}) {
   if (!window.isSecureContext || !navigator.mediaDevices?.getUserMedia) {
     throw new CaptionError("insecure", "", { fatal: true });
   }
-  const audio = {
+  const audio = constraints ? { channelCount: 1, ...constraints } : {
     echoCancellation: processing,
     noiseSuppression: processing,
     autoGainControl: processing,

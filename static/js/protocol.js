@@ -176,6 +176,18 @@ export function decodeHttpError(body, status) {
 }
 
 /**
+ * A room caption's `open` (docs/protocol.md, "Viewer stream"): each speaking publisher's open text on its own, in the
+ * order they started, as `[{session, text, stable, spk}]` (`stable` fitted to `text` as stableCount does, `spk` null
+ * when not known; an entry without a session or text is left out). null when the message has no `open` (a server
+ * from before it): its `partial` is then all there is.
+ */
+export function decodeOpenLines(raw) {
+  if (!Array.isArray(raw)) return null;
+  return raw.filter((line) => typeof line?.session === "string" && textOr(line.text, "").trim())
+    .map(({ session, text, stable, spk }) => ({ session, text, stable: stableCount(stable, text), spk: speaker(spk) }));
+}
+
+/**
  * The `correction` message (data channel or a room's event stream; see decodeServerMessage) as
  * `{type: "correction", seq, sentences, deleted, names, editor}`, every field checked. Rooms' records also keep
  * the `session` each sentence names.

@@ -17,10 +17,12 @@
  *
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}
- *   caption   {seq, sentences: [records newly added], partial, stable, partialSpk, partialSession}   for every
- *             caption message (even partial-only); stable: how many leading words of partial are settled (they
+ *   caption   {seq, sentences: [records newly added], partial, stable, partialSpk, partialSession, open}   for
+ *             every caption message (even partial-only); stable: how many leading words of partial are settled (they
  *             lock as shown; only the rest may change); partialSpk/partialSession: the voice now speaking (label and
- *             publishing session) when the server names it, else null
+ *             publishing session) when the server names it, else null; open: the same open text one line per
+ *             speaking publisher, in the order they started, `[{session, text, stable, spk}]` (spk null when not
+ *             known), or null from a server that does not send it (then partial is all there is)
  *   sentence  one newly added record {id, text, start, end, spk, session}
  *   speakers  {seq, changed: [records]}
  *   correction  {seq, changed: [records], deleted: [ids], removed: [records], names, editor}   an editor corrected
@@ -46,7 +48,7 @@
 
 import { orderedIndex } from "./corrections.js";
 import { mergeNames } from "./labels.js";
-import { decodeCorrection } from "./protocol.js";
+import { decodeCorrection, decodeOpenLines } from "./protocol.js";
 import { stableCount } from "./stable.js";
 
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 15000];
@@ -70,6 +72,8 @@ export class RoomFeed extends EventTarget {
   stable = 0;
   partialSpk = null;
   partialSession = null;
+  /** Each speaking publisher's open text, `[{session, text, stable, spk}]` in the order they started (or null). */
+  open = null;
   lastSeq = null;
   status = { live: false, publishers: 0, viewers: 0, delayS: null, held: null, behindMs: null, released: null };
   /** The room's speaker names, `{"<spk>": name}` (labels without a name are absent). */
@@ -290,10 +294,11 @@ export class RoomFeed extends EventTarget {
     this.partialSpk = this.partial && Number.isInteger(message.partial_spk) ? message.partial_spk : null;
     this.partialSession = this.partialSpk !== null && typeof message.partial_session === "string"
       ? message.partial_session : null;
+    this.open = decodeOpenLines(message.open);
     for (const record of added) this.dispatchEvent(new CustomEvent("sentence", { detail: record }));
-    const { partial, stable, partialSpk, partialSession } = this;
+    const { partial, stable, partialSpk, partialSession, open } = this;
     this.dispatchEvent(new CustomEvent("caption", {
-      detail: { seq, sentences: added, partial, stable, partialSpk, partialSession },
+      detail: { seq, sentences: added, partial, stable, partialSpk, partialSession, open },
     }));
   }
 

@@ -14,6 +14,11 @@
  * new settled words are appended to it, and an update that changes only the tail leaves it untouched, so a settled
  * word never flickers. It starts afresh when the open text does (a lock, a clear, a new session).
  *
+ * A room where several publishers speak at once sends each one's open text on its own (the caption's `open`,
+ * ./open-lines.js): the first to start speaking has the partial line, each other one a line of its own after it, in
+ * the order they started, labelled with its voice whenever it is known (the first only when it is not the last
+ * turn's speaker, as above).
+ *
  * Markup contract (tests rely on it):
  *   <section class="turn" data-speaker>          one speaker's consecutive sentences (no data-spk, so
  *                                                [data-spk] selects sentences only)
@@ -25,11 +30,15 @@
  *     <span class="stable" data-stable>         the settled words ("" when none is settled)
  *     (the white space between them, as a text node)
  *     <span class="tentative" data-tentative>   the words after them, which may still change ("" when all settled)
- *   The partial's textContent is its label and a space (when shown), then exactly the server's partial text.
+ *   The partial's textContent is its label and a space (when shown), then exactly the server's partial text (with
+ *   `open`: the first entry's text).
+ *   <p class="partial" data-open-line data-session data-spk>   after it, one per further `open` entry, in order,
+ *                                                with the same children (its label whenever its voice is known)
  */
 
 import { isMarked, markCorrected } from "./corrections.js";
 import { shortTime, speakerName } from "./labels.js";
+import { openParts, placeLines } from "./open-lines.js";
 import { extendsText, splitStable } from "./stable.js";
 
 // Eight speaker colours (CSS --spk-0 … --spk-7), reused in turn when a conversation has more speakers.
@@ -41,15 +50,8 @@ export class TranscriptView {
   #follow;
   #lastTurn = null;
   #lastRecord = null;
-  #partialKey = "";
-  // The partial line's parts: kept across updates, so an unchanged part is never touched.
-  #who = Object.assign(document.createElement("span"), { className: "who" });
-  #whoGap = document.createTextNode(" ");
-  #stable = part("stable");
-  #gap = document.createTextNode("");
-  #tentative = part("tentative");
-  #settled = ""; // the text the settled span shows
-  #partialArgs = ["", null, null, 0]; // the latest setPartial's arguments
+  #more = new Map(); // session -> the PartialLine of a further open line (`open`), in order
+  #partialArgs = ["", null, null, 0, null]; // the latest setPartial's arguments
   #names = {};
   #spans = new Map(); // key(session, id) -> the sentence's element
 
@@ -58,7 +60,7 @@ export class TranscriptView {
    */
   constructor({ log, partial, follow }) {
     this.#log = log;
-    this.#partial = partial;
+    this.#partial = new PartialLine(partial);
     this.#follow = follow;
   }
 
@@ -72,47 +74,21 @@ export class TranscriptView {
    * Replace the partial line (empty text hides it). `spk`: the provisional label of the voice now speaking (null
    * when not known yet); shown before the text when someone other than the last turn's speaker is talking.
    * `session`: in a room, the publishing session that label belongs to (labels are per session). `stable`: how many
-   * leading words of `text` are settled (shown like locked text; the rest quieter).
+   * leading words of `text` are settled (shown like locked text; the rest quieter). `open`: a room's open text one
+   * line per speaking publisher (`[{session, text, stable, spk}]`, RoomFeed's); given, it is shown instead of the
+   * others (see the module).
    */
-  setPartial(text, spk = null, session = null, stable = 0) {
-    text = text ?? "";
-    this.#partialArgs = [text, spk, session, stable];
-    const known = text && spk !== null && spk !== undefined;
-    const other = !this.#lastRecord || this.#lastRecord.spk !== spk
-      || (session !== null && this.#lastRecord.session !== session);
-    const label = known && other ? speakerName(spk, this.#names) : "";
-    const { settled, gap, tail } = splitStable(text, stable);
-    const key = `${label}\u0000${settled}\u0000${gap}\u0000${tail}`;
-    if (this.#partialKey === key) return;
-    this.#partialKey = key;
-    this.#partial.dataset.spk = label ? String(spk) : "";
-    if (!text) {
-      this.#partial.replaceChildren(); // truly empty: CSS hides it (.partial:empty)
-      this.#follow.update();
-      return;
+  setPartial(text, spk = null, session = null, stable = 0, open = null) {
+    this.#partialArgs = [text ?? "", spk, session, stable, open];
+    const { first, more } = openParts(text, spk, session, stable, open);
+    const known = first.text && first.spk !== null && first.spk !== undefined;
+    const other = !this.#lastRecord || this.#lastRecord.spk !== first.spk
+      || (first.session !== null && this.#lastRecord.session !== first.session);
+    this.#partial.show(first.text, first.stable, known && other ? speakerName(first.spk, this.#names) : "", first.spk);
+    this.#more = placeLines(this.#more, more, this.#partial.el, (key) => new PartialLine(openLineElement(key))).lines;
+    for (const { session: key, text: said, stable: settled, spk: voice } of more) {
+      this.#more.get(key).show(said, settled, voice === null ? "" : speakerName(voice, this.#names), voice);
     }
-    if (this.#stable.parentNode !== this.#partial) {
-      this.#partial.replaceChildren(this.#stable, this.#gap, this.#tentative);
-    }
-    if (label) {
-      if (this.#who.textContent !== label) this.#who.textContent = label;
-      this.#who.style.setProperty("--speaker", `var(--spk-${spk % PALETTE_SIZE})`);
-      if (!this.#who.isConnected) this.#stable.before(this.#who, this.#whoGap);
-    } else if (this.#who.parentNode) {
-      this.#who.remove();
-      this.#whoGap.remove();
-    }
-    if (settled !== this.#settled) {
-      // Settled words only ever grow within one open text: append them, never rewrite what is on screen.
-      if (this.#settled && extendsText(this.#settled, settled)) {
-        this.#stable.append(settled.slice(this.#settled.length));
-      } else {
-        this.#stable.textContent = settled;
-      }
-      this.#settled = settled;
-    }
-    if (this.#gap.data !== gap) this.#gap.data = gap;
-    if (this.#tentative.textContent !== tail) this.#tentative.textContent = tail;
     this.#follow.update();
   }
 
@@ -120,14 +96,14 @@ export class TranscriptView {
    * Rebuild everything from the records (after a speaker relabel, a correction or a clear); the partial line is
    * updated. The element of a sentence shown before is kept (with its new text), so a reader's place holds.
    */
-  render(records, partial, partialSpk = null, partialSession = null, stable = 0) {
+  render(records, partial, partialSpk = null, partialSession = null, stable = 0, open = null) {
     const kept = this.#spans;
     this.#spans = new Map();
     this.#log.replaceChildren();
     this.#lastTurn = null;
     this.#lastRecord = null;
     for (const record of records) this.#append(record, false, kept);
-    this.setPartial(partial, partialSpk, partialSession, stable);
+    this.setPartial(partial, partialSpk, partialSession, stable, open);
     this.#follow.update();
   }
 
@@ -160,7 +136,7 @@ export class TranscriptView {
       const who = turn.querySelector(".turn-head .who");
       if (who && turn.dataset.speaker !== "") who.textContent = speakerName(Number(turn.dataset.speaker), this.#names);
     }
-    this.#partialKey = "";
+    for (const line of [this.#partial, ...this.#more.values()]) line.key = "";
     this.setPartial(...this.#partialArgs);
   }
 
@@ -180,6 +156,65 @@ export class TranscriptView {
     text.append(span);
     this.#lastRecord = record;
   }
+}
+
+/**
+ * One open line's element (`<p class="partial">`): its voice's label, its settled words, the tentative rest. The
+ * parts are kept across updates, so an unchanged part is never touched.
+ */
+class PartialLine {
+  key = "";
+  #who = Object.assign(document.createElement("span"), { className: "who" });
+  #whoGap = document.createTextNode(" ");
+  #stable = part("stable");
+  #gap = document.createTextNode("");
+  #tentative = part("tentative");
+  #settled = ""; // the text the settled span shows
+
+  constructor(el) {
+    this.el = el;
+  }
+
+  /** Show `text`, its first `stable` words settled, after `label` ("" for none), the name of voice `spk`. */
+  show(text, stable, label, spk) {
+    const { settled, gap, tail } = splitStable(text, stable);
+    const key = `${label}\u0000${settled}\u0000${gap}\u0000${tail}`;
+    if (this.key === key) return;
+    this.key = key;
+    this.el.dataset.spk = label ? String(spk) : "";
+    if (!text) {
+      this.el.replaceChildren(); // truly empty: CSS hides it (.partial:empty)
+      return;
+    }
+    if (this.#stable.parentNode !== this.el) this.el.replaceChildren(this.#stable, this.#gap, this.#tentative);
+    if (label) {
+      if (this.#who.textContent !== label) this.#who.textContent = label;
+      this.#who.style.setProperty("--speaker", `var(--spk-${spk % PALETTE_SIZE})`);
+      if (!this.#who.isConnected) this.#stable.before(this.#who, this.#whoGap);
+    } else if (this.#who.parentNode) {
+      this.#who.remove();
+      this.#whoGap.remove();
+    }
+    if (settled !== this.#settled) {
+      // Settled words only ever grow within one open text: append them, never rewrite what is on screen.
+      if (this.#settled && extendsText(this.#settled, settled)) {
+        this.#stable.append(settled.slice(this.#settled.length));
+      } else {
+        this.#stable.textContent = settled;
+      }
+      this.#settled = settled;
+    }
+    if (this.#gap.data !== gap) this.#gap.data = gap;
+    if (this.#tentative.textContent !== tail) this.#tentative.textContent = tail;
+  }
+}
+
+function openLineElement(session) {
+  const line = document.createElement("p");
+  line.className = "partial";
+  line.dataset.openLine = "";
+  line.dataset.session = session;
+  return line;
 }
 
 /** A sentence's key: ids are per session on the page's own data channel (room-wide in a room, where this is too). */

@@ -32,18 +32,22 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   included). Keeping it adds no exposure: whoever can read the database can read the transcripts it protects.
   Rooms made before it was kept have NULL there; their QR code needs the viewer token presented.
   editor_token_sha256 (the editor token's digest; the token itself is never kept: it can change the transcript),
-  delay_s (the audience's hold-back delay), names (JSON ``{"spk": name}``: speaker names editors gave), terms and
-  learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all kept current by the events;
-  ended_ms (when an editor ended the room: its HLS playlist closes; NULL while it runs) and outputs (JSON list: where
-  its captions go, ``app.outputs``).
-- ``events``: (room, seq) -> kind ("caption" | "speakers" | "words" | "correction" | "vocabulary"), the message as
+  delay_s (the audience's hold-back delay), names (JSON ``{"spk": name}``: speaker names editors and
+  named publishers gave), terms and learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all
+  kept current by the events;
+  ended_ms (when an editor ended the room: its HLS playlist closes; NULL while it runs), outputs (JSON list: where
+  its captions go, ``app.outputs``) and languages (JSON list of BCP 47 codes: what its sentences are translated
+  into, ``app.rooms.translating``; kept current by "languages" events).
+- ``events``: (room, seq) -> kind ("caption" | "speakers" | "words" | "correction" | "vocabulary" | "translation" |
+  "languages"), the message as
   sent to viewers (JSON) and created_ms (when it was committed). ``seq`` is the room-level sequence number that
   viewers resume from (SSE ``Last-Event-ID``).
 - ``sentences``: (room, id) -> session, text, start_ms, end_ms (room timeline), spk (updated by relabels), words:
   the word times as JSON ``[[word, start_ms, end_ms], ...]`` on the room timeline (NULL when not known; replaced by
   a "words" event: the aligner's times, which follow the lock, as the room applied them to the sentence's text
-  then, ``app.rooms.late``), original (the recognizer's text once an editor changed it, else NULL) and deleted (1
-  once an editor removed it: kept for the history, never shown).
+  then, ``app.rooms.late``), original (the recognizer's text once an editor changed it, else NULL), deleted (1
+  once an editor removed it: kept for the history, never shown) and translations (JSON ``{"lang": text}``: the
+  newest translation into each room language, replaced by each "translation" event; NULL for none).
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class RoomRecord:
     learned: tuple[str, ...] = ()  # ...and learned from their corrections
     ended_ms: int | None = None  # when an editor ended it (ms since the Unix epoch)
     outputs: tuple[dict[str, Any], ...] = ()  # where its captions go besides its viewers (``app.outputs``)
+    languages: tuple[str, ...] = ()  # what its sentences are translated into (BCP 47; ``app.rooms.translating``)
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,16 @@ class SentenceRecord:
     words: tuple[protocol.Word, ...] = ()  # on the same timeline; empty when not known
     original: str | None = None  # the recognizer's text, once an editor changed it
     deleted: bool = False  # removed by an editor (snapshots leave it out unless asked)
+    translations: dict[str, str] = field(default_factory=dict)  # room language -> its newest translation
 
     def sentence(self) -> protocol.Sentence:
         """As it appears in a viewer's ``caption.sentences``."""
         return protocol.Sentence(self.id, self.text, self.start_ms, self.end_ms, self.spk, self.session, self.words)
+
+    def translated(self, lang: str) -> SentenceRecord:
+        """The sentence in room language ``lang``: its translation for text (the source text while it has none), no
+        word times (they are the source's words)."""
+        return dataclasses.replace(self, text=self.translations.get(lang, self.text), words=())
 
 
 @dataclass(frozen=True)
@@ -130,9 +141,12 @@ class Edits:
     deleted: tuple[int, ...] = ()  # sentence ids removed
     names: dict[int, str] = field(default_factory=dict)  # speaker names that changed ("" = back to the default)
     vocabulary: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # the room's new (terms, learned)
+    translations: dict[int, dict[str, str]] = field(default_factory=dict)  # sentence id -> {lang: its new text}
+    languages: tuple[str, ...] | None = None  # the room's new languages
 
 
-RoomEvent = protocol.Caption | protocol.Speakers | protocol.WordTimes | protocol.Correction | protocol.Vocabulary
+RoomEvent = (protocol.Caption | protocol.Speakers | protocol.WordTimes | protocol.Correction | protocol.Vocabulary
+             | protocol.Translation | protocol.Languages)
 Retimed = dict[int, tuple[protocol.Word, ...]]  # room sentence id -> its new word times (room timeline)
 
 
@@ -153,17 +167,18 @@ class TranscriptStore(ABC):
 
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
                           created_ms: int | None = None, viewer_token: str | None = None,
-                          editor_token_sha256: str | None = None, delay_s: float = 0.0) -> RoomRecord:
+                          editor_token_sha256: str | None = None, delay_s: float = 0.0,
+                          languages: Sequence[str] = ()) -> RoomRecord:
         """Store a new room; an id that exists already is a ``StoreError``."""
         record = RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title, viewer_token_sha256,
-                            viewer_token, editor_token_sha256, delay_s)
+                            viewer_token, editor_token_sha256, delay_s, languages=tuple(languages))
         await self._insert_room(record)
         return record
 
     @abstractmethod
     async def _insert_room(self, record: RoomRecord) -> None:
         """``create_room``'s write: ``INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token,
-        editor_token_sha256, delay_s)`` with ``room_row(record)``."""
+        editor_token_sha256, delay_s, languages)`` with ``room_row(record)``."""
 
     @abstractmethod
     async def room(self, room_id: str) -> RoomRecord | None: ...
@@ -183,6 +198,11 @@ class TranscriptStore(ABC):
     @abstractmethod
     async def counters(self, room_id: str) -> tuple[int, int]:
         """``(last event seq, next sentence id)`` of a room: where its numbering continues."""
+
+    @abstractmethod
+    async def next_label(self, room_id: str) -> int:
+        """One above the highest speaker label the room's sentences (deleted ones too) and speaker names use (0 for
+        none): where a loaded room's voice labels continue (``app.rooms.names.RoomLabels``)."""
 
     @abstractmethod
     async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
@@ -276,6 +296,11 @@ def names_from_json(raw: str | None) -> dict[int, str]:
     return {int(k): str(v) for k, v in json.loads(raw).items()} if raw else {}
 
 
+def label_after(top_spk: int | None, names: str | None) -> int:
+    """``next_label`` from the highest ``spk`` of a room's sentences (None: none has one) and its ``names`` column."""
+    return max([-1 if top_spk is None else int(top_spk), *names_from_json(names)]) + 1
+
+
 def merged_names(old: dict[int, str], changed: dict[int, str]) -> dict[int, str]:
     """``old`` with ``changed`` applied ("" removes a name)."""
     names = {**old, **changed}
@@ -316,26 +341,26 @@ def now_ms() -> int:
 
 # A room's row as both backends read it: ``room_record`` takes the columns in this order.
 ROOM_COLUMNS = ("id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s, names, terms, "
-                "learned, ended_ms, outputs")
+                "learned, ended_ms, outputs, languages")
 
 
 def room_row(record: RoomRecord) -> tuple[Any, ...]:
-    """A new room's row: ``id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s``
-    (the other columns start empty)."""
+    """A new room's row: ``id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s,
+    languages`` (the other columns start empty)."""
     return (record.id, record.created_ms, record.title, record.viewer_token_sha256, record.viewer_token,
-            record.editor_token_sha256, record.delay_s)
+            record.editor_token_sha256, record.delay_s, terms_json(record.languages))
 
 
 def room_record(row: Sequence[Any]) -> RoomRecord:
     """A room from its row (``SELECT {ROOM_COLUMNS}``)."""
     return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
                       terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
-                      outputs_from_json(row[11]))
+                      outputs_from_json(row[11]), terms_from_json(row[12]))
 
 
 # What both backends write and read in table ``sentences``, whatever their SQL dialect: the parameters of each
 # statement, in the order of its placeholders, and the records back from the columns.
-SENTENCE_COLUMNS = "id, session, text, start_ms, end_ms, spk, words, original, deleted"
+SENTENCE_COLUMNS = "id, session, text, start_ms, end_ms, spk, words, original, deleted, translations"
 
 
 def sentence_rows(room_id: str, records: Sequence[SentenceRecord], locked_ms: int) -> list[tuple[Any, ...]]:
@@ -365,6 +390,21 @@ def vocabulary_row(room_id: str, vocabulary: tuple[Sequence[str], Sequence[str]]
     return terms_json(terms), terms_json(learned), room_id
 
 
+def languages_row(room_id: str, languages: Sequence[str]) -> tuple[Any, ...]:
+    """``UPDATE rooms SET languages = ? WHERE id = ?``."""
+    return terms_json(languages), room_id
+
+
+def translations_from_json(raw: str | None) -> dict[str, str]:
+    return {str(k): str(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
+def translated_json(stored: str | None, changed: dict[str, str]) -> str | None:
+    """A sentence's ``translations`` column once ``changed`` ({lang: text}) is applied to what it holds."""
+    merged = {**translations_from_json(stored), **changed}
+    return json.dumps(dict(sorted(merged.items())), ensure_ascii=False) if merged else None
+
+
 def renamed_json(stored: str | None, changed: dict[int, str]) -> str | None:
     """A room's ``names`` column once ``changed`` is applied to what it holds (``stored``)."""
     return names_json(merged_names(names_from_json(stored), changed))
@@ -373,6 +413,6 @@ def renamed_json(stored: str | None, changed: dict[int, str]) -> str | None:
 def snapshot(seq: int, rows: Sequence[Sequence[Any]], names: str | None) -> Snapshot:
     """A snapshot from its rows (``SELECT {SENTENCE_COLUMNS} ... ORDER BY id``) and the room's ``names`` column."""
     records = [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words), original,
-                              bool(gone))
-               for sid, session, text, start, end, spk, words, original, gone in rows]
+                              bool(gone), translations_from_json(translations))
+               for sid, session, text, start, end, spk, words, original, gone, translations in rows]
     return Snapshot(seq, reading_order(records), names_from_json(names))

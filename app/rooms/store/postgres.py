@@ -32,7 +32,7 @@ the payload stays well under the 8000-byte limit.
 Schema version: the one row of table ``schema_version`` (``SCHEMA_VERSION``; a newer database is refused, an
 older one migrated). Front ends starting together serialise their check on an advisory lock. Version 1 is the
 SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above); version 2
-adds what SQLite's version 4 added for editors.
+adds what SQLite's version 4 added for editors, version 3 what SQLite's version 5 added for translations.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from . import base
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHANNEL = "live_captions_events"
 ANNOUNCE_CHANNEL = "live_captions_announce"
 POOL_MAX = 4
@@ -79,7 +79,8 @@ CREATE TABLE rooms (
     terms text,
     learned text,
     ended_ms bigint,
-    outputs text
+    outputs text,
+    languages text
 );
 CREATE TABLE events (
     room text NOT NULL REFERENCES rooms(id),
@@ -101,6 +102,7 @@ CREATE TABLE sentences (
     words text,
     original text,
     deleted boolean NOT NULL DEFAULT false,
+    translations text,
     PRIMARY KEY (room, id)
 );
 """
@@ -110,6 +112,7 @@ _MIGRATIONS: list[str] = [
     "ADD COLUMN names text, ADD COLUMN terms text, ADD COLUMN learned text, ADD COLUMN ended_ms bigint, "
     "ADD COLUMN outputs text; "
     "ALTER TABLE sentences ADD COLUMN original text, ADD COLUMN deleted boolean NOT NULL DEFAULT false;",
+    "ALTER TABLE rooms ADD COLUMN languages text; ALTER TABLE sentences ADD COLUMN translations text;",
 ]
 
 
@@ -154,7 +157,8 @@ class PostgresStore(base.TranscriptStore):
     # ---- public API ----------------------------------------------------------------------------------------------
     async def _insert_room(self, record: base.RoomRecord) -> None:
         await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                            "editor_token_sha256, delay_s) VALUES (%s, %s, %s, %s, %s, %s, %s)", base.room_row(record))
+                            "editor_token_sha256, delay_s, languages) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                            base.room_row(record))
 
     async def room(self, room_id: str) -> base.RoomRecord | None:
         row = await self._fetchone(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = %s", (room_id,))
@@ -182,6 +186,11 @@ class PostgresStore(base.TranscriptStore):
     async def counters(self, room_id: str) -> tuple[int, int]:
         row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def next_label(self, room_id: str) -> int:
+        row = await self._fetchone("SELECT (SELECT MAX(spk) FROM sentences WHERE room = %s), "
+                                   "(SELECT names FROM rooms WHERE id = %s)", (room_id, room_id))
+        return base.label_after(row[0], row[1]) if row else 0
 
     async def append(self, room_id: str, event: base.RoomEvent, sentences: Sequence[base.SentenceRecord] = (),
                      relabel: dict[int, int] | None = None, retimed: base.Retimed | None = None,
@@ -294,6 +303,15 @@ class PostgresStore(base.TranscriptStore):
         if edits.vocabulary is not None:
             await cur.execute("UPDATE rooms SET terms = %s, learned = %s WHERE id = %s",
                               base.vocabulary_row(room_id, edits.vocabulary))
+        if edits.languages is not None:
+            await cur.execute("UPDATE rooms SET languages = %s WHERE id = %s",
+                              base.languages_row(room_id, edits.languages))
+        for sid, changed in sorted(edits.translations.items()):
+            await cur.execute("SELECT translations FROM sentences WHERE room = %s AND id = %s", (room_id, sid))
+            row = await cur.fetchone()
+            if row is not None:
+                await cur.execute("UPDATE sentences SET translations = %s WHERE room = %s AND id = %s",
+                                  (base.translated_json(row[0], changed), room_id, sid))
 
     def _error(self, exc: BaseException) -> base.StoreError:
         self.errors += 1

@@ -13,7 +13,8 @@ ends need ``app.rooms.store.postgres``.
 
 Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
 Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``, version 4 what editors need (``rooms``:
-editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs; ``sentences``: original, deleted).
+editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs; ``sentences``: original, deleted), version 5
+translations (``rooms.languages``, ``sentences.translations``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from engine import protocol
 
 from . import base
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _FEW_IDS = 500  # a snapshot of at most this many sentences asks for them by id
 
 _SCHEMA = """
@@ -46,7 +47,8 @@ CREATE TABLE IF NOT EXISTS rooms (
     terms TEXT,
     learned TEXT,
     ended_ms INTEGER,
-    outputs TEXT
+    outputs TEXT,
+    languages TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     room TEXT NOT NULL REFERENCES rooms(id),
@@ -68,6 +70,7 @@ CREATE TABLE IF NOT EXISTS sentences (
     words TEXT,
     original TEXT,
     deleted INTEGER NOT NULL DEFAULT 0,
+    translations TEXT,
     PRIMARY KEY (room, id)
 ) WITHOUT ROWID;
 """
@@ -81,6 +84,7 @@ _MIGRATIONS = [
     "ALTER TABLE rooms ADD COLUMN learned TEXT; ALTER TABLE sentences ADD COLUMN original TEXT;"
     "ALTER TABLE rooms ADD COLUMN ended_ms INTEGER; ALTER TABLE rooms ADD COLUMN outputs TEXT;"
     "ALTER TABLE sentences ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;",
+    "ALTER TABLE rooms ADD COLUMN languages TEXT; ALTER TABLE sentences ADD COLUMN translations TEXT;",
 ]
 
 T = TypeVar("T")
@@ -115,6 +119,9 @@ class SqliteStore(base.TranscriptStore):
 
     async def counters(self, room_id: str) -> tuple[int, int]:
         return await self._run(self._counters, room_id)
+
+    async def next_label(self, room_id: str) -> int:
+        return await self._run(self._next_label, room_id)
 
     async def set_ended(self, room_id: str, ended_ms: int | None) -> None:
         await self._run(self._update_room, room_id, "ended_ms", ended_ms)
@@ -200,7 +207,8 @@ class SqliteStore(base.TranscriptStore):
 
     def _create_room(self, record: base.RoomRecord) -> None:
         self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                           "editor_token_sha256, delay_s) VALUES (?, ?, ?, ?, ?, ?, ?)", base.room_row(record))
+                           "editor_token_sha256, delay_s, languages) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           base.room_row(record))
 
     def _room(self, room_id: str) -> base.RoomRecord | None:
         row = self._conn.execute(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = ?", (room_id,)).fetchone()
@@ -222,6 +230,16 @@ class SqliteStore(base.TranscriptStore):
     def _counters(self, room_id: str) -> tuple[int, int]:
         row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
         return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
+
+    def _next_label(self, room_id: str) -> int:
+        db = self._conn
+        db.execute("BEGIN")  # one snapshot for both reads
+        try:
+            top = db.execute("SELECT MAX(spk) FROM sentences WHERE room = ?", (room_id,)).fetchone()
+            names = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
+        finally:
+            db.execute("COMMIT")
+        return base.label_after(top[0], names[0] if names else None)
 
     def _append(self, room_id: str, event: base.RoomEvent, sentences: list[base.SentenceRecord],
                 relabel: dict[int, int], retimed: base.Retimed, edits: base.Edits) -> base.Appended:
@@ -266,6 +284,13 @@ class SqliteStore(base.TranscriptStore):
         if edits.vocabulary is not None:
             db.execute("UPDATE rooms SET terms = ?, learned = ? WHERE id = ?",
                        base.vocabulary_row(room_id, edits.vocabulary))
+        if edits.languages is not None:
+            db.execute("UPDATE rooms SET languages = ? WHERE id = ?", base.languages_row(room_id, edits.languages))
+        for sid, changed in sorted(edits.translations.items()):
+            row = db.execute("SELECT translations FROM sentences WHERE room = ? AND id = ?", (room_id, sid)).fetchone()
+            if row is not None:
+                db.execute("UPDATE sentences SET translations = ? WHERE room = ? AND id = ?",
+                           (base.translated_json(row[0], changed), room_id, sid))
 
     def _timed_events(self, room_id: str, since_ms: int, kind: str | None) -> list[base.TimedEvent]:
         query = "SELECT seq, created_ms, body FROM events WHERE room = ? AND created_ms >= ?"

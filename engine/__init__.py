@@ -41,6 +41,7 @@ from engine.translate import (
     TranslationRequest,
     TranslationService,
     Translator,
+    language_name,
     normalise_language,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "WindowMode",
     "borrow",
     "declared",
+    "language_name",
     "member_of",
     "nested",
     "normalise_asr_url",

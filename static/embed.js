@@ -8,7 +8,9 @@
  *   mic=1           caption this browser's microphone (needs `allow="microphone"` on the iframe); with a room
  *                   the captions are published into it
  *   key=<t>         the server's auth token, for mic=1 when the server requires one
- *   lang=<code>     language of the microphone session
+ *   lang=<code>     with mic=1, the language spoken into the microphone; as a viewer, one of the room's languages
+ *                   to show its captions in (docs/protocol.md "Rooms in other languages"; the page's `lang` follows,
+ *                   and the open text stays the speaker's words until translated, quieter: `.partial.foreign`)
  *   autostart=0|1   start at once (default 1 for a viewer, 0 with mic=1: the host sends `start`)
  *
  * postMessage API (both directions: objects with `source: "live-captions"`; the widget only talks to its
@@ -35,6 +37,7 @@
 import { CaptionLines } from "./js/caption-lines.js";
 import { CaptionController, State } from "./js/controller.js";
 import { applyOptions, readOptions } from "./js/display-options.js";
+import { requested, roomLanguages, setPageLanguage } from "./js/languages.js";
 import { FeedState, RoomFeed } from "./js/room-feed.js";
 
 const SOURCE = "live-captions";
@@ -49,13 +52,20 @@ const micMode = query.get("mic") === "1";
 let language = query.get("lang") ?? "";
 const parentOrigin = allowedParentOrigin(JSON.parse(document.body.dataset.embedOrigins || "[]"));
 
-const feed = room ? new RoomFeed({ room, token: query.get("token") ?? "", keep: 100 }) : null;
+// A viewer's `lang` is the room language it shows; a microphone's is the language spoken into it (the room's
+// captions then show in the language spoken).
+const shownLanguage = micMode ? "" : requested(language, 1)[0] ?? "";
+const feed = room ? new RoomFeed({ room, token: query.get("token") ?? "", keep: 100, lang: shownLanguage }) : null;
 const mic = micMode ? microphone() : null;
 // What is shown: the room when there is one (also in microphone mode: one path, survives reconnects), else the
 // microphone session's own captions.
 const shown = feed ?? mic;
 const lines = new CaptionLines(document.getElementById("captions"), { speakers: options.speakers, keep: 60 });
 
+if (feed && shownLanguage) {
+  setPageLanguage(shownLanguage);
+  roomLanguages(feed).then(({ spoken }) => lines.setOpenLanguage(spoken === shownLanguage ? "" : spoken));
+}
 if (shown) {
   shown.addEventListener("sentence", ({ detail }) => lines.add(detail));
   shown.addEventListener("caption", ({ detail }) => {

@@ -9,21 +9,29 @@
  *   room=<id>      the room (required)         token=<viewer token>   for a private room
  *   mic=1          also be the room's microphone (captions this device's microphone into the room)
  *   key=<token>    the server's auth token, needed with mic=1 when the server has one
- *   lang=<code>    language of the microphone session (default: the server's)
+ *   lang=<code>    the room language to show (one the room is translated into, docs/protocol.md "Rooms in other
+ *                  languages"), or two side by side, `lang=en,es`, one row per sentence (js/bilingual-lines.js);
+ *                  a language the room lacks is left out. The open text stays the speaker's words until its
+ *                  sentence is translated, quieter (`.partial.foreign`). With mic=1 and one language, also the
+ *                  language spoken into the microphone unless mic-lang says it
+ *   mic-lang=<code>  language of the microphone session (default: lang, else the server's)
  *   qr=view        the QR code opens the read-only phone viewer instead (an audience that only reads)
  *   qr=0           hide the QR code
  *
- * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events);
- * `window.liveCaptions.mic` is the microphone's CaptionController with mic=1, else null.
+ * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events; of the first
+ * column when there are two: `window.liveCaptions.columns` has both); `window.liveCaptions.mic` is the
+ * microphone's CaptionController with mic=1, else null. Until the room's languages are known, it is undefined.
  * DOM: `.status[data-state]`, `[data-sentence-id][data-spk]`, `[data-partial]` (inside it `[data-stable]`: the
  * settled words, shown like locked text; `[data-tentative]`: the rest, quieter; see js/caption-lines.js); while
  * several publishers speak, each one after the first has its own `[data-open-line][data-session]` after it. A
  * sentence an editor just corrected has the class `corrected` for two seconds.
  */
 
+import { BilingualLines } from "./js/bilingual-lines.js";
 import { CaptionLines } from "./js/caption-lines.js";
 import { CaptionController, State } from "./js/controller.js";
 import { applyOptions, readOptions } from "./js/display-options.js";
+import { requested, roomLanguages, setPageLanguage } from "./js/languages.js";
 import { FeedState, RoomFeed } from "./js/room-feed.js";
 
 const MIC_RETRY_MS = 10000;
@@ -36,21 +44,61 @@ applyOptions(options);
 if (options.font === null) document.documentElement.style.removeProperty("--font");
 
 const $ = (id) => document.getElementById(id);
-const feed = new RoomFeed({ room: query.get("room") ?? "", token: query.get("token") ?? "", keep: 200 });
-const lines = new CaptionLines($("captions"), { speakers: options.speakers });
+const room = query.get("room") ?? "";
+const token = query.get("token") ?? "";
+const asked = requested(query.get("lang"), 2);
 const mic = query.get("mic") === "1" ? microphone() : null;
+let feed = new RoomFeed({ room, token, keep: 200 }); // replaced once the room's languages are known
 
-feed.addEventListener("sentence", ({ detail }) => lines.add(detail));
-feed.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial, detail.partialSpk,
-                                                                  detail.partialSession, detail.stable, detail.open));
-feed.addEventListener("speakers", () => lines.render(feed.sentences, feed.partial, feed.partialSpk,
-                                                     feed.partialSession, feed.stable, feed.open));
-// An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
-feed.addEventListener("correction", ({ detail }) => {
-  if (Object.keys(detail.names).length) lines.setNames(feed.names);
-  lines.correct(detail, feed.sentences);
+/** One language: the room's text flowing as broadcast captions, in `lang` ("" = the spoken one). */
+function single(lang, spoken) {
+  const lines = new CaptionLines($("captions"), { speakers: options.speakers });
+  const shown = new RoomFeed({ room, token, keep: 200, lang });
+  lines.setOpenLanguage(lang ? spoken : "");
+  shown.addEventListener("sentence", ({ detail }) => lines.add(detail));
+  shown.addEventListener("caption", ({ detail }) => lines.setPartial(detail.partial, detail.partialSpk,
+                                                                    detail.partialSession, detail.stable,
+                                                                    detail.open));
+  shown.addEventListener("speakers", () => lines.render(shown.sentences, shown.partial, shown.partialSpk,
+                                                       shown.partialSession, shown.stable, shown.open));
+  // An editor's fix replaces the sentence where it stands (marked for a moment); named speakers show by name.
+  shown.addEventListener("correction", ({ detail }) => {
+    if (Object.keys(detail.names).length) lines.setNames(shown.names);
+    lines.correct(detail, shown.sentences);
+  });
+  return [shown];
+}
+
+/** Two languages side by side (`codes`, each the spoken one or a room language), one row per sentence. */
+function bilingual(codes, spoken) {
+  document.documentElement.dataset.columns = "2";
+  const rows = new BilingualLines($("captions"), { languages: codes, speakers: options.speakers });
+  const feeds = codes.map((code) => new RoomFeed({ room, token, keep: 200, lang: code === spoken ? "" : code }));
+  feeds.forEach((shown, column) => {
+    shown.addEventListener("sentence", ({ detail }) => rows.add(column, detail));
+    shown.addEventListener("correction", ({ detail }) => {
+      if (column === 0 && Object.keys(detail.names).length) rows.setNames(shown.names);
+      rows.correct(column, detail);
+    });
+  });
+  feeds[0].addEventListener("caption", ({ detail }) => rows.setPartial(detail.partial,
+                                                                       codes[0] === spoken ? "" : spoken));
+  feeds[0].addEventListener("speakers", ({ detail }) => rows.relabel(detail.changed));
+  return feeds;
+}
+
+roomLanguages(feed).then(({ spoken, languages }) => {
+  const codes = asked.filter((code) => code === spoken || languages.includes(code));
+  const feeds = codes.length === 2 ? bilingual(codes, spoken) : single(codes[0] === spoken ? "" : codes[0] ?? "", spoken);
+  setPageLanguage(codes[0] ?? spoken);
+  feed = feeds[0];
+  feed.columns = feeds;
+  feed.mic = mic;
+  feed.addEventListener("state", showStatus);
+  window.liveCaptions = feed;
+  showStatus();
+  for (const shown of feeds) shown.start();
 });
-feed.addEventListener("state", showStatus);
 mic?.addEventListener("state", showStatus);
 
 const QR = {
@@ -71,7 +119,8 @@ function microphone() {
   const token = query.get("key");
   const controller = new CaptionController({
     offerFields: { room: query.get("room") ?? "", ...(token ? { token } : {}) },
-    defaults: () => ({ language: query.get("lang") ?? "", hotwords: [], processing: false }),
+    defaults: () => ({ language: query.get("mic-lang") ?? (asked.length === 1 ? asked[0] : ""), hotwords: [],
+                       processing: false }),
   });
   // The controller reconnects by itself after a drop; a run that ends in error (no microphone, refused
   // token, server down at start) is tried again a little later, for ever: nobody is there to press Start.
@@ -97,9 +146,10 @@ const FEED_TEXT = {
 };
 
 function showStatus() {
-  let state = feed.state;
-  let text = feed.state === FeedState.ERROR ? feed.detail : FEED_TEXT[feed.state];
-  if (mic && feed.state !== FeedState.ERROR && feed.state !== FeedState.RECONNECTING) {
+  const feedState = window.liveCaptions ? feed.state : FeedState.CONNECTING; // before: the room's languages
+  let state = feedState;
+  let text = feedState === FeedState.ERROR ? feed.detail : FEED_TEXT[feedState];
+  if (mic && feedState !== FeedState.ERROR && feedState !== FeedState.RECONNECTING) {
     if (mic.state === State.IDLE || mic.state === State.STOPPING) {
       text = `${text} · microphone off`;
     } else if (mic.state === State.LIVE) {
@@ -122,7 +172,4 @@ function showStatus() {
   document.body.dataset.state = state;
 }
 
-window.liveCaptions = feed;
-feed.mic = mic;
 showStatus();
-feed.start();

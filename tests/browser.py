@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import playwright
+from axe_playwright_python.async_playwright import Axe
 from playwright.async_api import Browser, Page, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -71,3 +72,12 @@ async def open_page(browser: Browser, url: str, width: int = 1280, height: int =
     page = await browser.new_page(viewport={"width": width, "height": height}, is_mobile=mobile)
     await page.goto(url)
     return page
+
+
+async def check_axe(page: Page, state: str) -> None:
+    """axe-core (bundled with axe-playwright-python: injected from the package, nothing is fetched) finds nothing
+    serious or critical."""
+    results = await Axe().run(page)
+    bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    assert not bad, f"{state}: " + "; ".join(
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad)

@@ -21,17 +21,14 @@ from app.rooms.keys import ROOMS
 from app.rooms.store import Edits, SentenceRecord, open_store
 from app.rooms.vocabulary import Corrector, Fix
 from engine import CaptionEngine, protocol
-from engine.protocol import Caption, Correction, Sentence, Speakers, Word
+from engine.protocol import Caption, Correction, Sentence, Speakers
 from tests.api import call, new_room
+from tests.publishing import lock, until, words_of
 from tests.servers import running_server
 from tests.sse import SseReader
 
 TOKEN = "server-token-for-corrections"
 ROOM = "room-edits-abcdef"
-
-
-def words_of(text: str, start: int, step: int = 300) -> tuple[Word, ...]:
-    return tuple(Word(w, start + i * step, start + (i + 1) * step - 20) for i, w in enumerate(text.split()))
 
 
 def record(sid: int, text: str, start: int = 0, spk: int | None = 0, session: str = "s") -> SentenceRecord:
@@ -177,26 +174,6 @@ async def test_corrections_are_stored_with_the_original_and_survive_reopening(ta
 async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
     async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "c.db")) as served:
         yield served
-
-
-async def lock(app: web.Application, room_id: str, *texts: str, session: str = "pub") -> list[SentenceRecord]:
-    """Sentences locked in the room the way a publisher's are."""
-    room: Room | None = await app[ROOMS].get(room_id)
-    assert room is not None
-    start = 0
-    make: list[SentenceRecord] = []
-    for text in texts:
-        words = words_of(text, start)
-        make.append(SentenceRecord(-1, session, text, start, words[-1].end_ms, 0, words))
-        start = words[-1].end_ms + 500
-    return await room.commit_sentences(make)
-
-
-async def until(predicate: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 def shown(events: list[tuple[int | None, dict[str, Any]]]) -> dict[int, str]:

@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from axe_playwright_python.async_playwright import Axe
 from playwright.async_api import Browser, Page, Route, ViewportSize
 
 from app.rooms import Room, SentenceRecord
@@ -30,7 +29,7 @@ from engine.protocol import Caption
 from engine.stream.engine import CaptionEngine
 from speechdata.corpus import audio, pad, reference
 from speechdata.wer import word_errors
-from tests.browser import chromium, write_wav
+from tests.browser import check_axe, chromium, write_wav
 from tests.servers import running_server
 
 pytestmark = pytest.mark.e2e
@@ -79,15 +78,6 @@ async def join(page: Page, name: str) -> str:
     session = await page.evaluate("window.liveCaptions.mic.session")
     assert session and await page.evaluate(f"window.liveCaptions.mine.has({json.dumps(session)})")
     return str(session)
-
-
-async def check_axe(page: Page, state: str) -> None:
-    """axe-core (bundled with axe-playwright-python: injected from the package, nothing is fetched) finds nothing
-    serious or critical."""
-    results = await Axe().run(page)
-    bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
-    assert not bad, f"{state}: " + "; ".join(
-        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad)
 
 
 async def focused_id(page: Page) -> str:

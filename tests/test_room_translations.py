@@ -5,11 +5,9 @@ tested is the rooms, not a translator (tests/test_translate_engines.py runs the 
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -18,44 +16,16 @@ from app.rooms import translating
 from app.rooms.holdback import Holdback, empty
 from app.rooms.keys import ROOMS
 from app.rooms.store import Edits, SentenceRecord, open_store
-from engine import CaptionEngine, TranslationError, TranslationRequest
+from engine import CaptionEngine
 from engine.protocol import Caption, Correction, Languages, Sentence, Translation
 from tests.api import call, new_room
+from tests.fake_translations import FakeTranslations, in_language
+from tests.publishing import lock, until
 from tests.servers import running_server
 from tests.sse import SseReader
-from tests.test_corrections import lock, until
 
 TOKEN = "server-token-for-translations"
 ROOM = "room-translated-abc"
-
-
-class FakeTranslations:
-    """A fake translation service (no engine): "es" and "ca" from English, each text upper-cased and tagged with its
-    language. ``fail`` makes the next calls raise; ``calls`` records every request; ``delay_s`` slows each call."""
-
-    def __init__(self) -> None:
-        self.calls: list[TranslationRequest] = []
-        self.fail = 0
-        self.delay_s = 0.0
-        self.warmed: list[tuple[str, str]] = []
-
-    def targets(self, source: str) -> frozenset[str]:
-        return frozenset({"es", "ca"}) if source == "en" else frozenset()
-
-    def names(self) -> list[str]:
-        return ["fake"]
-
-    def warm(self, source: str, targets: Sequence[str]) -> None:
-        self.warmed.extend((source, t) for t in targets)
-
-    async def translate(self, request: TranslationRequest) -> list[str]:
-        self.calls.append(request)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if self.fail:
-            self.fail -= 1
-            raise TranslationError("the fake engine was told to fail")
-        return [f"[{request.target}] {t.upper()}" for t in request.texts]
 
 
 # ---- the hold-back delay, on a fake clock -----------------------------------------------------------------------
@@ -126,18 +96,6 @@ async def served(fake_engine: CaptionEngine, tmp_path: Path,
         yield url, app, fake
 
 
-def in_language(events: list[tuple[int | None, dict[str, Any]]]) -> dict[int, str]:
-    """What a viewer of a language stream shows: sentence id -> text (translations upserted by id)."""
-    out: dict[int, str] = {}
-    for _, m in events:
-        if m["type"] in ("caption", "translation"):
-            out.update({s["id"]: s["text"] for s in m["sentences"]})
-        elif m["type"] == "correction":
-            for sid in m["deleted"]:
-                out.pop(sid, None)
-    return out
-
-
 async def test_a_room_refuses_a_language_no_engine_produces_and_names_those_it_can(
         served: tuple[str, web.Application, FakeTranslations]) -> None:
     url, _app, fake = served
@@ -205,6 +163,10 @@ async def test_a_failing_engine_shows_the_source_marked_missing_then_the_retry_t
     _, status = await call("GET", f"{url}/rooms/{room}", TOKEN)
     assert status["translations_waiting"] == 0
     assert app[ROOMS].translation_stats.missing == 1 and app[ROOMS].translation_stats.failures == 1
+    metrics = (await call("GET", f"{url}/metrics", TOKEN))[1]["text"]
+    for line in ("live_captions_translation_failures_total 1.0", "live_captions_translations_missing_total 1.0",
+                 "live_captions_translations_total 1.0", "live_captions_translations_waiting 0.0"):
+        assert line in metrics, (line, [m for m in metrics.splitlines() if "translat" in m])
 
 
 async def test_a_language_added_during_the_event_gets_the_sentences_so_far(

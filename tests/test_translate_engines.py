@@ -6,7 +6,6 @@ Spanish viewers read Apertium's translation of what was locked."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -20,29 +19,19 @@ from aiohttp import web
 from app.rooms.keys import ROOMS
 from engine import ApertiumTranslator, ChatTranslator, TranslationRequest
 from engine.translate.chat import SYSTEM_PROMPT
-from speechdata.corpus import manifest
+from speechdata.translations import references, source_sentence
 from tests.api import new_room
+from tests.fake_translations import in_language
+from tests.publishing import lock, until
 from tests.servers import running_server, serving
 from tests.sse import SseReader
-from tests.test_corrections import lock, until
-from tests.test_room_translations import in_language
 
 pytestmark = pytest.mark.slow
 
-REFERENCES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "translations", "es.jsonl")
-
-
 def spanish_set() -> tuple[list[str], list[str]]:
     """(English reference transcripts, Spanish reference translations) of the clips es.jsonl covers."""
-    clips = manifest()
-    english, spanish = [], []
-    with open(REFERENCES, encoding="utf-8") as f:
-        for line in f:
-            item = json.loads(line)
-            text = str(clips[item["id"]]["text"])  # LibriSpeech's references are upper case: cased as Whisper writes
-            english.append(text[0] + text[1:].lower().replace(" i ", " I ") + ".")
-            spanish.append(item["text"])
-    return english, spanish
+    pairs = references("es")
+    return [source_sentence(clip) for clip, _ in pairs], [text for _, text in pairs]
 
 
 @pytest.fixture(scope="module")

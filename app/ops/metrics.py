@@ -239,6 +239,17 @@ class _Families:
     outputs: GaugeMetricFamily = field(default_factory=_gauge(
         "room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: connected, sending, "
         "retrying, failed, stopped", "kind", "state"))
+    translated: CounterMetricFamily = field(default_factory=_counter(
+        "translations", "Sentence translations committed (one sentence into one room language)"))
+    translation_failures: CounterMetricFamily = field(default_factory=_counter(
+        "translation_failures", "Translation engine calls that failed (each retried after 5, 30 and 120 s)"))
+    translations_missing: CounterMetricFamily = field(default_factory=_counter(
+        "translations_missing", "Sentences committed in their source text because their translation failed (until a "
+        "retry translates them)"))
+    translations_dropped: CounterMetricFamily = field(default_factory=_counter(
+        "translations_dropped", "Sentences left untranslated because a room's translation queue was full"))
+    translations_waiting: GaugeMetricFamily = field(default_factory=_gauge(
+        "translations_waiting", "Sentences waiting for their translation now, over every room and language"))
     store_errors: CounterMetricFamily = field(default_factory=_counter(
         "store_errors", "Transcript store operations that failed (a full or unwritable disk); room events are kept in "
         "memory and retried meanwhile"))
@@ -281,6 +292,12 @@ class _LiveState(Collector):
             f.dropped.add_metric([], counts["viewers_dropped"])
             f.corrections.add_metric([], counts["corrections"])
             f.held.add_metric([], counts["held_events"])
+            translations = counts["translations"]
+            f.translated.add_metric([], translations["sentences"])
+            f.translation_failures.add_metric([], translations["failures"])
+            f.translations_missing.add_metric([], translations["missing"])
+            f.translations_dropped.add_metric([], translations["dropped"])
+            f.translations_waiting.add_metric([], counts["translations_waiting"])
         outputs = self._metrics.outputs
         if outputs is not None:
             for (kind, state), n in sorted(outputs().items()):

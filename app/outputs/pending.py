@@ -6,6 +6,11 @@ queue. What an editor changes before a sentence went out changes what goes out: 
 sentence's text (and speaker), removes a deleted one and puts a split's new part right after the part that stays;
 speaker relabels and names are applied too. Once a sentence went out (or while its send is in flight: a retry
 sends the same caption) nothing changes it: neither YouTube nor CEA-608 can take a caption back.
+
+An output in a room language (``lang``) takes the room's events as a viewer of that language gets them
+(``app.rooms.stream.in_language``): a sentence is taken when its ``translation`` comes (a caption brings none), and a
+translation that replaces one (an editor's fix re-translated, a retry of a missing one) changes a waiting caption as
+a correction does. A sentence whose translation failed goes out in its source text if it is sent before the retry.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers
+from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, Translation
 
+from ..rooms import in_language
 from .layout import SpeakerName
 from .spec import Progress
 from .target import OutgoingCaption
@@ -34,10 +40,11 @@ class Waiting:
 class PendingCaptions:
     """The queue of one output (see the module). ``created_ms``: the room's creation on the wall clock (ms since the
     Unix epoch; sentence times are ms since then). ``start``: what was sent before (sentences it covers are never
-    taken again)."""
+    taken again). ``lang``: the room language it sends (None: the spoken one)."""
 
-    def __init__(self, created_ms: int, speaker_name: SpeakerName, start: Progress) -> None:
+    def __init__(self, created_ms: int, speaker_name: SpeakerName, start: Progress, lang: str | None = None) -> None:
         self.created_ms = created_ms
+        self.lang = lang
         self.speaker_name = speaker_name
         self.start = start
         self.read_to = start.done  # the newest event taken in: the stream resumes after it
@@ -64,6 +71,11 @@ class PendingCaptions:
         if seq <= self.read_to:
             return False
         self.read_to = seq
+        if self.lang is not None:
+            message = in_language(message, self.lang, editor=False)
+            if isinstance(message, Translation):
+                message = (Correction(message.sentences, seq=seq) if message.update
+                           else Caption(list(message.sentences), "", seq=seq))
         if isinstance(message, Caption):
             fresh = [s for s in message.sentences if not self.start.covers(seq, s.id)]
             for i, sentence in enumerate(fresh):

@@ -17,7 +17,7 @@ from engine import ErrorCode
 
 from ..bodies import BodyError, read_json_object
 from ..responses import http_error, unreadable_body
-from ..rooms import ROOM_ID_PATTERN, ROOMS, Room, may_edit
+from ..rooms import ROOM_ID_PATTERN, ROOMS, Room, asked_language, may_edit
 from .destinations import DestinationRefused
 from .keys import OUTPUTS
 from .registry import TooManyOutputs
@@ -35,16 +35,17 @@ def add_routes(app: web.Application) -> None:
 
 
 async def add_output(request: web.Request) -> web.Response:
-    """``POST /rooms/{id}/outputs`` ``{"kind": "youtube", "url"}`` or ``{"kind": "obs", "url", "password"?}`` ->
-    201 with the output as ``GET`` lists it (no secret). The output starts at once, with the sentences the room's
-    audience gets from now on."""
+    """``POST /rooms/{id}/outputs`` ``{"kind": "youtube", "url", "lang"?}`` or ``{"kind": "obs", "url",
+    "password"?, "lang"?}`` -> 201 with the output as ``GET`` lists it (no secret). The output starts at once, with
+    the sentences the room's audience gets from now on; ``lang``: in that room language (its translations)."""
     room = await _editable_room(request, keep=True)
     try:
         body = await read_json_object(request, MAX_BODY_BYTES)
     except BodyError as exc:
         return unreadable_body(exc.status, exc.message)
     try:
-        spec = parse(body, created_ms=int(time.time() * 1000))
+        spec = parse(body, created_ms=int(time.time() * 1000),
+                     languages=lambda raw: asked_language(raw, room.languages))
     except SpecError as exc:
         raise http_error(400, ErrorCode.BAD_MESSAGE, str(exc)) from None
     if room.record.ended_ms is not None:

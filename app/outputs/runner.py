@@ -140,7 +140,8 @@ class OutputRunner:
         if room is None:
             return
         self.progress = self.progress or Progress(audience_seq(room))
-        self.queue = PendingCaptions(room.record.created_ms, self.layout.speaker_name, self.progress)
+        self.queue = PendingCaptions(room.record.created_ms, self.layout.speaker_name, self.progress,
+                                     self.spec.lang)
         reader = asyncio.create_task(self._read(), name=f"output-read-{self.room_id}-{self.spec.id}")
         try:
             await self._send_all()

@@ -1,7 +1,8 @@
 """One output's configuration as the API takes it, the store keeps it and ``GET`` shows it, and how far it got.
 
 Stored (``TranscriptStore.set_outputs``, one JSON object per output): ``id``, ``kind``, ``url``, ``created_ms``,
-``password`` (OBS; a secret: stored, never shown), ``sent`` (``Progress``) and ``resume`` (what its target keeps
+``lang`` (a room language the output sends, absent for the spoken one), ``password`` (OBS; a secret: stored, never
+shown), ``sent`` (``Progress``) and ``resume`` (what its target keeps
 across restarts: YouTube's ``seq``). Shown: the same without ``password`` (``"password": true`` says one is set),
 ``sent`` and ``resume``, and with the URL's query values and user name replaced by ``REDACTED`` (a YouTube ingestion
 URL's ``cid`` is the stream's caption key).
@@ -10,6 +11,7 @@ URL's ``cid`` is the stream's caption key).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,7 @@ from yarl import URL
 MAX_URL_CHARS = 2048
 MAX_PASSWORD_CHARS = 512
 SCHEMES = {"youtube": ("http", "https"), "obs": ("ws", "wss")}
-FIELDS = {"youtube": {"kind", "url"}, "obs": {"kind", "url", "password"}}
+FIELDS = {"youtube": {"kind", "url", "lang"}, "obs": {"kind", "url", "password", "lang"}}
 REDACTED = "REDACTED"
 
 
@@ -68,17 +70,22 @@ class OutputSpec:
     password: str | None = None
     progress: Progress | None = None
     resume: dict[str, int] = field(default_factory=dict)
+    lang: str | None = None  # the room language it sends (None: the spoken one)
 
     def public(self) -> dict[str, Any]:
         """What ``GET /rooms/{id}/outputs`` shows of it: no secret."""
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "url": redacted_url(self.url),
                                "created_ms": self.created_ms}
+        if self.lang is not None:
+            out["lang"] = self.lang
         if self.kind == "obs":
             out["password"] = self.password is not None
         return out
 
     def stored(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "url": self.url, "created_ms": self.created_ms}
+        if self.lang is not None:
+            out["lang"] = self.lang
         if self.password is not None:
             out["password"] = self.password
         if self.progress is not None:
@@ -94,16 +101,20 @@ class OutputSpec:
             resume = raw.get("resume") or {}
             spec = cls(str(raw["id"]), str(raw["kind"]), str(raw["url"]), int(raw["created_ms"]),
                        raw.get("password"), Progress.from_wire(raw.get("sent")),
-                       {str(k): int(v) for k, v in resume.items()})
+                       {str(k): int(v) for k, v in resume.items()},
+                       str(raw["lang"]) if raw.get("lang") is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"a stored output is unreadable ({exc!r})") from None
         return spec
 
 
-def parse(body: dict[str, Any], created_ms: int) -> OutputSpec:
-    """A new output from a ``POST /rooms/{id}/outputs`` body: ``{"kind": "youtube", "url"}`` or ``{"kind": "obs",
-    "url", "password"?}``. Raises ``SpecError`` for a missing, unknown or ill-typed field or a URL of the wrong
-    scheme."""
+def parse(body: dict[str, Any], created_ms: int,
+          languages: Callable[[str], str | None] = lambda _: _untranslated()) -> OutputSpec:
+    """A new output from a ``POST /rooms/{id}/outputs`` body: ``{"kind": "youtube", "url", "lang"?}`` or
+    ``{"kind": "obs", "url", "password"?, "lang"?}``. ``languages``: the room language a ``lang`` asks for (None
+    for the spoken one; ``ValueError`` for one the room does not have, its message saying which it has); by
+    default there is none. Raises
+    ``SpecError`` for a missing, unknown or ill-typed field, a URL of the wrong scheme or a language the room lacks."""
     kind = body.get("kind")
     if not isinstance(kind, str) or kind not in FIELDS:
         raise SpecError(f'"kind" must be one of {", ".join(sorted(FIELDS))}')
@@ -116,7 +127,18 @@ def parse(body: dict[str, Any], created_ms: int) -> OutputSpec:
     password = body.get("password")
     if password is not None and (not isinstance(password, str) or not 0 < len(password) <= MAX_PASSWORD_CHARS):
         raise SpecError(f'"password" must be a string of 1 to {MAX_PASSWORD_CHARS} characters, or null')
-    return OutputSpec(secrets.token_urlsafe(6), kind, url, created_ms, password)
+    raw_lang = body.get("lang")
+    if raw_lang is not None and not isinstance(raw_lang, str):
+        raise SpecError('"lang" must be a language code (BCP 47), or null for the language spoken')
+    try:
+        lang = languages(raw_lang) if raw_lang else None
+    except ValueError as exc:
+        raise SpecError(f'"lang": {exc}') from None
+    return OutputSpec(secrets.token_urlsafe(6), kind, url, created_ms, password, lang=lang)
+
+
+def _untranslated() -> str | None:
+    raise ValueError("the room is not translated")
 
 
 def redacted_url(url: str) -> str:

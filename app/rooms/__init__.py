@@ -50,14 +50,42 @@ from .registry import RoomRegistry
 from .room import ROOM_ID_PATTERN, Room, RoomStats
 from .routes import base_url, may_edit, stream_language, viewable_room
 from .store import MEMORY, RoomRecord, SentenceRecord, Snapshot, StoreError, TimedEvent, TranscriptStore, open_store
-from .stream import as_corrected
-from .translating import SOURCE_LANGUAGE, Translates
+from .stream import as_corrected, in_language
+from .translating import SOURCE_LANGUAGE, Translates, asked_language
 from .viewer import Viewer, ViewerState
 
-__all__ = ["MEMORY", "ROOMS", "ROOM_ID_PATTERN", "SOURCE_LANGUAGE", "STORE", "BadName", "Room", "RoomPublisher",
-           "RoomRecord", "RoomRegistry", "RoomStats", "SentenceRecord", "Snapshot", "StoreError", "TimedEvent",
-           "TranscriptStore", "Translates", "Viewer", "ViewerState", "add_routes", "as_corrected", "base_url",
-           "may_edit", "merged_stable", "open_store", "person_name", "stream_language", "viewable_room"]
+__all__ = [
+    "MEMORY",
+    "ROOMS",
+    "ROOM_ID_PATTERN",
+    "SOURCE_LANGUAGE",
+    "STORE",
+    "BadName",
+    "Room",
+    "RoomPublisher",
+    "RoomRecord",
+    "RoomRegistry",
+    "RoomStats",
+    "SentenceRecord",
+    "Snapshot",
+    "StoreError",
+    "TimedEvent",
+    "TranscriptStore",
+    "Translates",
+    "Viewer",
+    "ViewerState",
+    "add_routes",
+    "as_corrected",
+    "asked_language",
+    "base_url",
+    "in_language",
+    "may_edit",
+    "merged_stable",
+    "open_store",
+    "person_name",
+    "stream_language",
+    "viewable_room",
+]
 
 
 def add_routes(app: web.Application) -> None:

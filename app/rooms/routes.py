@@ -17,7 +17,7 @@ import socket
 import segno
 from aiohttp import web
 
-from engine import ErrorCode, normalise_language
+from engine import ErrorCode
 
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
@@ -27,7 +27,7 @@ from .holdback import MAX_DELAY_S
 from .keys import ROOMS
 from .room import ROOM_ID_PATTERN, Room
 from .stream import Stream
-from .translating import SOURCE_LANGUAGE, room_languages
+from .translating import SOURCE_LANGUAGE, asked_language, room_languages
 from .viewer import Viewer
 
 log = logging.getLogger(__name__)
@@ -209,15 +209,9 @@ def stream_language(request: web.Request, room: Room) -> str | None:
     if not raw:
         return None
     try:
-        lang = normalise_language(raw)
-    except ValueError:
-        raise http_error(400, ErrorCode.BAD_MESSAGE, '"lang" must be a language code (BCP 47)') from None
-    if lang == SOURCE_LANGUAGE:
-        return None
-    if lang not in room.languages:
-        have = ", ".join([SOURCE_LANGUAGE, *room.languages])
-        raise http_error(400, ErrorCode.BAD_MESSAGE, f"this room is in {have}, not {lang!r}")
-    return lang
+        return asked_language(raw, room.languages)
+    except ValueError as exc:
+        raise http_error(400, ErrorCode.BAD_MESSAGE, f'"lang": {exc}') from None
 
 
 def _small_send_buffer(request: web.Request) -> None:

@@ -35,6 +35,25 @@ HISTORY_MAX = 500  # a language added during an event: its translation of the se
 MAX_ROOM_LANGUAGES = 6  # as many caption languages as the largest live-event products offer (Teams: 6)
 
 
+def asked_language(raw: str, languages: Sequence[str]) -> str | None:
+    """The room language a viewer, a file or an output asks for by ``raw`` (a BCP 47 tag): None for the spoken one,
+    else one of ``languages`` (the room's): the same tag, else the first of the same language (``es-MX`` for
+    ``es``). ``ValueError`` for anything else, saying which the room has (never repeating ``raw``)."""
+    try:
+        lang = normalise_language(raw)
+    except ValueError:
+        raise ValueError("must be a language code (BCP 47)") from None
+    if lang == SOURCE_LANGUAGE:
+        return None
+    if lang in languages:
+        return lang
+    # "es-MX" asked of a room in "es" (or the other way round): the same language for its reader.
+    same = [have for have in languages if have.split("-")[0].lower() == lang.split("-")[0].lower()]
+    if not same:
+        raise ValueError(f"this room is in {', '.join([SOURCE_LANGUAGE, *languages])}, not the language asked for")
+    return same[0]
+
+
 def room_languages(value: object, available: frozenset[str]) -> tuple[str, ...]:
     """A room's ``"languages"`` from a request body: distinct BCP 47 tags (normalised) that engines can produce from
     ``available`` (primary subtags), at most ``MAX_ROOM_LANGUAGES``, the spoken language left out. Raises

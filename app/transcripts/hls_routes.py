@@ -1,5 +1,8 @@
 """A room's captions for HLS players over HTTP: ``GET /rooms/{id}/captions.m3u8`` (a live WebVTT subtitle media
-playlist) and ``GET /rooms/{id}/captions/{n}.vtt`` (its segments). What they hold and when is ``hls``'.
+playlist) and ``GET /rooms/{id}/captions/{n}.vtt`` (its segments). What they hold and when is ``hls``'. Both take
+``?lang=`` (one of the room's languages: each sentence's translation at the source's timing, the same cue rules), and
+``GET /rooms/{id}/captions/master.m3u8?video=<URI>`` is a master playlist pairing a video's playlist with one
+``SUBTITLES`` rendition per room language (``hls_master``).
 
 Access is the transcript files': an open room by its id, a private one with its viewer token (``?token=``, or
 ``Authorization: Bearer``); the playlist's segment URLs carry the ``?token=`` it was asked with, since players
@@ -14,6 +17,7 @@ may have written, is read from the store at most every ``ENDED_RECHECK_S``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import OrderedDict
@@ -25,8 +29,17 @@ from aiohttp import web
 from engine.protocol import ErrorCode
 
 from ..responses import json_error
-from ..rooms import ROOM_ID_PATTERN, STORE, Room, SentenceRecord, Snapshot, viewable_room
-from . import exports, hls
+from ..rooms import (
+    ROOM_ID_PATTERN,
+    SOURCE_LANGUAGE,
+    STORE,
+    Room,
+    SentenceRecord,
+    Snapshot,
+    stream_language,
+    viewable_room,
+)
+from . import exports, hls, hls_master
 
 ENDED_RECHECK_S = 2.0  # must stay well under hls.END_GRACE_MS
 # Players in web pages (hls.js) fetch the playlist and segments from the video page's origin; captions carry no
@@ -58,12 +71,12 @@ class _Lru(Generic[K, V]):
 
 
 class HlsState:
-    """Per server: segments made (``(room, n, seq, timing, closed_ms)`` -> WebVTT), last cue ends of closed playlists
-    (``(room, seq, closed_ms)`` -> ms), and when each room's end was last read from a shared store (room ->
-    (monotonic s, ``ended_ms``))."""
+    """Per server: segments made (``(room, lang, n, seq, timing, closed_ms)`` -> WebVTT), last cue ends of closed
+    playlists (``(room, seq, closed_ms)`` -> ms), and when each room's end was last read from a shared store (room
+    -> (monotonic s, ``ended_ms``))."""
 
     def __init__(self) -> None:
-        self.segments: _Lru[tuple[str, int, int, hls.Timing, int | None], str] = _Lru(CACHED_SEGMENTS)
+        self.segments: _Lru[tuple[str, str, int, int, hls.Timing, int | None], str] = _Lru(CACHED_SEGMENTS)
         self.last_ends: _Lru[tuple[str, int, int], int | None] = _Lru(CACHED_SEGMENTS)
         self.ended: _Lru[str, tuple[float, int | None]] = _Lru(4096)
 
@@ -75,36 +88,70 @@ def add_routes(app: web.Application) -> None:
     app[HLS] = HlsState()
     room = "/rooms/{room:" + ROOM_ID_PATTERN + "}"
     app.router.add_get(room + "/captions.m3u8", captions_playlist)
+    app.router.add_get(room + "/captions/master.m3u8", master_playlist)
     app.router.add_get(room + r"/captions/{n:\d{1,9}}.vtt", captions_segment)
 
 
 async def captions_playlist(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/captions.m3u8``: the room's live WebVTT media playlist (``hls.playlist``)."""
+    """``GET /rooms/{id}/captions.m3u8[?lang=es]``: the room's live WebVTT media playlist (``hls.playlist``), in
+    one of its languages; 400 for a language it does not have."""
     room = await viewable_room(request)
+    lang = stream_language(request, room)
     schedule = await _schedule(request, room)
-    token = request.query.get("token")
-    suffix = f"?token={quote(token, safe='')}" if token else ""
+    suffix = _query(request.query.get("token"), lang)
     text = hls.playlist(schedule, room.record.created_ms, lambda n: f"captions/{n}.vtt{suffix}")
     # Players reload it every few seconds: a second of caching lets a CDN answer most of them, no more.
     return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",
                         headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"})
 
 
-async def captions_segment(request: web.Request) -> web.Response:
-    """``GET /rooms/{id}/captions/{n}.vtt``: segment ``n`` once listed (``404 no_segment`` before), also after it
-    left the playlist's window."""
+async def master_playlist(request: web.Request) -> web.Response:
+    """``GET /rooms/{id}/captions/master.m3u8?video=<URI>[&bandwidth=<bit/s>][&resolution=<W>x<H>][&codecs=<list>]``:
+    a master playlist with the video's media playlist as its one variant and the room's captions in every language
+    as its ``SUBTITLES`` renditions (``hls_master``). ``video`` is written into the playlist for players to
+    fetch, never fetched here; a value that would not be one URI line is refused (400), without being repeated."""
     room = await viewable_room(request)
+    try:
+        video = hls_master.Variant.parse(request.query)
+    except ValueError as exc:
+        return _refused(400, ErrorCode.BAD_PARAMETER, str(exc))
+    token = request.query.get("token")
+    renditions = [hls_master.Rendition(SOURCE_LANGUAGE, f"../captions.m3u8{_query(token, None)}")]
+    renditions += [hls_master.Rendition(lang, f"../captions.m3u8{_query(token, lang)}") for lang in room.languages]
+    text = hls_master.master_playlist(video, renditions)
+    return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",
+                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"})
+
+
+def _query(token: str | None, lang: str | None) -> str:
+    """The query a playlist's URIs carry: the viewer token it was asked with (players send no headers of their
+    own) and the room language."""
+    params = [f"token={quote(token, safe='')}"] if token else []
+    if lang is not None:
+        params.append(f"lang={quote(lang, safe='')}")
+    return "?" + "&".join(params) if params else ""
+
+
+def _refused(status: int, code: ErrorCode, message: str) -> web.Response:
+    response = json_error(status, code, message)
+    response.headers.update({**CORS, **exports.NOSNIFF, "Cache-Control": "no-store"})
+    return response
+
+
+async def captions_segment(request: web.Request) -> web.Response:
+    """``GET /rooms/{id}/captions/{n}.vtt[?lang=es]``: segment ``n`` once listed (``404 no_segment`` before), also
+    after it left the playlist's window."""
+    room = await viewable_room(request)
+    lang = stream_language(request, room)
     n = int(request.match_info["n"])
     schedule = await _schedule(request, room)
     if n >= schedule.count:
-        missing = json_error(404, ErrorCode.NO_SEGMENT, "this segment is not listed yet")
-        missing.headers.update({**CORS, **exports.NOSNIFF, "Cache-Control": "no-store"})
-        return missing
+        return _refused(404, ErrorCode.NO_SEGMENT, "this segment is not listed yet")
     state = request.app[HLS]
-    key = (room.id, n, room.seq, schedule.timing, schedule.closed_ms)
+    key = (room.id, lang or "", n, room.seq, schedule.timing, schedule.closed_ms)
     text = state.segments.get(key)
     if text is None:
-        snapshot, committed = await _sentences(room, hls.commits_needed_after(n, schedule))
+        snapshot, committed = await _sentences(room, hls.commits_needed_after(n, schedule), lang)
         text = await asyncio.to_thread(_segment_text, n, snapshot.sentences, committed, schedule, snapshot.names)
         state.segments.put(key, text)
     # A listed segment changes only if an editor corrects it later, and players fetch it once: a CDN may keep it
@@ -157,10 +204,11 @@ async def _ended_ms(request: web.Request, room: Room) -> int | None:
     return ended
 
 
-async def _sentences(room: Room, since_ms: float) -> tuple[Snapshot, dict[int, float]]:
-    """The room's sentences (corrected, without the deleted ones), and when each sentence committed at or after
-    room time ``since_ms`` was committed (room time; see ``hls.committed_by``). Sentences the store has not taken
-    yet (a full disk) count as committed now.
+async def _sentences(room: Room, since_ms: float, lang: str | None = None) -> tuple[Snapshot, dict[int, float]]:
+    """The room's sentences (corrected, without the deleted ones; in room language ``lang``, None for the spoken
+    one: each with its source's commit time, a translation being committed within a second of it), and when each
+    sentence committed at or after room time ``since_ms`` was committed (room time; see ``hls.committed_by``).
+    Sentences the store has not taken yet (a full disk) count as committed now.
 
     What the audience of a room with a delay does not have yet is left out by the listing rule itself (``hls``: a
     segment holds only what was committed a delay before it is listed), by the store's commit times, which are the
@@ -169,6 +217,8 @@ async def _sentences(room: Room, since_ms: float) -> tuple[Snapshot, dict[int, f
     the rule puts there would lose the caption for good (players fetch a segment once)."""
     created = room.record.created_ms
     snapshot = await room.read_snapshot()
+    if lang is not None:
+        snapshot = dataclasses.replace(snapshot, sentences=[s.translated(lang) for s in snapshot.sentences])
     # The commit times after the snapshot: a caption committed between the two reads must not pass for an old one.
     since = created + max(0, math.floor(since_ms)) if math.isfinite(since_ms) else 0
     committed: dict[int, float] = {sid: ms - created for sid, ms in (await room.read_commit_times(since)).items()}

@@ -38,6 +38,7 @@
 import { isMarked, markCorrected } from "./corrections.js";
 import { speakerName } from "./labels.js";
 import { lineStarts } from "./line-breaks.js";
+import { markForeign } from "./languages.js";
 import { openParts, placeLines } from "./open-lines.js";
 import { splitStable } from "./stable.js";
 
@@ -58,6 +59,7 @@ export class CaptionLines {
   #maxChars;
   #last = null;
   #names = {};
+  #openLang = ""; // the open text's language where it is not the page's (setOpenLanguage)
   #spans = new Map(); // key(session, id) -> the sentence's element
   #info = new WeakMap(); // sentence element -> {id, spk, session} of the record it shows
   #texts = new WeakMap(); // element -> its text (its children may hold line breaks)
@@ -157,6 +159,16 @@ export class CaptionLines {
     this.#layout();
   }
 
+  /**
+   * The open text is in language `code`, not the page's ("" = the page's): on a screen showing a room language
+   * the open text is the speaker's own words until its sentence locks and is translated (js/languages.js).
+   */
+  setOpenLanguage(code) {
+    this.#openLang = code;
+    markForeign(this.#partial, code);
+    for (const line of this.#more.values()) markForeign(line.el, code);
+  }
+
   #sentence(record) {
     const span = document.createElement("span");
     span.className = "sentence";
@@ -230,7 +242,11 @@ export class CaptionLines {
   setPartial(text, spk = null, session = null, stable = 0, open = null) {
     const { first, more } = openParts(text, spk, session, stable, open);
     const changed = this.#setFirst(first);
-    const placed = placeLines(this.#more, more, this.#partial, openLine);
+    const placed = placeLines(this.#more, more, this.#partial, (key) => {
+      const line = openLine(key);
+      markForeign(line.el, this.#openLang);
+      return line;
+    });
     this.#more = placed.lines;
     const filled = more.map((entry) => this.#fillLine(this.#more.get(entry.session), entry));
     if (changed || placed.moved || filled.includes(true)) this.#layout();

@@ -13,7 +13,8 @@
  *   waiting       connected; nobody is publishing right now (captions appear when someone starts)
  *   reconnecting  the connection dropped; retrying; the text so far stays
  *   stopped       stop() was called
- *   error         the room does not exist or needs a viewer token; detail says which
+ *   error         the room does not exist, needs a viewer token, or (a feed in a language) is not in that
+ *                 language; detail says which
  *
  * Events (CustomEvent, `detail` as listed):
  *   state     {state, previous, detail}
@@ -34,10 +35,18 @@
  *             replay, or one the feed already applied) dispatches nothing; a first connection gets the room's names
  *             as a `correction` with names only.
  *   vocabulary  {seq, terms, learned}   the room's vocabulary (the editor's stream only)
+ *   languages {seq, languages}   the room's languages changed (an editor added or removed one); `languages` holds
+ *             the codes the room is translated into, besides the one spoken in it
  *   status    {live, publishers, viewers, delayS, held, behindMs, released}   the last four: the room's hold-back
  *             delay in seconds, how many events wait for it and how long the oldest has (ms), and (editor stream
  *             only) the newest seq the audience has; null when the server does not say
  * Records: `id` is the room-wide sentence id; `start`/`end` are ms since the room was created; `spk` 0-based.
+ * A feed in a room language (`lang`, say "es": `GET /rooms/{id}/events?lang=es`, docs/protocol.md "Rooms in other
+ * languages") holds the room's sentences in that language: the stream's `translation` messages bring them. A new
+ * sentence's translation dispatches `sentence` and `caption` as a caption's sentence does; a translation that
+ * replaces one shown (an editor's fix re-translated, a translation corrected, a missing one retried, or a catch-up
+ * that had the source text while the translation was on its way) dispatches `correction` with the records it
+ * changed. The open text (`partial`, `open`) stays the speaker's own words: nothing is translated before it locks.
  * Other message types (`words` for viewers that asked for word times, types a newer server adds) are kept in
  * `messages` and otherwise ignored.
  *
@@ -78,6 +87,8 @@ export class RoomFeed extends EventTarget {
   status = { live: false, publishers: 0, viewers: 0, delayS: null, held: null, behindMs: null, released: null };
   /** The room's speaker names, `{"<spk>": name}` (labels without a name are absent). */
   names = {};
+  /** The room's languages besides its spoken one, from its `languages` messages (null until one comes). */
+  languages = null;
 
   #room;
   #token;
@@ -92,19 +103,27 @@ export class RoomFeed extends EventTarget {
   #silenceTimer = 0;
   #keep;
   #editor;
+  #lang;
 
   /**
    * @param {{room: string, token?: string, keep?: number, editor?: boolean}} options
    *   keep: how many most recent sentences to hold (older ones are dropped; 0 = all); editor: follow the editor's
    *   stream (`?editor=1`: everything at once whatever the room's delay, partials, `vocabulary`, `released`), for
-   *   which `token` must be the room's editor token or the server's
+   *   which `token` must be the room's editor token or the server's; lang: one of the room's languages to follow
+   *   the room in ("" = the language spoken in it)
    */
-  constructor({ room, token = "", keep = 0, editor = false }) {
+  constructor({ room, token = "", keep = 0, editor = false, lang = "" }) {
     super();
     this.#room = room;
     this.#token = token;
     this.#keep = keep;
     this.#editor = editor;
+    this.#lang = lang;
+  }
+
+  /** The room language this feed follows ("" = the one spoken). */
+  get lang() {
+    return this.#lang;
   }
 
   get state() {
@@ -178,6 +197,7 @@ export class RoomFeed extends EventTarget {
     const params = new URLSearchParams();
     if (this.#editor) params.set("editor", "1");
     if (this.#token) params.set("token", this.#token);
+    if (this.#lang) params.set("lang", this.#lang);
     if (this.lastSeq !== null) params.set("after", String(this.lastSeq));
     const query = params.toString();
     const source = new EventSource(`/rooms/${encodeURIComponent(this.#room)}/events${query ? `?${query}` : ""}`);
@@ -221,6 +241,10 @@ export class RoomFeed extends EventTarget {
         return this.#fail("This editor link was refused: its token is not this room's editor token.");
       }
       if (response.status === 403) return this.#fail("This room needs its viewer token in the address.");
+      // A stream in a language the room does not have is refused (400): say so rather than retry for ever.
+      if (this.#lang && response.ok && !(await hasLanguage(response, this.#lang))) {
+        return this.#fail(`This room is not captioned in the language asked for (${this.#lang}).`);
+      }
     } catch {
       // The server is unreachable: keep trying.
     }
@@ -268,6 +292,16 @@ export class RoomFeed extends EventTarget {
       case "correction":
         this.#onCorrection(message);
         break;
+      case "translation":
+        if (this.#lang && message.lang === this.#lang) this.#onTranslation(message);
+        break;
+      case "languages":
+        if (Array.isArray(message.languages)) {
+          this.languages = message.languages.filter((code) => typeof code === "string");
+          const detail = { seq: finiteOr(message.seq), languages: [...this.languages] };
+          this.dispatchEvent(new CustomEvent("languages", { detail }));
+        }
+        break;
       case "vocabulary": {
         const list = (value) => (Array.isArray(value) ? value.filter((t) => typeof t === "string") : []);
         const detail = { seq: finiteOr(message.seq), terms: list(message.terms), learned: list(message.learned) };
@@ -278,28 +312,62 @@ export class RoomFeed extends EventTarget {
   }
 
   #onCaption(message) {
-    const added = [];
     const seq = Number.isFinite(message.seq) ? message.seq : null;
-    for (const raw of Array.isArray(message.sentences) ? message.sentences : []) {
-      const record = toRecord(raw);
-      // A replay after a reconnect: seen already (or deleted since).
-      if (!record || this.#records.has(record.id) || this.#gone.has(record.id)) continue;
-      this.#records.set(record.id, record);
-      this.#seqs.set(record.id, { seq, edit: seq });
-      added.push(record);
-    }
-    this.#trim();
+    const added = this.#add(Array.isArray(message.sentences) ? message.sentences : [], seq);
     this.partial = typeof message.partial === "string" ? message.partial : "";
     this.stable = stableCount(message.stable, this.partial);
     this.partialSpk = this.partial && Number.isInteger(message.partial_spk) ? message.partial_spk : null;
     this.partialSession = this.partialSpk !== null && typeof message.partial_session === "string"
       ? message.partial_session : null;
     this.open = decodeOpenLines(message.open);
+    this.#announce(seq, added);
+  }
+
+  /** Hold the records of `sentences` not held yet (a replay after a reconnect has some); returns them. */
+  #add(sentences, seq) {
+    const added = [];
+    for (const raw of sentences) {
+      const record = toRecord(raw);
+      if (!record || this.#records.has(record.id) || this.#gone.has(record.id)) continue;
+      this.#records.set(record.id, record);
+      this.#seqs.set(record.id, { seq, edit: seq });
+      added.push(record);
+    }
+    this.#trim();
+    return added;
+  }
+
+  #announce(seq, added) {
     for (const record of added) this.dispatchEvent(new CustomEvent("sentence", { detail: record }));
     const { partial, stable, partialSpk, partialSession, open } = this;
     this.dispatchEvent(new CustomEvent("caption", {
       detail: { seq, sentences: added, partial, stable, partialSpk, partialSession, open },
     }));
+  }
+
+  /**
+   * A `translation` into this feed's language: sentences after everything held are new (as a caption's); the
+   * others replace a sentence's text where it stands, or go in their place in order, as a correction's do.
+   */
+  #onTranslation(message) {
+    const seq = Number.isFinite(message.seq) ? message.seq : null;
+    const fresh = [];
+    const rest = [];
+    let last = [...this.#records.values()].at(-1) ?? null;
+    for (const raw of Array.isArray(message.sentences) ? message.sentences : []) {
+      const record = toRecord(raw);
+      if (!record) continue;
+      const held = this.#records.has(record.id) || this.#gone.has(record.id);
+      if (!held && (!last || orderedIndex([last], record) > 0)) {
+        fresh.push(raw);
+        last = record;
+      } else {
+        rest.push(raw);
+      }
+    }
+    if (rest.length) this.#onCorrection({ type: "correction", seq, sentences: rest, editor: message.editor ?? "" });
+    const added = this.#add(fresh, seq);
+    if (added.length) this.#announce(seq, added);
   }
 
   #onSpeakers(message) {
@@ -380,6 +448,16 @@ export class RoomFeed extends EventTarget {
     this.#state = state;
     this.#detail = detail;
     this.dispatchEvent(new CustomEvent("state", { detail: { state, previous, detail } }));
+  }
+}
+
+/** Whether the room status `response` (`GET /rooms/{id}`) lists language `lang`, spoken or translated. */
+async function hasLanguage(response, lang) {
+  try {
+    const status = await response.json();
+    return status.language === lang || (Array.isArray(status.languages) && status.languages.includes(lang));
+  } catch {
+    return true; // not a status we can read: keep trying
   }
 }
 

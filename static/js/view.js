@@ -38,6 +38,7 @@
 
 import { isMarked, markCorrected } from "./corrections.js";
 import { shortTime, speakerName } from "./labels.js";
+import { markForeign } from "./languages.js";
 import { openParts, placeLines } from "./open-lines.js";
 import { extendsText, splitStable } from "./stable.js";
 
@@ -53,6 +54,7 @@ export class TranscriptView {
   #more = new Map(); // session -> the PartialLine of a further open line (`open`), in order
   #partialArgs = ["", null, null, 0, null]; // the latest setPartial's arguments
   #names = {};
+  #openLang = ""; // the open text's language where it is not the page's (setOpenLanguage)
   #spans = new Map(); // key(session, id) -> the sentence's element
 
   /**
@@ -85,7 +87,11 @@ export class TranscriptView {
     const other = !this.#lastRecord || this.#lastRecord.spk !== first.spk
       || (first.session !== null && this.#lastRecord.session !== first.session);
     this.#partial.show(first.text, first.stable, known && other ? speakerName(first.spk, this.#names) : "", first.spk);
-    this.#more = placeLines(this.#more, more, this.#partial.el, (key) => new PartialLine(openLineElement(key))).lines;
+    this.#more = placeLines(this.#more, more, this.#partial.el, (key) => {
+      const line = new PartialLine(openLineElement(key));
+      markForeign(line.el, this.#openLang);
+      return line;
+    }).lines;
     for (const { session: key, text: said, stable: settled, spk: voice } of more) {
       this.#more.get(key).show(said, settled, voice === null ? "" : speakerName(voice, this.#names), voice);
     }
@@ -138,6 +144,15 @@ export class TranscriptView {
     }
     for (const line of [this.#partial, ...this.#more.values()]) line.key = "";
     this.setPartial(...this.#partialArgs);
+  }
+
+  /**
+   * The open text is in language `code`, not the page's ("" = the page's): on a page showing a room language the
+   * open text is the speaker's own words until its sentence locks and is translated (./languages.js).
+   */
+  setOpenLanguage(code) {
+    this.#openLang = code;
+    for (const line of [this.#partial, ...this.#more.values()]) markForeign(line.el, code);
   }
 
   #append(record, animate = true, kept = null) {

@@ -1,0 +1,233 @@
+"""Translated rooms: how soon a sentence's translation reaches a viewer after its lock, what a translation costs, and
+how good and how fast-reading the translations are.
+
+    python -m bench.translation [--sessions 1 3] [--languages es ca gl] [--seconds 60] [--json PATH]
+
+1. **Latency** (the real server, ``python -m bench.serve``, with Apertium from Debian). For each count of sessions,
+   that many rooms, each translated into ``--languages``, each with one WebRTC publisher streaming ``--seconds`` of
+   read speech with 1.2-2.5 s pauses (``bench/lib/clips.py``'s "users" clips, 20 ms packets) and one viewer per
+   language plus one of the spoken language, all reading ``GET /rooms/{id}/events`` in this process. A sentence's
+   delay into a language runs from the arrival of its caption at the spoken language's viewer to the arrival of its
+   translation at that language's viewer (this process's clock, both). The recognizer is the named fake
+   (``--recognizer fake``, whose sentences read "audio of N seconds"): what is measured is translation in the rooms,
+   not a model. Target: p95 <= 0.5 s for three languages, at one and at three sessions.
+2. **Cost**: the Apertium pipelines' CPU per translated sentence and their memory (RSS) per language pair, read
+   from the server's child processes with psutil over part 1.
+3. **Quality and reading speed** (Apertium in this process): chrF (sacrebleu's) of ``--languages``' first (``es``)
+   against ``shared/data/translations/es.jsonl``, translating each clip's reference English; and each sentence's
+   characters per second at its clip's speech times, English and translated (a cue runs at its sentence's times:
+   captions read comfortably at up to 20 cps, and translations run longer than their source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import sacrebleu
+
+from bench.lib.clips import CACHE_DIR, session_clip, speech_bounds
+from bench.lib.harness import ROOT, ServerProcess, bench_server, pct, run_clients
+from bench.lib.metrics import print_markdown_table
+from bench.lib.room_editing import RoomReader, create_room, follow, stop
+from engine import ApertiumTranslator, TranslationRequest
+from speechdata.translations import references, source_sentence
+
+FAKE_NOTE = ("recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is "
+             "translation in the rooms (Apertium, real), not a model")
+DEFAULT_JSON = ROOT / "bench" / "results" / "translation.json"
+APERTIUM_PROGRAMS = ("apertium", "lt-proc", "cg-proc", "apertium-", "lrx-proc", "vislcg3", "hfst-proc")
+READABLE_CPS = 20.0
+
+
+# ---- 1 and 2: latency and cost in the real server ---------------------------------------------------------------
+def apertium_processes(server: ServerProcess) -> list[psutil.Process]:
+    """The server's Apertium pipeline processes (each language pair is a shell pipeline of several programs)."""
+    out = []
+    for child in server.ps.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.name().startswith(APERTIUM_PROGRAMS) or child.name() == "sh":
+                out.append(child)
+    return out
+
+
+def cpu_s(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            times = p.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def translated_arrivals(reader: RoomReader, lang: str) -> dict[int, float]:
+    """When each sentence's first translation into ``lang`` reached ``reader`` (monotonic s), by sentence id."""
+    out: dict[int, float] = {}
+    for t, _, m in reader.events:
+        if m.get("type") == "translation" and m.get("lang") == lang:
+            for s in m.get("sentences") or ():
+                out.setdefault(int(s["id"]), t)
+    return out
+
+
+def missing(reader: RoomReader, lang: str) -> int:
+    return sum(len(m.get("missing") or ()) for _, _, m in reader.events
+               if m.get("type") == "translation" and m.get("lang") == lang and not m.get("update"))
+
+
+def caption_arrivals(reader: RoomReader) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for t, _, m in reader.events:
+        if m.get("type") == "caption":
+            for s in m.get("sentences") or ():
+                out.setdefault(int(s["id"]), t)
+    return out
+
+
+async def latency(http: aiohttp.ClientSession, server: ServerProcess, sessions: int,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """One step of part 1: ``sessions`` rooms at once (see the module)."""
+    base = server.base_url
+    rooms = [(await create_room(http, base, {"languages": args.languages}))[0] for _ in range(sessions)]
+    readers = {room: [RoomReader(f"{base}/rooms/{room}/events", f"{room}-source")]
+               + [RoomReader(f"{base}/rooms/{room}/events?lang={lang}", f"{room}-{lang}") for lang in args.languages]
+               for room in rooms}
+    tasks = await follow(http, [r for rs in readers.values() for r in rs])
+    engines = apertium_processes(server)
+    cpu0 = cpu_s(engines)
+    publishers = [run_clients(base, [session_clip(i, args.seconds, 0, 20, kind="users").ogg],
+                              offer_fields=[{"room": room}]) for i, room in enumerate(rooms)]
+    try:
+        await asyncio.gather(*publishers)
+        await asyncio.sleep(args.settle_s)
+    finally:
+        await stop(tasks)
+    engines = apertium_processes(server)  # the pipelines start with a room's first sentence in each language
+    cpu1 = cpu_s(engines)
+    delays: dict[str, list[float]] = {lang: [] for lang in args.languages}
+    untranslated = 0
+    sentences = 0
+    lost = 0
+    for room_readers in readers.values():
+        source, *langs = room_readers
+        locks = caption_arrivals(source)
+        sentences += len(locks)
+        for lang, reader in zip(args.languages, langs, strict=True):
+            got = translated_arrivals(reader, lang)
+            untranslated += missing(reader, lang)
+            for sid, at in locks.items():
+                if sid in got:
+                    delays[lang].append(got[sid] - at)
+                else:
+                    lost += 1
+    every = [d for ds in delays.values() for d in ds]
+    translations = len(every)
+    rss = {}
+    for p in engines:
+        with contextlib.suppress(psutil.Error):
+            rss[p.pid] = p.memory_info().rss
+    return {"sessions": sessions, "languages": list(args.languages), "sentences": sentences,
+            "translations": translations, "lost": lost, "missing": untranslated,
+            "p50_s": round(pct(every, 50), 3), "p95_s": round(pct(every, 95), 3), "max_s": round(max(every), 3)
+            if every else None,
+            "by_language_p95_s": {lang: round(pct(ds, 95), 3) for lang, ds in delays.items()},
+            "engine_cpu_ms_per_translation": round((cpu1 - cpu0) * 1000 / translations, 2) if translations else None,
+            "engine_processes": len(engines), "engine_rss_mb": round(sum(rss.values()) / 2**20, 1)}
+
+
+# ---- 3: quality and reading speed -------------------------------------------------------------------------------
+def quality(lang: str) -> dict[str, Any]:
+    """chrF of Apertium into ``lang`` against its reference translations, and reading speeds (see the module)."""
+    pairs = references(lang)
+    english = [source_sentence(clip) for clip, _ in pairs]
+    engine = ApertiumTranslator()
+    try:
+        t0 = time.process_time()
+        out = engine.translate(TranslationRequest("en", lang, tuple(english)))
+        own_cpu = time.process_time() - t0
+        pipeline_cpu = cpu_s([psutil.Process(pid) for pid in engine.pids()])
+        rss = sum(psutil.Process(pid).memory_info().rss for pid in engine.pids())
+    finally:
+        engine.close()
+    chrf = sacrebleu.corpus_chrf(out, [[text for _, text in pairs]]).score
+    rows: list[dict[str, Any]] = []
+    for (clip, _), source, translated in zip(pairs, english, out, strict=True):
+        start, end = speech_bounds(clip)
+        seconds = max(0.5, end - start)
+        rows.append({"clip": clip, "seconds": round(seconds, 2), "source_cps": round(len(source) / seconds, 1),
+                     "translated_cps": round(len(translated) / seconds, 1), "text": translated})
+    readable = {name: sum(r[f"{name}_cps"] <= READABLE_CPS for r in rows) / len(rows)
+                for name in ("source", "translated")}
+    return {"lang": lang, "sentences": len(out), "chrf": round(chrf, 1),
+            "longer_than_source": round(sum(map(len, out)) / sum(map(len, english)), 3),
+            "readable_share": {k: round(v, 3) for k, v in readable.items()},
+            "cpu_ms_per_sentence": round((own_cpu + pipeline_cpu) * 1000 / len(out), 2),
+            "pipeline_rss_mb": round(rss / 2**20, 1), "rows": rows}
+
+
+def machine() -> dict[str, Any]:
+    flags = ""
+    with contextlib.suppress(OSError):
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    return {"cpu": platform.processor() or platform.machine(), "cores": psutil.cpu_count(),
+            "avx512_bf16": "avx512_bf16" in flags, "load_avg": psutil.getloadavg()}
+
+
+async def main(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    for i in range(max(args.sessions)):
+        session_clip(i, args.seconds, 0, 20, kind="users")
+    steps: list[dict[str, Any]] = []
+    for sessions in args.sessions:
+        # A fresh server per step: the first sentences (the pipelines starting) count.
+        log = CACHE_DIR / f"translation-{sessions}.log"
+        async with bench_server(["--recognizer", "fake", "--no-speakers"], log) as server, \
+                aiohttp.ClientSession() as http:
+            steps.append(await latency(http, server, sessions, args))
+            print(json.dumps(steps[-1]), file=sys.stderr)
+    scored = quality(args.languages[0]) if args.languages[0] == "es" else None
+    print_markdown_table(
+        [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
+         ("missing", "missing", "{}"), ("p50_s", "p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
+         ("max_s", "max s", "{}"), ("engine_cpu_ms_per_translation", "engine CPU ms / translation", "{}"),
+         ("engine_rss_mb", "engine RSS MB", "{}")], steps)
+    if scored is not None:
+        print(f"\nApertium en->{scored['lang']}: chrF {scored['chrf']} over {scored['sentences']} sentences; "
+              f"{scored['longer_than_source']:.0%} of the source's length; sentences at <= {READABLE_CPS:g} cps: "
+              f"English {scored['readable_share']['source']:.0%}, translated "
+              f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
+              f"{scored['pipeline_rss_mb']} MB per pipeline")
+    ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
+    document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
+                "machine": machine(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
+                "quality": scored, "seconds": round(time.monotonic() - t0), "args": vars(args)}
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(path.write_text, json.dumps(document, indent=2, default=str), "utf-8")
+    print(f"JSON: {path}")
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.translation", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, nargs="+", default=[1, 3], help="rooms (one publisher each) at once")
+    p.add_argument("--languages", nargs="+", default=["es", "ca", "gl"], help="each room's languages")
+    p.add_argument("--seconds", type=float, default=60.0, help="each publisher's speech and pauses, seconds")
+    p.add_argument("--settle-s", type=float, default=3.0, help="wait for the last translations, seconds")
+    p.add_argument("--target-s", type=float, default=0.5, help="lock -> translation p95 target, seconds")
+    p.add_argument("--json", default=str(DEFAULT_JSON), help="write the results here (default: %(default)s)")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(build_parser().parse_args())))

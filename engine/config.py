@@ -159,6 +159,10 @@ class GuardConfig:
     max_compression_ratio: float = MAX_COMPRESSION_RATIO  # repeated text compresses too well
     quiet_dbfs: float = -42.0  # below this a known silence-phrase is dropped
     min_speech_ms: int = 200
+    # A translation (``SessionOptions.task``) is judged more leniently on confidence: its tokens are English words
+    # for speech in another language, so even a right one is less sure (whisper-base on read Mandarin: -1.6 and -2.0
+    # for clean, clear speech); the other checks stand.
+    translate_min_avg_logprob: float = -2.5
 
 
 @dataclass(frozen=True)
@@ -377,6 +381,10 @@ class SessionOptions:
     # (``DecodeScheduler.background``), so that live sessions keep their latency while a long file is transcribed.
     background: bool = False
     temperature: float = 0.0  # the decoder's sampling temperature (0 = greedy)
+    # Whisper's task: "transcribe", or "translate": captions in English of speech in another language (a multilingual
+    # model's own task; each sentence's text is English, and no word times are aligned: they would time English
+    # words against the speech of another language).
+    task: str = "transcribe"
     # The client applies ``speakers`` corrections to sentences it already has (docs/protocol.md): a live sentence then
     # locks as soon as its text is final, with a provisional speaker label if its embedding is not in yet
     # (``engine.stream.labels``). False: each sentence waits for its label (a protocol that cannot correct one).

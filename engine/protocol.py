@@ -125,6 +125,10 @@ class StartMessage:
     language: str | None
     hotwords: tuple[str, ...]
     words: bool = False  # send each locked sentence's word times
+    task: str = "transcribe"  # "translate": captions in English of speech in ``language`` (Whisper's task)
+
+
+TASKS = ("transcribe", "translate")
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,10 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     words = data.get("words", False)
     if not isinstance(words, bool):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "words must be true or false")
-    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words)
+    task = data.get("task", "transcribe")
+    if task not in TASKS:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, 'task must be "transcribe" or "translate"')
+    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words, task)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,21 @@ def test_start_and_stop_parse() -> None:
     assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=())
     words = parse_client_message('{"type":"start","words":true}')
     assert isinstance(words, StartMessage) and words.words is True
+    translated = parse_client_message('{"type":"start","language":"zh","task":"translate"}')
+    assert isinstance(translated, StartMessage) and translated.task == "translate" and translated.language == "zh"
+    with pytest.raises(ProtocolError):
+        parse_client_message('{"type":"start","task":"summarise"}')
+
+
+def test_a_translation_asks_whisper_for_its_translate_task_in_the_language_spoken() -> None:
+    from engine.asr.prompts import decoder_prompt
+    from engine.models.resolve import ModelSpec
+
+    multilingual = ModelSpec("whisper-base", "", multilingual=True, embedded=True)
+    assert decoder_prompt(multilingual, "zh", "", task="translate").endswith("<|zh|><|translate|><|notimestamps|>")
+    assert decoder_prompt(multilingual, "zh", "").endswith("<|zh|><|transcribe|><|notimestamps|>")
+    english_only = ModelSpec("whisper-tiny.en", "", multilingual=False, embedded=True)
+    assert "translate" not in decoder_prompt(english_only, "en", "", task="translate")
 
 
 def test_word_times_go_on_the_wire_only_when_asked_for() -> None:

@@ -1,4 +1,5 @@
-"""OpenAI-compatible speech to text: ``POST /v1/audio/transcriptions`` and ``GET /v1/models``.
+"""OpenAI-compatible speech to text: ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations`` and
+``GET /v1/models``.
 
 Any client written for OpenAI's audio API (its official ``openai`` packages, ``curl``, tools that take a base URL)
 works against this server: a multipart upload with ``file`` and optional ``model``, ``language``, ``prompt``,
@@ -6,7 +7,9 @@ works against this server: a multipart upload with ``file`` and optional ``model
 ``timestamp_granularities[]`` and ``stream``. The file goes through the live engine as a background session
 (``file_jobs``): the same VAD segmentation, speaker labels and recognizer as live captions, behind every live decode.
 ``stream=true`` answers server-sent events as OpenAI does: ``transcript.text.delta`` per locked sentence
-(``transcript.text.segment`` too for ``diarized_json``), then ``transcript.text.done``.
+(``transcript.text.segment`` too for ``diarized_json``), then ``transcript.text.done``. ``translations`` takes the
+same fields and answers the speech in English (Whisper's translate task, a multilingual model's), as OpenAI's does;
+``language``, which OpenAI's translations do not take, may name the language spoken (else it is detected).
 
 What differs from OpenAI's service, on purpose: any ``model`` value is accepted and the loaded model answers
 (``/v1/models`` names it); SRT and WebVTT are cut by this server's cue builder (speaker labels included when
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -79,10 +83,12 @@ class TranscriptionForm:
     temperature: float
     stream: bool
     word_times: bool  # timestamp_granularities[] includes "word"
+    task: str = "transcribe"  # "translate": POST /v1/audio/translations
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/audio/transcriptions", transcriptions)
+    app.router.add_post("/v1/audio/translations", translations)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model}", model)
 
@@ -116,6 +122,14 @@ async def model(request: web.Request) -> web.Response:
 
 
 async def transcriptions(request: web.Request) -> web.StreamResponse:
+    return await _speech_to_text(request, "transcribe")
+
+
+async def translations(request: web.Request) -> web.StreamResponse:
+    return await _speech_to_text(request, "translate")
+
+
+async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse:
     try:
         _authorize(request)
         engine = request.app[ENGINE]
@@ -130,14 +144,14 @@ async def transcriptions(request: web.Request) -> web.StreamResponse:
     slot = None
     try:
         # The body first, then a file slot: an upload that is slow to arrive (or stalls: 408) holds none.
-        form = await _read_form(request)
+        form = dataclasses.replace(await _read_form(request), task=task)
         slot = request.app[FILE_JOBS].try_acquire()
         if slot is None:
             if request.app[FILE_JOBS].closed:
                 raise _stopping()
             raise ApiError(429, f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
                            kind="rate_limit_error", code="rate_limit_exceeded")
-        options = SessionOptions(language=form.language, prompt=form.prompt, temperature=form.temperature)
+        options = SessionOptions(language=form.language, prompt=form.prompt, temperature=form.temperature, task=task)
         reader = await open_file(form.file_path)  # a file that is not audio is a 400 before any answer starts
         if form.stream:
             return await _stream(request, form, options, reader)
@@ -317,12 +331,15 @@ def _answer(form: TranscriptionForm, result: FileTranscript) -> web.Response:
     if fmt == "vtt":
         return web.Response(text=to_vtt(_records(result.sentences)), content_type="text/vtt")
     if fmt == "diarized_json":
-        return web.json_response({"task": "transcribe", "duration": round(result.duration_s, 3), "text": result.text,
+        return web.json_response({"task": form.task, "duration": round(result.duration_s, 3), "text": result.text,
                                   "segments": [_diarized_segment(s) for s in result.sentences],
                                   "usage": _usage(result)})
     if fmt == "verbose_json":
         body: dict[str, Any] = {
-            "task": "transcribe", "language": LANGUAGES.get(result.language or "", result.language or "unknown"),
+            "task": form.task,
+            # OpenAI's translations say the language of the text they give: English.
+            "language": "english" if form.task == "translate"
+            else LANGUAGES.get(result.language or "", result.language or "unknown"),
             "duration": round(result.duration_s, 3), "text": result.text,
             "segments": [_verbose_segment(i, s, form.temperature) for i, s in enumerate(result.sentences)],
             "usage": _usage(result)}

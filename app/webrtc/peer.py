@@ -177,7 +177,8 @@ class PeerSession:
             self.request_stop()
             return
         try:
-            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords, words=msg.words))
+            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords, words=msg.words,
+                                                  task=msg.task))
         except IllegalTransition as exc:
             self._send_error(protocol.ErrorCode.BAD_STATE, str(exc))
 

@@ -9,14 +9,15 @@ MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 4
 
 
 def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "",
-                   timestamps: bool = False) -> str:
+                   timestamps: bool = False, task: str = "transcribe") -> str:
     """Whisper's decoder prompt: optional previous-text context, the task tokens, then ``forced`` text the
     transcript must start with.
 
     English-only checkpoints take no language or task token. With ``language=None`` a multilingual model writes
     the language token itself (detection), then the task token; no text can be forced then. ``timestamps``: open
     the text with ``<|0.00|>`` instead of ``<|notimestamps|>``, so the model writes timestamp tokens (as vLLM's
-    transcription server does for ``verbose_json``).
+    transcription server does for ``verbose_json``). ``task``: ``"translate"`` writes the speech in English (a
+    multilingual model given the language only: an English-only one has no task token and transcribes).
     """
     prefix = ""
     context = " ".join(context.split())[:MAX_CONTEXT_CHARS]
@@ -28,7 +29,7 @@ def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: 
         return prefix + "<|startoftranscript|>" + mode + forced
     if language is None:
         return prefix + "<|startoftranscript|>"
-    return prefix + f"<|startoftranscript|><|{language}|><|transcribe|>{mode}" + forced
+    return prefix + f"<|startoftranscript|><|{language}|><|{task}|>{mode}" + forced
 
 
 def joined(forced: str, generated: str) -> str:

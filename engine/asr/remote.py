@@ -64,6 +64,7 @@ from engine.errors import EngineError, EngineNotReady
 log = logging.getLogger(__name__)
 
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
+TRANSLATIONS_PATH = "/v1/audio/translations"  # a request whose task is "translate": vLLM's translation endpoint
 _MAX_CONTEXT_CHARS = 400  # as in process: keeps the context well inside Whisper's 448-token decoder window
 # Attempts one decode may make per instance: an instance whose /health passes while every decode fails (a broken
 # model) would otherwise take the request back after each probe, forever.
@@ -332,7 +333,8 @@ class RemoteTranscriber:
         audio = wav_bytes(request.audio, padded_samples(window_s))
         files = {"file": ("segment.wav", audio, "audio/wav")}
         try:
-            async with client.stream("POST", instance.url + TRANSCRIPTIONS_PATH, data=form, files=files) as reply:
+            path = TRANSLATIONS_PATH if request.task == "translate" else TRANSCRIPTIONS_PATH
+            async with client.stream("POST", instance.url + path, data=form, files=files) as reply:
                 if reply.status_code != 200:
                     body = (await reply.aread()).decode("utf-8", "replace")
                     message = error_message(body)

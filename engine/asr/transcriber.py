@@ -53,6 +53,9 @@ class DecodeRequest:
     timestamps: bool = False
     # Sampling temperature of the decoder: 0 = greedy (what live captions use); higher samples more freely.
     temperature: float = 0.0
+    # Whisper's task: "transcribe" (the words said) or "translate" (the speech in English, a multilingual model's
+    # task for speech in any of its languages). A recognizer without tasks transcribes.
+    task: str = "transcribe"
 
 
 @dataclass(frozen=True)

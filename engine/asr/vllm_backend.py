@@ -8,6 +8,7 @@ runs in worker threads, so the event loop keeps answering while the model loads.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import re
@@ -225,6 +226,10 @@ class VllmTranscriber:
         policy = self.window_policy
         audio_s = request.audio.size / SAMPLE_RATE
         window = policy.window_for(audio_s)
+        if request.task != "transcribe" and request.language is None and self.spec.multilingual:
+            # The task token follows the language token: a translation of speech in a language not given is
+            # decoded once the model has said which language it hears (one token).
+            request = dataclasses.replace(request, language=await self._detected(request, window))
         forced = request.prefix.strip() if request.language is not None or not self.spec.multilingual else ""
         forced_ids = self._text_ids(forced)
         timestamps = request.timestamps and self._first_timestamp_id < 1 << 30
@@ -289,6 +294,14 @@ class VllmTranscriber:
             result = await self._continue(request, result, continuations + 1)
         return result
 
+    async def _detected(self, request: DecodeRequest, window: float) -> str:
+        """The language the model hears in ``request``'s audio (its first token after ``<|startoftranscript|>``;
+        English where it names none)."""
+        probe = dataclasses.replace(request, language=None, task="transcribe", prefix="", timestamps=False)
+        completion = await self._generate(probe, f"{request.request_id}-lang", window, 1)
+        ids = [] if completion is None else list(completion.token_ids)
+        return self._lang_tokens.get(ids[0], "en") if ids else "en"
+
     async def _continue(self, request: DecodeRequest, head: Transcript, continuations: int) -> Transcript:
         """Decode the audio after a timestamped decode's last stretch and append it.
 
@@ -301,7 +314,7 @@ class VllmTranscriber:
         context = " ".join(filter(None, (request.context, head.text)))[-MAX_CONTEXT_CHARS:]
         tail = await self._transcribe(DecodeRequest(f"{request.request_id}-c{continuations}", rest, request.priority,
                                                     head.language or request.language, context, timestamps=True,
-                                                    temperature=request.temperature),
+                                                    temperature=request.temperature, task=request.task),
                                       continuations)
         if not tail.text:
             return head
@@ -388,7 +401,7 @@ class VllmTranscriber:
             "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
                                "mm_processor_kwargs": {"max_length": window_samples(window_s)}},
             "decoder_prompt": decoder_prompt(self.spec, request.language, request.context, forced,  # type: ignore[arg-type]
-                                             timestamps),
+                                             timestamps, request.task),
         }
         final = None
         checked = 0

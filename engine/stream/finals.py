@@ -218,7 +218,7 @@ class Finals:
                 return _NOTHING
             text = " ".join(stable)
         reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_samples),
-                               self._config.guard)
+                               self._decoding.guard(self._config.guard))
         if reason:
             kind = reason.kind.value
             self._stats.dropped[kind] = self._stats.dropped.get(kind, 0) + 1
@@ -258,7 +258,7 @@ class Finals:
         """A file's word times for ``text``, which its sentence waits for; a live sentence locks without them
         (nothing to await: they follow, ``Alignment.after_lock``)."""
         options = self._decoding.options
-        if not options.background:
+        if not options.background or options.task != "transcribe":  # a translation's words are not the ones said
             return nothing()
         return self._alignment.align(audio, text, language or options.language, queue=True)
 
@@ -304,7 +304,7 @@ class Finals:
             return None
         self._stats.final_decode_s.append(result.decode_s)
         reason = reject_reason(result, rms_dbfs(both), samples_to_ms(segment.speech_samples),
-                               self._config.guard)
+                               self._decoding.guard(self._config.guard))
         if reason:
             embed.cancel()
             self._log.info("segments %d-%d joined dropped: %s", held.segment.index, closed.index, reason)

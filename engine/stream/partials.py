@@ -28,7 +28,7 @@ from engine.asr.guard import reject_reason
 from engine.asr.transcriber import DecodeRequest, Priority, Transcript
 from engine.audio.pcm import SAMPLE_RATE, AudioBuffer, rms_dbfs, samples_to_ms
 from engine.audio.vad import WINDOW, WINDOW_MS
-from engine.config import EngineConfig, SessionOptions
+from engine.config import EngineConfig, GuardConfig, SessionOptions
 from engine.logs import SessionLog
 from engine.protocol import Word
 from engine.stream.endpoint import CloseReason, Endpointer, SegmentClosed
@@ -72,7 +72,14 @@ class DecodeSettings:
                 timestamps: bool) -> DecodeRequest:
         """A decode of ``audio`` made to start with the settled words ``stable`` (``forced``)."""
         return DecodeRequest(request_id, audio, priority, self.options.language, self.context, prefix=forced(stable),
-                             timestamps=timestamps, temperature=self.options.temperature)
+                             timestamps=timestamps, temperature=self.options.temperature, task=self.options.task)
+
+    def guard(self, config: GuardConfig) -> GuardConfig:
+        """The hallucination guard's thresholds for this session's decodes: a translation's confidence floor is
+        its own (``GuardConfig.translate_min_avg_logprob``)."""
+        if self.options.task == "translate":
+            return dataclasses.replace(config, min_avg_logprob=config.translate_min_avg_logprob)
+        return config
 
 
 @dataclass(frozen=True)
@@ -281,7 +288,7 @@ class Partials:
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
         speech_ms = samples_to_ms(end - opened.speech_start_sample)
-        text = "" if reject_reason(result, level, speech_ms, self._config.guard) else result.text
+        text = "" if reject_reason(result, level, speech_ms, self._decoding.guard(self._config.guard)) else result.text
         probs = result.word_probs if text == result.text else ()
         decoded = len(text.split())
         settled = len(self.stable.words)

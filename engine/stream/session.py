@@ -345,8 +345,9 @@ class Session:
         for item in locked:
             closed = item.pending.closed
             if not self.options.background:  # a file's audio arrives faster than it was said: no latency to report
-                self._alignment.after_lock(item.sentence.id, closed, item.pending.audio, item.sentence.text,
-                                           item.spans, self.options.language)
+                if self.options.task == "transcribe":  # a translation's words are not the ones said: not timed
+                    self._alignment.after_lock(item.sentence.id, closed, item.pending.audio, item.sentence.text,
+                                               item.spans, self.options.language)
                 if not item.pending.shown:
                     self._observer.first_text(self._arrivals.since(closed.speech_start_sample))
                 self._observer.locked(self._arrivals.since(closed.speech_end_sample))

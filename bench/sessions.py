@@ -50,6 +50,10 @@ and a viewer follows that room on the other front end. ``on B``: seconds from th
 arrival there, settled (a stable word through the store's announcements, or its locked sentence);
 ``remote_missing`` in the JSON counts settled words that never got there.
 
+``--room-languages es ca gl``: each session publishes into a room of its own on the measured server, translated
+into those languages (Apertium, in the server): run it beside ``--room-languages`` with no language (the same rooms,
+untranslated) to see what translation costs the source captions.
+
 ``--loss RATE``: each client's network loses that fraction of its audio packets at random
 (``bench.lib.client.PacketLoss``, the same packets in every mode). ``pkts lost`` is what the server counted as lost
 (``/metrics``), ``concealed s`` the audio its decoder filled in for them; the JSON also has ``packets_dropped``,
@@ -149,10 +153,12 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     rooms: list[str] = []
     viewers: list[RemoteViewer] = []
     readers: list[asyncio.Task[None]] = []
-    if remote is not None:
+    if remote is not None or args.room_languages is not None:
+        fields = {"languages": args.room_languages} if args.room_languages else {}
         for i in range(n):
-            async with http.post(f"{server.base_url}/rooms", json={"title": f"{mode}-{n}-{i}"}) as r:
+            async with http.post(f"{server.base_url}/rooms", json={"title": f"{mode}-{n}-{i}", **fields}) as r:
                 rooms.append((await r.json())["room"])
+    if remote is not None:
         viewers, readers = await follow(http, remote.base_url, rooms)
     await get_json(http, f"{server.base_url}/bench/stats")  # resets the queue-depth samples
     losses_before = await loss_counters(http, server.base_url)
@@ -459,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-viewer", action="store_true",
                    help="each session publishes into a room, followed by a viewer on a second front end that shares "
                         "the store (a PostgreSQL server started for the run): reports how soon settled words reach it")
+    p.add_argument("--room-languages", nargs="*", default=None, metavar="LANG",
+                   help="each session publishes into a room of its own on the server, translated into these "
+                        "languages (none given: untranslated rooms; the side-by-side control)")
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--dump", default=None, help="folder: write every client's messages per step (diagnosis)")
     return p

@@ -15,8 +15,10 @@ how good and how fast-reading the translations are.
    from the server's child processes with psutil over part 1.
 3. **Quality and reading speed** (Apertium in this process): chrF (sacrebleu's) of ``--languages``' first (``es``)
    against ``shared/data/translations/es.jsonl``, translating each clip's reference English; and each sentence's
-   characters per second at its clip's speech times, English and translated (a cue runs at its sentence's times:
-   captions read comfortably at up to 20 cps, and translations run longer than their source).
+   characters per second: the clips' speech one after another, 1.5 s apart, cut into subtitle cues by the room's
+   cue rules (``app.transcripts.cues``, which let a cue run into the silence after it), English and translated
+   (captions read comfortably at up to 20 cps, and translations run longer than their source); the share of cues at
+   most that fast.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import aiohttp
 import psutil
 import sacrebleu
 
+from app.rooms import SentenceRecord
+from app.transcripts.cues import build_cues
 from bench.lib.clips import CACHE_DIR, session_clip, speech_bounds
 from bench.lib.harness import ROOT, ServerProcess, bench_server, pct, run_clients
 from bench.lib.metrics import print_markdown_table
@@ -47,17 +51,38 @@ FAKE_NOTE = ("recognizer: the named fake (FakeTranscriber, --recognizer fake --n
 DEFAULT_JSON = ROOT / "bench" / "results" / "translation.json"
 APERTIUM_PROGRAMS = ("apertium", "lt-proc", "cg-proc", "apertium-", "lrx-proc", "vislcg3", "hfst-proc")
 READABLE_CPS = 20.0
+GAP_MS = 1500  # between two clips' speech on the timeline of part 3: a pause between sentences
 
 
 # ---- 1 and 2: latency and cost in the real server ---------------------------------------------------------------
 def apertium_processes(server: ServerProcess) -> list[psutil.Process]:
-    """The server's Apertium pipeline processes (each language pair is a shell pipeline of several programs)."""
-    out = []
-    for child in server.ps.children(recursive=True):
+    """The server's Apertium pipeline processes (each language pair is a shell pipeline of several programs): the
+    shells among the server's children and everything under them."""
+    shells = []
+    for child in server.ps.children():
         with contextlib.suppress(psutil.Error):
-            if child.name().startswith(APERTIUM_PROGRAMS) or child.name() == "sh":
-                out.append(child)
+            if child.name() in ("sh", "bash", "dash"):
+                shells.append(child.pid)
+    return [p for p in with_children(shells) if p.pid in shells or p.name().startswith(APERTIUM_PROGRAMS)]
+
+
+def with_children(pids: list[int]) -> list[psutil.Process]:
+    """The processes ``pids`` (an engine's pipelines: each a shell) and all their descendants."""
+    out: list[psutil.Process] = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(pid)
+            out += [top, *top.children(recursive=True)]
     return out
+
+
+def unique_mb(processes: list[psutil.Process]) -> float:
+    """Memory only these processes hold (USS: their RSS counts each shared library again), MB."""
+    total = 0
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_full_info().uss
+    return round(total / 2**20, 1)
 
 
 def cpu_s(processes: list[psutil.Process]) -> float:
@@ -131,17 +156,13 @@ async def latency(http: aiohttp.ClientSession, server: ServerProcess, sessions: 
                     lost += 1
     every = [d for ds in delays.values() for d in ds]
     translations = len(every)
-    rss = {}
-    for p in engines:
-        with contextlib.suppress(psutil.Error):
-            rss[p.pid] = p.memory_info().rss
     return {"sessions": sessions, "languages": list(args.languages), "sentences": sentences,
             "translations": translations, "lost": lost, "missing": untranslated,
             "p50_s": round(pct(every, 50), 3), "p95_s": round(pct(every, 95), 3), "max_s": round(max(every), 3)
             if every else None,
             "by_language_p95_s": {lang: round(pct(ds, 95), 3) for lang, ds in delays.items()},
             "engine_cpu_ms_per_translation": round((cpu1 - cpu0) * 1000 / translations, 2) if translations else None,
-            "engine_processes": len(engines), "engine_rss_mb": round(sum(rss.values()) / 2**20, 1)}
+            "engine_processes": len(engines), "engine_uss_mb": unique_mb(engines)}
 
 
 # ---- 3: quality and reading speed -------------------------------------------------------------------------------
@@ -154,24 +175,38 @@ def quality(lang: str) -> dict[str, Any]:
         t0 = time.process_time()
         out = engine.translate(TranslationRequest("en", lang, tuple(english)))
         own_cpu = time.process_time() - t0
-        pipeline_cpu = cpu_s([psutil.Process(pid) for pid in engine.pids()])
-        rss = sum(psutil.Process(pid).memory_info().rss for pid in engine.pids())
+        pipelines = with_children(engine.pids())
+        pipeline_cpu = cpu_s(pipelines)
+        uss = unique_mb(pipelines)
     finally:
         engine.close()
     chrf = sacrebleu.corpus_chrf(out, [[text for _, text in pairs]]).score
     rows: list[dict[str, Any]] = []
+    timeline: list[tuple[int, int]] = []  # each clip's speech on one timeline, GAP_MS apart (ms)
+    at = 0
     for (clip, _), source, translated in zip(pairs, english, out, strict=True):
         start, end = speech_bounds(clip)
         seconds = max(0.5, end - start)
+        timeline.append((at, at + round(seconds * 1000)))
+        at += round(seconds * 1000) + GAP_MS
         rows.append({"clip": clip, "seconds": round(seconds, 2), "source_cps": round(len(source) / seconds, 1),
                      "translated_cps": round(len(translated) / seconds, 1), "text": translated})
-    readable = {name: sum(r[f"{name}_cps"] <= READABLE_CPS for r in rows) / len(rows)
-                for name in ("source", "translated")}
+    readable = {name: reading_share(texts, timeline) for name, texts in (("source", english), ("translated", out))}
     return {"lang": lang, "sentences": len(out), "chrf": round(chrf, 1),
             "longer_than_source": round(sum(map(len, out)) / sum(map(len, english)), 3),
             "readable_share": {k: round(v, 3) for k, v in readable.items()},
             "cpu_ms_per_sentence": round((own_cpu + pipeline_cpu) * 1000 / len(out), 2),
-            "pipeline_rss_mb": round(rss / 2**20, 1), "rows": rows}
+            "pipeline_uss_mb": uss, "rows": rows}
+
+
+def reading_share(texts: list[str], timeline: list[tuple[int, int]]) -> float:
+    """The share of the subtitle cues of ``texts`` (one sentence each, said at ``timeline``'s times: the room's
+    cue rules, ``app.transcripts.cues``, words spread over their sentence as for a translation) that read at most
+    ``READABLE_CPS`` characters per second."""
+    sentences = [SentenceRecord(i, "s", text, start, end, 0) for i, (text, (start, end))
+                 in enumerate(zip(texts, timeline, strict=True))]
+    cues = build_cues(sentences)
+    return sum(c.chars * 1000 / max(1, c.end_ms - c.start_ms) <= READABLE_CPS for c in cues) / len(cues)
 
 
 def machine() -> dict[str, Any]:
@@ -199,13 +234,13 @@ async def main(args: argparse.Namespace) -> int:
         [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
          ("missing", "missing", "{}"), ("p50_s", "p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
          ("max_s", "max s", "{}"), ("engine_cpu_ms_per_translation", "engine CPU ms / translation", "{}"),
-         ("engine_rss_mb", "engine RSS MB", "{}")], steps)
+         ("engine_uss_mb", "engine memory MB (USS)", "{}")], steps)
     if scored is not None:
         print(f"\nApertium en->{scored['lang']}: chrF {scored['chrf']} over {scored['sentences']} sentences; "
-              f"{scored['longer_than_source']:.0%} of the source's length; sentences at <= {READABLE_CPS:g} cps: "
+              f"{scored['longer_than_source']:.0%} of the source's length; cues at <= {READABLE_CPS:g} cps: "
               f"English {scored['readable_share']['source']:.0%}, translated "
               f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
-              f"{scored['pipeline_rss_mb']} MB per pipeline")
+              f"{scored['pipeline_uss_mb']} MB (USS) for its pipeline")
     ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
     document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
                 "machine": machine(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,

@@ -21,14 +21,19 @@
  * snapshot, so right after opening the page, in a delay room, a few sentences already out may be flagged until the
  * audience catches up with that seq (at most the delay).
  *
+ * A translated room (docs/protocol.md "Rooms in other languages") offers its languages in a side panel: the one
+ * picked shows under each line, as its audience reads it, and follows every re-translation.
+ *
  * Test hook: `window.liveCaptions` is the RoomFeed; `window.liveCaptions.queue` the EditQueue.
  * DOM: rows `li.line[data-sentence-id]` (see js/edit-rows.js), `#open` the open text, `#status[data-state]`,
- * `#meter` the counts, `#announce` the polite live region saying what each action did.
+ * `#meter` the counts, `#announce` the polite live region saying what each action did, `#translation-language` the
+ * language shown under each line (`[data-translation]`).
  */
 
 import { EditQueue } from "./js/edit-queue.js";
 import { Rows } from "./js/edit-rows.js";
 import { Follow } from "./js/follow.js";
+import { codes, languageName } from "./js/languages.js";
 import { FeedState, RoomFeed } from "./js/room-feed.js";
 
 const ARM_MS = 4000; // the second Delete must come this soon after the first
@@ -62,6 +67,7 @@ const target = (id) => `sentence:${id}`;
 
 feed.addEventListener("sentence", ({ detail }) => {
   rows.show(detail);
+  showTranslation(detail.id);
   checkHeld(detail.id);
 });
 // Counts of what waits for the audience change with every event and tick with the clock (see `waiting`).
@@ -108,6 +114,37 @@ feed.addEventListener("correction", ({ detail }) => {
 });
 
 feed.addEventListener("vocabulary", ({ detail }) => showVocabulary(detail));
+
+// ── A room language beside the source ─────────────────────────────────────────────────────────────────────────────
+// A translated room's lines can show one of its languages under each line, so that the captioner sees what the
+// audience of that language reads (and that a fix was translated again).
+let shownLanguage = "";
+
+function showTranslation(id) {
+  rows.translate(id, shownLanguage, shownLanguage ? feed.translations.get(id)?.[shownLanguage] ?? "" : "");
+}
+
+function offerLanguages(languages) {
+  const picker = $("translation-language");
+  const options = [new Option("None", ""), ...languages.map((code) => {
+    const option = new Option(`${languageName(code)} (${code})`, code);
+    option.lang = code;
+    return option;
+  })];
+  picker.replaceChildren(...options);
+  picker.value = languages.includes(shownLanguage) ? shownLanguage : "";
+  $("languages-panel").hidden = !languages.length;
+}
+
+$("translation-language").addEventListener("change", () => {
+  shownLanguage = $("translation-language").value;
+  for (const id of rows.ids) showTranslation(id);
+});
+feed.addEventListener("translation", ({ detail }) => {
+  if (detail.lang !== shownLanguage) return;
+  for (const id of detail.ids) showTranslation(id);
+});
+feed.addEventListener("languages", ({ detail }) => offerLanguages(detail.languages));
 feed.addEventListener("status", () => {
   for (const id of [...heldIds]) checkHeld(id);
   showMeter();
@@ -473,6 +510,7 @@ async function loadRoom() {
       $("room-title").textContent = body.title;
       document.title = `Edit · ${body.title} · Live captions`;
     }
+    if (body) offerLanguages(codes(body.languages));
   } catch {
     // The stream says whether the server can be reached.
   }

@@ -88,7 +88,10 @@ function bilingual(codes, spoken) {
 }
 
 roomLanguages(feed).then(({ spoken, languages }) => {
-  const codes = asked.filter((code) => code === spoken || languages.includes(code));
+  // Each asked language as the room spells it ("es-mx" asked of a room in "es-MX" or "es"); one it lacks is left out.
+  const primary = (code) => code.split("-")[0].toLowerCase();
+  const codes = asked.map((code) => [spoken, ...languages].find((have) => have.toLowerCase() === code)
+    ?? [spoken, ...languages].find((have) => primary(have) === primary(code))).filter(Boolean);
   const feeds = codes.length === 2 ? bilingual(codes, spoken) : single(codes[0] === spoken ? "" : codes[0] ?? "", spoken);
   setPageLanguage(codes[0] ?? spoken);
   feed = feeds[0];

@@ -43,8 +43,9 @@ let feed = null;
 
 /** Follow the room in `lang` ("" = the language spoken in it), in place of the feed followed so far. */
 function follow(lang) {
-  feed?.stop();
+  const before = feed;
   feed = new RoomFeed({ room, token, lang });
+  before?.stop(); // after the swap: its last events (stopped) are not shown
   const shown = feed;
   const current = (handler) => (event) => shown === feed && handler(event);
   feed.addEventListener("sentence", current(({ detail }) => view.add(detail)));
@@ -110,7 +111,9 @@ function showState(detail) {
 const asked = requested(query.get("lang"), 1)[0] ?? "";
 roomLanguages(new RoomFeed({ room, token })).then(({ spoken: language, languages }) => {
   spoken = language;
-  const lang = [asked, asked.split("-")[0]].find((code) => languages.includes(code)) ?? "";
+  const primary = (code) => code.split("-")[0].toLowerCase();
+  const lang = languages.find((code) => code.toLowerCase() === asked)
+    ?? languages.find((code) => asked && primary(code) === primary(asked)) ?? "";
   follow(lang);
   offer(languages);
 });

@@ -155,3 +155,39 @@ async def test_a_bilingual_kiosk_aligns_each_sentence_with_its_translation(
     assert await widget.evaluate("document.documentElement.lang") == "es"
     for page in (kiosk, single, missing, widget):
         await page.close()
+
+
+async def test_the_editor_shows_a_room_language_under_each_line_and_its_retranslation(
+        served: tuple[str, web.Application], browser: Browser, shots: Path) -> None:
+    url, app = served
+    made = await new_room(url, TOKEN, languages=["es", "ca"])
+    room_id = made["room"]
+    records = await lock(app, room_id, *SAID[:2])  # before the editor opens: its catch-up brings the translations
+    editor = await open_page(browser, made["links"]["edit"])
+    await editor.wait_for_function("document.querySelectorAll('li.line').length === 2", timeout=20_000)
+    picker = editor.locator("#translation-language")
+    await picker.wait_for(state="visible", timeout=10_000)
+    assert await picker.locator("option").all_inner_texts() == ["None", "Español (es)", "Català (ca)"]
+    assert await editor.locator("[data-translation]").count() == 0, "none until one is picked"
+    await picker.focus()
+    await editor.keyboard.press("ArrowDown")
+    await wait_texts_at(editor, "[data-translation]", [spanish(t) for t in SAID[:2]])
+    assert await editor.locator("[data-translation]").first.get_attribute("lang") == "es"
+
+    await lock(app, room_id, SAID[2], start_ms=10_000)
+    await wait_texts_at(editor, "[data-translation]", [spanish(t) for t in SAID])
+    fixed = "We begin with the annual budget."
+    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{records[1].id}", made["editor_token"],
+                       {"text": fixed}))[0] == 200
+    await wait_texts_at(editor, "[data-translation]", [spanish(SAID[0]), spanish(fixed), spanish(SAID[2])])
+    await check_axe(editor, "the editor with a room language")
+    await editor.screenshot(path=str(shots / "editor-translation.png"))
+    await editor.close()
+
+
+async def wait_texts_at(page: Page, selector: str, texts: list[str]) -> None:
+    await page.wait_for_function(
+        """([selector, want]) => {
+            const got = [...document.querySelectorAll(selector)].map((el) => el.textContent.trim());
+            return JSON.stringify(got) === JSON.stringify(want);
+        }""", arg=[selector, texts], timeout=20_000)

@@ -82,7 +82,7 @@ async def test_decodes_spread_over_instances_by_load() -> None:
             assert len(one.decodes) == 2 and len(two.decodes) == 2
             assert one.peak_inflight == 2 and two.peak_inflight == 2
             # One instance busy with a long decode: the next requests go to the other.
-            one.delay_s = 2.0
+            one.delay_s = 5.0  # far longer than the three decodes below (1.5 s), even on a loaded machine
             slow = asyncio.create_task(t.transcribe(speech(1.0, "slow")))
             await wait_for(lambda: one.inflight == 1)
             two_before = len(two.decodes)

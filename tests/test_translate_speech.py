@@ -47,4 +47,4 @@ async def test_speech_in_chinese_is_captioned_in_english(engine: CaptionEngine) 
           translated)
     assert all(text.isascii() and len(text.split()) >= 3 for text in translated), translated
     assert not any(t.isascii() for t in transcribed), f"the transcripts are Chinese: {transcribed}"
-    assert chrf >= baseline + 10, (chrf, baseline, translated)  # 15.7 against 0.0 here: whisper-base translates modestly
+    assert chrf >= baseline + 10, (chrf, baseline, translated)  # 23.0 against 0.0 here: whisper-base is modest

@@ -9,7 +9,8 @@ A stream in a room language (``?lang=es``) has the room's sentences in that lang
 ``translation`` events (a catch-up's ``caption`` has each sentence's newest translation, or its source text while it
 has none), the captions and corrections of the source language only with what is not text (the open text, which is
 still the speaker's words, deleted ids, speaker names), and no word times (they time the source's words). Every
-other stream gets no translations but an editor's, which has every language.
+other stream gets no translations but an editor's, which has every language (a catch-up's: each language's
+translations so far, after its first ``caption``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ class Stream:
         await self.send(response, Caption(sentences, "", seq=snapshot.seq), snapshot.seq, translated=True)
         if snapshot.names:
             await self.send(response, Correction(names=snapshot.names, seq=snapshot.seq), None)
+        if self.editor:  # every language's translations so far, as an editor's stream has each one as it comes
+            for lang in room.languages:
+                done = tuple(s.translated(lang).sentence() for s in snapshot.sentences if lang in s.translations)
+                if done:
+                    await self.send(response, Translation(lang, done, seq=snapshot.seq), None)
         if self.editor and (room.terms or room.learned):
             await self.send(response, Vocabulary(room.terms, room.learned, seq=snapshot.seq), None)
         return snapshot.seq

@@ -16,6 +16,8 @@
  *     <span class="flag" data-flag>                      "not shown yet" while the audience does not have it yet
  *     <span class="save" data-save>                      "saving…", "saved", "press Delete again…", an error
  *     <span class="note" data-note>                      what changed under an open row (another editor's fix)
+ *     <span class="translation" data-translation lang>    the sentence in the room language the page shows beside
+ *                                                          the source, when it has one (`translate`)
  * Row attributes: `data-open` while edited, `data-state` (saving, retrying, saved, error, arming), `data-held`
  * (sentence: not released yet; fix: its latest fix not released yet), class `corrected` for two seconds after a fix.
  */
@@ -91,6 +93,23 @@ export class Rows {
     const value = text ?? record.text;
     if (shown.textContent !== value) shown.textContent = value;
     return li;
+  }
+
+  /** Show `text`, the row's sentence in room language `lang`, under its source text ("" for none: nothing). */
+  translate(id, lang, text) {
+    const li = this.#rows.get(id);
+    if (!li) return;
+    let shown = li.querySelector("[data-translation]");
+    if (!text) {
+      shown?.remove();
+      return;
+    }
+    if (!shown) {
+      shown = part("translation", "span", true);
+      li.append(shown);
+    }
+    shown.lang = lang;
+    if (shown.textContent !== text) shown.textContent = text;
   }
 
   /** Mark a row as just corrected (two seconds). */

@@ -35,6 +35,8 @@
  *             replay, or one the feed already applied) dispatches nothing; a first connection gets the room's names
  *             as a `correction` with names only.
  *   vocabulary  {seq, terms, learned}   the room's vocabulary (the editor's stream only)
+ *   translation {lang, ids, update}   (an editor's feed) sentences `ids` have a new translation into `lang`, now in
+ *             `translations`
  *   languages {seq, languages}   the room's languages changed (an editor added or removed one); `languages` holds
  *             the codes the room is translated into, besides the one spoken in it
  *   status    {live, publishers, viewers, delayS, held, behindMs, released}   the last four: the room's hold-back
@@ -87,6 +89,8 @@ export class RoomFeed extends EventTarget {
   status = { live: false, publishers: 0, viewers: 0, delayS: null, held: null, behindMs: null, released: null };
   /** The room's speaker names, `{"<spk>": name}` (labels without a name are absent). */
   names = {};
+  /** An editor's feed: each sentence's newest translations, `id -> {lang: text}` (a live object; do not modify). */
+  translations = new Map();
   /** The room's languages besides its spoken one, from its `languages` messages (null until one comes). */
   languages = null;
 
@@ -293,7 +297,10 @@ export class RoomFeed extends EventTarget {
         this.#onCorrection(message);
         break;
       case "translation":
-        if (this.#lang && message.lang === this.#lang) this.#onTranslation(message);
+        // A stream in a language carries that language's translations only (the server's answer to `es-MX` is
+        // the room's `es`): each is this feed's.
+        if (this.#lang) this.#onTranslation(message);
+        else if (this.#editor) this.#keepTranslation(message);
         break;
       case "languages":
         if (Array.isArray(message.languages)) {
@@ -368,6 +375,22 @@ export class RoomFeed extends EventTarget {
     if (rest.length) this.#onCorrection({ type: "correction", seq, sentences: rest, editor: message.editor ?? "" });
     const added = this.#add(fresh, seq);
     if (added.length) this.#announce(seq, added);
+  }
+
+  /** An editor's feed keeps every language's translations, and says which sentences one changed. */
+  #keepTranslation(message) {
+    if (typeof message.lang !== "string") return;
+    const ids = [];
+    for (const raw of Array.isArray(message.sentences) ? message.sentences : []) {
+      const record = toRecord(raw);
+      if (!record || this.#gone.has(record.id)) continue;
+      this.translations.set(record.id, { ...this.translations.get(record.id), [message.lang]: record.text });
+      ids.push(record.id);
+    }
+    if (ids.length) {
+      this.dispatchEvent(new CustomEvent("translation", { detail: { lang: message.lang, ids,
+                                                                    update: message.update === true } }));
+    }
   }
 
   #onSpeakers(message) {
@@ -455,7 +478,9 @@ export class RoomFeed extends EventTarget {
 async function hasLanguage(response, lang) {
   try {
     const status = await response.json();
-    return status.language === lang || (Array.isArray(status.languages) && status.languages.includes(lang));
+    const primary = (code) => String(code).split("-")[0].toLowerCase();
+    const has = [status.language, ...(Array.isArray(status.languages) ? status.languages : [])];
+    return has.some((code) => primary(code) === primary(lang)); // the server answers es-MX with the room's es
   } catch {
     return true; // not a status we can read: keep trying
   }

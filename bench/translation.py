@@ -18,7 +18,8 @@ how good and how fast-reading the translations are.
    characters per second: the clips' speech one after another, 1.5 s apart, cut into subtitle cues by the room's
    cue rules (``app.transcripts.cues``, which let a cue run into the silence after it), English and translated
    (captions read comfortably at up to 20 cps, and translations run longer than their source); the share of cues at
-   most that fast.
+   most that fast. ``--speech``: also from the clips' speech, each clip decoded by the embedded model (in this
+   process, as a session's final is) and its text translated: chrF end to end beside chrF from the reference.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from bench.lib.metrics import print_markdown_table
 from bench.lib.room_editing import RoomReader, create_room, follow, stop
 from engine import ApertiumTranslator, TranslationRequest
 from speechdata.translations import references, source_sentence
+from speechdata.wer import word_errors
 
 FAKE_NOTE = ("recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is "
              "translation in the rooms (Apertium, real), not a model")
@@ -199,6 +201,36 @@ def quality(lang: str) -> dict[str, Any]:
             "pipeline_uss_mb": uss, "rows": rows}
 
 
+async def recognized(clips: list[str]) -> list[str]:
+    """Each clip's text as the embedded model decodes it whole (a final's decode), in process."""
+    from engine.asr.transcriber import DecodeRequest, Priority
+    from engine.asr.vllm_backend import VllmTranscriber
+    from engine.config import TranscriberConfig
+    from speechdata.corpus import audio
+
+    recognizer = VllmTranscriber(TranscriberConfig())
+    await recognizer.start()
+    try:
+        return [(await recognizer.transcribe(DecodeRequest(clip, audio(clip), Priority.FINAL))).text
+                for clip in clips]
+    finally:
+        await recognizer.close()
+
+
+def end_to_end(lang: str, heard: list[str]) -> dict[str, Any]:
+    """chrF of Apertium into ``lang`` from the recognizer's text ``heard`` (one per reference clip, in order)."""
+    pairs = references(lang)
+    engine = ApertiumTranslator()
+    try:
+        out = engine.translate(TranslationRequest("en", lang, tuple(heard)))
+    finally:
+        engine.close()
+    counts = [word_errors(source_sentence(clip), text) for (clip, _), text in zip(pairs, heard, strict=True)]
+    errors = sum(e for e, _ in counts) / max(1, sum(n for _, n in counts))
+    return {"chrf": round(sacrebleu.corpus_chrf(out, [[text for _, text in pairs]]).score, 1),
+            "recognizer_wer": round(errors, 3), "heard": heard, "text": out}
+
+
 def reading_share(texts: list[str], timeline: list[tuple[int, int]]) -> float:
     """The share of the subtitle cues of ``texts`` (one sentence each, said at ``timeline``'s times: the room's
     cue rules, ``app.transcripts.cues``, words spread over their sentence as for a translation) that read at most
@@ -222,7 +254,7 @@ async def main(args: argparse.Namespace) -> int:
     for i in range(max(args.sessions)):
         session_clip(i, args.seconds, 0, 20, kind="users")
     steps: list[dict[str, Any]] = []
-    for sessions in args.sessions:
+    for sessions in [] if args.quality_only else args.sessions:
         # A fresh server per step: the first sentences (the pipelines starting) count.
         log = CACHE_DIR / f"translation-{sessions}.log"
         async with bench_server(["--recognizer", "fake", "--no-speakers"], log) as server, \
@@ -230,6 +262,8 @@ async def main(args: argparse.Namespace) -> int:
             steps.append(await latency(http, server, sessions, args))
             print(json.dumps(steps[-1]), file=sys.stderr)
     scored = quality(args.languages[0]) if args.languages[0] == "es" else None
+    if scored is not None and args.speech:
+        scored["end_to_end"] = end_to_end("es", await recognized([clip for clip, _ in references("es")]))
     print_markdown_table(
         [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
          ("missing", "missing", "{}"), ("p50_s", "p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
@@ -241,6 +275,10 @@ async def main(args: argparse.Namespace) -> int:
               f"English {scored['readable_share']['source']:.0%}, translated "
               f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
               f"{scored['pipeline_uss_mb']} MB (USS) for its pipeline")
+        if "end_to_end" in scored:
+            e2e = scored["end_to_end"]
+            print(f"end to end (the embedded model's text, WER {e2e['recognizer_wer']:.1%}, then Apertium): chrF "
+                  f"{e2e['chrf']} against {scored['chrf']} from the reference English")
     ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
     document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
                 "machine": machine(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
@@ -260,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=60.0, help="each publisher's speech and pauses, seconds")
     p.add_argument("--settle-s", type=float, default=3.0, help="wait for the last translations, seconds")
     p.add_argument("--target-s", type=float, default=0.5, help="lock -> translation p95 target, seconds")
+    p.add_argument("--speech", action="store_true", help="3: also end to end from the clips' speech (loads the model)")
+    p.add_argument("--quality-only", action="store_true", help="3 only: no server, no latency steps")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="write the results here (default: %(default)s)")
     return p
 

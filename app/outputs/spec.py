@@ -2,10 +2,9 @@
 
 Stored (``TranscriptStore.set_outputs``, one JSON object per output): ``id``, ``kind``, ``url``, ``created_ms``,
 ``lang`` (a room language the output sends, absent for the spoken one), ``password`` (OBS; a secret: stored, never
-shown), ``sent`` (``Progress``) and ``resume`` (what its target keeps
-across restarts: YouTube's ``seq``). Shown: the same without ``password`` (``"password": true`` says one is set),
-``sent`` and ``resume``, and with the URL's query values and user name replaced by ``REDACTED`` (a YouTube ingestion
-URL's ``cid`` is the stream's caption key).
+shown), ``sent`` (``Progress``) and ``resume`` (what its target keeps across restarts: YouTube's ``seq``). Shown: the
+same without ``password`` (``"password": true`` says one is set), ``sent`` and ``resume``, and with the URL's query
+values and user name replaced by ``REDACTED`` (a YouTube ingestion URL's ``cid`` is the stream's caption key).
 """
 
 from __future__ import annotations
@@ -113,8 +112,8 @@ def parse(body: dict[str, Any], created_ms: int,
     """A new output from a ``POST /rooms/{id}/outputs`` body: ``{"kind": "youtube", "url", "lang"?}`` or
     ``{"kind": "obs", "url", "password"?, "lang"?}``. ``languages``: the room language a ``lang`` asks for (None
     for the spoken one; ``ValueError`` for one the room does not have, its message saying which it has); by
-    default there is none. Raises
-    ``SpecError`` for a missing, unknown or ill-typed field, a URL of the wrong scheme or a language the room lacks."""
+    default there is none. Raises ``SpecError`` for a missing, unknown or ill-typed field, a URL of the wrong scheme
+    or a language the room lacks."""
     kind = body.get("kind")
     if not isinstance(kind, str) or kind not in FIELDS:
         raise SpecError(f'"kind" must be one of {", ".join(sorted(FIELDS))}')

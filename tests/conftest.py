@@ -55,6 +55,15 @@ def postgres_url(postgres_server: str) -> str:
     return postgres.new_database(postgres_server)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a transcript store opens, once on each backend: a fresh SQLite file, then a fresh PostgreSQL database
+    (``open_store``'s target)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.fixture(scope="session")
 def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A WAV of ``tests.browser.SPEECH_CLIP`` for Chromium's fake microphone: 1 s of silence, the sentence, 4 s."""

@@ -128,15 +128,8 @@ def test_a_correction_within_the_delay_is_the_only_version_the_audience_gets() -
 
 
 # ---- both stores -----------------------------------------------------------------------------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "s.db")
-    return str(request.getfixturevalue("postgres_url"))
-
-
-async def test_corrections_are_stored_with_the_original_and_survive_reopening(target: str) -> None:
-    store = await open_store(target)
+async def test_corrections_are_stored_with_the_original_and_survive_reopening(store_target: str) -> None:
+    store = await open_store(store_target)
     await store.create_room(ROOM, "t", editor_token_sha256="digest", delay_s=5.0)
     a, b = record(0, "mister dash wood arrived"), record(1, "uh", start=2000)
     await store.append(ROOM, Caption([a.sentence(), b.sentence()], "", seq=1), [a, b])
@@ -152,7 +145,7 @@ async def test_corrections_are_stored_with_the_original_and_survive_reopening(ta
     await store.append(ROOM, protocol.Vocabulary(("Dashwood",), ("Frere",), seq=5),
                        edits=Edits(vocabulary=(("Dashwood",), ("Frere",))))
     await store.close()
-    again = await open_store(target)
+    again = await open_store(store_target)
     snap = await again.snapshot(ROOM)
     assert [(s.id, s.text, s.spk, s.original) for s in snap.sentences] == [
         (0, "Mister Dashwood", 1, "mister dash wood arrived"), (2, "arrived.", 1, None)]

@@ -245,15 +245,8 @@ async def test_a_relabel_leaves_a_speaker_an_editor_set_and_moves_the_others(
 
 
 # ---- the store: a few sentences read by id (both backends) ----------------------------------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "ids.db")
-    return str(request.getfixturevalue("postgres_url"))
-
-
-async def test_a_snapshot_of_a_few_sentences_reads_only_those(target: str) -> None:
-    store = await open_store(target)
+async def test_a_snapshot_of_a_few_sentences_reads_only_those(store_target: str) -> None:
+    store = await open_store(store_target)
     room = "room-late-ids-abc"
     await store.create_room(room)
     records = [SentenceRecord(-1, "s", f"sentence {i}.", i * 1000, i * 1000 + 900, 0) for i in range(700)]

@@ -6,7 +6,6 @@ plumbing, the store and the ways in."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -218,15 +217,8 @@ async def test_an_editors_name_sticks_and_corrections_reach_the_publisher_with_i
             publisher.leave()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "labels.db")
-    return str(request.getfixturevalue("postgres_url"))
-
-
-async def test_a_reloaded_room_gives_labels_above_every_stored_one(target: str) -> None:
-    store = await open_store(target)
+async def test_a_reloaded_room_gives_labels_above_every_stored_one(store_target: str) -> None:
+    store = await open_store(store_target)
     rooms = RoomRegistry(store)
     room = (await rooms.create()).room
     assert await store.next_label(room.id) == 0
@@ -243,7 +235,7 @@ async def test_a_reloaded_room_gives_labels_above_every_stored_one(target: str) 
     rooms.close()
     await store.close()
 
-    store = await open_store(target)
+    store = await open_store(store_target)
     rooms = RoomRegistry(store)
     again = await rooms.get(room.id)
     assert again is not None and again.labels.next == 12

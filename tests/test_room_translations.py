@@ -56,15 +56,8 @@ def test_a_sentence_deleted_within_the_delay_leaves_its_held_translations() -> N
 
 
 # ---- both stores -------------------------------------------------------------------------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "t.db")
-    return str(request.getfixturevalue("postgres_url"))
-
-
-async def test_translations_and_languages_are_stored_and_survive_reopening(target: str) -> None:
-    store = await open_store(target)
+async def test_translations_and_languages_are_stored_and_survive_reopening(store_target: str) -> None:
+    store = await open_store(store_target)
     await store.create_room(ROOM, "t", languages=("es",))
     a = SentenceRecord(0, "s", "good morning", 0, 900, 0)
     await store.append(ROOM, Caption([a.sentence()], "", seq=1), [a])
@@ -74,7 +67,7 @@ async def test_translations_and_languages_are_stored_and_survive_reopening(targe
     await store.append(ROOM, Translation("ca", (Sentence(0, "bon dia", 0, 900, 0),), seq=4),
                        edits=Edits(translations={0: {"ca": "bon dia"}}))
     await store.close()
-    again = await open_store(target)
+    again = await open_store(store_target)
     record = await again.room(ROOM)
     assert record is not None and record.languages == ("es", "ca")
     [s] = (await again.snapshot(ROOM)).sentences

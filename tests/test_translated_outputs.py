@@ -5,6 +5,7 @@ recognizer the named fake: what is tested is what each file and output carries, 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.caption_readers import until_listed
 from tests.fake_translations import FakeTranslations
 from tests.publishing import lock, until
 from tests.servers import running_server
+from tests.sse import SseReader
 from tests.youtube_stand_in import stand_in
 
 TOKEN = "server-token-for-translated-outputs"
@@ -147,3 +149,30 @@ async def test_a_youtube_output_in_a_language_posts_each_translation(served: tup
         await lock(app, room_id, "good morning everyone", "the meeting starts now")
         await until(lambda: len(youtube.posts) == 2)
         assert [p.text for p in youtube.posts] == ["[es] GOOD MORNING EVERYONE", "[es] THE MEETING STARTS NOW"]
+
+
+async def test_in_a_delay_room_a_fix_within_the_delay_is_the_only_translation_anyone_gets(
+        served: tuple[str, web.Application]) -> None:
+    """A correction made within the hold-back delay: the Spanish viewers, the Spanish files and a Spanish output only
+    ever have the translation of the corrected text, as the spoken language's audience has only the corrected text."""
+    url, app = served
+    made = await new_room(url, TOKEN, languages=["es"], delay_s=2)
+    room_id, editor = made["room"], made["editor_token"]
+    async with stand_in() as youtube, SseReader(f"{url}/rooms/{room_id}/events?lang=es") as spanish, \
+            SseReader(f"{url}/rooms/{room_id}/events") as english:
+        assert (await call("POST", f"{url}/rooms/{room_id}/outputs", editor,
+                           {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "es"}))[0] == 201
+        await until(lambda: any(m["type"] == "room" for _, m in spanish.events))
+        [said] = await lock(app, room_id, "the counsel meets on tuesday")
+        await asyncio.sleep(0.5)  # well within the delay
+        fixed = "The council meets on Tuesday."
+        assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{said.id}", editor, {"text": fixed}))[0] == 200
+        await until(lambda: len(youtube.posts) == 1, timeout_s=15)
+        await asyncio.sleep(0.5)  # anything late would have come by now
+        texts = {s["text"] for _, m in spanish.events for s in m.get("sentences", ())}
+        assert texts == {"[es] THE COUNCIL MEETS ON TUESDAY."}, spanish.events
+        assert {s["text"] for _, m in english.events for s in m.get("sentences", ())} == {fixed}
+        assert [p.text for p in youtube.posts] == ["[es] THE COUNCIL MEETS ON TUESDAY."]
+    for fmt in ("txt", "srt", "vtt"):
+        _, body = await call("GET", f"{url}/rooms/{room_id}/transcript.{fmt}?lang=es", None)
+        assert "COUNCIL" in body["text"] and "COUNSEL" not in body["text"], (fmt, body)

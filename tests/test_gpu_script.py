@@ -77,6 +77,7 @@ def test_dry_run_one_model_gets_the_whole_budget_and_the_given_ladder(tmp_path: 
     assert "--sessions 2 4 --seconds 20 " in line
 
 
+@pytest.mark.slow  # 14 s: it resolves every local model the script would run
 def test_dry_run_defaults_to_whisper_base_then_the_other_local_models(tmp_path: Path) -> None:
     done = run_script("--dry-run", "--out", str(tmp_path), "--python", PYTHON,
                       env={"HF_HUB_CACHE": str(tmp_path / "empty-hub")})

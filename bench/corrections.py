@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import re
 import sys
 import time
@@ -47,12 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
 import psycopg
 
 from bench.lib import postgres
 from bench.lib.clips import CACHE_DIR, session_clip
-from bench.lib.harness import ROOT, ServerProcess, bench_server, pct
+from bench.lib.harness import ROOT, ServerProcess, bench_server, machine_info, pct, write_json
 from bench.lib.metrics import print_markdown_table
 from bench.lib.room_editing import (
     RoomReader,
@@ -298,20 +296,6 @@ async def transcript_checks(http: aiohttp.ClientSession, front_ends: list[Server
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------------
-def cpu() -> dict[str, Any]:
-    """This machine's CPU model, core count and whether it has AVX-512 BF16 (``/proc/cpuinfo``)."""
-    model, flags = platform.processor(), set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    return {"model": model, "cpus": psutil.cpu_count(), "avx512_bf16": "avx512_bf16" in flags,
-            "python": platform.python_version()}
-
-
 REACH_COLUMNS = [("viewers", "viewers", "{}"), ("saves", "saves", "{:d}"), ("received", "received", "{:d}"),
                  ("lost", "lost", "{:d}"), ("wrong", "wrong", "{:d}"), ("final_wrong", "final wrong", "{:d}"),
                  ("p50_s", "save -> viewer p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
@@ -379,13 +363,9 @@ async def main(args: argparse.Namespace) -> int:
     ok = report(one, two, args)
     print(f"\n{time.monotonic() - t0:.0f} s in all; logs: {CACHE_DIR}/corrections-{{a,b}}.log")
     document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
-                "store": "postgresql (two front ends, one database)", "machine": {**cpu(),
-                                                                                 "load_avg": psutil.getloadavg()},
+                "store": "postgresql (two front ends, one database)", "machine": machine_info(),
                 "targets_met": ok, "reach": one, "holdback": two, "args": vars(args)}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(path.write_text, json.dumps(document, indent=2, default=str), "utf-8")
-    print(f"JSON: {path}")
+    await write_json(Path(args.json), document)
     return 0 if ok else 1
 
 

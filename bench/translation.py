@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ import sacrebleu
 from app.rooms import SentenceRecord
 from app.transcripts.cues import build_cues
 from bench.lib.clips import CACHE_DIR, session_clip, speech_bounds
-from bench.lib.harness import ROOT, ServerProcess, bench_server, pct, run_clients
+from bench.lib.harness import ROOT, ServerProcess, bench_server, machine_info, pct, run_clients, write_json
 from bench.lib.metrics import print_markdown_table
 from bench.lib.room_editing import RoomReader, create_room, follow, stop
 from engine import ApertiumTranslator, TranslationRequest
@@ -241,14 +240,6 @@ def reading_share(texts: list[str], timeline: list[tuple[int, int]]) -> float:
     return sum(c.chars * 1000 / max(1, c.end_ms - c.start_ms) <= READABLE_CPS for c in cues) / len(cues)
 
 
-def machine() -> dict[str, Any]:
-    flags = ""
-    with contextlib.suppress(OSError):
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    return {"cpu": platform.processor() or platform.machine(), "cores": psutil.cpu_count(),
-            "avx512_bf16": "avx512_bf16" in flags, "load_avg": psutil.getloadavg()}
-
-
 async def main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     for i in range(max(args.sessions)):
@@ -281,12 +272,9 @@ async def main(args: argparse.Namespace) -> int:
                   f"{e2e['chrf']} against {scored['chrf']} from the reference English")
     ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
     document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
-                "machine": machine(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
+                "machine": machine_info(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
                 "quality": scored, "seconds": round(time.monotonic() - t0), "args": vars(args)}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(path.write_text, json.dumps(document, indent=2, default=str), "utf-8")
-    print(f"JSON: {path}")
+    await write_json(Path(args.json), document)
     return 0 if ok else 1
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -29,6 +30,28 @@ from app.webrtc.patches import install_ice as install_ice_policy
 from bench.lib.client import BenchClient, PacketLoss, Refused
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
+
+
+def machine_info() -> dict[str, Any]:
+    """This machine's CPU model, core count, whether it has AVX-512 BF16 (``/proc/cpuinfo``), Python's version and
+    the load average now: what a bench's JSON says of where it ran."""
+    model, flags = platform.processor(), set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    return {"model": model, "cpus": psutil.cpu_count(), "avx512_bf16": "avx512_bf16" in flags,
+            "python": platform.python_version(), "load_avg": psutil.getloadavg()}
+
+
+async def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write a bench's results (its folder made if missing, off the event loop) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(path.write_text, json.dumps(document, indent=2, default=str), "utf-8")
+    print(f"JSON: {path}")
 
 
 def pct(values: list[float], q: float) -> float:

@@ -31,7 +31,7 @@ import { BilingualLines } from "./js/bilingual-lines.js";
 import { CaptionLines } from "./js/caption-lines.js";
 import { CaptionController, State } from "./js/controller.js";
 import { applyOptions, readOptions } from "./js/display-options.js";
-import { requested, roomLanguages, setPageLanguage } from "./js/languages.js";
+import { matching, requested, roomLanguages, setPageLanguage } from "./js/languages.js";
 import { FeedState, RoomFeed } from "./js/room-feed.js";
 
 const MIC_RETRY_MS = 10000;
@@ -89,9 +89,7 @@ function bilingual(codes, spoken) {
 
 roomLanguages(feed).then(({ spoken, languages }) => {
   // Each asked language as the room spells it ("es-mx" asked of a room in "es-MX" or "es"); one it lacks is left out.
-  const primary = (code) => code.split("-")[0].toLowerCase();
-  const codes = asked.map((code) => [spoken, ...languages].find((have) => have.toLowerCase() === code)
-    ?? [spoken, ...languages].find((have) => primary(have) === primary(code))).filter(Boolean);
+  const codes = asked.map((code) => matching(code, [spoken, ...languages])).filter(Boolean);
   const feeds = codes.length === 2 ? bilingual(codes, spoken) : single(codes[0] === spoken ? "" : codes[0] ?? "", spoken);
   setPageLanguage(codes[0] ?? spoken);
   feed = feeds[0];

@@ -18,7 +18,7 @@
  */
 
 import { Follow } from "./js/follow.js";
-import { languageName, requested, roomLanguages, setPageLanguage, SPOKEN } from "./js/languages.js";
+import { languageName, matching, requested, roomLanguages, setPageLanguage, SPOKEN } from "./js/languages.js";
 import { FeedState, RoomFeed } from "./js/room-feed.js";
 import { TranscriptView } from "./js/view.js";
 
@@ -111,9 +111,7 @@ function showState(detail) {
 const asked = requested(query.get("lang"), 1)[0] ?? "";
 roomLanguages(new RoomFeed({ room, token })).then(({ spoken: language, languages }) => {
   spoken = language;
-  const primary = (code) => code.split("-")[0].toLowerCase();
-  const lang = languages.find((code) => code.toLowerCase() === asked)
-    ?? languages.find((code) => asked && primary(code) === primary(asked)) ?? "";
+  const lang = matching(asked, languages) ?? "";
   follow(lang);
   offer(languages);
 });

@@ -47,12 +47,8 @@ async def shown(page: Page, root: str = "") -> list[str]:
 
 
 async def wait_texts(page: Page, texts: list[str], root: str = "") -> None:
-    await page.wait_for_function(
-        """([root, want]) => {
-            const got = [...document.querySelectorAll(`${root} [data-sentence-id]`.trim())]
-                .map((el) => el.textContent.split(/\\s+/).filter(Boolean).join(" "));
-            return JSON.stringify(got) === JSON.stringify(want);
-        }""", arg=[root, texts], timeout=20_000)
+    """Until the sentences shown (inside ``root``, a selector) read ``texts``, in order."""
+    await wait_texts_at(page, f"{root} [data-sentence-id]".strip(), texts)
 
 
 async def test_the_phone_viewer_switches_language_by_keyboard_and_its_page_follows(
@@ -186,8 +182,10 @@ async def test_the_editor_shows_a_room_language_under_each_line_and_its_retransl
 
 
 async def wait_texts_at(page: Page, selector: str, texts: list[str]) -> None:
+    """Until the elements ``selector`` finds read ``texts`` (white space folded: the kiosk breaks lines), in order."""
     await page.wait_for_function(
         """([selector, want]) => {
-            const got = [...document.querySelectorAll(selector)].map((el) => el.textContent.trim());
+            const got = [...document.querySelectorAll(selector)]
+                .map((el) => el.textContent.split(/\\s+/).filter(Boolean).join(" "));
             return JSON.stringify(got) === JSON.stringify(want);
         }""", arg=[selector, texts], timeout=20_000)

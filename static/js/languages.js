@@ -46,6 +46,17 @@ export function requested(param, limit = 2) {
   return out.slice(0, limit);
 }
 
+/**
+ * Which of `have` (a room's language codes) language `asked` is: the same tag whatever its case, else the first of
+ * the same language ("es-mx" asked of a room in "es"), else undefined. The server answers a stream's `lang` so too.
+ */
+export function matching(asked, have) {
+  const primary = (code) => String(code).split("-")[0].toLowerCase();
+  if (!asked) return undefined;
+  return have.find((code) => String(code).toLowerCase() === asked.toLowerCase())
+    ?? have.find((code) => primary(code) === primary(asked));
+}
+
 /** What `code` is called in itself ("es" → "Español"), or the code where the browser does not know it. */
 export function languageName(code) {
   try {

@@ -59,6 +59,7 @@
 
 import { orderedIndex } from "./corrections.js";
 import { mergeNames } from "./labels.js";
+import { matching } from "./languages.js";
 import { decodeCorrection, decodeOpenLines } from "./protocol.js";
 import { stableCount } from "./stable.js";
 
@@ -478,9 +479,8 @@ export class RoomFeed extends EventTarget {
 async function hasLanguage(response, lang) {
   try {
     const status = await response.json();
-    const primary = (code) => String(code).split("-")[0].toLowerCase();
     const has = [status.language, ...(Array.isArray(status.languages) ? status.languages : [])];
-    return has.some((code) => primary(code) === primary(lang)); // the server answers es-MX with the room's es
+    return matching(lang, has.filter((code) => typeof code === "string")) !== undefined;
   } catch {
     return true; // not a status we can read: keep trying
   }

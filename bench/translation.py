@@ -20,6 +20,13 @@ how good and how fast-reading the translations are.
    (captions read comfortably at up to 20 cps, and translations run longer than their source); the share of cues at
    most that fast. ``--speech``: also from the clips' speech, each clip decoded by the embedded model (in this
    process, as a session's final is) and its text translated: chrF end to end beside chrF from the reference.
+4. **Reading speed on a held-out recording** (Apertium in this process): ``bench.cues``' recording (the English
+   clips with a reference transcript, read, noisy and dialogue, shuffled with 0.3-1.5 s pauses, 12.3 minutes), each
+   clip's reference one sentence at its speech's times (Silero VAD's first and last speech), translated into every
+   one of ``--languages`` and cut into cues by the room's rules, English beside each language: the share of cues at
+   most ``READABLE_CPS`` (target: 90 % in every language). ``--sentences``: also on the recognizer's sentences of
+   that recording as ``bench.cues --json`` saved them (its ``align`` mode): the English cues by their word times, as
+   ``bench.cues`` cuts them, each sentence's translations spread over it as a room's files spread them.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -39,9 +47,11 @@ import sacrebleu
 
 from app.rooms import SentenceRecord
 from app.transcripts.cues import build_cues
+from bench.cues import records_of, saved_sentences
 from bench.lib.clips import CACHE_DIR, session_clip, speech_bounds
 from bench.lib.harness import ROOT, ServerProcess, bench_server, machine_info, pct, run_clients, write_json
 from bench.lib.metrics import print_markdown_table
+from bench.lib.recording import build_recording
 from bench.lib.room_editing import RoomReader, create_room, follow, stop
 from engine import ApertiumTranslator, TranslationRequest
 from speechdata.translations import references, source_sentence
@@ -192,7 +202,9 @@ def quality(lang: str) -> dict[str, Any]:
         at += round(seconds * 1000) + GAP_MS
         rows.append({"clip": clip, "seconds": round(seconds, 2), "source_cps": round(len(source) / seconds, 1),
                      "translated_cps": round(len(translated) / seconds, 1), "text": translated})
-    readable = {name: reading_share(texts, timeline) for name, texts in (("source", english), ("translated", out))}
+    readable = {name: reading_share([SentenceRecord(i, "s", text, start, end, 0) for i, (text, (start, end))
+                                     in enumerate(zip(texts, timeline, strict=True))])
+                for name, texts in (("source", english), ("translated", out))}
     return {"lang": lang, "sentences": len(out), "chrf": round(chrf, 1),
             "longer_than_source": round(sum(map(len, out)) / sum(map(len, english)), 3),
             "readable_share": {k: round(v, 3) for k, v in readable.items()},
@@ -230,14 +242,42 @@ def end_to_end(lang: str, heard: list[str]) -> dict[str, Any]:
             "recognizer_wer": round(errors, 3), "heard": heard, "text": out}
 
 
-def reading_share(texts: list[str], timeline: list[tuple[int, int]]) -> float:
-    """The share of the subtitle cues of ``texts`` (one sentence each, said at ``timeline``'s times: the room's
-    cue rules, ``app.transcripts.cues``, words spread over their sentence as for a translation) that read at most
-    ``READABLE_CPS`` characters per second."""
-    sentences = [SentenceRecord(i, "s", text, start, end, 0) for i, (text, (start, end))
-                 in enumerate(zip(texts, timeline, strict=True))]
+def reading_share(sentences: list[SentenceRecord]) -> float:
+    """The share of the subtitle cues of ``sentences`` (the room's cue rules, ``app.transcripts.cues``; a sentence
+    without word times has its words spread over it, as for a translation) that read at most ``READABLE_CPS``
+    characters per second."""
     cues = build_cues(sentences)
     return sum(c.chars * 1000 / max(1, c.end_ms - c.start_ms) <= READABLE_CPS for c in cues) / len(cues)
+
+
+# ---- 4: reading speed on a held-out recording ---------------------------------------------------------------------
+def held_out(languages: list[str], minutes: float, saved: Path | None) -> dict[str, Any]:
+    """The share of cues at most ``READABLE_CPS`` on ``bench.cues``' recording, English and each of ``languages``
+    (see the module), with the characters each language takes per English character: ``"reference"`` (each clip's
+    reference one sentence), and ``"recognized"`` from ``saved`` (``bench.cues --json``) when given."""
+    _, pieces = build_recording(minutes)
+    bounds = {clip: speech_bounds(clip) for clip in sorted({p.clip for p in pieces})}
+    reference = [SentenceRecord(k, "s", source_sentence(p.clip), round((p.start_s + bounds[p.clip][0]) * 1000),
+                                round((p.start_s + bounds[p.clip][1]) * 1000), 0) for k, p in enumerate(pieces)]
+    sets = {"reference": reference}
+    if saved is not None:
+        sets["recognized"] = records_of(saved_sentences(saved)["align"][1])
+    result: dict[str, Any] = {"minutes": round(pieces[-1].end_s / 60, 1), "clips": len(bounds)}
+    engine = ApertiumTranslator()
+    try:
+        for name, records in sets.items():
+            english = tuple(dict.fromkeys(r.text for r in records))  # each text once (the clips repeat)
+            row: dict[str, Any] = {"sentences": len(records),
+                                   "en": {"readable_share": round(reading_share(records), 3), "length_to_english": 1}}
+            for lang in languages:
+                said = dict(zip(english, engine.translate(TranslationRequest("en", lang, english)), strict=True))
+                translated = [dataclasses.replace(r, text=said[r.text], words=()) for r in records]
+                row[lang] = {"readable_share": round(reading_share(translated), 3),
+                             "length_to_english": round(sum(map(len, said.values())) / sum(map(len, english)), 3)}
+            result[name] = row
+    finally:
+        engine.close()
+    return result
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -255,6 +295,7 @@ async def main(args: argparse.Namespace) -> int:
     scored = quality(args.languages[0]) if args.languages[0] == "es" else None
     if scored is not None and args.speech:
         scored["end_to_end"] = end_to_end("es", await recognized([clip for clip, _ in references("es")]))
+    recording = held_out(args.languages, args.minutes, args.sentences)
     print_markdown_table(
         [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
          ("missing", "missing", "{}"), ("p50_s", "p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
@@ -270,10 +311,17 @@ async def main(args: argparse.Namespace) -> int:
             e2e = scored["end_to_end"]
             print(f"end to end (the embedded model's text, WER {e2e['recognizer_wer']:.1%}, then Apertium): chrF "
                   f"{e2e['chrf']} against {scored['chrf']} from the reference English")
+    for name in ("reference", "recognized"):
+        if name in recording:
+            row = recording[name]
+            print(f"\nheld-out recording ({recording['minutes']} min), {name} sentences ({row['sentences']}): cues "
+                  f"at <= {READABLE_CPS:g} cps " + ", ".join(
+                      f"{lang} {row[lang]['readable_share']:.0%} (length {row[lang]['length_to_english']:.0%})"
+                      for lang in ["en", *args.languages]))
     ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
     document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
                 "machine": machine_info(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
-                "quality": scored, "seconds": round(time.monotonic() - t0), "args": vars(args)}
+                "quality": scored, "held_out": recording, "seconds": round(time.monotonic() - t0), "args": vars(args)}
     await write_json(Path(args.json), document)
     return 0 if ok else 1
 
@@ -287,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle-s", type=float, default=3.0, help="wait for the last translations, seconds")
     p.add_argument("--target-s", type=float, default=0.5, help="lock -> translation p95 target, seconds")
     p.add_argument("--speech", action="store_true", help="3: also end to end from the clips' speech (loads the model)")
-    p.add_argument("--quality-only", action="store_true", help="3 only: no server, no latency steps")
+    p.add_argument("--quality-only", action="store_true", help="3 and 4 only: no server, no latency steps")
+    p.add_argument("--minutes", type=float, default=10.0, help="4: the held-out recording's length (at least)")
+    p.add_argument("--sentences", type=Path, help="4: also on these recognized sentences (bench.cues --json)")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="write the results here (default: %(default)s)")
     return p
 

@@ -21,9 +21,28 @@ def references(lang: str) -> list[tuple[str, str]]:
 
 def source_sentence(clip_id: str) -> str:
     """The clip's reference transcript as one written sentence: LibriSpeech's references are upper case without
-    punctuation, so they are sentence-cased ("I" kept) and end with a full stop, as Whisper writes them."""
-    text = str(manifest()[clip_id]["text"]).strip()
-    if text.isupper():
-        text = text[0] + text[1:].lower()
-        text = " ".join("I" if w == "i" else "I'" + w[2:] if w.startswith("i'") else w for w in text.split())
+    punctuation, so they are sentence-cased ("I" kept) and end with a full stop, as Whisper writes them. A reference
+    that joins a lower-case transcript with a LibriSpeech one (the constructed dialogues) has its upper-case run
+    (three words or more) cased the same way."""
+    words = str(manifest()[clip_id]["text"]).strip().split()
+    out: list[str] = []
+    k = 0
+    while k < len(words):
+        run = k
+        while run < len(words) and words[run].isupper():
+            run += 1
+        if run - k >= 3 or (run == len(words) and k == 0 and run):
+            out += [_lower_case(w) for w in words[k:run]]
+            k = run
+        else:
+            out += words[k:max(run, k + 1)]
+            k = max(run, k + 1)
+    text = " ".join(out)
+    text = text[:1].upper() + text[1:]
     return text if text[-1:] in ".?!" else text + "."
+
+
+def _lower_case(word: str) -> str:
+    """An upper-case reference word as Whisper writes it mid-sentence ("I" and "I'm" keep their capital)."""
+    lower = word.lower()
+    return "I" if lower == "i" else "I'" + lower[2:] if lower.startswith("i'") else lower

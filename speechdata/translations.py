@@ -4,6 +4,7 @@ translates the Chinese clips into English (for Whisper's translate task)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -26,17 +27,9 @@ def source_sentence(clip_id: str) -> str:
     (three words or more) cased the same way."""
     words = str(manifest()[clip_id]["text"]).strip().split()
     out: list[str] = []
-    k = 0
-    while k < len(words):
-        run = k
-        while run < len(words) and words[run].isupper():
-            run += 1
-        if run - k >= 3 or (run == len(words) and k == 0 and run):
-            out += [_lower_case(w) for w in words[k:run]]
-            k = run
-        else:
-            out += words[k:max(run, k + 1)]
-            k = max(run, k + 1)
+    for upper, group in itertools.groupby(words, str.isupper):
+        run = list(group)
+        out += [_lower_case(w) for w in run] if upper and (len(run) >= 3 or len(run) == len(words)) else run
     text = " ".join(out)
     text = text[:1].upper() + text[1:]
     return text if text[-1:] in ".?!" else text + "."

@@ -32,7 +32,8 @@ increasing ``seq``):
 
 Client -> server: ``{"type":"start","language":"en"|null,"hotwords":[...],"words":false}`` (optional; defaults
 apply if audio simply flows; ``"words":true`` adds ``"words":[{"w":W,"start_ms":MS,"end_ms":MS}]`` to every locked
-sentence) and ``{"type":"stop"}``. Field names follow FunASR's realtime service where they overlap.
+sentence) and ``{"type":"stop"}``. A session publishing into a room that names no language decodes the room's.
+Field names follow FunASR's realtime service where they overlap.
 
 Room viewers (server-sent events) get the same ``caption`` and ``speakers`` messages with room-wide sentence ids
 (each sentence names its ``session``; ``partial_spk`` comes with ``partial_session``, the session whose voice it
@@ -126,6 +127,7 @@ class StartMessage:
     hotwords: tuple[str, ...]
     words: bool = False  # send each locked sentence's word times
     task: str = "transcribe"  # "translate": captions in English of speech in ``language`` (Whisper's task)
+    language_given: bool = True  # False: it named none (or null, "auto"): a session in a room then takes the room's
 
 
 TASKS = ("transcribe", "translate")
@@ -171,7 +173,8 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     task = data.get("task", "transcribe")
     if task not in TASKS:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, 'task must be "transcribe" or "translate"')
-    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words, task)
+    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words, task,
+                        language_given=language is not None and "language" in data)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
  *
  * URL parameters: `room=<id>` (required), `token=<viewer token>` for a private room, `key=<server token>` when the
  * server needs one to publish (never in the kiosk's QR code), `lang=<code>` the microphone's language (default: the
- * server's).
+ * room's; another is refused by the server).
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events), with
  * `.mic`: the CaptionController of the current or last join (null before the first), and `.mine`: the set of this

@@ -120,8 +120,9 @@ function microphone() {
   const token = query.get("key");
   const controller = new CaptionController({
     offerFields: { room: query.get("room") ?? "", ...(token ? { token } : {}) },
-    defaults: () => ({ language: query.get("mic-lang") ?? (asked.length === 1 ? asked[0] : ""), hotwords: [],
-                       processing: false }),
+    // No language named: the server decodes the room's own (a `lang=` here is what the screen shows, not what is
+    // spoken into it).
+    defaults: () => ({ language: query.get("mic-lang") ?? "", hotwords: [], processing: false }),
   });
   // The controller reconnects by itself after a drop; a run that ends in error (no microphone, refused
   // token, server down at start) is tried again a little later, for ever: nobody is there to press Start.

@@ -11,8 +11,9 @@ from engine import TranslationError, TranslationRequest
 
 
 class FakeTranslations:
-    """A fake translation service (no engine): "es" and "ca" from English, each text upper-cased and tagged with its
-    language. ``fail`` makes the next calls raise; ``calls`` records every request; ``delay_s`` slows each call."""
+    """A fake translation service (no engine): "es" and "ca" from English, English from Spanish, each text
+    upper-cased and tagged with its language. ``fail`` makes the next calls raise; ``calls`` records every request;
+    ``delay_s`` slows each call."""
 
     def __init__(self) -> None:
         self.calls: list[TranslationRequest] = []
@@ -21,7 +22,7 @@ class FakeTranslations:
         self.warmed: list[tuple[str, str]] = []
 
     def targets(self, source: str) -> frozenset[str]:
-        return frozenset({"es", "ca"}) if source == "en" else frozenset()
+        return {"en": frozenset({"es", "ca"}), "es": frozenset({"en"})}.get(source, frozenset())
 
     def names(self) -> list[str]:
         return ["fake"]

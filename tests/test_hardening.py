@@ -136,9 +136,10 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
     assert (record.editor_token_sha256, record.delay_s, record.names) == (None, 0.0, {})  # version 4: editors
     assert not old[0].deleted and old[0].original is None
     assert record.languages == () and old[0].translations == {}  # version 5: translations
+    assert record.language == "en"  # version 6: the spoken language, NULL here (rooms before it were English)
     await store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     json.dumps(record.__dict__)  # plain data
 
 

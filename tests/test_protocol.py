@@ -18,8 +18,10 @@ from engine.stream.mailbox import Mailbox
 def test_start_and_stop_parse() -> None:
     assert parse_client_message('{"type":"stop"}') == StopMessage()
     msg = parse_client_message(json.dumps({"type": "start", "language": "auto", "hotwords": [" Quilter ", ""]}))
-    assert msg == StartMessage(language=None, hotwords=("Quilter",))
-    assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=())
+    assert msg == StartMessage(language=None, hotwords=("Quilter",), language_given=False)
+    # Naming no language is English alone, and in a room the room's (which "es" named is not).
+    assert parse_client_message('{"type":"start"}') == StartMessage(language="en", hotwords=(), language_given=False)
+    assert parse_client_message('{"type":"start","language":"es"}') == StartMessage(language="es", hotwords=())
     words = parse_client_message('{"type":"start","words":true}')
     assert isinstance(words, StartMessage) and words.words is True
     translated = parse_client_message('{"type":"start","language":"zh","task":"translate"}')

@@ -1,6 +1,7 @@
-"""Whisper's own translate task, for real: the Chinese clips of ``shared/data/translations/en.jsonl`` through
-``POST /v1/audio/translations`` (OpenAI's multipart form) on the real engine (the embedded multilingual
-whisper-base), scored with chrF (sacrebleu's) against the reference English, beside the same clips transcribed."""
+"""Speech that is not English, for real: the Chinese clips of ``shared/data/translations/en.jsonl`` through
+Whisper's own translate task (``POST /v1/audio/translations``, OpenAI's multipart form) on the real engine (the
+embedded multilingual whisper-base), scored with chrF (sacrebleu's) against the reference English, beside the same
+clips transcribed; and over WebRTC into a room spoken in Chinese, which its publisher decodes without being told."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import aiohttp
 import pytest
 import sacrebleu
 
+from app.rooms.keys import ROOMS
 from engine import CaptionEngine
-from speechdata.corpus import wav_path
+from speechdata.corpus import audio, pad, wav_path
 from speechdata.translations import references
+from tests.api import call
+from tests.rtc_client import CaptionClient
 from tests.servers import running_server
 
 pytestmark = pytest.mark.heavy
@@ -48,3 +52,21 @@ async def test_speech_in_chinese_is_captioned_in_english(engine: CaptionEngine) 
     assert all(text.isascii() and len(text.split()) >= 3 for text in translated), translated
     assert not any(t.isascii() for t in transcribed), f"the transcripts are Chinese: {transcribed}"
     assert chrf >= baseline + 10, (chrf, baseline, translated)  # 23.0 against 0.0 here: whisper-base is modest
+
+
+async def test_a_room_spoken_in_chinese_captions_its_publisher_in_chinese(engine: CaptionEngine) -> None:
+    """A publisher whose ``start`` names no language (as the join page's and the kiosk's) decodes the room's."""
+    clip = references("en")[0][0]
+    async with running_server(engine) as (url, app):
+        room = (await app[ROOMS].create(language="zh")).room
+        client = CaptionClient(url, pad(audio(clip), 0.5, 1.5))
+        await client.connect(start={"type": "start", "hotwords": []}, offer={"room": room.id})
+        await client.until_played()
+        await client.stop()
+        await client.close()
+        [ready] = [m for m in client.messages if m["type"] == "ready"]
+        said = "".join(s["text"] for s in client.sentences())
+        status, doc = await call("GET", f"{url}/rooms/{room.id}/transcript.json", None)
+    assert ready["language"] == "zh" and status == 200 and doc["language"] == "zh"
+    assert said and not said.isascii(), f"captioned in Chinese: {said!r}"
+    assert "".join(s["text"] for s in doc["sentences"]) == said

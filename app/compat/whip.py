@@ -123,7 +123,7 @@ async def publish(request: web.Request) -> web.Response:
     assert room is not None  # (it named one)
     try:
         peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False,
-                           on_shed=app[METRICS].shed, loss=app[METRICS])
+                           on_shed=app[METRICS].shed, loss=app[METRICS], language=room.language)
     except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
         return app[ADMISSION].refusal_for(exc).response(_CORS)
     try:

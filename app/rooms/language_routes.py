@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from engine import ErrorCode, normalise_language
+from engine import LANGUAGE_CODES, ErrorCode, normalise_language
 
 from ..responses import http_error
 from .edit_routes import MAX_TEXT_CHARS, editing, editor_of
@@ -29,11 +29,15 @@ def add_routes(app: web.Application) -> None:
 
 
 async def get_languages(request: web.Request) -> web.Response:
-    """``GET /languages``: ``{"source", "languages": [...], "engines": [...]}``: what a room spoken in ``source`` can
-    be translated into here (open to all: it says nothing about any room)."""
+    """``GET /languages[?source=es]``: ``{"source", "languages": [...], "engines": [...]}``: what a room spoken in
+    ``source`` (a Whisper language code; English unless asked) can be translated into here (open to all: it says
+    nothing about any room)."""
     rooms = request.app[ROOMS]
+    source = request.query.get("source", SOURCE_LANGUAGE)
+    if source not in LANGUAGE_CODES:
+        raise _bad('"source" must be a language code the recognizer knows (Whisper\'s: "en", "es", "zh", ...)')
     engines = rooms.translator.names() if rooms.translator is not None else []
-    return web.json_response({"source": SOURCE_LANGUAGE, "languages": sorted(rooms.translatable()),
+    return web.json_response({"source": source, "languages": sorted(rooms.translatable(source)),
                               "engines": engines})
 
 
@@ -42,7 +46,8 @@ async def put_languages(request: web.Request) -> web.Response:
     room's sentences are translated into from now on. A language added gets the sentences so far."""
     room, body = await editing(request, {"languages"})
     try:
-        languages = room_languages(body.get("languages"), request.app[ROOMS].translatable())
+        languages = room_languages(body.get("languages"), request.app[ROOMS].translatable(room.language),
+                                   room.language)
     except ValueError as exc:
         raise _bad(str(exc)) from None
     seq = await room.commit_languages(languages)

@@ -40,7 +40,7 @@ class RoomRegistry:
         self.store = store
         self.translator = translator  # the translation engines (None: this front end translates nothing)
         self.translation_stats = TranslationStats()
-        self._warmed: set[str] = set()  # languages whose engine was started (``_translating``)
+        self._warmed: set[tuple[str, str]] = set()  # (source, target) pairs whose engine was started
         self.idle_s = idle_s
         self.sweep_s = sweep_s
         self.stats = RoomStats()
@@ -70,22 +70,24 @@ class RoomRegistry:
             room.heard_announcement(body)
 
     async def create(self, title: str = "", private: bool = False, unsaved_ok: bool = False,
-                     delay_s: float = 0.0, languages: tuple[str, ...] = ()) -> NewRoom:
+                     delay_s: float = 0.0, languages: tuple[str, ...] = (),
+                     language: str = SOURCE_LANGUAGE) -> NewRoom:
         """A new room with an unguessable id and an editor token; ``private`` rooms get a viewer token (kept with
         the room: its QR code and links carry it); ``delay_s``: its audience's hold-back delay; ``languages``: what
-        its sentences are translated into (checked by the caller: ``translatable``). Raises ``StoreError`` if the
+        its sentences are translated into (checked by the caller: ``translatable(language)``); ``language``: what its
+        sessions speak (a Whisper language code, checked by the caller). Raises ``StoreError`` if the
         store cannot take it, unless ``unsaved_ok``: then the room lives in memory and is written with its events
         once the store takes writes again (a microphone session's own room: captions must not wait for a disk)."""
         viewer_token = new_token() if private else None
         editor_token = new_token()
         record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
                             token_digest(viewer_token) if viewer_token else None, viewer_token,
-                            token_digest(editor_token), delay_s, languages=languages)
+                            token_digest(editor_token), delay_s, languages=languages, language=language)
         room = self._translating(Room(record, self.store, 0, 0, self.stats))
         try:
             await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
                                          record.viewer_token, record.editor_token_sha256, record.delay_s,
-                                         record.languages)
+                                         record.languages, record.language)
         except StoreError as exc:
             if not unsaved_ok:
                 raise
@@ -139,12 +141,12 @@ class RoomRegistry:
         if self.translator is not None:
             # A pair's engine starts (Apertium: 0.1-0.6 s of CPU) when a room first has it, before its first
             # sentence needs it: in a thread, off the loop, and never at a server's start.
-            cold = [lang for lang in room.languages if lang not in self._warmed]
+            cold = [lang for lang in room.languages if (room.language, lang) not in self._warmed]
             if cold:
-                self._warmed.update(cold)
-                asyncio.get_running_loop().run_in_executor(None, self.translator.warm, SOURCE_LANGUAGE, cold)
+                self._warmed.update((room.language, lang) for lang in cold)
+                asyncio.get_running_loop().run_in_executor(None, self.translator.warm, room.language, cold)
             room.translating = RoomTranslating(room.id, self.translator, lambda: room.languages,
-                                               room.commit_translation, self.translation_stats)
+                                               room.commit_translation, self.translation_stats, room.language)
         return room
 
     def _add(self, room: Room) -> Room:

@@ -91,6 +91,7 @@ class Room(ReadPath):
         self.labels = RoomLabels(next_label)  # the next free speaker label (``app.rooms.names``; likewise)
         self.terms, self.learned = record.terms, record.learned  # the room's vocabulary (likewise)
         self.corrector = Corrector(self.terms, self.learned)  # ... as it rewrites what publishers lock
+        self.language = record.language  # what its sessions speak (a Whisper language code; never changes)
         self.languages = record.languages  # what its sentences are translated into (kept current by the events)
         self.translating: RoomTranslating | None = None  # set by the registry where translation engines run
         self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status,

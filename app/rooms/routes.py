@@ -17,7 +17,7 @@ import socket
 import segno
 from aiohttp import web
 
-from engine import ErrorCode
+from engine import LANGUAGE_CODES, ErrorCode
 
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
@@ -69,11 +69,13 @@ def room_links(request: web.Request, room_id: str, viewer_token: str | None,
 
 
 async def create_room(request: web.Request) -> web.Response:
-    """``POST /rooms`` ``{"title"?: str, "private"?: bool, "delay_s"?: number, "languages"?: [str]}`` -> 201
-    ``{"room", "viewer_token", "editor_token", "languages", "links"}``. Needs the server's auth token when one is
-    configured. ``viewer_token``: private rooms only. ``delay_s`` (0-30): the audience's hold-back delay
-    (``app.rooms.holdback``). ``languages``: what its sentences are translated into (``app.rooms.language_routes``;
-    400 for one this server cannot produce)."""
+    """``POST /rooms`` ``{"title"?: str, "private"?: bool, "delay_s"?: number, "language"?: str, "languages"?:
+    [str]}`` -> 201 ``{"room", "viewer_token", "editor_token", "language", "languages", "links"}``. Needs the server's
+    auth token when one is configured. ``viewer_token``: private rooms only. ``delay_s`` (0-30): the audience's
+    hold-back delay (``app.rooms.holdback``). ``language``: what its sessions speak (a Whisper language code, "en"
+    unless given; fixed for the room's life: its sentences, files and translations all start from it).
+    ``languages``: what its sentences are translated into (``app.rooms.language_routes``; 400 for one this server
+    cannot produce from ``language``)."""
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
         return json_error(401, ErrorCode.UNAUTHORIZED, "creating a room needs the server's token")
     try:
@@ -87,18 +89,23 @@ async def create_room(request: web.Request) -> web.Response:
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 <= delay_s <= MAX_DELAY_S:
         return json_error(400, ErrorCode.BAD_MESSAGE,
                           f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
-    unknown = sorted(set(params) - {"title", "private", "delay_s", "languages"})
+    unknown = sorted(set(params) - {"title", "private", "delay_s", "language", "languages"})
     if unknown:
         return json_error(400, ErrorCode.BAD_MESSAGE,
-                          f"unknown field {unknown[0]!r}: expected title, private, delay_s, languages")
+                          f"unknown field {unknown[0]!r}: expected title, private, delay_s, language, languages")
+    language = params.get("language", SOURCE_LANGUAGE)
+    if not isinstance(language, str) or language not in LANGUAGE_CODES:
+        return json_error(400, ErrorCode.BAD_MESSAGE, '"language" must be a language code the recognizer knows '
+                          '(Whisper\'s: "en", "es", "zh", ...)')
     try:
-        languages = room_languages(params.get("languages", []), request.app[ROOMS].translatable())
+        languages = room_languages(params.get("languages", []), request.app[ROOMS].translatable(language), language)
     except ValueError as exc:
         return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
-    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s), languages=languages)
+    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s), languages=languages,
+                                          language=language)
     room = new.room
     return web.json_response({"room": room.id, "viewer_token": new.viewer_token, "editor_token": new.editor_token,
-                              "languages": list(room.languages),
+                              "language": room.language, "languages": list(room.languages),
                               "links": room_links(request, room.id, new.viewer_token, new.editor_token)}, status=201)
 
 
@@ -126,7 +133,7 @@ async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
     return web.json_response({**room.status(editor=may_edit(request, room)).wire(), "title": room.record.title,
                               "created_ms": room.record.created_ms, "private": room.private,
-                              "delay_s": room.audience.delay_s, "language": SOURCE_LANGUAGE,
+                              "delay_s": room.audience.delay_s, "language": room.language,
                               "languages": list(room.languages),
                               "translations_waiting": room.translating.waiting if room.translating else 0})
 
@@ -209,7 +216,7 @@ def stream_language(request: web.Request, room: Room) -> str | None:
     if not raw:
         return None
     try:
-        return asked_language(raw, room.languages)
+        return asked_language(raw, room.languages, room.language)
     except ValueError as exc:
         raise http_error(400, ErrorCode.BAD_MESSAGE, f'"lang": {exc}') from None
 

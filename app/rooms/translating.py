@@ -23,11 +23,11 @@ from typing import Protocol
 
 from engine import TranslationError, TranslationRequest, normalise_language
 
-from .store.base import SentenceRecord
+from .store.base import SPOKEN_DEFAULT, SentenceRecord
 
 log = logging.getLogger(__name__)
 
-SOURCE_LANGUAGE = "en"  # what a room's sessions speak unless they say otherwise (the engine's default)
+SOURCE_LANGUAGE = SPOKEN_DEFAULT  # what a room is spoken in unless it was made in another language
 CONTEXT_SENTENCES = 3  # the sentences before the ones translated, given to engines that use context
 RETRY_S = (5.0, 30.0, 120.0)  # a failed translation is retried after each of these, then left missing
 QUEUE_MAX = 2000  # sentences waiting per room; past it the oldest waiting are left untranslated (and counted)
@@ -35,29 +35,31 @@ HISTORY_MAX = 500  # a language added during an event: its translation of the se
 MAX_ROOM_LANGUAGES = 6  # as many caption languages as the largest live-event products offer (Teams: 6)
 
 
-def asked_language(raw: str, languages: Sequence[str]) -> str | None:
-    """The room language a viewer, a file or an output asks for by ``raw`` (a BCP 47 tag): None for the spoken one,
-    else one of ``languages`` (the room's): the same tag, else the first of the same language (``es-MX`` for
-    ``es``). ``ValueError`` for anything else, saying which the room has (never repeating ``raw``)."""
+def asked_language(raw: str, languages: Sequence[str], source: str = SOURCE_LANGUAGE) -> str | None:
+    """The room language a viewer, a file or an output asks for by ``raw`` (a BCP 47 tag): None for the spoken one
+    (``source``, or a tag of the same language), else one of ``languages`` (the room's): the same tag, else the
+    first of the same language (``es-MX`` for ``es``). ``ValueError`` for anything else, saying which the room has
+    (never repeating ``raw``)."""
     try:
         lang = normalise_language(raw)
     except ValueError:
         raise ValueError("must be a language code (BCP 47)") from None
-    if lang == SOURCE_LANGUAGE:
-        return None
     if lang in languages:
         return lang
+    if lang.split("-")[0].lower() == source:
+        return None
     # "es-MX" asked of a room in "es" (or the other way round): the same language for its reader.
     same = [have for have in languages if have.split("-")[0].lower() == lang.split("-")[0].lower()]
     if not same:
-        raise ValueError(f"this room is in {', '.join([SOURCE_LANGUAGE, *languages])}, not the language asked for")
+        raise ValueError(f"this room is in {', '.join([source, *languages])}, not the language asked for")
     return same[0]
 
 
-def room_languages(value: object, available: frozenset[str]) -> tuple[str, ...]:
+def room_languages(value: object, available: frozenset[str], source: str = SOURCE_LANGUAGE) -> tuple[str, ...]:
     """A room's ``"languages"`` from a request body: distinct BCP 47 tags (normalised) that engines can produce from
-    ``available`` (primary subtags), at most ``MAX_ROOM_LANGUAGES``, the spoken language left out. Raises
-    ``ValueError`` with a message for the client that names what can be had."""
+    ``available`` (primary subtags: what they translate ``source``, the spoken language, into), at most
+    ``MAX_ROOM_LANGUAGES``, the spoken language left out. Raises ``ValueError`` with a message for the client that
+    names what can be had."""
     if (not isinstance(value, list) or not all(isinstance(v, str) for v in value)
             or len(value) > MAX_ROOM_LANGUAGES):
         raise ValueError(f'"languages" must be a list of at most {MAX_ROOM_LANGUAGES} language codes (BCP 47)')
@@ -67,10 +69,11 @@ def room_languages(value: object, available: frozenset[str]) -> tuple[str, ...]:
             lang = normalise_language(raw)
         except ValueError:
             raise ValueError(f"{raw[:40]!r} is not a language code (BCP 47, such as \"es\" or \"pt-BR\")") from None
-        if lang.split("-")[0] not in available and lang != SOURCE_LANGUAGE:
+        spoken = lang.split("-")[0] == source
+        if lang.split("-")[0] not in available and not spoken:
             can = ", ".join(sorted(available)) or "none (this server has no translation engine)"
-            raise ValueError(f"this server cannot translate into {lang!r}; it can into: {can}")
-        if lang != SOURCE_LANGUAGE and lang not in out:
+            raise ValueError(f"this server cannot translate {source!r} into {lang!r}; it can into: {can}")
+        if not spoken and lang not in out:
             out.append(lang)
     return tuple(out)
 

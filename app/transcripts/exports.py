@@ -165,7 +165,7 @@ def _vtt_escape(text: str) -> str:
 
 def room_header(room: RoomRecord) -> dict[str, Any]:
     """The JSON export's leading fields for a room's transcript."""
-    return {"room": room.id, "title": room.title,
+    return {"room": room.id, "title": room.title, "language": room.language,
             "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat()}
 
 

@@ -31,7 +31,6 @@ from engine.protocol import ErrorCode
 from ..responses import json_error
 from ..rooms import (
     ROOM_ID_PATTERN,
-    SOURCE_LANGUAGE,
     STORE,
     Room,
     SentenceRecord,
@@ -116,7 +115,7 @@ async def master_playlist(request: web.Request) -> web.Response:
     except ValueError as exc:
         return _refused(400, ErrorCode.BAD_PARAMETER, str(exc))
     token = request.query.get("token")
-    renditions = [hls_master.Rendition(SOURCE_LANGUAGE, f"../captions.m3u8{_query(token, None)}")]
+    renditions = [hls_master.Rendition(room.language, f"../captions.m3u8{_query(token, None)}")]
     renditions += [hls_master.Rendition(lang, f"../captions.m3u8{_query(token, lang)}") for lang in room.languages]
     text = hls_master.master_playlist(video, renditions)
     return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",

@@ -7,14 +7,14 @@ import logging
 
 from aiohttp import web
 
-from engine import EngineError, ErrorCode
+from engine import LANGUAGE_CODES, EngineError, ErrorCode
 
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
 from ..keys import CONFIG, ENGINE
 from ..ops import ADMISSION, METRICS, NoRoom, Refused, admit_publisher
 from ..responses import json_error, unreadable_body
-from ..rooms import ROOMS, BadName, StoreError, person_name
+from ..rooms import ROOMS, SOURCE_LANGUAGE, BadName, StoreError, person_name
 from . import stun_turn
 from .keys import PEERS
 from .peer import PeerSession
@@ -38,9 +38,10 @@ async def ice(request: web.Request) -> web.Response:
 
 
 async def offer(request: web.Request) -> web.Response:
-    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "name"?, "token"?}`` -> ``{"sdp", "type": "answer",
-    "session", "room"}``. The session publishes into ``room`` (which must exist), or into a new room of its own, as
-    person ``name`` (``names.person_name``)."""
+    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "name"?, "token"?, "language"?}`` -> ``{"sdp", "type":
+    "answer", "session", "room"}``. The session publishes into ``room`` (which must exist; it speaks the room's
+    language), or into a new room of its own spoken in ``language`` (a Whisper code; else the server's default
+    language, else English), as person ``name`` (``names.person_name``)."""
     if request.content_type != "application/json":
         return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
     try:
@@ -61,6 +62,10 @@ async def offer(request: web.Request) -> web.Response:
         name = person_name(params.get("name"))
     except BadName as exc:
         return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
+    asked = params.get("language") or None
+    if asked is not None and (not isinstance(asked, str) or asked not in LANGUAGE_CODES):
+        return json_error(400, ErrorCode.BAD_MESSAGE, '"language" must be a language code the recognizer knows')
+    own_language = asked or config.language or SOURCE_LANGUAGE
     # The engine's state, the capacity and the room, as on every way in. A refusal is 503 (loading, busy with
     # Retry-After: the page waits and tries again by itself; engine: it failed).
     try:
@@ -72,7 +77,8 @@ async def offer(request: web.Request) -> web.Response:
     slot, room = admitted.slot, admitted.room
     try:
         # The session owns the slot from here (released on close).
-        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS])
+        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS],
+                           language=room.language if room is not None else asked)
     except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
         return app[ADMISSION].refusal_for(exc).response()
     try:
@@ -86,7 +92,7 @@ async def offer(request: web.Request) -> web.Response:
         if room is None:
             # A room of its own only for an offer that was accepted: rejected offers leave nothing behind. A
             # failing store does not stop the captions: the room is written when the store recovers.
-            made = await app[ROOMS].create(unsaved_ok=True)
+            made = await app[ROOMS].create(unsaved_ok=True, language=own_language)
             room, editor_token = made.room, made.editor_token  # the session's own room: its speaker may edit it
         else:
             # The same room again: the object fetched before the await may have left memory meanwhile.
@@ -94,7 +100,7 @@ async def offer(request: web.Request) -> web.Response:
     except StoreError as exc:  # the stored room could not be read again
         await peer.close()
         return json_error(503, ErrorCode.STORAGE, f"the transcript store fails: {exc}")
-    peer.join(room, admitted.name)
+    peer.join(room, admitted.name, own=editor_token is not None)
     body = {"sdp": answer.sdp, "type": answer.type, "session": peer.id, "room": room.id}
     if editor_token is not None:
         body["editor_token"] = editor_token

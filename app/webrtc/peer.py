@@ -38,6 +38,19 @@ _BAD_REPLY_PER_S = 1.0  # ...then this many per second; the rest are counted and
 _BAD_SUMMARY_AFTER_S = 2.0
 
 
+def _refusal_in_room(msg: protocol.StartMessage, spoken: str) -> str:
+    """Why a ``start`` cannot publish into a room spoken in ``spoken`` ("" if it can): every sentence of a room is in
+    its language (its files, translations and outputs start from it). Whisper's translate task writes English, so
+    it fits a room spoken in English, whatever ``msg.language`` the speech is in."""
+    if msg.task == "translate":
+        return "" if spoken == "en" else (f"this room is spoken in {spoken}: a session cannot publish English "
+                                          "translations into it (the translate task suits rooms spoken in en)")
+    if msg.language_given and msg.language != spoken:
+        return (f"this room is spoken in {spoken}: start without a language (or with {spoken!r}) to caption "
+                "into it")
+    return ""
+
+
 class PeerState(StrEnum):
     NEW = "new"
     LIVE = "live"
@@ -51,8 +64,10 @@ class PeerSession:
 
     def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
                  room: Room | None = None, slot: Slot | None = None, data_channel: bool = True,
-                 on_shed: Callable[[float], None] | None = None, loss: LossObserver | None = None) -> None:
+                 on_shed: Callable[[float], None] | None = None, loss: LossObserver | None = None,
+                 language: str | None = None) -> None:
         """``slot``: the admission place this session holds; released when it closes (or if opening fails).
+        ``language``: what it decodes until the client's ``start`` says otherwise (None: the server's default).
         ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only.
         ``on_shed(seconds)``: audio of this stream skipped because the server fell behind (metrics).
         ``loss``: hears the audio packets this stream loses and the audio concealed for them (metrics)."""
@@ -60,7 +75,7 @@ class PeerSession:
         self.config = config
         self.registry = registry
         try:
-            self.session: Session = engine.open_session(SessionOptions(language=config.language))
+            self.session: Session = engine.open_session(SessionOptions(language=language or config.language))
         except BaseException:
             if slot is not None:
                 slot.release()
@@ -86,6 +101,7 @@ class PeerSession:
         self._bad_summary: asyncio.TimerHandle | None = None
         self._log = SessionLog(log, self.id)
         self.publisher: RoomPublisher | None = None
+        self.spoken: str | None = None  # the language of the room it joined (its own room: None, any language)
         if room is not None:
             self.join(room)
         registry[self.id] = self
@@ -94,10 +110,13 @@ class PeerSession:
         self.pc.on("connectionstatechange", self._on_connection_state)
         self._sender = self._spawn(self._send_loop(), "send")
 
-    def join(self, room: Room, name: str | None = None) -> None:
+    def join(self, room: Room, name: str | None = None, own: bool = False) -> None:
         """Publish into ``room`` from now on, as person ``name`` (None: unnamed). Call before the client can send
-        ``start`` (i.e. right after ``accept``): no message exists before that, so the room misses nothing."""
+        ``start`` (i.e. right after ``accept``): no message exists before that, so the room misses nothing.
+        A room it did not make (``own`` False) is spoken in ``room.language``: a ``start`` that names no language
+        decodes that one, one that names another is refused (``_refusal_in_room``)."""
         if self.publisher is None:
+            self.spoken = None if own else room.language
             self.publisher = room.join(self.id, name)
             room.share_microphone(self.id, self.session)
             self.publisher.watch(self.session.post_correction)
@@ -176,8 +195,15 @@ class PeerSession:
         if isinstance(msg, protocol.StopMessage):
             self.request_stop()
             return
+        language = msg.language
+        if self.spoken is not None:
+            refusal = _refusal_in_room(msg, self.spoken)
+            if refusal:
+                self._send_error(protocol.ErrorCode.BAD_MESSAGE, refusal)
+                return
+            language = msg.language if msg.language_given else self.spoken
         try:
-            self.session.configure(SessionOptions(language=msg.language, hotwords=msg.hotwords, words=msg.words,
+            self.session.configure(SessionOptions(language=language, hotwords=msg.hotwords, words=msg.words,
                                                   task=msg.task))
         except IllegalTransition as exc:
             self._send_error(protocol.ErrorCode.BAD_STATE, str(exc))

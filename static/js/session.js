@@ -192,12 +192,14 @@ export class Session extends EventTarget {
   }
 
   async #postOffer(description) {
+    // A session's own room is spoken in the language it starts in (a room it joins has its own already).
+    const language = !this.offerFields.room && this.start.language ? { language: this.start.language } : {};
     let response;
     try {
       response = await fetch(this.offerUrl, {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ ...this.offerFields, sdp: description.sdp, type: description.type }),
+        body: JSON.stringify({ ...this.offerFields, ...language, sdp: description.sdp, type: description.type }),
       });
     } catch (error) {
       throw new CaptionError("unreachable", error?.message ?? "");

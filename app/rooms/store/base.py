@@ -36,8 +36,9 @@ Schema (both backends; the version is SQLite's ``user_version`` or PostgreSQL's 
   named publishers gave), terms and learned (JSON lists: the room's vocabulary, see ``protocol.Vocabulary``), all
   kept current by the events;
   ended_ms (when an editor ended the room: its HLS playlist closes; NULL while it runs), outputs (JSON list: where
-  its captions go, ``app.outputs``) and languages (JSON list of BCP 47 codes: what its sentences are translated
-  into, ``app.rooms.translating``; kept current by "languages" events).
+  its captions go, ``app.outputs``), languages (JSON list of BCP 47 codes: what its sentences are translated
+  into, ``app.rooms.translating``; kept current by "languages" events) and language (the Whisper language code
+  its sessions speak, set when it is made; NULL for rooms made before it was kept: English).
 - ``events``: (room, seq) -> kind ("caption" | "speakers" | "words" | "correction" | "vocabulary" | "translation" |
   "languages"), the message as
   sent to viewers (JSON) and created_ms (when it was committed). ``seq`` is the room-level sequence number that
@@ -63,6 +64,7 @@ from typing import Any
 from engine import protocol
 
 MEMORY = ":memory:"
+SPOKEN_DEFAULT = "en"  # the language spoken in a room made without one (and in rooms made before it was kept)
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # The largest ``announce`` body (its JSON, UTF-8): half of PostgreSQL's 8000-byte NOTIFY payload limit, which leaves
 # room for the envelope (room id, sender) and for bodies that grow a little over time.
@@ -88,6 +90,7 @@ class RoomRecord:
     ended_ms: int | None = None  # when an editor ended it (ms since the Unix epoch)
     outputs: tuple[dict[str, Any], ...] = ()  # where its captions go besides its viewers (``app.outputs``)
     languages: tuple[str, ...] = ()  # what its sentences are translated into (BCP 47; ``app.rooms.translating``)
+    language: str = SPOKEN_DEFAULT  # what its sessions speak (a Whisper language code), set when it is made
 
 
 @dataclass(frozen=True)
@@ -168,17 +171,18 @@ class TranscriptStore(ABC):
     async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
                           created_ms: int | None = None, viewer_token: str | None = None,
                           editor_token_sha256: str | None = None, delay_s: float = 0.0,
-                          languages: Sequence[str] = ()) -> RoomRecord:
+                          languages: Sequence[str] = (), language: str = SPOKEN_DEFAULT) -> RoomRecord:
         """Store a new room; an id that exists already is a ``StoreError``."""
         record = RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title, viewer_token_sha256,
-                            viewer_token, editor_token_sha256, delay_s, languages=tuple(languages))
+                            viewer_token, editor_token_sha256, delay_s, languages=tuple(languages),
+                            language=language)
         await self._insert_room(record)
         return record
 
     @abstractmethod
     async def _insert_room(self, record: RoomRecord) -> None:
         """``create_room``'s write: ``INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token,
-        editor_token_sha256, delay_s, languages)`` with ``room_row(record)``."""
+        editor_token_sha256, delay_s, languages, language)`` with ``room_row(record)``."""
 
     @abstractmethod
     async def room(self, room_id: str) -> RoomRecord | None: ...
@@ -341,21 +345,21 @@ def now_ms() -> int:
 
 # A room's row as both backends read it: ``room_record`` takes the columns in this order.
 ROOM_COLUMNS = ("id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s, names, terms, "
-                "learned, ended_ms, outputs, languages")
+                "learned, ended_ms, outputs, languages, language")
 
 
 def room_row(record: RoomRecord) -> tuple[Any, ...]:
     """A new room's row: ``id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s,
-    languages`` (the other columns start empty)."""
+    languages, language`` (the other columns start empty)."""
     return (record.id, record.created_ms, record.title, record.viewer_token_sha256, record.viewer_token,
-            record.editor_token_sha256, record.delay_s, terms_json(record.languages))
+            record.editor_token_sha256, record.delay_s, terms_json(record.languages), record.language)
 
 
 def room_record(row: Sequence[Any]) -> RoomRecord:
     """A room from its row (``SELECT {ROOM_COLUMNS}``)."""
     return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
                       terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
-                      outputs_from_json(row[11]), terms_from_json(row[12]))
+                      outputs_from_json(row[11]), terms_from_json(row[12]), row[13] or SPOKEN_DEFAULT)
 
 
 # What both backends write and read in table ``sentences``, whatever their SQL dialect: the parameters of each

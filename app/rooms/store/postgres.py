@@ -32,7 +32,8 @@ the payload stays well under the 8000-byte limit.
 Schema version: the one row of table ``schema_version`` (``SCHEMA_VERSION``; a newer database is refused, an
 older one migrated). Front ends starting together serialise their check on an advisory lock. Version 1 is the
 SQLite store's version 3 plus two counters per room (``last_seq``, ``next_sentence``: the numbering above); version 2
-adds what SQLite's version 4 added for editors, version 3 what SQLite's version 5 added for translations.
+adds what SQLite's version 4 added for editors, version 3 what SQLite's version 5 added for translations, version 4
+what SQLite's version 6 added (a room's spoken language).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from . import base
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CHANNEL = "live_captions_events"
 ANNOUNCE_CHANNEL = "live_captions_announce"
 POOL_MAX = 4
@@ -80,7 +81,8 @@ CREATE TABLE rooms (
     learned text,
     ended_ms bigint,
     outputs text,
-    languages text
+    languages text,
+    language text
 );
 CREATE TABLE events (
     room text NOT NULL REFERENCES rooms(id),
@@ -113,6 +115,7 @@ _MIGRATIONS: list[str] = [
     "ADD COLUMN outputs text; "
     "ALTER TABLE sentences ADD COLUMN original text, ADD COLUMN deleted boolean NOT NULL DEFAULT false;",
     "ALTER TABLE rooms ADD COLUMN languages text; ALTER TABLE sentences ADD COLUMN translations text;",
+    "ALTER TABLE rooms ADD COLUMN language text;",
 ]
 
 
@@ -157,7 +160,8 @@ class PostgresStore(base.TranscriptStore):
     # ---- public API ----------------------------------------------------------------------------------------------
     async def _insert_room(self, record: base.RoomRecord) -> None:
         await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                            "editor_token_sha256, delay_s, languages) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                            "editor_token_sha256, delay_s, languages, language) "
+                            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             base.room_row(record))
 
     async def room(self, room_id: str) -> base.RoomRecord | None:

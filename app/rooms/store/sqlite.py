@@ -14,7 +14,8 @@ ends need ``app.rooms.store.postgres``.
 Schema version: ``PRAGMA user_version`` = ``SCHEMA_VERSION``; a newer file is refused, an older one migrated.
 Version 2 added ``rooms.viewer_token``, version 3 ``sentences.words``, version 4 what editors need (``rooms``:
 editor_token_sha256, delay_s, names, terms, learned, ended_ms, outputs; ``sentences``: original, deleted), version 5
-translations (``rooms.languages``, ``sentences.translations``).
+translations (``rooms.languages``, ``sentences.translations``), version 6 the language spoken in a room
+(``rooms.language``: NULL for rooms made before, which are English).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from engine import protocol
 
 from . import base
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _FEW_IDS = 500  # a snapshot of at most this many sentences asks for them by id
 
 _SCHEMA = """
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS rooms (
     learned TEXT,
     ended_ms INTEGER,
     outputs TEXT,
-    languages TEXT
+    languages TEXT,
+    language TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     room TEXT NOT NULL REFERENCES rooms(id),
@@ -85,6 +87,7 @@ _MIGRATIONS = [
     "ALTER TABLE rooms ADD COLUMN ended_ms INTEGER; ALTER TABLE rooms ADD COLUMN outputs TEXT;"
     "ALTER TABLE sentences ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;",
     "ALTER TABLE rooms ADD COLUMN languages TEXT; ALTER TABLE sentences ADD COLUMN translations TEXT;",
+    "ALTER TABLE rooms ADD COLUMN language TEXT;",
 ]
 
 T = TypeVar("T")
@@ -207,7 +210,7 @@ class SqliteStore(base.TranscriptStore):
 
     def _create_room(self, record: base.RoomRecord) -> None:
         self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                           "editor_token_sha256, delay_s, languages) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           "editor_token_sha256, delay_s, languages, language) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            base.room_row(record))
 
     def _room(self, room_id: str) -> base.RoomRecord | None:

@@ -62,9 +62,13 @@ const mic = micMode ? microphone() : null;
 const shown = feed ?? mic;
 const lines = new CaptionLines(document.getElementById("captions"), { speakers: options.speakers, keep: 60 });
 
-if (feed && shownLanguage) {
-  setPageLanguage(shownLanguage);
-  roomLanguages(feed).then(({ spoken }) => lines.setOpenLanguage(spoken === shownLanguage ? "" : spoken));
+if (feed) {
+  // The page reads in the language shown: a room language asked for, else the one spoken in the room.
+  if (shownLanguage) setPageLanguage(shownLanguage);
+  roomLanguages(feed).then(({ spoken }) => {
+    if (!shownLanguage) setPageLanguage(spoken);
+    else lines.setOpenLanguage(spoken === shownLanguage ? "" : spoken);
+  });
 }
 if (shown) {
   shown.addEventListener("sentence", ({ detail }) => lines.add(detail));

@@ -1,9 +1,11 @@
 """A translated room in a real browser (Debian's Chromium through Playwright, loopback only): the phone viewer picks
 a language by keyboard and its page, its captions and its files follow; a bilingual kiosk (``lang=en,es``) shows
-both columns aligned by sentence, a correction reaching both; the widget in a language; axe-core on each.
+both columns aligned by sentence, a correction reaching both; the widget in a language; axe-core on each; a room
+spoken in Spanish reads in Spanish on every page, and in English where asked.
 
 Sentences are committed straight into the room as a publisher's are, the translator is the named fake
-(``FakeTranslations``: "[es] " and the text upper-cased): what is tested is what each page shows, not a model.
+(``FakeTranslations``: "[es] " or "[en] " and the text upper-cased): what is tested is what each page shows, not a
+model.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from playwright.async_api import Browser, Page
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from app.rooms.keys import ROOMS
 from engine import CaptionEngine
@@ -150,6 +153,35 @@ async def test_a_bilingual_kiosk_aligns_each_sentence_with_its_translation(
     await wait_texts(widget, [spanish(SAID[0]), spanish(fixed), spanish(SAID[2])])
     assert await widget.evaluate("document.documentElement.lang") == "es"
     for page in (kiosk, single, missing, widget):
+        await page.close()
+
+
+async def test_a_room_spoken_in_spanish_reads_in_spanish_on_every_page_and_in_english_when_asked(
+        served: tuple[str, web.Application], browser: Browser) -> None:
+    url, app = served
+    made = await new_room(url, TOKEN, language="es", languages=["en"])
+    room_id = made["room"]
+    said = ["Buenos días a todos.", "Empezamos con el presupuesto."]
+    await lock(app, room_id, *said)
+    english = [f"[en] {t.upper()}" for t in said]
+    pages = {"phone": f"/view?room={room_id}", "kiosk": f"/kiosk?room={room_id}&qr=0",
+             "widget": f"/embed?room={room_id}&lines=3"}
+    for name, path in pages.items():
+        page = await open_page(browser, url + path)
+        await wait_texts(page, said)
+        try:
+            await page.wait_for_function("document.documentElement.lang === 'es'", timeout=10_000)
+        except PlaywrightTimeout:
+            pytest.fail(f"the {name} page reads as {await page.evaluate('document.documentElement.lang')!r}")
+        await page.close()
+    kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&lang=es,en&qr=0")
+    await wait_texts(kiosk, said, ".cell[lang=es]")
+    await wait_texts(kiosk, english, ".cell[lang=en]")
+    assert await kiosk.evaluate("document.documentElement.lang") == "es"
+    phone = await open_page(browser, f"{url}/view?room={room_id}&lang=en")
+    await wait_texts(phone, english)
+    assert await phone.evaluate("document.documentElement.lang") == "en"
+    for page in (kiosk, phone):
         await page.close()
 
 

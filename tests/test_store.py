@@ -147,6 +147,24 @@ async def test_a_newer_schema_is_refused(target: str) -> None:
         await open_store(target)
 
 
+async def test_a_version_3_postgres_database_is_migrated_and_its_rooms_are_english(postgres_url: str) -> None:
+    store = await open_store(postgres_url)
+    await store.create_room(ROOM, "before spoken languages")
+    await store.close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # as a version 3 front end left it
+        conn.execute("ALTER TABLE rooms DROP COLUMN language")
+        conn.execute("UPDATE schema_version SET version = 3")
+    again = await open_store(postgres_url)
+    record = await again.room(ROOM)
+    await again.create_room("room-in-spanish-abc", language="es")
+    spanish = await again.room("room-in-spanish-abc")
+    await again.close()
+    assert record is not None and record.title == "before spoken languages" and record.language == "en"
+    assert spanish is not None and spanish.language == "es"
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(PG_SCHEMA_VERSION,)] == [(4,)]
+
+
 async def test_front_ends_starting_together_create_the_schema_once(postgres_url: str) -> None:
     stores = await asyncio.gather(*(open_store(postgres_url) for _ in range(4)))
     await stores[0].create_room(ROOM)

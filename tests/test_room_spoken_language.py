@@ -1,7 +1,8 @@
 """A room spoken in a language other than English, without a model: the language kept by both stores, translations
-from it, the streams, files and playlists that start from it, and publishers that decode it (a session that names
-another is refused). The recognizer is the fake engine and the translator a fake (``FakeTranslations``), each named
-as one: what is tested is the rooms and the way in, not a model."""
+from it, the streams, files and playlists that start from it, and publishers that decode it (a WebRTC session that
+names another is refused; a Deepgram stream that names none takes it). The recognizer is the fake engine and the
+translator a fake (``FakeTranslations``), each named as one: what is tested is the rooms and the way in, not a
+model."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from app.rooms.keys import ROOMS
 from app.rooms.store import SentenceRecord, open_store
-from engine import CaptionEngine
+from engine import CaptionEngine, Session, SessionOptions
 from engine.protocol import Caption
 from speechdata.corpus import audio, pad
 from tests.api import call, new_room
 from tests.fake_translations import FakeTranslations, in_language
+from tests.live_clients import pcm16, stream_deepgram
 from tests.publishing import lock, until
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
@@ -120,3 +123,23 @@ async def test_a_publisher_in_a_room_decodes_its_language_and_one_that_names_ano
     status, state = await call("GET", f"{url}/rooms/{own.room}", TOKEN)
     assert status == 200 and state["language"] == "de"
     await own.close()
+
+
+async def test_a_deepgram_stream_into_a_room_that_names_no_language_decodes_the_rooms(
+        fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deepgram's clients name a language or leave it to the server: in a room, the room's (a named one stands)."""
+    opened: list[str | None] = []
+    open_session = fake_engine.open_session
+
+    def spy(options: SessionOptions | None = None) -> Session:
+        opened.append(options.language if options is not None else None)
+        return open_session(options)
+
+    monkeypatch.setattr(fake_engine, "open_session", spy)
+    data = pcm16(audio("ls_1988-24833-0000")[: 16000])
+    async with running_server(fake_engine) as (url, app):
+        room = (await app[ROOMS].create(language="es")).room
+        await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id)
+        await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id, language="en")
+        await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000)
+    assert opened == ["es", "en", "en"]

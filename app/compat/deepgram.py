@@ -102,6 +102,8 @@ async def listen(request: web.Request) -> web.StreamResponse:
     try:
         params = parse_params(request.query, app[CONFIG].language)
         admitted = await admit_publisher(app, request.query.get("room"), params.name)
+        if admitted.room is not None:  # a stream into a room that names no language speaks the room's
+            params = parse_params(request.query, admitted.room.language)
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     except NoRoom as exc:

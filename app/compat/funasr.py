@@ -232,7 +232,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     # faster is taken at most ``LIVE_AHEAD_S`` ahead of real time). Its files (a ``wav_format``) go as uploads do.
     # Each sentence's message names its speaker (``spk``) and the protocol cannot correct one later: each sentence
     # waits for its speaker embedding.
-    options = SessionOptions(language=config.language, hotwords=fconfig.hotwords, words=True,
+    spoken = admitted.room.language if admitted.room is not None else config.language  # (its clients name none)
+    options = SessionOptions(language=spoken, hotwords=fconfig.hotwords, words=True,
                              partials=fconfig.online, relabels=False)
     stream = FunasrStream(sock, fconfig)
     if fconfig.wav_format != "pcm":

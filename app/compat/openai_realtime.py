@@ -108,7 +108,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     except BaseException:
         admitted.slot.release()
         raise
-    config = RealtimeConfig(language=app[CONFIG].language)
+    # Until the client's session.update names a language: the room's, for a stream into one.
+    config = RealtimeConfig(language=admitted.room.language if admitted.room is not None else app[CONFIG].language)
     try:
         # The session is configured with the client's settings when its first audio arrives.
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),

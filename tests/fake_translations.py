@@ -4,10 +4,15 @@ viewer of a room language shows."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from engine import TranslationError, TranslationRequest
+from aiohttp import web
+
+from engine import CaptionEngine, TranslationError, TranslationRequest
+from tests.servers import running_server
 
 
 class FakeTranslations:
@@ -50,3 +55,13 @@ def in_language(events: list[tuple[int | None, dict[str, Any]]]) -> dict[int, st
             for sid in m["deleted"]:
                 out.pop(sid, None)
     return out
+
+
+@contextlib.asynccontextmanager
+async def translating_server(engine: CaptionEngine, token: str,
+                             where: Path) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
+    """A server on ``engine`` with auth token ``token``, its store a file in folder ``where``, translating with a
+    fresh ``FakeTranslations``: ``(url, app, fake)``."""
+    fake = FakeTranslations()
+    async with running_server(engine, auth_token=token, db_path=str(where / "r.db"), translator=fake) as (url, app):
+        yield url, app, fake

@@ -19,7 +19,7 @@ from engine import CaptionEngine, Session, SessionOptions
 from engine.protocol import Caption
 from speechdata.corpus import audio, pad
 from tests.api import call, new_room
-from tests.fake_translations import FakeTranslations, in_language
+from tests.fake_translations import FakeTranslations, in_language, translating_server
 from tests.live_clients import pcm16, stream_deepgram
 from tests.publishing import lock, until
 from tests.rtc_client import CaptionClient
@@ -46,10 +46,8 @@ async def test_a_rooms_spoken_language_is_stored_and_survives_reopening(store_ta
 @pytest.fixture
 async def served(fake_engine: CaptionEngine,
                  tmp_path: Path) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
-    fake = FakeTranslations()
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "r.db"),
-                              translator=fake) as (url, app):
-        yield url, app, fake
+    async with translating_server(fake_engine, TOKEN, tmp_path) as served:
+        yield served
 
 
 async def test_a_room_spoken_in_spanish_is_translated_from_spanish_and_its_files_start_from_it(

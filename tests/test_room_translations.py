@@ -19,9 +19,8 @@ from app.rooms.store import Edits, SentenceRecord, open_store
 from engine import CaptionEngine
 from engine.protocol import Caption, Correction, Languages, Sentence, Translation
 from tests.api import call, new_room
-from tests.fake_translations import FakeTranslations, in_language
+from tests.fake_translations import FakeTranslations, in_language, translating_server
 from tests.publishing import lock, until
-from tests.servers import running_server
 from tests.sse import SseReader
 
 TOKEN = "server-token-for-translations"
@@ -83,10 +82,8 @@ async def test_translations_and_languages_are_stored_and_survive_reopening(store
 async def served(fake_engine: CaptionEngine, tmp_path: Path,
                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
     monkeypatch.setattr(translating, "RETRY_S", (0.2, 0.2))
-    fake = FakeTranslations()
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "r.db"),
-                              translator=fake) as (url, app):
-        yield url, app, fake
+    async with translating_server(fake_engine, TOKEN, tmp_path) as served:
+        yield served
 
 
 async def test_a_room_refuses_a_language_no_engine_produces_and_names_those_it_can(

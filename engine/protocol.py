@@ -17,6 +17,9 @@ increasing ``seq``):
 - ``{"type":"words","seq":N,"id":K,"words":[{"w":W,"start_ms":MS,"end_ms":MS},...]}``: better word times for the
   locked sentence ``K`` (Whisper's cross-attention, which runs after the lock so that it never delays it); they
   replace the times sent with the sentence. Sent only to clients that asked for words.
+- ``{"type":"original","seq":N,"id":K,"lang":L,"text":T}``: for a session whose task is ``"translate"`` (its
+  sentences are English), the words said in locked sentence ``K``, in language ``L``: the same audio transcribed,
+  after the lock and behind every live decode.
 - ``{"type":"speakers","seq":N,"relabel":{"K":S,...}}``: corrected speaker labels for earlier sentences (once the
   speaker embedding of a sentence that locked before it was in gives another label, and after the re-clustering at
   stop).
@@ -43,7 +46,8 @@ editors also get ``{"type":"vocabulary","seq":N,"terms":[...],"learned":[...]}``
 ``{"type":"translation","seq":N,"lang":L,"sentences":[...],"update":B,"missing":[K,...],"editor":E}``: its locked
 sentences in language ``L`` (each keyed by the source sentence's ``id``, with the source's times and label;
 ``update``: they replace translations sent before, after a correction; ``missing``: ids whose translation failed for
-now, sent with the source text, retried), and ``{"type":"languages","seq":N,"languages":[L,...]}`` when its
+now, sent with the source text, retried; ``"original":true``: the words said in ``L``, see ``original`` above), and
+``{"type":"languages","seq":N,"languages":[L,...]}`` when its
 languages change.
 
 Every server message is one class below (``ServerMessage``): the engine posts them, the transport and the room
@@ -310,6 +314,22 @@ class WordTimes:
 
 
 @dataclass(frozen=True)
+class Original:
+    """The words said in locked sentence ``id``, in language ``lang`` (a Whisper code), of a session whose task is
+    ``"translate"`` (its sentences are English): the same audio decoded again with the task ``"transcribe"``, after
+    the lock and behind every live decode. A room keeps it beside the English as the sentence in ``lang``
+    (``Translation.original``)."""
+
+    id: int
+    lang: str
+    text: str
+    seq: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "original", "seq": self.seq, "id": self.id, "lang": self.lang, "text": self.text}
+
+
+@dataclass(frozen=True)
 class Speakers:
     """Corrected labels: sentence id -> speaker label."""
 
@@ -359,7 +379,9 @@ class Translation:
     has the source's times, label and session; its ``text`` is the translation. ``update``: they replace translations
     sent before (a correction re-translated them, or an editor corrected a translation: ``editor`` says who).
     ``missing``: ids among them whose translation failed for now; they carry the source text until a retry
-    succeeds."""
+    succeeds. ``original``: their texts are not translations but the words said, in ``lang`` (``Original``: a
+    publisher captioned its speech in English with Whisper's translate task); no engine's translation replaces
+    them."""
 
     lang: str
     sentences: tuple[Sentence, ...]
@@ -367,6 +389,7 @@ class Translation:
     missing: tuple[int, ...] = ()
     editor: str = ""
     seq: int = 0
+    original: bool = False
 
     def wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "translation", "seq": self.seq, "lang": self.lang,
@@ -374,6 +397,8 @@ class Translation:
                                "missing": list(self.missing)}
         if self.editor:
             out["editor"] = self.editor
+        if self.original:
+            out["original"] = True
         return out
 
 
@@ -445,8 +470,8 @@ class RoomStatus:
         return out
 
 
-ServerMessage = (Ready | Caption | WordTimes | Speakers | Correction | Vocabulary | Translation | Languages | Stopped
-                 | Error | Storage | RoomStatus)
+ServerMessage = (Ready | Caption | WordTimes | Original | Speakers | Correction | Vocabulary | Translation | Languages
+                 | Stopped | Error | Storage | RoomStatus)
 
 
 def parse_server_message(data: dict[str, Any]) -> ServerMessage:
@@ -473,7 +498,9 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         if kind == "translation":
             return Translation(str(data["lang"]), tuple(_sentence(x) for x in data["sentences"]),
                                bool(data.get("update")), tuple(int(i) for i in data.get("missing") or ()),
-                               str(data.get("editor") or ""), seq)
+                               str(data.get("editor") or ""), seq, bool(data.get("original")))
+        if kind == "original":
+            return Original(int(data["id"]), str(data["lang"]), str(data["text"]), seq)
         if kind == "languages":
             return Languages(tuple(str(lang) for lang in data["languages"]), seq)
         if kind == "stopped":

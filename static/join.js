@@ -8,7 +8,8 @@
  *
  * URL parameters: `room=<id>` (required), `token=<viewer token>` for a private room, `key=<server token>` when the
  * server needs one to publish (never in the kiosk's QR code), `lang=<code>` the microphone's language (default: the
- * room's; another is refused by the server).
+ * room's; another is refused by the server), `task=translate` English captions of the microphone's speech in `lang`
+ * (Whisper's translate task; a room spoken in English), the words said kept as the room's version in their language.
  *
  * Test hook: `window.liveCaptions` is the RoomFeed (state, detail, transcript(), messages, events), with
  * `.mic`: the CaptionController of the current or last join (null before the first), and `.mine`: the set of this
@@ -160,7 +161,8 @@ function join(name) {
   const mic = new CaptionController({
     offerFields,
     microphone: CAPTURE,
-    defaults: () => ({ language: query.get("lang") ?? "", hotwords: [] }),
+    defaults: () => ({ language: query.get("lang") ?? "", hotwords: [],
+      task: query.get("task") === "translate" ? "translate" : "transcribe" }),
   });
   controller = mic;
   feed.mic = mic;

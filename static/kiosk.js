@@ -15,6 +15,8 @@
  *                  sentence is translated, quieter (`.partial.foreign`). With mic=1 and one language, also the
  *                  language spoken into the microphone unless mic-lang says it
  *   mic-lang=<code>  language of the microphone session (default: lang, else the server's)
+ *   mic-task=translate  English captions of the microphone's speech (Whisper's translate task; a room spoken in
+ *                  English), the words said kept as the room's version in their language
  *   qr=view        the QR code opens the read-only phone viewer instead (an audience that only reads)
  *   qr=0           hide the QR code
  *
@@ -122,7 +124,8 @@ function microphone() {
     offerFields: { room: query.get("room") ?? "", ...(token ? { token } : {}) },
     // No language named: the server decodes the room's own (a `lang=` here is what the screen shows, not what is
     // spoken into it).
-    defaults: () => ({ language: query.get("mic-lang") ?? "", hotwords: [], processing: false }),
+    defaults: () => ({ language: query.get("mic-lang") ?? "", hotwords: [], processing: false,
+      task: query.get("mic-task") === "translate" ? "translate" : "transcribe" }),
   });
   // The controller reconnects by itself after a drop; a run that ends in error (no microphone, refused
   // token, server down at start) is tried again a little later, for ever: nobody is there to press Start.

@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -20,7 +21,7 @@ from engine.protocol import Caption
 from speechdata.corpus import audio, pad
 from tests.api import call, new_room
 from tests.fake_translations import FakeTranslations, in_language, translating_server
-from tests.live_clients import pcm16, stream_deepgram
+from tests.live_clients import pcm16, stream_deepgram, stream_realtime
 from tests.publishing import lock, until
 from tests.rtc_client import CaptionClient
 from tests.servers import running_server
@@ -123,9 +124,10 @@ async def test_a_publisher_in_a_room_decodes_its_language_and_one_that_names_ano
     await own.close()
 
 
-async def test_a_deepgram_stream_into_a_room_that_names_no_language_decodes_the_rooms(
+async def test_a_compatible_stream_into_a_room_decodes_its_language_and_one_naming_another_is_refused(
         fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Deepgram's clients name a language or leave it to the server: in a room, the room's (a named one stands)."""
+    """Deepgram's clients name a language or leave it to the server: in a room, the room's; one that names another
+    is refused (OpenAI Realtime's too, by an error event)."""
     opened: list[str | None] = []
     open_session = fake_engine.open_session
 
@@ -138,6 +140,47 @@ async def test_a_deepgram_stream_into_a_room_that_names_no_language_decodes_the_
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create(language="es")).room
         await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id)
-        await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id, language="en")
+        # One that names another language is refused before the upgrade, as Deepgram refuses a bad parameter.
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                await http.ws_connect(f"{url}/v1/listen?room={room.id}&language=en&encoding=linear16"
+                                      "&sample_rate=16000")
+        assert err.value.status == 400
         await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000)
-    assert opened == ["es", "en", "en"]
+        # OpenAI Realtime: a session.update naming another language is an error event; the session goes on.
+        run = await stream_realtime(url, pcm16(audio("ls_1988-24833-0000")[: 16000], 24000), speed=0,
+                                    query=f"room={room.id}", settle_s=1.0)
+        errors = [e for e in run.events if e.type == "error"]
+        assert errors and errors[0].error.code == "unsupported_language" and "spoken in es" in errors[0].error.message
+    assert opened == ["es", "en", "es"]
+
+
+async def test_an_english_only_model_refuses_rooms_sessions_and_files_in_other_languages(
+        fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A server on an English-only checkpoint (named as whisper-tiny.en is) writes English whatever is said: a room
+    spoken in another language, a session that names one or asks for the translate task, and a file to translate
+    are refused, each saying why; English works as before."""
+    monkeypatch.setattr(fake_engine.transcriber, "name", "whisper-tiny.en")
+    assert fake_engine.english_only and fake_engine.cannot_caption("en") == ""
+    async with translating_server(fake_engine, TOKEN, tmp_path) as (url, _app, _fake):
+        status, body = await call("POST", f"{url}/rooms", TOKEN, {"language": "es"})
+        assert status == 400 and "English-only" in body["error"]["message"]
+        status, body = await call("POST", f"{url}/offer", TOKEN, {"sdp": "v=0", "type": "offer", "language": "de"})
+        assert status == 400 and "English-only" in body["error"]["message"]
+        english = (await new_room(url, TOKEN))["room"]
+        clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 0.5)
+        client = CaptionClient(url, clip)
+        await client.connect(start={"type": "start", "language": "zh", "task": "translate"},
+                             offer={"room": english, "token": TOKEN})
+        await until(lambda: any(m["type"] == "error" for m in client.messages))
+        assert "no translate task" in client.messages[-1]["message"] and not _ready(client)
+        client.send(json.dumps({"type": "start", "language": "en"}))
+        await until(lambda: bool(_ready(client)))
+        await client.close()
+        form = aiohttp.FormData()
+        form.add_field("model", "whisper-1")
+        form.add_field("file", b"RIFF", filename="a.wav", content_type="audio/wav")
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{url}/v1/audio/translations", data=form, headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+            answer = await r.json()
+        assert r.status == 400 and answer["error"]["code"] == "unsupported_task"

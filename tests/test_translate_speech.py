@@ -70,3 +70,30 @@ async def test_a_room_spoken_in_chinese_captions_its_publisher_in_chinese(engine
     assert ready["language"] == "zh" and status == 200 and doc["language"] == "zh"
     assert said and not said.isascii(), f"captioned in Chinese: {said!r}"
     assert "".join(s["text"] for s in doc["sentences"]) == said
+
+
+async def test_a_publisher_of_chinese_speech_captions_english_and_keeps_the_chinese_said(
+        engine: CaptionEngine) -> None:
+    """Whisper's translate task over WebRTC into an English room: English captions, and each sentence's words as
+    said (``original``) kept as the room's Chinese, which a viewer of ``lang=zh`` and the transcript read."""
+    clip, english = references("en")[0]
+    async with running_server(engine) as (url, app):
+        room = (await app[ROOMS].create()).room
+        client = CaptionClient(url, pad(audio(clip), 0.5, 1.5))
+        await client.connect(start={"type": "start", "language": "zh", "task": "translate", "hotwords": []},
+                             offer={"room": room.id})
+        await client.until_played()
+        await client.stop()
+        await client.close()
+        captions = [s["text"] for s in client.sentences()]
+        originals = [m for m in client.messages if m["type"] == "original"]
+        status, doc = await call("GET", f"{url}/rooms/{room.id}/transcript.json", None)
+        status_zh, text_zh = await call("GET", f"{url}/rooms/{room.id}/transcript.txt?lang=zh", None)
+        _, state = await call("GET", f"{url}/rooms/{room.id}", None)
+    print("captions:", captions, "originals:", [o["text"] for o in originals], "reference:", english)
+    assert captions and all(t.isascii() for t in captions), captions
+    assert originals and {o["lang"] for o in originals} == {"zh"} and not any(o["text"].isascii() for o in originals)
+    assert status == 200 and doc["language"] == "en" and state["languages"] == ["zh"]
+    kept = {s["id"]: s["translations"].get("zh") for s in doc["sentences"]}
+    assert sorted(filter(None, kept.values())) == sorted(o["text"] for o in originals)
+    assert status_zh == 200 and originals[0]["text"] in str(text_zh)

@@ -104,6 +104,10 @@ async def listen(request: web.Request) -> web.StreamResponse:
         admitted = await admit_publisher(app, request.query.get("room"), params.name)
         if admitted.room is not None:  # a stream into a room that names no language speaks the room's
             params = parse_params(request.query, admitted.room.language)
+            if params.language not in (None, admitted.room.language):
+                admitted.slot.release()
+                raise ParamError(f"this room is spoken in {admitted.room.language}: name no language (or "
+                                 f"{admitted.room.language!r}) to caption into it")
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     except NoRoom as exc:

@@ -114,7 +114,8 @@ async def realtime(request: web.Request) -> web.StreamResponse:
         # The session is configured with the client's settings when its first audio arrives.
         async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
                              configure=False, sock=sock) as live:
-            await RealtimeStream(sock, live, config, beta=_speaks_beta(request)).run()
+            await RealtimeStream(sock, live, config, beta=_speaks_beta(request),
+                                 spoken=admitted.room.language if admitted.room is not None else None).run()
     except Refused as exc:  # (the engine would not open the session after the upgrade)
         await sock.close(exc.refusal.close_code, str(exc))
     except Exception:  # logged, and the open sentence finished, by open_live

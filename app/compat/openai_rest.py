@@ -145,6 +145,10 @@ async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse
     try:
         # The body first, then a file slot: an upload that is slow to arrive (or stalls: 408) holds none.
         form = dataclasses.replace(await _read_form(request), task=task)
+        cannot = engine.cannot_caption(form.language, task)
+        if cannot:
+            raise ApiError(400, cannot, param="language" if task == "transcribe" else None,
+                           code="unsupported_language" if task == "transcribe" else "unsupported_task")
         slot = request.app[FILE_JOBS].try_acquire()
         if slot is None:
             if request.app[FILE_JOBS].closed:

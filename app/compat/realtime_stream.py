@@ -13,7 +13,7 @@ import logging
 import math
 import secrets
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import WSMsgType
@@ -68,8 +68,12 @@ class RealtimeStream:
     ``conversation.item.created``; a client may also choose them event by event with ``transcription_session.update``).
     """
 
-    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig, beta: bool = False) -> None:
+    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig, beta: bool = False,
+                 spoken: str | None = None) -> None:
+        """``spoken``: the language of the room it publishes into (a ``session.update`` naming another is refused);
+        None outside a room."""
         self.sock, self.live, self.config, self.beta = sock, live, config, beta
+        self.spoken = spoken
         self.session_id = _new_id("sess")
         self.watch = SpeechWatch(live.session)
         self.online = OnlineText()
@@ -165,6 +169,12 @@ class RealtimeStream:
 
     async def update(self, session: Any, beta: bool) -> None:
         config = apply_update(self.config, session, beta)
+        if self.spoken is not None and config.language not in (None, self.spoken):
+            raise ConfigError(f"this room is spoken in {self.spoken}: name no language (or {self.spoken!r}) to "
+                              "caption into it", "session.audio.input.transcription.language",
+                              code="unsupported_language")
+        if config.language is None and self.spoken is not None:
+            config = replace(config, language=self.spoken)  # none named: the room's
         if self._feed is not None:
             if (config.language, config.prompt) != (self.config.language, self.config.prompt):
                 raise ConfigError("language and prompt apply to the whole session: set them before the first audio",

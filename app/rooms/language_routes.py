@@ -45,8 +45,10 @@ async def put_languages(request: web.Request) -> web.Response:
     """``PUT /rooms/{id}/languages`` ``{"languages": [...]}`` (the room's editor token or the server's): what the
     room's sentences are translated into from now on. A language added gets the sentences so far."""
     room, body = await editing(request, {"languages"})
+    # A language the room has may stay, engines or not (one only its speech gives: ``Room.commit_original``).
+    kept = frozenset(lang.split("-")[0].lower() for lang in room.languages)
     try:
-        languages = room_languages(body.get("languages"), request.app[ROOMS].translatable(room.language),
+        languages = room_languages(body.get("languages"), request.app[ROOMS].translatable(room.language) | kept,
                                    room.language)
     except ValueError as exc:
         raise _bad(str(exc)) from None

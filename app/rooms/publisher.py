@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Protocol
 
 from engine import SessionLog
-from engine.protocol import Caption, Correction, Sentence, ServerMessage, Speakers, Word, WordTimes
+from engine.protocol import Caption, Correction, Original, Sentence, ServerMessage, Speakers, Word, WordTimes
 
 from .edits import corrected
 from .names import RoomLabels, voice_name
@@ -49,6 +49,8 @@ class RoomPort(Protocol):
                            session: str) -> SentenceRecord | None: ...
 
     async def commit_names(self, names: Mapping[int, str]) -> None: ...
+
+    async def commit_original(self, sentence_id: int, lang: str, text: str) -> None: ...
 
     def announce_open(self, session: str, text: str, words: list[Word]) -> None: ...
 
@@ -175,6 +177,10 @@ class RoomPublisher:
                                                    self.session_id)
                 if now is not None and [w.w for w in now.words] != [w.w for w in message.words]:
                     self._tell_current([now])  # corrected or respelt: the client's words must not stay either
+        elif isinstance(message, Original):
+            sid = self._ids.get(message.id)
+            if sid is not None:
+                await self.room.commit_original(sid, message.lang, message.text)
 
     def _open_text(self, text: str, stable: int) -> None:
         """The session's open text as the room shows it: spelt by the room's vocabulary, its settled words and the

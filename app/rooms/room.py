@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import CrossTalk, Microphone
+from engine import CrossTalk, Microphone, normalise_language
 from engine.protocol import (
     Caption,
     Correction,
@@ -39,7 +39,7 @@ from .publisher import RoomPublisher
 from .speaking import Speaking
 from .store.base import Edits, RoomEvent, RoomRecord, SentenceRecord, TranscriptStore, merged_names
 from .sync import Sync
-from .translating import RoomTranslating
+from .translating import MAX_ROOM_LANGUAGES, RoomTranslating
 from .unsaved import NumberedEvent, ReadPath
 from .viewer import VIEWER_QUEUE_MAX, Viewer
 from .vocabulary import Corrector
@@ -94,6 +94,8 @@ class Room(ReadPath):
         self.language = record.language  # what its sessions speak (a Whisper language code; never changes)
         self.languages = record.languages  # what its sentences are translated into (kept current by the events)
         self.translating: RoomTranslating | None = None  # set by the registry where translation engines run
+        # lang -> the sentences whose text in it is the words said (``commit_original``), since it came into memory
+        self._originals: dict[str, set[int]] = {}
         self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status,
                                  ended=record.ended_ms is not None)
 
@@ -270,22 +272,28 @@ class Room(ReadPath):
 
     async def commit_translation(self, lang: str, texts: Mapping[int, str], sources: Mapping[int, str] | None = None,
                                  update: bool = False, missing: Collection[int] = (),
-                                 editor: str = "") -> NumberedEvent | None:
+                                 editor: str = "", original: bool = False) -> NumberedEvent | None:
         """Commit sentences' translations into room language ``lang`` (id -> text), then broadcast them (see
         ``protocol.Translation``). ``sources``: id -> the source text each translates; one whose sentence reads
         otherwise now (an editor changed it meanwhile), or that is gone, is left out. ``missing``: ids whose
-        translation failed, sent with the source text and not stored as a translation. Returns the event as stored,
-        None when nothing was left to commit."""
+        translation failed, sent with the source text and not stored as a translation. ``original``: the texts are
+        the words said in ``lang`` (``commit_original``); an engine's translation (no ``editor``) of a sentence
+        that has one here is left out. Returns the event as stored, None when nothing was left to commit."""
         async with self.journal.lock:
             now = await self.sentences_now(texts.keys())
+            said = self._originals.setdefault(lang, set())
             kept = {sid: text for sid, text in sorted(texts.items())
-                    if sid in now and (sources is None or sources.get(sid) == now[sid].text)}
+                    if sid in now and (sources is None or sources.get(sid) == now[sid].text)
+                    and (original or editor or sid not in said)}  # an engine's never replaces the words said
             if not kept:
                 return None
+            if original:
+                said.update(kept)
             seq = self.seq + 1
             gaps = tuple(sid for sid in kept if sid in missing)
             body = Translation(lang, tuple(dataclasses.replace(now[sid], text=text, words=()).sentence()
-                                           for sid, text in kept.items()), update, gaps, editor, seq=seq)
+                                           for sid, text in kept.items()), update, gaps, editor, seq=seq,
+                               original=original)
             stored = {sid: {lang: text} for sid, text in kept.items() if sid not in gaps}
             return await self._commit(NumberedEvent(seq, body, edits=Edits(translations=stored)))
 
@@ -304,6 +312,20 @@ class Room(ReadPath):
             for lang in added:
                 self.translating.added(lang, history)
         return event.seq
+
+    async def commit_original(self, sentence_id: int, lang: str, text: str) -> None:
+        """Keep the words said in sentence ``sentence_id`` (captioned in English by Whisper's translate task) as the
+        sentence in ``lang``, a Whisper code (``protocol.Original``): ``lang`` becomes a room language if it is
+        not one (and there is room for it), so that viewers, files and outputs can ask for it."""
+        lang = normalise_language(lang)
+        if lang.split("-")[0] == self.language or not text.strip():
+            return  # (the speaker spoke the room's language: its sentence is the original)
+        if lang not in self.languages:
+            if len(self.languages) >= MAX_ROOM_LANGUAGES:
+                log.info("room %s: no original in %s kept (it has %d languages)", self.id, lang, len(self.languages))
+                return
+            await self.commit_languages((*self.languages, lang))
+        await self.commit_translation(lang, {sentence_id: text}, original=True)
 
     async def commit_names(self, names: Mapping[int, str]) -> None:
         """Commit the names a publisher gives its voices' new labels (``RoomPublisher``), then broadcast them: a

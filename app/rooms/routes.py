@@ -21,7 +21,7 @@ from engine import LANGUAGE_CODES, ErrorCode
 
 from ..auth import presented_token, token_matches
 from ..bodies import BodyError, read_json_object
-from ..keys import CONFIG
+from ..keys import CONFIG, ENGINE
 from ..responses import http_error, json_error, unreadable_body
 from .holdback import MAX_DELAY_S
 from .keys import ROOMS
@@ -97,6 +97,9 @@ async def create_room(request: web.Request) -> web.Response:
     if not isinstance(language, str) or language not in LANGUAGE_CODES:
         return json_error(400, ErrorCode.BAD_MESSAGE, '"language" must be a language code the recognizer knows '
                           '(Whisper\'s: "en", "es", "zh", ...)')
+    cannot = request.app[ENGINE].cannot_caption(language)
+    if cannot:
+        return json_error(400, ErrorCode.BAD_MESSAGE, f"a room spoken in {language!r} cannot be made here: {cannot}")
     try:
         languages = room_languages(params.get("languages", []), request.app[ROOMS].translatable(language), language)
     except ValueError as exc:

@@ -147,19 +147,27 @@ class RoomTranslating:
         """Sentences this front end just committed (newly locked, or a split's new part)."""
         context = tuple(self._recent)
         self._recent.extend(r.text for r in records)
-        for lang in self.languages():
+        for lang in self._targets():
             self._put(_Job(lang, tuple(records), update=False, context=context))
 
     def corrected(self, replaced: Sequence[SentenceRecord]) -> None:
         """Sentences an editor changed here (their new text): translated again into every language."""
-        for lang in self.languages():
+        for lang in self._targets():
             self._put(_Job(lang, tuple(replaced), update=True))
 
     def added(self, lang: str, history: Sequence[SentenceRecord]) -> None:
         """Room language ``lang`` was added: its translation of the sentences so far (the newest ``HISTORY_MAX``)."""
+        if lang not in self._targets():
+            return
         history = list(history)[-HISTORY_MAX:]
         for i in range(0, len(history), 20):  # a batch at a time: live sentences can go in between
             self._put(_Job(lang, tuple(history[i:i + 20]), update=True))
+
+    def _targets(self) -> list[str]:
+        """The room's languages that an engine makes from its spoken one. A language only the speech gives (the
+        words said by a publisher of Whisper's translate task, ``Room.commit_original``) is none of them."""
+        can = self.service.targets(self.source)
+        return [lang for lang in self.languages() if lang.split("-")[0].lower() in can]
 
     def close(self) -> None:
         """The room leaves memory or the server stops: what is queued is left (the store has the source text)."""

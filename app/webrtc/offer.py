@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from engine import LANGUAGE_CODES, EngineError, ErrorCode
+from engine.protocol import TASKS
 
 from ..auth import presented_token, presented_token_or_field, token_matches
 from ..bodies import BodyError, read_json_object
@@ -38,10 +39,11 @@ async def ice(request: web.Request) -> web.Response:
 
 
 async def offer(request: web.Request) -> web.Response:
-    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "name"?, "token"?, "language"?}`` -> ``{"sdp", "type":
-    "answer", "session", "room"}``. The session publishes into ``room`` (which must exist; it speaks the room's
-    language), or into a new room of its own spoken in ``language`` (a Whisper code; else the server's default
-    language, else English), as person ``name`` (``names.person_name``)."""
+    """``POST /offer`` ``{"sdp", "type": "offer", "room"?, "name"?, "token"?, "language"?, "task"?}`` -> ``{"sdp",
+    "type": "answer", "session", "room"}``. The session publishes into ``room`` (which must exist; it speaks the
+    room's language), or into a new room of its own spoken in ``language`` (a Whisper code; else the server's
+    default language, else English), as person ``name`` (``names.person_name``). ``"task": "translate"`` (the
+    session will start with Whisper's translate task): its own room is English, whatever ``language`` is spoken."""
     if request.content_type != "application/json":
         return json_error(415, ErrorCode.BAD_MESSAGE, "send the offer as application/json")
     try:
@@ -65,7 +67,14 @@ async def offer(request: web.Request) -> web.Response:
     asked = params.get("language") or None
     if asked is not None and (not isinstance(asked, str) or asked not in LANGUAGE_CODES):
         return json_error(400, ErrorCode.BAD_MESSAGE, '"language" must be a language code the recognizer knows')
-    own_language = asked or config.language or SOURCE_LANGUAGE
+    task = params.get("task", "transcribe")
+    if task not in TASKS:
+        return json_error(400, ErrorCode.BAD_MESSAGE, '"task" must be "transcribe" or "translate"')
+    cannot = engine.cannot_caption(asked, task) if room_id is None else ""
+    if cannot:
+        return json_error(400, ErrorCode.BAD_MESSAGE, cannot)
+    # A translating session's sentences are English (the words said are kept beside them: ``Room.commit_original``).
+    own_language = SOURCE_LANGUAGE if task == "translate" else asked or config.language or SOURCE_LANGUAGE
     # The engine's state, the capacity and the room, as on every way in. A refusal is 503 (loading, busy with
     # Retry-After: the page waits and tries again by itself; engine: it failed).
     try:

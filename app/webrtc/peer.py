@@ -196,6 +196,10 @@ class PeerSession:
             self.request_stop()
             return
         language = msg.language
+        cannot = self.engine.cannot_caption(msg.language if msg.language_given else None, msg.task)
+        if cannot:
+            self._send_error(protocol.ErrorCode.BAD_MESSAGE, cannot)
+            return
         if self.spoken is not None:
             refusal = _refusal_in_room(msg, self.spoken)
             if refusal:

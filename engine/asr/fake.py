@@ -24,7 +24,9 @@ from engine.errors import EngineNotReady
 
 @dataclass
 class FakeTranscriber:
-    """Decodes nothing: returns ``"<n samples>"`` after ``delay_s`` (finals after ``final_delay_s``).
+    """Decodes nothing: returns ``"audio of N seconds"`` after ``delay_s`` (finals after ``final_delay_s``), in
+    the language asked for (``"audio of N seconds in English"`` for the task ``"translate"``: the two tasks' texts
+    differ, as a real model's do).
 
     Requests beyond ``capacity`` wait, finals first, modelling a priority-scheduled engine with that many slots.
     """
@@ -121,7 +123,8 @@ class FakeTranscriber:
         self.finished.append(request.request_id)
         self.log.append(("finish", request.request_id, request.priority, time.monotonic()))
         seconds = request.audio.size / SAMPLE_RATE
-        return Transcript(f"audio of {seconds:.2f} seconds", request.language, -0.1, 5, time.monotonic() - t0)
+        text = f"audio of {seconds:.2f} seconds" + (" in English" if request.task == "translate" else "")
+        return Transcript(text, request.language, -0.1, 5, time.monotonic() - t0)
 
     async def close(self) -> None:
         self._state = TranscriberState.CLOSED

@@ -140,6 +140,30 @@ class CaptionEngine:
         return self.transcriber.name
 
     @property
+    def english_only(self) -> bool:
+        """The recognizer writes English only (an ``.en`` checkpoint such as whisper-tiny.en): no other language, no
+        translate task. From the loaded checkpoint's vocabulary, else (not loaded yet, ``vllm serve`` instances)
+        from its name."""
+        spec = getattr(self.transcriber, "spec", None)
+        multilingual = getattr(spec, "multilingual", None)
+        if isinstance(multilingual, bool):
+            return not multilingual
+        return self.model_name.lower().endswith(".en")
+
+    def cannot_caption(self, language: str | None, task: str = "transcribe") -> str:
+        """Why this recognizer cannot caption speech in ``language`` (a Whisper code; None: detected) with Whisper's
+        ``task``, for the client ("" when it can)."""
+        if not self.english_only:
+            return ""
+        if task == "translate":
+            return (f"this server's model ({self.model_name}) is English-only: it has no translate task (a "
+                    "multilingual model such as whisper-base has)")
+        if language not in (None, "en"):
+            return (f"this server's model ({self.model_name}) is English-only: it cannot caption speech in "
+                    f"{language!r} (a multilingual model such as whisper-base can)")
+        return ""
+
+    @property
     def model_dtype(self) -> str:
         """The recognizer's weights' dtype (e.g. ``bfloat16``); ``remote`` for ``vllm serve`` instances, empty
         before READY or where the recognizer does not say."""

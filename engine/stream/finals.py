@@ -69,6 +69,7 @@ class Final:
     joined: Joined | None = None  # set when the text is that of the segment joined to the turn's half before it
     # The decoder's probability of each word of the text (empty when it has none, or the text is not the decode's).
     word_probs: tuple[float, ...] = ()
+    language: str | None = None  # the language the decode heard (or was told), when it says
 
 
 _NOTHING = Final(None)
@@ -98,6 +99,7 @@ class Locked:
     sentence: protocol.Sentence
     pending: Pending
     spans: tuple[TimedSpan, ...]
+    language: str | None = None  # the language its final decode heard (or was told), when it says
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,7 @@ class Finals:
         await self._label_wait(embed)
         same = text == result.text
         return Final(text, result.spans if same else (), embed, result.avg_logprob, await aligned,
-                     word_probs=result.word_probs if same else ())
+                     word_probs=result.word_probs if same else (), language=result.language)
 
     def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
         """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
@@ -316,7 +318,7 @@ class Finals:
         aligned = self._file_alignment(both, result.text, result.language)
         await self._label_wait(embed)
         return Final(result.text, result.spans, embed, result.avg_logprob, await aligned, joined,
-                     result.word_probs)
+                     result.word_probs, result.language)
 
     def lock(self) -> LockRound:
         """Lock every finished segment at the head of the queue, in order."""
@@ -351,7 +353,7 @@ class Finals:
                                          avg_logprob=round(final.avg_logprob, 4), no_speech_prob=no_speech,
                                          word_probs=tuple(round(p, 4) for p in probs)
                                          if len(probs) == len(words) else ())
-            locked.append(Locked(sentence, item, spans))
+            locked.append(Locked(sentence, item, spans, final.language))
         return LockRound(locked, covered)
 
 

@@ -51,6 +51,7 @@ from engine.stream.finals import Finals
 from engine.stream.labels import Labels
 from engine.stream.mailbox import Mailbox
 from engine.stream.onscreen import OnScreen
+from engine.stream.originals import Originals
 from engine.stream.partials import STEP_WINDOWS, DecodeSettings, Partials
 from engine.stream.scheduler import DecodeScheduler
 from engine.stream.speech import Heard, SpeechListener, SpeechListeners, SpeechStarted, SpeechStopped
@@ -107,6 +108,8 @@ class Session:
         self._partials = Partials(self, self._decoding, config=config, scheduler=scheduler,
                                   endpointer=self.endpointer, audio=self.audio, clock=clock, log=self._log)
         self._alignment = Alignment(aligner, scheduler, self.mailbox, config.vad.offset)
+        # A translating session's sentences in the language said, after their lock (``engine.stream.originals``).
+        self._originals = Originals(session_id, self._decoding, scheduler, self.mailbox, config.guard, self._log)
         # A correction after a lock goes out as a ``speakers`` message (a closed mailbox drops it).
         self._labels = (Labels(self.speakers, lambda relabel: self.mailbox.post(protocol.Speakers(relabel)),
                                stats=self.stats, log=self._log)
@@ -348,6 +351,9 @@ class Session:
                 if self.options.task == "transcribe":  # a translation's words are not the ones said: not timed
                     self._alignment.after_lock(item.sentence.id, closed, item.pending.audio, item.sentence.text,
                                                item.spans, self.options.language)
+                else:  # the words said are kept beside the English
+                    self._originals.after_lock(item.sentence.id, item.pending.audio, closed.speech_samples,
+                                               self.options.language or item.language)
                 if not item.pending.shown:
                     self._observer.first_text(self._arrivals.since(closed.speech_start_sample))
                 self._observer.locked(self._arrivals.since(closed.speech_end_sample))
@@ -403,6 +409,7 @@ class Session:
             await asyncio.wait([p.task for p in self._finals.pending])
             self._lock_ready()
         await self._alignment.drained()  # the last sentences' word times
+        await self._originals.drained()  # and a translating session's originals
         if self._labels is not None:
             await self._labels.drained()  # the last sentences' speaker labels, before re-clustering reads them
         if self._closed():  # closed while finishing: nobody is listening any more
@@ -441,6 +448,7 @@ class Session:
             return
         self.state = SessionState.CLOSED
         self._alignment.close()
+        self._originals.close()
         self.scheduler.cancel_partial(self)
         tasks = self._finals.cancel()
         self.mailbox.close()

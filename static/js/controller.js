@@ -151,7 +151,8 @@ export class CaptionController extends EventTarget {
 
   /**
    * Start captioning. `options`: {language: code | "" | null (auto), hotwords: string[] | string,
-   * processing: boolean (browser echo/noise processing)}; missing fields come from the page's controls.
+   * processing: boolean (browser echo/noise processing), task: "transcribe" | "translate" (English captions of
+   * speech in `language`)}; missing fields come from the page's controls.
    * Resolves once live; rejects with a CaptionError if the run ends in `error` or is stopped first.
    */
   start(options = {}) {
@@ -162,6 +163,7 @@ export class CaptionController extends EventTarget {
       language: merged.language || null,
       hotwords: parseHotwords(hotwords, this.#maxHotwords),
       processing: Boolean(merged.processing),
+      task: merged.task === "translate" ? "translate" : "transcribe",
     };
     this.#running = true;
     const run = ++this.#run;

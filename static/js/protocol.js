@@ -10,10 +10,14 @@ import { stableCount } from "./stable.js";
 
 export const CHANNEL_LABEL = "captions";
 
-/** Client → server: begin captioning. `language` "" or null means auto-detect (sent as null). */
-export function startMessage({ language = null, hotwords = [], words = true } = {}) {
+/**
+ * Client → server: begin captioning. `language` "" or null means auto-detect (sent as null). `task` "translate":
+ * captions in English of speech in `language` (Whisper's translate task; the words said are kept beside them).
+ */
+export function startMessage({ language = null, hotwords = [], words = true, task = "transcribe" } = {}) {
   // words: each locked sentence comes with its word times, so the page's subtitle downloads cut cues at them.
-  return JSON.stringify({ type: "start", language: language || null, hotwords: [...hotwords], words });
+  const message = { type: "start", language: language || null, hotwords: [...hotwords], words };
+  return JSON.stringify(task === "translate" ? { ...message, task } : message);
 }
 
 /** Client → server: finish the open segment, then answer with a final caption and `stopped`. */

@@ -46,7 +46,8 @@ export class Session extends EventTarget {
 
   /**
    * @param {{stream: MediaStream, offerUrl: string, iceUrl?: string,
-   *          start: {language: string|null, hotwords: string[]}, offerFields?: {room?: string, token?: string}}} init
+   *          start: {language: string|null, hotwords: string[], task?: string},
+   *          offerFields?: {room?: string, token?: string}}} init
    *   offerFields: extra fields for the POST /offer body (publish into a room; the server's token)
    *   iceUrl: where the RTCPeerConnection configuration comes from (default: `ice` beside offerUrl)
    */
@@ -192,8 +193,11 @@ export class Session extends EventTarget {
   }
 
   async #postOffer(description) {
-    // A session's own room is spoken in the language it starts in (a room it joins has its own already).
-    const language = !this.offerFields.room && this.start.language ? { language: this.start.language } : {};
+    // A session's own room is spoken in the language it starts in (a room it joins has its own already); one of
+    // Whisper's translate task is English, whatever is spoken.
+    const translating = this.start.task === "translate";
+    const language = translating ? { task: "translate" }
+      : !this.offerFields.room && this.start.language ? { language: this.start.language } : {};
     let response;
     try {
       response = await fetch(this.offerUrl, {

@@ -167,7 +167,8 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     try:
         run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
                                 offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss,
-                                connect_concurrency=max(8, n))
+                                connect_concurrency=max(8, n),
+                                start={"task": "translate"} if args.task == "translate" else None)
         if remote is not None:
             await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
@@ -468,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--room-languages", nargs="*", default=None, metavar="LANG",
                    help="each session publishes into a room of its own on the server, translated into these "
                         "languages (none given: untranslated rooms; the side-by-side control)")
+    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                   help="Whisper's task in each session's start: translate (English speech into English text) "
+                        "measures what a translating session costs, each sentence's words as said decoded again")
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--dump", default=None, help="folder: write every client's messages per step (diagnosis)")
     return p

@@ -18,8 +18,10 @@ how good and how fast-reading the translations are.
    characters per second: the clips' speech one after another, 1.5 s apart, cut into subtitle cues by the room's
    cue rules (``app.transcripts.cues``, which let a cue run into the silence after it), English and translated
    (captions read comfortably at up to 20 cps, and translations run longer than their source); the share of cues at
-   most that fast. ``--speech``: also from the clips' speech, each clip decoded by the embedded model (in this
-   process, as a session's final is) and its text translated: chrF end to end beside chrF from the reference.
+   most that fast. ``--speech``: also end to end through a room: a fresh real server on the shipped defaults, each
+   clip's speech streamed over WebRTC (20 ms packets) into a room translated into Spanish, chrF of the Spanish its
+   transcript keeps beside chrF from the reference; and the Chinese clips of ``en.jsonl`` into an English room
+   with Whisper's translate task (chrF of the English captions, and whether the words said were kept).
 4. **Reading speed on a held-out recording** (Apertium in this process): ``bench.cues``' recording (the English
    clips with a reference transcript, read, noisy and dialogue, shuffled with 0.3-1.5 s pauses, 12.3 minutes), each
    clip's reference one sentence at its speech's times (Silero VAD's first and last speech), translated into every
@@ -48,8 +50,17 @@ import sacrebleu
 from app.rooms import SentenceRecord
 from app.transcripts.cues import build_cues
 from bench.cues import records_of, saved_sentences
-from bench.lib.clips import CACHE_DIR, session_clip, speech_bounds
-from bench.lib.harness import ROOT, ServerProcess, bench_server, machine_info, pct, run_clients, write_json
+from bench.lib.clips import CACHE_DIR, encode_opus, session_clip, speech_bounds
+from bench.lib.harness import (
+    ROOT,
+    ServerProcess,
+    bench_server,
+    get_json,
+    machine_info,
+    pct,
+    run_clients,
+    write_json,
+)
 from bench.lib.metrics import print_markdown_table
 from bench.lib.recording import build_recording
 from bench.lib.room_editing import RoomReader, create_room, follow, stop
@@ -212,34 +223,64 @@ def quality(lang: str) -> dict[str, Any]:
             "pipeline_uss_mb": uss, "rows": rows}
 
 
-async def recognized(clips: list[str]) -> list[str]:
-    """Each clip's text as the embedded model decodes it whole (a final's decode), in process."""
-    from engine.asr.transcriber import DecodeRequest, Priority
-    from engine.asr.vllm_backend import VllmTranscriber
-    from engine.config import TranscriberConfig
-    from speechdata.corpus import audio
+async def publish_each(base: str, room: str, clips: list[str], start: dict[str, Any]) -> list[str]:
+    """Stream each clip (0.5 s of silence before, 2 s after, 20 ms Opus packets) over WebRTC into ``room``, one
+    publisher after another, each with ``start``'s fields; their session ids, in order."""
+    from speechdata.corpus import audio, pad
 
-    recognizer = VllmTranscriber(TranscriberConfig())
-    await recognizer.start()
-    try:
-        return [(await recognizer.transcribe(DecodeRequest(clip, audio(clip), Priority.FINAL))).text
-                for clip in clips]
-    finally:
-        await recognizer.close()
+    sessions = []
+    for clip in clips:
+        ogg = CACHE_DIR / f"translation-speech-{clip}.ogg"
+        if not ogg.exists():
+            encode_opus(pad(audio(clip), 0.5, 2.0), ogg)
+        run = await run_clients(base, [ogg], offer_fields=[{"room": room}], start=start)
+        [client] = run.clients
+        if client.error or client.refused:
+            raise RuntimeError(f"{clip}: {client.error or client.refused}")
+        sessions.append(client.session)
+    return sessions
 
 
-def end_to_end(lang: str, heard: list[str]) -> dict[str, Any]:
-    """chrF of Apertium into ``lang`` from the recognizer's text ``heard`` (one per reference clip, in order)."""
-    pairs = references(lang)
-    engine = ApertiumTranslator()
-    try:
-        out = engine.translate(TranslationRequest("en", lang, tuple(heard)))
-    finally:
-        engine.close()
-    counts = [word_errors(source_sentence(clip), text) for (clip, _), text in zip(pairs, heard, strict=True)]
+async def room_versions(http: aiohttp.ClientSession, base: str, room: str, sessions: list[str],
+                        lang: str) -> list[tuple[str, str]]:
+    """Each session's sentences in ``room`` joined, as ``(text, text in lang)``, once every sentence has its
+    version in ``lang`` (or after 60 s: those without one count as empty)."""
+    deadline = time.monotonic() + 60
+    while True:
+        doc = await get_json(http, f"{base}/rooms/{room}/transcript.json")
+        sentences = doc["sentences"]
+        if all(lang in s.get("translations", {}) for s in sentences) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    return [(" ".join(s["text"] for s in sentences if s["session"] == session),
+             " ".join(s.get("translations", {}).get(lang, "") for s in sentences if s["session"] == session).strip())
+            for session in sessions]
+
+
+async def through_rooms(reference_chrf: float) -> dict[str, Any]:
+    """Part 3 end to end (``--speech``): a fresh real server on the shipped defaults (the embedded model, Apertium),
+    the clips of ``es.jsonl`` streamed one by one into a room translated into Spanish, and chrF of what its
+    transcript keeps in Spanish, beside ``reference_chrf`` (Apertium from the reference English); then the Chinese
+    clips of ``en.jsonl`` into an English room with Whisper's translate task: chrF of the English captions, and
+    the words said the room keeps beside them."""
+    es_pairs, zh_pairs = references("es"), references("en")
+    async with bench_server([], CACHE_DIR / "translation-speech.log") as server, aiohttp.ClientSession() as http:
+        base = server.base_url
+        spanish, _ = await create_room(http, base, {"languages": ["es"]})
+        heard = await room_versions(http, base, spanish,
+                                    await publish_each(base, spanish, [c for c, _ in es_pairs], {}), "es")
+        english, _ = await create_room(http, base, {})
+        said = await room_versions(http, base, english, await publish_each(
+            base, english, [c for c, _ in zh_pairs], {"language": "zh", "task": "translate"}), "zh")
+    counts = [word_errors(source_sentence(clip), text) for (clip, _), (text, _) in zip(es_pairs, heard, strict=True)]
     errors = sum(e for e, _ in counts) / max(1, sum(n for _, n in counts))
-    return {"chrf": round(sacrebleu.corpus_chrf(out, [[text for _, text in pairs]]).score, 1),
-            "recognizer_wer": round(errors, 3), "heard": heard, "text": out}
+    spanish_chrf = sacrebleu.corpus_chrf([t for _, t in heard], [[t for _, t in es_pairs]]).score
+    english_chrf = sacrebleu.corpus_chrf([t for t, _ in said], [[t for _, t in zh_pairs]]).score
+    return {"es": {"chrf": round(spanish_chrf, 1), "reference_chrf": reference_chrf,
+                   "recognizer_wer": round(errors, 3), "clips": len(es_pairs), "rows": heard},
+            "zh_translate_task": {"chrf": round(english_chrf, 1), "clips": len(zh_pairs),
+                                  "originals_kept": sum(bool(o) and not o.isascii() for _, o in said),
+                                  "rows": said}}
 
 
 def reading_share(sentences: list[SentenceRecord]) -> float:
@@ -294,7 +335,7 @@ async def main(args: argparse.Namespace) -> int:
             print(json.dumps(steps[-1]), file=sys.stderr)
     scored = quality(args.languages[0]) if args.languages[0] == "es" else None
     if scored is not None and args.speech:
-        scored["end_to_end"] = end_to_end("es", await recognized([clip for clip, _ in references("es")]))
+        scored["end_to_end"] = await through_rooms(scored["chrf"])
     recording = held_out(args.languages, args.minutes, args.sentences)
     print_markdown_table(
         [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
@@ -308,9 +349,12 @@ async def main(args: argparse.Namespace) -> int:
               f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
               f"{scored['pipeline_uss_mb']} MB (USS) for its pipeline")
         if "end_to_end" in scored:
-            e2e = scored["end_to_end"]
-            print(f"end to end (the embedded model's text, WER {e2e['recognizer_wer']:.1%}, then Apertium): chrF "
-                  f"{e2e['chrf']} against {scored['chrf']} from the reference English")
+            e2e = scored["end_to_end"]["es"]
+            zh = scored["end_to_end"]["zh_translate_task"]
+            print(f"end to end through a room (a fresh server, the embedded model, WER {e2e['recognizer_wer']:.1%}, "
+                  f"then the room's Apertium): chrF {e2e['chrf']} against {e2e['reference_chrf']} from the reference "
+                  f"English; the Chinese clips with the translate task: chrF {zh['chrf']} (English), the words said "
+                  f"kept for {zh['originals_kept']} of {zh['clips']}")
     for name in ("reference", "recognized"):
         if name in recording:
             row = recording[name]
@@ -334,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=60.0, help="each publisher's speech and pauses, seconds")
     p.add_argument("--settle-s", type=float, default=3.0, help="wait for the last translations, seconds")
     p.add_argument("--target-s", type=float, default=0.5, help="lock -> translation p95 target, seconds")
-    p.add_argument("--speech", action="store_true", help="3: also end to end from the clips' speech (loads the model)")
+    p.add_argument("--speech", action="store_true", help="3: also end to end through a room (a real server)")
     p.add_argument("--quality-only", action="store_true", help="3 and 4 only: no server, no latency steps")
     p.add_argument("--minutes", type=float, default=10.0, help="4: the held-out recording's length (at least)")
     p.add_argument("--sentences", type=Path, help="4: also on these recognized sentences (bench.cues --json)")

@@ -221,3 +221,27 @@ async def wait_texts_at(page: Page, selector: str, texts: list[str]) -> None:
                 .map((el) => el.textContent.split(/\\s+/).filter(Boolean).join(" "));
             return JSON.stringify(got) === JSON.stringify(want);
         }""", arg=[selector, texts], timeout=20_000)
+
+
+async def test_a_kiosk_microphone_of_the_translate_task_captions_english_and_keeps_the_words_said(
+        served: tuple[str, web.Application], browser: Browser) -> None:
+    """``mic-task=translate``: the kiosk's microphone starts with Whisper's translate task in ``mic-lang``; its lines
+    are English (the fake's text for that task ends "in English") and the room keeps the words said as its German."""
+    url, _app = served
+    room_id = (await new_room(url, TOKEN))["room"]
+    kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&mic=1&key={TOKEN}&mic-task=translate&mic-lang=de"
+                                     "&qr=0")
+    await kiosk.wait_for_function(
+        "[...document.querySelectorAll('[data-sentence-id]')].some(e => e.textContent.includes('in English'))",
+        timeout=60_000)
+    for _ in range(100):
+        status, state = await call("GET", f"{url}/rooms/{room_id}", TOKEN)
+        if state.get("languages"):
+            break
+        await kiosk.wait_for_timeout(200)
+    assert status == 200 and state["language"] == "en" and state["languages"] == ["de"]
+    status, doc = await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN)
+    kept = [s for s in doc["sentences"] if "de" in s.get("translations", {})]
+    assert kept and all(s["text"].endswith("in English") and not s["translations"]["de"].endswith("in English")
+                        for s in kept)
+    await kiosk.close()

@@ -123,3 +123,16 @@ async def test_a_translating_sessions_own_room_is_english_whatever_is_spoken(
     assert status == 200 and state["language"] == "en"
     own.send(json.dumps({"type": "stop"}))
     await own.close()
+
+
+async def test_english_speech_of_the_translate_task_is_not_decoded_twice(
+        served: tuple[str, web.Application, FakeTranslations], fake_engine: CaptionEngine) -> None:
+    url, _app, _fake = served
+    clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 1.5)
+    client = CaptionClient(url, clip)
+    await client.connect(start={"type": "start", "language": "en", "task": "translate"}, offer={"token": TOKEN})
+    await client.until_played()
+    await client.stop()
+    await client.close()
+    assert client.sentences() and not _of(client, "original")
+    assert not any(rid.endswith("-o0") for rid, _, _ in fake_engine.transcriber.started)  # type: ignore[attr-defined]

@@ -94,7 +94,8 @@ class Room(ReadPath):
         self.language = record.language  # what its sessions speak (a Whisper language code; never changes)
         self.languages = record.languages  # what its sentences are translated into (kept current by the events)
         self.translating: RoomTranslating | None = None  # set by the registry where translation engines run
-        # lang -> the sentences whose text in it is the words said (``commit_original``), since it came into memory
+        # lang -> the sentences whose text in it is the words said (``commit_original``: this front end's or
+        # another's), since the room came into memory
         self._originals: dict[str, set[int]] = {}
         self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status,
                                  ended=record.ended_ms is not None)
@@ -287,8 +288,6 @@ class Room(ReadPath):
                     and (original or editor or sid not in said)}  # an engine's never replaces the words said
             if not kept:
                 return None
-            if original:
-                said.update(kept)
             seq = self.seq + 1
             gaps = tuple(sid for sid in kept if sid in missing)
             body = Translation(lang, tuple(dataclasses.replace(now[sid], text=text, words=()).sentence()
@@ -389,6 +388,8 @@ class Room(ReadPath):
             self.corrector = Corrector(self.terms, self.learned)
         elif isinstance(body, Languages):
             self.languages = body.languages
+        elif isinstance(body, Translation) and body.original:  # (this front end's, or another's)
+            self._originals.setdefault(body.lang, set()).update(s.id for s in body.sentences)
         self._broadcast(body, durable=True)
 
     def heard(self, seq: int | None = None) -> None:

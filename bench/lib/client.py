@@ -107,9 +107,12 @@ class BenchClient:
     """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
 
     def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None,
-                 loss: PacketLoss | None = None, gate: asyncio.Event | None = None) -> None:
+                 loss: PacketLoss | None = None, gate: asyncio.Event | None = None,
+                 start: dict[str, Any] | None = None) -> None:
         """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``. ``loss``: the network loses these
-        audio packets. ``gate``: the audio starts when it is set (``TimedTrack``)."""
+        audio packets. ``gate``: the audio starts when it is set (``TimedTrack``). ``start``: the ``start``
+        message's fields (English, no hotwords unless given)."""
+        self.start = {"language": "en", "hotwords": [], **(start or {})}
         self.base_url = base_url
         self.loss = loss
         self.ogg = ogg
@@ -154,7 +157,7 @@ class BenchClient:
         self.session = body["session"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         await asyncio.wait_for(self._opened.wait(), timeout_s)
-        self.channel.send(json.dumps({"type": "start", "language": "en", "hotwords": []}))
+        self.channel.send(json.dumps({"type": "start", **self.start}))
 
     async def play(self, duration_s: float, stop_timeout_s: float = 120.0) -> None:
         """Wait for the file to finish playing, send ``stop``, wait for ``stopped`` (or the timeout), close.

@@ -220,16 +220,17 @@ def ogg_duration_s(path: Path) -> float:
 
 async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: int = 8,
                       stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None,
-                      loss: float = 0.0) -> Run:
+                      loss: float = 0.0, start: dict[str, Any] | None = None) -> Run:
     """Connect one client per file (at most ``connect_concurrency`` offers at once), stream them all at real time,
     stop each when its file ends, and return once every one has stopped (or timed out). A client the server refused
     as full has ``refused`` set and streams nothing. ``offer_fields``: extra
     ``POST /offer`` fields per client (``{"room": id}``). ``loss``: each client's network loses this fraction of
-    its audio packets, at random (client i's packets are the same in every run)."""
+    its audio packets, at random (client i's packets are the same in every run). ``start``: every client's
+    ``start`` fields (``BenchClient``)."""
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))  # the clients gather loopback candidates only
     t0 = time.monotonic()
     fields = offer_fields or [{} for _ in oggs]
-    clients = [BenchClient(base_url, ogg, f, PacketLoss.at_random(loss, seed=i) if loss else None)
+    clients = [BenchClient(base_url, ogg, f, PacketLoss.at_random(loss, seed=i) if loss else None, start=start)
                for i, (ogg, f) in enumerate(zip(oggs, fields, strict=True))]
     gate = asyncio.Semaphore(connect_concurrency)
 

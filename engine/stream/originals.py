@@ -7,8 +7,9 @@ Why after the lock, in the background queue: the English caption is what the aud
 of the same audio doubles the recognizer's work for such a session, so it runs behind every live decode, at the
 recognizer's lowest priority (``DecodeScheduler.background``: when live speech leaves the recognizer alone, or
 after a few seconds' wait), never ahead of a partial or a final. The language is the one the session named, else
-the one the translate decode heard. A transcript the hallucination guard rejects is not sent (the English stands
-alone); a failed decode is logged and skipped.
+the one the translate decode heard; speech in English is not decoded again (its caption is the words said). A
+transcript the hallucination guard rejects is not sent (the English stands alone); a failed decode is logged and
+skipped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from engine.stream.partials import DecodeSettings
 from engine.stream.scheduler import DecodeScheduler
 
 TRANSCRIBE = "transcribe"
+ENGLISH = "en"  # what the translate task writes
 
 
 class Originals:
@@ -51,8 +53,8 @@ class Originals:
     def after_lock(self, sid: int, audio: np.ndarray | None, speech_samples: int, language: str | None) -> None:
         """Transcribe locked sentence ``sid``'s ``audio`` (16 kHz; ``speech_samples`` of it speech) in
         ``language`` (None: let the model hear it) and post its ``Original``."""
-        if audio is None or not audio.size:
-            return
+        if audio is None or not audio.size or language == ENGLISH:
+            return  # (English speech: its English caption is the words said)
         request = self._decoding.request(f"{self._session_id}-o{sid}", audio, Priority.BACKGROUND, [], False)
         second = dataclasses.replace(request, language=language, task=TRANSCRIBE)
         task = asyncio.create_task(self._transcribe(sid, second, speech_samples), name=second.request_id)

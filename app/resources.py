@@ -8,6 +8,7 @@ them, and ``pyproject.toml``'s package data copies their files into the wheel as
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def static_dir() -> Path:
 _PACKAGE = "app"
 
 
+@functools.cache  # looked up once, as the app is made: a page's request never touches the file system for it
 def _folder(name: str) -> Path:
     folder = resources.files(_PACKAGE) / name
     # Jinja's loader and aiohttp's static route need real folders: pip unpacks wheels, so the package's resources

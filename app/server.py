@@ -111,8 +111,13 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None,
     app[FILE_JOBS] = Admission(config.max_file_jobs, what="file transcriptions")
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[METRICS].admission = app[ADMISSION]
-    app[TEMPLATES] = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
-                                        autoescape=jinja2.select_autoescape(["html"]))
+    # The templates are read and compiled now, once: a page's request never waits for the disk on the event loop.
+    templates = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
+                                   autoescape=jinja2.select_autoescape(["html"]), auto_reload=False,
+                                   cache_size=-1)
+    for name in templates.list_templates(extensions=["html"]):
+        templates.get_template(name)
+    app[TEMPLATES] = templates
     webrtc.install(config.ice, config.audio_decoder)
     ops.install_access_log()
     pages.add_routes(app)

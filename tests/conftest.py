@@ -14,6 +14,7 @@ from bench.lib import postgres
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
+from tests.loop_watch import watched_loop
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser
@@ -90,3 +91,15 @@ def shots(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("LIVE_CAPTIONS_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+
+@pytest.fixture(autouse=True)
+def _the_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every quick-tier test fails if the server's or the engine's code blocks the event loop
+    (``tests/loop_watch.py``); the heavy and slow tiers, and tests marked ``blocks_loop``, are not watched."""
+    if any(request.node.get_closest_marker(m) for m in ("heavy", "slow", "blocks_loop")):
+        yield
+        return
+    with watched_loop():
+        yield

@@ -81,6 +81,7 @@ async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None, s
     return stats, overloads
 
 
+@pytest.mark.blocks_loop  # its feed stands for the server's CPU-bound work per chunk, blocking the loop as that does
 async def test_a_sender_that_stalls_and_catches_up_is_not_shed() -> None:
     stats, overloads = await pump(3.0, feed_s=0.001, stall_at_s=0.5, stall_s=2.5)  # 3 s late, then all at once
     assert not overloads and stats.skipped_s == 0.0

@@ -6,6 +6,9 @@ one block at a time, so that a long file never sits decoded in memory and never 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 from pathlib import Path
 
 import av
@@ -14,6 +17,14 @@ import numpy as np
 from engine import SAMPLE_RATE
 
 BLOCK_S = 10.0  # audio handed out per read (the caller feeds it to a session between reads)
+
+
+async def discard_file(path: str | None) -> None:
+    """Delete an upload's temporary file (None, or gone already: nothing to do), in a worker thread: a file system
+    call on the event loop holds every live session's audio while the disk answers."""
+    if path is not None:
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(os.unlink, path)
 
 
 class AudioFileError(ValueError):

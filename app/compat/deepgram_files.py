@@ -14,10 +14,8 @@ limit, ``429`` every file slot in use, ``503`` loading or stopping.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import os
 import struct
 import tempfile
 import uuid
@@ -34,7 +32,7 @@ from ..bodies import BodyError, unless_stalled
 from ..keys import CONFIG, ENGINE
 from ..ops import FILE_JOBS, STREAMS
 from . import deepgram_results as dg
-from .audio_files import AudioFileError
+from .audio_files import AudioFileError, discard_file
 from .deepgram import deepgram_error
 from .deepgram_params import ListenParams, ParamError, parse_params, presented_key
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
@@ -116,9 +114,7 @@ async def transcribe(request: web.Request) -> web.Response:
         log.info("%s: the client went away; its file's transcription was abandoned", request.path)
         return web.Response(status=400)  # nobody reads it
     finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        await discard_file(path)
 
 
 async def _save(request: web.Request, limit: int, header: bytes) -> tuple[str | None, str]:
@@ -133,14 +129,13 @@ async def _save(request: web.Request, limit: int, header: bytes) -> tuple[str | 
             size += len(chunk)
             if size > limit:
                 handle.close()
-                os.unlink(handle.name)
+                await discard_file(handle.name)
                 return None, ""
             sha.update(chunk)
             await asyncio.to_thread(handle.write, chunk)
     except BaseException:
         handle.close()
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
+        await discard_file(handle.name)
         raise
     handle.close()
     return handle.name, sha.hexdigest()

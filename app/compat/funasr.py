@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
@@ -61,6 +60,7 @@ from ..keys import CONFIG, ENGINE, MAIN_APP
 from ..ops import STREAMS, NoRoom, Refused, admit_publisher
 from ..responses import ParameterError, bad_parameter, json_error
 from ..rooms import BadName, person_name
+from .audio_files import discard_file
 from .client_socket import BadMessage, ClientSocket, parse_object
 from .file_jobs import FileJobError, open_file, transcribe_file
 from .live_audio import LIVE_BACKLOG, PcmFeed
@@ -358,8 +358,7 @@ async def _serve_file(app: web.Application, sock: ClientSocket, stream: FunasrSt
             await sock.ws.receive(timeout=_AFTER_FINAL_S)
     finally:
         handle.close()
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
+        await discard_file(handle.name)
         await sock.close()
 
 

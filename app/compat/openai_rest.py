@@ -21,7 +21,6 @@ the VAD's estimate (1 - mean speech probability), not Whisper's; ``tokens`` is e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -44,7 +43,7 @@ from ..keys import CONFIG, ENGINE
 from ..ops import FILE_JOBS, STREAMS
 from ..rooms import SentenceRecord
 from ..transcripts import speaker_name, to_srt, to_vtt
-from .audio_files import AudioFileError, AudioFileReader
+from .audio_files import AudioFileError, AudioFileReader, discard_file
 from .file_jobs import FileJobError, FileTranscript, open_file, transcribe_file, unless_client_leaves
 
 log = logging.getLogger(__name__)
@@ -177,8 +176,7 @@ async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse
         if slot is not None:
             slot.release()
         if form is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(form.file_path)
+            await discard_file(form.file_path)
 
 
 def _stopping() -> ApiError:
@@ -213,17 +211,17 @@ async def _read_form(request: web.Request) -> TranscriptionForm:
                     raise ApiError(400, f"field {part.name!r} is over {_MAX_FIELD_BYTES} bytes", param=part.name)
                 fields.setdefault(part.name.removesuffix("[]"), []).append(value.decode("utf-8", "replace"))
     except ValueError as exc:  # aiohttp's multipart parser: a malformed body
-        _discard(path)
+        await discard_file(path)
         raise ApiError(400, f"malformed multipart body: {exc}") from None
     except BaseException:
-        _discard(path)
+        await discard_file(path)
         raise
     if path is None or name is None:
         raise ApiError(400, "no 'file' field: upload the audio as 'file'", param="file")
     try:
         return _check_fields(fields, path)
     except ApiError:
-        _discard(path)
+        await discard_file(path)
         raise
 
 
@@ -258,16 +256,10 @@ async def _save(part: BodyPartReader, limit: int, suffix: str) -> str:
             await asyncio.to_thread(handle.write, chunk)
     except BaseException:
         handle.close()
-        _discard(handle.name)
+        await discard_file(handle.name)
         raise
     handle.close()
     return handle.name
-
-
-def _discard(path: str | None) -> None:
-    if path is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def _check_fields(fields: dict[str, list[str]], path: str) -> TranscriptionForm:

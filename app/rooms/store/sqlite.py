@@ -157,7 +157,7 @@ class SqliteStore(base.TranscriptStore):
         self._closed = True
         if self._db is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
-        self._executor.shutdown(wait=True)
+        self._executor.shutdown(wait=False)  # (its thread has nothing left to do: joining it would block the loop)
 
     # ---- the store thread --------------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

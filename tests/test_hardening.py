@@ -236,6 +236,21 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
         assert [s.text for s in snapshot.sentences] == [s["text"] for s in client.sentences()], "nothing lost"
 
 
+async def test_a_room_made_while_the_disk_is_full_is_saved_as_it_was_made(fake_engine: CaptionEngine,
+                                                                          tmp_path: Path) -> None:
+    """A microphone's own room is made in memory when the store refuses it, and written once space returns: with
+    its spoken language and its delay, not as a room made today by default."""
+    async with running_server(fake_engine, db_path=str(tmp_path / "full.db")) as (_url, app):
+        store = app[STORE]
+        disk_full(store, True)
+        made = await app[ROOMS].create("Sitzung", unsaved_ok=True, delay_s=4.0, language="de")
+        assert await store.room(made.room.id) is None
+        disk_full(store, False)
+        await app[ROOMS].sweep()
+        stored = await store.room(made.room.id)
+    assert stored is not None and (stored.title, stored.language, stored.delay_s) == ("Sitzung", "de", 4.0)
+
+
 async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_survives(
         fake_engine: CaptionEngine) -> None:
     flood = 10 * 320

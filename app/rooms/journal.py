@@ -113,9 +113,8 @@ class Journal:
         while self.needs_saving:
             try:
                 if not self.record_saved:
-                    r = self.record
-                    await self.store.create_room(r.id, r.title, r.viewer_token_sha256, r.created_ms, r.viewer_token,
-                                                 r.editor_token_sha256, r.delay_s)
+                    # The room as it was made (its languages and spoken language too), not as its events left it.
+                    await self.store.save_room(self.record)
                     self.record_saved = True
                     continue
                 e = self.unsaved[0]

@@ -85,9 +85,7 @@ class RoomRegistry:
                             token_digest(editor_token), delay_s, languages=languages, language=language)
         room = self._translating(Room(record, self.store, 0, 0, self.stats))
         try:
-            await self.store.create_room(record.id, record.title, record.viewer_token_sha256, record.created_ms,
-                                         record.viewer_token, record.editor_token_sha256, record.delay_s,
-                                         record.languages, record.language)
+            await self.store.save_room(record)
         except StoreError as exc:
             if not unsaved_ok:
                 raise

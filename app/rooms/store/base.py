@@ -168,14 +168,18 @@ class TranscriptStore(ABC):
     where = ""  # what the store is, for logs (never a password)
     errors = 0  # operations that failed with ``StoreError`` since open (the server's metrics count them)
 
-    async def create_room(self, room_id: str, title: str = "", viewer_token_sha256: str | None = None,
+    async def create_room(self, room_id: str, title: str = "", *, viewer_token_sha256: str | None = None,
                           created_ms: int | None = None, viewer_token: str | None = None,
                           editor_token_sha256: str | None = None, delay_s: float = 0.0,
                           languages: Sequence[str] = (), language: str = SPOKEN_DEFAULT) -> RoomRecord:
-        """Store a new room; an id that exists already is a ``StoreError``."""
-        record = RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title, viewer_token_sha256,
-                            viewer_token, editor_token_sha256, delay_s, languages=tuple(languages),
-                            language=language)
+        """Store a new room made of these fields (``save_room``); ``created_ms``: now unless given."""
+        return await self.save_room(RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title,
+                                               viewer_token_sha256, viewer_token, editor_token_sha256, delay_s,
+                                               languages=tuple(languages), language=language))
+
+    async def save_room(self, record: RoomRecord) -> RoomRecord:
+        """Store new room ``record`` as it is (every field: its languages and spoken language too); an id that
+        exists already is a ``StoreError``."""
         await self._insert_room(record)
         return record
 

@@ -12,6 +12,7 @@ prepares weights offline.
 
 from engine import protocol
 from engine.asr.instances import normalise_url as normalise_asr_url
+from engine.asr.transcriber import DECODE_KINDS
 from engine.audio.pcm import CHUNK_SAMPLES, SAMPLE_RATE
 from engine.config import (
     ENDPOINT_PRESETS,
@@ -25,7 +26,7 @@ from engine.config import (
 )
 from engine.errors import BadAudio, EngineError, EngineNotReady, IllegalTransition, ModelError
 from engine.logs import SessionLog
-from engine.observe import DECODE_KINDS, EngineObserver
+from engine.observe import EngineObserver
 from engine.protocol import LANGUAGE_CODES, LANGUAGES, MAX_HOTWORDS, ErrorCode
 from engine.settings import Declared, borrow, declared, member_of, nested, setting, values_of
 from engine.speakers.models import DEFAULT_SPEAKER_MODEL, SPEAKER_MODEL_NAMES

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-# Kinds of decode, as the recognizer prioritises them (``engine.asr.transcriber.Priority``, lower-cased).
-DECODE_KINDS = ("final", "partial", "background")
 
 
 class EngineObserver:
@@ -30,7 +28,7 @@ class EngineObserver:
         """A session was fed ``seconds`` of audio; ``background``: a file's session (an upload), not a live one."""
 
     def decoded(self, kind: str, window_s: float, decode_s: float, fallbacks: int) -> None:
-        """The recognizer finished a decode of ``kind`` (one of ``DECODE_KINDS``) in ``decode_s`` seconds of wall
+        """The recognizer finished a decode of ``kind`` (``engine.DECODE_KINDS``) in ``decode_s`` seconds of wall
         time (submit to result, queueing and fallbacks included), in an encoder window of ``window_s`` seconds.
         ``fallbacks``: decodes of it thrown away as loops and redone in a larger window. Cancelled or failed
         decodes are not reported; a partial that became its segment's final is reported once, as a partial."""

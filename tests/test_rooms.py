@@ -19,7 +19,7 @@ import pytest
 
 from app.rooms import RoomRegistry, Viewer, ViewerState, merged_stable
 from app.rooms.keys import ROOMS
-from app.rooms.open_text import STALE_S, RemoteOpen
+from app.rooms.open_text import STALE_S, OpenPart, RemoteOpen
 from app.rooms.store import RoomRecord, SentenceRecord, Snapshot, open_store
 from app.rooms.store.sqlite import SCHEMA_VERSION, SqliteStore
 from app.rooms.viewer import Queued
@@ -373,11 +373,14 @@ async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> N
 
 
 def test_the_merged_partial_is_settled_up_to_the_first_unsettled_word() -> None:
+    def parts(*items: tuple[str, str, int]) -> list[OpenPart]:
+        return [OpenPart(*item) for item in items]
+
     assert merged_stable([]) == 0
-    assert merged_stable([("a", "so the plan is", 2), ("b", "wait now", 2)]) == 2
-    assert merged_stable([("a", "so the plan is", 4), ("b", "wait now", 1)]) == 5
-    assert merged_stable([("a", "so the", 2), ("b", "wait now", 2), ("c", "ok", 0)]) == 4
-    assert merged_stable([("a", "so", 5)]) == 1  # never more than the words there are
+    assert merged_stable(parts(("a", "so the plan is", 2), ("b", "wait now", 2))) == 2
+    assert merged_stable(parts(("a", "so the plan is", 4), ("b", "wait now", 1))) == 5
+    assert merged_stable(parts(("a", "so the", 2), ("b", "wait now", 2), ("c", "ok", 0))) == 4
+    assert merged_stable(parts(("a", "so", 5))) == 1  # never more than the words there are
 
 
 async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_words() -> None:

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.protocol import Caption, OpenLine, Word
 
@@ -153,7 +153,16 @@ class RemoteOpen:
         return bool(stale)
 
 
-def open_caption(parts: list[tuple[str, str, int]], voice: int | None, seq: int, latency_ms: int | None = None,
+class OpenPart(NamedTuple):
+    """One speaking publisher's text not locked yet: its session, the text, and how many of its leading words are
+    settled (``Speaking.open_parts``)."""
+
+    session: str
+    text: str
+    stable: int
+
+
+def open_caption(parts: Sequence[OpenPart], voice: int | None, seq: int, latency_ms: int | None = None,
                  stable_words: list[Word] | None = None, words_session: str | None = None,
                  lines: Sequence[OpenLine] = ()) -> Caption:
     """A room's open text as its viewers get it: ``parts`` (``Speaking.open_parts``) joined, with how many of its
@@ -163,33 +172,33 @@ def open_caption(parts: list[tuple[str, str, int]], voice: int | None, seq: int,
     each of ``lines`` has its own). ``stable_words``: words of publisher ``words_session`` that settled with this
     update (room timeline); ``partial_session`` names that publisher when no voice is named. ``seq``: the room's
     newest."""
-    session = parts[0][0] if voice is not None else words_session if stable_words else None
-    return Caption([], " ".join(text for _, text, _ in parts), latency_ms=latency_ms, seq=seq, partial_spk=voice,
+    session = parts[0].session if voice is not None else words_session if stable_words else None
+    return Caption([], " ".join(part.text for part in parts), latency_ms=latency_ms, seq=seq, partial_spk=voice,
                    partial_session=session, stable=merged_stable(parts), stable_words=list(stable_words or ()),
                    open=list(lines))
 
 
-def open_lines(parts: list[tuple[str, str, int]], publishers: Mapping[str, RoomPublisher],
+def open_lines(parts: Sequence[OpenPart], publishers: Mapping[str, RoomPublisher],
                remote: RemoteOpen) -> list[OpenLine]:
     """``parts`` (``Speaking.open_parts``) one line each (``Caption.open``), in the order their open texts started
     showing here (a tie keeps ``parts``' order): one of this front end's ``publishers`` when its partial did
     (``RoomPublisher.started``), with its voice's label; another front end's when ``remote`` first heard it."""
     started = remote.started()
     lines = []
-    for session, text, stable in parts:
-        p = publishers.get(session)
-        at = p.started if p is not None else started.get(session, 0.0)
-        lines.append((at, OpenLine(session, text, stable, p.partial_spk if p is not None else None)))
+    for part in parts:
+        p = publishers.get(part.session)
+        at = p.started if p is not None else started.get(part.session, 0.0)
+        lines.append((at, OpenLine(part.session, part.text, part.stable, p.partial_spk if p is not None else None)))
     return [line for _, line in sorted(lines, key=lambda item: item[0])]
 
 
-def merged_stable(parts: list[tuple[str, str, int]]) -> int:
+def merged_stable(parts: Sequence[OpenPart]) -> int:
     """How many leading words of the joined texts of ``parts`` (``Speaking.open_parts``) are settled: the first
     part's stable words, plus the next part's only if all of the first is settled, and so on."""
     count = 0
-    for _, text, stable in parts:
-        words = len(text.split())
-        count += min(stable, words)
-        if stable < words:
+    for part in parts:
+        words = len(part.text.split())
+        count += min(part.stable, words)
+        if part.stable < words:
             break
     return count

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.protocol import Caption, Word
 
-from .open_text import Announcer, RemoteOpen, open_caption, open_lines
+from .open_text import Announcer, OpenPart, RemoteOpen, open_caption, open_lines
 from .publisher import RoomPublisher
 from .store.base import TranscriptStore
 
@@ -32,16 +32,16 @@ class Speaking:
         self._seq = seq
         self._broadcast = broadcast
 
-    def open_parts(self) -> list[tuple[str, str, int]]:
-        """The text not locked yet, one ``(session, text, stable words)`` per speaking publisher: this front end's
-        publishers' partials in the order they joined, then the stable text of publishers on other front ends (all
-        of it stable) in the order they started speaking."""
-        parts = [(p.session_id, p.partial, p.stable) for p in self.publishers.values() if p.partial]
-        return parts + [(session, text, len(text.split())) for session, text in self.remote.texts()]
+    def open_parts(self) -> list[OpenPart]:
+        """The text not locked yet, one part per speaking publisher: this front end's publishers' partials in the
+        order they joined, then the stable text of publishers on other front ends (all of it stable) in the order
+        they started speaking."""
+        parts = [OpenPart(p.session_id, p.partial, p.stable) for p in self.publishers.values() if p.partial]
+        return parts + [OpenPart(session, text, len(text.split())) for session, text in self.remote.texts()]
 
     def partial(self) -> str:
         """The open text of every speaking publisher, joined (``open_parts``)."""
-        return " ".join(text for _, text, _ in self.open_parts())
+        return " ".join(part.text for part in self.open_parts())
 
     def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
                         words_session: str | None = None) -> Caption:

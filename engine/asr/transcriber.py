@@ -23,7 +23,15 @@ class Priority(IntEnum):
 
     FINAL = 0
     PARTIAL = 1
-    BACKGROUND = 2  # segments of a file (an upload): nobody watches them appear
+    BACKGROUND = 2  # segments of a file (an upload), and a translating session's originals: nobody waits for them
+
+    @property
+    def kind(self) -> str:
+        """The decode kind's name, as the load, the metrics and ``/ready`` count it (``DECODE_KINDS``)."""
+        return self.name.lower()
+
+
+DECODE_KINDS = tuple(priority.kind for priority in Priority)  # "final", "partial", "background": the one list
 
 
 class TranscriberState(StrEnum):

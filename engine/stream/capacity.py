@@ -91,6 +91,15 @@ class _Sample:
 
 
 @dataclass(frozen=True)
+class _Lock:
+    """A live sentence's lock: when (the clock's seconds), how long after its segment closed, and its speech."""
+
+    t: float
+    lag_s: float
+    speech_s: float
+
+
+@dataclass(frozen=True)
 class _Measured:
     need: float  # recognizer seconds per second a talking voice needs at the thinnest partial cadence
     # The front end's CPU seconds per second per connected session, all of them (None: no second of the window was
@@ -118,7 +127,7 @@ class Capacity(EngineObserver):
         self._clock = clock
         self._cpu_clock = cpu_clock
         self._samples: deque[_Sample] = deque()
-        self._locks: deque[tuple[float, float, float]] = deque()  # (clock time, close-to-lock s, speech s) of locks
+        self._locks: deque[_Lock] = deque()  # the live sentences' locks in the window
         self._measured: _Measured | None = None  # the last measurement (kept when the server goes quiet)
         self._idle: float | None = None  # a silent session's front-end CPU as last measured (``_front``)
         self._live = 0
@@ -145,11 +154,11 @@ class Capacity(EngineObserver):
         """A live sentence of ``speech_s`` seconds of speech locked ``seconds`` after its segment closed
         (``EngineObserver.lock_lag``)."""
         now = self._clock()
-        self._locks.append((now, max(0.0, seconds), max(0.0, speech_s)))
+        self._locks.append(_Lock(now, max(0.0, seconds), max(0.0, speech_s)))
         self._forget_locks(now)
 
     def _forget_locks(self, now: float) -> None:
-        while self._locks and now - self._locks[0][0] > self.config.window_s:
+        while self._locks and now - self._locks[0].t > self.config.window_s:
             self._locks.popleft()
 
     # ---- the estimate ---------------------------------------------------------------------------------------
@@ -162,8 +171,8 @@ class Capacity(EngineObserver):
         if len(samples) < 2:
             return None
         first, last = samples[0], samples[-1]
-        locks = [(lag, speech_s) for t, lag, speech_s in self._locks if t >= first.t]
-        speech_s = sum(s for _lag, s in locks)
+        locks = [lock for lock in self._locks if lock.t >= first.t]
+        speech_s = sum(lock.speech_s for lock in locks)
         session_s = sum(a.live * (b.t - a.t) for a, b in itertools.pairwise(samples))
         voice_s = sum(a.speaking * (b.t - a.t) for a, b in itertools.pairwise(samples))
         if speech_s < cfg.measured_after_s or session_s <= 0:
@@ -171,7 +180,7 @@ class Capacity(EngineObserver):
         partials = last.partials - first.partials
         partial_cost = ((last.partial_s - first.partial_s) / partials if partials
                         else self.load.cost_s(self._window_for(4.0)))
-        needed = sum(PARTIALS_PER_SENTENCE + s / cfg.thinnest_interval_s for _lag, s in locks)
+        needed = sum(PARTIALS_PER_SENTENCE + lock.speech_s / cfg.thinnest_interval_s for lock in locks)
         per_speech_s = ((last.final_s - first.final_s) + partial_cost * needed) / speech_s
         # A voice speaks this share of the time it talks: as measured, but never less than a typical speaker does (a
         # silent session, a kiosk waiting for its meeting, is not a voice, and does not make the voices look cheap).
@@ -226,7 +235,7 @@ class Capacity(EngineObserver):
     def finals_late_s(self) -> float:
         """The ``LATE_QUANTILE`` of the close-to-lock times of the last ``late_window_s`` (0 with none)."""
         since = self._clock() - self.config.late_window_s
-        lags = sorted(lag for t, lag, _speech in self._locks if t >= since)
+        lags = sorted(lock.lag_s for lock in self._locks if lock.t >= since)
         if not lags:
             return 0.0
         return lags[min(len(lags) - 1, int(LATE_QUANTILE * len(lags)))]

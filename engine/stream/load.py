@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-PARTIAL = "partial"
-FINAL = "final"
-BACKGROUND = "background"
-KINDS = (FINAL, PARTIAL, BACKGROUND)
+from engine.asr.transcriber import DECODE_KINDS, Priority
+
+PARTIAL = Priority.PARTIAL.kind
+FINAL = Priority.FINAL.kind
+BACKGROUND = Priority.BACKGROUND.kind
+KINDS = DECODE_KINDS
 
 TAU_S = 10.0  # the recent busy share averages over about this long
 COST_SMOOTHING = 0.25  # weight of each new partial decode in its window's cost

@@ -35,6 +35,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from engine.asr.transcriber import DecodeRequest, Priority, Transcriber, Transcript
@@ -85,6 +86,14 @@ class PartialClient(Protocol):
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A session's partial decode in flight: its request and the task running it."""
+
+    request: DecodeRequest
+    task: asyncio.Task[Transcript | None]
+
+
 class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
@@ -109,7 +118,7 @@ class DecodeScheduler:
         self._live_at = float("-inf")  # monotonic time a live session last spoke or asked for a decode
         self._waiting: dict[str, PartialClient] = {}
         self._again: dict[str, PartialClient] = {}  # asked while their partial ran: they wait once it finishes
-        self._running: dict[str, tuple[DecodeRequest, asyncio.Task[Transcript | None]]] = {}
+        self._running: dict[str, _Running] = {}
         self._closing: set[str] = set()  # sessions whose running partial started as closing (it holds partials back)
         # Monotonic time each client last spoke: had new speech in its open segment (``note_speaking``), or asked for
         # a partial. ``alone``, ``speaking``: a paced session asks seldom under load, but speaks all the same.
@@ -208,13 +217,13 @@ class DecodeScheduler:
         entry = self._running.pop(client.session_id, None)
         self._closing.discard(client.session_id)
         if entry is not None:
-            entry[1].cancel()
+            entry.task.cancel()
         self.want_partial(client)
 
     def running_partial(self, client: PartialClient) -> DecodeRequest | None:
         """The request of the client's partial decode in flight, if any."""
         entry = self._running.get(client.session_id)
-        return entry[0] if entry else None
+        return entry.request if entry else None
 
     def cancel_partial(self, client: PartialClient) -> None:
         """Drop the client's waiting partial and cancel its running one (its segment ended)."""
@@ -223,7 +232,7 @@ class DecodeScheduler:
         entry = self._running.pop(client.session_id, None)
         self._closing.discard(client.session_id)
         if entry is not None:
-            entry[1].cancel()
+            entry.task.cancel()
         self._pump()
 
     def adopt_partial(self, client: PartialClient) -> asyncio.Task[Transcript | None] | None:
@@ -235,7 +244,7 @@ class DecodeScheduler:
         self._closing.discard(client.session_id)
         if entry is None:
             return None
-        task = entry[1]
+        task = entry.task
         self._finals += 1
 
         def done(_task: asyncio.Task[Transcript | None]) -> None:
@@ -247,7 +256,7 @@ class DecodeScheduler:
 
     async def _decode(self, request: DecodeRequest) -> Transcript:
         """One decode, charged to the recognizer's load (``engine.stream.load``) by its priority."""
-        ticket = self.load.begin(request.priority.name.lower())
+        ticket = self.load.begin(request.priority.kind)
         window: float | None = None
         try:
             result = await self.transcriber.transcribe(request)
@@ -305,7 +314,7 @@ class DecodeScheduler:
         return now - waiting_since >= self.background_floor_s
 
     def _report(self, request: DecodeRequest, result: Transcript) -> Transcript:
-        self.observer.decoded(request.priority.name.lower(), result.window_s, result.decode_s, result.fallbacks)
+        self.observer.decoded(request.priority.kind, result.window_s, result.decode_s, result.fallbacks)
         return result
 
     @staticmethod
@@ -343,7 +352,7 @@ class DecodeScheduler:
             if request is None:
                 continue
             task = asyncio.create_task(self._run_partial(client, request), name=request.request_id)
-            self._running[client.session_id] = (request, task)
+            self._running[client.session_id] = _Running(request, task)
             if client.closing:
                 self._closing.add(client.session_id)
             task.add_done_callback(self._forget(client.session_id))
@@ -359,7 +368,7 @@ class DecodeScheduler:
     def _forget(self, session_id: str) -> Callable[[asyncio.Task[Transcript | None]], None]:
         def done(task: asyncio.Task[Transcript | None]) -> None:
             entry = self._running.get(session_id)
-            if entry is not None and entry[1] is task:
+            if entry is not None and entry.task is task:
                 del self._running[session_id]
                 self._closing.discard(session_id)
                 again = self._again.pop(session_id, None)

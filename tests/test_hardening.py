@@ -251,6 +251,7 @@ async def test_a_room_made_while_the_disk_is_full_is_saved_as_it_was_made(fake_e
     assert stored is not None and (stored.title, stored.language, stored.delay_s) == ("Sitzung", "de", 4.0)
 
 
+@pytest.mark.slow  # 3,200 messages through aiortc's SCTP, then the clip in real time: about 10 s
 async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_survives(
         fake_engine: CaptionEngine) -> None:
     flood = 10 * 320

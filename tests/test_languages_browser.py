@@ -223,6 +223,7 @@ async def wait_texts_at(page: Page, selector: str, texts: list[str]) -> None:
         }""", arg=[selector, texts], timeout=20_000)
 
 
+@pytest.mark.slow  # the kiosk's microphone plays Chromium's looped file in real time: about 14 s
 async def test_a_kiosk_microphone_of_the_translate_task_captions_english_and_keeps_the_words_said(
         served: tuple[str, web.Application], browser: Browser) -> None:
     """``mic-task=translate``: the kiosk's microphone starts with Whisper's translate task in ``mic-lang``; its lines

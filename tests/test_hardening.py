@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiortc import RTCPeerConnection
 
 from app.ops.keys import ADMISSION

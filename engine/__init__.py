@@ -44,6 +44,7 @@ from engine.translate import (
     Translator,
     language_name,
     normalise_language,
+    primary,
 )
 
 __all__ = [
@@ -97,6 +98,7 @@ __all__ = [
     "nested",
     "normalise_asr_url",
     "normalise_language",
+    "primary",
     "protocol",
     "setting",
     "values_of",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from engine import LANGUAGE_CODES, ErrorCode, normalise_language
+from engine import LANGUAGE_CODES, ErrorCode, normalise_language, primary
 
 from ..responses import http_error
 from .edit_routes import MAX_TEXT_CHARS, editing, editor_of
@@ -46,7 +46,7 @@ async def put_languages(request: web.Request) -> web.Response:
     room's sentences are translated into from now on. A language added gets the sentences so far."""
     room, body = await editing(request, {"languages"})
     # A language the room has may stay, engines or not (one only its speech gives: ``Room.commit_original``).
-    kept = frozenset(lang.split("-")[0].lower() for lang in room.languages)
+    kept = frozenset(primary(lang) for lang in room.languages)
     try:
         languages = room_languages(body.get("languages"), request.app[ROOMS].translatable(room.language) | kept,
                                    room.language)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import CrossTalk, Microphone, normalise_language
+from engine import CrossTalk, Microphone, normalise_language, primary
 from engine.protocol import (
     Caption,
     Correction,
@@ -317,7 +317,7 @@ class Room(ReadPath):
         sentence in ``lang``, a Whisper code (``protocol.Original``): ``lang`` becomes a room language if it is
         not one (and there is room for it), so that viewers, files and outputs can ask for it."""
         lang = normalise_language(lang)
-        if lang.split("-")[0] == self.language or not text.strip():
+        if primary(lang) == self.language or not text.strip():
             return  # (the speaker spoke the room's language: its sentence is the original)
         if lang not in self.languages:
             if len(self.languages) >= MAX_ROOM_LANGUAGES:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import TranslationError, TranslationRequest, normalise_language
+from engine import TranslationError, TranslationRequest, normalise_language, primary
 
 from .store.base import SPOKEN_DEFAULT, SentenceRecord
 
@@ -167,7 +167,7 @@ class RoomTranslating:
         """The room's languages that an engine makes from its spoken one. A language only the speech gives (the
         words said by a publisher of Whisper's translate task, ``Room.commit_original``) is none of them."""
         can = self.service.targets(self.source)
-        return [lang for lang in self.languages() if lang.split("-")[0].lower() in can]
+        return [lang for lang in self.languages() if primary(lang) in can]
 
     def close(self) -> None:
         """The room leaves memory or the server stops: what is queued is left (the store has the source text)."""

@@ -38,6 +38,8 @@ LOOP_MAY_BLOCK = (
     MayBlock((), "app/server.py", "create_app",
              "the app is made once, before the server listens: aiohttp's static route resolves its folder, the WebRTC "
              "patches read aiortc's version and load libopus"),
+    MayBlock((), "app/rooms/store/__init__.py", "open_store",
+             "the store is opened once, at start-up, importing its driver (psycopg) on first use"),
     MayBlock((), "app/webrtc/opus.py", "load_libopus",
              "finds and loads libopus once per process (cached), as the patches are installed at start-up"),
     MayBlock(("threading.Lock.acquire", "threading.Lock.acquire_lock"), "aiortc/rtcrtpreceiver.py", "__stop_decoder",

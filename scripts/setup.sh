@@ -95,10 +95,10 @@ fi
 
 # The tests' Debian programs: Chromium for the browser tests, ffmpeg to convert the subtitle files, GStreamer's WHIP
 # client (with the Opus and WebRTC plugins it publishes with), a C compiler and iproute2 for its test's network
-# namespace (tests/whip_scenario.py), coturn's turnserver for the TURN relay tests (tests/turn_server.py; the package's
+# namespace (tests/support/whip_scenario.py), coturn's turnserver for the TURN relay tests (tests/support/turn_server.py; the package's
 # own service is not needed: the tests start turnserver themselves), PostgreSQL's server binaries (bench/lib/postgres.py
 # starts a throwaway server), OBS Studio (with obs-websocket) and Xvfb for the real-OBS caption test
-# (tests/test_obs.py starts both itself).
+# (tests/app/outputs/test_obs.py starts both itself).
 if [ "$tests" = 1 ] && ! { command -v chromium && command -v ffmpeg && command -v whip-client && command -v cc \
     && command -v ip && command -v turnserver && command -v obs && command -v Xvfb \
     && [ -e /usr/share/doc/gstreamer1.0-nice ] \

@@ -48,7 +48,7 @@ def manifest() -> dict[str, dict[str, Any]]:
 
 
 def wav_path(clip_id: str) -> Path:
-    return SPEECH_DIR / manifest()[clip_id]["wav"]
+    return SPEECH_DIR / str(manifest()[clip_id]["wav"])
 
 
 @cache

@@ -14,7 +14,7 @@ from bench.lib import postgres
 from engine.asr.fake import FakeTranscriber
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
-from tests.loop_watch import watched_loop
+from tests.support.loop_watch import watched_loop
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser
@@ -67,9 +67,9 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A WAV of ``tests.browser.SPEECH_CLIP`` for Chromium's fake microphone: 1 s of silence, the sentence, 4 s."""
+    """A WAV of the browser tests' ``SPEECH_CLIP`` for Chromium's fake microphone: 1 s of silence, the sentence, 4 s."""
     from speechdata.corpus import audio, pad
-    from tests.browser import SPEECH_CLIP, write_wav
+    from tests.support.browser import SPEECH_CLIP, write_wav
 
     return write_wav(tmp_path_factory.mktemp("mic") / "speech.wav", pad(audio(SPEECH_CLIP), 1.0, 4.0))
 
@@ -78,7 +78,7 @@ def mic_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def browser(mic_file: Path) -> AsyncIterator[Browser]:
     """A Chromium of its own for one test, its microphone saying ``mic_file`` (Playwright is imported here so that
     the tiers without a browser do not pay for it)."""
-    from tests.browser import chromium
+    from tests.support.browser import chromium
 
     async with chromium(mic_file) as b:
         yield b
@@ -97,7 +97,7 @@ def shots(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def _the_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every quick-tier test fails if the server's or the engine's code blocks the event loop
-    (``tests/loop_watch.py``); the heavy and slow tiers, and tests marked ``blocks_loop``, are not watched."""
+    (``tests/support/loop_watch.py``); the heavy and slow tiers, and tests marked ``blocks_loop``, are not watched."""
     if any(request.node.get_closest_marker(m) for m in ("heavy", "slow", "blocks_loop")):
         yield
         return

@@ -36,7 +36,7 @@ class OpusError(RuntimeError):
 def load_libopus() -> ctypes.CDLL:
     """The libopus shared library, with the signatures used here. Raises ``OpusError`` if none can be loaded."""
     # The system's first: Debian's libopus decoded faster than the one in PyAV's wheel, to the same audio
-    # (tests/test_rtp_audio.py compares against FFmpeg's decode with PyAV's).
+    # (tests/app/webrtc/test_rtp_audio.py compares against FFmpeg's decode with PyAV's).
     found = ctypes.util.find_library("opus")
     candidates = [found] if found else []
     candidates.append("libopus.so.0")

@@ -237,8 +237,8 @@ class AudioReceiver(RTCRtpReceiver):
     def __init__(self, kind: str, transport: RTCDtlsTransport) -> None:
         super().__init__(kind, transport)
         if kind == "audio":
-            # aiortc's private jitter buffer and decoder queue (name-mangled); tests/test_rtp_audio.py fails if aiortc
-            # renames them.
+            # aiortc's private jitter buffer and decoder queue (name-mangled); tests/app/webrtc/test_rtp_audio.py fails
+            # if aiortc renames them.
             self._RTCRtpReceiver__jitter_buffer = AudioJitterBuffer()
             self._RTCRtpReceiver__decoder_queue = InlineDecoder(self, held=self._take_held)
 
@@ -267,8 +267,8 @@ class AudioReceiver(RTCRtpReceiver):
         run = self.buffer.flush() if self.buffer is not None else None
         if run is None:
             return None
-        # aiortc's private codec table and timestamp mapper (name-mangled, set in its __init__; tests/test_rtp_audio.py
-        # fails if aiortc renames them)
+        # aiortc's private codec table and timestamp mapper (name-mangled, set in its __init__;
+        # tests/app/webrtc/test_rtp_audio.py fails if aiortc renames them)
         codecs: dict[int, RTCRtpCodecParameters] = vars(self)["_RTCRtpReceiver__codecs"]
         mapper: TimestampMapper = vars(self)["_RTCRtpReceiver__timestamp_mapper"]
         codec = codecs.get(run.payload_type)

@@ -1,5 +1,6 @@
 """Debian's Chromium for the benches that need a real browser, launched as the browser tests launch it (the
-benches import no test code: this mirrors ``tests/browser.py``): headless, loopback only, a WAV as the microphone.
+benches import no test code: this mirrors ``tests/support/browser.py``): headless, loopback only, a WAV as the
+microphone.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ WhisperProcessingInfo, WhisperDummyInputsBuilder}`` and their methods ``_get_hf_
 ``_get_prompt_updates``, ``embed_multimodal``, ``_parse_and_validate_audio_input``, ``model.get_encoder_outputs``;
 ``MULTIMODAL_REGISTRY.register_processor``; ``PromptReplacement`` with a per-item callable;
 ``MultiModalKwargsItems.get_data()``; ``AudioProcessorItems.get_audio_length``; ``TensorSchema``/``TensorShape``
-with ``dynamic_dims``. A vLLM upgrade must re-run the heavy tests (``tests/test_windows_live.py``).
+with ``dynamic_dims``. A vLLM upgrade must re-run the heavy tests (``tests/functional/test_windows_live.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .destinations import DestinationPolicy
 from .layout import Layout
-from .spec import OutputSpec
+from .spec import OutputKind, OutputSpec
 from .target import Target, TargetError
 from .youtube import YouTubeTarget
 
@@ -29,7 +29,7 @@ def _obs(spec: OutputSpec, layout: Layout, policy: DestinationPolicy) -> Target:
     return ObsTarget(spec.url, spec.password, policy=policy)
 
 
-FACTORIES: dict[str, Factory] = {"youtube": _youtube, "obs": _obs}
+FACTORIES: dict[OutputKind | str, Factory] = {OutputKind.YOUTUBE: _youtube, OutputKind.OBS: _obs}
 
 
 def make_target(spec: OutputSpec, layout: Layout, policy: DestinationPolicy) -> Target:

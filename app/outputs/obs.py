@@ -14,8 +14,8 @@ duration of 0 s): it keeps the **first 128 bytes** of the UTF-8 text and silentl
 text as one whole CEA-608 screen on the next video frame (libcaption's ``caption_frame_from_text``), breaking rows
 at ``\\n`` and wrapping what is longer than 32 columns at a space itself. The screen stays up until the next
 caption replaces it. Captions sent in quick succession each get one frame, so only the last of them is read.
-Checked against OBS 29.0.2 (obs-websocket 5.1.0) in tests/test_obs.py's ``test_real_obs``: each row sent lands
-whole on its own 608 row (pop-on, from the top of the picture); libcaption sends ``'`` as 608's ``’``.
+Checked against OBS 29.0.2 (obs-websocket 5.1.0) in tests/app/outputs/test_obs.py's ``test_real_obs``: each row sent
+lands whole on its own 608 row (pop-on, from the top of the picture); libcaption sends ``'`` as 608's ``’``.
 
 So the text is shaped here, as roll-up captions look on US broadcasts (``screens``):
 
@@ -66,7 +66,7 @@ from yarl import URL
 from ..cea608 import COLUMNS, shown_form
 from . import failures
 from .destinations import DestinationPolicy, DestinationRefused, OutboundSession, RedirectRefused
-from .spec import redacted_url
+from .spec import OutputKind, redacted_url
 from .target import OutgoingCaption, Target, TargetError
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class ObsTarget(Target):
     ``Identified``, a ``RequestResponse``); ``max_step_s`` the time between two screens of one sentence.
     ``policy``: where it may connect (None: public addresses only)."""
 
-    kind: ClassVar[str] = "obs"
+    kind: ClassVar[OutputKind] = OutputKind.OBS
 
     def __init__(self, url: str, password: str | None, *, connect_timeout_s: float = 5.0,
                  response_timeout_s: float = 5.0, max_step_s: float = 2.0,

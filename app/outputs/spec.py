@@ -12,14 +12,23 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from yarl import URL
 
+
+class OutputKind(StrEnum):
+    """The kinds of output, by the name the API and the store give them (``{"kind": "youtube", ...}``)."""
+
+    YOUTUBE = "youtube"  # YouTube Live's caption ingestion (HTTP POST)
+    OBS = "obs"  # OBS Studio's stream captions over obs-websocket v5
+
+
 MAX_URL_CHARS = 2048
 MAX_PASSWORD_CHARS = 512
-SCHEMES = {"youtube": ("http", "https"), "obs": ("ws", "wss")}
-FIELDS = {"youtube": {"kind", "url", "lang"}, "obs": {"kind", "url", "password", "lang"}}
+SCHEMES = {OutputKind.YOUTUBE: ("http", "https"), OutputKind.OBS: ("ws", "wss")}
+FIELDS = {OutputKind.YOUTUBE: {"kind", "url", "lang"}, OutputKind.OBS: {"kind", "url", "password", "lang"}}
 REDACTED = "REDACTED"
 
 
@@ -60,10 +69,12 @@ class Progress:
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """One output of a room (see the module). ``progress`` None: not started yet."""
+    """One output of a room (see the module). ``progress`` None: not started yet. ``kind`` is a plain string only
+    for a stored output of a kind this server does not know (a newer version's): it stays listed and stored, and its
+    target refuses to start (``app.outputs.kinds.make_target``)."""
 
     id: str
-    kind: str
+    kind: OutputKind | str
     url: str
     created_ms: int
     password: str | None = None
@@ -77,7 +88,7 @@ class OutputSpec:
                                "created_ms": self.created_ms}
         if self.lang is not None:
             out["lang"] = self.lang
-        if self.kind == "obs":
+        if self.kind == OutputKind.OBS:
             out["password"] = self.password is not None
         return out
 
@@ -98,7 +109,7 @@ class OutputSpec:
         """The stored form back. Raises ``SpecError`` for one this server cannot read."""
         try:
             resume = raw.get("resume") or {}
-            spec = cls(str(raw["id"]), str(raw["kind"]), str(raw["url"]), int(raw["created_ms"]),
+            spec = cls(str(raw["id"]), _stored_kind(str(raw["kind"])), str(raw["url"]), int(raw["created_ms"]),
                        raw.get("password"), Progress.from_wire(raw.get("sent")),
                        {str(k): int(v) for k, v in resume.items()},
                        str(raw["lang"]) if raw.get("lang") is not None else None)
@@ -114,14 +125,14 @@ def parse(body: dict[str, Any], created_ms: int,
     for the spoken one; ``ValueError`` for one the room does not have, its message saying which it has); by
     default there is none. Raises ``SpecError`` for a missing, unknown or ill-typed field, a URL of the wrong scheme
     or a language the room lacks."""
-    kind = body.get("kind")
-    if not isinstance(kind, str) or kind not in FIELDS:
-        raise SpecError(f'"kind" must be one of {", ".join(sorted(FIELDS))}')
+    kind = _stored_kind(body["kind"]) if isinstance(body.get("kind"), str) else None
+    if not isinstance(kind, OutputKind):
+        raise SpecError(f'"kind" must be one of {", ".join(sorted(OutputKind))}')
     unknown = sorted(set(body) - FIELDS[kind])
     if unknown:
-        raise SpecError(f"unknown field {unknown[0]!r} for kind {kind!r}: expected {', '.join(sorted(FIELDS[kind]))}")
+        raise SpecError(f"unknown field {unknown[0]!r} for kind '{kind}': expected {', '.join(sorted(FIELDS[kind]))}")
     url = _url(body.get("url"), SCHEMES[kind])
-    if kind == "youtube" and "seq" in URL(url).query:
+    if kind == OutputKind.YOUTUBE and "seq" in URL(url).query:
         raise SpecError('"url" must be the ingestion URL without "seq" (each post adds its own)')
     password = body.get("password")
     if password is not None and (not isinstance(password, str) or not 0 < len(password) <= MAX_PASSWORD_CHARS):
@@ -134,6 +145,14 @@ def parse(body: dict[str, Any], created_ms: int,
     except ValueError as exc:
         raise SpecError(f'"lang": {exc}') from None
     return OutputSpec(secrets.token_urlsafe(6), kind, url, created_ms, password, lang=lang)
+
+
+def _stored_kind(name: str) -> OutputKind | str:
+    """A kind as the enum, or as the string it is when this server does not know it."""
+    try:
+        return OutputKind(name)
+    except ValueError:
+        return name
 
 
 def _untranslated() -> str | None:

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .spec import OutputKind
+
 
 @dataclass(frozen=True)
 class OutgoingCaption:
@@ -43,7 +45,7 @@ class TargetError(Exception):
 class Target(ABC):
     """A destination of one output. ``kind`` names it in the API (``{"kind": "youtube", ...}``)."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[OutputKind]
 
     @abstractmethod
     async def send(self, caption: OutgoingCaption) -> None:

@@ -38,6 +38,7 @@ from . import failures
 from .backoff import RetryLater
 from .destinations import DestinationPolicy, DestinationRefused, OutboundSession, RedirectRefused
 from .layout import BreakLines, frames
+from .spec import OutputKind
 from .target import OutgoingCaption, Target, TargetError
 
 TIMEOUT_S = 10.0  # one post, connection to answer
@@ -50,7 +51,7 @@ class YouTubeTarget(Target):
     line breaking (``layout.Layout``). ``acknowledged``: the last ``seq`` YouTube took (0 for a new output).
     ``policy``: where it may connect (None: public addresses only)."""
 
-    kind = "youtube"
+    kind = OutputKind.YOUTUBE
 
     def __init__(self, url: str, break_lines: BreakLines, acknowledged: int = 0, timeout_s: float = TIMEOUT_S,
                  policy: DestinationPolicy | None = None) -> None:

@@ -91,7 +91,7 @@ class ReadPath:
     async def read_newest_seq(self) -> int:
         """The seq of the newest event stored (by any front end) or kept unsaved. Raises ``StoreError``."""
         pending = list(self.unsaved)
-        return max((await self.store.counters(self.id))[0], pending[-1].seq if pending else 0)
+        return max((await self.store.counters(self.id)).last_seq, pending[-1].seq if pending else 0)
 
     async def read_commit_times(self, since_ms: int = 0) -> dict[int, int]:
         """When each sentence locked by a caption committed at or after ``since_ms`` was committed, by sentence id

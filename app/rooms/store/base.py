@@ -59,7 +59,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine import protocol
 
@@ -161,6 +161,14 @@ class Appended:
     records: list[SentenceRecord]
 
 
+class Counters(NamedTuple):
+    """Where a room's numbering continues: its ``last_seq`` (0 before any event) and the ``next_id`` a new sentence
+    gets."""
+
+    last_seq: int
+    next_id: int
+
+
 class TranscriptStore(ABC):
     """Opened by ``open_store(target)``; ``close()`` is idempotent."""
 
@@ -204,8 +212,8 @@ class TranscriptStore(ABC):
         """Ids of the rooms that have outputs and did not end (a starting server runs them)."""
 
     @abstractmethod
-    async def counters(self, room_id: str) -> tuple[int, int]:
-        """``(last event seq, next sentence id)`` of a room: where its numbering continues."""
+    async def counters(self, room_id: str) -> Counters:
+        """Where the room's numbering continues (``Counters(0, 0)`` for a room with nothing yet)."""
 
     @abstractmethod
     async def next_label(self, room_id: str) -> int:

@@ -187,9 +187,9 @@ class PostgresStore(base.TranscriptStore):
         except psycopg.Error as exc:
             raise self._error(exc) from exc
 
-    async def counters(self, room_id: str) -> tuple[int, int]:
+    async def counters(self, room_id: str) -> base.Counters:
         row = await self._fetchone("SELECT last_seq, next_sentence FROM rooms WHERE id = %s", (room_id,))
-        return (int(row[0]), int(row[1])) if row else (0, 0)
+        return base.Counters(int(row[0]), int(row[1])) if row else base.Counters(0, 0)
 
     async def next_label(self, room_id: str) -> int:
         row = await self._fetchone("SELECT (SELECT MAX(spk) FROM sentences WHERE room = %s), "

@@ -120,7 +120,7 @@ class SqliteStore(base.TranscriptStore):
     async def room(self, room_id: str) -> base.RoomRecord | None:
         return await self._run(self._room, room_id)
 
-    async def counters(self, room_id: str) -> tuple[int, int]:
+    async def counters(self, room_id: str) -> base.Counters:
         return await self._run(self._counters, room_id)
 
     async def next_label(self, room_id: str) -> int:
@@ -230,9 +230,9 @@ class SqliteStore(base.TranscriptStore):
         row = self._conn.execute("SELECT MAX(seq) FROM events WHERE room = ?", (room_id,)).fetchone()
         return int(row[0] or 0)
 
-    def _counters(self, room_id: str) -> tuple[int, int]:
+    def _counters(self, room_id: str) -> base.Counters:
         row = self._conn.execute("SELECT MAX(id) FROM sentences WHERE room = ?", (room_id,)).fetchone()
-        return self._last_seq(room_id), (int(row[0]) + 1 if row[0] is not None else 0)
+        return base.Counters(self._last_seq(room_id), int(row[0]) + 1 if row[0] is not None else 0)
 
     def _next_label(self, room_id: str) -> int:
         db = self._conn

@@ -19,8 +19,11 @@ EXIT_STORE_FAILED = 2  # the transcript store (--db) could not be opened
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     for noisy in ("aioice", "aiortc", "vllm", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
@@ -33,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(config)
     try:
         # Sessions drain in a shutdown handler of their own (app.drain), so little is left for aiohttp to wait for.
-        web.run_app(app, host=config.host, port=config.port, ssl_context=ssl_context, print=None,
-                    shutdown_timeout=HANDLERS_AFTER_DRAIN_S)
+        web.run_app(
+            app,
+            host=config.host,
+            port=config.port,
+            ssl_context=ssl_context,
+            print=None,
+            shutdown_timeout=HANDLERS_AFTER_DRAIN_S,
+        )
     except StoreError as exc:  # the transcript store cannot be opened: say why, no traceback
         print(f"live captions: {exc}", file=sys.stderr, flush=True)
         return EXIT_STORE_FAILED
@@ -50,8 +59,10 @@ def stopped_line(app: web.Application) -> str:
     if not report.done:
         return f"live captions: stopped{where}"
     unfinished = f", {report.unfinished} closed unfinished" if report.unfinished else ""
-    return (f"live captions: stopped; {_count(report.sessions, 'session')} ended{unfinished}, "
-            f"{_count(report.sentences, 'sentence')} locked on the way out{where}")
+    return (
+        f"live captions: stopped; {_count(report.sessions, 'session')} ended{unfinished}, "
+        f"{_count(report.sentences, 'sentence')} locked on the way out{where}"
+    )
 
 
 def _count(n: int, noun: str) -> str:

@@ -45,8 +45,10 @@ class TransportPolicy(StrEnum):
     RELAY = "relay"
 
 
-_URL = re.compile(r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
-                  r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?")
+_URL = re.compile(
+    r"(?P<scheme>turns?|stun):(?:(?P<user>[^:@/]+):(?P<password>[^@/]+)@)?"
+    r"(?P<host>[^\[\]:?@/]+)(?::(?P<port>\d{1,5}))?(?P<query>\?transport=(?:udp|tcp))?"
+)
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,16 @@ def parse_server_url(text: str) -> ServerUrl:
     the value otherwise. STUN URLs carry no credentials. The host is a name or an IPv4 address (aiortc cannot
     parse a bracketed IPv6 literal)."""
     m = _URL.fullmatch(text.strip())
-    if m is None or (m["scheme"] == "stun" and (m["user"] or m["query"])) or (
-            m["scheme"] == "turns" and m["query"] == "?transport=udp"):  # TURN over TLS runs on TCP only
-        raise ValueError(f"bad ICE server URL {text!r}: expected stun:host:port, turn:host:port or "
-                         "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs; the host a name "
-                         "or an IPv4 address)")
+    if (
+        m is None
+        or (m["scheme"] == "stun" and (m["user"] or m["query"]))
+        or (m["scheme"] == "turns" and m["query"] == "?transport=udp")
+    ):  # TURN over TLS runs on TCP only
+        raise ValueError(
+            f"bad ICE server URL {text!r}: expected stun:host:port, turn:host:port or "
+            "turn:user:pass@host:port (optionally ?transport=udp|tcp after TURN URLs; the host a name "
+            "or an IPv4 address)"
+        )
     if m["port"] and not 0 < int(m["port"]) < 65536:
         raise ValueError(f"bad ICE server URL {text!r}: port {m['port']} is out of range")
     url = f"{m['scheme']}:{m['host']}" + (f":{m['port']}" if m["port"] else "") + (m["query"] or "")
@@ -105,8 +112,10 @@ def check_ice(config: IceConfig) -> None:
         raise ValueError(f"ICE transport policy {config.transport_policy!r}: expected 'all' or 'relay'")
     for server in parsed:
         if server.is_turn and server.username is None and not config.turn_secret:
-            raise ValueError(f"TURN server {server.url!r} has no credentials: give turn:user:pass@host:port or "
-                             "--turn-secret (the TURN server's static-auth-secret)")
+            raise ValueError(
+                f"TURN server {server.url!r} has no credentials: give turn:user:pass@host:port or "
+                "--turn-secret (the TURN server's static-auth-secret)"
+            )
     if config.transport_policy == TransportPolicy.RELAY and not any(s.is_turn for s in parsed):
         raise ValueError("--ice-transport-policy relay needs a TURN server (--ice-server turn:...)")
     if config.turn_ttl_s <= 0:
@@ -130,26 +139,37 @@ class IceConfig:
     """
 
     hosts: tuple[str, ...] = setting(
-        (), flag="--ice-host", default_text="every interface",
-        help="only offer host candidates on this local address")
+        (), flag="--ice-host", default_text="every interface", help="only offer host candidates on this local address"
+    )
     servers: tuple[str, ...] = setting(
-        (), flag="--ice-server", default_text="none",
+        (),
+        flag="--ice-server",
+        default_text="none",
         help="STUN/TURN server URL for the server and every page, e.g. stun:stun.example.org:3478, "
-             "turn:turn.example.org:3478 (with --turn-secret) or turn:user:pass@turn.example.org:3478")
+        "turn:turn.example.org:3478 (with --turn-secret) or turn:user:pass@turn.example.org:3478",
+    )
     turn_secret: str | None = setting(
-        None, parse=_text_or_none,
+        None,
+        parse=_text_or_none,
         help="shared secret of the TURN server (coturn: use-auth-secret, static-auth-secret): browsers get "
-             "time-limited TURN credentials instead of a fixed user:pass")
+        "time-limited TURN credentials instead of a fixed user:pass",
+    )
     # A connection lasts at most this long on relayed candidates; pages then reconnect.
     turn_ttl_s: int = setting(86_400, help="lifetime of the time-limited TURN credentials, in seconds (86400: one day)")
     transport_policy: TransportPolicy = setting(
-        TransportPolicy.ALL, flag="--ice-transport-policy", parse=member_of(TransportPolicy),
+        TransportPolicy.ALL,
+        flag="--ice-transport-policy",
+        parse=member_of(TransportPolicy),
         choices=values_of(TransportPolicy),
         help="'relay': the server and the pages use only TURN-relayed candidates (hides both ends' addresses; needs "
-             "a TURN server)")
+        "a TURN server)",
+    )
     udp_ports: tuple[int, int] | None = setting(
-        None, parse=_port_range, default_text="any",
-        help="bind WebRTC host candidates within this UDP port range, e.g. 50000-50100")
+        None,
+        parse=_port_range,
+        default_text="any",
+        help="bind WebRTC host candidates within this UDP port range, e.g. 50000-50100",
+    )
     loopback_only: bool = setting(False, help="accept only loopback ICE candidates (test setups)")
 
     def __post_init__(self) -> None:
@@ -194,8 +214,9 @@ def _max_sessions(text: str) -> int | None:
 def _db_target(text: str) -> str:
     """A SQLite path or a ``postgresql://`` URL; any other URL is refused here, before anything starts."""
     if "://" in text and not text.startswith(("postgresql://", "postgres://")):
-        raise argparse.ArgumentTypeError(f"{text.split('://', 1)[0]!r} databases are not supported: give a SQLite "
-                                         f"file path or a postgresql:// URL")
+        raise argparse.ArgumentTypeError(
+            f"{text.split('://', 1)[0]!r} databases are not supported: give a SQLite file path or a postgresql:// URL"
+        )
     return text
 
 
@@ -237,12 +258,18 @@ class ServerConfig:
     model: str | None = borrow(TranscriberConfig, "model")
     language: str | None = borrow(EngineConfig, "default_language")
     preset: EndpointPreset = setting(
-        EndpointPreset.BALANCED, parse=member_of(EndpointPreset), choices=values_of(EndpointPreset),
-        help="endpointing preset: how long a pause closes a sentence")
+        EndpointPreset.BALANCED,
+        parse=member_of(EndpointPreset),
+        choices=values_of(EndpointPreset),
+        help="endpointing preset: how long a pause closes a sentence",
+    )
     sentence_pause_ms: int | None = setting(
-        None, parse=int, default_text="the preset's",
+        None,
+        parse=int,
+        default_text="the preset's",
         help="silence after which a sentence whose text ends one locks (the preset's: 400 ms balanced, 300 ms "
-             "low-latency; 0: every sentence waits for the preset's silence schedule)")
+        "low-latency; 0: every sentence waits for the preset's silence schedule)",
+    )
     window: WindowMode = borrow(TranscriberConfig, "window")  # encoder window (engine.asr.windows)
     cpu_threads: int = borrow(TranscriberConfig, "cpu_threads")  # CPU engine threads; 0 = one per core
     device: Device = borrow(TranscriberConfig, "device")
@@ -256,86 +283,135 @@ class ServerConfig:
     speakers: bool = borrow(EngineConfig, "speakers")
     # speaker-embedding model (engine.speakers.models, whose names the engine's config may not import)
     speaker_model: str = borrow(EngineConfig, "speaker_model", choices=SPEAKER_MODEL_NAMES)
-    tls_cert: str | None = setting(None, default_text="none: plain HTTP",
-                                   help="PEM certificate: browsers allow the microphone only on HTTPS or localhost")
+    tls_cert: str | None = setting(
+        None,
+        default_text="none: plain HTTP",
+        help="PEM certificate: browsers allow the microphone only on HTTPS or localhost",
+    )
     tls_key: str | None = setting(None, help="PEM private key for --tls-cert")
     ice: IceConfig = field(default_factory=IceConfig)
     audio_decoder: AudioDecoder = setting(
-        AudioDecoder.DIRECT, parse=member_of(AudioDecoder), choices=values_of(AudioDecoder),
+        AudioDecoder.DIRECT,
+        parse=member_of(AudioDecoder),
+        choices=values_of(AudioDecoder),
         help="'direct': decode Opus on arrival straight to 16 kHz mono; 'aiortc': aiortc's decoder thread at 48 kHz "
-             "stereo, then resample")
+        "stereo, then resample",
+    )
     # Audio per packet asked of senders (a=ptime in the answer; browsers follow it)
     ptime_ms: int = setting(
-        60, choices=PTIMES_MS,
+        60,
+        choices=PTIMES_MS,
         help="audio per packet asked of senders (a=ptime): 60 = a third of the packets to receive for at most 40 ms "
-             "more delay; 0 = the sender's choice, 20 ms for browsers")
+        "more delay; 0 = the sender's choice, 20 ms for browsers",
+    )
     # Live sessions at once: None ("auto") lets in as many as the engine estimates it holds on time (a warm-up
     # measurement, then the measured decode load: engine.stream.capacity); a number is an operator's fixed cap.
     max_sessions: int | None = setting(
-        None, parse=_max_sessions, default_text="auto",
+        None,
+        parse=_max_sessions,
+        default_text="auto",
         help="live sessions at once: 'auto' as many as the server measures it holds on time (its capacity, in /ready "
-             "and /metrics), or a number; more get 503 busy with Retry-After")
+        "and /metrics), or a number; more get 503 busy with Retry-After",
+    )
     max_file_jobs: int = setting(
-        2, help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode behind "
-                "every live session)")
+        2,
+        help="uploaded files (/v1/audio/transcriptions) transcribing at once; more get 429 (they decode behind "
+        "every live session)",
+    )
     # WebSocket streams (FunASR, Deepgram, OpenAI Realtime): a client that takes no message for this long is cut off
     # (its open sentence is still locked and stored, its slot freed at once)
     send_timeout_s: float = setting(
-        10.0, help="a streaming client (Deepgram, OpenAI Realtime, FunASR) that takes no message for this long is cut "
-                   "off; its open sentence is still locked and stored")
+        10.0,
+        help="a streaming client (Deepgram, OpenAI Realtime, FunASR) that takes no message for this long is cut "
+        "off; its open sentence is still locked and stored",
+    )
     stream_idle_s: float = setting(
-        300.0, help="a streaming client that sends no audio for this long is closed, keep-alives or not (0: never)")
+        300.0, help="a streaming client that sends no audio for this long is closed, keep-alives or not (0: never)"
+    )
     stream_max_s: float = setting(
-        4 * 3600.0, help="a streaming connection ends after this long (4 h), after its open sentence (0: never)")
+        4 * 3600.0, help="a streaming connection ends after this long (4 h), after its open sentence (0: never)"
+    )
     # SIGTERM/Ctrl-C: how long live sessions get to finish their open sentences before the server exits anyway
     # (well inside Kubernetes' default 30 s grace period, with room for the engine to close)
     drain_timeout_s: float = setting(
-        15.0, help="on SIGTERM or Ctrl-C, how long live sessions get to finish their open sentences before the server "
-                   "exits anyway (keep it under your supervisor's stop timeout)")
+        15.0,
+        help="on SIGTERM or Ctrl-C, how long live sessions get to finish their open sentences before the server "
+        "exits anyway (keep it under your supervisor's stop timeout)",
+    )
     max_upload_mb: int = setting(
-        25, help="largest file /v1/audio/transcriptions accepts, in MB (OpenAI's own limit); larger get 413")
+        25, help="largest file /v1/audio/transcriptions accepts, in MB (OpenAI's own limit); larger get 413"
+    )
     funasr_port: int | None = setting(
-        None, parse=_port_or_off, default_text="none",
+        None,
+        parse=_port_or_off,
+        default_text="none",
         help="also listen on this port for FunASR's realtime WebSocket protocol at the root path, where FunASR's own "
-             "server listens (e.g. 10095; 0: none); it is always at /funasr on the main port")
+        "server listens (e.g. 10095; 0: none); it is always at /funasr on the main port",
+    )
     # The transcript store: a SQLite file, or a postgresql:// URL shared by several front ends; None keeps
     # transcripts in memory only (tests; the flag's default is a file)
     db_path: str | None = setting(
-        None, flag="--db", parse=_db_target, flag_default=lambda: str(default_db()),
+        None,
+        flag="--db",
+        parse=_db_target,
+        flag_default=lambda: str(default_db()),
         default_text="$XDG_DATA_HOME/live-captions/captions.db (XDG_DATA_HOME: ~/.local/share when unset)",
         help="where every room's transcript is kept: a SQLite file (':memory:' keeps nothing), or a "
-             "postgresql://user:password@host/db URL shared by several front ends serving the same rooms")
+        "postgresql://user:password@host/db URL shared by several front ends serving the same rooms",
+    )
     auth_token: str | None = setting(
-        None, parse=_text_or_none,
+        None,
+        parse=_text_or_none,
         help="require this token to create rooms and to caption a microphone (clients send 'Authorization: Bearer "
-             "<token>' or ?token=)")
+        "<token>' or ?token=)",
+    )
     embed_origins: tuple[str, ...] = setting(
-        (), flag="--embed-origin", parse=_origin, default_text="this server only",
+        (),
+        flag="--embed-origin",
+        parse=_origin,
+        default_text="this server only",
         help="host page origin allowed to embed the widget (CSP frame-ancestors), e.g. https://www.example.org "
-             "('*': any)")
+        "('*': any)",
+    )
     public_url: str | None = setting(
-        None, default_text="the URL the request came to",
-        help="base URL phones reach this server at, for the kiosk's QR code, e.g. https://captions.lan:8443")
+        None,
+        default_text="the URL the request came to",
+        help="base URL phones reach this server at, for the kiosk's QR code, e.g. https://captions.lan:8443",
+    )
     metrics: MetricsAccess = setting(
-        MetricsAccess.TOKEN, parse=member_of(MetricsAccess), choices=values_of(MetricsAccess),
+        MetricsAccess.TOKEN,
+        parse=member_of(MetricsAccess),
+        choices=values_of(MetricsAccess),
         help="GET /metrics (Prometheus): 'token' needs --auth-token as a bearer token when one is set, else is open "
-             "like 'open'; 'off' answers 404")
+        "like 'open'; 'off' answers 404",
+    )
     output_allow: tuple[str, ...] = setting(
-        (), parse=_output_allow, env=("LIVE_CAPTIONS_OUTPUT_ALLOW",), metavar="DESTINATIONS",
+        (),
+        parse=_output_allow,
+        env=("LIVE_CAPTIONS_OUTPUT_ALLOW",),
+        metavar="DESTINATIONS",
         default_text="none: outputs reach public addresses only",
         help="let room outputs (OBS, YouTube) reach these destinations, which the outbound policy refuses otherwise "
-             "(loopback, private, link-local, ...; docs/operations.md#outputs-outbound-policy): CIDRs "
-             "(192.168.1.0/24), addresses (127.0.0.1, [::1]) or host names (obs.lan), each optionally with :port "
-             "(obs.lan:4455); one value may list several, comma-separated")
-    apertium: bool = setting(True, help="no Apertium: rooms cannot have languages unless --translate-url "
-                                        "serves them (Apertium, from Debian, is the offline default)")
+        "(loopback, private, link-local, ...; docs/operations.md#outputs-outbound-policy): CIDRs "
+        "(192.168.1.0/24), addresses (127.0.0.1, [::1]) or host names (obs.lan), each optionally with :port "
+        "(obs.lan:4455); one value may list several, comma-separated",
+    )
+    apertium: bool = setting(
+        True,
+        help="no Apertium: rooms cannot have languages unless --translate-url "
+        "serves them (Apertium, from Debian, is the offline default)",
+    )
     translate_url: str | None = setting(
-        None, metavar="URL", default_text="none",
+        None,
+        metavar="URL",
+        default_text="none",
         help="an OpenAI-compatible chat-completions endpoint (e.g. `vllm serve` of an instruction-tuned model) that "
-             "translates room languages, asked before Apertium (docs/protocol.md#rooms-in-other-languages)")
+        "translates room languages, asked before Apertium (docs/protocol.md#rooms-in-other-languages)",
+    )
     translate_model: str = setting("", help="the model name --translate-url serves")
-    translate_api_key: str | None = setting(None, env=("LIVE_CAPTIONS_TRANSLATE_API_KEY",), default_text="none",
-                                            help="bearer token for --translate-url")
+    translate_api_key: str | None = setting(
+        None, env=("LIVE_CAPTIONS_TRANSLATE_API_KEY",), default_text="none", help="bearer token for --translate-url"
+    )
     # Not flags: set in code.
     max_lag_s: float = 2.0  # more audio than this waiting in a stream's receive queue for this long: shed it
     stop_timeout_s: float = 30.0  # how long a vanished client's session may take to finish its last sentence
@@ -363,10 +439,13 @@ EXIT_ENGINE_FAILED = 3  # the process exit status after the speech engine died (
 
 def build_parser() -> argparse.ArgumentParser:
     """``python -m app``'s flags: one per setting of ``ServerConfig`` (``app.settings``), and ``--verbose``."""
-    p = SettingsParser(ServerConfig, prog="python -m app",
-                       description="Live captions server: open the page, allow the microphone, read captions. "
-                                   "Every flag also reads LIVE_CAPTIONS_<NAME> from the environment (the flag wins; "
-                                   "docs/configuration.md lists them all).")
+    p = SettingsParser(
+        ServerConfig,
+        prog="python -m app",
+        description="Live captions server: open the page, allow the microphone, read captions. "
+        "Every flag also reads LIVE_CAPTIONS_<NAME> from the environment (the flag wins; "
+        "docs/configuration.md lists them all).",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     return p
 

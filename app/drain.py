@@ -44,8 +44,13 @@ class DrainReport:
     seconds: float = 0.0
 
 
-async def drain(peers: dict[str, PeerSession], others: LiveStreams, admissions: list[Admission],
-                timeout_s: float, report: DrainReport) -> None:
+async def drain(
+    peers: dict[str, PeerSession],
+    others: LiveStreams,
+    admissions: list[Admission],
+    timeout_s: float,
+    report: DrainReport,
+) -> None:
     """Refuse new sessions, ask every live stream to finish, and wait for them up to ``timeout_s`` seconds; close
     the peers still open then; fill in ``report``. Streams that start while this runs (an offer already past
     admission) are stopped too."""
@@ -75,8 +80,11 @@ async def drain(peers: dict[str, PeerSession], others: LiveStreams, admissions: 
             w.cancel()
     unfinished = [sid for sid, (_, done, _) in asked.items() if not done.is_set()]
     if unfinished:
-        log.warning("%d sessions did not finish within %.0f s; closing them without their last sentence",
-                    len(unfinished), timeout_s)
+        log.warning(
+            "%d sessions did not finish within %.0f s; closing them without their last sentence",
+            len(unfinished),
+            timeout_s,
+        )
         for peer in [peers[sid] for sid in unfinished if sid in peers]:
             await peer.close()
     report.sessions, report.unfinished = len(asked), len(unfinished)

@@ -69,8 +69,7 @@ def _entry(text: str) -> OutputDestination:
         return OutputDestination(network, None, port)
     name = host.lower().removesuffix(".")
     if not _HOST_NAME.fullmatch(name) or name.rsplit(".", 1)[-1].isdigit() or legacy_ipv4(name) is not None:
-        raise ValueError(f"output destination {text!r}: not a CIDR, an address (dotted quads or IPv6) or a host "
-                         "name")
+        raise ValueError(f"output destination {text!r}: not a CIDR, an address (dotted quads or IPv6) or a host name")
     return OutputDestination(None, name, port)
 
 

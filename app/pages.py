@@ -19,9 +19,23 @@ from . import resources
 from .keys import CONFIG, ENGINE, TEMPLATES
 from .rooms import ROOM_ID_PATTERN, base_url
 
-LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "fr": "Français", "es": "Español", "it": "Italiano",
-                  "nl": "Nederlands", "pt": "Português", "pl": "Polski", "sv": "Svenska", "zh": "中文",
-                  "ja": "日本語", "ko": "한국어", "ru": "Русский", "uk": "Українська", "tr": "Türkçe"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "de": "Deutsch",
+    "fr": "Français",
+    "es": "Español",
+    "it": "Italiano",
+    "nl": "Nederlands",
+    "pt": "Português",
+    "pl": "Polski",
+    "sv": "Svenska",
+    "zh": "中文",
+    "ja": "日本語",
+    "ko": "한국어",
+    "ru": "Русский",
+    "uk": "Українська",
+    "tr": "Türkçe",
+}
 
 
 def add_routes(app: web.Application) -> None:
@@ -39,12 +53,23 @@ async def index(request: web.Request) -> web.Response:
     engine = app[ENGINE]
     config = app[CONFIG]
     languages = [("", "Detect automatically")] + [(c, n) for c, n in LANGUAGE_NAMES.items() if c in LANGUAGE_CODES]
-    html = app[TEMPLATES].get_template("index.html").render(
-        model=engine.model_name, languages=languages, default_language=config.language or "",
-        static="/static", max_hotwords=MAX_HOTWORDS)
+    html = (
+        app[TEMPLATES]
+        .get_template("index.html")
+        .render(
+            model=engine.model_name,
+            languages=languages,
+            default_language=config.language or "",
+            static="/static",
+            max_hotwords=MAX_HOTWORDS,
+        )
+    )
     # The microphone page is never framed by another site (clickjacking); only /embed follows --embed-origin.
-    return web.Response(text=html, content_type="text/html",
-                        headers={"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"})
+    return web.Response(
+        text=html,
+        content_type="text/html",
+        headers={"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"},
+    )
 
 
 def page(template: str) -> Any:
@@ -53,20 +78,31 @@ def page(template: str) -> Any:
     async def handler(request: web.Request) -> web.Response:
         config = request.app[CONFIG]
         origins = config.embed_origins
-        html = request.app[TEMPLATES].get_template(template).render(
-            static="/static", embed_origins=json.dumps(list(origins)), base_url=base_url(request))
+        html = (
+            request.app[TEMPLATES]
+            .get_template(template)
+            .render(static="/static", embed_origins=json.dumps(list(origins)), base_url=base_url(request))
+        )
         # Only the embed page may be framed by other sites, and only by the configured ones.
         ancestors = " ".join(["'self'", *origins]) if template == "embed.html" else "'self'"
         if "*" in origins and template == "embed.html":
             ancestors = "*"
-        return web.Response(text=html, content_type="text/html",
-                            headers={"Content-Security-Policy": f"frame-ancestors {ancestors}",
-                                     "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+        return web.Response(
+            text=html,
+            content_type="text/html",
+            headers={
+                "Content-Security-Policy": f"frame-ancestors {ancestors}",
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store",
+            },
+        )
 
     return handler
 
 
 async def embed_loader(request: web.Request) -> web.FileResponse:
     """``/embed.js``: the one-line snippet's script (inserts the widget's iframe into the host page)."""
-    return web.FileResponse(resources.static_dir() / "embed-loader.js",
-                            headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
+    return web.FileResponse(
+        resources.static_dir() / "embed-loader.js",
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
+    )

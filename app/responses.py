@@ -28,8 +28,9 @@ def error_body(code: ErrorCode, message: str, **fields: Any) -> dict[str, Any]:
     return {"error": {"code": code.value, "message": message, **fields}}
 
 
-def json_error(status: int, code: ErrorCode, message: str, *, headers: Mapping[str, str] | None = None,
-               **fields: Any) -> web.Response:
+def json_error(
+    status: int, code: ErrorCode, message: str, *, headers: Mapping[str, str] | None = None, **fields: Any
+) -> web.Response:
     """The error response to return: ``status`` with ``error_body(code, message, **fields)`` and ``headers``."""
     return web.json_response(error_body(code, message, **fields), status=status, headers=headers)
 
@@ -49,8 +50,9 @@ def unreadable_body(status: int, message: str) -> web.Response:
     return json_error(status, ErrorCode.TOO_LARGE if status == 413 else ErrorCode.BAD_MESSAGE, message)
 
 
-def http_error(status: int, code: ErrorCode, message: str, *, headers: Mapping[str, str] | None = None,
-               **fields: Any) -> web.HTTPException:
+def http_error(
+    status: int, code: ErrorCode, message: str, *, headers: Mapping[str, str] | None = None, **fields: Any
+) -> web.HTTPException:
     """The same error (``json_error``'s arguments) as an exception to raise from a helper deep in a handler:
     aiohttp answers it as the response."""
     return _JsonHTTPError(status, error_body(code, message, **fields), headers)

@@ -60,11 +60,17 @@ _DRAIN_BEFORE_EXIT_S = 5.0  # after the engine died: time for ended sessions to 
 
 def engine_config(config: ServerConfig) -> EngineConfig:
     return EngineConfig(
-        transcriber=TranscriberConfig(model=config.model, device=config.device, window=config.window,
-                                      cpu_threads=config.cpu_threads, timestamps=config.word_timestamps,
-                                      asr_urls=config.asr_urls),
-        endpoint=ENDPOINT_PRESETS[config.preset] if config.sentence_pause_ms is None else replace(
-            ENDPOINT_PRESETS[config.preset], sentence_pause_ms=max(0, config.sentence_pause_ms)),
+        transcriber=TranscriberConfig(
+            model=config.model,
+            device=config.device,
+            window=config.window,
+            cpu_threads=config.cpu_threads,
+            timestamps=config.word_timestamps,
+            asr_urls=config.asr_urls,
+        ),
+        endpoint=ENDPOINT_PRESETS[config.preset]
+        if config.sentence_pause_ms is None
+        else replace(ENDPOINT_PRESETS[config.preset], sentence_pause_ms=max(0, config.sentence_pause_ms)),
         speakers=config.speakers,
         speaker_model=config.speaker_model,
         default_language=config.language,
@@ -88,13 +94,13 @@ async def translation_service(config: ServerConfig) -> TranslationService | None
         return None
     service = TranslationService(engines)
     service.start()  # each language's engine starts when a room first has it (``RoomRegistry``), not here
-    log.info("translation: %s into %s", ", ".join(service.names()),
-             ", ".join(sorted(service.targets(SOURCE_LANGUAGE))))
+    log.info("translation: %s into %s", ", ".join(service.names()), ", ".join(sorted(service.targets(SOURCE_LANGUAGE))))
     return service
 
 
-def create_app(config: ServerConfig, engine: CaptionEngine | None = None,
-               translation: Translates | None = None) -> web.Application:
+def create_app(
+    config: ServerConfig, engine: CaptionEngine | None = None, translation: Translates | None = None
+) -> web.Application:
     """The server. With ``engine`` given (already started, e.g. shared by tests) the app uses it and leaves its
     lifecycle to the caller; otherwise the app creates one and starts it in the background on startup (the page
     shows "loading model" until ``/ready`` says so) and closes it on cleanup. ``translation``: the translation
@@ -106,15 +112,22 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None,
     app[DRAIN] = DrainReport()
     # ``auto``: the engine's capacity estimate (the engine exists once the app starts; offers come after that).
     # A meeting's silent microphones are connected, not talking: the capacity counts voices.
-    app[ADMISSION] = Admission(config.max_sessions, capacity=lambda: app[ENGINE].capacity_estimate(),
-                               engine=lambda: app[ENGINE], silent=lambda: silent_microphones(app))
+    app[ADMISSION] = Admission(
+        config.max_sessions,
+        capacity=lambda: app[ENGINE].capacity_estimate(),
+        engine=lambda: app[ENGINE],
+        silent=lambda: silent_microphones(app),
+    )
     app[FILE_JOBS] = Admission(config.max_file_jobs, what="file transcriptions")
     app[METRICS] = ServerMetrics()  # this app's own registry: never the process-wide default one
     app[METRICS].admission = app[ADMISSION]
     # The templates are read and compiled now, once: a page's request never waits for the disk on the event loop.
-    templates = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
-                                   autoescape=jinja2.select_autoescape(["html"]), auto_reload=False,
-                                   cache_size=-1)
+    templates = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(resources.templates_dir()),
+        autoescape=jinja2.select_autoescape(["html"]),
+        auto_reload=False,
+        cache_size=-1,
+    )
     for name in templates.list_templates(extensions=["html"]):
         templates.get_template(name)
     app[TEMPLATES] = templates
@@ -155,8 +168,12 @@ def create_app(config: ServerConfig, engine: CaptionEngine | None = None,
         report = app[DRAIN]
         await drain(app[PEERS], app[STREAMS], [app[ADMISSION], app[FILE_JOBS]], config.drain_timeout_s, report)
         if report.sessions:
-            log.info("stopping: %d sessions finished in %.1f s, %d sentences locked on the way out",
-                     report.sessions - report.unfinished, report.seconds, report.sentences)
+            log.info(
+                "stopping: %d sessions finished in %.1f s, %d sentences locked on the way out",
+                report.sessions - report.unfinished,
+                report.seconds,
+                report.sentences,
+            )
 
     async def stop_outputs(app: web.Application) -> None:
         # After the sessions' last sentences (a short grace to send them), before the rooms' streams end.
@@ -240,8 +257,11 @@ async def _exit_when_engine_dies(app: web.Application) -> None:
     deadline = asyncio.get_running_loop().time() + _DRAIN_BEFORE_EXIT_S
     while app[PEERS] and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 (peers close themselves)
         await asyncio.sleep(0.1)
-    log.critical("the speech engine died (%s): exiting with status %d so a supervisor restarts the server",
-                 app[ENGINE].detail, EXIT_ENGINE_FAILED)
+    log.critical(
+        "the speech engine died (%s): exiting with status %d so a supervisor restarts the server",
+        app[ENGINE].detail,
+        EXIT_ENGINE_FAILED,
+    )
     app[EXIT_STATUS] = EXIT_ENGINE_FAILED
     signal.raise_signal(signal.SIGTERM)  # aiohttp's run_app turns it into a graceful shutdown
 

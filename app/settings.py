@@ -45,8 +45,11 @@ class SettingsParser(argparse.ArgumentParser):
         for d in self.settings:
             _add_flag(self, d)
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         parsed, rest = super().parse_known_args(args, namespace)
         for d in self.settings:
             if getattr(parsed, d.dest) is (None if d.repeatable else _UNSET):
@@ -123,8 +126,15 @@ def markdown(config: type, title: str, intro: str) -> str:
         groups.setdefault(d.setting.owner, []).append(d)
     lines = [f"# {title}", "", intro]
     for owner, items in groups.items():
-        lines += ["", f"## {owner.__name__}", "", f"{_summary(owner)} Declared in `{owner.__module__}`.", "",
-                  "| Flag | Environment | Default | What it does |", "| --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"## {owner.__name__}",
+            "",
+            f"{_summary(owner)} Declared in `{owner.__module__}`.",
+            "",
+            "| Flag | Environment | Default | What it does |",
+            "| --- | --- | --- | --- |",
+        ]
         for d in items:
             value = "" if d.switch else f" {d.setting.metavar or d.dest.upper()}"
             env = " or ".join(f"`{name}`" for name in d.setting.env)

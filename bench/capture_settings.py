@@ -152,7 +152,7 @@ def analyse(scene: Scene, received: np.ndarray) -> dict[str, float]:
     start = max(0, offset)  # the first received sample that has a source sample
     skip = start - offset  # the source sample it has (what played before the connection was up never arrived)
     n = min(mix.size - skip, received.size - start)
-    y, x, s = received[start:start + n], mix[skip:skip + n], scene.speech[skip:skip + n]
+    y, x, s = received[start : start + n], mix[skip : skip + n], scene.speech[skip : skip + n]
     sp, yp = frame_power(s), frame_power(y)
     loud = sp > sp.max() * 10 ** (-20 / 10)
     silent = np.convolve(sp > 0, np.ones(15), mode="same") == 0  # background only, 150 ms from any speech
@@ -209,18 +209,25 @@ async def run(settings: list[str], scene_names: list[str], keep: Path | None = N
                         tab = await browser.new_page()
                         await tab.goto(f"{url}/bench/capture")
                         await tab.wait_for_function("window.ready === true")
-                        result = await tab.evaluate("([c, s]) => window.capture(c, s)",
-                                                    [SETTINGS[setting], scene.mix.size / SR + 0.5])
+                        result = await tab.evaluate(
+                            "([c, s]) => window.capture(c, s)", [SETTINGS[setting], scene.mix.size / SR + 0.5]
+                        )
                     await asyncio.sleep(0.5)  # the server takes the session's last frames after the page's stop
                     got = np.concatenate(received).astype(np.float32) / 32768.0 if received else np.zeros(1)
                     if keep is not None:
                         write_wav(keep / f"{name}-{setting}.wav", got)
-                    row = {"setting": setting, "scene": name, **analyse(scene, got),
-                           "applied": {k: result["applied"].get(k) for k in SETTINGS[setting]}}
+                    row = {
+                        "setting": setting,
+                        "scene": name,
+                        **analyse(scene, got),
+                        "applied": {k: result["applied"].get(k) for k in SETTINGS[setting]},
+                    }
                     rows.append(row)
-                    print(f"{setting:>4} {name:>9}: speech {row['speech_db']:6.1f} dBFS (first {row['first_db']:6.1f},"
-                          f" last {row['last_db']:6.1f}), floor {row['floor_db']:6.1f}, corr {row['corr']:.2f}",
-                          file=sys.stderr)
+                    print(
+                        f"{setting:>4} {name:>9}: speech {row['speech_db']:6.1f} dBFS (first {row['first_db']:6.1f},"
+                        f" last {row['last_db']:6.1f}), floor {row['floor_db']:6.1f}, corr {row['corr']:.2f}",
+                        file=sys.stderr,
+                    )
     finally:
         await runner.cleanup()
         await engine.close()
@@ -256,40 +263,56 @@ def margins(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for setting in dict.fromkeys(r["setting"] for r in rows):
         own, other = by.get((setting, "own")), by.get((setting, "neighbour"))
         if own and other:
-            out.append({"setting": setting, "first": own["first_db"] - other["first_db"],
-                        "last": own["last_db"] - other["last_db"]})
+            out.append(
+                {
+                    "setting": setting,
+                    "first": own["first_db"] - other["first_db"],
+                    "last": own["last_db"] - other["last_db"],
+                }
+            )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--scenes", nargs="+", default=["own", "neighbour", "noisy"],
-                        choices=["own", "neighbour", "noisy"])
+    parser.add_argument(
+        "--scenes", nargs="+", default=["own", "neighbour", "noisy"], choices=["own", "neighbour", "noisy"]
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path, help="save the received audio there, <scene>-<setting>.wav")
     parser.add_argument("--wer", type=Path, metavar="DIR", help="only: the WER of the audio --keep saved in DIR")
     args = parser.parse_args()
     if args.wer:
         wers = asyncio.run(word_error_rates(sorted(args.wer.glob("*-*.wav"))))
-        print_markdown_table([("scene", "scene", "{}"), ("setting", "setting", "{}"), ("wer", "WER %", "{:.1f}")],
-                             wers)
+        print_markdown_table([("scene", "scene", "{}"), ("setting", "setting", "{}"), ("wer", "WER %", "{:.1f}")], wers)
         if args.json:
             args.json.write_text(json.dumps({"wer": wers}, indent=1))
         return
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     rows = asyncio.run(run(args.settings, args.scenes, args.keep))
-    columns: list[Column] = [("setting", "setting", "{}"), ("scene", "scene", "{}"),
-                             ("speech_db", "speech dBFS", "{:.1f}"), ("first_db", "first sentence", "{:.1f}"),
-                             ("last_db", "last sentence", "{:.1f}"), ("floor_db", "floor dBFS", "{:.1f}"),
-                             ("corr", "corr", "{:.2f}")]
+    columns: list[Column] = [
+        ("setting", "setting", "{}"),
+        ("scene", "scene", "{}"),
+        ("speech_db", "speech dBFS", "{:.1f}"),
+        ("first_db", "first sentence", "{:.1f}"),
+        ("last_db", "last sentence", "{:.1f}"),
+        ("floor_db", "floor dBFS", "{:.1f}"),
+        ("corr", "corr", "{:.2f}"),
+    ]
     print_markdown_table(columns, rows)
     print()
     print(f"Own phone minus neighbour's phone, same voice (source: {NEIGHBOUR_DB:.0f} dB):")
     print()
-    print_markdown_table([("setting", "setting", "{}"), ("first", "first sentence dB", "{:.1f}"),
-                          ("last", "last sentence dB", "{:.1f}")], margins(rows))
+    print_markdown_table(
+        [
+            ("setting", "setting", "{}"),
+            ("first", "first sentence dB", "{:.1f}"),
+            ("last", "last sentence dB", "{:.1f}"),
+        ],
+        margins(rows),
+    )
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "margins": margins(rows)}, indent=1))
 

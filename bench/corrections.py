@@ -67,19 +67,25 @@ from bench.lib.room_editing import (
     stop,
 )
 
-FAKE_NOTE = ("recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is the "
-             "rooms, the store (PostgreSQL) and the event streams, not a model")
+FAKE_NOTE = (
+    "recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is the "
+    "rooms, the store (PostgreSQL) and the event streams, not a model"
+)
 DEFAULT_JSON = ROOT / "bench" / "results" / "corrections.json"
 FORMATS = ("txt", "srt", "vtt", "json")
 
 
 # ---- 1. an editor's save on both front ends --------------------------------------------------------------------------
-async def reach(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess,
-                args: argparse.Namespace) -> dict[str, Any]:
+async def reach(
+    http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess, args: argparse.Namespace
+) -> dict[str, Any]:
     """Step 1 (see the module): returns its rows (``same``: viewers on A, ``other``: on B) and every save."""
     room, token = await create_room(http, a.base_url, {"title": "corrections-reach"})
-    readers = [RoomReader(f"{fe.base_url}/rooms/{room}/events", f"{where}{i}")
-               for where, fe in (("A", a), ("B", b)) for i in range(args.viewers)]
+    readers = [
+        RoomReader(f"{fe.base_url}/rooms/{room}/events", f"{where}{i}")
+        for where, fe in (("A", a), ("B", b))
+        for i in range(args.viewers)
+    ]
     tasks = await follow(http, readers)
     publisher = publish(a.base_url, room, args.seconds, 0, args.pause_s)
     watcher = readers[0]
@@ -104,8 +110,11 @@ async def reach(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess,
                 if save.status == 200:
                     last[sid] = save.text
                 else:
-                    print(f"reach: PUT /rooms/{room}/sentences/{sid} {{'text': {save.text!r}}} -> {save.status} "
-                          f"{save.body}", file=sys.stderr)
+                    print(
+                        f"reach: PUT /rooms/{room}/sentences/{sid} {{'text': {save.text!r}}} -> {save.status} "
+                        f"{save.body}",
+                        file=sys.stderr,
+                    )
                 await asyncio.sleep(args.spacing_s)
         run = await publisher
         await asyncio.sleep(args.settle_s)  # the last corrections (and the stop's lock) reach every viewer
@@ -136,32 +145,56 @@ async def reach(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess,
             now = reader.current()
             bad = {sid: now.get(sid) for sid, text in expected.items() if now.get(sid) != text}
             final_wrong += len(bad)
-            problems += [f"{reader.name}: sentence {sid} shows {text!r}, last saved {expected[sid]!r}"
-                         for sid, text in bad.items()]
-        rows.append({"viewers": f"{'same' if where == 'A' else 'other'} front end ({where})",
-                     "saves": sum(s.seq is not None for s in saves), "received": len(delays), "lost": lost,
-                     "wrong": wrong, "final_wrong": final_wrong, "p50_s": pct(delays, 50), "p95_s": pct(delays, 95),
-                     "max_s": max(delays, default=float("nan"))})
+            problems += [
+                f"{reader.name}: sentence {sid} shows {text!r}, last saved {expected[sid]!r}"
+                for sid, text in bad.items()
+            ]
+        rows.append(
+            {
+                "viewers": f"{'same' if where == 'A' else 'other'} front end ({where})",
+                "saves": sum(s.seq is not None for s in saves),
+                "received": len(delays),
+                "lost": lost,
+                "wrong": wrong,
+                "final_wrong": final_wrong,
+                "p50_s": pct(delays, 50),
+                "p95_s": pct(delays, 95),
+                "max_s": max(delays, default=float("nan")),
+            }
+        )
     put_s = [s.answered_s - s.sent_s for s in saves]
     files = await transcript_checks(http, [a, b], room, expected, {})
     problems += [p for f in files for p in f["problems"]] + publisher_problems(run)
-    return {"room": room, "sentences": len(expected), "rounds": rnd, "rows": rows,
-            "put_s_p50": pct(put_s, 50), "put_s_p95": pct(put_s, 95),
-            "failed_puts": [s.wire() for s in saves if s.status != 200], "transcripts": files,
-            "publisher": publisher_report(run), "problems": problems, "saves": [s.wire() for s in saves]}
+    return {
+        "room": room,
+        "sentences": len(expected),
+        "rounds": rnd,
+        "rows": rows,
+        "put_s_p50": pct(put_s, 50),
+        "put_s_p95": pct(put_s, 95),
+        "failed_puts": [s.wire() for s in saves if s.status != 200],
+        "transcripts": files,
+        "publisher": publisher_report(run),
+        "problems": problems,
+        "saves": [s.wire() for s in saves],
+    }
 
 
 # ---- 2. a hold-back delay --------------------------------------------------------------------------------------------
-async def holdback(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess, db: str,
-                   args: argparse.Namespace) -> dict[str, Any]:
+async def holdback(
+    http: aiohttp.ClientSession, a: ServerProcess, b: ServerProcess, db: str, args: argparse.Namespace
+) -> dict[str, Any]:
     """Step 2 (see the module): returns its rows (audience on A, on B), the transcript checks and, per sentence,
     every text each audience viewer received with its time from the lock. ``db``: the store's URL (read for each
     sentence's lock time as the store has it)."""
     wall = time.time() - time.monotonic()  # monotonic s + wall = Unix time s (the store's clock: this machine's)
     room, token = await create_room(http, a.base_url, {"title": "corrections-holdback", "delay_s": args.delay_s})
     editor = RoomReader(f"{a.base_url}/rooms/{room}/events?editor=1&token={token}", "editor")
-    audience = [RoomReader(f"{fe.base_url}/rooms/{room}/events", f"{where}{i}")
-                for where, fe in (("A", a), ("B", b)) for i in range(args.viewers)]
+    audience = [
+        RoomReader(f"{fe.base_url}/rooms/{room}/events", f"{where}{i}")
+        for where, fe in (("A", a), ("B", b))
+        for i in range(args.viewers)
+    ]
     tasks = await follow(http, [editor, *audience])
     publisher = publish(a.base_url, room, args.holdback_seconds, 1, args.pause_s)
     fixes: dict[int, asyncio.Task[Save]] = {}
@@ -170,8 +203,10 @@ async def holdback(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProce
         await asyncio.sleep(max(0.0, lock_s + args.fix_after_s - time.monotonic()))
         save = await put_text(http, a.base_url, room, token, sid, fixed(original))
         if save.status != 200:
-            print(f"holdback: PUT /rooms/{room}/sentences/{sid} {{'text': {save.text!r}}} -> {save.status} "
-                  f"{save.body}", file=sys.stderr)
+            print(
+                f"holdback: PUT /rooms/{room}/sentences/{sid} {{'text': {save.text!r}}} -> {save.status} {save.body}",
+                file=sys.stderr,
+            )
         return save
 
     try:
@@ -193,18 +228,28 @@ async def holdback(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProce
         await stop(tasks)
     locks = {sid: lock for sid, lock in locked(editor).items() if sid in saves}
     stored = await asyncio.to_thread(locked_ms, db, room)
-    problems = [f"sentence {sid} locked after the editing ended: not corrected" for sid in locked(editor)
-                if sid not in saves]
-    problems += [f"PUT /rooms/{room}/sentences/{s.sid} {{'text': {s.text!r}}} -> {s.status} {s.body}"
-                 for s in saves.values() if s.status != 200]
+    problems = [
+        f"sentence {sid} locked after the editing ended: not corrected" for sid in locked(editor) if sid not in saves
+    ]
+    problems += [
+        f"PUT /rooms/{room}/sentences/{s.sid} {{'text': {s.text!r}}} -> {s.status} {s.body}"
+        for s in saves.values()
+        if s.status != 200
+    ]
     problems += [f"editor stream: {editor.error}"] if editor.error else []
     corrected = {sid: s.text for sid, s in saves.items() if s.status == 200}
     late = [sid for sid, s in saves.items() if s.answered_s - locks[sid][0] >= args.delay_s]
-    sentences: dict[int, Any] = {sid: {"original": text, "corrected": corrected.get(sid),
-                                       "put_after_lock_s": round(saves[sid].sent_s - lock_s, 3),
-                                       "answered_after_lock_s": round(saves[sid].answered_s - lock_s, 3),
-                                       "status": saves[sid].status, "received": {}}
-                                 for sid, (lock_s, text) in sorted(locks.items())}
+    sentences: dict[int, Any] = {
+        sid: {
+            "original": text,
+            "corrected": corrected.get(sid),
+            "put_after_lock_s": round(saves[sid].sent_s - lock_s, 3),
+            "answered_after_lock_s": round(saves[sid].answered_s - lock_s, 3),
+            "status": saves[sid].status,
+            "received": {},
+        }
+        for sid, (lock_s, text) in sorted(locks.items())
+    }
     rows = []
     for where in ("A", "B"):
         firsts: list[float] = []
@@ -225,19 +270,41 @@ async def holdback(http: aiohttp.ClientSession, a: ServerProcess, b: ServerProce
                 stale = [text for _, text, _ in got if text != corrected.get(sid)]
                 if stale and sid in corrected:
                     uncorrected += 1
-                    problems.append(f"audience {reader.name}: sentence {sid} arrived as {stale!r}, corrected "
-                                    f"{corrected[sid]!r} ({sentences[sid]['answered_after_lock_s']} s after the lock)")
-        rows.append({"audience": f"front end {where}", "sentences": len(locks), "received": len(firsts),
-                     "missing": missing, "first_s_min": min(firsts, default=float("nan")),
-                     "first_s_p50": pct(firsts, 50), "first_s_max": max(firsts, default=float("nan")),
-                     "store_s_min": min(from_store, default=float("nan")),
-                     "early": sum(f < args.delay_s for f in from_store), "uncorrected": uncorrected})
-    files = await transcript_checks(http, [a, b], room, corrected,
-                                    {sid: text for sid, (_, text) in locks.items() if sid in corrected})
+                    problems.append(
+                        f"audience {reader.name}: sentence {sid} arrived as {stale!r}, corrected "
+                        f"{corrected[sid]!r} ({sentences[sid]['answered_after_lock_s']} s after the lock)"
+                    )
+        rows.append(
+            {
+                "audience": f"front end {where}",
+                "sentences": len(locks),
+                "received": len(firsts),
+                "missing": missing,
+                "first_s_min": min(firsts, default=float("nan")),
+                "first_s_p50": pct(firsts, 50),
+                "first_s_max": max(firsts, default=float("nan")),
+                "store_s_min": min(from_store, default=float("nan")),
+                "early": sum(f < args.delay_s for f in from_store),
+                "uncorrected": uncorrected,
+            }
+        )
+    files = await transcript_checks(
+        http, [a, b], room, corrected, {sid: text for sid, (_, text) in locks.items() if sid in corrected}
+    )
     problems += [p for f in files for p in f["problems"]] + publisher_problems(run)
-    return {"room": room, "delay_s": args.delay_s, "fix_after_s": args.fix_after_s, "rows": rows,
-            "fixed": len(corrected), "late_fixes": late, "transcripts": files, "publisher": publisher_report(run),
-            "editor_error": editor.error, "problems": problems, "sentences": sentences}
+    return {
+        "room": room,
+        "delay_s": args.delay_s,
+        "fix_after_s": args.fix_after_s,
+        "rows": rows,
+        "fixed": len(corrected),
+        "late_fixes": late,
+        "transcripts": files,
+        "publisher": publisher_report(run),
+        "editor_error": editor.error,
+        "problems": problems,
+        "sentences": sentences,
+    }
 
 
 def locked_ms(db: str, room: str) -> dict[int, int]:
@@ -252,16 +319,24 @@ def locked_ms(db: str, room: str) -> dict[int, int]:
 def cue_text(document: str, fmt: str) -> str:
     """The words of an SRT or WebVTT file, cue after cue, on one line (numbers, times and the header left out): a
     sentence broken over lines or cues reads whole again."""
-    lines = [line for line in document.splitlines()
-             if line.strip() and "-->" not in line and not line.strip().isdigit() and line.strip() != "WEBVTT"]
+    lines = [
+        line
+        for line in document.splitlines()
+        if line.strip() and "-->" not in line and not line.strip().isdigit() and line.strip() != "WEBVTT"
+    ]
     text = " ".join(re.sub(r"<[^>]*>", "", line) for line in lines)
     if fmt == "vtt":
         text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
     return " ".join(text.split())
 
 
-async def transcript_checks(http: aiohttp.ClientSession, front_ends: list[ServerProcess], room: str,
-                            expected: dict[int, str], originals: dict[int, str]) -> list[dict[str, Any]]:
+async def transcript_checks(
+    http: aiohttp.ClientSession,
+    front_ends: list[ServerProcess],
+    room: str,
+    expected: dict[int, str],
+    originals: dict[int, str],
+) -> list[dict[str, Any]]:
     """Fetch the room's transcript in every format from every front end and check it: each sentence of
     ``expected`` (id -> text) has that text, and no text of ``originals`` (id -> recognizer's text of a corrected
     sentence) is in it (the JSON: no sentence's ``text``; its ``original`` is the history and expected)."""
@@ -283,61 +358,93 @@ async def transcript_checks(http: aiohttp.ClientSession, front_ends: list[Server
                     elif entry["words"] and " ".join(w["w"] for w in entry["words"]) != text:
                         problems.append(f"{name} json: sentence {sid}'s words {entry['words']} are not {text!r}")
                     elif sid in originals and entry.get("original") != originals[sid]:
-                        problems.append(f"{name} json: sentence {sid}'s original is {entry.get('original')!r}, "
-                                        f"not {originals[sid]!r}")
+                        problems.append(
+                            f"{name} json: sentence {sid}'s original is {entry.get('original')!r}, "
+                            f"not {originals[sid]!r}"
+                        )
             else:
                 body = " ".join(document.split()) if fmt == "txt" else cue_text(document, fmt)
                 problems += [f"{name} {fmt}: no {text!r}" for text in expected.values() if text not in body]
-                problems += [f"{name} {fmt}: still has {text!r} (sentence {sid})" for sid, text in originals.items()
-                             if re.search(rf"(?<!\S){re.escape(text)}(?!\S)", body)]
-            out.append({"front_end": name, "format": fmt, "status": status, "ok": not problems,
-                        "problems": problems})
+                problems += [
+                    f"{name} {fmt}: still has {text!r} (sentence {sid})"
+                    for sid, text in originals.items()
+                    if re.search(rf"(?<!\S){re.escape(text)}(?!\S)", body)
+                ]
+            out.append({"front_end": name, "format": fmt, "status": status, "ok": not problems, "problems": problems})
     return out
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------------
-REACH_COLUMNS = [("viewers", "viewers", "{}"), ("saves", "saves", "{:d}"), ("received", "received", "{:d}"),
-                 ("lost", "lost", "{:d}"), ("wrong", "wrong", "{:d}"), ("final_wrong", "final wrong", "{:d}"),
-                 ("p50_s", "save -> viewer p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
-                 ("max_s", "max s", "{:.3f}")]
-HOLD_COLUMNS = [("audience", "audience", "{}"), ("sentences", "sentences", "{:d}"), ("received", "received", "{:d}"),
-                ("missing", "missing", "{:d}"), ("first_s_min", "lock -> audience min s", "{:.3f}"),
-                ("first_s_p50", "p50 s", "{:.3f}"), ("first_s_max", "max s", "{:.3f}"),
-                ("store_s_min", "store lock -> audience min s", "{:.3f}"), ("early", "before delay", "{:d}"),
-                ("uncorrected", "uncorrected seen", "{:d}")]
+REACH_COLUMNS = [
+    ("viewers", "viewers", "{}"),
+    ("saves", "saves", "{:d}"),
+    ("received", "received", "{:d}"),
+    ("lost", "lost", "{:d}"),
+    ("wrong", "wrong", "{:d}"),
+    ("final_wrong", "final wrong", "{:d}"),
+    ("p50_s", "save -> viewer p50 s", "{:.3f}"),
+    ("p95_s", "p95 s", "{:.3f}"),
+    ("max_s", "max s", "{:.3f}"),
+]
+HOLD_COLUMNS = [
+    ("audience", "audience", "{}"),
+    ("sentences", "sentences", "{:d}"),
+    ("received", "received", "{:d}"),
+    ("missing", "missing", "{:d}"),
+    ("first_s_min", "lock -> audience min s", "{:.3f}"),
+    ("first_s_p50", "p50 s", "{:.3f}"),
+    ("first_s_max", "max s", "{:.3f}"),
+    ("store_s_min", "store lock -> audience min s", "{:.3f}"),
+    ("early", "before delay", "{:d}"),
+    ("uncorrected", "uncorrected seen", "{:d}"),
+]
 
 
 def report(one: dict[str, Any], two: dict[str, Any], args: argparse.Namespace) -> bool:
     """Print both tables and the verdicts; returns whether every target held."""
     print(f"\n{FAKE_NOTE}\n")
-    print(f"1. an editor's save on front end A reaching viewers ({one['sentences']} sentences, {one['rounds']} "
-          f"rounds, saves {args.spacing_s:g} s apart; PUT answered p50 {one['put_s_p50']:.3f} s, p95 "
-          f"{one['put_s_p95']:.3f} s)\n")
+    print(
+        f"1. an editor's save on front end A reaching viewers ({one['sentences']} sentences, {one['rounds']} "
+        f"rounds, saves {args.spacing_s:g} s apart; PUT answered p50 {one['put_s_p50']:.3f} s, p95 "
+        f"{one['put_s_p95']:.3f} s)\n"
+    )
     print_markdown_table(REACH_COLUMNS, one["rows"])
     other = one["rows"][1]
-    reach_ok = (other["p95_s"] <= args.target_s and not one["failed_puts"]
-                and all(r["lost"] == r["wrong"] == r["final_wrong"] == 0 for r in one["rows"]))
+    reach_ok = (
+        other["p95_s"] <= args.target_s
+        and not one["failed_puts"]
+        and all(r["lost"] == r["wrong"] == r["final_wrong"] == 0 for r in one["rows"])
+    )
     print(f"\ntarget p95 <= {args.target_s:g} s on the other front end: {'met' if reach_ok else 'NOT met'}")
-    print(f"\n2. hold-back delay {two['delay_s']:g} s, each sentence corrected {two['fix_after_s']:g} s after its lock "
-          f"({two['fixed']} corrected, {len(two['late_fixes'])} answered after the delay)\n")
+    print(
+        f"\n2. hold-back delay {two['delay_s']:g} s, each sentence corrected {two['fix_after_s']:g} s after its lock "
+        f"({two['fixed']} corrected, {len(two['late_fixes'])} answered after the delay)\n"
+    )
     print_markdown_table(HOLD_COLUMNS, two["rows"])
     earliest = min(r["first_s_min"] for r in two["rows"])
     from_store = min(r["store_s_min"] for r in two["rows"])
     never = all(r["uncorrected"] == 0 for r in two["rows"])
-    print(f"\nearliest lock -> audience: {earliest:.3f} s from the editor stream's arrival, {from_store:.3f} s from "
-          f"the store's lock time (must be >= {two['delay_s']:g} s: "
-          f"{'yes' if from_store >= two['delay_s'] else 'NO'}); audience ever saw an uncorrected text: "
-          f"{'no' if never else 'YES'}")
+    print(
+        f"\nearliest lock -> audience: {earliest:.3f} s from the editor stream's arrival, {from_store:.3f} s from "
+        f"the store's lock time (must be >= {two['delay_s']:g} s: "
+        f"{'yes' if from_store >= two['delay_s'] else 'NO'}); audience ever saw an uncorrected text: "
+        f"{'no' if never else 'YES'}"
+    )
     print("\ntranscript files (corrected text only):")
     for step, result in (("reach", one), ("holdback", two)):
-        cells = ", ".join(f"{f['front_end']} {f['format']} {'ok' if f['ok'] else 'WRONG'}"
-                          for f in result["transcripts"])
+        cells = ", ".join(
+            f"{f['front_end']} {f['format']} {'ok' if f['ok'] else 'WRONG'}" for f in result["transcripts"]
+        )
         print(f"  {step}: {cells}")
     problems = one["problems"] + two["problems"]
     for p in problems[:40]:
         print(f"  problem: {p}")
-    hold_ok = (from_store >= two["delay_s"] and never and all(r["missing"] == 0 for r in two["rows"])
-               and all(f["ok"] for f in two["transcripts"]))
+    hold_ok = (
+        from_store >= two["delay_s"]
+        and never
+        and all(r["missing"] == 0 for r in two["rows"])
+        and all(f["ok"] for f in two["transcripts"])
+    )
     return reach_ok and hold_ok and not problems
 
 
@@ -362,16 +469,24 @@ async def main(args: argparse.Namespace) -> int:
                 two = await holdback(http, a, b, db, args)
     ok = report(one, two, args)
     print(f"\n{time.monotonic() - t0:.0f} s in all; logs: {CACHE_DIR}/corrections-{{a,b}}.log")
-    document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
-                "store": "postgresql (two front ends, one database)", "machine": machine_info(),
-                "targets_met": ok, "reach": one, "holdback": two, "args": vars(args)}
+    document = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "recognizer": FAKE_NOTE,
+        "store": "postgresql (two front ends, one database)",
+        "machine": machine_info(),
+        "targets_met": ok,
+        "reach": one,
+        "holdback": two,
+        "args": vars(args),
+    }
     await write_json(Path(args.json), document)
     return 0 if ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.corrections", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.corrections", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--saves", type=int, default=40, help="1: corrections saved in all")
     p.add_argument("--spacing-s", type=float, default=0.3, help="1: seconds between one save's answer and the next")
     p.add_argument("--min-sentences", type=int, default=10, help="1: locked sentences before the editing starts")

@@ -55,8 +55,11 @@ async def measure() -> dict[str, Any]:
             for i, clip in enumerate(clips):
                 for length_s in LENGTHS_S:
                     start = time.monotonic()
-                    await recognizer.transcribe(DecodeRequest(f"r{rep}-{i}-{length_s:g}",
-                                                              clip[: round(length_s * SAMPLE_RATE)], Priority.PARTIAL))
+                    await recognizer.transcribe(
+                        DecodeRequest(
+                            f"r{rep}-{i}-{length_s:g}", clip[: round(length_s * SAMPLE_RATE)], Priority.PARTIAL
+                        )
+                    )
                     walls.append(time.monotonic() - start)
                     await asyncio.sleep(GAP_S)
         cpu1, t1 = tree_cpu_rss(me)[0], time.monotonic()
@@ -64,9 +67,15 @@ async def measure() -> dict[str, Any]:
         cpu2 = tree_cpu_rss(me)[0]
     finally:
         await recognizer.close()
-    return {"decode_s_p50": float(np.median(walls)), "decode_s_mean": float(np.mean(walls)),
-            "cpu_s": cpu1 - cpu0, "wall_s": t1 - t0, "decode_wall_s": sum(walls), "cpu_s_after": cpu2 - cpu1,
-            "threads": recognizer.cpu_threads}
+    return {
+        "decode_s_p50": float(np.median(walls)),
+        "decode_s_mean": float(np.mean(walls)),
+        "cpu_s": cpu1 - cpu0,
+        "wall_s": t1 - t0,
+        "decode_wall_s": sum(walls),
+        "cpu_s_after": cpu2 - cpu1,
+        "threads": recognizer.cpu_threads,
+    }
 
 
 def run_config(config: str) -> dict[str, Any]:
@@ -75,8 +84,14 @@ def run_config(config: str) -> dict[str, Any]:
     if config != "default":
         key, _, value = config.partition("=")
         env[key] = value
-    out = subprocess.run([sys.executable, "-m", "bench.cpu_wait", "--child"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.cpu_wait", "--child"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{config}: exit {out.returncode}: {out.stderr[-2000:]}")
@@ -97,18 +112,25 @@ def main(args: argparse.Namespace) -> int:
     print("| config | round | decode p50 s | mean s | CPU-s | CPU-s per decode-second | CPU-s in the 5 s after |")
     print("|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (args.configs.index(r["config"]), r["round"])):
-        print(f"| {r['config']} | {r['round']} | {r['decode_s_p50']:.3f} | {r['decode_s_mean']:.3f} | "
-              f"{r['cpu_s']:.1f} | {r['cpu_s'] / r['decode_wall_s']:.2f} | {r['cpu_s_after']:.2f} |")
+        print(
+            f"| {r['config']} | {r['round']} | {r['decode_s_p50']:.3f} | {r['decode_s_mean']:.3f} | "
+            f"{r['cpu_s']:.1f} | {r['cpu_s'] / r['decode_wall_s']:.2f} | {r['cpu_s_after']:.2f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.cpu_wait", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
-                   help="environments to compare: default, or NAME=VALUE (one variable each)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.cpu_wait", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(DEFAULT_CONFIGS),
+        help="environments to compare: default, or NAME=VALUE (one variable each)",
+    )
     p.add_argument("--rounds", type=int, default=2, help="each configuration this many times, order alternating")
     p.add_argument("--json", default=None, help="also write every run to this JSON file")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

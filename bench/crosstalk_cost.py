@@ -62,8 +62,9 @@ def run(mics: list[np.ndarray], arbitrated: bool) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.crosstalk_cost", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.crosstalk_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()

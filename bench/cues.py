@@ -98,9 +98,13 @@ def word_sides(sentences: list[Sentence], pieces: list[Piece]) -> dict[str, Any]
             if not ok:
                 edge = p.start_s if mid < p.start_s else p.end_s
                 errors_ms.append(abs(mid - edge) * 1000)
-    return {"matched_words": total, "inside_own_clip": inside / max(1, total),
-            "joined_words": joined_total, "joined_inside_own_clip": joined_inside / max(1, joined_total),
-            "joined_wrong_side_p50_ms": statistics.median(errors_ms) if errors_ms else 0.0}
+    return {
+        "matched_words": total,
+        "inside_own_clip": inside / max(1, total),
+        "joined_words": joined_total,
+        "joined_inside_own_clip": joined_inside / max(1, joined_total),
+        "joined_wrong_side_p50_ms": statistics.median(errors_ms) if errors_ms else 0.0,
+    }
 
 
 def cue_targets(cues: list[Cue], rules: CueRules) -> dict[str, Any]:
@@ -134,8 +138,9 @@ def cue_targets(cues: list[Cue], rules: CueRules) -> dict[str, Any]:
         "at_most_max_cps_of_others": sum(not o for o in others) / max(1, len(others)),
         "out_of_reach_of_max_cps": sum(reach_over),
         "lead_in_cues": sum(c.start_ms < c.words[0].start_ms for c in cues),
-        "lead_in_p50_ms": statistics.median([c.words[0].start_ms - c.start_ms for c in cues
-                                             if c.start_ms < c.words[0].start_ms] or [0]),
+        "lead_in_p50_ms": statistics.median(
+            [c.words[0].start_ms - c.start_ms for c in cues if c.start_ms < c.words[0].start_ms] or [0]
+        ),
         "cues_over_max_cps_p50": statistics.median([x for x, o in zip(cps, over, strict=True) if o] or [0.0]),
     }
 
@@ -150,9 +155,12 @@ def same_cues_in_both_files(records: list[SentenceRecord], options: exports.Expo
         Path(f.name).unlink()
     if len(srt_cues) != len(vtt_cues):
         return False
-    return all(abs(a.start.total_seconds() - _seconds(b.start)) < 1e-3
-               and abs(a.end.total_seconds() - _seconds(b.end)) < 1e-3
-               and a.content == html.unescape(b.text) for a, b in zip(srt_cues, vtt_cues, strict=True))
+    return all(
+        abs(a.start.total_seconds() - _seconds(b.start)) < 1e-3
+        and abs(a.end.total_seconds() - _seconds(b.end)) < 1e-3
+        and a.content == html.unescape(b.text)
+        for a, b in zip(srt_cues, vtt_cues, strict=True)
+    )
 
 
 def _seconds(clock: str) -> float:
@@ -160,8 +168,9 @@ def _seconds(clock: str) -> float:
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
-async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: list[Cue], tag: str,
-                         pieces: list[Piece]) -> dict[str, Any]:
+async def cut_and_decode(
+    engine: CaptionEngine, recording: np.ndarray, cues: list[Cue], tag: str, pieces: list[Piece]
+) -> dict[str, Any]:
     """Each cue's audio [start, end) decoded alone against the cue's text (labels removed): WER, overall, by the
     group of the clip the cue's middle falls in, and by where the cue's ends are: in a pause (at least
     ``PAUSE_MS`` of silence between its edge word and the next) or inside continuous speech."""
@@ -171,7 +180,7 @@ async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: lis
     worst: list[tuple[float, str, str]] = []
     t: Any = engine.transcriber
     for k, c in enumerate(cues):
-        a = recording[int(c.start_ms * SR / 1000): int(c.end_ms * SR / 1000)]
+        a = recording[int(c.start_ms * SR / 1000) : int(c.end_ms * SR / 1000)]
         text = " ".join(w.w for w in c.words)
         if a.size < SR // 10:
             e, n = word_errors(text, "")
@@ -192,9 +201,13 @@ async def cut_and_decode(engine: CaptionEngine, recording: np.ndarray, cues: lis
             table[key][0] += e
             table[key][1] += n
     worst.sort(reverse=True)
-    return {"wer": errors / max(1, words), "words": words, "worst": worst[:8],
-            "wer_by_group": {g: e / max(1, n) for g, (e, n) in sorted(by_group.items())},
-            "wer_by_ends": {g: {"wer": e / max(1, n), "words": n} for g, (e, n) in sorted(by_ends.items())}}
+    return {
+        "wer": errors / max(1, words),
+        "words": words,
+        "worst": worst[:8],
+        "wer_by_group": {g: e / max(1, n) for g, (e, n) in sorted(by_group.items())},
+        "wer_by_ends": {g: {"wer": e / max(1, n), "words": n} for g, (e, n) in sorted(by_ends.items())},
+    }
 
 
 def records_of(sentences: list[Sentence]) -> list[SentenceRecord]:
@@ -205,9 +218,17 @@ def saved_sentences(path: Path) -> dict[str, tuple[dict[str, Any], list[Sentence
     """Per mode of a ``--json`` file: its row (the streaming figures) and its locked sentences."""
     out = {}
     for mode, row in json.loads(path.read_text())["modes"].items():
-        sentences = [Sentence(s["id"], s["text"], s["start"], s["end"], s["spk"],
-                              words=tuple(Word(w["w"], w["start_ms"], w["end_ms"]) for w in s.get("words", ())))
-                     for s in row["sentence_records"]]
+        sentences = [
+            Sentence(
+                s["id"],
+                s["text"],
+                s["start"],
+                s["end"],
+                s["spk"],
+                words=tuple(Word(w["w"], w["start_ms"], w["end_ms"]) for w in s.get("words", ())),
+            )
+            for s in row["sentence_records"]
+        ]
         out[mode] = (row, sentences)
     return out
 
@@ -216,17 +237,21 @@ def cue_rows(records: list[SentenceRecord], options: exports.ExportOptions) -> t
     """The subtitle cues of ``records`` and their targets, with the one-cue-per-sentence baseline's."""
     cues = build_cues(records, options.rules, options.speakers)
     said = [w.w for r in records for w in r.words]
-    return cues, {"targets": cue_targets(cues, options.rules),
-                  "words_in_order": [w.w for c in cues for w in c.words] == said,
-                  "srt_vtt_same_cues": same_cues_in_both_files(records, options),
-                  "sentence_cues": cue_targets(sentence_cues(records), options.rules),
-                  "speakers": options.speakers}
+    return cues, {
+        "targets": cue_targets(cues, options.rules),
+        "words_in_order": [w.w for c in cues for w in c.words] == said,
+        "srt_vtt_same_cues": same_cues_in_both_files(records, options),
+        "sentence_cues": cue_targets(sentence_cues(records), options.rules),
+        "speakers": options.speakers,
+    }
 
 
 def sentence_cues(records: list[SentenceRecord]) -> list[Cue]:
     """Today's one cue per sentence, with its words, for the baseline's cut-and-decode."""
-    return [Cue(r.start_ms, max(r.end_ms, r.start_ms + 1), (r.text,), r.spk, r.session,
-                tuple(sentence_words(r))) for r in records]
+    return [
+        Cue(r.start_ms, max(r.end_ms, r.start_ms + 1), (r.text,), r.spk, r.session, tuple(sentence_words(r)))
+        for r in records
+    ]
 
 
 async def decode_cost(engine: CaptionEngine, rounds: int = 2) -> dict[str, Any]:
@@ -239,17 +264,25 @@ async def decode_cost(engine: CaptionEngine, rounds: int = 2) -> dict[str, Any]:
         for k, clip in enumerate(clips):
             order = ("plain", "timestamps") if (k + r) % 2 == 0 else ("timestamps", "plain")
             for mode in order:
-                res = await t.transcribe(DecodeRequest(f"cost-{r}-{clip}-{mode}", audio(clip), Priority.FINAL,
-                                                       timestamps=mode == "timestamps"))
+                res = await t.transcribe(
+                    DecodeRequest(
+                        f"cost-{r}-{clip}-{mode}", audio(clip), Priority.FINAL, timestamps=mode == "timestamps"
+                    )
+                )
                 e, n = word_errors(manifest()[clip]["text"], res.text)
                 row = rows[mode]
                 row["errors"] += e
                 row["words"] += n
                 row["decode_s"] += res.decode_s
                 row["tokens"] += res.tokens
-    return {"clips": len(clips), "rounds": rounds,
-            **{m: {"wer": r["errors"] / max(1, r["words"]), "decode_s": r["decode_s"], "tokens": r["tokens"]}
-               for m, r in rows.items()}}
+    return {
+        "clips": len(clips),
+        "rounds": rounds,
+        **{
+            m: {"wer": r["errors"] / max(1, r["words"]), "decode_s": r["decode_s"], "tokens": r["tokens"]}
+            for m, r in rows.items()
+        },
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -261,10 +294,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await engine.close()
     recording, pieces = build_recording(args.minutes, tuple(args.groups), gap_s=tuple(args.gap_s))
-    print(f"recording: {recording.size / SR / 60:.1f} min, {len(pieces)} clips, "
-          f"{len({p.clip for p in pieces})} distinct ({', '.join(args.groups)})", flush=True)
-    out: dict[str, Any] = {"minutes": recording.size / SR / 60, "clips": len(pieces),
-                           "distinct_clips": len({p.clip for p in pieces}), "groups": args.groups, "modes": {}}
+    print(
+        f"recording: {recording.size / SR / 60:.1f} min, {len(pieces)} clips, "
+        f"{len({p.clip for p in pieces})} distinct ({', '.join(args.groups)})",
+        flush=True,
+    )
+    out: dict[str, Any] = {
+        "minutes": recording.size / SR / 60,
+        "clips": len(pieces),
+        "distinct_clips": len({p.clip for p in pieces}),
+        "groups": args.groups,
+        "modes": {},
+    }
     options = exports.ExportOptions(speakers=args.speakers)
     saved = saved_sentences(args.sentences) if args.sentences else None
     if saved is not None and args.no_cut:
@@ -288,8 +329,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.no_cut:
                 cues = build_cues(records, options.rules, options.speakers)
                 row["cut_decode"] = await cut_and_decode(engine, recording, cues, mode, pieces)
-                row["cut_decode_sentence_cues"] = await cut_and_decode(engine, recording, sentence_cues(records),
-                                                                       f"{mode}-s", pieces)
+                row["cut_decode_sentence_cues"] = await cut_and_decode(
+                    engine, recording, sentence_cues(records), f"{mode}-s", pieces
+                )
             if args.samples:
                 row["sample_srt"] = exports.to_srt(records[:6], options)
         finally:
@@ -303,13 +345,15 @@ def mode_engine(model: str | None, mode: str) -> CaptionEngine:
     or ``vad`` (the VAD alone). The recording streams ~10x faster than real time, so sentences lock in bursts and the
     recognizer is always busy, which a live session (a sentence every few seconds) never makes: the aligner never
     skips a sentence, as the question here is where it puts words, not when it skips them."""
-    config = EngineConfig(transcriber=TranscriberConfig(model=model, timestamps=mode == "timestamps"),
-                          word_align=mode == "align")
+    config = EngineConfig(
+        transcriber=TranscriberConfig(model=model, timestamps=mode == "timestamps"), word_align=mode == "align"
+    )
     return CaptionEngine(config, aligner=AlignService(skip_when_behind=False))
 
 
-async def _streamed_row(engine: CaptionEngine, recording: np.ndarray, pieces: list[Piece], mode: str,
-                        options: exports.ExportOptions) -> tuple[dict[str, Any], list[Sentence]]:
+async def _streamed_row(
+    engine: CaptionEngine, recording: np.ndarray, pieces: list[Piece], mode: str, options: exports.ExportOptions
+) -> tuple[dict[str, Any], list[Sentence]]:
     """Stream the recording once in word-time ``mode``: the row of figures and the locked sentences."""
     t: Any = engine.transcriber  # (a fresh engine: its window counters are this stream's)
     aligner = engine.aligner
@@ -326,21 +370,30 @@ async def _streamed_row(engine: CaptionEngine, recording: np.ndarray, pieces: li
     decode_s = sum(w["decode_s"] for w in t.windows.as_list())
     cues, cue_figures = cue_rows(records_of(sentences), options)
     row: dict[str, Any] = {
-        "sentences": len(sentences), "locked_wer": e / max(1, n), "stream_wall_s": wall,
-        "align_cpu_s": align_cpu, "align_skipped": skipped if mode == "align" else None,
+        "sentences": len(sentences),
+        "locked_wer": e / max(1, n),
+        "stream_wall_s": wall,
+        "align_cpu_s": align_cpu,
+        "align_skipped": skipped if mode == "align" else None,
         "speech_s": sum(s.end_ms - s.start_ms for s in sentences) / 1000,
-        "decode_s": decode_s, "decodes": sum(w["decodes"] for w in t.windows.as_list()),
-        "sides": word_sides(sentences, pieces), **cue_figures,
+        "decode_s": decode_s,
+        "decodes": sum(w["decodes"] for w in t.windows.as_list()),
+        "sides": word_sides(sentences, pieces),
+        **cue_figures,
         "sentence_records": [s.wire(words=True) for s in sentences],  # to build cues again without streaming
     }
-    print(f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s "
-          f"({skipped if mode == 'align' else '-'} sentences skipped), "
-          f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues", flush=True)
+    print(
+        f"{mode}: streamed in {wall:.0f} s, decode {decode_s:.0f} s, align CPU {align_cpu:.1f} s "
+        f"({skipped if mode == 'align' else '-'} sentences skipped), "
+        f"locked WER {row['locked_wer']:.2%}, {len(cues)} cues",
+        flush=True,
+    )
     return row, sentences
 
 
-def _saved_row(saved: tuple[dict[str, Any], list[Sentence]], options: exports.ExportOptions, mode: str,
-               args: argparse.Namespace) -> dict[str, Any]:
+def _saved_row(
+    saved: tuple[dict[str, Any], list[Sentence]], options: exports.ExportOptions, mode: str, args: argparse.Namespace
+) -> dict[str, Any]:
     """A saved run's row with its cue figures built again from its sentences."""
     row, sentences = saved
     cues, cue_figures = cue_rows(records_of(sentences), options)
@@ -368,54 +421,89 @@ def print_tables(out: dict[str, Any]) -> None:
         for mode in ("plain", "timestamps"):
             print(f"| {mode} | {c[mode]['wer']:.2%} | {c[mode]['decode_s']:.1f} | {c[mode]['tokens']} |")
         return
-    print(f"\n{out['minutes']:.1f} minutes, {out['clips']} clips ({out['distinct_clips']} distinct: "
-          f"{', '.join(out['groups'])})\n")
-    print("| mode | locked WER | decode s | align CPU s (of speech s) | stream s | words inside own clip | at joins "
-          "| wrong side p50 ms |")
+    print(
+        f"\n{out['minutes']:.1f} minutes, {out['clips']} clips ({out['distinct_clips']} distinct: "
+        f"{', '.join(out['groups'])})\n"
+    )
+    print(
+        "| mode | locked WER | decode s | align CPU s (of speech s) | stream s | words inside own clip | at joins "
+        "| wrong side p50 ms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for mode, r in out["modes"].items():
         s = r["sides"]
-        print(f"| {mode} | {r['locked_wer']:.2%} | {r['decode_s']:.0f} | "
-              f"{r['align_cpu_s']:.1f} ({r['speech_s']:.0f}) | {r['stream_wall_s']:.0f} | "
-              f"{s['inside_own_clip']:.1%} of {s['matched_words']} | {s['joined_inside_own_clip']:.1%} of "
-              f"{s['joined_words']} | {s['joined_wrong_side_p50_ms']:.0f} |")
-    print("\n| mode | cues | <= 2 lines | lines <= 42 | longest line | 0.83-7 s | shortest/longest s | <= 20 cps "
-          "| speech > 20 cps (out of reach) | <= 20 cps of the others | lead-ins (p50 ms) | words in order "
-          "| SRT = VTT | cut-and-decode WER |")
+        print(
+            f"| {mode} | {r['locked_wer']:.2%} | {r['decode_s']:.0f} | "
+            f"{r['align_cpu_s']:.1f} ({r['speech_s']:.0f}) | {r['stream_wall_s']:.0f} | "
+            f"{s['inside_own_clip']:.1%} of {s['matched_words']} | {s['joined_inside_own_clip']:.1%} of "
+            f"{s['joined_words']} | {s['joined_wrong_side_p50_ms']:.0f} |"
+        )
+    print(
+        "\n| mode | cues | <= 2 lines | lines <= 42 | longest line | 0.83-7 s | shortest/longest s | <= 20 cps "
+        "| speech > 20 cps (out of reach) | <= 20 cps of the others | lead-ins (p50 ms) | words in order "
+        "| SRT = VTT | cut-and-decode WER |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, r in out["modes"].items():
-        for name, tg, cut in (("subtitle", r["targets"], r.get("cut_decode")),
-                              ("sentence", r["sentence_cues"], r.get("cut_decode_sentence_cues"))):
-            cut_wer = "-" if cut is None else (
-                f"{cut['wer']:.2%} ({', '.join(f'{g} {x:.1%}' for g, x in cut['wer_by_group'].items())})")
-            print(f"| {mode}/{name} | {tg['cues']} | {tg['at_most_max_lines']:.0%} | "
-                  f"{tg['lines_at_most_max_chars']:.0%} | {tg['longest_line']} | {tg['duration_in_range']:.0%} | "
-                  f"{tg['shortest_cue_s']:.2f}/{tg['longest_cue_s']:.1f} | {tg['at_most_max_cps']:.1%} | "
-                  f"{tg['speech_faster_than_max_cps']} ({tg.get('out_of_reach_of_max_cps', '-')}) | "
-                  f"{tg.get('at_most_max_cps_of_others', float('nan')):.1%} | "
-                  f"{tg.get('lead_in_cues', '-')} ({tg.get('lead_in_p50_ms', 0):.0f}) | {r['words_in_order']} | "
-                  f"{r['srt_vtt_same_cues']} | {cut_wer} |")
+        for name, tg, cut in (
+            ("subtitle", r["targets"], r.get("cut_decode")),
+            ("sentence", r["sentence_cues"], r.get("cut_decode_sentence_cues")),
+        ):
+            cut_wer = (
+                "-"
+                if cut is None
+                else (f"{cut['wer']:.2%} ({', '.join(f'{g} {x:.1%}' for g, x in cut['wer_by_group'].items())})")
+            )
+            print(
+                f"| {mode}/{name} | {tg['cues']} | {tg['at_most_max_lines']:.0%} | "
+                f"{tg['lines_at_most_max_chars']:.0%} | {tg['longest_line']} | {tg['duration_in_range']:.0%} | "
+                f"{tg['shortest_cue_s']:.2f}/{tg['longest_cue_s']:.1f} | {tg['at_most_max_cps']:.1%} | "
+                f"{tg['speech_faster_than_max_cps']} ({tg.get('out_of_reach_of_max_cps', '-')}) | "
+                f"{tg.get('at_most_max_cps_of_others', float('nan')):.1%} | "
+                f"{tg.get('lead_in_cues', '-')} ({tg.get('lead_in_p50_ms', 0):.0f}) | {r['words_in_order']} | "
+                f"{r['srt_vtt_same_cues']} | {cut_wer} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=["align", "vad"], choices=["align", "vad", "timestamps"])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--groups", nargs="+", default=["read", "noisy", "dialogue"], choices=GROUPS,
-                        help="which clips make the recording (meeting: the AMI clips, whose references Whisper "
-                             "misses by a third)")
-    parser.add_argument("--gap-s", type=float, nargs=2, default=list(GAP_S), metavar=("MIN", "MAX"),
-                        help="pauses between clips drawn from [MIN, MAX] seconds (1.2 1.2: fixed pauses)")
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=["read", "noisy", "dialogue"],
+        choices=GROUPS,
+        help="which clips make the recording (meeting: the AMI clips, whose references Whisper misses by a third)",
+    )
+    parser.add_argument(
+        "--gap-s",
+        type=float,
+        nargs=2,
+        default=list(GAP_S),
+        metavar=("MIN", "MAX"),
+        help="pauses between clips drawn from [MIN, MAX] seconds (1.2 1.2: fixed pauses)",
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--samples", action="store_true", help="keep a sample SRT per mode in the JSON")
     parser.add_argument("--no-cut", action="store_true", help="skip the cut-and-decode check (stream and cues only)")
-    parser.add_argument("--cost-only", action="store_true",
-                        help="only what timestamp tokens cost: whole clips decoded with and without them")
-    parser.add_argument("--speakers", default="dash", choices=SPEAKER_STYLES,
-                        help="how the cue text marks a change of speaker (?speakers= of the transcript routes)")
-    parser.add_argument("--sentences", type=Path,
-                        help="a --json file of an earlier run: build cues again from its locked sentences instead "
-                             "of streaming (with --no-cut the engine does not start)")
+    parser.add_argument(
+        "--cost-only",
+        action="store_true",
+        help="only what timestamp tokens cost: whole clips decoded with and without them",
+    )
+    parser.add_argument(
+        "--speakers",
+        default="dash",
+        choices=SPEAKER_STYLES,
+        help="how the cue text marks a change of speaker (?speakers= of the transcript routes)",
+    )
+    parser.add_argument(
+        "--sentences",
+        type=Path,
+        help="a --json file of an earlier run: build cues again from its locked sentences instead "
+        "of streaming (with --no-cut the engine does not start)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     out = asyncio.run(run(args))

@@ -44,12 +44,18 @@ def main() -> None:
         embedder.embed(segments)
         cpu += time.process_time() - t0
         if i % 40 == 0 or i == args.batches:
-            rows.append({"batches": i, "rss_mb": round(proc.memory_info().rss / 1e6, 1),
-                         "cpu_ms_per_call": round(cpu / i * 1000, 1)})
+            rows.append(
+                {
+                    "batches": i,
+                    "rss_mb": round(proc.memory_info().rss / 1e6, 1),
+                    "cpu_ms_per_call": round(cpu / i * 1000, 1),
+                }
+            )
             print(f"| {i} | {rows[-1]['rss_mb']} | {rows[-1]['cpu_ms_per_call']} |", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=30, help="tokens generated per request")
     a = ap.parse_args()
     full = encoder_flops(1500, a.d_model, a.encoder_layers, a.mels) + decoder_flops(
-        1500, a.d_model, a.decoder_layers, a.vocab, a.tokens)
+        1500, a.d_model, a.decoder_layers, a.vocab, a.tokens
+    )
     print("| window s | encoder positions | encoder GFLOPs | decoder GFLOPs | total vs 30 s |")
     print("|---|---|---|---|---|")
     for w in (2.0, *WindowPolicy().buckets_s):

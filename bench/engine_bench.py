@@ -43,17 +43,30 @@ from engine.stream.engine import CaptionEngine
 from engine.stream.runner import StreamResult, stream_audio
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "wav"
-UTTERANCES = ["ls_1988-24833-0001", "ls_2412-153948-0000", "ls_3752-4944-0000", "ls_1995-1837-0001",
-              "ls_1272-128104-0000", "ls_2412-153948-0001", "librivox_sns01_0870", "ls_1988-24833-0003",
-              "ls_6930-75918-0000", "librivox_sns01_0920", "ls_1988-24833-0002", "ls_2412-153948-0002"]
+UTTERANCES = [
+    "ls_1988-24833-0001",
+    "ls_2412-153948-0000",
+    "ls_3752-4944-0000",
+    "ls_1995-1837-0001",
+    "ls_1272-128104-0000",
+    "ls_2412-153948-0001",
+    "librivox_sns01_0870",
+    "ls_1988-24833-0003",
+    "ls_6930-75918-0000",
+    "librivox_sns01_0920",
+    "ls_1988-24833-0002",
+    "ls_2412-153948-0002",
+]
 PAUSE_S = 2.5
 
 
 def session_audio(index: int) -> np.ndarray:
     parts = [np.zeros(int(0.5 * SAMPLE_RATE), np.float32)]
     for k in range(3):
-        parts += [load_wav(DATA / f"{UTTERANCES[(3 * index + k) % len(UTTERANCES)]}.wav"),
-                  np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)]
+        parts += [
+            load_wav(DATA / f"{UTTERANCES[(3 * index + k) % len(UTTERANCES)]}.wav"),
+            np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32),
+        ]
     return np.concatenate(parts)
 
 
@@ -137,11 +150,15 @@ async def run_n(engine: CaptionEngine, n: int, mode: str) -> dict[str, Any]:
         "sessions": n,
         "sentences": len(locks),
         "expected_sentences": 3 * n,
-        "first_partial_s_p50": pct(first, 50), "first_partial_s_max": max(first, default=float("nan")),
-        "lock_s_p50": pct(locks, 50), "lock_s_p95": pct(locks, 95),
+        "first_partial_s_p50": pct(first, 50),
+        "first_partial_s_max": max(first, default=float("nan")),
+        "lock_s_p50": pct(locks, 50),
+        "lock_s_p95": pct(locks, 95),
         "lock_minus_silence_s_p95": pct(locks, 95) - silence_s,
-        "display_lag_s_p50": pct(lags, 50), "display_lag_s_p95": pct(lags, 95),
-        "queue_p50": pct([float(d) for d in depth], 50), "queue_max": max(depth, default=0),
+        "display_lag_s_p50": pct(lags, 50),
+        "display_lag_s_p95": pct(lags, 95),
+        "queue_p50": pct([float(d) for d in depth], 50),
+        "queue_max": max(depth, default=0),
         "cpu_s_per_audio_s": (cpu1 - cpu0) / audio_s,
         "rss_gb": peak_rss / 1e9,
         "wall_s": max(r.wall_s for r in results),
@@ -164,38 +181,70 @@ def window_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> l
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print_markdown_table([
-        ("mode", "window", "{}"), ("sessions", "N", "{:d}"), ("sentences", "sent", "{:d}"),
-        ("first_partial_s_p50", "1st partial p50", "{:.2f}"), ("first_partial_s_max", "max", "{:.2f}"),
-        ("lock_s_p50", "lock p50", "{:.2f}"), ("lock_s_p95", "lock p95", "{:.2f}"),
-        ("lock_minus_silence_s_p95", "p95-silence", "{:.2f}"), ("display_lag_s_p50", "lag p50", "{:.2f}"),
-        ("display_lag_s_p95", "p95", "{:.2f}"), ("churn", "churn", "{:.1%}"), ("queue_p50", "queue p50", "{:.0f}"),
-        ("queue_max", "max", "{:d}"), ("cpu_s_per_audio_s", "CPU s/audio s", "{:.2f}"), ("rss_gb", "RSS GB", "{:.2f}"),
-    ], rows)
+    print_markdown_table(
+        [
+            ("mode", "window", "{}"),
+            ("sessions", "N", "{:d}"),
+            ("sentences", "sent", "{:d}"),
+            ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
+            ("first_partial_s_max", "max", "{:.2f}"),
+            ("lock_s_p50", "lock p50", "{:.2f}"),
+            ("lock_s_p95", "lock p95", "{:.2f}"),
+            ("lock_minus_silence_s_p95", "p95-silence", "{:.2f}"),
+            ("display_lag_s_p50", "lag p50", "{:.2f}"),
+            ("display_lag_s_p95", "p95", "{:.2f}"),
+            ("churn", "churn", "{:.1%}"),
+            ("queue_p50", "queue p50", "{:.0f}"),
+            ("queue_max", "max", "{:d}"),
+            ("cpu_s_per_audio_s", "CPU s/audio s", "{:.2f}"),
+            ("rss_gb", "RSS GB", "{:.2f}"),
+        ],
+        rows,
+    )
     print()
-    window_rows = [{"mode": r["mode"], "sessions": r["sessions"], **w,
-                    "tokens_per_s": w["tokens"] / w["decode_s"] if w["decode_s"] else float("nan")}
-                   for r in rows for w in r["windows"]]
-    print_markdown_table([
-        ("mode", "window mode", "{}"), ("sessions", "N", "{:d}"), ("window_s", "window s", "{:g}"),
-        ("encoder_positions", "encoder positions", "{:d}"), ("decodes", "decodes", "{:d}"),
-        ("decode_s_p50", "decode s p50", "{:.3f}"), ("decode_s_p95", "p95", "{:.3f}"),
-        ("tokens_per_s", "tokens/s", "{:.0f}"), ("fallbacks", "fallbacks", "{:d}"),
-    ], window_rows)
+    window_rows = [
+        {
+            "mode": r["mode"],
+            "sessions": r["sessions"],
+            **w,
+            "tokens_per_s": w["tokens"] / w["decode_s"] if w["decode_s"] else float("nan"),
+        }
+        for r in rows
+        for w in r["windows"]
+    ]
+    print_markdown_table(
+        [
+            ("mode", "window mode", "{}"),
+            ("sessions", "N", "{:d}"),
+            ("window_s", "window s", "{:g}"),
+            ("encoder_positions", "encoder positions", "{:d}"),
+            ("decodes", "decodes", "{:d}"),
+            ("decode_s_p50", "decode s p50", "{:.3f}"),
+            ("decode_s_p95", "p95", "{:.3f}"),
+            ("tokens_per_s", "tokens/s", "{:.0f}"),
+            ("fallbacks", "fallbacks", "{:d}"),
+        ],
+        window_rows,
+    )
 
 
 async def main(args: argparse.Namespace) -> int:
     rows = []
     model_name = ""
     for mode in args.windows:  # an engine per window mode (``TranscriberConfig.window``), one after the other
-        config = EngineConfig(transcriber=TranscriberConfig(model=args.model, window=mode),
-                              endpoint=ENDPOINT_PRESETS[args.preset], speakers=not args.no_speakers)
+        config = EngineConfig(
+            transcriber=TranscriberConfig(model=args.model, window=mode),
+            endpoint=ENDPOINT_PRESETS[args.preset],
+            speakers=not args.no_speakers,
+        )
         engine = CaptionEngine(config)
         t0 = time.monotonic()
         await engine.start()
         model_name = engine.model_name
-        print(f"engine ready in {time.monotonic() - t0:.0f} s: {engine.model_name}, preset {args.preset}, "
-              f"window {mode}", file=sys.stderr)
+        print(
+            f"engine ready in {time.monotonic() - t0:.0f} s: {engine.model_name}, preset {args.preset}, window {mode}",
+            file=sys.stderr,
+        )
         try:
             # vLLM's first decodes after start are several times slower than the rest: warm up, unmeasured.
             await stream_audio(engine, session_audio(len(UTTERANCES))[: 8 * SAMPLE_RATE], realtime=False)
@@ -207,9 +256,14 @@ async def main(args: argparse.Namespace) -> int:
             await engine.close()
     print_table(rows)
     if args.json:
-        report = {"model": model_name, "preset": args.preset, "rows": rows, "windows": args.windows,
-                  "machine": {"cpus": psutil.cpu_count()},
-                  "median_lock_s": statistics.median(r["lock_s_p50"] for r in rows)}
+        report = {
+            "model": model_name,
+            "preset": args.preset,
+            "rows": rows,
+            "windows": args.windows,
+            "machine": {"cpus": psutil.cpu_count()},
+            "median_lock_s": statistics.median(r["lock_s_p50"] for r in rows),
+        }
         with open(args.json, "w", encoding="utf-8") as f:  # noqa: ASYNC230 (once, after the measurement)
             json.dump(report, f, indent=2)
     return 0
@@ -220,8 +274,13 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--model", default=None)
     parser.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
-    parser.add_argument("--windows", nargs="+", choices=sorted(WINDOW_MODES), default=["fit", "stock"],
-                        help="encoder window modes to compare, an engine each (default: fit stock)")
+    parser.add_argument(
+        "--windows",
+        nargs="+",
+        choices=sorted(WINDOW_MODES),
+        default=["fit", "stock"],
+        help="encoder window modes to compare, an engine each (default: fit stock)",
+    )
     parser.add_argument("--no-speakers", action="store_true")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -48,12 +48,19 @@ async def decode_first_partials(after_ms: list[int], model: str | None) -> list[
             reference = normalise(text)
             start = max(0, round((onset_s - preroll_s) * SAMPLE_RATE))
             for ms in after_ms:
-                piece = samples[start: round((onset_s + ms / 1000) * SAMPLE_RATE)]
+                piece = samples[start : round((onset_s + ms / 1000) * SAMPLE_RATE)]
                 result = await recognizer.transcribe(DecodeRequest(f"{clip_id}-{ms}", piece, Priority.PARTIAL))
                 words = normalise(result.text)
-                rows.append({"clip": clip_id, "after_ms": ms, "text": result.text,
-                             "first_prob": result.word_probs[0] if result.word_probs else None,
-                             "right": bool(words) and words[0] in reference[:3], "empty": not words})
+                rows.append(
+                    {
+                        "clip": clip_id,
+                        "after_ms": ms,
+                        "text": result.text,
+                        "first_prob": result.word_probs[0] if result.word_probs else None,
+                        "right": bool(words) and words[0] in reference[:3],
+                        "empty": not words,
+                    }
+                )
     finally:
         await recognizer.close()
     return rows
@@ -73,9 +80,11 @@ def print_tables(rows: list[dict[str, Any]], after_ms: list[int]) -> None:
         at = [r for r in rows if r["after_ms"] == ms]
         right = [r for r in at if r["right"]]
         wrong = [r for r in at if not r["right"] and not r["empty"]]
-        print(f"| {ms} ms | {len(at)} | {len(right)} | {len(wrong)} | {len(at) - len(right) - len(wrong)} | "
-              f"{quartiles([r['first_prob'] for r in right if r['first_prob'] is not None])} | "
-              f"{quartiles([r['first_prob'] for r in wrong if r['first_prob'] is not None])} |")
+        print(
+            f"| {ms} ms | {len(at)} | {len(right)} | {len(wrong)} | {len(at) - len(right) - len(wrong)} | "
+            f"{quartiles([r['first_prob'] for r in right if r['first_prob'] is not None])} | "
+            f"{quartiles([r['first_prob'] for r in wrong if r['first_prob'] is not None])} |"
+        )
     first = [r for r in rows if r["after_ms"] == after_ms[0]]
     print(f"\nFloors on the first word at {after_ms[0]} ms of speech:\n")
     print("| floor | wrong first words kept off the screen | right ones held back a partial |")
@@ -83,8 +92,10 @@ def print_tables(rows: list[dict[str, Any]], after_ms: list[int]) -> None:
     for floor in FLOORS:
         held = [r for r in first if r["first_prob"] is not None and r["first_prob"] < floor and not r["empty"]]
         wrongs = sum(1 for r in first if not r["right"] and not r["empty"])
-        print(f"| {floor:g} | {sum(1 for r in held if not r['right'])} of {wrongs} | "
-              f"{sum(1 for r in held if r['right'])} of {sum(1 for r in first if r['right'])} |")
+        print(
+            f"| {floor:g} | {sum(1 for r in held if not r['right'])} of {wrongs} | "
+            f"{sum(1 for r in held if r['right'])} of {sum(1 for r in first if r['right'])} |"
+        )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -98,10 +109,16 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.first_words", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--after-ms", type=int, nargs="+", default=[200, 400, 600, 800],
-                   help="speech in the first partial (the first is what PartialConfig.first_after_ms decodes)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.first_words", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--after-ms",
+        type=int,
+        nargs="+",
+        default=[200, 400, 600, 800],
+        help="speech in the first partial (the first is what PartialConfig.first_after_ms decodes)",
+    )
     p.add_argument("--model", default=None, help="the recognizer's model (default: the embedded whisper-base)")
     p.add_argument("--json", default=None, help="also write every decode to this JSON file")
     return p

@@ -85,8 +85,11 @@ def installed_embedded() -> list[str]:
         spec = importlib.util.find_spec(module)
         return spec is not None and bool(spec.submodule_search_locations)
 
-    return [name for name, m in EMBEDDED_MODELS.items()
-            if all(present(f.module) for f in (*m.model_bin, m.config, m.tokenizer))]
+    return [
+        name
+        for name, m in EMBEDDED_MODELS.items()
+        if all(present(f.module) for f in (*m.model_bin, m.config, m.tokenizer))
+    ]
 
 
 def label(spec: str) -> str:
@@ -119,8 +122,10 @@ def labels(specs: list[str]) -> list[str]:
 def preflight(models: list[str], sessions: list[int], seconds: float) -> list[str]:
     """Check that this interpreter can run the GPU sweep, printing what it found; the problems, each with its fix
     (empty: all well). Stops at the first problem: each check needs the ones before it."""
-    gpu_hint = ("install upstream vLLM into this interpreter: scripts/setup.sh picks the gpu extra where nvidia-smi "
-                "sees a GPU (LIVE_CAPTIONS_EXTRA=gpu forces it), or pip install -e '.[gpu]'")
+    gpu_hint = (
+        "install upstream vLLM into this interpreter: scripts/setup.sh picks the gpu extra where nvidia-smi "
+        "sees a GPU (LIVE_CAPTIONS_EXTRA=gpu forces it), or pip install -e '.[gpu]'"
+    )
     t0 = time.monotonic()
     try:
         import torch
@@ -163,8 +168,10 @@ def preflight(models: list[str], sessions: list[int], seconds: float) -> list[st
         for i in range(max(args.sessions)):
             session_clip(i, args.seconds, args.pause_s, args.packet_ms, args.fec, args.clips)
     except (OSError, KeyError) as exc:
-        return [f"the speech clips cannot be built ({exc.__class__.__name__}: {exc}): the corpus is "
-                "shared/data/speech beside the repository, or set LIVE_CAPTIONS_SPEECH_DIR"]
+        return [
+            f"the speech clips cannot be built ({exc.__class__.__name__}: {exc}): the corpus is "
+            "shared/data/speech beside the repository, or set LIVE_CAPTIONS_SPEECH_DIR"
+        ]
     print(f"{max(args.sessions)} session clips ready in {CACHE_DIR}; checks took {time.monotonic() - t0:.0f} s")
     return []
 
@@ -251,10 +258,16 @@ def _fmt(value: Any, spec: str = "{:.2f}") -> str:
     return "-" if math.isnan(number) else spec.format(number)
 
 
-SUMMARY_COLUMNS = [("first_partial_s_p50", "1st words p50"), ("first_partial_s_p95", "p95"),
-                   ("first_correct_s_p50", "1st right p50"), ("first_correct_s_p95", "p95"),
-                   ("lock_s_p50", "lock p50"), ("lock_s_p95", "p95"), ("cold_lock_s_max", "cold lock"),
-                   ("lag_s_p95", "lag p95")]
+SUMMARY_COLUMNS = [
+    ("first_partial_s_p50", "1st words p50"),
+    ("first_partial_s_p95", "p95"),
+    ("first_correct_s_p50", "1st right p50"),
+    ("first_correct_s_p95", "p95"),
+    ("lock_s_p50", "lock p50"),
+    ("lock_s_p95", "p95"),
+    ("cold_lock_s_max", "cold lock"),
+    ("lag_s_p95", "lag p95"),
+]
 
 
 def summarise(out: Path, names: list[str], notes: dict[str, str] | None = None, gpu: str = "") -> str:
@@ -263,8 +276,16 @@ def summarise(out: Path, names: list[str], notes: dict[str, str] | None = None, 
     that was late and why, and why its sweep stopped. ``notes``: a word per model from the script (skipped, timed
     out), shown beside its row; ``gpu``: ``nvidia-smi``'s CSV, quoted as it is."""
     notes = notes or {}
-    head = ["model", "on time up to (admitted)", "offered", "refused", "capacity",
-            *(title for _, title in SUMMARY_COLUMNS), "WER", "result"]
+    head = [
+        "model",
+        "on time up to (admitted)",
+        "offered",
+        "refused",
+        "capacity",
+        *(title for _, title in SUMMARY_COLUMNS),
+        "WER",
+        "result",
+    ]
     lines = [f"# GPU sweep, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     if gpu.strip():
         lines += ["```", gpu.strip(), "```", ""]
@@ -281,22 +302,32 @@ def summarise(out: Path, names: list[str], notes: dict[str, str] | None = None, 
         if best is None:
             cells = ["none" if rows else "-", "-", "-", "-", *("-" for _ in SUMMARY_COLUMNS), "-"]
         else:
-            cells = [str(best["sessions"]), str(best["offered"]), str(best.get("refused", "-")),
-                     str(best.get("capacity") if best.get("capacity") is not None else "-"),
-                     *(_fmt(best.get(key)) for key, _ in SUMMARY_COLUMNS), _fmt(best.get("wer"), "{:.1%}")]
+            cells = [
+                str(best["sessions"]),
+                str(best["offered"]),
+                str(best.get("refused", "-")),
+                str(best.get("capacity") if best.get("capacity") is not None else "-"),
+                *(_fmt(best.get(key)) for key, _ in SUMMARY_COLUMNS),
+                _fmt(best.get("wer"), "{:.1%}"),
+            ]
         lines.append("| " + " | ".join([name, *cells, result]) + " |")
         late = first_late(rows)
         if late is not None:
-            after.append(f"- {name}: late at {late['offered']} offered ({late.get('sessions', 0)} admitted): "
-                         f"{why_late(late, first_bound, lock_bound)}")
+            after.append(
+                f"- {name}: late at {late['offered']} offered ({late.get('sessions', 0)} admitted): "
+                f"{why_late(late, first_bound, lock_bound)}"
+            )
         for mode, stop in ((report or {}).get("stops") or {}).items():
             if stop:
                 after.append(f"- {name}: {mode} stopped: {stop}")
         if not rows:
             after.append(f"- {name}: no step finished; see {name}.log")
     lines += ["", *after] if after else []
-    lines += ["", "On time: every admitted session's first words p95 and lock p95 within their bounds (2 s by "
-              "default) and no sentence lost; the figures are seconds, of the sessions admitted at that step."]
+    lines += [
+        "",
+        "On time: every admitted session's first words p95 and lock p95 within their bounds (2 s by "
+        "default) and no sentence lost; the figures are seconds, of the sessions admitted at that step.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -308,8 +339,9 @@ def _note(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.gpu_sweep", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.gpu_sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="the models a GPU run sweeps by default, one a line")
     lab = sub.add_parser("labels", help="the file name of each model's results, one a line")
@@ -321,8 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     summ = sub.add_parser("summary", help="write OUT/summary.md from OUT/LABEL.json (or .log) and print it")
     summ.add_argument("out", type=Path)
     summ.add_argument("labels", nargs="+")
-    summ.add_argument("--note", type=_note, action="append", default=[], metavar="LABEL=TEXT",
-                      help="a word on a model's row (skipped, timed out)")
+    summ.add_argument(
+        "--note",
+        type=_note,
+        action="append",
+        default=[],
+        metavar="LABEL=TEXT",
+        help="a word on a model's row (skipped, timed out)",
+    )
     return p
 
 

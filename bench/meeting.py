@@ -95,8 +95,9 @@ class RoomLog:
                 self.open_lines_max = max(self.open_lines_max, len(message.get("open") or []))
 
 
-async def meeting_room(http: aiohttp.ClientSession, base: str,
-                       mics: dict[str, tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+async def meeting_room(
+    http: aiohttp.ClientSession, base: str, mics: dict[str, tuple[Path, dict[str, Any]]]
+) -> dict[str, Any]:
     """Publish each microphone (``key -> (ogg, extra offer fields)``) into one new room, all starting their audio at
     one moment; returns the clients, the room's transcript, the viewer's arrivals and the streaming window."""
     async with http.post(f"{base}/rooms", json={"title": "meeting"}) as r:
@@ -127,13 +128,30 @@ async def meeting_room(http: aiohttp.ClientSession, base: str,
     with contextlib.suppress(asyncio.CancelledError):
         await reader
     transcript = await get_json(http, f"{base}/rooms/{room}/transcript.json")
-    raw = {"transcript": transcript, "arrived": log.arrived, "clients": {
-        k: {"session": c.session, "messages": c.messages, "media_s": c.track.media_s, "wall_s": c.track.wall_s}
-        for k, c in live.items()}}
-    await asyncio.to_thread((CACHE_DIR / f"meeting-raw-{'-'.join(sorted(mics))[:40]}.json").write_text,
-                            json.dumps(raw, default=str), "utf-8")
-    return {"room": room, "clients": live, "refused": refused, "transcript": transcript, "log": log,
-            "ready_before": ready, "ready_during": during, "t0": t0, "t1": t1}
+    raw = {
+        "transcript": transcript,
+        "arrived": log.arrived,
+        "clients": {
+            k: {"session": c.session, "messages": c.messages, "media_s": c.track.media_s, "wall_s": c.track.wall_s}
+            for k, c in live.items()
+        },
+    }
+    await asyncio.to_thread(
+        (CACHE_DIR / f"meeting-raw-{'-'.join(sorted(mics))[:40]}.json").write_text,
+        json.dumps(raw, default=str),
+        "utf-8",
+    )
+    return {
+        "room": room,
+        "clients": live,
+        "refused": refused,
+        "transcript": transcript,
+        "log": log,
+        "ready_before": ready,
+        "ready_during": during,
+        "t0": t0,
+        "t1": t1,
+    }
 
 
 def session_offsets_s(run: dict[str, Any]) -> dict[str, float]:
@@ -180,13 +198,13 @@ def score_phones(run: dict[str, Any]) -> dict[str, Any]:
     sentences = run["transcript"]["sentences"]
     words = heard_words(run, lambda s: owner_of.get(s["session"], "?"))
     said = sum(len(normalise(t)) for t in reference.values())
-    hyps = {k: " ".join(s["text"] for s in sentences if s["session"] == c.session)
-            for k, c in run["clients"].items()}
+    hyps = {k: " ".join(s["text"] for s in sentences if s["session"] == c.session) for k, c in run["clients"].items()}
     cp, assigned = cp_wer(reference, hyps)
     room_words = [(s, len(s["text"].split())) for s in sentences]
     # Under the person's name: theirs, or a further voice of their microphone ("Farah (2)").
-    named = sum(n for s, n in room_words
-                if str(s.get("speaker")).startswith(NAMES.get(owner_of.get(s["session"], ""), "\0")))
+    named = sum(
+        n for s, n in room_words if str(s.get("speaker")).startswith(NAMES.get(owner_of.get(s["session"], ""), "\0"))
+    )
     # Each turn's lock: its owner's last sentence that overlaps the turn, from the turn's end leaving the phone to
     # that sentence's arrival at the room's viewer.
     offsets = session_offsets_s(run)
@@ -196,8 +214,13 @@ def score_phones(run: dict[str, Any]) -> dict[str, Any]:
         if client is None:
             continue
         shift = offsets.get(client.session, 0.0)
-        mine = [s for s in sentences if s["session"] == client.session
-                and s["start_ms"] / 1000 - shift <= end + 0.5 and s["end_ms"] / 1000 - shift >= start - 0.5]
+        mine = [
+            s
+            for s in sentences
+            if s["session"] == client.session
+            and s["start_ms"] / 1000 - shift <= end + 0.5
+            and s["end_ms"] / 1000 - shift >= start - 0.5
+        ]
         if not mine:
             missed += 1
             continue
@@ -205,15 +228,23 @@ def score_phones(run: dict[str, Any]) -> dict[str, Any]:
         arrived = run["log"].arrived.get(int(last["id"]))
         if arrived is not None:
             lags.append(arrived - client.sent_at(end))
-    return {"admitted": len(run["clients"]), "refused": run["refused"], "cpwer": round(cp, 4),
-            "assigned": assigned, "words_said": said, "words_captioned": len(words),
-            "wrong_mic": round(wrong_mic(words, {k: k for k in SPEAKERS}, ref_turns, reference) / said, 4),
-            "duplicates": round(duplicates(words) / said, 4),
-            "named": round(named / max(1, sum(n for _s, n in room_words)), 4),
-            "lock_after_turn_p50_s": round(pct(lags, 50), 2) if lags else None,
-            "lock_after_turn_p95_s": round(pct(lags, 95), 2) if lags else None,
-            "turns": len(lags), "turns_uncaptioned": missed, "open_lines_max": run["log"].open_lines_max,
-            "ready_during": run["ready_during"].get("capacity")}
+    return {
+        "admitted": len(run["clients"]),
+        "refused": run["refused"],
+        "cpwer": round(cp, 4),
+        "assigned": assigned,
+        "words_said": said,
+        "words_captioned": len(words),
+        "wrong_mic": round(wrong_mic(words, {k: k for k in SPEAKERS}, ref_turns, reference) / said, 4),
+        "duplicates": round(duplicates(words) / said, 4),
+        "named": round(named / max(1, sum(n for _s, n in room_words)), 4),
+        "lock_after_turn_p50_s": round(pct(lags, 50), 2) if lags else None,
+        "lock_after_turn_p95_s": round(pct(lags, 95), 2) if lags else None,
+        "turns": len(lags),
+        "turns_uncaptioned": missed,
+        "open_lines_max": run["log"].open_lines_max,
+        "ready_during": run["ready_during"].get("capacity"),
+    }
 
 
 async def kiosk(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
@@ -225,13 +256,28 @@ async def kiosk(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
     hyps = {str(label): " ".join(s["text"] for s in sentences if s["spk"] == label) for label in labels}
     cp, _assigned = cp_wer(reference, hyps)
     offsets = session_offsets_s(run)
-    segments = [Segment(s["start_ms"] / 1000 - offsets.get(s["session"], 0.0),
-                        s["end_ms"] / 1000 - offsets.get(s["session"], 0.0), 0, 0)
-                for s in sentences if s["spk"] is not None]
-    scores = score_labels(turns(MEETING), segments, [s["spk"] for s in sentences if s["spk"] is not None],
-                          float(manifest()[MEETING]["duration_s"]))
-    return {"cpwer": round(cp, 4), "labels": len(labels), "der": round(scores.der, 4),
-            "words_captioned": sum(len(s["text"].split()) for s in sentences)}
+    segments = [
+        Segment(
+            s["start_ms"] / 1000 - offsets.get(s["session"], 0.0),
+            s["end_ms"] / 1000 - offsets.get(s["session"], 0.0),
+            0,
+            0,
+        )
+        for s in sentences
+        if s["spk"] is not None
+    ]
+    scores = score_labels(
+        turns(MEETING),
+        segments,
+        [s["spk"] for s in sentences if s["spk"] is not None],
+        float(manifest()[MEETING]["duration_s"]),
+    )
+    return {
+        "cpwer": round(cp, 4),
+        "labels": len(labels),
+        "der": round(scores.der, 4),
+        "words_captioned": sum(len(s["text"].split()) for s in sentences),
+    }
 
 
 async def eight(http: aiohttp.ClientSession, base: str, trace: CpuTrace) -> dict[str, Any]:
@@ -250,14 +296,20 @@ async def eight(http: aiohttp.ClientSession, base: str, trace: CpuTrace) -> dict
     silent_only = [ogg_of(f"idle-{i}", f) for i, f in enumerate(floor[2:])]
 
     async def phase(name: str, files: list[Path]) -> dict[str, Any]:
-        run = await meeting_room(http, base, {f"{name}{i}": (p, {"name": f"Mic {i + 1}"})
-                                              for i, p in enumerate(files)})
+        run = await meeting_room(http, base, {f"{name}{i}": (p, {"name": f"Mic {i + 1}"}) for i, p in enumerate(files)})
         span = run["t1"] - run["t0"]
         cpu = trace.cpu_between(run["t0"], run["t1"]) / span
-        words = {k: sum(len(s["text"].split()) for s in run["transcript"]["sentences"] if s["session"] == c.session)
-                 for k, c in run["clients"].items()}
-        return {"admitted": len(run["clients"]), "refused": len(run["refused"]), "cpu_cores": round(cpu, 3),
-                "words_by_mic": words, "ready_during": run["ready_during"]}
+        words = {
+            k: sum(len(s["text"].split()) for s in run["transcript"]["sentences"] if s["session"] == c.session)
+            for k, c in run["clients"].items()
+        }
+        return {
+            "admitted": len(run["clients"]),
+            "refused": len(run["refused"]),
+            "cpu_cores": round(cpu, 3),
+            "words_by_mic": words,
+            "ready_during": run["ready_during"],
+        }
 
     t = time.monotonic()
     await asyncio.sleep(10.0)
@@ -266,9 +318,14 @@ async def eight(http: aiohttp.ClientSession, base: str, trace: CpuTrace) -> dict
     two = await phase("two", oggs[:2])
     all8 = await phase("mic", oggs)
     per_idle = (silent["cpu_cores"] - idle_server) / 6
-    return {"server_idle_cores": round(idle_server, 3), "six_silent": silent, "two_talking": two, "eight": all8,
-            "idle_mic_cores": round(per_idle, 4),
-            "eight_vs_two_plus_six_idle": round(all8["cpu_cores"] / max(1e-6, two["cpu_cores"] + 6 * per_idle), 3)}
+    return {
+        "server_idle_cores": round(idle_server, 3),
+        "six_silent": silent,
+        "two_talking": two,
+        "eight": all8,
+        "idle_mic_cores": round(per_idle, 4),
+        "eight_vs_two_plus_six_idle": round(all8["cpu_cores"] / max(1e-6, two["cpu_cores"] + 6 * per_idle), 3),
+    }
 
 
 def cpu_kind() -> str:
@@ -279,8 +336,10 @@ def cpu_kind() -> str:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))
     out: dict[str, Any] = {"cpu": cpu_kind(), "leak_db": args.leak_db}
-    async with bench_server(["--max-sessions", "auto"], CACHE_DIR / "meeting-server.log") as server, \
-            aiohttp.ClientSession() as http:
+    async with (
+        bench_server(["--max-sessions", "auto"], CACHE_DIR / "meeting-server.log") as server,
+        aiohttp.ClientSession() as http,
+    ):
         trace = CpuTrace(server.ps)
         sampler = asyncio.create_task(trace.run())
         base = server.base_url
@@ -290,30 +349,37 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print_phones(out["phones"])
         if "kiosk" not in args.skip:
             out["kiosk"] = await kiosk(http, base)
-            print(f"kiosk (one microphone): cpWER {out['kiosk']['cpwer']:.1%}, {out['kiosk']['labels']} labels, "
-                  f"DER {out['kiosk']['der']:.1%}")
+            print(
+                f"kiosk (one microphone): cpWER {out['kiosk']['cpwer']:.1%}, {out['kiosk']['labels']} labels, "
+                f"DER {out['kiosk']['der']:.1%}"
+            )
         if "eight" not in args.skip:
             out["eight"] = await eight(http, base, trace)
             e = out["eight"]
-            print(f"eight microphones, two talking: admitted {e['eight']['admitted']}/8; server CPU (cores): idle "
-                  f"{e['server_idle_cores']}, six silent {e['six_silent']['cpu_cores']} ({e['idle_mic_cores']} per "
-                  f"silent mic), two talking {e['two_talking']['cpu_cores']}, all eight {e['eight']['cpu_cores']} "
-                  f"= {e['eight_vs_two_plus_six_idle']} x (two + six idle)")
+            print(
+                f"eight microphones, two talking: admitted {e['eight']['admitted']}/8; server CPU (cores): idle "
+                f"{e['server_idle_cores']}, six silent {e['six_silent']['cpu_cores']} ({e['idle_mic_cores']} per "
+                f"silent mic), two talking {e['two_talking']['cpu_cores']}, all eight {e['eight']['cpu_cores']} "
+                f"= {e['eight_vs_two_plus_six_idle']} x (two + six idle)"
+            )
         sampler.cancel()
     return out
 
 
 def print_phones(p: dict[str, Any]) -> None:
-    print(f"phones ({p['admitted']} admitted, refused {p['refused']}): cpWER {p['cpwer']:.1%}, wrong microphone "
-          f"{p['wrong_mic']:.1%}, twice {p['duplicates']:.1%}, named {p['named']:.1%} ({p['words_captioned']} words "
-          f"captioned, {p['words_said']} said); lock after each turn p50 {p['lock_after_turn_p50_s']} s, p95 "
-          f"{p['lock_after_turn_p95_s']} s over {p['turns']} turns ({p['turns_uncaptioned']} uncaptioned); open "
-          f"lines at once up to {p['open_lines_max']}")
+    print(
+        f"phones ({p['admitted']} admitted, refused {p['refused']}): cpWER {p['cpwer']:.1%}, wrong microphone "
+        f"{p['wrong_mic']:.1%}, twice {p['duplicates']:.1%}, named {p['named']:.1%} ({p['words_captioned']} words "
+        f"captioned, {p['words_said']} said); lock after each turn p50 {p['lock_after_turn_p50_s']} s, p95 "
+        f"{p['lock_after_turn_p95_s']} s over {p['turns']} turns ({p['turns_uncaptioned']} uncaptioned); open "
+        f"lines at once up to {p['open_lines_max']}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.meeting", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.meeting", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--leak-db", type=float, default=12.0, help="how far down each phone hears its neighbours")
     p.add_argument("--skip", nargs="*", default=[], choices=["phones", "kiosk", "eight"])
     p.add_argument("--json", default=None)

@@ -63,8 +63,15 @@ def _interp(points: list[tuple[float, float]], t: float) -> float:
     return float(np.interp(t, [p[0] for p in points], [p[1] for p in points]))
 
 
-async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n: int, idle_pct: float,
-                   args: argparse.Namespace, frame_ms: int = 20) -> dict[str, Any]:
+async def run_step(
+    server: Any,
+    http: aiohttp.ClientSession,
+    trace: CpuTrace,
+    n: int,
+    idle_pct: float,
+    args: argparse.Namespace,
+    frame_ms: int = 20,
+) -> dict[str, Any]:
     clips = [session_clip(i, args.seconds, args.pause_s, frame_ms) for i in range(n)]
     polled: list[tuple[float, dict[str, Any]]] = []
     me = psutil.Process()
@@ -89,7 +96,9 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
     failures = [c.error for c in run.clients if c.error]
     per_session = 100 * cpu / window / n if window > 0 else float("nan")
     return {
-        "sessions": n, "window_s": round(window, 1), "connect_s": round(t0 - run.t0, 1),
+        "sessions": n,
+        "window_s": round(window, 1),
+        "connect_s": round(t0 - run.t0, 1),
         "server_cpu_pct": 100 * cpu / window if window > 0 else float("nan"),
         "cpu_pct_per_session": per_session,
         "marginal_pct_per_session": (100 * cpu / window - idle_pct) / n if window > 0 else float("nan"),
@@ -97,7 +106,9 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, n:
         "cpu_pct_per_session_rt": 100 * cpu / (received / n) / n if received and received > 0 else float("nan"),
         "vad_wall_pct_per_session": 100 * vad_s / window / n if window > 0 else float("nan"),
         "speaker_cpu_pct_per_session": 100 * spk_s / window / n if window > 0 else float("nan"),
-        "lag_s_p95": pct(lags, 95), "overloaded_msgs": overloaded, "failures": failures[:5],
+        "lag_s_p95": pct(lags, 95),
+        "overloaded_msgs": overloaded,
+        "failures": failures[:5],
         "rss_gb": trace.peak_rss(run.t0, run.t1) / 1e9,
         "client_cpu_pct": 100 * client_cpu / (run.t1 - run.t0),
     }
@@ -111,14 +122,22 @@ FRONTS: dict[str, tuple[int, list[str]]] = {  # name: (ms of audio per Opus pack
     "old": (20, ["--ptime-ms", "0", "--audio-decoder", "aiortc", "--vad-batch-interval-ms", "0"]),
 }
 
-COLUMNS = [("front", "front end", "{}"), ("sessions", "N", "{:d}"), ("window_s", "window s", "{:.0f}"),
-           ("server_cpu_pct", "server % core", "{:.1f}"), ("cpu_pct_per_session", "% core/session", "{:.2f}"),
-           ("marginal_pct_per_session", "marginal", "{:.2f}"), ("realtime_factor", "audio rx/real time", "{:.2f}"),
-           ("cpu_pct_per_session_rt", "% core/session RT", "{:.2f}"),
-           ("vad_wall_pct_per_session", "VAD busy %/session", "{:.2f}"),
-           ("speaker_cpu_pct_per_session", "speaker %/session", "{:.2f}"), ("lag_s_p95", "lag p95 s", "{:.2f}"),
-           ("overloaded_msgs", "skips", "{:d}"), ("rss_gb", "RSS GB", "{:.2f}"),
-           ("client_cpu_pct", "clients % core", "{:.0f}")]
+COLUMNS = [
+    ("front", "front end", "{}"),
+    ("sessions", "N", "{:d}"),
+    ("window_s", "window s", "{:.0f}"),
+    ("server_cpu_pct", "server % core", "{:.1f}"),
+    ("cpu_pct_per_session", "% core/session", "{:.2f}"),
+    ("marginal_pct_per_session", "marginal", "{:.2f}"),
+    ("realtime_factor", "audio rx/real time", "{:.2f}"),
+    ("cpu_pct_per_session_rt", "% core/session RT", "{:.2f}"),
+    ("vad_wall_pct_per_session", "VAD busy %/session", "{:.2f}"),
+    ("speaker_cpu_pct_per_session", "speaker %/session", "{:.2f}"),
+    ("lag_s_p95", "lag p95 s", "{:.2f}"),
+    ("overloaded_msgs", "skips", "{:d}"),
+    ("rss_gb", "RSS GB", "{:.2f}"),
+    ("client_cpu_pct", "clients % core", "{:.0f}"),
+]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -130,8 +149,10 @@ def print_ratios(rows: list[dict[str, Any]], fronts: list[str]) -> None:
     print()
     base = fronts[0]
     for n in sorted({r["sessions"] for r in rows}):
-        cost = {f: float(np.nanmean([r["cpu_pct_per_session_rt"] for r in rows
-                                     if r["sessions"] == n and r["front"] == f])) for f in fronts}
+        cost = {
+            f: float(np.nanmean([r["cpu_pct_per_session_rt"] for r in rows if r["sessions"] == n and r["front"] == f]))
+            for f in fronts
+        }
         parts = [f"{f} {cost[f]:.2f}" for f in fronts]
         ratios = [f"{f}/{base} {cost[f] / cost[base]:.2f}" for f in fronts[1:] if cost[base] > 0]
         print(f"N={n}: % core/session RT " + ", ".join(parts) + "; " + ", ".join(ratios))
@@ -148,9 +169,12 @@ async def main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     fronts = args.fronts
     async with contextlib.AsyncExitStack() as stack:
-        servers = [await stack.enter_async_context(
-            bench_server([*server_args, *FRONTS[d][1]], CACHE_DIR / f"pipeline-server-{d}.log"))
-            for d in fronts]
+        servers = [
+            await stack.enter_async_context(
+                bench_server([*server_args, *FRONTS[d][1]], CACHE_DIR / f"pipeline-server-{d}.log")
+            )
+            for d in fronts
+        ]
         traces = [CpuTrace(server.ps) for server in servers]
         samplers = [asyncio.create_task(trace.run()) for trace in traces]
         try:
@@ -168,44 +192,63 @@ async def main(args: argparse.Namespace) -> int:
                             order.reverse()
                         for k in order:
                             await asyncio.sleep(3.0)
-                            row = {"front": fronts[k],
-                                   **await run_step(servers[k], http, traces[k], n, idles[k], args,
-                                                    FRONTS[fronts[k]][0])}
+                            row = {
+                                "front": fronts[k],
+                                **await run_step(servers[k], http, traces[k], n, idles[k], args, FRONTS[fronts[k]][0]),
+                            }
                             rows.append(row)
                             print(json.dumps(row), file=sys.stderr)
         finally:
             for sampler in samplers:
                 sampler.cancel()
     rows.sort(key=lambda r: (r["sessions"], fronts.index(r["front"])))
-    print(f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), speakers {'on' if args.speakers else 'off'}, "
-          f"{args.seconds:g} s per session; "
-          f"idle server {idle_pct:.2f} % of one core\n")
+    print(
+        f"\nfake recognizer ({args.fake_delay_s * 1000:.0f} ms), speakers {'on' if args.speakers else 'off'}, "
+        f"{args.seconds:g} s per session; "
+        f"idle server {idle_pct:.2f} % of one core\n"
+    )
     print_table(rows)
     if len(fronts) > 1:
         print_ratios(rows, fronts)
     if args.json:
-        report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "idle_pct": idle_pct,
-                  "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
-                              "load_avg": psutil.getloadavg()},
-                  "rows": rows, "args": vars(args)}
+        report = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "idle_pct": idle_pct,
+            "machine": {
+                "cpus": psutil.cpu_count(),
+                "python": platform.python_version(),
+                "load_avg": psutil.getloadavg(),
+            },
+            "rows": rows,
+            "args": vars(args),
+        }
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2, default=str), "utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.pipeline", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
     p.add_argument("--seconds", type=float, default=60.0, help="speech + pauses per session")
     p.add_argument("--pause-s", type=float, default=2.5)
     p.add_argument("--fake-delay-s", type=float, default=0.05)
     p.add_argument("--idle-s", type=float, default=10.0, help="how long to measure the idle server first")
     p.add_argument("--connect-concurrency", type=int, default=8)
-    p.add_argument("--speakers", action="store_true",
-                   help="run the real speaker encoder too (segment embeddings and turn windows); its CPU per session "
-                        "is reported on its own")
-    p.add_argument("--fronts", nargs="+", choices=sorted(FRONTS), default=["new"],
-                   help="front ends to measure (see above); several: one server each, measured in alternating order")
+    p.add_argument(
+        "--speakers",
+        action="store_true",
+        help="run the real speaker encoder too (segment embeddings and turn windows); its CPU per session "
+        "is reported on its own",
+    )
+    p.add_argument(
+        "--fronts",
+        nargs="+",
+        choices=sorted(FRONTS),
+        default=["new"],
+        help="front ends to measure (see above); several: one server each, measured in alternating order",
+    )
     p.add_argument("--repeat", type=int, default=1, help="measure every N this many times (alternating order)")
     p.add_argument("--json", default=None)
     return p

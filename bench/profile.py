@@ -80,9 +80,26 @@ def spy(pid: int, seconds: float, out: Path, rate: int) -> subprocess.Popen[byte
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(exe).exists():
         return None
-    return subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-                             "--nonblocking", "--threads", "--duration", str(int(seconds)), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--threads",
+            "--duration",
+            str(int(seconds)),
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def cpu_s(proc: psutil.Process) -> float:
@@ -104,8 +121,10 @@ async def step(server: Any, n: int, args: argparse.Namespace, work: Path) -> dic
     async with aiohttp.ClientSession() as http:
         before = (await get_json(http, f"{server.base_url}/bench/stats"))["engine"]
         c0 = {"front": cpu_s(front), "core": cpu_s(core)}
-        spies = [spy(p.pid, args.seconds, work / f"{name}-n{n}.txt", args.rate)
-                 for p, name in ((front, "front"), (core, "core"))]
+        spies = [
+            spy(p.pid, args.seconds, work / f"{name}-n{n}.txt", args.rate)
+            for p, name in ((front, "front"), (core, "core"))
+        ]
         t0 = time.monotonic()
         run = await run_clients(server.base_url, [c.ogg for c in clips], connect_concurrency=max(8, n))
         wall = time.monotonic() - t0
@@ -128,27 +147,36 @@ async def step(server: Any, n: int, args: argparse.Namespace, work: Path) -> dic
     def delta(key: str) -> float:
         return float(after.get(key, 0.0)) - float(before.get(key, 0.0))
 
-    return {"sessions": n, "admitted": admitted, "wall_s": round(wall, 1),
-            "audio_s_per_session": max(c.duration_s for c in clips),
-            "cpu_per_audio_s": (core_total + front_total) * per, "core_per_audio_s": core_total * per,
-            "front_per_audio_s": front_total * per,
-            "core_parts": {k: v * per for k, v in sorted(core_split.items(), key=lambda kv: -kv[1])},
-            "front_parts": {k: v * per for k, v in sorted(front_split.items(), key=lambda kv: -kv[1])},
-            "speaker_thread_per_audio_s": delta("speaker_cpu_s") * per,
-            "align_thread_per_audio_s": delta("align_cpu_s") * per,
-            "vad_busy_per_audio_s": delta("vad_busy_s") * per}
+    return {
+        "sessions": n,
+        "admitted": admitted,
+        "wall_s": round(wall, 1),
+        "audio_s_per_session": max(c.duration_s for c in clips),
+        "cpu_per_audio_s": (core_total + front_total) * per,
+        "core_per_audio_s": core_total * per,
+        "front_per_audio_s": front_total * per,
+        "core_parts": {k: v * per for k, v in sorted(core_split.items(), key=lambda kv: -kv[1])},
+        "front_parts": {k: v * per for k, v in sorted(front_split.items(), key=lambda kv: -kv[1])},
+        "speaker_thread_per_audio_s": delta("speaker_cpu_s") * per,
+        "align_thread_per_audio_s": delta("align_cpu_s") * per,
+        "vad_busy_per_audio_s": delta("vad_busy_s") * per,
+    }
 
 
 def print_step(r: dict[str, Any]) -> None:
     print(f"\n### N = {r['sessions']} ({r['admitted']} admitted), {r['audio_s_per_session']:.0f} s of audio each\n")
-    print(f"all: **{r['cpu_per_audio_s']:.3f}** CPU-s per audio-s per session (engine core "
-          f"{r['core_per_audio_s']:.3f}, front process {r['front_per_audio_s']:.3f})\n")
+    print(
+        f"all: **{r['cpu_per_audio_s']:.3f}** CPU-s per audio-s per session (engine core "
+        f"{r['core_per_audio_s']:.3f}, front process {r['front_per_audio_s']:.3f})\n"
+    )
     print("| process | part | CPU-s per audio-s per session |\n|---|---|---|")
     for name, parts in (("engine core", r["core_parts"]), ("front", r["front_parts"])):
         for part, value in parts.items():
             print(f"| {name} | {part} | {value:.3f} |")
-    print(f"\ncounters: speaker-embedding thread {r['speaker_thread_per_audio_s']:.3f}, aligner thread "
-          f"{r['align_thread_per_audio_s']:.3f}, VAD batches (wall) {r['vad_busy_per_audio_s']:.3f}")
+    print(
+        f"\ncounters: speaker-embedding thread {r['speaker_thread_per_audio_s']:.3f}, aligner thread "
+        f"{r['align_thread_per_audio_s']:.3f}, VAD batches (wall) {r['vad_busy_per_audio_s']:.3f}"
+    )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -165,15 +193,17 @@ async def main(args: argparse.Namespace) -> int:
             print_step(row)
     print(f"\npy-spy stacks in {work}")
     if args.json:
-        report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "clips": args.clips,
-                             "rows": rows}, indent=2)
+        report = json.dumps(
+            {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "clips": args.clips, "rows": rows}, indent=2
+        )
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 3, 5])
     p.add_argument("--clips", choices=CLIP_SETS, default="read")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")

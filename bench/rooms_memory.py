@@ -41,8 +41,14 @@ async def _run(rooms: int, sweep: bool, folder: str) -> dict[str, Any]:
     t0 = time.monotonic()
 
     def mark(phase: str, done: int) -> None:
-        checkpoints.append({"phase": phase, "rooms": done, "in_memory": len(registry._rooms),
-                            "rss_mb": round(proc.memory_info().rss / 1e6, 1)})
+        checkpoints.append(
+            {
+                "phase": phase,
+                "rooms": done,
+                "in_memory": len(registry._rooms),
+                "rss_mb": round(proc.memory_info().rss / 1e6, 1),
+            }
+        )
 
     mark("start", 0)
     step = max(1, rooms // 10)
@@ -58,8 +64,11 @@ async def _run(rooms: int, sweep: bool, folder: str) -> dict[str, Any]:
         if (i + 1) % step == 0:
             mark("read", i + 1)
     await store.close()
-    return {"variant": "evicting" if sweep else "keeping", "seconds": round(time.monotonic() - t0, 1),
-            "checkpoints": checkpoints}
+    return {
+        "variant": "evicting" if sweep else "keeping",
+        "seconds": round(time.monotonic() - t0, 1),
+        "checkpoints": checkpoints,
+    }
 
 
 def _child(rooms: int, sweep: bool, folder: str, out: Any) -> None:
@@ -77,8 +86,9 @@ def run_variant(rooms: int, sweep: bool, folder: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.rooms_memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.rooms_memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rooms", type=int, default=100_000)
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -90,8 +100,10 @@ def main() -> int:
             print(f"| {r['variant']} | {c['phase']} | {c['rooms']} | {c['in_memory']} | {c['rss_mb']} |")
     for r in results:
         first, last = r["checkpoints"][0], r["checkpoints"][-1]
-        print(f"{r['variant']}: {last['in_memory']} rooms in memory after {args.rooms} created and read; RSS "
-              f"{first['rss_mb']} -> {last['rss_mb']} MB ({r['seconds']} s)")
+        print(
+            f"{r['variant']}: {last['in_memory']} rooms in memory after {args.rooms} created and read; RSS "
+            f"{first['rss_mb']} -> {last['rss_mb']} MB ({r['seconds']} s)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"rooms": args.rooms, "results": results}, indent=2), "utf-8")
     return 0

@@ -52,8 +52,9 @@ from engine.stream.scheduler import BACKGROUND_FLOOR_S
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm")
     p.add_argument("--mode", choices=MODES, default="engine", help="the decode policy (bench/lib/modes.py)")
     p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
@@ -61,32 +62,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
-    p.add_argument("--audio-decoder", type=member_of(AudioDecoder), choices=values_of(AudioDecoder),
-                   default=AudioDecoder.DIRECT,
-                   help="as the server's --audio-decoder ('aiortc': the old 48 kHz stereo + resample path)")
+    p.add_argument(
+        "--audio-decoder",
+        type=member_of(AudioDecoder),
+        choices=values_of(AudioDecoder),
+        default=AudioDecoder.DIRECT,
+        help="as the server's --audio-decoder ('aiortc': the old 48 kHz stereo + resample path)",
+    )
     p.add_argument("--ptime-ms", type=int, default=60, help="as the server's --ptime-ms (0: the sender's choice)")
-    p.add_argument("--vad-batch-interval-ms", type=int, default=None,
-                   help="the VAD's least time between batches (default: the engine's; 0: one call per push)")
-    p.add_argument("--file-floor-s", type=float, default=BACKGROUND_FLOOR_S,
-                   help="how long a file's segment waits for live speech to pause before it decodes regardless "
-                        "(0: it never waits for live partials)")
-    p.add_argument("--file-max-segment-ms", type=int, default=None,
-                   help="the longest segment of a file (default: the engine's)")
-    p.add_argument("--max-sessions", default="auto",
-                   help="as the server's --max-sessions (default auto: its capacity; mode engine-unbounded admits 256)")
+    p.add_argument(
+        "--vad-batch-interval-ms",
+        type=int,
+        default=None,
+        help="the VAD's least time between batches (default: the engine's; 0: one call per push)",
+    )
+    p.add_argument(
+        "--file-floor-s",
+        type=float,
+        default=BACKGROUND_FLOOR_S,
+        help="how long a file's segment waits for live speech to pause before it decodes regardless "
+        "(0: it never waits for live partials)",
+    )
+    p.add_argument(
+        "--file-max-segment-ms", type=int, default=None, help="the longest segment of a file (default: the engine's)"
+    )
+    p.add_argument(
+        "--max-sessions",
+        default="auto",
+        help="as the server's --max-sessions (default auto: its capacity; mode engine-unbounded admits 256)",
+    )
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
-    p.add_argument("--tracemalloc", action="store_true",
-                   help="trace Python allocations; GET /bench/memory shows the growth since its first call")
+    p.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace Python allocations; GET /bench/memory shows the growth since its first call",
+    )
     return p
 
 
 async def serve(args: argparse.Namespace) -> None:
     max_sessions = mode_max_sessions(args.mode, None if args.max_sessions == "auto" else int(args.max_sessions))
-    config = ServerConfig(model=args.model, preset=args.preset, speakers=not args.no_speakers,
-                          ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=max_sessions,
-                          max_lag_s=2.0, db_path=args.db, audio_decoder=args.audio_decoder,
-                          ptime_ms=args.ptime_ms, cpu_threads=args.cpu_threads)
+    config = ServerConfig(
+        model=args.model,
+        preset=args.preset,
+        speakers=not args.no_speakers,
+        ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True),
+        max_sessions=max_sessions,
+        max_lag_s=2.0,
+        db_path=args.db,
+        audio_decoder=args.audio_decoder,
+        ptime_ms=args.ptime_ms,
+        cpu_threads=args.cpu_threads,
+    )
     base = mode_config(args.mode, engine_config(config))
     inner: Transcriber
     if args.recognizer == "fake":
@@ -114,7 +142,9 @@ async def serve(args: argparse.Namespace) -> None:
         done = list(transcriber.completed)
         transcriber.completed.clear()
         body: dict[str, Any] = {
-            "engine": engine.stats(), "mode": args.mode, "peers": len(peers),
+            "engine": engine.stats(),
+            "mode": args.mode,
+            "peers": len(peers),
             "ingest_audio_s": sum(p.ingest.audio_s for p in peers),
             "ingest_skipped_s": sum(p.ingest.skipped_s for p in peers),
             "lock_wait_s": round(transcriber.waited_s, 3),
@@ -140,9 +170,15 @@ async def serve(args: argparse.Namespace) -> None:
             baseline.append(snap)
             return web.json_response({"baseline": True, "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6})
         top = snap.compare_to(baseline[0], "lineno")[:20]
-        return web.json_response({"traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
-                                  "top": [{"where": str(t.traceback), "size_diff_kb": round(t.size_diff / 1e3, 1),
-                                           "count_diff": t.count_diff} for t in top]})
+        return web.json_response(
+            {
+                "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
+                "top": [
+                    {"where": str(t.traceback), "size_diff_kb": round(t.size_diff / 1e3, 1), "count_diff": t.count_diff}
+                    for t in top
+                ],
+            }
+        )
 
     async def heap(request: web.Request) -> web.Response:
         from bench.lib.heap import glibc_heap, trim
@@ -180,8 +216,18 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
-    print(json.dumps({"port": runner.addresses[0][1], "model": engine.model_name, "mode": args.mode, "pid": os.getpid(),
-                      "start_s": round(time.monotonic() - t0, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "port": runner.addresses[0][1],
+                "model": engine.model_name,
+                "mode": args.mode,
+                "pid": os.getpid(),
+                "start_s": round(time.monotonic() - t0, 1),
+            }
+        ),
+        flush=True,
+    )
     try:
         await done.wait()
     finally:
@@ -197,8 +243,9 @@ def main() -> int:
         import tracemalloc
 
         tracemalloc.start(1)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("app.webrtc.peer").setLevel(logging.INFO)  # connect/close per session, for the record
     for name in ("engine.stream.engine", "engine.asr.vllm_backend", "engine.asr.align_service", "app.ops.admission"):
         logging.getLogger(name).setLevel(logging.INFO)  # capacity, warm-up timing, threads, refusals

@@ -87,35 +87,52 @@ from bench.lib.remote_viewer import RemoteViewer, StableDelays, follow, stable_d
 from engine.config import ENDPOINT_PRESETS
 
 
-def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss: int, depth: list[int],
-            args: argparse.Namespace) -> dict[str, Any]:
+def row_for(
+    mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss: int, depth: list[int], args: argparse.Namespace
+) -> dict[str, Any]:
     """One step's row: ``n`` sessions streamed (those the server admitted), ``metrics`` pooled over them."""
     m = metrics
     lag95 = pct(m.lag_s, 95)
     lock_over95 = pct(m.lock_over_silence_s, 95)
     row = {
-        "mode": mode, "sessions": n, "ref_sentences": m.sentences, "lost": m.lost, "no_partial": m.no_partial,
+        "mode": mode,
+        "sessions": n,
+        "ref_sentences": m.sentences,
+        "lost": m.lost,
+        "no_partial": m.no_partial,
         "no_correct": m.no_correct,
-        "first_partial_s_p50": pct(m.first_partial_s, 50), "first_partial_s_p95": pct(m.first_partial_s, 95),
-        "first_correct_s_p50": pct(m.first_correct_s, 50), "first_correct_s_p95": pct(m.first_correct_s, 95),
-        "lock_s_p50": pct(m.lock_s, 50), "lock_s_p95": pct(m.lock_s, 95),
+        "first_partial_s_p50": pct(m.first_partial_s, 50),
+        "first_partial_s_p95": pct(m.first_partial_s, 95),
+        "first_correct_s_p50": pct(m.first_correct_s, 50),
+        "first_correct_s_p95": pct(m.first_correct_s, 95),
+        "lock_s_p50": pct(m.lock_s, 50),
+        "lock_s_p95": pct(m.lock_s, 95),
         "lock_over_silence_s_p95": lock_over95,
-        "lag_s_p50": pct(m.lag_s, 50), "lag_s_p95": lag95, "lag_s_max": max(m.lag_s, default=float("nan")),
+        "lag_s_p50": pct(m.lag_s, 50),
+        "lag_s_p95": lag95,
+        "lag_s_max": max(m.lag_s, default=float("nan")),
         "wer": m.errors / m.words if m.words else float("nan"),
         "churn": m.churned / m.partial_words if m.partial_words else float("nan"),
         "flicker": m.flickered / m.tentative_words if m.tentative_words else float("nan"),
         "stable_withdrawn": m.withdrawn,
-        "label_s_p50": pct(m.label_s, 50), "label_s_p95": pct(m.label_s, 95), "relabelled": m.relabelled,
+        "label_s_p50": pct(m.label_s, 50),
+        "label_s_p95": pct(m.label_s, 95),
+        "relabelled": m.relabelled,
         "cpu_pct_per_session": 100 * cpu_s / window_s / n if window_s > 0 else float("nan"),
         "server_cpu_pct": 100 * cpu_s / window_s if window_s > 0 else float("nan"),
         "rss_gb": rss / 1e9,
-        "queue_p50": pct([float(d) for d in depth], 50), "queue_max": max(depth, default=0),
-        "overloaded_msgs": m.overloaded, "failures": m.failures[:5],
+        "queue_p50": pct([float(d) for d in depth], 50),
+        "queue_max": max(depth, default=0),
+        "overloaded_msgs": m.overloaded,
+        "failures": m.failures[:5],
         # A fresh server's first sentences (--cold), apart from the figures above: NaN where none were measured.
         "cold_sentences": m.cold,
     }
-    for key, values in (("cold_lock_s", m.cold_lock_s), ("cold_first_correct_s", m.cold_first_correct_s),
-                        ("cold_first_partial_s", m.cold_first_partial_s)):
+    for key, values in (
+        ("cold_lock_s", m.cold_lock_s),
+        ("cold_first_correct_s", m.cold_first_correct_s),
+        ("cold_first_partial_s", m.cold_first_partial_s),
+    ):
         row[f"{key}_max"] = max(values, default=float("nan"))
         row[f"{key}_p50"] = pct(values, 50) if len(values) > 1 else float("nan")
     reasons = []
@@ -132,8 +149,9 @@ def row_for(mode: str, n: int, metrics: Any, cpu_s: float, window_s: float, rss:
     row["held"] = not reasons
     row["why_not"] = "; ".join(reasons)
     # On time as the capacity promises it: first words and locks within their bounds for every admitted session.
-    row["on_time"] = bool(n) and (pct(m.first_partial_s, 95) <= args.first_bound_s
-                                  and pct(m.lock_s, 95) <= args.lock_bound_s and not m.lost)
+    row["on_time"] = bool(n) and (
+        pct(m.first_partial_s, 95) <= args.first_bound_s and pct(m.lock_s, 95) <= args.lock_bound_s and not m.lost
+    )
     return row
 
 
@@ -144,8 +162,16 @@ async def ready_capacity(http: aiohttp.ClientSession, base_url: str) -> dict[str
     return dict(body.get("capacity") or {})
 
 
-async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mode: str, n: int,
-                   args: argparse.Namespace, remote: ServerProcess | None = None, cold: bool = False) -> dict[str, Any]:
+async def run_step(
+    server: Any,
+    http: aiohttp.ClientSession,
+    trace: CpuTrace,
+    mode: str,
+    n: int,
+    args: argparse.Namespace,
+    remote: ServerProcess | None = None,
+    cold: bool = False,
+) -> dict[str, Any]:
     """One step: ``n`` sessions in ``mode``. With ``remote`` (another front end on the same PostgreSQL store), each
     session publishes into a room of its own and a viewer follows that room on ``remote``. ``cold``: the server is
     fresh, so each session's first sentence is measured apart (``row_for``'s ``cold_*``)."""
@@ -165,10 +191,15 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     capacity = await ready_capacity(http, server.base_url)
     prober = await HealthProbe.start(f"{server.base_url}/health")
     try:
-        run = await run_clients(server.base_url, [c.ogg for c in clips], stop_timeout_s=args.stop_timeout_s,
-                                offer_fields=[{"room": room} for room in rooms] if rooms else None, loss=args.loss,
-                                connect_concurrency=max(8, n),
-                                start={"task": "translate"} if args.task == "translate" else None)
+        run = await run_clients(
+            server.base_url,
+            [c.ogg for c in clips],
+            stop_timeout_s=args.stop_timeout_s,
+            offer_fields=[{"room": room} for room in rooms] if rooms else None,
+            loss=args.loss,
+            connect_concurrency=max(8, n),
+            start={"task": "translate"} if args.task == "translate" else None,
+        )
         if remote is not None:
             await asyncio.sleep(1.0)  # the last locks reach the other front end
     finally:
@@ -180,8 +211,16 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     admitted = [(cl, clip) for cl, clip in zip(run.clients, clips, strict=True) if cl.refused is None]
     metrics = merge([session_metrics(cl, clip, endpoint, cold=1 if cold else 0) for cl, clip in admitted])
     window = max(0.0, run.first_done_s - run.all_live_s)
-    row = row_for(mode, len(admitted), metrics, trace.cpu_between(run.all_live_s, run.first_done_s), window,
-                  trace.peak_rss(run.t0, run.t1), stats["depth"], args)
+    row = row_for(
+        mode,
+        len(admitted),
+        metrics,
+        trace.cpu_between(run.all_live_s, run.first_done_s),
+        window,
+        trace.peak_rss(run.t0, run.t1),
+        stats["depth"],
+        args,
+    )
     row["offered"], row["refused"] = n, n - len(admitted)
     row["cold_start"] = cold
     row["capacity"] = capacity.get("sessions")
@@ -210,8 +249,9 @@ async def run_step(server: Any, http: aiohttp.ClientSession, trace: CpuTrace, mo
     row["packets_late"] = round(losses["late"] - losses_before["late"])
     row["concealed_s"] = losses["concealed"] - losses_before["concealed"]
     if args.dump:
-        await asyncio.to_thread(dump_step, Path(args.dump) / f"{mode}-n{n}-{time.strftime('%H%M%S')}.json",
-                                run.clients, clips)
+        await asyncio.to_thread(
+            dump_step, Path(args.dump) / f"{mode}-n{n}-{time.strftime('%H%M%S')}.json", run.clients, clips
+        )
     return row
 
 
@@ -219,8 +259,11 @@ async def loss_counters(http: aiohttp.ClientSession, base_url: str) -> dict[str,
     """The server's audio loss counters from ``/metrics``: packets lost and late, seconds concealed."""
     async with http.get(f"{base_url}/metrics") as r:
         text = await r.text()
-    names = {"live_captions_audio_packets_lost_total": "lost", "live_captions_audio_packets_late_total": "late",
-             "live_captions_audio_concealed_seconds_total": "concealed"}
+    names = {
+        "live_captions_audio_packets_lost_total": "lost",
+        "live_captions_audio_packets_late_total": "late",
+        "live_captions_audio_concealed_seconds_total": "concealed",
+    }
     out = dict.fromkeys(names.values(), 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -234,34 +277,67 @@ def dump_step(path: Path, clients: list[Any], clips: list[Any]) -> None:
     out = []
     for c, clip in zip(clients, clips, strict=True):
         t0 = c.started_s or 0.0
-        out.append({"ogg": str(clip.ogg), "error": c.error,
-                    "utterances": [{"start_s": u.speech_start_s, "end_s": u.speech_end_s, "text": u.text,
-                                    "sent_start_s": c.sent_at(u.speech_start_s) - t0 if c.started_s else None,
-                                    "sent_end_s": c.sent_at(u.speech_end_s) - t0 if c.started_s else None}
-                                   for u in clip.utterances],
-                    "messages": [[round(t - t0, 3), m] for t, m in c.messages]})
+        out.append(
+            {
+                "ogg": str(clip.ogg),
+                "error": c.error,
+                "utterances": [
+                    {
+                        "start_s": u.speech_start_s,
+                        "end_s": u.speech_end_s,
+                        "text": u.text,
+                        "sent_start_s": c.sent_at(u.speech_start_s) - t0 if c.started_s else None,
+                        "sent_end_s": c.sent_at(u.speech_end_s) - t0 if c.started_s else None,
+                    }
+                    for u in clip.utterances
+                ],
+                "messages": [[round(t - t0, 3), m] for t, m in c.messages],
+            }
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1), encoding="utf-8")
 
 
-COLUMNS = [("mode", "mode", "{}"), ("offered", "offered", "{:d}"), ("capacity", "capacity", "{}"),
-           ("sessions", "admitted", "{:d}"), ("refused", "refused", "{:d}"), ("ref_sentences", "sent", "{:d}"),
-           ("lost", "lost", "{:d}"), ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
-           ("first_partial_s_p95", "p95", "{:.2f}"), ("first_correct_s_p50", "1st right p50", "{:.2f}"),
-           ("first_correct_s_p95", "p95", "{:.2f}"), ("lock_s_p50", "lock p50", "{:.2f}"),
-           ("lock_s_p95", "p95", "{:.2f}"), ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
-           ("cold_lock_s_max", "cold lock", "{:.2f}"), ("cold_first_correct_s_max", "cold 1st right", "{:.2f}"),
-           ("lag_s_p50", "lag p50", "{:.2f}"), ("lag_s_p95", "p95", "{:.2f}"), ("wer", "WER", "{:.1%}"),
-           ("churn", "churn", "{:.1%}"), ("flicker", "flicker", "{:.1%}"), ("stable_withdrawn", "withdrawn", "{:d}"),
-           ("label_s_p95", "label p95", "{:.2f}"), ("relabelled", "relabelled", "{:d}"),
-           ("stable_s_p50", "stable p50", "{:.2f}"), ("remote_stable_s_p50", "on B p50", "{:.2f}"),
-           ("remote_stable_s_p95", "p95", "{:.2f}"),
-           ("cpu_pct_per_session", "CPU %/session", "{:.0f}"), ("rss_gb", "RSS GB", "{:.2f}"),
-           ("queue_p50", "queue p50", "{:.0f}"), ("queue_max", "max", "{:d}"),
-           ("final_decode_s_p50", "final decode p50", "{:.2f}"), ("decodes", "decodes", "{:d}"),
-           ("packets_lost", "pkts lost", "{:d}"), ("concealed_s", "concealed s", "{:.2f}"),
-           ("health_ms_p99", "/health p99 ms", "{:.0f}"), ("held", "held", "{}"),
-           ("on_time", "on time", "{}")]
+COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("offered", "offered", "{:d}"),
+    ("capacity", "capacity", "{}"),
+    ("sessions", "admitted", "{:d}"),
+    ("refused", "refused", "{:d}"),
+    ("ref_sentences", "sent", "{:d}"),
+    ("lost", "lost", "{:d}"),
+    ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
+    ("first_partial_s_p95", "p95", "{:.2f}"),
+    ("first_correct_s_p50", "1st right p50", "{:.2f}"),
+    ("first_correct_s_p95", "p95", "{:.2f}"),
+    ("lock_s_p50", "lock p50", "{:.2f}"),
+    ("lock_s_p95", "p95", "{:.2f}"),
+    ("lock_over_silence_s_p95", "p95 - silence", "{:+.2f}"),
+    ("cold_lock_s_max", "cold lock", "{:.2f}"),
+    ("cold_first_correct_s_max", "cold 1st right", "{:.2f}"),
+    ("lag_s_p50", "lag p50", "{:.2f}"),
+    ("lag_s_p95", "p95", "{:.2f}"),
+    ("wer", "WER", "{:.1%}"),
+    ("churn", "churn", "{:.1%}"),
+    ("flicker", "flicker", "{:.1%}"),
+    ("stable_withdrawn", "withdrawn", "{:d}"),
+    ("label_s_p95", "label p95", "{:.2f}"),
+    ("relabelled", "relabelled", "{:d}"),
+    ("stable_s_p50", "stable p50", "{:.2f}"),
+    ("remote_stable_s_p50", "on B p50", "{:.2f}"),
+    ("remote_stable_s_p95", "p95", "{:.2f}"),
+    ("cpu_pct_per_session", "CPU %/session", "{:.0f}"),
+    ("rss_gb", "RSS GB", "{:.2f}"),
+    ("queue_p50", "queue p50", "{:.0f}"),
+    ("queue_max", "max", "{:d}"),
+    ("final_decode_s_p50", "final decode p50", "{:.2f}"),
+    ("decodes", "decodes", "{:d}"),
+    ("packets_lost", "pkts lost", "{:d}"),
+    ("concealed_s", "concealed s", "{:.2f}"),
+    ("health_ms_p99", "/health p99 ms", "{:.0f}"),
+    ("held", "held", "{}"),
+    ("on_time", "on time", "{}"),
+]
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -286,11 +362,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ones = {r["mode"]: r for r in rows if r["offered"] == 1}
     if "engine" in ones:
         e = ones["engine"]
-        out["one_session"] = {"first_partial_s_p50": e["first_partial_s_p50"],
-                              "first_partial_s_p95": e["first_partial_s_p95"],
-                              "first_correct_s_p50": e["first_correct_s_p50"],
-                              "first_correct_s_p95": e["first_correct_s_p95"],
-                              "lock_over_silence_s_p95": e["lock_over_silence_s_p95"]}
+        out["one_session"] = {
+            "first_partial_s_p50": e["first_partial_s_p50"],
+            "first_partial_s_p95": e["first_partial_s_p95"],
+            "first_correct_s_p50": e["first_correct_s_p50"],
+            "first_correct_s_p95": e["first_correct_s_p95"],
+            "lock_over_silence_s_p95": e["lock_over_silence_s_p95"],
+        }
     return out
 
 
@@ -304,8 +382,9 @@ async def other_front_end(server_args: list[str]) -> AsyncIterator[ServerProcess
     with postgres.server(bin_dir) as url:
         db = await asyncio.to_thread(postgres.new_database, url)
         server_args += ["--db", db]
-        async with bench_server(["--recognizer", "fake", "--no-speakers", "--db", db],
-                                CACHE_DIR / "sessions-front-end-b.log") as remote:
+        async with bench_server(
+            ["--recognizer", "fake", "--no-speakers", "--db", db], CACHE_DIR / "sessions-front-end-b.log"
+        ) as remote:
             print(f"front end B ready: {remote.info}", file=sys.stderr)
             yield remote
 
@@ -328,13 +407,16 @@ def should_stop(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed_s:
     if args.budget_s is not None:
         next_s = float(rows[-1]["wall_s"]) + args.settle_s if rows else 0.0
         if elapsed_s + next_s > args.budget_s:
-            return (f"budget: {elapsed_s:.0f} s of --budget-s {args.budget_s:g} used, "
-                    f"the next step would take about {next_s:.0f} s")
+            return (
+                f"budget: {elapsed_s:.0f} s of --budget-s {args.budget_s:g} used, "
+                f"the next step would take about {next_s:.0f} s"
+            )
     return None
 
 
-async def sweep(mode: str, server_args: list[str], args: argparse.Namespace,
-                remote: ServerProcess | None) -> tuple[list[dict[str, Any]], str | None]:
+async def sweep(
+    mode: str, server_args: list[str], args: argparse.Namespace, remote: ServerProcess | None
+) -> tuple[list[dict[str, Any]], str | None]:
     """``mode``'s rows: a bench server started in it, N swept up until ``should_stop`` says why not further (the
     reason, returned beside the rows; None when the whole ``--sessions`` ladder ran)."""
     rows: list[dict[str, Any]] = []
@@ -388,14 +470,19 @@ async def main(args: argparse.Namespace) -> int:
             mode_rows, stops[mode] = await sweep(mode, [*server_args, "--mode", mode], args, remote)
             rows += mode_rows
             model = model or (rows[-1].get("model") if rows else None)
-    print(f"\nmodel {model}, preset {args.preset}, {args.clips} clips in {args.packet_ms} ms packets, "
-          f"{args.seconds:g} s per session{', cold start' if args.cold else ''}, "
-          f"{time.monotonic() - t_start:.0f} s in all\n")
+    print(
+        f"\nmodel {model}, preset {args.preset}, {args.clips} clips in {args.packet_ms} ms packets, "
+        f"{args.seconds:g} s per session{', cold start' if args.cold else ''}, "
+        f"{time.monotonic() - t_start:.0f} s in all\n"
+    )
     print_table(rows)
     s = summary(rows)
     held_line = ", ".join(f"{mode} {s[f'held_{mode}']}" for mode in args.modes)
-    ratios = ", ".join(f"vs {o} {s[f'ratio_vs_{o}']:.1f}x" if s[f"ratio_vs_{o}"] else f"vs {o} n/a (held none)"
-                       for o in ("engine-stock", "baseline") if o in args.modes)
+    ratios = ", ".join(
+        f"vs {o} {s[f'ratio_vs_{o}']:.1f}x" if s[f"ratio_vs_{o}"] else f"vs {o} n/a (held none)"
+        for o in ("engine-stock", "baseline")
+        if o in args.modes
+    )
     print(f"\nheld in real time: {held_line}; engine {ratios}")
     for r in rows:
         if not r["held"]:
@@ -404,74 +491,154 @@ async def main(args: argparse.Namespace) -> int:
         if reason:
             print(f"stopped sweeping {mode}: {reason}")
     if args.json:
-        report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": model,
-                  "preset": args.preset, "seconds": args.seconds, "speakers": not args.no_speakers,
-                  "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
-                              "load_avg": psutil.getloadavg()},
-                  "limits": {"lag_s": args.lag_limit_s, "lock_over_silence_s": args.lock_limit_s},
-                  "summary": s, "stops": stops, "rows": rows, "args": vars(args)}
+        report = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "model": model,
+            "preset": args.preset,
+            "seconds": args.seconds,
+            "speakers": not args.no_speakers,
+            "machine": {
+                "cpus": psutil.cpu_count(),
+                "python": platform.python_version(),
+                "load_avg": psutil.getloadavg(),
+            },
+            "limits": {"lag_s": args.lag_limit_s, "lock_over_silence_s": args.lock_limit_s},
+            "summary": s,
+            "stops": stops,
+            "rows": rows,
+            "args": vars(args),
+        }
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(report, indent=2, default=str), "utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.sessions", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.sessions", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
-    p.add_argument("--modes", nargs="+", choices=list(MODES), default=["engine", "engine-stock", "baseline"],
-                   help="the server modes to compare, each on a server of its own (bench/lib/modes.py)")
-    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
-                   help="fake: the named FakeTranscriber, to check the harness only (no model)")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        choices=list(MODES),
+        default=["engine", "engine-stock", "baseline"],
+        help="the server modes to compare, each on a server of its own (bench/lib/modes.py)",
+    )
+    p.add_argument(
+        "--recognizer",
+        choices=["vllm", "fake"],
+        default="vllm",
+        help="fake: the named FakeTranscriber, to check the harness only (no model)",
+    )
     p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="server --cpu-threads (0: the server's default)")
     p.add_argument("--no-speakers", action="store_true")
-    p.add_argument("--clips", choices=CLIP_SETS, default="read",
-                   help="what each session says: read, short read sentences (median 5 s); hard, long read sentences "
-                        "(10-16 s) and noisy, reverberant, far-field and telephone speech; users, a speaker's mix "
-                        "(two read sentences, then a hard one, pauses of 1.2-2.5 s), best measured with "
-                        "--packet-ms 20, as users' browsers send")
+    p.add_argument(
+        "--clips",
+        choices=CLIP_SETS,
+        default="read",
+        help="what each session says: read, short read sentences (median 5 s); hard, long read sentences "
+        "(10-16 s) and noisy, reverberant, far-field and telephone speech; users, a speaker's mix "
+        "(two read sentences, then a hard one, pauses of 1.2-2.5 s), best measured with "
+        "--packet-ms 20, as users' browsers send",
+    )
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
-    p.add_argument("--pause-s", type=float, default=2.5,
-                   help="pause between sentences (not for --clips users: theirs are drawn from 1.2-2.5 s)")
-    p.add_argument("--packet-ms", type=int, choices=(20, 60), default=60,
-                   help="audio per Opus packet the clients send: 60 as browsers do when the answer asks for it (the "
-                        "server's default a=ptime), 20 as they do unasked")
-    p.add_argument("--loss", type=float, default=0.0, metavar="RATE",
-                   help="each client's network loses this fraction of its audio packets, at random (0: none)")
-    p.add_argument("--fec", action="store_true",
-                   help="the clients' Opus carries in-band FEC at 32 kb/s, as Chromium sends once loss is reported")
-    p.add_argument("--first-bound-s", type=float, default=2.0,
-                   help="'on time': first words p95 at most this (every admitted session)")
-    p.add_argument("--lock-bound-s", type=float, default=2.0,
-                   help="'on time': locks p95 at most this after the end of speech (every admitted session)")
+    p.add_argument(
+        "--pause-s",
+        type=float,
+        default=2.5,
+        help="pause between sentences (not for --clips users: theirs are drawn from 1.2-2.5 s)",
+    )
+    p.add_argument(
+        "--packet-ms",
+        type=int,
+        choices=(20, 60),
+        default=60,
+        help="audio per Opus packet the clients send: 60 as browsers do when the answer asks for it (the "
+        "server's default a=ptime), 20 as they do unasked",
+    )
+    p.add_argument(
+        "--loss",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="each client's network loses this fraction of its audio packets, at random (0: none)",
+    )
+    p.add_argument(
+        "--fec",
+        action="store_true",
+        help="the clients' Opus carries in-band FEC at 32 kb/s, as Chromium sends once loss is reported",
+    )
+    p.add_argument(
+        "--first-bound-s",
+        type=float,
+        default=2.0,
+        help="'on time': first words p95 at most this (every admitted session)",
+    )
+    p.add_argument(
+        "--lock-bound-s",
+        type=float,
+        default=2.0,
+        help="'on time': locks p95 at most this after the end of speech (every admitted session)",
+    )
     p.add_argument("--lag-limit-s", type=float, default=1.0)
     p.add_argument("--lock-limit-s", type=float, default=0.4, help="lock p95 allowed over the endpoint silence")
-    p.add_argument("--give-up-lag-s", type=float, default=3.0,
-                   help="stop sweeping a mode once two steps in a row are past this lag p95")
-    p.add_argument("--until-late", action="store_true",
-                   help="stop sweeping a mode at its first step that is not on time (see --first-bound-s)")
-    p.add_argument("--budget-s", type=float, default=None, metavar="SECONDS",
-                   help="start no step that would end past this many seconds of a mode's sweep (its server's start "
-                        "included), judged by the last step's duration; a step is never cut short (default: none)")
+    p.add_argument(
+        "--give-up-lag-s",
+        type=float,
+        default=3.0,
+        help="stop sweeping a mode once two steps in a row are past this lag p95",
+    )
+    p.add_argument(
+        "--until-late",
+        action="store_true",
+        help="stop sweeping a mode at its first step that is not on time (see --first-bound-s)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start no step that would end past this many seconds of a mode's sweep (its server's start "
+        "included), judged by the last step's duration; a step is never cut short (default: none)",
+    )
     p.add_argument("--stop-timeout-s", type=float, default=120.0)
     p.add_argument("--settle-s", type=float, default=3.0)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured first session")
-    p.add_argument("--cold", action="store_true",
-                   help="no warm-up session: the first step meets a fresh server, the first sentence of each of its "
-                        "sessions is reported apart (cold lock, cold 1st right) and its other figures are the rest's")
-    p.add_argument("--as-users", action="store_true",
-                   help="--clips users --packet-ms 20 --cold (overriding them): streams as users send them to a "
-                        "server as they meet it, the stream set the headline figures come from")
-    p.add_argument("--remote-viewer", action="store_true",
-                   help="each session publishes into a room, followed by a viewer on a second front end that shares "
-                        "the store (a PostgreSQL server started for the run): reports how soon settled words reach it")
-    p.add_argument("--room-languages", nargs="*", default=None, metavar="LANG",
-                   help="each session publishes into a room of its own on the server, translated into these "
-                        "languages (none given: untranslated rooms; the side-by-side control)")
-    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
-                   help="Whisper's task in each session's start: translate (English speech into English text) "
-                        "measures what a translating session costs, each sentence's words as said decoded again")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm-up session: the first step meets a fresh server, the first sentence of each of its "
+        "sessions is reported apart (cold lock, cold 1st right) and its other figures are the rest's",
+    )
+    p.add_argument(
+        "--as-users",
+        action="store_true",
+        help="--clips users --packet-ms 20 --cold (overriding them): streams as users send them to a "
+        "server as they meet it, the stream set the headline figures come from",
+    )
+    p.add_argument(
+        "--remote-viewer",
+        action="store_true",
+        help="each session publishes into a room, followed by a viewer on a second front end that shares "
+        "the store (a PostgreSQL server started for the run): reports how soon settled words reach it",
+    )
+    p.add_argument(
+        "--room-languages",
+        nargs="*",
+        default=None,
+        metavar="LANG",
+        help="each session publishes into a room of its own on the server, translated into these "
+        "languages (none given: untranslated rooms; the side-by-side control)",
+    )
+    p.add_argument(
+        "--task",
+        choices=("transcribe", "translate"),
+        default="transcribe",
+        help="Whisper's task in each session's start: translate (English speech into English text) "
+        "measures what a translating session costs, each sentence's words as said decoded again",
+    )
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--dump", default=None, help="folder: write every client's messages per step (diagnosis)")
     return p

@@ -79,9 +79,14 @@ def build_recordings(args: argparse.Namespace) -> dict[str, Recording]:
         text = " ".join(manifest()[c]["text"] or "" for c in args.join)
         joined = Recording(np.concatenate(parts), "joined", text)
         return {f"joined#{k}": joined for k in range(args.repeat)}
-    return {c: Recording(pad(audio(c), 1.0, 2.5), e["kind"], e["text"]) for c, e in manifest().items()
-            if e["lang"] == "en" and e["kind"] in args.kinds and (e["text"] or e["kind"] == "conversational")
-            and c.startswith(tuple(args.clip_prefix))}
+    return {
+        c: Recording(pad(audio(c), 1.0, 2.5), e["kind"], e["text"])
+        for c, e in manifest().items()
+        if e["lang"] == "en"
+        and e["kind"] in args.kinds
+        and (e["text"] or e["kind"] == "conversational")
+        and c.startswith(tuple(args.clip_prefix))
+    }
 
 
 class Latencies(EngineObserver):
@@ -128,15 +133,22 @@ def mode_engine(base: EngineConfig, mode: str, variants: dict[str, dict[str, dic
     """An engine (not started) in ``mode``: one of ``MODES`` or a ``--variant`` of ``new``, whose section ``turns``
     changes the speaker service's ``TurnConfig`` (each session's voice-change detector takes it)."""
     changes = variants.get(mode, {})
-    config = replace(base, **{section: replace(getattr(base, section), **fields)
-                              for section, fields in changes.items() if section != "turns"})
+    config = replace(
+        base,
+        **{
+            section: replace(getattr(base, section), **fields)
+            for section, fields in changes.items()
+            if section != "turns"
+        },
+    )
     if mode == "noearly":
         config = replace(config, endpoint=replace(config.endpoint, sentence_pause_ms=0))
     speakers = None
     if config.speakers:
         model = speaker_model(config.speaker_model)
-        speakers = SpeakerService(model.tracker, load=model.load,
-                                  turns=replace(model.turns, **changes.get("turns", {})))
+        speakers = SpeakerService(
+            model.tracker, load=model.load, turns=replace(model.turns, **changes.get("turns", {}))
+        )
     return CaptionEngine(config, speakers=speakers)
 
 
@@ -145,15 +157,16 @@ async def main(args: argparse.Namespace) -> int:
     clips = list(recordings)
     variants = dict(args.variant)
     args.modes = [*args.modes, *variants]
-    base = EngineConfig(transcriber=TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads),
-                        speakers=not args.no_speakers)
+    base = EngineConfig(
+        transcriber=TranscriberConfig(model=args.model, cpu_threads=args.cpu_threads), speakers=not args.no_speakers
+    )
     me = psutil.Process()
     rows: dict[str, dict[str, Any]] = {m: {"by_kind": {}, "cpu_s": 0.0, "audio_s": 0.0} for m in args.modes}
     sentences: dict[str, dict[str, int]] = {m: {} for m in args.modes}
     texts: dict[str, dict[str, str]] = {m: {} for m in args.modes}
     locked_texts: dict[str, dict[str, list[str]]] = {m: {} for m in args.modes}
     wires: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in args.modes}
-    groups = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
+    groups = [clips[i : i + args.parallel] for i in range(0, len(clips), args.parallel)]
     t_start = time.monotonic()
     for mode in args.modes:
         engine = mode_engine(base, mode, variants)
@@ -166,19 +179,37 @@ async def main(args: argparse.Namespace) -> int:
                 engine.observers.add(seen)
                 await asyncio.sleep(1.0)  # the engine core busy-waits ~1 s after activity
                 c0 = tree_cpu_rss(me)[0]
-                results = await asyncio.gather(*(stream_audio(
-                    engine, recordings[c].samples, realtime=True,
-                    options=SessionOptions(language="en")) for c in group))
+                results = await asyncio.gather(
+                    *(
+                        stream_audio(
+                            engine, recordings[c].samples, realtime=True, options=SessionOptions(language="en")
+                        )
+                        for c in group
+                    )
+                )
                 spent = tree_cpu_rss(me)[0] - c0
                 engine.observers.remove(seen)
                 row = rows[mode]
                 row["cpu_s"] += spent
                 for clip, result in zip(group, results, strict=True):
                     entry = recordings[clip]
-                    by = row["by_kind"].setdefault(entry.kind, {"errors": 0, "words": 0, "sentences": 0,
-                                                                   "flickered": 0, "tentative": 0, "withdrawn": 0,
-                                                                   "never_locked": 0, "replaced": 0, "dropped": 0,
-                                                                   "first": [], "lock": [], "stable": []})
+                    by = row["by_kind"].setdefault(
+                        entry.kind,
+                        {
+                            "errors": 0,
+                            "words": 0,
+                            "sentences": 0,
+                            "flickered": 0,
+                            "tentative": 0,
+                            "withdrawn": 0,
+                            "never_locked": 0,
+                            "replaced": 0,
+                            "dropped": 0,
+                            "first": [],
+                            "lock": [],
+                            "stable": [],
+                        },
+                    )
                     wire = [m.wire() for m in result.messages if isinstance(m, Caption)]
                     locked = [s for m in wire for s in m["sentences"]]
                     if entry.text:
@@ -203,8 +234,11 @@ async def main(args: argparse.Namespace) -> int:
                 by = row["by_kind"][recordings[group[0]].kind]
                 by["first"] += seen.first
                 by["lock"] += seen.lock
-                print(f"{mode}: group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{mode}: group {k + 1}/{len(groups)} done ({time.monotonic() - t_start:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             await engine.close()
     table = []
@@ -220,53 +254,97 @@ async def main(args: argparse.Namespace) -> int:
                     i, n = inside_splits(locked_texts[mode][c], locked_texts["noearly"][c])
                     inside, placed = inside + i, placed + n
             wer = by["errors"] / by["words"] if by["words"] else float("nan")
-            table.append({"mode": mode, "kind": kind, "wer": wer,
-                          "sentences": by["sentences"], "extra_sentences": float("nan") if extra is None else extra,
-                          "inside_splits": inside if extra is not None else float("nan"),
-                          "first_p50": pct(by["first"], 50), "first_p95": pct(by["first"], 95),
-                          "lock_p50": pct(by["lock"], 50), "lock_p95": pct(by["lock"], 95),
-                          "stable_p50": pct(by["stable"], 50), "stable_p95": pct(by["stable"], 95),
-                          "first_max": max(by["first"], default=float("nan")),
-                          "lock_max": max(by["lock"], default=float("nan")),
-                          "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
-                          "flickered": by["flickered"],
-                          "withdrawn": by["withdrawn"],
-                          "never_locked": by["never_locked"], "replaced": by["replaced"], "dropped": by["dropped"],
-                          "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"])})
-    columns = [("mode", "mode", "{}"), ("kind", "kind", "{}"), ("wer", "WER", "{:.2%}"),
-               ("sentences", "sentences", "{:d}"), ("extra_sentences", "vs noearly", "{:+.0%}"),
-               ("inside_splits", "split inside", "{}"),
-               ("first_p50", "first p50", "{:.2f}"), ("first_p95", "p95", "{:.2f}"),
-               ("lock_p50", "lock p50", "{:.2f}"), ("lock_p95", "p95", "{:.2f}"),
-               ("stable_p50", "stable p50", "{:.2f}"), ("stable_p95", "p95", "{:.2f}"),
-               ("first_max", "first max", "{:.2f}"), ("lock_max", "lock max", "{:.2f}"),
-               ("flicker", "flicker", "{:.1%}"), ("flickered", "changed", "{:d}"),
-               ("never_locked", "of which never locked", "{:d}"), ("replaced", "replaced", "{:d}"),
-               ("dropped", "dropped", "{:d}"), ("withdrawn", "withdrawn", "{:d}"),
-               ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}")]
+            table.append(
+                {
+                    "mode": mode,
+                    "kind": kind,
+                    "wer": wer,
+                    "sentences": by["sentences"],
+                    "extra_sentences": float("nan") if extra is None else extra,
+                    "inside_splits": inside if extra is not None else float("nan"),
+                    "first_p50": pct(by["first"], 50),
+                    "first_p95": pct(by["first"], 95),
+                    "lock_p50": pct(by["lock"], 50),
+                    "lock_p95": pct(by["lock"], 95),
+                    "stable_p50": pct(by["stable"], 50),
+                    "stable_p95": pct(by["stable"], 95),
+                    "first_max": max(by["first"], default=float("nan")),
+                    "lock_max": max(by["lock"], default=float("nan")),
+                    "flicker": by["flickered"] / by["tentative"] if by["tentative"] else float("nan"),
+                    "flickered": by["flickered"],
+                    "withdrawn": by["withdrawn"],
+                    "never_locked": by["never_locked"],
+                    "replaced": by["replaced"],
+                    "dropped": by["dropped"],
+                    "cpu_per_audio_s": rows[mode]["cpu_s"] / max(1e-9, rows[mode]["audio_s"]),
+                }
+            )
+    columns = [
+        ("mode", "mode", "{}"),
+        ("kind", "kind", "{}"),
+        ("wer", "WER", "{:.2%}"),
+        ("sentences", "sentences", "{:d}"),
+        ("extra_sentences", "vs noearly", "{:+.0%}"),
+        ("inside_splits", "split inside", "{}"),
+        ("first_p50", "first p50", "{:.2f}"),
+        ("first_p95", "p95", "{:.2f}"),
+        ("lock_p50", "lock p50", "{:.2f}"),
+        ("lock_p95", "p95", "{:.2f}"),
+        ("stable_p50", "stable p50", "{:.2f}"),
+        ("stable_p95", "p95", "{:.2f}"),
+        ("first_max", "first max", "{:.2f}"),
+        ("lock_max", "lock max", "{:.2f}"),
+        ("flicker", "flicker", "{:.1%}"),
+        ("flickered", "changed", "{:d}"),
+        ("never_locked", "of which never locked", "{:d}"),
+        ("replaced", "replaced", "{:d}"),
+        ("dropped", "dropped", "{:d}"),
+        ("withdrawn", "withdrawn", "{:d}"),
+        ("cpu_per_audio_s", "CPU s/audio s", "{:.2f}"),
+    ]
     print(f"\n{len(clips)} clips, parallel {args.parallel}, {time.monotonic() - t_start:.0f} s\n")
     print_markdown_table(columns, table)
     if args.json:
-        report = json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
-                             "rows": table, "sentences": sentences, "texts": texts,
-                             "locked": locked_texts, **({"wire": wires} if args.wire else {})},
-                            indent=2, default=str)
+        report = json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "args": vars(args),
+                "rows": table,
+                "sentences": sentences,
+                "texts": texts,
+                "locked": locked_texts,
+                **({"wire": wires} if args.wire else {}),
+            },
+            indent=2,
+            default=str,
+        )
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.settle", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.settle", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--kinds", nargs="+", default=["read", "noisy", "conversational"])
     p.add_argument("--modes", nargs="+", choices=MODES, default=["new", "noearly"])
-    p.add_argument("--variant", action="append", type=parse_variant, default=[], metavar="NAME:SECTION.FIELD=VALUE",
-                   help="one more mode: the shipped engine with EngineConfig fields changed (repeatable), e.g. "
-                        "p5:partial.stable_min_prob=0.5,partial.show_min_prob=0.3")
+    p.add_argument(
+        "--variant",
+        action="append",
+        type=parse_variant,
+        default=[],
+        metavar="NAME:SECTION.FIELD=VALUE",
+        help="one more mode: the shipped engine with EngineConfig fields changed (repeatable), e.g. "
+        "p5:partial.stable_min_prob=0.5,partial.show_min_prob=0.3",
+    )
     p.add_argument("--parallel", type=int, default=1)
     p.add_argument("--clip-prefix", nargs="+", default=[""], help="only clips whose id starts so")
-    p.add_argument("--join", nargs="+", default=None,
-                   help="instead: one recording of these clips in order (1 s lead, --gap-s between), --repeat times")
+    p.add_argument(
+        "--join",
+        nargs="+",
+        default=None,
+        help="instead: one recording of these clips in order (1 s lead, --gap-s between), --repeat times",
+    )
     p.add_argument("--gap-s", type=float, default=2.0)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--model", default=None)
@@ -274,8 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--json", default=None)
-    p.add_argument("--wire", action="store_true",
-                   help="the JSON also holds every clip's caption messages as sent, per mode (for diagnosis)")
+    p.add_argument(
+        "--wire",
+        action="store_true",
+        help="the JSON also holds every clip's caption messages as sent, per mode (for diagnosis)",
+    )
     return p
 
 

@@ -44,8 +44,9 @@ from bench.lib.harness import bench_server, get_json, install_ice_policy, ogg_du
 from bench.lib.room_viewer import Viewer
 
 
-async def publisher(base_url: str, room: str, index: int, until: float, counts: dict[str, int],
-                    seconds: float = 60.0) -> None:
+async def publisher(
+    base_url: str, room: str, index: int, until: float, counts: dict[str, int], seconds: float = 60.0
+) -> None:
     """Caption into ``room`` session after session (each ``seconds`` of speech) until ``until`` (monotonic)."""
     ogg = session_clip(index, seconds, 2.5).ogg
     duration = ogg_duration_s(ogg)
@@ -94,8 +95,10 @@ async def main(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         until = t0 + args.minutes * 60
         counts = {"completed": 0, "failed": 0, "overloaded": 0}
-        pubs = [asyncio.create_task(publisher(base, room, i, until, counts, args.session_seconds))
-                for i in range(args.sessions)]
+        pubs = [
+            asyncio.create_task(publisher(base, room, i, until, counts, args.session_seconds))
+            for i in range(args.sessions)
+        ]
         proc = server.ps
         memory: list[tuple[float, float]] = []
         server_memory: list[tuple[float, float]] = []  # the server process alone (the engine core excluded)
@@ -137,8 +140,11 @@ async def main(args: argparse.Namespace) -> int:
                 await asyncio.sleep(30.0)
                 growth.update(await get_json(http, f"{base}/bench/memory"))
 
-        samplers = [asyncio.create_task(sample_resources()), asyncio.create_task(sample_health()),
-                    asyncio.create_task(sample_heap())]
+        samplers = [
+            asyncio.create_task(sample_resources()),
+            asyncio.create_task(sample_health()),
+            asyncio.create_task(sample_heap()),
+        ]
         if args.tracemalloc:
             samplers.append(asyncio.create_task(python_heap()))
         last_report = t0
@@ -146,8 +152,10 @@ async def main(args: argparse.Namespace) -> int:
             await asyncio.sleep(5.0)
             if time.monotonic() - last_report >= 60:
                 last_report = time.monotonic()
-                print(f"{(last_report - t0) / 60:5.1f} min: {counts}, RSS {memory[-1][1]:.0f} MB, "
-                      f"fds {fds[-1][1]:.0f}", file=sys.stderr)
+                print(
+                    f"{(last_report - t0) / 60:5.1f} min: {counts}, RSS {memory[-1][1]:.0f} MB, fds {fds[-1][1]:.0f}",
+                    file=sys.stderr,
+                )
         await asyncio.gather(*pubs)
         await asyncio.sleep(5.0)  # the last sentences reach the viewers
         for task in samplers:
@@ -169,32 +177,43 @@ async def main(args: argparse.Namespace) -> int:
     lost = [sid for sid, text in seen.items() if exported.get(sid) != text]
     missed = sum(len(set(exported) - set(v.sentences)) for v in viewers)
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "minutes": args.minutes,
-        "sessions": args.sessions, "viewers": args.viewers, "model": server.info.get("model"),
-        "sessions_completed": counts["completed"], "sessions_failed": counts["failed"],
-        "overloaded_msgs": counts["overloaded"], "sentences_exported": len(exported),
-        "sentences_seen": len(seen), "lost": len(lost), "viewer_misses": missed,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "minutes": args.minutes,
+        "sessions": args.sessions,
+        "viewers": args.viewers,
+        "model": server.info.get("model"),
+        "sessions_completed": counts["completed"],
+        "sessions_failed": counts["failed"],
+        "overloaded_msgs": counts["overloaded"],
+        "sentences_exported": len(exported),
+        "sentences_seen": len(seen),
+        "lost": len(lost),
+        "viewer_misses": missed,
         "viewer_reconnects": sum(v.reconnects for v in viewers),
-        "rss_mb_start": mem_w[0][1] if mem_w else None, "rss_mb_end": mem_w[-1][1] if mem_w else None,
+        "rss_mb_start": mem_w[0][1] if mem_w else None,
+        "rss_mb_end": mem_w[-1][1] if mem_w else None,
         "rss_mb_range": (max(m[1] for m in mem_w) - min(m[1] for m in mem_w)) if mem_w else None,
         "rss_mb_per_hour": slope_per_hour(mem_w),
         "rss_mb_per_hour_second_half": slope_per_hour([m for m in mem_w if m[0] >= half]),
         "server_rss_mb_start": server_w[0][1] if server_w else None,
         "server_rss_mb_end": server_w[-1][1] if server_w else None,
         "server_rss_mb_per_hour": slope_per_hour(server_w),
-        "fds_start": fds_w[0][1] if fds_w else None, "fds_end": fds_w[-1][1] if fds_w else None,
+        "fds_start": fds_w[0][1] if fds_w else None,
+        "fds_end": fds_w[-1][1] if fds_w else None,
         "fds_per_hour": slope_per_hour(fds_w),
-        "health_ms_p50": pct(health_ms, 50), "health_ms_p99": pct(health_ms, 99),
-        "health_ms_max": max(health_ms, default=float("nan")), "health_requests": len(health_ms),
+        "health_ms_p50": pct(health_ms, 50),
+        "health_ms_p99": pct(health_ms, 99),
+        "health_ms_max": max(health_ms, default=float("nan")),
+        "health_requests": len(health_ms),
         "heap_in_use_mb_start": heap_w[0][1]["in_use"] if heap_w else None,
         "heap_in_use_mb_end": heap_w[-1][1]["in_use"] if heap_w else None,
         "heap_in_use_mb_per_hour": slope_per_hour([(h[0], h[1]["in_use"]) for h in heap_w]),
         "heap_free_kept_mb_end": heap_w[-1][1]["free_kept"] if heap_w else None,
         "server_rss_mb_before_trim": trimmed["before"]["rss"],
         "server_rss_mb_after_trim": trimmed.get("after_trim", {}).get("rss"),
-        "rooms": ready.get("rooms"), "python_heap_growth": growth,
-        "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(),
-                    "load_avg": psutil.getloadavg()},
+        "rooms": ready.get("rooms"),
+        "python_heap_growth": growth,
+        "machine": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "load_avg": psutil.getloadavg()},
     }
     print_table(result)
     if growth:
@@ -217,19 +236,30 @@ def print_table(r: dict[str, Any]) -> None:
         ("viewer reconnects", str(r["viewer_reconnects"])),
         ("audio-skipped messages", str(r["overloaded_msgs"])),
         ("RSS MB start -> end (range)", f"{r['rss_mb_start']:.0f} -> {r['rss_mb_end']:.0f} ({r['rss_mb_range']:.0f})"),
-        ("RSS slope MB/hour (whole run / second half)",
-         f"{r['rss_mb_per_hour']:+.1f} / {r['rss_mb_per_hour_second_half']:+.1f}"),
-        ("server process alone: RSS MB start -> end, slope MB/hour",
-         f"{r['server_rss_mb_start']:.0f} -> {r['server_rss_mb_end']:.0f}, {r['server_rss_mb_per_hour']:+.1f}"),
+        (
+            "RSS slope MB/hour (whole run / second half)",
+            f"{r['rss_mb_per_hour']:+.1f} / {r['rss_mb_per_hour_second_half']:+.1f}",
+        ),
+        (
+            "server process alone: RSS MB start -> end, slope MB/hour",
+            f"{r['server_rss_mb_start']:.0f} -> {r['server_rss_mb_end']:.0f}, {r['server_rss_mb_per_hour']:+.1f}",
+        ),
         ("open fds start -> end", f"{r['fds_start']:.0f} -> {r['fds_end']:.0f}"),
         ("fds slope per hour", f"{r['fds_per_hour']:+.1f}"),
-        ("server C heap in use MB start -> end, slope MB/hour",
-         f"{r['heap_in_use_mb_start']} -> {r['heap_in_use_mb_end']}, {r['heap_in_use_mb_per_hour']:+.1f}"),
+        (
+            "server C heap in use MB start -> end, slope MB/hour",
+            f"{r['heap_in_use_mb_start']} -> {r['heap_in_use_mb_end']}, {r['heap_in_use_mb_per_hour']:+.1f}",
+        ),
         ("server C heap free but kept at the end MB", f"{r['heap_free_kept_mb_end']}"),
-        ("server RSS MB before -> after malloc_trim",
-         f"{r['server_rss_mb_before_trim']} -> {r['server_rss_mb_after_trim']}"),
-        ("/health ms p50 / p99 / max", f"{r['health_ms_p50']:.1f} / {r['health_ms_p99']:.1f} / "
-                                       f"{r['health_ms_max']:.1f} ({r['health_requests']} requests)"),
+        (
+            "server RSS MB before -> after malloc_trim",
+            f"{r['server_rss_mb_before_trim']} -> {r['server_rss_mb_after_trim']}",
+        ),
+        (
+            "/health ms p50 / p99 / max",
+            f"{r['health_ms_p50']:.1f} / {r['health_ms_p99']:.1f} / "
+            f"{r['health_ms_max']:.1f} ({r['health_requests']} requests)",
+        ),
     ]
     print("\n| measure | value |\n|---|---|")
     for name, value in rows:
@@ -237,15 +267,20 @@ def print_table(r: dict[str, Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--sessions", type=int, default=1, help="publishers at once (default: what this machine holds)")
     p.add_argument("--viewers", type=int, default=50)
     p.add_argument("--warmup-min", type=float, default=3.0, help="left out of the slopes")
     p.add_argument("--model", default=None)
-    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
-                   help="fake: the named FakeTranscriber (no model), to look for leaks in everything else fast")
+    p.add_argument(
+        "--recognizer",
+        choices=["vllm", "fake"],
+        default="vllm",
+        help="fake: the named FakeTranscriber (no model), to look for leaks in everything else fast",
+    )
     p.add_argument("--tracemalloc", action="store_true", help="also report the Python heap's growth by source line")
     p.add_argument("--session-seconds", type=float, default=60.0, help="speech per session before it reconnects")
     p.add_argument("--json", default=None)

@@ -88,24 +88,52 @@ def score(assign: float, change: float, join: float, results: list[spk.ClipResul
     der, error = _pooled(results)
     wrong = sum(r.streaming.speakers_found != r.reference_speakers for r in results)
     delays = [d for r in results for d in r.label_delay_s]
-    return Setting(assign, change, join, der, error, wrong, float(np.median(delays)) if delays else float("nan"),
-                   der + WRONG_COUNT_PENALTY * wrong)
+    return Setting(
+        assign,
+        change,
+        join,
+        der,
+        error,
+        wrong,
+        float(np.median(delays)) if delays else float("nan"),
+        der + WRONG_COUNT_PENALTY * wrong,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL, choices=sorted(SPEAKER_MODELS))
-    parser.add_argument("--assign", type=float, nargs="+", default=None,
-                        help="similarity_threshold values (new speaker below this cosine); default: the model's "
-                             "-0.06 to +0.06 in steps of 0.03")
-    parser.add_argument("--change", type=float, nargs="+", default=None,
-                        help="change_similarity values (a window unlike the turn below this cosine); default: the "
-                             "model's -0.10 to +0.05 in steps of 0.05")
-    parser.add_argument("--join", type=float, nargs="+", default=None,
-                        help="join_margin values (a window joins the turn's voice only this far above the change "
-                             "cosine); default: the model's")
-    parser.add_argument("--leads", type=float, nargs="+", default=[0.0],
-                        help="run each fitting clip after each of these leading silences, seconds")
+    parser.add_argument(
+        "--assign",
+        type=float,
+        nargs="+",
+        default=None,
+        help="similarity_threshold values (new speaker below this cosine); default: the model's "
+        "-0.06 to +0.06 in steps of 0.03",
+    )
+    parser.add_argument(
+        "--change",
+        type=float,
+        nargs="+",
+        default=None,
+        help="change_similarity values (a window unlike the turn below this cosine); default: the "
+        "model's -0.10 to +0.05 in steps of 0.05",
+    )
+    parser.add_argument(
+        "--join",
+        type=float,
+        nargs="+",
+        default=None,
+        help="join_margin values (a window joins the turn's voice only this far above the change "
+        "cosine); default: the model's",
+    )
+    parser.add_argument(
+        "--leads",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="run each fitting clip after each of these leading silences, seconds",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     model = SPEAKER_MODELS[args.speaker_model]
@@ -114,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     changes = args.change or [round(shipped_turns.change_similarity + d, 2) for d in (-0.10, -0.05, 0, 0.05)]
     joins = args.join or [shipped_turns.join_margin]
     embedder = MemoEmbedder(model.load())
-    fit_clips = [f"{clip}@{lead:g}" if lead else clip for lead in args.leads
-                 for clip in (*FIT_RTTM, *spk.alternating_names())]
+    fit_clips = [
+        f"{clip}@{lead:g}" if lead else clip for lead in args.leads for clip in (*FIT_RTTM, *spk.alternating_names())
+    ]
     settings = []
     for assign, change, join in itertools.product(assigns, changes, joins):
         config = replace(shipped_config, similarity_threshold=assign)
@@ -123,36 +152,59 @@ def main(argv: list[str] | None = None) -> int:
         setting = score(assign, change, join, evaluate(fit_clips, embedder, config, turns))
         settings.append(setting)
         print(json.dumps(asdict(setting)), file=sys.stderr)
-    best = min(settings, key=lambda s: (round(s.objective, 6), abs(s.assign - shipped_config.similarity_threshold),
-                                        abs(s.change - shipped_turns.change_similarity),
-                                        abs(s.join - shipped_turns.join_margin)))
-    print(f"model: {model.name}; fitting set: {len(fit_clips)} clips ({', '.join(FIT_RTTM)} and"
-          f" {len(fit_clips) // len(args.leads) - len(FIT_RTTM)} alternating-reader clips, after leading silences"
-          f" of {', '.join(f'{lead:g}' for lead in args.leads)} s); objective = pooled streaming DER"
-          f" + {WRONG_COUNT_PENALTY:.0%} per clip with the wrong number of labels\n")
-    print("| similarity_threshold | change_similarity | join_margin | DER | speaker error | wrong count |"
-          " new label p50 s | objective |")
+    best = min(
+        settings,
+        key=lambda s: (
+            round(s.objective, 6),
+            abs(s.assign - shipped_config.similarity_threshold),
+            abs(s.change - shipped_turns.change_similarity),
+            abs(s.join - shipped_turns.join_margin),
+        ),
+    )
+    print(
+        f"model: {model.name}; fitting set: {len(fit_clips)} clips ({', '.join(FIT_RTTM)} and"
+        f" {len(fit_clips) // len(args.leads) - len(FIT_RTTM)} alternating-reader clips, after leading silences"
+        f" of {', '.join(f'{lead:g}' for lead in args.leads)} s); objective = pooled streaming DER"
+        f" + {WRONG_COUNT_PENALTY:.0%} per clip with the wrong number of labels\n"
+    )
+    print(
+        "| similarity_threshold | change_similarity | join_margin | DER | speaker error | wrong count |"
+        " new label p50 s | objective |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     shipped = (shipped_config.similarity_threshold, shipped_turns.change_similarity, shipped_turns.join_margin)
     for s in settings:
         mark = " (best)" if s is best else (" (shipped)" if (s.assign, s.change, s.join) == shipped else "")
-        print(f"| {s.assign:.2f}{mark} | {s.change:.2f} | {s.join:.2f} | {s.der:.1%} | {s.speaker_error:.1%} |"
-              f" {s.wrong_count} | {s.label_p50_s:.2f} | {s.objective:.3f} |")
+        print(
+            f"| {s.assign:.2f}{mark} | {s.change:.2f} | {s.join:.2f} | {s.der:.1%} | {s.speaker_error:.1%} |"
+            f" {s.wrong_count} | {s.label_p50_s:.2f} | {s.objective:.3f} |"
+        )
     held: dict[str, Any] = {}
     print("\nheld out (AMI meeting clips, not fitted on):\n")
     print("| setting | DER | speaker error | right count |")
     print("|---|---|---|---|")
     for name, (assign, change, join) in (("shipped", shipped), ("best", (best.assign, best.change, best.join))):
-        results = evaluate(list(HELD_OUT), embedder, replace(shipped_config, similarity_threshold=assign),
-                           replace(shipped_turns, change_similarity=change, join_margin=join))
+        results = evaluate(
+            list(HELD_OUT),
+            embedder,
+            replace(shipped_config, similarity_threshold=assign),
+            replace(shipped_turns, change_similarity=change, join_margin=join),
+        )
         der, error = _pooled(results)
         right = sum(r.streaming.speakers_found == r.reference_speakers for r in results)
-        held[name] = {"assign": assign, "change": change, "join": join, "der": der, "speaker_error": error,
-                      "right": right}
+        held[name] = {
+            "assign": assign,
+            "change": change,
+            "join": join,
+            "der": der,
+            "speaker_error": error,
+            "right": right,
+        }
         print(f"| {name} ({assign:.2f}, {change:.2f}, {join:.2f}) | {der:.1%} | {error:.1%} | {right}/{len(results)} |")
     if args.json:
-        args.json.write_text(json.dumps({"settings": [asdict(s) for s in settings], "best": asdict(best),
-                                         "held_out": held}, indent=1))
+        args.json.write_text(
+            json.dumps({"settings": [asdict(s) for s in settings], "best": asdict(best), "held_out": held}, indent=1)
+        )
     return 0
 
 

@@ -135,8 +135,12 @@ def _reader(clip: dict[str, Any]) -> str | None:
     if clip.get("librispeech_speaker"):
         return f"ls:{clip['librispeech_speaker']}"
     name = str(clip["id"])
-    for prefix, speaker in (("librivox_sns01", "librivox:sns01"), ("ljspeech", "ljspeech"),
-                            ("cmuarctic", "cmuarctic"), ("whisper_jfk", "jfk")):
+    for prefix, speaker in (
+        ("librivox_sns01", "librivox:sns01"),
+        ("ljspeech", "ljspeech"),
+        ("cmuarctic", "cmuarctic"),
+        ("whisper_jfk", "jfk"),
+    ):
         if name.startswith(prefix):
             return speaker
     return None
@@ -175,8 +179,9 @@ def cut_windows(segments: list[Item], window_s: float) -> list[Item]:
         for start in range(0, item.audio.size - window + 1, window):
             frames = probs[start // WINDOW : (start + window) // WINDOW]
             if frames.size and float(np.mean(frames >= SPEECH_PROB)) >= MIN_WINDOW_SPEECH:
-                out.append(Item(item.group, item.speaker, item.source, item.segment,
-                                item.audio[start : start + window]))
+                out.append(
+                    Item(item.group, item.speaker, item.source, item.segment, item.audio[start : start + window])
+                )
     return out
 
 
@@ -212,8 +217,14 @@ def equal_error(same: np.ndarray, different: np.ndarray) -> Score:
     false_reject = np.searchsorted(same_sorted, thresholds, side="left") / same.size
     false_accept = 1.0 - np.searchsorted(diff_sorted, thresholds, side="left") / different.size
     best = int(np.argmin(np.abs(false_accept - false_reject)))
-    return Score(float((false_accept[best] + false_reject[best]) / 2.0), float(thresholds[best]),
-                 float(np.median(same)), float(np.median(different)), int(same.size), int(different.size))
+    return Score(
+        float((false_accept[best] + false_reject[best]) / 2.0),
+        float(thresholds[best]),
+        float(np.median(same)),
+        float(np.median(different)),
+        int(same.size),
+        int(different.size),
+    )
 
 
 def cpu_per_window(embedder: Embedder, windows: list[Item], batch: int, rounds: int) -> float:
@@ -230,14 +241,18 @@ def run_model(name: str, load: Callable[[], Embedder], segments: list[Item], win
     started = time.perf_counter()
     embedder = load()
     load_s = time.perf_counter() - started
-    window_vectors = np.concatenate([embedder.embed([w.audio for w in windows[i : i + 64]])
-                                     for i in range(0, len(windows), 64)])
+    window_vectors = np.concatenate(
+        [embedder.embed([w.audio for w in windows[i : i + 64]]) for i in range(0, len(windows), 64)]
+    )
     segment_vectors = np.concatenate([embedder.embed([s.audio]) for s in segments])
     return ModelResult(
-        model=name, dim=int(window_vectors.shape[1]), load_s=load_s,
+        model=name,
+        dim=int(window_vectors.shape[1]),
+        load_s=load_s,
         window_ms_batched=cpu_per_window(embedder, windows, 16, 4),
         window_ms_single=cpu_per_window(embedder, windows, 1, 32),
-        windows=pair_scores(windows, window_vectors), segments=pair_scores(segments, segment_vectors),
+        windows=pair_scores(windows, window_vectors),
+        segments=pair_scores(segments, segment_vectors),
     )
 
 
@@ -280,8 +295,10 @@ def print_table(results: list[ModelResult]) -> None:
     for result in results:
         for unit, scores in (("1.5 s", result.windows), ("segment", result.segments)):
             for group, s in scores.items():
-                print(f"| {result.model} | {unit} | {group} | {100 * s.eer:.1f} % | {s.threshold:.3f} | "
-                      f"{s.same_median:.3f} | {s.different_median:.3f} | {s.same_pairs}/{s.different_pairs} |")
+                print(
+                    f"| {result.model} | {unit} | {group} | {100 * s.eer:.1f} % | {s.threshold:.3f} | "
+                    f"{s.same_median:.3f} | {s.different_median:.3f} | {s.same_pairs}/{s.different_pairs} |"
+                )
     print()
     print("| model | dim | load s | CPU ms / 1.5 s window (16 a batch) | (1 a batch) |")
     print("|---|---:|---:|---:|---:|")
@@ -295,9 +312,12 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(known), choices=list(known))
     parser.add_argument("--window-s", type=float, default=1.5)
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--fit", action="store_true",
-                        help="print each model's thresholds derived from these pairs (``fit_thresholds``; needs "
-                             "resemblyzer in --models): the values of engine.speakers.models")
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="print each model's thresholds derived from these pairs (``fit_thresholds``; needs "
+        "resemblyzer in --models): the values of engine.speakers.models",
+    )
     args = parser.parse_args()
 
     import torch
@@ -322,8 +342,17 @@ def main() -> None:
         for model, fit in fits.items():
             print(f"{model}: {fit}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"window_s": args.window_s, "segments_windows": counts,
-                                         "results": [asdict(r) for r in results], "fit": fits}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "window_s": args.window_s,
+                    "segments_windows": counts,
+                    "results": [asdict(r) for r in results],
+                    "fit": fits,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,11 @@ from engine.speakers.turns import TurnConfig
 
 
 def _table(results: list[ClipResult]) -> str:
-    head = (f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
-            f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}"
-            f" {'chg':>7} {'split':>5} {'delay':>5} {'label':>5} {'guess':>5}")
+    head = (
+        f"{'clip':<28} {'preset':<11} {'seg':>3} {'emb':>3} {'ref':>3} {'hyp':>3}/{'rc':<3}"
+        f" {'SpkErr':>7} {'->rc':>6} {'1-lab':>6} {'DER':>6} {'->rc':>6} {'miss':>5} {'FA':>5} {'moved':>5}"
+        f" {'chg':>7} {'split':>5} {'delay':>5} {'label':>5} {'guess':>5}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         s, c = r.streaming, r.reclustered
@@ -57,8 +59,10 @@ def _table(results: list[ClipResult]) -> str:
             f" {f'{r.changes_found}/{r.changes}':>7} {r.splits:>5}"
             f" {_p50(r.split_delay_s):>5} {_p50(r.label_delay_s):>5} {r.guessed_wrong:>5}"
         )
-    families = {"alternating readers": lambda r: r.clip.startswith("alt:"),
-                "RTTM clips": lambda r: not r.clip.startswith("alt:")}
+    families = {
+        "alternating readers": lambda r: r.clip.startswith("alt:"),
+        "RTTM clips": lambda r: not r.clip.startswith("alt:"),
+    }
     for preset in sorted({r.preset for r in results}):
         for family, member in families.items():
             group = [r for r in results if r.preset == preset and member(r)]
@@ -88,15 +92,19 @@ def _table(results: list[ClipResult]) -> str:
     windows = sum(r.windows for r in results)
     if windows:
         speech_s = sum(r.streaming.reference_s for r in results if r.windows)
-        lines.append(f"turn windows: {windows} embedded over {speech_s:.0f} s of reference speech"
-                     f" ({windows / speech_s:.2f} per second of speech)")
+        lines.append(
+            f"turn windows: {windows} embedded over {speech_s:.0f} s of reference speech"
+            f" ({windows / speech_s:.2f} per second of speech)"
+        )
     segments = sum(r.embedded for r in results)
     if segments:
         cpu_s = sum(r.embed_cpu_s for r in results)
         speech_s = sum(r.embedded_speech_s for r in results)
-        lines.append(f"embedding: {segments} segments, {speech_s:.0f} s of speech, {cpu_s:.2f} s CPU"
-                     f" ({1000 * cpu_s / segments:.0f} ms per segment, {1000 * cpu_s / speech_s:.1f} ms per"
-                     f" second of speech)")
+        lines.append(
+            f"embedding: {segments} segments, {speech_s:.0f} s of speech, {cpu_s:.2f} s CPU"
+            f" ({1000 * cpu_s / segments:.0f} ms per segment, {1000 * cpu_s / speech_s:.1f} ms per"
+            f" second of speech)"
+        )
     return "\n".join(lines)
 
 
@@ -107,21 +115,45 @@ def _p50(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write per-clip results here")
-    parser.add_argument("--preset", default="all", choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
-                        help=f"endpointer preset; 'all' = both presets; '{ORACLE}' = reference turns (diagnostic)")
-    parser.add_argument("--clips", nargs="*", default=[*CLIPS, *alternating_names()],
-                        help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips; "
-                             "<clip>@<seconds>: after that much leading silence")
-    parser.add_argument("--turns", default="both", choices=["on", "off", "both"],
-                        help="find voice changes inside segments (engine.speakers.turns); 'both' runs each clip twice")
-    parser.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL, choices=sorted(SPEAKER_MODELS),
-                        help="embedding model; the thresholds below default to the ones fitted for it")
+    parser.add_argument(
+        "--preset",
+        default="all",
+        choices=[*ENDPOINTER_PRESETS, ORACLE, "all"],
+        help=f"endpointer preset; 'all' = both presets; '{ORACLE}' = reference turns (diagnostic)",
+    )
+    parser.add_argument(
+        "--clips",
+        nargs="*",
+        default=[*CLIPS, *alternating_names()],
+        help="RTTM clips of the shared folder and alt:<reader>+<reader> turn-taking clips; "
+        "<clip>@<seconds>: after that much leading silence",
+    )
+    parser.add_argument(
+        "--turns",
+        default="both",
+        choices=["on", "off", "both"],
+        help="find voice changes inside segments (engine.speakers.turns); 'both' runs each clip twice",
+    )
+    parser.add_argument(
+        "--speaker-model",
+        default=DEFAULT_SPEAKER_MODEL,
+        choices=sorted(SPEAKER_MODELS),
+        help="embedding model; the thresholds below default to the ones fitted for it",
+    )
     # Unset thresholds take the chosen model's own (engine.speakers.models).
-    for flag, kind in (("--change-similarity", float), ("--window-s", float), ("--hop-s", float),
-                       ("--confirm-hop-s", float), ("--confirm-windows", int), ("--join-margin", float),
-                       ("--min-turn-s", float),
-                       ("--similarity-threshold", float), ("--min-embed-speech-s", float),
-                       ("--recluster-distance", float), ("--recluster-margin", float)):
+    for flag, kind in (
+        ("--change-similarity", float),
+        ("--window-s", float),
+        ("--hop-s", float),
+        ("--confirm-hop-s", float),
+        ("--confirm-windows", int),
+        ("--join-margin", float),
+        ("--min-turn-s", float),
+        ("--similarity-threshold", float),
+        ("--min-embed-speech-s", float),
+        ("--recluster-distance", float),
+        ("--recluster-margin", float),
+    ):
         parser.add_argument(flag, type=kind, default=None)
     args = parser.parse_args(argv)
     model = SPEAKER_MODELS[args.speaker_model]
@@ -138,24 +170,37 @@ def main(argv: list[str] | None = None) -> int:
         recluster_margin=pick(args.recluster_margin, defaults.recluster_margin),
     )
     hop_s = pick(args.hop_s, tdefaults.hop_s)
-    turns = replace(tdefaults, window_s=pick(args.window_s, tdefaults.window_s), hop_s=hop_s,
-                    confirm_hop_s=min(pick(args.confirm_hop_s, tdefaults.confirm_hop_s), hop_s),
-                    change_similarity=pick(args.change_similarity, tdefaults.change_similarity),
-                    join_margin=pick(args.join_margin, tdefaults.join_margin),
-                    confirm_windows=int(pick(args.confirm_windows, tdefaults.confirm_windows)),
-                    min_turn_s=pick(args.min_turn_s, tdefaults.min_turn_s))
+    turns = replace(
+        tdefaults,
+        window_s=pick(args.window_s, tdefaults.window_s),
+        hop_s=hop_s,
+        confirm_hop_s=min(pick(args.confirm_hop_s, tdefaults.confirm_hop_s), hop_s),
+        change_similarity=pick(args.change_similarity, tdefaults.change_similarity),
+        join_margin=pick(args.join_margin, tdefaults.join_margin),
+        confirm_windows=int(pick(args.confirm_windows, tdefaults.confirm_windows)),
+        min_turn_s=pick(args.min_turn_s, tdefaults.min_turn_s),
+    )
     presets = list(ENDPOINTER_PRESETS) if args.preset == "all" else [args.preset]
     modes: list[TurnConfig | None] = [None, turns] if args.turns == "both" else [turns if args.turns == "on" else None]
     embedder = model.load()
-    results = [run_clip(clip, embedder, config, preset, mode) for preset in presets for mode in modes
-               for clip in args.clips if not (mode is not None and preset == ORACLE)]
+    results = [
+        run_clip(clip, embedder, config, preset, mode)
+        for preset in presets
+        for mode in modes
+        for clip in args.clips
+        if not (mode is not None and preset == ORACLE)
+    ]
     print(f"model: {model.name}")
     print(f"config: {config}")
     print(f"turns: {turns}")
     print(_table(results))
     if args.json:
-        payload = {"model": model.name, "config": asdict(config), "turns": asdict(turns),
-                   "clips": [asdict(r) for r in results]}
+        payload = {
+            "model": model.name,
+            "config": asdict(config),
+            "turns": asdict(turns),
+            "clips": [asdict(r) for r in results],
+        }
         args.json.write_text(json.dumps(payload, indent=1))
     return 0
 

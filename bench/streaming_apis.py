@@ -71,13 +71,14 @@ async def paced_send(s: WsSession, data: bytes, rate: int, send: Any) -> None:
     loop = asyncio.get_running_loop()
     s.t0 = loop.time()
     for i in range(0, len(data), step):
-        await send(data[i:i + step])
+        await send(data[i : i + step])
         await asyncio.sleep(max(0.0, s.t0 + (i + step) / (2 * rate) - loop.time()))
 
 
 async def deepgram_session(http: aiohttp.ClientSession, base: str, s: WsSession) -> None:
     url = "ws" + base[4:] + "/v1/listen?encoding=linear16&sample_rate=16000&interim_results=true&punctuate=true"
     async with http.ws_connect(url) as ws:
+
         async def read() -> None:
             async for msg in ws:
                 if msg.type is not aiohttp.WSMsgType.TEXT:
@@ -86,8 +87,9 @@ async def deepgram_session(http: aiohttp.ClientSession, base: str, s: WsSession)
                 alt = m.get("channel", {}).get("alternatives", [{}])[0]
                 if m["type"] == "Results" and alt.get("transcript"):
                     words = alt["words"]
-                    s.spans.append(Span(words[0]["start"], words[-1]["end"], time.monotonic(), alt["transcript"],
-                                        m["is_final"]))
+                    s.spans.append(
+                        Span(words[0]["start"], words[-1]["end"], time.monotonic(), alt["transcript"], m["is_final"])
+                    )
 
         reader = asyncio.create_task(read())
         await paced_send(s, pcm(s.audio, 16000), 16000, ws.send_bytes)
@@ -97,9 +99,23 @@ async def deepgram_session(http: aiohttp.ClientSession, base: str, s: WsSession)
 
 async def realtime_session(http: aiohttp.ClientSession, base: str, s: WsSession) -> None:
     async with http.ws_connect("ws" + base[4:] + "/v1/realtime?intent=transcription") as ws:
-        await ws.send_str(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": {"type": "server_vad"},
-                      "transcription": {"model": "whisper-1", "language": "en"}}}}}))
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "transcription",
+                        "audio": {
+                            "input": {
+                                "format": {"type": "audio/pcm", "rate": 24000},
+                                "turn_detection": {"type": "server_vad"},
+                                "transcription": {"model": "whisper-1", "language": "en"},
+                            }
+                        },
+                    },
+                }
+            )
+        )
         items: dict[str, list[float]] = {}
 
         async def read() -> None:
@@ -122,8 +138,9 @@ async def realtime_session(http: aiohttp.ClientSession, base: str, s: WsSession)
         reader = asyncio.create_task(read())
 
         async def append(chunk: bytes) -> None:
-            await ws.send_str(json.dumps({"type": "input_audio_buffer.append",
-                                          "audio": base64.b64encode(chunk).decode()}))
+            await ws.send_str(
+                json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+            )
 
         await paced_send(s, pcm(s.audio, 24000), 24000, append)
         await asyncio.sleep(6.0)  # the last sentence's completion
@@ -140,25 +157,40 @@ def ws_metrics(sessions: list[WsSession]) -> dict[str, Any]:
         errors, words = errors + e, words + w
         for u in s.utterances:
             total += 1
-            covering = [sp for sp in finals if sp.start_s < u.speech_end_s + _SLOP_S and
-                        sp.end_s > u.speech_start_s - _SLOP_S]
+            covering = [
+                sp for sp in finals if sp.start_s < u.speech_end_s + _SLOP_S and sp.end_s > u.speech_start_s - _SLOP_S
+            ]
             if not covering:
                 lost += 1
                 continue
             lock.append(max(sp.at for sp in covering) - (s.t0 + u.speech_end_s))
-            shown = [sp.at for sp in s.spans
-                     if sp.at > s.t0 + u.speech_start_s and sp.end_s > u.speech_start_s - _SLOP_S]
+            shown = [
+                sp.at for sp in s.spans if sp.at > s.t0 + u.speech_start_s and sp.end_s > u.speech_start_s - _SLOP_S
+            ]
             if shown:
                 first.append(min(shown) - (s.t0 + u.speech_start_s))
-    return {"sessions": len(sessions), "sentences": total, "lost": lost,
-            "errors": sum(1 for s in sessions if s.error),
-            "first_text_s_p50": pct(first, 50), "first_text_s_p95": pct(first, 95),
-            "lock_s_p50": pct(lock, 50), "lock_s_p95": pct(lock, 95), "wer": errors / words if words else float("nan")}
+    return {
+        "sessions": len(sessions),
+        "sentences": total,
+        "lost": lost,
+        "errors": sum(1 for s in sessions if s.error),
+        "first_text_s_p50": pct(first, 50),
+        "first_text_s_p95": pct(first, 95),
+        "lock_s_p50": pct(lock, 50),
+        "lock_s_p95": pct(lock, 95),
+        "wer": errors / words if words else float("nan"),
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    serve = ["--recognizer", args.recognizer, "--max-sessions", "64", *(["--model", args.model] if args.model else []),
-             *(["--no-speakers"] if args.no_speakers else [])]
+    serve = [
+        "--recognizer",
+        args.recognizer,
+        "--max-sessions",
+        "64",
+        *(["--model", args.model] if args.model else []),
+        *(["--no-speakers"] if args.no_speakers else []),
+    ]
     kinds = ["deepgram"] * args.deepgram + ["realtime"] * args.realtime
     ws_sessions = []
     for i, kind in enumerate(kinds):
@@ -166,6 +198,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         ws_sessions.append(WsSession(kind, audio, utterances))
     clips = [session_clip(i, args.seconds, args.pause_s) for i in range(args.webrtc)]
     async with bench_server(serve, Path(args.log)) as server, aiohttp.ClientSession() as http:
+
         async def one(s: WsSession) -> None:
             try:
                 await (deepgram_session if s.kind == "deepgram" else realtime_session)(http, server.base_url, s)
@@ -176,13 +209,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(one(s) for s in ws_sessions))
         rtc_run = await webrtc
     rows = {kind: ws_metrics([s for s in ws_sessions if s.kind == kind]) for kind in ("deepgram", "realtime")}
-    m = merge([session_metrics(c, clip, ENDPOINT_PRESETS[EndpointPreset.BALANCED])
-               for c, clip in zip(rtc_run.clients, clips, strict=True)])
-    rows["webrtc"] = {"sessions": len(clips), "sentences": m.sentences, "lost": m.lost,
-                      "errors": sum(1 for c in rtc_run.clients if c.error),
-                      "first_text_s_p50": pct(m.first_partial_s, 50), "first_text_s_p95": pct(m.first_partial_s, 95),
-                      "lock_s_p50": pct(m.lock_s, 50), "lock_s_p95": pct(m.lock_s, 95),
-                      "wer": m.errors / m.words if m.words else float("nan")}
+    m = merge(
+        [
+            session_metrics(c, clip, ENDPOINT_PRESETS[EndpointPreset.BALANCED])
+            for c, clip in zip(rtc_run.clients, clips, strict=True)
+        ]
+    )
+    rows["webrtc"] = {
+        "sessions": len(clips),
+        "sentences": m.sentences,
+        "lost": m.lost,
+        "errors": sum(1 for c in rtc_run.clients if c.error),
+        "first_text_s_p50": pct(m.first_partial_s, 50),
+        "first_text_s_p95": pct(m.first_partial_s, 95),
+        "lock_s_p50": pct(m.lock_s, 50),
+        "lock_s_p95": pct(m.lock_s, 95),
+        "wer": m.errors / m.words if m.words else float("nan"),
+    }
     for s in ws_sessions:
         if s.error:
             print(f"{s.kind}: {s.error}", file=sys.stderr)
@@ -193,9 +236,11 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
     print("| kind | sessions | sentences | lost | failed | first text p50 / p95 s | lock p50 / p95 s | WER |")
     print("|---|---|---|---|---|---|---|---|")
     for kind, r in rows.items():
-        print(f"| {kind} | {r['sessions']} | {r['sentences']} | {r['lost']} | {r['errors']} | "
-              f"{r['first_text_s_p50']:.2f} / {r['first_text_s_p95']:.2f} | {r['lock_s_p50']:.2f} / "
-              f"{r['lock_s_p95']:.2f} | {r['wer']:.1%} |")
+        print(
+            f"| {kind} | {r['sessions']} | {r['sentences']} | {r['lost']} | {r['errors']} | "
+            f"{r['first_text_s_p50']:.2f} / {r['first_text_s_p95']:.2f} | {r['lock_s_p50']:.2f} / "
+            f"{r['lock_s_p95']:.2f} | {r['wer']:.1%} |"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,8 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deepgram", type=int, default=8, help="Deepgram /v1/listen sessions")
     p.add_argument("--realtime", type=int, default=8, help="OpenAI /v1/realtime sessions")
     p.add_argument("--webrtc", type=int, default=2, help="WebRTC sessions")
-    p.add_argument("--recognizer", choices=["vllm", "fake"], default="vllm",
-                   help="fake: the named fake recognizer (checks the bench itself, measures no model)")
+    p.add_argument(
+        "--recognizer",
+        choices=["vllm", "fake"],
+        default="vllm",
+        help="fake: the named fake recognizer (checks the bench itself, measures no model)",
+    )
     p.add_argument("--model", default=None, help="the server's --model (default: the embedded whisper-base)")
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--seconds", type=float, default=30.0, help="speech and pauses per session")

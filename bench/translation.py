@@ -68,8 +68,10 @@ from engine import ApertiumTranslator, TranslationRequest
 from speechdata.translations import references, source_sentence
 from speechdata.wer import word_errors
 
-FAKE_NOTE = ("recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is "
-             "translation in the rooms (Apertium, real), not a model")
+FAKE_NOTE = (
+    "recognizer: the named fake (FakeTranscriber, --recognizer fake --no-speakers): what is measured is "
+    "translation in the rooms (Apertium, real), not a model"
+)
 DEFAULT_JSON = ROOT / "bench" / "results" / "translation.json"
 APERTIUM_PROGRAMS = ("apertium", "lt-proc", "cg-proc", "apertium-", "lrx-proc", "vislcg3", "hfst-proc")
 READABLE_CPS = 20.0
@@ -127,8 +129,11 @@ def translated_arrivals(reader: RoomReader, lang: str) -> dict[int, float]:
 
 
 def missing(reader: RoomReader, lang: str) -> int:
-    return sum(len(m.get("missing") or ()) for _, _, m in reader.events
-               if m.get("type") == "translation" and m.get("lang") == lang and not m.get("update"))
+    return sum(
+        len(m.get("missing") or ())
+        for _, _, m in reader.events
+        if m.get("type") == "translation" and m.get("lang") == lang and not m.get("update")
+    )
 
 
 def caption_arrivals(reader: RoomReader) -> dict[int, float]:
@@ -140,19 +145,24 @@ def caption_arrivals(reader: RoomReader) -> dict[int, float]:
     return out
 
 
-async def latency(http: aiohttp.ClientSession, server: ServerProcess, sessions: int,
-                  args: argparse.Namespace) -> dict[str, Any]:
+async def latency(
+    http: aiohttp.ClientSession, server: ServerProcess, sessions: int, args: argparse.Namespace
+) -> dict[str, Any]:
     """One step of part 1: ``sessions`` rooms at once (see the module)."""
     base = server.base_url
     rooms = [(await create_room(http, base, {"languages": args.languages}))[0] for _ in range(sessions)]
-    readers = {room: [RoomReader(f"{base}/rooms/{room}/events", f"{room}-source")]
-               + [RoomReader(f"{base}/rooms/{room}/events?lang={lang}", f"{room}-{lang}") for lang in args.languages]
-               for room in rooms}
+    readers = {
+        room: [RoomReader(f"{base}/rooms/{room}/events", f"{room}-source")]
+        + [RoomReader(f"{base}/rooms/{room}/events?lang={lang}", f"{room}-{lang}") for lang in args.languages]
+        for room in rooms
+    }
     tasks = await follow(http, [r for rs in readers.values() for r in rs])
     engines = apertium_processes(server)
     cpu0 = cpu_s(engines)
-    publishers = [run_clients(base, [session_clip(i, args.seconds, 0, 20, kind="users").ogg],
-                              offer_fields=[{"room": room}]) for i, room in enumerate(rooms)]
+    publishers = [
+        run_clients(base, [session_clip(i, args.seconds, 0, 20, kind="users").ogg], offer_fields=[{"room": room}])
+        for i, room in enumerate(rooms)
+    ]
     try:
         await asyncio.gather(*publishers)
         await asyncio.sleep(args.settle_s)
@@ -178,13 +188,21 @@ async def latency(http: aiohttp.ClientSession, server: ServerProcess, sessions: 
                     lost += 1
     every = [d for ds in delays.values() for d in ds]
     translations = len(every)
-    return {"sessions": sessions, "languages": list(args.languages), "sentences": sentences,
-            "translations": translations, "lost": lost, "missing": untranslated,
-            "p50_s": round(pct(every, 50), 3), "p95_s": round(pct(every, 95), 3), "max_s": round(max(every), 3)
-            if every else None,
-            "by_language_p95_s": {lang: round(pct(ds, 95), 3) for lang, ds in delays.items()},
-            "engine_cpu_ms_per_translation": round((cpu1 - cpu0) * 1000 / translations, 2) if translations else None,
-            "engine_processes": len(engines), "engine_uss_mb": unique_mb(engines)}
+    return {
+        "sessions": sessions,
+        "languages": list(args.languages),
+        "sentences": sentences,
+        "translations": translations,
+        "lost": lost,
+        "missing": untranslated,
+        "p50_s": round(pct(every, 50), 3),
+        "p95_s": round(pct(every, 95), 3),
+        "max_s": round(max(every), 3) if every else None,
+        "by_language_p95_s": {lang: round(pct(ds, 95), 3) for lang, ds in delays.items()},
+        "engine_cpu_ms_per_translation": round((cpu1 - cpu0) * 1000 / translations, 2) if translations else None,
+        "engine_processes": len(engines),
+        "engine_uss_mb": unique_mb(engines),
+    }
 
 
 # ---- 3: quality and reading speed -------------------------------------------------------------------------------
@@ -211,16 +229,34 @@ def quality(lang: str) -> dict[str, Any]:
         seconds = max(0.5, end - start)
         timeline.append((at, at + round(seconds * 1000)))
         at += round(seconds * 1000) + GAP_MS
-        rows.append({"clip": clip, "seconds": round(seconds, 2), "source_cps": round(len(source) / seconds, 1),
-                     "translated_cps": round(len(translated) / seconds, 1), "text": translated})
-    readable = {name: reading_share([SentenceRecord(i, "s", text, start, end, 0) for i, (text, (start, end))
-                                     in enumerate(zip(texts, timeline, strict=True))])
-                for name, texts in (("source", english), ("translated", out))}
-    return {"lang": lang, "sentences": len(out), "chrf": round(chrf, 1),
-            "longer_than_source": round(sum(map(len, out)) / sum(map(len, english)), 3),
-            "readable_share": {k: round(v, 3) for k, v in readable.items()},
-            "cpu_ms_per_sentence": round((own_cpu + pipeline_cpu) * 1000 / len(out), 2),
-            "pipeline_uss_mb": uss, "rows": rows}
+        rows.append(
+            {
+                "clip": clip,
+                "seconds": round(seconds, 2),
+                "source_cps": round(len(source) / seconds, 1),
+                "translated_cps": round(len(translated) / seconds, 1),
+                "text": translated,
+            }
+        )
+    readable = {
+        name: reading_share(
+            [
+                SentenceRecord(i, "s", text, start, end, 0)
+                for i, (text, (start, end)) in enumerate(zip(texts, timeline, strict=True))
+            ]
+        )
+        for name, texts in (("source", english), ("translated", out))
+    }
+    return {
+        "lang": lang,
+        "sentences": len(out),
+        "chrf": round(chrf, 1),
+        "longer_than_source": round(sum(map(len, out)) / sum(map(len, english)), 3),
+        "readable_share": {k: round(v, 3) for k, v in readable.items()},
+        "cpu_ms_per_sentence": round((own_cpu + pipeline_cpu) * 1000 / len(out), 2),
+        "pipeline_uss_mb": uss,
+        "rows": rows,
+    }
 
 
 async def publish_each(base: str, room: str, clips: list[str], start: dict[str, Any]) -> list[str]:
@@ -241,8 +277,9 @@ async def publish_each(base: str, room: str, clips: list[str], start: dict[str, 
     return sessions
 
 
-async def room_versions(http: aiohttp.ClientSession, base: str, room: str, sessions: list[str],
-                        lang: str) -> list[tuple[str, str]]:
+async def room_versions(
+    http: aiohttp.ClientSession, base: str, room: str, sessions: list[str], lang: str
+) -> list[tuple[str, str]]:
     """Each session's sentences in ``room`` joined, as ``(text, text in lang)``, once every sentence has its
     version in ``lang`` (or after 60 s: those without one count as empty)."""
     deadline = time.monotonic() + 60
@@ -252,9 +289,13 @@ async def room_versions(http: aiohttp.ClientSession, base: str, room: str, sessi
         if all(lang in s.get("translations", {}) for s in sentences) or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.5)
-    return [(" ".join(s["text"] for s in sentences if s["session"] == session),
-             " ".join(s.get("translations", {}).get(lang, "") for s in sentences if s["session"] == session).strip())
-            for session in sessions]
+    return [
+        (
+            " ".join(s["text"] for s in sentences if s["session"] == session),
+            " ".join(s.get("translations", {}).get(lang, "") for s in sentences if s["session"] == session).strip(),
+        )
+        for session in sessions
+    ]
 
 
 async def through_rooms(reference_chrf: float) -> dict[str, Any]:
@@ -267,20 +308,36 @@ async def through_rooms(reference_chrf: float) -> dict[str, Any]:
     async with bench_server([], CACHE_DIR / "translation-speech.log") as server, aiohttp.ClientSession() as http:
         base = server.base_url
         spanish, _ = await create_room(http, base, {"languages": ["es"]})
-        heard = await room_versions(http, base, spanish,
-                                    await publish_each(base, spanish, [c for c, _ in es_pairs], {}), "es")
+        heard = await room_versions(
+            http, base, spanish, await publish_each(base, spanish, [c for c, _ in es_pairs], {}), "es"
+        )
         english, _ = await create_room(http, base, {})
-        said = await room_versions(http, base, english, await publish_each(
-            base, english, [c for c, _ in zh_pairs], {"language": "zh", "task": "translate"}), "zh")
+        said = await room_versions(
+            http,
+            base,
+            english,
+            await publish_each(base, english, [c for c, _ in zh_pairs], {"language": "zh", "task": "translate"}),
+            "zh",
+        )
     counts = [word_errors(source_sentence(clip), text) for (clip, _), (text, _) in zip(es_pairs, heard, strict=True)]
     errors = sum(e for e, _ in counts) / max(1, sum(n for _, n in counts))
     spanish_chrf = sacrebleu.corpus_chrf([t for _, t in heard], [[t for _, t in es_pairs]]).score
     english_chrf = sacrebleu.corpus_chrf([t for t, _ in said], [[t for _, t in zh_pairs]]).score
-    return {"es": {"chrf": round(spanish_chrf, 1), "reference_chrf": reference_chrf,
-                   "recognizer_wer": round(errors, 3), "clips": len(es_pairs), "rows": heard},
-            "zh_translate_task": {"chrf": round(english_chrf, 1), "clips": len(zh_pairs),
-                                  "originals_kept": sum(bool(o) and not o.isascii() for _, o in said),
-                                  "rows": said}}
+    return {
+        "es": {
+            "chrf": round(spanish_chrf, 1),
+            "reference_chrf": reference_chrf,
+            "recognizer_wer": round(errors, 3),
+            "clips": len(es_pairs),
+            "rows": heard,
+        },
+        "zh_translate_task": {
+            "chrf": round(english_chrf, 1),
+            "clips": len(zh_pairs),
+            "originals_kept": sum(bool(o) and not o.isascii() for _, o in said),
+            "rows": said,
+        },
+    }
 
 
 def reading_share(sentences: list[SentenceRecord]) -> float:
@@ -298,8 +355,17 @@ def held_out(languages: list[str], minutes: float, saved: Path | None) -> dict[s
     reference one sentence), and ``"recognized"`` from ``saved`` (``bench.cues --json``) when given."""
     _, pieces = build_recording(minutes)
     bounds = {clip: speech_bounds(clip) for clip in sorted({p.clip for p in pieces})}
-    reference = [SentenceRecord(k, "s", source_sentence(p.clip), round((p.start_s + bounds[p.clip][0]) * 1000),
-                                round((p.start_s + bounds[p.clip][1]) * 1000), 0) for k, p in enumerate(pieces)]
+    reference = [
+        SentenceRecord(
+            k,
+            "s",
+            source_sentence(p.clip),
+            round((p.start_s + bounds[p.clip][0]) * 1000),
+            round((p.start_s + bounds[p.clip][1]) * 1000),
+            0,
+        )
+        for k, p in enumerate(pieces)
+    ]
     sets = {"reference": reference}
     if saved is not None:
         sets["recognized"] = records_of(saved_sentences(saved)["align"][1])
@@ -308,13 +374,17 @@ def held_out(languages: list[str], minutes: float, saved: Path | None) -> dict[s
     try:
         for name, records in sets.items():
             english = tuple(dict.fromkeys(r.text for r in records))  # each text once (the clips repeat)
-            row: dict[str, Any] = {"sentences": len(records),
-                                   "en": {"readable_share": round(reading_share(records), 3), "length_to_english": 1}}
+            row: dict[str, Any] = {
+                "sentences": len(records),
+                "en": {"readable_share": round(reading_share(records), 3), "length_to_english": 1},
+            }
             for lang in languages:
                 said = dict(zip(english, engine.translate(TranslationRequest("en", lang, english)), strict=True))
                 translated = [dataclasses.replace(r, text=said[r.text], words=()) for r in records]
-                row[lang] = {"readable_share": round(reading_share(translated), 3),
-                             "length_to_english": round(sum(map(len, said.values())) / sum(map(len, english)), 3)}
+                row[lang] = {
+                    "readable_share": round(reading_share(translated), 3),
+                    "length_to_english": round(sum(map(len, said.values())) / sum(map(len, english)), 3),
+                }
             result[name] = row
     finally:
         engine.close()
@@ -329,8 +399,10 @@ async def main(args: argparse.Namespace) -> int:
     for sessions in [] if args.quality_only else args.sessions:
         # A fresh server per step: the first sentences (the pipelines starting) count.
         log = CACHE_DIR / f"translation-{sessions}.log"
-        async with bench_server(["--recognizer", "fake", "--no-speakers"], log) as server, \
-                aiohttp.ClientSession() as http:
+        async with (
+            bench_server(["--recognizer", "fake", "--no-speakers"], log) as server,
+            aiohttp.ClientSession() as http,
+        ):
             steps.append(await latency(http, server, sessions, args))
             print(json.dumps(steps[-1]), file=sys.stderr)
     scored = quality(args.languages[0]) if args.languages[0] == "es" else None
@@ -338,41 +410,68 @@ async def main(args: argparse.Namespace) -> int:
         scored["end_to_end"] = await through_rooms(scored["chrf"])
     recording = held_out(args.languages, args.minutes, args.sentences)
     print_markdown_table(
-        [("sessions", "sessions", "{}"), ("translations", "translations", "{}"), ("lost", "lost", "{}"),
-         ("missing", "missing", "{}"), ("p50_s", "p50 s", "{:.3f}"), ("p95_s", "p95 s", "{:.3f}"),
-         ("max_s", "max s", "{}"), ("engine_cpu_ms_per_translation", "engine CPU ms / translation", "{}"),
-         ("engine_uss_mb", "engine memory MB (USS)", "{}")], steps)
+        [
+            ("sessions", "sessions", "{}"),
+            ("translations", "translations", "{}"),
+            ("lost", "lost", "{}"),
+            ("missing", "missing", "{}"),
+            ("p50_s", "p50 s", "{:.3f}"),
+            ("p95_s", "p95 s", "{:.3f}"),
+            ("max_s", "max s", "{}"),
+            ("engine_cpu_ms_per_translation", "engine CPU ms / translation", "{}"),
+            ("engine_uss_mb", "engine memory MB (USS)", "{}"),
+        ],
+        steps,
+    )
     if scored is not None:
-        print(f"\nApertium en->{scored['lang']}: chrF {scored['chrf']} over {scored['sentences']} sentences; "
-              f"{scored['longer_than_source']:.0%} of the source's length; cues at <= {READABLE_CPS:g} cps: "
-              f"English {scored['readable_share']['source']:.0%}, translated "
-              f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
-              f"{scored['pipeline_uss_mb']} MB (USS) for its pipeline")
+        print(
+            f"\nApertium en->{scored['lang']}: chrF {scored['chrf']} over {scored['sentences']} sentences; "
+            f"{scored['longer_than_source']:.0%} of the source's length; cues at <= {READABLE_CPS:g} cps: "
+            f"English {scored['readable_share']['source']:.0%}, translated "
+            f"{scored['readable_share']['translated']:.0%}; {scored['cpu_ms_per_sentence']} ms CPU per sentence, "
+            f"{scored['pipeline_uss_mb']} MB (USS) for its pipeline"
+        )
         if "end_to_end" in scored:
             e2e = scored["end_to_end"]["es"]
             zh = scored["end_to_end"]["zh_translate_task"]
-            print(f"end to end through a room (a fresh server, the embedded model, WER {e2e['recognizer_wer']:.1%}, "
-                  f"then the room's Apertium): chrF {e2e['chrf']} against {e2e['reference_chrf']} from the reference "
-                  f"English; the Chinese clips with the translate task: chrF {zh['chrf']} (English), the words said "
-                  f"kept for {zh['originals_kept']} of {zh['clips']}")
+            print(
+                f"end to end through a room (a fresh server, the embedded model, WER {e2e['recognizer_wer']:.1%}, "
+                f"then the room's Apertium): chrF {e2e['chrf']} against {e2e['reference_chrf']} from the reference "
+                f"English; the Chinese clips with the translate task: chrF {zh['chrf']} (English), the words said "
+                f"kept for {zh['originals_kept']} of {zh['clips']}"
+            )
     for name in ("reference", "recognized"):
         if name in recording:
             row = recording[name]
-            print(f"\nheld-out recording ({recording['minutes']} min), {name} sentences ({row['sentences']}): cues "
-                  f"at <= {READABLE_CPS:g} cps " + ", ".join(
-                      f"{lang} {row[lang]['readable_share']:.0%} (length {row[lang]['length_to_english']:.0%})"
-                      for lang in ["en", *args.languages]))
+            print(
+                f"\nheld-out recording ({recording['minutes']} min), {name} sentences ({row['sentences']}): cues "
+                f"at <= {READABLE_CPS:g} cps "
+                + ", ".join(
+                    f"{lang} {row[lang]['readable_share']:.0%} (length {row[lang]['length_to_english']:.0%})"
+                    for lang in ["en", *args.languages]
+                )
+            )
     ok = all(s["p95_s"] <= args.target_s and not s["lost"] for s in steps)
-    document = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "recognizer": FAKE_NOTE,
-                "machine": machine_info(), "target_p95_s": args.target_s, "targets_met": ok, "latency": steps,
-                "quality": scored, "held_out": recording, "seconds": round(time.monotonic() - t0), "args": vars(args)}
+    document = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "recognizer": FAKE_NOTE,
+        "machine": machine_info(),
+        "target_p95_s": args.target_s,
+        "targets_met": ok,
+        "latency": steps,
+        "quality": scored,
+        "held_out": recording,
+        "seconds": round(time.monotonic() - t0),
+        "args": vars(args),
+    }
     await write_json(Path(args.json), document)
     return 0 if ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.translation", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.translation", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 3], help="rooms (one publisher each) at once")
     p.add_argument("--languages", nargs="+", default=["es", "ca", "gl"], help="each room's languages")
     p.add_argument("--seconds", type=float, default=60.0, help="each publisher's speech and pauses, seconds")

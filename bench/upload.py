@@ -51,8 +51,10 @@ from engine.config import ENDPOINT_PRESETS, EngineConfig
 MODES = ("live", "live+upload", "live+upload-eager", "upload")
 # The bench servers (``bench.serve`` flags): files as shipped, and files eager: a file segment waits only for live
 # finals and is cut as live sentences are (how files first decoded).
-SERVERS = {"shipped": [], "eager": ["--file-floor-s", "0",
-                                    "--file-max-segment-ms", str(EngineConfig().endpoint.max_segment_ms)]}
+SERVERS = {
+    "shipped": [],
+    "eager": ["--file-floor-s", "0", "--file-max-segment-ms", str(EngineConfig().endpoint.max_segment_ms)],
+}
 
 
 def server_of(mode: str) -> str:
@@ -94,8 +96,10 @@ class Upload:
         form.add_field("stream", "true")
         form.add_field("file", await asyncio.to_thread(path.read_bytes), filename=path.name, content_type="audio/wav")
         try:
-            async with aiohttp.ClientSession() as http, http.post(f"{base_url}/v1/audio/transcriptions",
-                                                                  data=form) as r:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(f"{base_url}/v1/audio/transcriptions", data=form) as r,
+            ):
                 if r.status != 200:
                     self.error = f"{r.status} {await r.text()}"
                     return
@@ -125,13 +129,19 @@ async def step(base_url: str, mode: str, n: int, args: argparse.Namespace, uploa
             endpoint = ENDPOINT_PRESETS[args.preset]
             m = merge([session_metrics(c, clip, endpoint) for c, clip in zip(run.clients, clips, strict=True)])
             since, until = run.all_live_s, run.first_done_s
-            row.update({"sentences": m.sentences, "lost": m.lost,
-                        "first_partial_s_p50": pct(m.first_partial_s, 50),
-                        "first_partial_s_p95": pct(m.first_partial_s, 95),
-                        "lock_s_p50": pct(m.lock_s, 50), "lock_s_p95": pct(m.lock_s, 95),
-                        "lag_s_p95": pct(m.lag_s, 95),
-                        "wer": m.errors / m.words if m.words else float("nan"),
-                        "failures": m.failures[:3]})
+            row.update(
+                {
+                    "sentences": m.sentences,
+                    "lost": m.lost,
+                    "first_partial_s_p50": pct(m.first_partial_s, 50),
+                    "first_partial_s_p95": pct(m.first_partial_s, 95),
+                    "lock_s_p50": pct(m.lock_s, 50),
+                    "lock_s_p95": pct(m.lock_s, 95),
+                    "lag_s_p95": pct(m.lag_s, 95),
+                    "wer": m.errors / m.words if m.words else float("nan"),
+                    "failures": m.failures[:3],
+                }
+            )
         else:
             await asyncio.sleep(args.head_start_s)
             since = time.monotonic()
@@ -148,10 +158,18 @@ async def step(base_url: str, mode: str, n: int, args: argparse.Namespace, uploa
     return row
 
 
-COLUMNS = [("mode", "mode", "{}"), ("sessions", "N", "{:d}"), ("lost", "lost", "{:d}"),
-           ("first_partial_s_p50", "1st partial p50", "{:.2f}"), ("first_partial_s_p95", "p95", "{:.2f}"),
-           ("lock_s_p50", "lock p50", "{:.2f}"), ("lock_s_p95", "p95", "{:.2f}"), ("lag_s_p95", "lag p95", "{:.2f}"),
-           ("wer", "WER", "{:.1%}"), ("upload_x_realtime", "upload x real time", "{:.2f}")]
+COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("sessions", "N", "{:d}"),
+    ("lost", "lost", "{:d}"),
+    ("first_partial_s_p50", "1st partial p50", "{:.2f}"),
+    ("first_partial_s_p95", "p95", "{:.2f}"),
+    ("lock_s_p50", "lock p50", "{:.2f}"),
+    ("lock_s_p95", "p95", "{:.2f}"),
+    ("lag_s_p95", "lag p95", "{:.2f}"),
+    ("wer", "WER", "{:.1%}"),
+    ("upload_x_realtime", "upload x real time", "{:.2f}"),
+]
 
 
 async def file_wer(args: argparse.Namespace) -> int:
@@ -177,16 +195,28 @@ async def file_wer(args: argparse.Namespace) -> int:
                 result = await transcribe_file(engine, await open_file(path), SessionOptions())
                 wall = time.monotonic() - t0
                 errors, words = word_errors(reference, result.text)
-                row = {"max_segment_ms": cut, "round": r, "wer": errors / words, "sentences": len(result.sentences),
-                       "x_realtime": result.duration_s / wall}
+                row = {
+                    "max_segment_ms": cut,
+                    "round": r,
+                    "wer": errors / words,
+                    "sentences": len(result.sentences),
+                    "x_realtime": result.duration_s / wall,
+                }
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
         finally:
             await engine.close()
     print(f"\n{path.name}: the whole recording as one upload\n")
-    print_markdown_table([("max_segment_ms", "longest segment ms", "{:d}"), ("round", "round", "{:d}"),
-                          ("sentences", "sentences", "{:d}"), ("wer", "WER", "{:.2%}"),
-                          ("x_realtime", "x real time", "{:.1f}")], rows)
+    print_markdown_table(
+        [
+            ("max_segment_ms", "longest segment ms", "{:d}"),
+            ("round", "round", "{:d}"),
+            ("sentences", "sentences", "{:d}"),
+            ("wer", "WER", "{:.2%}"),
+            ("x_realtime", "x real time", "{:.1f}"),
+        ],
+        rows,
+    )
     return 0
 
 
@@ -199,13 +229,14 @@ async def main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for name, flags in SERVERS.items():
         modes = [m for m in MODES if server_of(m) == name]
-        async with bench_server(["--recognizer", "vllm", "--preset", args.preset, *flags],
-                                CACHE_DIR / f"upload-server-{name}.log") as server:
+        async with bench_server(
+            ["--recognizer", "vllm", "--preset", args.preset, *flags], CACHE_DIR / f"upload-server-{name}.log"
+        ) as server:
             print(f"server ready ({name}): {server.info}", file=sys.stderr)
             await run_clients(server.base_url, [session_clip(0, 10.0, args.pause_s).ogg])  # warm-up, not measured
             for r in range(args.rounds):
                 for n in args.sessions:
-                    for mode in (modes if r % 2 == 0 else list(reversed(modes))):
+                    for mode in modes if r % 2 == 0 else list(reversed(modes)):
                         if mode == "upload" and n != args.sessions[0]:
                             continue  # the upload alone does not depend on N
                         await asyncio.sleep(args.settle_s)
@@ -221,8 +252,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.upload", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.upload", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, nargs="+", default=[1])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--upload-minutes", type=float, default=10.0)

@@ -52,8 +52,9 @@ class TimedViewer(Viewer):
         super()._on(message, event_id)
 
 
-async def run_step(base: str, http: aiohttp.ClientSession, trace: CpuTrace, n_viewers: int,
-                   args: argparse.Namespace) -> dict[str, Any]:
+async def run_step(
+    base: str, http: aiohttp.ClientSession, trace: CpuTrace, n_viewers: int, args: argparse.Namespace
+) -> dict[str, Any]:
     async with http.post(f"{base}/rooms", json={"title": f"viewers-{n_viewers}"}) as r:
         room = (await r.json())["room"]
     viewers = [TimedViewer(f"{base}/rooms/{room}/events") for _ in range(n_viewers)]
@@ -72,25 +73,39 @@ async def run_step(base: str, http: aiohttp.ClientSession, trace: CpuTrace, n_vi
     t0, t1 = client.started_s or 0.0, client.media_ended_s or 0.0
     window = max(t1 - t0, 1e-9)
     events = sorted({e for v in viewers for e in v.arrived})
-    spreads = [1000 * (max(times) - min(times)) for e in events
-               if len(times := [v.arrived[e] for v in viewers if e in v.arrived]) == n_viewers]
+    spreads = [
+        1000 * (max(times) - min(times))
+        for e in events
+        if len(times := [v.arrived[e] for v in viewers if e in v.arrived]) == n_viewers
+    ]
     sentences = sum(len(m.get("sentences") or []) for _, m in client.messages if m.get("type") == "caption")
     return {
-        "viewers": n_viewers, "window_s": round(window, 1), "sentences": sentences,
+        "viewers": n_viewers,
+        "window_s": round(window, 1),
+        "sentences": sentences,
         "server_cpu_pct": 100 * trace.cpu_between(t0, t1) / window,
-        "events_min": min((len(v.arrived) for v in viewers), default=0), "events_max": len(events),
-        "fanout_p95_ms": pct(spreads, 95), "fanout_max_ms": max(spreads, default=float("nan")),
+        "events_min": min((len(v.arrived) for v in viewers), default=0),
+        "events_max": len(events),
+        "fanout_p95_ms": pct(spreads, 95),
+        "fanout_max_ms": max(spreads, default=float("nan")),
         "reconnects": sum(v.reconnects - 1 for v in viewers if v.reconnects > 1),
         "client_cpu_pct": 100 * (sum(me.cpu_times()[:2]) - client_cpu0) / window,
         "error": client.error,
     }
 
 
-COLUMNS = [("viewers", "viewers", "{:d}"), ("window_s", "window s", "{:.0f}"), ("sentences", "sentences", "{:d}"),
-           ("server_cpu_pct", "server % core", "{:.1f}"), ("per_100_pct", "% core/100 viewers", "{:.2f}"),
-           ("events_min", "events (min viewer)", "{:d}"), ("events_max", "events", "{:d}"),
-           ("fanout_p95_ms", "fan-out p95 ms", "{:.0f}"), ("fanout_max_ms", "fan-out max ms", "{:.0f}"),
-           ("client_cpu_pct", "client % core", "{:.0f}")]
+COLUMNS = [
+    ("viewers", "viewers", "{:d}"),
+    ("window_s", "window s", "{:.0f}"),
+    ("sentences", "sentences", "{:d}"),
+    ("server_cpu_pct", "server % core", "{:.1f}"),
+    ("per_100_pct", "% core/100 viewers", "{:.2f}"),
+    ("events_min", "events (min viewer)", "{:d}"),
+    ("events_max", "events", "{:d}"),
+    ("fanout_p95_ms", "fan-out p95 ms", "{:.0f}"),
+    ("fanout_max_ms", "fan-out max ms", "{:.0f}"),
+    ("client_cpu_pct", "client % core", "{:.0f}"),
+]
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -102,8 +117,10 @@ async def main(args: argparse.Namespace) -> int:
     (CACHE_DIR / "viewers.db").unlink(missing_ok=True)
     rows: list[dict[str, Any]] = []
     connector = aiohttp.TCPConnector(limit=0)
-    async with bench_server(server_args, CACHE_DIR / "viewers-server.log") as server, \
-            aiohttp.ClientSession(connector=connector) as http:
+    async with (
+        bench_server(server_args, CACHE_DIR / "viewers-server.log") as server,
+        aiohttp.ClientSession(connector=connector) as http,
+    ):
         trace = CpuTrace(server.ps)
         sampler = asyncio.create_task(trace.run())
         try:
@@ -115,10 +132,13 @@ async def main(args: argparse.Namespace) -> int:
             sampler.cancel()
     base = next((r["server_cpu_pct"] for r in rows if r["viewers"] == 0), None)
     for r in rows:
-        r["per_100_pct"] = (100 * (r["server_cpu_pct"] - base) / r["viewers"]
-                            if base is not None and r["viewers"] else float("nan"))
-    print(f"\none publisher, {args.seconds:g} s of read speech, fake recognizer; load average "
-          f"{', '.join(f'{x:.1f}' for x in psutil.getloadavg())}\n")
+        r["per_100_pct"] = (
+            100 * (r["server_cpu_pct"] - base) / r["viewers"] if base is not None and r["viewers"] else float("nan")
+        )
+    print(
+        f"\none publisher, {args.seconds:g} s of read speech, fake recognizer; load average "
+        f"{', '.join(f'{x:.1f}' for x in psutil.getloadavg())}\n"
+    )
     print_markdown_table(COLUMNS, rows)
     if args.json:
         report = json.dumps({"rows": rows, "args": vars(args)}, indent=2, default=str)
@@ -127,8 +147,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.viewers", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.viewers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--viewers", type=int, nargs="+", default=[0, 100, 400])
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses the publisher sends")
     p.add_argument("--pause-s", type=float, default=1.0)
@@ -138,4 +159,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     sys.exit(asyncio.run(main(build_parser().parse_args())))
-

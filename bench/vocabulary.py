@@ -93,13 +93,16 @@ def cpu_name() -> str:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return platform.machine()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                platform.machine())
+    name = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+        platform.machine(),
+    )
     return name + (" avx512_bf16" if "avx512_bf16" in info else "")
 
 
-def wer_row(name: str, clips: list[Clip], texts: dict[str, dict[str, str]], conditions: tuple[str, ...]
-            ) -> dict[str, Any]:
+def wer_row(
+    name: str, clips: list[Clip], texts: dict[str, dict[str, str]], conditions: tuple[str, ...]
+) -> dict[str, Any]:
     """WER per condition over ``clips`` (pooled: errors / reference words, in %), and its change against
     "without" in points."""
     row: dict[str, Any] = {"set": name, "clips": len(clips), "words": 0}
@@ -127,8 +130,11 @@ def report(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str,
     sentences: dict[str, dict[str, list[str]]] = {}
     for clip in clips:
         raw = runs[clip.clip_id]["without"].sentences
-        sentences[clip.clip_id] = {"without": raw, "entered": respelt(entered, raw),
-                                   "learned": shown[clip.clip_id] if clip.terms else respelt(everything, raw)}
+        sentences[clip.clip_id] = {
+            "without": raw,
+            "entered": respelt(entered, raw),
+            "learned": shown[clip.clip_id] if clip.terms else respelt(everything, raw),
+        }
     texts = {k: {c: " ".join(s) for c, s in v.items()} for k, v in sentences.items()}
     if "prompt" in conditions:
         for clip in clips:
@@ -147,49 +153,80 @@ def report(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str,
         where.append(recording(by_id[o.clip_id], o.term, seen[o.term, o.clip_id]))
         seen[o.term, o.clip_id] += 1
     corrected_at = {e.term: order[e.clip_id] for e in edits}
-    later = [k for k, o in enumerate(found["without"]) if o.term in corrected_at
-             and order[o.clip_id] > corrected_at[o.term]]
+    later = [
+        k for k, o in enumerate(found["without"]) if o.term in corrected_at and order[o.clip_id] > corrected_at[o.term]
+    ]
     term_rows: list[dict[str, Any]] = []
     learn_rows: list[dict[str, Any]] = []
     for term in terms:
         mine = {c: [o for o in found[c] if o.term == term] for c in conditions}
         n = len(mine["without"])
-        term_rows.append({
-            "term": term, "clips": len({o.clip_id for o in mine["without"]}), "occurrences": n,
-            **{f"right_{c}": sum(o.right for o in mine[c]) for c in conditions},
-            **{f"heard_{c}": ", ".join(sorted({o.heard or "(left out)" for o in mine[c] if not o.right})) or "-"
-               for c in conditions},
-        })
+        term_rows.append(
+            {
+                "term": term,
+                "clips": len({o.clip_id for o in mine["without"]}),
+                "occurrences": n,
+                **{f"right_{c}": sum(o.right for o in mine[c]) for c in conditions},
+                **{
+                    f"heard_{c}": ", ".join(sorted({o.heard or "(left out)" for o in mine[c] if not o.right})) or "-"
+                    for c in conditions
+                },
+            }
+        )
         edit = next((e for e in edits if e.term == term), None)
         mine_later = [k for k in later if found["without"][k].term == term]
-        before = {where[k] for k, o in enumerate(found["without"])
-                  if o.term == term and edit is not None and order[o.clip_id] <= corrected_at[term]}
+        before = {
+            where[k]
+            for k, o in enumerate(found["without"])
+            if o.term == term and edit is not None and order[o.clip_id] <= corrected_at[term]
+        }
         new = [k for k in mine_later if where[k] not in before]
-        learn_rows.append({
-            "term": term, "corrected_in": edit.clip_id if edit else "-",
-            "edit": f"{edit.shown} => {edit.corrected}" if edit else "-",
-            "learned": (", ".join(edit.fixes) or "(nothing)") if edit else "-",
-            "later": len(mine_later), "later_new": len(new),
-            "later_right_without": sum(found["without"][k].right for k in mine_later),
-            "later_right_learned": sum(found["learned"][k].right for k in mine_later),
-            "later_new_right_learned": sum(found["learned"][k].right for k in new),
-            "later_clips": ", ".join(f"{found['without'][k].clip_id} ({'new recording' if k in new else 'again'})"
-                                     for k in mine_later) or "-",
-        })
-    totals = {k: sum(r[k] for r in learn_rows) for k in ("later", "later_new", "later_right_without",
-                                                         "later_right_learned", "later_new_right_learned")}
-    learn_rows.append({"term": "all", "corrected_in": f"{len(edits)} corrections", "edit": "-",
-                       "learned": f"{len(learned)} entries", "later_clips": "-", **totals})
+        learn_rows.append(
+            {
+                "term": term,
+                "corrected_in": edit.clip_id if edit else "-",
+                "edit": f"{edit.shown} => {edit.corrected}" if edit else "-",
+                "learned": (", ".join(edit.fixes) or "(nothing)") if edit else "-",
+                "later": len(mine_later),
+                "later_new": len(new),
+                "later_right_without": sum(found["without"][k].right for k in mine_later),
+                "later_right_learned": sum(found["learned"][k].right for k in mine_later),
+                "later_new_right_learned": sum(found["learned"][k].right for k in new),
+                "later_clips": ", ".join(
+                    f"{found['without'][k].clip_id} ({'new recording' if k in new else 'again'})" for k in mine_later
+                )
+                or "-",
+            }
+        )
+    totals = {
+        k: sum(r[k] for r in learn_rows)
+        for k in ("later", "later_new", "later_right_without", "later_right_learned", "later_new_right_learned")
+    }
+    learn_rows.append(
+        {
+            "term": "all",
+            "corrected_in": f"{len(edits)} corrections",
+            "edit": "-",
+            "learned": f"{len(learned)} entries",
+            "later_clips": "-",
+            **totals,
+        }
+    )
     with_text = [c for c in clips if c.text]
     other = [c for c in with_text if not c.terms]
     termed = [c for c in with_text if c.terms]
-    wer_rows = [wer_row(f"other: {kind}", [c for c in other if c.kind == kind], texts, conditions)
-                for kind in sorted({c.kind for c in other})]
+    wer_rows = [
+        wer_row(f"other: {kind}", [c for c in other if c.kind == kind], texts, conditions)
+        for kind in sorted({c.kind for c in other})
+    ]
     wer_rows.append(wer_row("other: all", other, texts, conditions))
     wer_rows.append(wer_row("clips with a term", termed, texts, conditions))
     rewrite_rows, rewrite_list = [], []
-    for name, group in [("other clips", other), ("clips with a term", termed),
-                        ("no-text noise", [c for c in clips if not c.text])]:
+    for name, group in [
+        ("other clips", other),
+        ("clips with a term", termed),
+        ("no-text noise", [c for c in clips if not c.text]),
+    ]:
         row: dict[str, Any] = {"set": name, "clips": len(group)}
         for condition in conditions:
             extra: Counter[str] = Counter()
@@ -202,14 +239,19 @@ def report(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str,
                 for clip in group:
                     got = rewrites(sentences[clip.clip_id]["without"], sentences[clip.clip_id][condition])
                     changed += got
-                    rewrite_list += [{"condition": condition, "set": name, "clip": clip.clip_id, "written": a,
-                                      "respelt": b} for a, b in got]
+                    rewrite_list += [
+                        {"condition": condition, "set": name, "clip": clip.clip_id, "written": a, "respelt": b}
+                        for a, b in got
+                    ]
                 row[f"rewrites_{condition}"] = len(changed)
                 row[f"rewritten_words_{condition}"] = sum(max(1, len(a.split())) for a, _ in changed)
         rewrite_rows.append(row)
     style = []
-    for name, group in [("other clips", other), ("clips with a term", termed),
-                        ("no-text noise", [c for c in clips if not c.text])]:
+    for name, group in [
+        ("other clips", other),
+        ("clips with a term", termed),
+        ("no-text noise", [c for c in clips if not c.text]),
+    ]:
         looks: dict[str, Any] = {"set": name, "clips": len(group)}
         for decode in (d for d in DECODES if d in conditions):
             mine_runs = [runs[c.clip_id][decode] for c in group]
@@ -223,16 +265,35 @@ def report(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str,
             without = word_errors(clip.text or "", texts[clip.clip_id]["without"])
             prompt = word_errors(clip.text or "", texts[clip.clip_id]["prompt"])
             if prompt[0] != without[0]:
-                changed_rows.append({"clip": clip.clip_id, "words": without[1], "errors_without": without[0],
-                                     "errors_prompt": prompt[0], "delta": prompt[0] - without[0],
-                                     "text_prompt": texts[clip.clip_id]["prompt"]})
+                changed_rows.append(
+                    {
+                        "clip": clip.clip_id,
+                        "words": without[1],
+                        "errors_without": without[0],
+                        "errors_prompt": prompt[0],
+                        "delta": prompt[0] - without[0],
+                        "text_prompt": texts[clip.clip_id]["prompt"],
+                    }
+                )
         changed_rows.sort(key=lambda r: (-abs(r["delta"]), r["clip"]))
-    occurrence_rows = {c: [{**vars(o), "recording": where[k], "later": k in later} for k, o in enumerate(found[c])]
-                       for c in conditions}
-    return {"conditions": list(conditions), "terms": term_rows, "learning": learn_rows,
-            "recurrence": recurrence_note(totals), "wer": wer_rows, "rewrites": rewrite_rows,
-            "rewrite_list": rewrite_list, "style": style, "changed": changed_rows, "edits": [vars(e) for e in edits],
-            "learned": list(learned), "occurrences": occurrence_rows, "texts": texts}
+    occurrence_rows = {
+        c: [{**vars(o), "recording": where[k], "later": k in later} for k, o in enumerate(found[c])] for c in conditions
+    }
+    return {
+        "conditions": list(conditions),
+        "terms": term_rows,
+        "learning": learn_rows,
+        "recurrence": recurrence_note(totals),
+        "wer": wer_rows,
+        "rewrites": rewrite_rows,
+        "rewrite_list": rewrite_list,
+        "style": style,
+        "changed": changed_rows,
+        "edits": [vars(e) for e in edits],
+        "learned": list(learned),
+        "occurrences": occurrence_rows,
+        "texts": texts,
+    }
 
 
 def recurrence_note(totals: dict[str, int]) -> str:
@@ -241,61 +302,119 @@ def recurrence_note(totals: dict[str, int]) -> str:
     if new >= MIN_NEW_LATER:
         pct = 100 * totals["later_new_right_learned"] / new
         return f"{new} later occurrences from new recordings, {pct:.0f} % right with what the room learned."
-    return (f"Too few recurring misrecognised terms to judge the 80 % target: {n} later occurrence(s) of a corrected "
-            f"term, {new} of them from a recording not already heard for that term (fewer than {MIN_NEW_LATER}); "
-            f"the rest repeat an earlier occurrence's recording (reverberated, mixed or concatenated), which shows "
-            f"the fix holding where the recognizer misspells the same way again, not a new speaker or sentence.")
+    return (
+        f"Too few recurring misrecognised terms to judge the 80 % target: {n} later occurrence(s) of a corrected "
+        f"term, {new} of them from a recording not already heard for that term (fewer than {MIN_NEW_LATER}); "
+        f"the rest repeat an earlier occurrence's recording (reverberated, mixed or concatenated), which shows "
+        f"the fix holding where the recognizer misspells the same way again, not a new speaker or sentence."
+    )
 
 
 def print_report(tables: dict[str, Any]) -> None:
     """The tables as Markdown, a column per condition."""
     conditions = tables["conditions"]
-    print("\nTerm occurrences recognised right (the reference word aligned to the same word), and what was written "
-          "instead:\n")
-    print_markdown_table([("term", "term", "{}"), ("clips", "clips", "{:d}"), ("occurrences", "occurrences", "{:d}"),
-                          *[(f"right_{c}", f"right {c}", "{:d}") for c in conditions],
-                          *[(f"heard_{c}", f"written {c}", "{}") for c in conditions]], tables["terms"])
-    print("\nLearned: the editor corrects the first occurrence the room shows wrong; its later occurrences "
-          "(after that clip), right without and as the room then shows them:\n")
-    print_markdown_table([("term", "term", "{}"), ("corrected_in", "corrected in", "{}"),
-                          ("learned", "room learned", "{}"), ("later", "later", "{:d}"),
-                          ("later_right_without", "right without", "{:d}"),
-                          ("later_right_learned", "right learned", "{:d}"),
-                          ("later_new", "later, new recording", "{:d}"),
-                          ("later_new_right_learned", "new recording right learned", "{:d}"),
-                          ("later_clips", "later clips", "{}")], tables["learning"])
+    print(
+        "\nTerm occurrences recognised right (the reference word aligned to the same word), and what was written "
+        "instead:\n"
+    )
+    print_markdown_table(
+        [
+            ("term", "term", "{}"),
+            ("clips", "clips", "{:d}"),
+            ("occurrences", "occurrences", "{:d}"),
+            *[(f"right_{c}", f"right {c}", "{:d}") for c in conditions],
+            *[(f"heard_{c}", f"written {c}", "{}") for c in conditions],
+        ],
+        tables["terms"],
+    )
+    print(
+        "\nLearned: the editor corrects the first occurrence the room shows wrong; its later occurrences "
+        "(after that clip), right without and as the room then shows them:\n"
+    )
+    print_markdown_table(
+        [
+            ("term", "term", "{}"),
+            ("corrected_in", "corrected in", "{}"),
+            ("learned", "room learned", "{}"),
+            ("later", "later", "{:d}"),
+            ("later_right_without", "right without", "{:d}"),
+            ("later_right_learned", "right learned", "{:d}"),
+            ("later_new", "later, new recording", "{:d}"),
+            ("later_new_right_learned", "new recording right learned", "{:d}"),
+            ("later_clips", "later clips", "{}"),
+        ],
+        tables["learning"],
+    )
     print(f"\n{tables['recurrence']}\n\nThe corrections:\n")
-    print_markdown_table([("term", "term", "{}"), ("clip_id", "clip", "{}"), ("shown", "shown", "{}"),
-                          ("corrected", "corrected", "{}")], tables["edits"])
-    print("\nWER (%) per condition (learned: every fix of the run on the clips without a term; the room as it was "
-          "live on those with one), change against 'without' in points:\n")
-    print_markdown_table([("set", "clips", "{}"), ("clips", "n", "{:d}"), ("words", "ref words", "{:d}"),
-                          *[(f"wer_{c}", f"WER {c}", "{:.2f}") for c in conditions],
-                          *[(f"delta_{c}", f"delta {c}", "{:+.2f}") for c in conditions if c != "without"]],
-                         tables["wer"])
-    print("\nRewrites (stretches the Corrector changed, words among them) and hallucinated terms (a term written more "
-          "often than the reference has it):\n")
+    print_markdown_table(
+        [("term", "term", "{}"), ("clip_id", "clip", "{}"), ("shown", "shown", "{}"), ("corrected", "corrected", "{}")],
+        tables["edits"],
+    )
+    print(
+        "\nWER (%) per condition (learned: every fix of the run on the clips without a term; the room as it was "
+        "live on those with one), change against 'without' in points:\n"
+    )
+    print_markdown_table(
+        [
+            ("set", "clips", "{}"),
+            ("clips", "n", "{:d}"),
+            ("words", "ref words", "{:d}"),
+            *[(f"wer_{c}", f"WER {c}", "{:.2f}") for c in conditions],
+            *[(f"delta_{c}", f"delta {c}", "{:+.2f}") for c in conditions if c != "without"],
+        ],
+        tables["wer"],
+    )
+    print(
+        "\nRewrites (stretches the Corrector changed, words among them) and hallucinated terms (a term written more "
+        "often than the reference has it):\n"
+    )
     respelling = [c for c in ("entered", "learned") if c in conditions]
-    print_markdown_table([("set", "clips", "{}"), ("clips", "n", "{:d}"),
-                          *[(f"rewrites_{c}", f"rewrites {c}", "{:d}") for c in respelling],
-                          *[(f"rewritten_words_{c}", f"words {c}", "{:d}") for c in respelling],
-                          *[(f"terms_{c}", f"terms {c}", "{:d}") for c in conditions],
-                          *[(f"which_{c}", f"which {c}", "{}") for c in conditions]], tables["rewrites"])
+    print_markdown_table(
+        [
+            ("set", "clips", "{}"),
+            ("clips", "n", "{:d}"),
+            *[(f"rewrites_{c}", f"rewrites {c}", "{:d}") for c in respelling],
+            *[(f"rewritten_words_{c}", f"words {c}", "{:d}") for c in respelling],
+            *[(f"terms_{c}", f"terms {c}", "{:d}") for c in conditions],
+            *[(f"which_{c}", f"which {c}", "{}") for c in conditions],
+        ],
+        tables["rewrites"],
+    )
     print("\nEvery rewrite:\n")
-    print_markdown_table([("condition", "condition", "{}"), ("set", "set", "{}"), ("clip", "clip", "{}"),
-                          ("written", "written", "{}"), ("respelt", "respelt", "{}")], tables["rewrite_list"])
+    print_markdown_table(
+        [
+            ("condition", "condition", "{}"),
+            ("set", "set", "{}"),
+            ("clip", "clip", "{}"),
+            ("written", "written", "{}"),
+            ("respelt", "respelt", "{}"),
+        ],
+        tables["rewrite_list"],
+    )
     decodes = [d for d in DECODES if d in conditions]
     print("\nThe decodes: words written, sentences locked, segments the hallucination guard dropped:\n")
-    print_markdown_table([("set", "clips", "{}"), ("clips", "n", "{:d}"),
-                          *[(f"words_{d}", f"words {d}", "{:d}") for d in decodes],
-                          *[(f"sentences_{d}", f"sentences {d}", "{:d}") for d in decodes],
-                          *[(f"dropped_{d}", f"dropped {d}", "{:d}") for d in decodes]], tables["style"])
+    print_markdown_table(
+        [
+            ("set", "clips", "{}"),
+            ("clips", "n", "{:d}"),
+            *[(f"words_{d}", f"words {d}", "{:d}") for d in decodes],
+            *[(f"sentences_{d}", f"sentences {d}", "{:d}") for d in decodes],
+            *[(f"dropped_{d}", f"dropped {d}", "{:d}") for d in decodes],
+        ],
+        tables["style"],
+    )
     if "prompt" in conditions:
         print(f"\nClips whose errors the prompt changed ({len(tables['changed'])}; the largest changes first):\n")
-        print_markdown_table([("clip", "clip", "{}"), ("words", "ref words", "{:d}"),
-                              ("errors_without", "errors without", "{:d}"), ("errors_prompt", "errors prompt", "{:d}"),
-                              ("text_prompt", "text with the prompt", "{}")],
-                             [{**r, "text_prompt": r["text_prompt"][:90]} for r in tables["changed"][:CHANGED_SHOWN]])
+        print_markdown_table(
+            [
+                ("clip", "clip", "{}"),
+                ("words", "ref words", "{:d}"),
+                ("errors_without", "errors without", "{:d}"),
+                ("errors_prompt", "errors prompt", "{:d}"),
+                ("text_prompt", "text with the prompt", "{}"),
+            ],
+            [{**r, "text_prompt": r["text_prompt"][:90]} for r in tables["changed"][:CHANGED_SHOWN]],
+        )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -304,10 +423,8 @@ async def main(args: argparse.Namespace) -> int:
         term_key(term)
     clips = select_clips(terms, args.exclude, args.only)
     audio_s = sum(c.audio_s for c in clips)
-    print(f"{len(clips)} clips, {audio_s:.0f} s of audio; vocabulary: {', '.join(terms)}", file=sys.stderr,
-          flush=True)
-    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model),
-                                        speakers=not args.no_speakers))
+    print(f"{len(clips)} clips, {audio_s:.0f} s of audio; vocabulary: {', '.join(terms)}", file=sys.stderr, flush=True)
+    engine = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=args.model), speakers=not args.no_speakers))
     decodes = DECODES if args.prompt else DECODES[:1]
     options = {"without": SessionOptions(language="en"), "prompt": SessionOptions(language="en", hotwords=terms)}
     runs: dict[str, dict[str, Run]] = {}
@@ -318,52 +435,85 @@ async def main(args: argparse.Namespace) -> int:
         if args.warmup:  # the first decodes after start-up are slow; the first clip must not pay for them
             await transcribe(engine, clips[0].samples, options["without"], **feed)
         for k, clip in enumerate(clips):
-            order = decodes[k % len(decodes):] + decodes[:k % len(decodes)]  # each decode goes first in turn
+            order = decodes[k % len(decodes) :] + decodes[: k % len(decodes)]  # each decode goes first in turn
             runs[clip.clip_id] = {}
             for decode in order:
                 run = await transcribe(engine, clip.samples, options[decode], **feed)
                 runs[clip.clip_id][decode] = run
                 if run.errors:
                     print(f"{clip.clip_id} {decode}: {'; '.join(run.errors)}", file=sys.stderr)
-            print(f"{k + 1}/{len(clips)} {clip.clip_id} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{k + 1}/{len(clips)} {clip.clip_id} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True
+            )
     finally:
         await engine.close()
     tables = report(clips, runs, terms)
     wall = {d: round(sum(r[d].wall_s for r in runs.values() if d in r), 1) for d in decodes}
-    print(f"\n{len(clips)} clips ({audio_s:.0f} s of audio), {time.monotonic() - t_start:.0f} s in all; session wall "
-          f"time per decode: {', '.join(f'{d} {s:.0f} s' for d, s in wall.items())}; CPU: {cpu_name()}")
+    print(
+        f"\n{len(clips)} clips ({audio_s:.0f} s of audio), {time.monotonic() - t_start:.0f} s in all; session wall "
+        f"time per decode: {', '.join(f'{d} {s:.0f} s' for d, s in wall.items())}; CPU: {cpu_name()}"
+    )
     print_report(tables)
     if args.json:
         texts = tables.pop("texts")
-        out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
-               "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version()},
-               "wall_s": wall, **tables,
-               "clips": {c.clip_id: {"kind": c.kind, "reference": c.text, "terms": list(c.terms),
-                                     "components": list(c.components), "texts": texts[c.clip_id],
-                                     **{d: vars(run) for d, run in runs[c.clip_id].items()}} for c in clips}}
+        out = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "args": vars(args),
+            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version()},
+            "wall_s": wall,
+            **tables,
+            "clips": {
+                c.clip_id: {
+                    "kind": c.kind,
+                    "reference": c.text,
+                    "terms": list(c.terms),
+                    "components": list(c.components),
+                    "texts": texts[c.clip_id],
+                    **{d: vars(run) for d, run in runs[c.clip_id].items()},
+                }
+                for c in clips
+            },
+        }
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(out, indent=2, default=str), "utf-8")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.vocabulary", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.vocabulary", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--terms", nargs="+", default=list(DEFAULT_TERMS), help="the room vocabulary (one word each)")
-    p.add_argument("--prompt", action=argparse.BooleanOptionalAction, default=True,
-                   help="a second decode of every clip with the terms as hotwords, for comparison (default: on)")
-    p.add_argument("--exclude", nargs="*", default=["ami_seriously_src_"],
-                   help="leave out clips whose id starts so (default: the AMI mixture's four single sources, "
-                        "60 s each, the mixture's words again)")
+    p.add_argument(
+        "--prompt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a second decode of every clip with the terms as hotwords, for comparison (default: on)",
+    )
+    p.add_argument(
+        "--exclude",
+        nargs="*",
+        default=["ami_seriously_src_"],
+        help="leave out clips whose id starts so (default: the AMI mixture's four single sources, "
+        "60 s each, the mixture's words again)",
+    )
     p.add_argument("--only", nargs="*", default=[], help="only clips whose id starts so")
     p.add_argument("--realtime", action="store_true", help="feed each clip at real time, as a microphone does")
-    p.add_argument("--vad-backlog-s", type=float, default=0.5,
-                   help="fast feed: at most this much audio waits for the VAD (default 0.5 s)")
-    p.add_argument("--pending", type=int, default=0,
-                   help="fast feed: at most this many closed sentences wait for their lock (default 0)")
+    p.add_argument(
+        "--vad-backlog-s",
+        type=float,
+        default=0.5,
+        help="fast feed: at most this much audio waits for the VAD (default 0.5 s)",
+    )
+    p.add_argument(
+        "--pending",
+        type=int,
+        default=0,
+        help="fast feed: at most this many closed sentences wait for their lock (default 0)",
+    )
     p.add_argument("--model", default=None, help="the recognizer (default: the embedded whisper-base)")
-    p.add_argument("--no-speakers", action="store_true", help="no speaker labels (a voice change then splits "
-                                                              "no sentence)")
+    p.add_argument(
+        "--no-speakers", action="store_true", help="no speaker labels (a voice change then splits no sentence)"
+    )
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--json", default=None, help="also write the tables and every clip's text to this JSON file")
     return p

@@ -49,9 +49,12 @@ def policy_config(model: str | None, name: str) -> TranscriberConfig:
     kind, buckets, margin = name.split(":")
     if kind != "fit":
         raise ValueError(f"unknown policy {name!r}")
-    config = TranscriberConfig(model=model, window=WindowMode.FIT,
-                               window_buckets_s=tuple(float(b) for b in buckets.split(",")),
-                               window_margin_s=float(margin))
+    config = TranscriberConfig(
+        model=model,
+        window=WindowMode.FIT,
+        window_buckets_s=tuple(float(b) for b in buckets.split(",")),
+        window_margin_s=float(margin),
+    )
     config.window_policy()  # (checks the buckets)
     return config
 
@@ -66,8 +69,11 @@ def policy_name(text: str) -> str:
 
 
 def bench_clips(kinds: list[str]) -> list[str]:
-    return [c for c, e in manifest().items()
-            if e["lang"] == "en" and e["text"] and e["duration_s"] <= MAX_CLIP_S and e["kind"] in kinds]
+    return [
+        c
+        for c, e in manifest().items()
+        if e["lang"] == "en" and e["text"] and e["duration_s"] <= MAX_CLIP_S and e["kind"] in kinds
+    ]
 
 
 async def decode(t: VllmTranscriber, request_id: str, samples: Any) -> tuple[str, float, int]:
@@ -82,16 +88,20 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
     windows: dict[str, list[dict[str, float | int]]] = {}
     totals: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "wall_s": 0.0, "by_kind": {}} for n in names}
     texts: dict[str, dict[str, str]] = {n: {} for n in names}
-    clips = [c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds
-             and c.startswith(tuple(args.clip_prefix))]
-    rounds = [clips[i:i + args.parallel] for i in range(0, len(clips), args.parallel)]
+    clips = [
+        c
+        for c, e in manifest().items()
+        if e["lang"] == "en" and e["text"] and e["kind"] in args.kinds and c.startswith(tuple(args.clip_prefix))
+    ]
+    rounds = [clips[i : i + args.parallel] for i in range(0, len(clips), args.parallel)]
     for n in names:
         engine = CaptionEngine(EngineConfig(transcriber=policy_config(args.model, n), speakers=False))
         await engine.start()
         try:
             for k, group in enumerate(rounds):
-                results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5),
-                                                              realtime=args.realtime) for c in group))
+                results = await asyncio.gather(
+                    *(stream_audio(engine, pad(audio(c), 0.5, 2.5), realtime=args.realtime) for c in group)
+                )
                 for clip, result in zip(group, results, strict=True):
                     e, w = word_errors(manifest()[clip]["text"], result.text())
                     row = totals[n]
@@ -102,17 +112,30 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
                     by[0] += e
                     by[1] += w
                     texts[n][clip] = result.text()
-                print(f"{n} round {k + 1}/{len(rounds)}: {totals[n]['errors'] / max(1, totals[n]['words']):.2%}",
-                      flush=True)
+                print(
+                    f"{n} round {k + 1}/{len(rounds)}: {totals[n]['errors'] / max(1, totals[n]['words']):.2%}",
+                    flush=True,
+                )
             t: Any = engine.transcriber
             windows[n] = t.windows.as_list()
         finally:
             await engine.close()
-    return {"clips": len(clips), "stream": True, "realtime": args.realtime, "parallel": args.parallel,
-            "texts": texts, "policies": {
-                n: {"wer": r["errors"] / max(1, r["words"]), "wall_s": r["wall_s"],
-                    "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
-                    "windows": windows[n]} for n, r in totals.items()}}
+    return {
+        "clips": len(clips),
+        "stream": True,
+        "realtime": args.realtime,
+        "parallel": args.parallel,
+        "texts": texts,
+        "policies": {
+            n: {
+                "wer": r["errors"] / max(1, r["words"]),
+                "wall_s": r["wall_s"],
+                "wer_by_kind": {k: e / max(1, w) for k, (e, w) in r["by_kind"].items()},
+                "windows": windows[n],
+            }
+            for n, r in totals.items()
+        },
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,10 +143,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return await run_stream(args)
     names = list(args.policies)
     windows: dict[str, list[dict[str, float | int]]] = {}
-    rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": [], "texts": {}}
-                                       for n in names}
-    prefix_rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": 0}
-                                              for n in names}
+    rows: dict[str, dict[str, Any]] = {
+        n: {"errors": 0, "words": 0, "decode_s": [], "looped": [], "texts": {}} for n in names
+    }
+    prefix_rows: dict[str, dict[str, Any]] = {n: {"errors": 0, "words": 0, "decode_s": [], "looped": 0} for n in names}
     prefix_texts: dict[str, dict[tuple[str, float], str]] = {n: {} for n in names}
     clips = bench_clips(args.kinds)
     for n in names:
@@ -172,9 +195,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         if args.prefixes:
             p = prefix_rows[n]
-            out["policies"][n]["prefix"] = {"decodes": len(p["decode_s"]),
-                                            "wer_vs_stock": p["errors"] / max(1, p["words"]),
-                                            "decode_s_total": sum(p["decode_s"]), "looped": p["looped"]}
+            out["policies"][n]["prefix"] = {
+                "decodes": len(p["decode_s"]),
+                "wer_vs_stock": p["errors"] / max(1, p["words"]),
+                "decode_s_total": sum(p["decode_s"]),
+                "looped": p["looped"],
+            }
     out["texts"] = {n: rows[n]["texts"] for n in names}
     return out
 
@@ -186,19 +212,25 @@ def print_tables(out: dict[str, Any]) -> None:
         print("| policy | locked WER | " + " | ".join(kinds) + " | wall s |")
         print("|---|---|" + "---|" * len(kinds) + "---|")
         for n, p in out["policies"].items():
-            print(f"| {n} | {100 * p['wer']:.2f}% | "
-                  + " | ".join(f"{100 * p['wer_by_kind'].get(k, float('nan')):.2f}%" for k in kinds)
-                  + f" | {p['wall_s']:.0f} |")
+            print(
+                f"| {n} | {100 * p['wer']:.2f}% | "
+                + " | ".join(f"{100 * p['wer_by_kind'].get(k, float('nan')):.2f}%" for k in kinds)
+                + f" | {p['wall_s']:.0f} |"
+            )
         print_windows(out)
         return
-    print("| policy | WER | decode s total | p50 | looped (redone) | texts differing from stock | prefix WER vs stock "
-          "| prefix decode s |")
+    print(
+        "| policy | WER | decode s total | p50 | looped (redone) | texts differing from stock | prefix WER vs stock "
+        "| prefix decode s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for n, p in out["policies"].items():
         pre = p.get("prefix")
         prefix = f"{100 * pre['wer_vs_stock']:.2f}% | {pre['decode_s_total']:.1f}" if pre else "- | -"
-        print(f"| {n} | {100 * p['wer']:.2f}% | {p['decode_s_total']:.1f} | {p['decode_s_p50']:.2f} | "
-              f"{len(p['looped'])} | {len(p['differs_from_stock'])} | {prefix} |")
+        print(
+            f"| {n} | {100 * p['wer']:.2f}% | {p['decode_s_total']:.1f} | {p['decode_s_p50']:.2f} | "
+            f"{len(p['looped'])} | {len(p['differs_from_stock'])} | {prefix} |"
+        )
     print_windows(out)
 
 
@@ -208,14 +240,20 @@ def print_windows(out: dict[str, Any]) -> None:
     for n, p in out["policies"].items():
         for w in p["windows"]:
             mean = w["decode_s"] / max(1, w["decodes"])
-            print(f"| {n} | {w['window_s']:g} | {w['encoder_positions']} | {w['decodes']} | {w['fallbacks']} | "
-                  f"{mean:.3f} | {w['tokens'] / max(1e-9, w['decode_s']):.0f} |")
+            print(
+                f"| {n} | {w['window_s']:g} | {w['encoder_positions']} | {w['decodes']} | {w['fallbacks']} | "
+                f"{mean:.3f} | {w['tokens'] / max(1e-9, w['decode_s']):.0f} |"
+            )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--policies", nargs="+", type=policy_name,
-                    default=["stock", "fit:4,8,15,30:1.0", "fit:2,4,8,15,30:1.0", "fit:4,8,15,30:2.0"])
+    ap.add_argument(
+        "--policies",
+        nargs="+",
+        type=policy_name,
+        default=["stock", "fit:4,8,15,30:1.0", "fit:2,4,8,15,30:1.0", "fit:4,8,15,30:2.0"],
+    )
     ap.add_argument("--model", default=None)
     ap.add_argument("--prefixes", action="store_true", help="also decode 0.5 s-step prefixes (as partials)")
     ap.add_argument("--stream", action="store_true", help="locked-caption WER through the live pipeline")

@@ -26,19 +26,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m engine",
         description="Stream a WAV file through live captions' engine (VAD, endpointing, partial and locked "
-                    "captions, speaker labels, vLLM Whisper) and print the caption messages as JSON lines.",
+        "captions, speaker labels, vLLM Whisper) and print the caption messages as JSON lines.",
     )
     p.add_argument("file", help="WAV file (8/16/32-bit PCM, any rate, mono or stereo)")
-    p.add_argument("--realtime", action="store_true",
-                   help="pace the audio at real time like a live microphone (default: as fast as possible)")
+    p.add_argument(
+        "--realtime",
+        action="store_true",
+        help="pace the audio at real time like a live microphone (default: as fast as possible)",
+    )
     # The engine's own settings, as their config fields declare them (engine.settings), without environment
     # fallbacks: this is a tool for one file, not a service.
     add_flags(p, TranscriberConfig, "model")
     add_flags(p, EngineConfig, "default_language")
     p.add_argument("--hotword", action="append", default=[], help="a word or name to prefer (repeatable)")
-    p.add_argument("--preset", type=member_of(EndpointPreset), choices=values_of(EndpointPreset),
-                   default=EndpointPreset.BALANCED,
-                   help="endpointing preset: how long a pause closes a sentence (default: balanced)")
+    p.add_argument(
+        "--preset",
+        type=member_of(EndpointPreset),
+        choices=values_of(EndpointPreset),
+        default=EndpointPreset.BALANCED,
+        help="endpointing preset: how long a pause closes a sentence (default: balanced)",
+    )
     add_flags(p, TranscriberConfig, "window")
     add_flags(p, EngineConfig, "speakers")
     add_flags(p, EngineConfig, "speaker_model", choices=SPEAKER_MODEL_NAMES)  # names the config may not import
@@ -54,19 +61,22 @@ async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> 
     audio = load_wav(args.file)
     own = engine is None
     if engine is None:
-        engine = CaptionEngine(EngineConfig(
-            transcriber=TranscriberConfig(model=args.model, device=args.device, window=args.window),
-            endpoint=ENDPOINT_PRESETS[args.preset],
-            speakers=not args.no_speakers,
-            speaker_model=args.speaker_model,
-            default_language=language,
-        ))
+        engine = CaptionEngine(
+            EngineConfig(
+                transcriber=TranscriberConfig(model=args.model, device=args.device, window=args.window),
+                endpoint=ENDPOINT_PRESETS[args.preset],
+                speakers=not args.no_speakers,
+                speaker_model=args.speaker_model,
+                default_language=language,
+            )
+        )
     try:
         if own:
             await engine.start()
         options = replace(SessionOptions(), language=language, hotwords=tuple(args.hotword))
-        result = await stream_audio(engine, audio, realtime=args.realtime, options=options,
-                                    on_message=lambda m: print(dumps(m), flush=True))
+        result = await stream_audio(
+            engine, audio, realtime=args.realtime, options=options, on_message=lambda m: print(dumps(m), flush=True)
+        )
         print(json.dumps(result.summary(), ensure_ascii=False), flush=True)
     finally:
         if own:
@@ -76,8 +86,11 @@ async def run(args: argparse.Namespace, engine: CaptionEngine | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     return asyncio.run(run(args))
 
 

@@ -76,8 +76,9 @@ class EndpointPreset(StrEnum):
 
 ENDPOINT_PRESETS: dict[EndpointPreset, EndpointConfig] = {
     EndpointPreset.BALANCED: EndpointConfig(),
-    EndpointPreset.LOW_LATENCY: EndpointConfig(silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000,
-                                  sentence_pause_ms=300),
+    EndpointPreset.LOW_LATENCY: EndpointConfig(
+        silence_schedule_ms=LOW_LATENCY_SCHEDULE, max_segment_ms=15_000, sentence_pause_ms=300
+    ),
 }
 
 
@@ -255,38 +256,57 @@ class TranscriberConfig:
     """The shared recognizer: vLLM in this process, or ``vllm serve`` instances at ``asr_urls``."""
 
     model: str | None = setting(
-        None, help="embedded name (whisper-base, whisper-tiny.en), a local Hugging Face folder or a hub id "
-                   "such as openai/whisper-large-v3-turbo", default_text="whisper-base")
-    device: Device = setting(Device.AUTO, parse=member_of(Device), choices=values_of(Device),
-                             help="where the in-process recognizer runs ('auto': a GPU when there is one)")
+        None,
+        help="embedded name (whisper-base, whisper-tiny.en), a local Hugging Face folder or a hub id "
+        "such as openai/whisper-large-v3-turbo",
+        default_text="whisper-base",
+    )
+    device: Device = setting(
+        Device.AUTO,
+        parse=member_of(Device),
+        choices=values_of(Device),
+        help="where the in-process recognizer runs ('auto': a GPU when there is one)",
+    )
     dtype: str = "auto"  # "auto" | "float32" | "bfloat16" | "float16"
     max_num_seqs: int = 8
     max_tokens: int = 220  # per segment at most; shorter audio gets fewer (engine.asr.windows.max_tokens_for)
     window: WindowMode = setting(
-        WindowMode.FIT, parse=member_of(WindowMode), choices=values_of(WindowMode),
+        WindowMode.FIT,
+        parse=member_of(WindowMode),
+        choices=values_of(WindowMode),
         help="Whisper encoder window: 'fit' pads each request to a window that fits its audio (fast, "
-             "engine.asr.windows), 'stock' always to 30 s")
+        "engine.asr.windows), 'stock' always to 30 s",
+    )
     window_buckets_s: tuple[float, ...] = WindowPolicy().buckets_s
     window_margin_s: float = WindowPolicy().margin_s
     # 0 = by load (``CaptionEngine``; ``engine.asr.cpu``). On 2 cores, 1 costs less CPU and serves several sessions
     # faster, 2 locks one speaker's long sentences sooner: docs/benchmarks.md ("CPU threads").
-    cpu_threads: int = setting(0, help="compute threads of the CPU speech engine (0: every core while one session "
-                                       "speaks, half of them while several do; a number fixes it; an "
-                                       "OMP_NUM_THREADS in the environment wins)")
+    cpu_threads: int = setting(
+        0,
+        help="compute threads of the CPU speech engine (0: every core while one session "
+        "speaks, half of them while several do; a number fixes it; an "
+        "OMP_NUM_THREADS in the environment wins)",
+    )
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
     # Whisper's timestamp tokens in every decode (partials too, so that a partial can still serve as the final):
     # word times then follow the model's timed stretches as well as the VAD (engine.stream.words).
-    timestamps: bool = setting(False, flag="--word-timestamps",
-                               help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow "
-                                    "the model's timed stretches, not only the VAD; costs 20-50 % more decode time "
-                                    "(see docs/benchmarks.md)")
+    timestamps: bool = setting(
+        False,
+        flag="--word-timestamps",
+        help="decode with Whisper's timestamp tokens: word times (and so subtitle cues) follow "
+        "the model's timed stretches, not only the VAD; costs 20-50 % more decode time "
+        "(see docs/benchmarks.md)",
+    )
     # Base URLs of ``vllm serve`` instances (``http://host:port``; engine.asr.remote).
     asr_urls: tuple[str, ...] = setting(
-        (), flag="--asr-url", metavar="URL",
+        (),
+        flag="--asr-url",
+        metavar="URL",
         help="decode on this `vllm serve` instance (base URL, e.g. http://10.0.0.5:8000) instead of an in-process "
-             "engine; repeat for several: requests go to the least loaded one that is up (serve the model as the "
-             "docs/operations.md says)")
+        "engine; repeat for several: requests go to the least loaded one that is up (serve the model as the "
+        "docs/operations.md says)",
+    )
     remote: RemoteAsrConfig = field(default_factory=RemoteAsrConfig)
 
     def window_policy(self) -> WindowPolicy:
@@ -356,16 +376,25 @@ class EngineConfig:
     # import the speakers layer (the recognizer imports the config); tests check it is that module's default. For
     # the same reason the server adds the names as the flag's choices.
     speaker_model: str = setting(
-        "campplus", help="speaker-embedding model: 'resemblyzer' (GE2E, 2019) or 'campplus' (CAM++, 2023: fewer "
-                         "speaker confusions, more CPU per window; see docs/benchmarks.md)")
-    default_language: str | None = setting("en", flag="--language", parse=language_or_auto,
-                                           help="default caption language, or 'auto' to detect it per sentence")
+        "campplus",
+        help="speaker-embedding model: 'resemblyzer' (GE2E, 2019) or 'campplus' (CAM++, 2023: fewer "
+        "speaker confusions, more CPU per window; see docs/benchmarks.md)",
+    )
+    default_language: str | None = setting(
+        "en",
+        flag="--language",
+        parse=language_or_auto,
+        help="default caption language, or 'auto' to detect it per sentence",
+    )
     # Word times from Whisper's own cross-attention (engine.asr.align) for every locked sentence, where the recognizer
     # runs in this process (a local checkpoint); else, or when the aligner falls behind, from the VAD alone. Costs a
     # second encoder pass per final on the front end's CPU (docs/benchmarks.md, "Word times").
-    word_align: bool = setting(True, help="word times from the VAD alone, not from Whisper's cross-attention (saves a "
-                                          "second encoder pass per locked sentence; subtitle cues then split less "
-                                          "accurately: docs/benchmarks.md)")
+    word_align: bool = setting(
+        True,
+        help="word times from the VAD alone, not from Whisper's cross-attention (saves a "
+        "second encoder pass per locked sentence; subtitle cues then split less "
+        "accurately: docs/benchmarks.md)",
+    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 
-
 class EngineObserver:
     """Receives engine events; every method does nothing unless overridden."""
 

@@ -67,23 +67,106 @@ MAX_HOTWORDS = 32
 MAX_HOTWORD_CHARS = 48
 # Whisper's languages: code -> the English name OpenAI's API reports (``verbose_json`` ``language``).
 LANGUAGES: dict[str, str] = {
-    "en": "english", "zh": "chinese", "de": "german", "es": "spanish", "ru": "russian", "ko": "korean",
-    "fr": "french", "ja": "japanese", "pt": "portuguese", "tr": "turkish", "pl": "polish", "ca": "catalan",
-    "nl": "dutch", "ar": "arabic", "sv": "swedish", "it": "italian", "id": "indonesian", "hi": "hindi",
-    "fi": "finnish", "vi": "vietnamese", "he": "hebrew", "uk": "ukrainian", "el": "greek", "ms": "malay",
-    "cs": "czech", "ro": "romanian", "da": "danish", "hu": "hungarian", "ta": "tamil", "no": "norwegian",
-    "th": "thai", "ur": "urdu", "hr": "croatian", "bg": "bulgarian", "lt": "lithuanian", "la": "latin",
-    "mi": "maori", "ml": "malayalam", "cy": "welsh", "sk": "slovak", "te": "telugu", "fa": "persian",
-    "lv": "latvian", "bn": "bengali", "sr": "serbian", "az": "azerbaijani", "sl": "slovenian", "kn": "kannada",
-    "et": "estonian", "mk": "macedonian", "br": "breton", "eu": "basque", "is": "icelandic", "hy": "armenian",
-    "ne": "nepali", "mn": "mongolian", "bs": "bosnian", "kk": "kazakh", "sq": "albanian", "sw": "swahili",
-    "gl": "galician", "mr": "marathi", "pa": "punjabi", "si": "sinhala", "km": "khmer", "sn": "shona",
-    "yo": "yoruba", "so": "somali", "af": "afrikaans", "oc": "occitan", "ka": "georgian", "be": "belarusian",
-    "tg": "tajik", "sd": "sindhi", "gu": "gujarati", "am": "amharic", "yi": "yiddish", "lo": "lao", "uz": "uzbek",
-    "fo": "faroese", "ht": "haitian creole", "ps": "pashto", "tk": "turkmen", "nn": "nynorsk", "mt": "maltese",
-    "sa": "sanskrit", "lb": "luxembourgish", "my": "myanmar", "bo": "tibetan", "tl": "tagalog", "mg": "malagasy",
-    "as": "assamese", "tt": "tatar", "haw": "hawaiian", "ln": "lingala", "ha": "hausa", "ba": "bashkir",
-    "jw": "javanese", "su": "sundanese", "yue": "cantonese",
+    "en": "english",
+    "zh": "chinese",
+    "de": "german",
+    "es": "spanish",
+    "ru": "russian",
+    "ko": "korean",
+    "fr": "french",
+    "ja": "japanese",
+    "pt": "portuguese",
+    "tr": "turkish",
+    "pl": "polish",
+    "ca": "catalan",
+    "nl": "dutch",
+    "ar": "arabic",
+    "sv": "swedish",
+    "it": "italian",
+    "id": "indonesian",
+    "hi": "hindi",
+    "fi": "finnish",
+    "vi": "vietnamese",
+    "he": "hebrew",
+    "uk": "ukrainian",
+    "el": "greek",
+    "ms": "malay",
+    "cs": "czech",
+    "ro": "romanian",
+    "da": "danish",
+    "hu": "hungarian",
+    "ta": "tamil",
+    "no": "norwegian",
+    "th": "thai",
+    "ur": "urdu",
+    "hr": "croatian",
+    "bg": "bulgarian",
+    "lt": "lithuanian",
+    "la": "latin",
+    "mi": "maori",
+    "ml": "malayalam",
+    "cy": "welsh",
+    "sk": "slovak",
+    "te": "telugu",
+    "fa": "persian",
+    "lv": "latvian",
+    "bn": "bengali",
+    "sr": "serbian",
+    "az": "azerbaijani",
+    "sl": "slovenian",
+    "kn": "kannada",
+    "et": "estonian",
+    "mk": "macedonian",
+    "br": "breton",
+    "eu": "basque",
+    "is": "icelandic",
+    "hy": "armenian",
+    "ne": "nepali",
+    "mn": "mongolian",
+    "bs": "bosnian",
+    "kk": "kazakh",
+    "sq": "albanian",
+    "sw": "swahili",
+    "gl": "galician",
+    "mr": "marathi",
+    "pa": "punjabi",
+    "si": "sinhala",
+    "km": "khmer",
+    "sn": "shona",
+    "yo": "yoruba",
+    "so": "somali",
+    "af": "afrikaans",
+    "oc": "occitan",
+    "ka": "georgian",
+    "be": "belarusian",
+    "tg": "tajik",
+    "sd": "sindhi",
+    "gu": "gujarati",
+    "am": "amharic",
+    "yi": "yiddish",
+    "lo": "lao",
+    "uz": "uzbek",
+    "fo": "faroese",
+    "ht": "haitian creole",
+    "ps": "pashto",
+    "tk": "turkmen",
+    "nn": "nynorsk",
+    "mt": "maltese",
+    "sa": "sanskrit",
+    "lb": "luxembourgish",
+    "my": "myanmar",
+    "bo": "tibetan",
+    "tl": "tagalog",
+    "mg": "malagasy",
+    "as": "assamese",
+    "tt": "tatar",
+    "haw": "hawaiian",
+    "ln": "lingala",
+    "ha": "hausa",
+    "ba": "bashkir",
+    "jw": "javanese",
+    "su": "sundanese",
+    "yue": "cantonese",
 }
 LANGUAGE_CODES = frozenset(LANGUAGES)
 
@@ -169,16 +252,22 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     if not isinstance(hotwords, list) or not all(isinstance(h, str) for h in hotwords):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "hotwords must be a list of strings")
     if len(hotwords) > MAX_HOTWORDS or any(len(h) > MAX_HOTWORD_CHARS for h in hotwords):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE,
-                            f"at most {MAX_HOTWORDS} hotwords of at most {MAX_HOTWORD_CHARS} characters")
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE, f"at most {MAX_HOTWORDS} hotwords of at most {MAX_HOTWORD_CHARS} characters"
+        )
     words = data.get("words", False)
     if not isinstance(words, bool):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "words must be true or false")
     task = data.get("task", "transcribe")
     if task not in TASKS:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, 'task must be "transcribe" or "translate"')
-    return StartMessage(language, tuple(h.strip() for h in hotwords if h.strip()), words, task,
-                        language_given=language is not None and "language" in data)
+    return StartMessage(
+        language,
+        tuple(h.strip() for h in hotwords if h.strip()),
+        words,
+        task,
+        language_given=language is not None and "language" in data,
+    )
 
 
 @dataclass(frozen=True)
@@ -220,8 +309,13 @@ class Sentence:
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """The JSON form; ``words``: include the ``words`` list (opt-in: it triples a sentence's size)."""
-        out: dict[str, Any] = {"id": self.id, "text": self.text, "start": self.start_ms, "end": self.end_ms,
-                               "spk": self.spk}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "text": self.text,
+            "start": self.start_ms,
+            "end": self.end_ms,
+            "spk": self.spk,
+        }
         if self.session is not None:
             out["session"] = self.session
         if words:
@@ -237,8 +331,13 @@ class Ready:
     seq: int = 0
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "ready", "seq": self.seq, "session": self.session, "model": self.model,
-                "language": self.language}
+        return {
+            "type": "ready",
+            "seq": self.seq,
+            "session": self.session,
+            "model": self.model,
+            "language": self.language,
+        }
 
 
 @dataclass(frozen=True)
@@ -277,9 +376,13 @@ class Caption:
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
-        out: dict[str, Any] = {"type": "caption", "seq": self.seq,
-                               "sentences": [s.wire(words) for s in self.sentences],
-                               "partial": self.partial, "is_final": self.is_final}
+        out: dict[str, Any] = {
+            "type": "caption",
+            "seq": self.seq,
+            "sentences": [s.wire(words) for s in self.sentences],
+            "partial": self.partial,
+            "is_final": self.is_final,
+        }
         if self.latency_ms is not None:
             out["latency_ms"] = self.latency_ms
         if self.partial_spk is not None:
@@ -306,8 +409,7 @@ class WordTimes:
     session: str | None = None
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "words", "seq": self.seq, "id": self.id,
-                               "words": [w.wire() for w in self.words]}
+        out: dict[str, Any] = {"type": "words", "seq": self.seq, "id": self.id, "words": [w.wire() for w in self.words]}
         if self.session is not None:
             out["session"] = self.session
         return out
@@ -355,9 +457,14 @@ class Correction:
 
     def wire(self, words: bool = False) -> dict[str, Any]:
         """``words``: include each sentence's word times (``Sentence.wire``)."""
-        return {"type": "correction", "seq": self.seq, "sentences": [s.wire(words) for s in self.sentences],
-                "deleted": list(self.deleted), "names": {str(k): v for k, v in sorted(self.names.items())},
-                "editor": self.editor}
+        return {
+            "type": "correction",
+            "seq": self.seq,
+            "sentences": [s.wire(words) for s in self.sentences],
+            "deleted": list(self.deleted),
+            "names": {str(k): v for k, v in sorted(self.names.items())},
+            "editor": self.editor,
+        }
 
 
 @dataclass(frozen=True)
@@ -392,9 +499,14 @@ class Translation:
     original: bool = False
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "translation", "seq": self.seq, "lang": self.lang,
-                               "sentences": [s.wire() for s in self.sentences], "update": self.update,
-                               "missing": list(self.missing)}
+        out: dict[str, Any] = {
+            "type": "translation",
+            "seq": self.seq,
+            "lang": self.lang,
+            "sentences": [s.wire() for s in self.sentences],
+            "update": self.update,
+            "missing": list(self.missing),
+        }
         if self.editor:
             out["editor"] = self.editor
         if self.original:
@@ -461,8 +573,15 @@ class RoomStatus:
     released: int | None = None
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "room", "seq": self.seq, "room": self.room, "live": self.live,
-                               "publishers": self.publishers, "viewers": self.viewers, "saving": self.saving}
+        out: dict[str, Any] = {
+            "type": "room",
+            "seq": self.seq,
+            "room": self.room,
+            "live": self.live,
+            "publishers": self.publishers,
+            "viewers": self.viewers,
+            "saving": self.saving,
+        }
         if self.delay_s:
             out.update(delay_s=self.delay_s, held=self.held, behind_ms=self.behind_ms)
         if self.released is not None:
@@ -470,8 +589,21 @@ class RoomStatus:
         return out
 
 
-ServerMessage = (Ready | Caption | WordTimes | Original | Speakers | Correction | Vocabulary | Translation | Languages
-                 | Stopped | Error | Storage | RoomStatus)
+ServerMessage = (
+    Ready
+    | Caption
+    | WordTimes
+    | Original
+    | Speakers
+    | Correction
+    | Vocabulary
+    | Translation
+    | Languages
+    | Stopped
+    | Error
+    | Storage
+    | RoomStatus
+)
 
 
 def parse_server_message(data: dict[str, Any]) -> ServerMessage:
@@ -480,10 +612,18 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
     try:
         kind, seq = data["type"], int(data["seq"])
         if kind == "caption":
-            return Caption([_sentence(s) for s in data["sentences"]], str(data["partial"]), bool(data["is_final"]),
-                           _int_or_none(data.get("latency_ms")), seq, _int_or_none(data.get("partial_spk")),
-                           _str_or_none(data.get("partial_session")), int(data.get("stable") or 0),
-                           list(_words(data.get("stable_words"))), _open_lines(data.get("open")))
+            return Caption(
+                [_sentence(s) for s in data["sentences"]],
+                str(data["partial"]),
+                bool(data["is_final"]),
+                _int_or_none(data.get("latency_ms")),
+                seq,
+                _int_or_none(data.get("partial_spk")),
+                _str_or_none(data.get("partial_session")),
+                int(data.get("stable") or 0),
+                list(_words(data.get("stable_words"))),
+                _open_lines(data.get("open")),
+            )
         if kind == "words":
             return WordTimes(int(data["id"]), _words(data["words"]), seq, _str_or_none(data.get("session")))
         if kind == "ready":
@@ -491,14 +631,25 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         if kind == "speakers":
             return Speakers({int(k): int(v) for k, v in data["relabel"].items()}, seq)
         if kind == "correction":
-            return Correction(tuple(_sentence(x) for x in data["sentences"]), tuple(int(i) for i in data["deleted"]),
-                              {int(k): str(v) for k, v in data["names"].items()}, str(data.get("editor") or ""), seq)
+            return Correction(
+                tuple(_sentence(x) for x in data["sentences"]),
+                tuple(int(i) for i in data["deleted"]),
+                {int(k): str(v) for k, v in data["names"].items()},
+                str(data.get("editor") or ""),
+                seq,
+            )
         if kind == "vocabulary":
             return Vocabulary(tuple(str(t) for t in data["terms"]), tuple(str(t) for t in data["learned"]), seq)
         if kind == "translation":
-            return Translation(str(data["lang"]), tuple(_sentence(x) for x in data["sentences"]),
-                               bool(data.get("update")), tuple(int(i) for i in data.get("missing") or ()),
-                               str(data.get("editor") or ""), seq, bool(data.get("original")))
+            return Translation(
+                str(data["lang"]),
+                tuple(_sentence(x) for x in data["sentences"]),
+                bool(data.get("update")),
+                tuple(int(i) for i in data.get("missing") or ()),
+                str(data.get("editor") or ""),
+                seq,
+                bool(data.get("original")),
+            )
         if kind == "original":
             return Original(int(data["id"]), str(data["lang"]), str(data["text"]), seq)
         if kind == "languages":
@@ -510,9 +661,18 @@ def parse_server_message(data: dict[str, Any]) -> ServerMessage:
         if kind == "storage":
             return Storage(bool(data["saving"]), str(data["message"]), seq)
         if kind == "room":
-            return RoomStatus(str(data["room"]), bool(data["live"]), int(data["publishers"]), int(data["viewers"]),
-                              bool(data["saving"]), seq, float(data.get("delay_s") or 0), int(data.get("held") or 0),
-                              int(data.get("behind_ms") or 0), _int_or_none(data.get("released")))
+            return RoomStatus(
+                str(data["room"]),
+                bool(data["live"]),
+                int(data["publishers"]),
+                int(data["viewers"]),
+                bool(data["saving"]),
+                seq,
+                float(data.get("delay_s") or 0),
+                int(data.get("held") or 0),
+                int(data.get("behind_ms") or 0),
+                _int_or_none(data.get("released")),
+            )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed {data.get('type')!r} message: {exc!r}") from None
     raise ValueError(f"unknown message type {kind!r}")
@@ -523,14 +683,21 @@ def _words(items: Any) -> tuple[Word, ...]:
 
 
 def _open_lines(items: Any) -> list[OpenLine] | None:
-    return None if items is None else [OpenLine(str(o["session"]), str(o["text"]), int(o.get("stable") or 0),
-                                                _int_or_none(o.get("spk"))) for o in items]
+    return (
+        None
+        if items is None
+        else [
+            OpenLine(str(o["session"]), str(o["text"]), int(o.get("stable") or 0), _int_or_none(o.get("spk")))
+            for o in items
+        ]
+    )
 
 
 def _sentence(s: dict[str, Any]) -> Sentence:
     words = _words(s.get("words"))
-    return Sentence(int(s["id"]), str(s["text"]), int(s["start"]), int(s["end"]), _int_or_none(s["spk"]),
-                    s.get("session"), words)
+    return Sentence(
+        int(s["id"]), str(s["text"]), int(s["start"]), int(s["end"]), _int_or_none(s["spk"]), s.get("session"), words
+    )
 
 
 def _int_or_none(value: Any) -> int | None:

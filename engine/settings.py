@@ -147,11 +147,13 @@ def parse_bool(text: str, name: str) -> bool:
 def member_of(kind: type[_E]) -> Callable[[str], _E | str]:
     """The parser of a setting whose values are ``kind``'s: the member a text names, or the text as it is when it
     names none (the setting's ``choices``, ``values_of(kind)``, then refuse it with the usual message)."""
+
     def parse(text: str) -> _E | str:
         try:
             return kind(text)
         except ValueError:
             return text
+
     parse.__name__ = kind.__name__
     return parse
 
@@ -161,14 +163,29 @@ def values_of(kind: type[StrEnum]) -> tuple[str, ...]:
     return tuple(member.value for member in kind)
 
 
-def setting(default: _T, *, help: str, flag: str | None = None, env: Sequence[str] = (),
-            parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
-            metavar: str | None = None, default_text: str | None = None,
-            flag_default: Callable[[], Any] | None = None) -> _T:
+def setting(
+    default: _T,
+    *,
+    help: str,
+    flag: str | None = None,
+    env: Sequence[str] = (),
+    parse: Callable[[str], Any] | None = None,
+    choices: Sequence[Any] | None = None,
+    metavar: str | None = None,
+    default_text: str | None = None,
+    flag_default: Callable[[], Any] | None = None,
+) -> _T:
     """A dataclass field with ``default`` that is a setting (see ``Setting`` for the rest)."""
-    declaration = Setting(help=help, flag=flag, env=tuple(env), parse=parse,
-                          choices=None if choices is None else tuple(choices), metavar=metavar,
-                          default_text=default_text, flag_default=flag_default)
+    declaration = Setting(
+        help=help,
+        flag=flag,
+        env=tuple(env),
+        parse=parse,
+        choices=None if choices is None else tuple(choices),
+        metavar=metavar,
+        default_text=default_text,
+        flag_default=flag_default,
+    )
     return dataclasses.field(default=default, metadata={_KEY: declaration})
 
 
@@ -177,8 +194,7 @@ def borrow(cls: type, name: str, **changes: Any) -> Any:
     that passes it through (the server's flat config). ``changes`` replace parts of the declaration the owner
     cannot know (e.g. choices that live in a layer above it)."""
     (found,) = (d for d in declared(cls) if d.name == name)
-    return dataclasses.field(default=found.default,
-                             metadata={_KEY: dataclasses.replace(found.setting, **changes)})
+    return dataclasses.field(default=found.default, metadata={_KEY: dataclasses.replace(found.setting, **changes)})
 
 
 def declared(cls: type, *, deep: bool = False) -> list[Declared]:
@@ -194,8 +210,11 @@ def declared(cls: type, *, deep: bool = False) -> list[Declared]:
             continue
         default = f.default if f.default is not dataclasses.MISSING else None
         flag = s.flag or "--" + ("no-" if default is True else "") + f.name.replace("_", "-")
-        env = s.env or (ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
-                        + ("S" if isinstance(default, tuple) else ""),)
+        env = s.env or (
+            ENV_PREFIX
+            + flag.removeprefix("--").replace("-", "_").upper()
+            + ("S" if isinstance(default, tuple) else ""),
+        )
         found.append(Declared(f.name, default, dataclasses.replace(s, flag=flag, env=env, owner=s.owner or cls)))
     return found
 
@@ -216,8 +235,10 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *names: str, **changes
     for name in names:
         (found,) = (d for d in declared(cls) if d.name == name)
         d = dataclasses.replace(found, setting=dataclasses.replace(found.setting, **changes))
-        options: dict[str, Any] = {"dest": d.dest, "help": f"{d.setting.help} (default: {d.show_default()})"
-                                   .replace("%", "%%")}
+        options: dict[str, Any] = {
+            "dest": d.dest,
+            "help": f"{d.setting.help} (default: {d.show_default()})".replace("%", "%%"),
+        }
         if d.switch:
             parser.add_argument(d.flag, action="store_true", **options)
             continue

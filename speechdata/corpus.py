@@ -88,5 +88,6 @@ def turns(clip_id: str) -> list[Turn]:
 
 def pad(samples: np.ndarray, before_s: float = 0.0, after_s: float = 0.0) -> np.ndarray:
     """Add digital silence around a clip."""
-    return np.concatenate([np.zeros(int(before_s * SAMPLE_RATE), np.float32), samples,
-                           np.zeros(int(after_s * SAMPLE_RATE), np.float32)])
+    return np.concatenate(
+        [np.zeros(int(before_s * SAMPLE_RATE), np.float32), samples, np.zeros(int(after_s * SAMPLE_RATE), np.float32)]
+    )

@@ -93,7 +93,6 @@ def shots(tmp_path: Path) -> Path:
     return folder
 
 
-
 @pytest.fixture(autouse=True)
 def _the_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every quick-tier test fails if the server's or the engine's code blocks the event loop

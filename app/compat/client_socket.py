@@ -78,8 +78,9 @@ class ClientSocket:
     @staticmethod
     def response(protocols: Iterable[str] = (), max_msg_size: int = 1024 * 1024) -> web.WebSocketResponse:
         """The WebSocket response every stream uses (``can_prepare`` it to tell a WebSocket request)."""
-        return web.WebSocketResponse(protocols=tuple(protocols), max_msg_size=max_msg_size, heartbeat=HEARTBEAT_S,
-                                     timeout=CLOSE_WAIT_S)
+        return web.WebSocketResponse(
+            protocols=tuple(protocols), max_msg_size=max_msg_size, heartbeat=HEARTBEAT_S, timeout=CLOSE_WAIT_S
+        )
 
     @classmethod
     async def accept(cls, request: web.Request, ws: web.WebSocketResponse, send_timeout_s: float) -> ClientSocket:

@@ -124,8 +124,9 @@ class ContainerFeed:
         try:
             await asyncio.wait_for(asyncio.shield(self._pump), _CLOSE_TIMEOUT_S)
         except TimeoutError:
-            log.warning("%s: the %s decoder's last audio took over %.0f s", self.session.session_id, self.kind,
-                        _CLOSE_TIMEOUT_S)
+            log.warning(
+                "%s: the %s decoder's last audio took over %.0f s", self.session.session_id, self.kind, _CLOSE_TIMEOUT_S
+            )
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
 

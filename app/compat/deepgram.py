@@ -81,12 +81,16 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/listen", listen)
 
 
-def deepgram_error(status: int, code: str, message: str, request_id: str,
-                   headers: dict[str, str] | None = None) -> web.Response:
+def deepgram_error(
+    status: int, code: str, message: str, request_id: str, headers: dict[str, str] | None = None
+) -> web.Response:
     """Deepgram's refusal of a connection or request: ``dg-error`` header and JSON body (``headers``: more, e.g.
     ``Retry-After``)."""
-    return web.json_response({"err_code": code, "err_msg": message, "request_id": request_id}, status=status,
-                             headers={"dg-error": message[:200], "dg-request-id": request_id, **(headers or {})})
+    return web.json_response(
+        {"err_code": code, "err_msg": message, "request_id": request_id},
+        status=status,
+        headers={"dg-error": message[:200], "dg-request-id": request_id, **(headers or {})},
+    )
 
 
 async def listen(request: web.Request) -> web.StreamResponse:
@@ -106,8 +110,10 @@ async def listen(request: web.Request) -> web.StreamResponse:
             params = parse_params(request.query, admitted.room.language)
             if params.language not in (None, admitted.room.language):
                 admitted.slot.release()
-                raise ParamError(f"this room is spoken in {admitted.room.language}: name no language (or "
-                                 f"{admitted.room.language!r}) to caption into it")
+                raise ParamError(
+                    f"this room is spoken in {admitted.room.language}: name no language (or "
+                    f"{admitted.room.language!r}) to caption into it"
+                )
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     except NoRoom as exc:
@@ -123,8 +129,9 @@ async def listen(request: web.Request) -> web.StreamResponse:
         raise
     # With ``diarize`` each final result names its words' speaker, and Deepgram's protocol has no way to correct one
     # later: each sentence waits for its speaker embedding.
-    options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True,
-                             relabels=not params.diarize)
+    options = SessionOptions(
+        language=params.language, hotwords=params.hotwords, words=True, relabels=not params.diarize
+    )
     try:
         redactor = Redactor(params.redact) if params.redact else None
         async with open_live(app, admitted, options, redactor=redactor, sock=sock) as live:
@@ -139,8 +146,7 @@ async def listen(request: web.Request) -> web.StreamResponse:
 class DeepgramStream:
     """One ``/v1/listen`` connection: its audio into the engine session, the session's messages out as Deepgram's."""
 
-    def __init__(self, sock: ClientSocket, params: ListenParams, live: LiveStream, request_id: str,
-                 model: str) -> None:
+    def __init__(self, sock: ClientSocket, params: ListenParams, live: LiveStream, request_id: str, model: str) -> None:
         self.sock, self.params, self.live, self.request_id, self.model = sock, params, live, request_id, model
         self.watch = SpeechWatch(live.session)
         self.created = datetime.now(UTC)
@@ -217,8 +223,9 @@ class DeepgramStream:
         """Feed one audio message; False for audio this server cannot decode."""
         if self._feed is None:
             if self.params.encoding is not None:
-                self._feed = PcmFeed(self.live.session, self.params.encoding, self.params.sample_rate or 16000,
-                                     unpaced=self.live.ending)
+                self._feed = PcmFeed(
+                    self.live.session, self.params.encoding, self.params.sample_rate or 16000, unpaced=self.live.ending
+                )
             else:
                 self._head += data
                 if len(self._head) < 12:
@@ -232,7 +239,7 @@ class DeepgramStream:
                 elif self._feed is None:
                     return True
                 else:
-                    data, self._head = self._head[self._wav_offset:], b""
+                    data, self._head = self._head[self._wav_offset :], b""
         return await self._feed.feed(data)
 
     async def _wav(self) -> bool:
@@ -246,8 +253,9 @@ class DeepgramStream:
         if header is None:
             return True
         if header.channels != 1 or not MIN_RATE_HZ <= header.rate <= MAX_RATE_HZ:
-            log.info("%s: WAV of %d channels at %d Hz refused", self.live.session.session_id, header.channels,
-                     header.rate)
+            log.info(
+                "%s: WAV of %d channels at %d Hz refused", self.live.session.session_id, header.channels, header.rate
+            )
             return False
         self._feed = PcmFeed(self.live.session, header.encoding, header.rate, unpaced=self.live.ending)
         self._wav_offset = header.data_offset
@@ -294,7 +302,7 @@ class DeepgramStream:
         if isinstance(msg, protocol.Caption):
             for sentence in msg.sentences:
                 await self.final(sentence)
-            self._settled = (self._settled + msg.stable_words)[-msg.stable:] if msg.stable else []
+            self._settled = (self._settled + msg.stable_words)[-msg.stable :] if msg.stable else []
             if not msg.is_final:
                 await self.interim(msg)
         elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
@@ -309,10 +317,22 @@ class DeepgramStream:
         start = self._tiling.end_ms
         end = max(s.end_ms, start)
         conf = dg.confidence(s)
-        await self.send(dg.results(self.request_id, self.model, words, start_ms=start, end_ms=end, is_final=True,
-                                   speech_final=self._speech_final(s), from_finalize=from_finalize, conf=conf,
-                                   speaker=self._speaker(s.spk), formatted=self.params.formatted,
-                                   word_confs=dg.word_confidences(s, words)))
+        await self.send(
+            dg.results(
+                self.request_id,
+                self.model,
+                words,
+                start_ms=start,
+                end_ms=end,
+                is_final=True,
+                speech_final=self._speech_final(s),
+                from_finalize=from_finalize,
+                conf=conf,
+                speaker=self._speaker(s.spk),
+                formatted=self.params.formatted,
+                word_confs=dg.word_confidences(s, words),
+            )
+        )
         self._tiling.end_ms = end
         self._last_interim = ""
         if words:
@@ -341,11 +361,23 @@ class DeepgramStream:
         known = [protocol.Word(t, w.start_ms, w.end_ms) for t, w in zip(texts, self._settled, strict=False)]
         end = max(self.watch.heard_ms, self._tiling.end_ms)
         rest_start = known[-1].end_ms if known else max(self._tiling.end_ms, self._speech_ms())
-        words = known + dg.estimate_words(" ".join(texts[len(known):]), rest_start, max(end, rest_start))
+        words = known + dg.estimate_words(" ".join(texts[len(known) :]), rest_start, max(end, rest_start))
         speaker = self._speaker(c.partial_spk if c.partial_spk is not None else self._last_speaker)
-        await self.send(dg.results(self.request_id, self.model, words, start_ms=self._tiling.end_ms,
-                                   end_ms=max(end, words[-1].end_ms), is_final=False, speech_final=False,
-                                   from_finalize=False, conf=0.0, speaker=speaker, formatted=self.params.formatted))
+        await self.send(
+            dg.results(
+                self.request_id,
+                self.model,
+                words,
+                start_ms=self._tiling.end_ms,
+                end_ms=max(end, words[-1].end_ms),
+                is_final=False,
+                speech_final=False,
+                from_finalize=False,
+                conf=0.0,
+                speaker=speaker,
+                formatted=self.params.formatted,
+            )
+        )
 
     def _speech_ms(self) -> int:
         speaking = self.watch.speaking
@@ -365,7 +397,11 @@ class DeepgramStream:
         for event in self.watch.ready():
             if isinstance(event, SpeechStarted) and self.params.vad_events:
                 await self.send(dg.speech_started(event.speech_ms))
-        if (gap_ms is not None and self._utterance_open and self.watch.speaking is None
-                and self.watch.heard_ms - self._last_word_end_ms >= gap_ms):
+        if (
+            gap_ms is not None
+            and self._utterance_open
+            and self.watch.speaking is None
+            and self.watch.heard_ms - self._last_word_end_ms >= gap_ms
+        ):
             self._utterance_open = False
             await self.send(dg.utterance_end(self._last_word_end_ms))

@@ -53,9 +53,14 @@ def wav_header(encoding: str, rate: int) -> bytes:
     """A WAV header for headerless audio (data size left open: FFmpeg reads to the end)."""
     tag, bits = _WAV_TAGS[encoding]
     block = bits // 8
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " +
-            struct.pack("<IHHIIHH", 16, tag, 1, rate, rate * block, block, bits) + b"data" +
-            struct.pack("<I", 0xFFFFFFFF))
+    return (
+        b"RIFF"
+        + struct.pack("<I", 0xFFFFFFFF)
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, tag, 1, rate, rate * block, block, bits)
+        + b"data"
+        + struct.pack("<I", 0xFFFFFFFF)
+    )
 
 
 async def transcribe(request: web.Request) -> web.Response:
@@ -68,8 +73,12 @@ async def transcribe(request: web.Request) -> web.Response:
     except ParamError as exc:
         return deepgram_error(400, "Bad Request", str(exc), request_id)
     if request.content_type == "application/json":
-        return deepgram_error(400, "Bad Request", "this server does not fetch audio from URLs: send the file as the "
-                                                  "request body", request_id)
+        return deepgram_error(
+            400,
+            "Bad Request",
+            "this server does not fetch audio from URLs: send the file as the request body",
+            request_id,
+        )
     if app[ENGINE].state is not EngineState.READY:
         return deepgram_error(503, "SERVICE_UNAVAILABLE", f"the speech model is {app[ENGINE].state.value}", request_id)
     if app[FILE_JOBS].closed:
@@ -89,23 +98,37 @@ async def transcribe(request: web.Request) -> web.Response:
         if slot is None:
             if app[FILE_JOBS].closed:
                 return deepgram_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down", request_id)
-            return deepgram_error(429, "TOO_MANY_REQUESTS", f"{app[CONFIG].max_file_jobs} files are being transcribed; "
-                                                            "try again shortly", request_id)
+            return deepgram_error(
+                429,
+                "TOO_MANY_REQUESTS",
+                f"{app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
+                request_id,
+            )
         try:
             reader = await open_file(path)
             options = SessionOptions(language=params.language, hotwords=params.hotwords, words=True)
-            result = await unless_client_leaves(request, transcribe_file(app[ENGINE], reader, options,
-                                                                         streams=app[STREAMS]))
+            result = await unless_client_leaves(
+                request, transcribe_file(app[ENGINE], reader, options, streams=app[STREAMS])
+            )
         finally:
             slot.release()
         if result.cut_short:
-            return deepgram_error(503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again",
-                                  request_id)
+            return deepgram_error(
+                503, "SERVICE_UNAVAILABLE", "the server is shutting down; send the file again", request_id
+            )
         if params.redact:
             result = replace(result, sentences=[Redactor(params.redact).sentence(s) for s in result.sentences])
-        return web.json_response(answer(result, params, request_id, app[ENGINE].model_name, sha,
-                                        request.query.get("utterances", "").lower() == "true"),
-                                 headers={"dg-request-id": request_id})
+        return web.json_response(
+            answer(
+                result,
+                params,
+                request_id,
+                app[ENGINE].model_name,
+                sha,
+                request.query.get("utterances", "").lower() == "true",
+            ),
+            headers={"dg-request-id": request_id},
+        )
     except AudioFileError as exc:
         return deepgram_error(400, "Bad Request", f"the file cannot be decoded: {exc}", request_id)
     except (EngineNotReady, EngineError, FileJobError) as exc:
@@ -141,21 +164,34 @@ async def _save(request: web.Request, limit: int, header: bytes) -> tuple[str | 
     return handle.name, sha.hexdigest()
 
 
-def answer(result: FileTranscript, params: ListenParams, request_id: str, model: str, sha256: str,
-           utterances: bool) -> dict[str, Any]:
+def answer(
+    result: FileTranscript, params: ListenParams, request_id: str, model: str, sha256: str, utterances: bool
+) -> dict[str, Any]:
     """Deepgram's pre-recorded response for a transcribed file."""
     words: list[dict[str, Any]] = []
     for s in result.sentences:
         speaker = _speaker(s, params)
-        words += [dg.word_entry(w, c, speaker) for w, c in zip(s.words, dg.word_confidences(s, s.words),
-                                                                strict=True)]
+        words += [dg.word_entry(w, c, speaker) for w, c in zip(s.words, dg.word_confidences(s, s.words), strict=True)]
     confs = [dg.confidence(s) for s in result.sentences]
     transcript = " ".join(dg.transcript(s.words, params.formatted) for s in result.sentences)
     meta = dg.metadata(request_id, model, result.duration_s, sha256, datetime.now(UTC))
     del meta["type"]
-    out: dict[str, Any] = {"metadata": meta, "results": {"channels": [{"alternatives": [{
-        "transcript": transcript, "confidence": round(sum(confs) / len(confs), 4) if confs else 0.0,
-        "words": words}]}]}}
+    out: dict[str, Any] = {
+        "metadata": meta,
+        "results": {
+            "channels": [
+                {
+                    "alternatives": [
+                        {
+                            "transcript": transcript,
+                            "confidence": round(sum(confs) / len(confs), 4) if confs else 0.0,
+                            "words": words,
+                        }
+                    ]
+                }
+            ]
+        },
+    }
     if utterances:
         out["results"]["utterances"] = [_utterance(s, params) for s in result.sentences]
     return out
@@ -163,11 +199,19 @@ def answer(result: FileTranscript, params: ListenParams, request_id: str, model:
 
 def _utterance(s: protocol.Sentence, params: ListenParams) -> dict[str, Any]:
     conf = dg.confidence(s)
-    return {"start": s.start_ms / 1000, "end": s.end_ms / 1000, "confidence": conf, "channel": 0,
-            "transcript": dg.transcript(s.words, params.formatted), "speaker": s.spk if s.spk is not None else 0,
-            "id": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{s.id}")),
-            "words": [dg.word_entry(w, c, _speaker(s, params))
-                      for w, c in zip(s.words, dg.word_confidences(s, s.words), strict=True)]}
+    return {
+        "start": s.start_ms / 1000,
+        "end": s.end_ms / 1000,
+        "confidence": conf,
+        "channel": 0,
+        "transcript": dg.transcript(s.words, params.formatted),
+        "speaker": s.spk if s.spk is not None else 0,
+        "id": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{s.id}")),
+        "words": [
+            dg.word_entry(w, c, _speaker(s, params))
+            for w, c in zip(s.words, dg.word_confidences(s, s.words), strict=True)
+        ],
+    }
 
 
 def _speaker(s: protocol.Sentence, params: ListenParams) -> int | None:

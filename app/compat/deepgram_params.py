@@ -43,12 +43,34 @@ from .redaction import RedactError, parse_redact
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 # Parameters this server does something with, and those it takes without effect because none can mislead (see the
 # module's docstring); every other one is refused, naming it.
-_HONOURED = {"encoding", "sample_rate", "channels", "multichannel", "language", "detect_language", "model",
-             "interim_results", "punctuate", "smart_format", "diarize", "diarize_model", "endpointing",
-             "utterance_end_ms", "vad_events", "keyterm", "keywords", "redact", "room", "name", "token"}
+_HONOURED = {
+    "encoding",
+    "sample_rate",
+    "channels",
+    "multichannel",
+    "language",
+    "detect_language",
+    "model",
+    "interim_results",
+    "punctuate",
+    "smart_format",
+    "diarize",
+    "diarize_model",
+    "endpointing",
+    "utterance_end_ms",
+    "vad_events",
+    "keyterm",
+    "keywords",
+    "redact",
+    "room",
+    "name",
+    "token",
+}
 _WITHOUT_EFFECT = {"version", "tier", "tag", "extra", "mip_opt_out", "no_delay", "numerals", "filler_words"}
-_ONLY_FALSE = {"profanity_filter": "this server has no profanity filter",
-               "dictation": "this server does not turn spoken punctuation into marks"}
+_ONLY_FALSE = {
+    "profanity_filter": "this server has no profanity filter",
+    "dictation": "this server does not turn spoken punctuation into marks",
+}
 
 
 class ParamError(ValueError):
@@ -111,8 +133,9 @@ def parse_language(value: str | None, default: str | None) -> str | None:
     return code
 
 
-def parse_params(query: MultiMapping[str], default_language: str | None,
-                 also: frozenset[str] = frozenset()) -> ListenParams:
+def parse_params(
+    query: MultiMapping[str], default_language: str | None, also: frozenset[str] = frozenset()
+) -> ListenParams:
     """The checked parameters of a ``/v1/listen`` connection (``also``: more that the caller honours, e.g. the file
     API's ``utterances``). Raises ``ParamError``."""
     for name in query:
@@ -135,8 +158,10 @@ def parse_params(query: MultiMapping[str], default_language: str | None,
     if encoding is not None:
         encoding = encoding.lower()
         if encoding not in ENCODINGS:
-            raise ParamError(f"encoding {encoding!r} is not supported here: use {', '.join(ENCODINGS)}, or send a WAV "
-                             "stream without an encoding")
+            raise ParamError(
+                f"encoding {encoding!r} is not supported here: use {', '.join(ENCODINGS)}, or send a WAV "
+                "stream without an encoding"
+            )
     rate = _int(query, "sample_rate")
     if encoding is not None and rate is None:
         raise ParamError("sample_rate is required when encoding is given")
@@ -156,18 +181,27 @@ def parse_params(query: MultiMapping[str], default_language: str | None,
     utterance_end = _int(query, "utterance_end_ms")
     if utterance_end is not None and utterance_end < 1000:
         raise ParamError("utterance_end_ms must be at least 1000")
-    words = [*query.getall("keyterm", []), *(k.rsplit(":", 1)[0] if k.count(":") else k
-                                              for k in query.getall("keywords", []))]
-    hotwords = tuple(dict.fromkeys(w.strip()[:protocol.MAX_HOTWORD_CHARS] for w in words if w.strip()))
-    return ListenParams(encoding=encoding, sample_rate=rate,
-                        language=None if detect else parse_language(query.get("language"), default_language),
-                        model=query.get("model") or "nova-3",
-                        interim_results=_bool(query, "interim_results", False),
-                        punctuate=_bool(query, "punctuate", False), smart_format=_bool(query, "smart_format", False),
-                        diarize=_bool(query, "diarize", False) or "diarize_model" in query,
-                        endpointing_ms=endpointing_ms, utterance_end_ms=utterance_end,
-                        vad_events=_bool(query, "vad_events", False), hotwords=hotwords[:MAX_HOTWORDS],
-                        redact=redact, name=person)
+    words = [
+        *query.getall("keyterm", []),
+        *(k.rsplit(":", 1)[0] if k.count(":") else k for k in query.getall("keywords", [])),
+    ]
+    hotwords = tuple(dict.fromkeys(w.strip()[: protocol.MAX_HOTWORD_CHARS] for w in words if w.strip()))
+    return ListenParams(
+        encoding=encoding,
+        sample_rate=rate,
+        language=None if detect else parse_language(query.get("language"), default_language),
+        model=query.get("model") or "nova-3",
+        interim_results=_bool(query, "interim_results", False),
+        punctuate=_bool(query, "punctuate", False),
+        smart_format=_bool(query, "smart_format", False),
+        diarize=_bool(query, "diarize", False) or "diarize_model" in query,
+        endpointing_ms=endpointing_ms,
+        utterance_end_ms=utterance_end,
+        vad_events=_bool(query, "vad_events", False),
+        hotwords=hotwords[:MAX_HOTWORDS],
+        redact=redact,
+        name=person,
+    )
 
 
 def presented_key(request: web.Request) -> tuple[str | None, bool]:

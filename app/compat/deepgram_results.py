@@ -47,8 +47,13 @@ def word_confidences(sentence: protocol.Sentence, words: Sequence[protocol.Word]
 
 def word_entry(w: protocol.Word, conf: float, speaker: int | None) -> dict[str, Any]:
     """One entry of ``words`` (times in seconds; ``speaker`` only with ``diarize``)."""
-    entry: dict[str, Any] = {"word": plain(w.w), "start": w.start_ms / 1000, "end": w.end_ms / 1000,
-                             "confidence": conf, "punctuated_word": w.w}
+    entry: dict[str, Any] = {
+        "word": plain(w.w),
+        "start": w.start_ms / 1000,
+        "end": w.end_ms / 1000,
+        "confidence": conf,
+        "punctuated_word": w.w,
+    }
     if speaker is not None:
         entry["speaker"] = speaker
         entry["speaker_confidence"] = conf
@@ -83,9 +88,21 @@ class Tiling:
     end_ms: int = 0
 
 
-def results(request_id: str, model: str, words: Sequence[protocol.Word], *, start_ms: int, end_ms: int,
-            is_final: bool, speech_final: bool, from_finalize: bool, conf: float, speaker: int | None,
-            formatted: bool, word_confs: Sequence[float] | None = None) -> dict[str, Any]:
+def results(
+    request_id: str,
+    model: str,
+    words: Sequence[protocol.Word],
+    *,
+    start_ms: int,
+    end_ms: int,
+    is_final: bool,
+    speech_final: bool,
+    from_finalize: bool,
+    conf: float,
+    speaker: int | None,
+    formatted: bool,
+    word_confs: Sequence[float] | None = None,
+) -> dict[str, Any]:
     """A ``Results`` message for one channel (``channel_index`` ``[0, 1]``, as Deepgram sends for mono).
     ``word_confs``: each word's confidence (default: ``conf`` for every word)."""
     confs = list(word_confs) if word_confs is not None and len(word_confs) == len(words) else [conf] * len(words)
@@ -97,9 +114,15 @@ def results(request_id: str, model: str, words: Sequence[protocol.Word], *, star
         "is_final": is_final,
         "speech_final": speech_final,
         "from_finalize": from_finalize,
-        "channel": {"alternatives": [{"transcript": transcript(words, formatted), "confidence": conf,
-                                      "words": [word_entry(w, c, speaker) for w, c in zip(words, confs,
-                                                                                            strict=True)]}]},
+        "channel": {
+            "alternatives": [
+                {
+                    "transcript": transcript(words, formatted),
+                    "confidence": conf,
+                    "words": [word_entry(w, c, speaker) for w, c in zip(words, confs, strict=True)],
+                }
+            ]
+        },
         "metadata": {"request_id": request_id, "model_info": model_info(model), "model_uuid": MODEL_UUID},
     }
 
@@ -110,10 +133,17 @@ def model_info(model: str) -> dict[str, str]:
 
 def metadata(request_id: str, model: str, duration_s: float, sha256: str, created: datetime) -> dict[str, Any]:
     """The ``Metadata`` message that ends a stream (after ``CloseStream``)."""
-    return {"type": "Metadata", "transaction_key": "deprecated", "request_id": request_id, "sha256": sha256,
-            "created": created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "duration": round(duration_s, 3), "channels": 1, "models": [MODEL_UUID],
-            "model_info": {MODEL_UUID: model_info(model)}}
+    return {
+        "type": "Metadata",
+        "transaction_key": "deprecated",
+        "request_id": request_id,
+        "sha256": sha256,
+        "created": created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "duration": round(duration_s, 3),
+        "channels": 1,
+        "models": [MODEL_UUID],
+        "model_info": {MODEL_UUID: model_info(model)},
+    }
 
 
 def speech_started(timestamp_ms: int) -> dict[str, Any]:

@@ -58,9 +58,13 @@ async def open_file(path: str | Path) -> AudioFileReader:
     return await asyncio.to_thread(AudioFileReader, path)
 
 
-async def transcribe_file(engine: CaptionEngine, reader: AudioFileReader, options: SessionOptions,
-                          on_sentences: SentenceSink | None = None,
-                          streams: LiveStreams | None = None) -> FileTranscript:
+async def transcribe_file(
+    engine: CaptionEngine,
+    reader: AudioFileReader,
+    options: SessionOptions,
+    on_sentences: SentenceSink | None = None,
+    streams: LiveStreams | None = None,
+) -> FileTranscript:
     """Transcribe the file ``reader`` reads (``open_file``), and close it. ``on_sentences`` gets each batch of newly
     locked sentences as they lock (their labels may still change at the end; the returned transcript has the
     final ones). Registered in ``streams`` while it runs: a server that stops asks it to finish, and it locks what

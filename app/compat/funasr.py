@@ -118,8 +118,13 @@ def parse_config(raw: str) -> FunasrConfig:
         raise FunasrError("audio_fs must be a sample rate in Hz between 8000 and 48000")
     if wav_format != "pcm" and mode != "offline":
         raise FunasrError(f"wav_format {wav_format!r} needs mode 'offline'; live modes take PCM")
-    return FunasrConfig(mode, str(data.get("wav_name") or "wav-default-id")[:200], wav_format, audio_fs,
-                        parse_hotwords(data.get("hotwords")))
+    return FunasrConfig(
+        mode,
+        str(data.get("wav_name") or "wav-default-id")[:200],
+        wav_format,
+        audio_fs,
+        parse_hotwords(data.get("hotwords")),
+    )
 
 
 def parse_hotwords(raw: Any) -> tuple[str, ...]:
@@ -178,11 +183,13 @@ class FunasrStream:
         if not self.config.offline:
             return
         stamps = [[w.start_ms, w.end_ms] for w in s.words]
-        await self.send("2pass-offline", (" " if self.offline_sent else "") + s.text,
-                        timestamp=json.dumps(stamps),
-                        stamp_sents=[{"text_seg": s.text, "punc": "", "start": s.start_ms, "end": s.end_ms,
-                                      "ts_list": stamps}],
-                        spk=s.spk)
+        await self.send(
+            "2pass-offline",
+            (" " if self.offline_sent else "") + s.text,
+            timestamp=json.dumps(stamps),
+            stamp_sents=[{"text_seg": s.text, "punc": "", "start": s.start_ms, "end": s.end_ms, "ts_list": stamps}],
+            spk=s.spk,
+        )
         self.offline_sent += 1
 
 
@@ -233,8 +240,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     # Each sentence's message names its speaker (``spk``) and the protocol cannot correct one later: each sentence
     # waits for its speaker embedding.
     spoken = admitted.room.language if admitted.room is not None else config.language  # (its clients name none)
-    options = SessionOptions(language=spoken, hotwords=fconfig.hotwords, words=True,
-                             partials=fconfig.online, relabels=False)
+    options = SessionOptions(
+        language=spoken, hotwords=fconfig.hotwords, words=True, partials=fconfig.online, relabels=False
+    )
     stream = FunasrStream(sock, fconfig)
     if fconfig.wav_format != "pcm":
         try:
@@ -282,13 +290,19 @@ async def _refuse(sock: ClientSocket, why: str, code: int = 1008) -> None:
     await sock.close(code, why)
 
 
-async def _live(sock: ClientSocket, live: LiveStream, stream: FunasrStream, relay: asyncio.Task[None],
-                fconfig: FunasrConfig) -> None:
+async def _live(
+    sock: ClientSocket, live: LiveStream, stream: FunasrStream, relay: asyncio.Task[None], fconfig: FunasrConfig
+) -> None:
     """Feed the client's PCM to the session until it ends its audio, goes away, the server stops or the stream
     reaches a limit; then lock the open sentence, send the final message (with the limit's reason as its
     ``error``), and give the client a moment to close."""
-    feed = PcmFeed(live.session, "linear16", fconfig.audio_fs,
-                   _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG, unpaced=live.ending)
+    feed = PcmFeed(
+        live.session,
+        "linear16",
+        fconfig.audio_fs,
+        _FILE_BACKLOG if fconfig.mode == "offline" else LIVE_BACKLOG,
+        unpaced=live.ending,
+    )
     async with ReadAhead(sock.ws, live.stopping, live.expired) as messages:
         async for msg in messages:
             if msg.type is WSMsgType.BINARY:
@@ -320,14 +334,14 @@ def _ends_audio(raw: str) -> bool:
         return False
 
 
-async def _serve_file(app: web.Application, sock: ClientSocket, stream: FunasrStream,
-                      options: SessionOptions) -> None:
+async def _serve_file(app: web.Application, sock: ClientSocket, stream: FunasrStream, options: SessionOptions) -> None:
     """Offline mode with a file format: collect the file's bytes (up to ``max_upload_mb``; a file that stops
     arriving for ``_FILE_STALL_S`` is given up), then transcribe it as an upload is (background priority), sending
     each sentence as it locks."""
     limit = app[CONFIG].max_upload_mb * 1024 * 1024
-    handle: IO[bytes] = await asyncio.to_thread(tempfile.NamedTemporaryFile, prefix="funasr-",
-                                                suffix="." + stream.config.wav_format[:8], delete=False)
+    handle: IO[bytes] = await asyncio.to_thread(
+        tempfile.NamedTemporaryFile, prefix="funasr-", suffix="." + stream.config.wav_format[:8], delete=False
+    )
     try:
         try:
             got = await _read_file(sock, handle, limit)
@@ -350,8 +364,12 @@ async def _serve_file(app: web.Application, sock: ClientSocket, stream: FunasrSt
             await _refuse(sock, f"cannot transcribe this file: {exc}", 1003)
             return
         if result.cut_short:
-            await _refuse(sock, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into "
-                              "the file; send it again in a moment", WSCloseCode.GOING_AWAY)
+            await _refuse(
+                sock,
+                f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into "
+                "the file; send it again in a moment",
+                WSCloseCode.GOING_AWAY,
+            )
             return
         await stream.send("2pass-offline", "", True)
         with contextlib.suppress(TimeoutError):

@@ -91,9 +91,16 @@ class PcmFeed:
     once when the session is no longer live. ``received_s`` counts the client's audio, ``fed_samples`` what reached
     the session (16 kHz samples: the session's timeline)."""
 
-    def __init__(self, session: Session, encoding: str = "linear16", rate: int = SAMPLE_RATE,
-                 backlog: tuple[float, int] = LIVE_BACKLOG, ahead_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, unpaced: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        encoding: str = "linear16",
+        rate: int = SAMPLE_RATE,
+        backlog: tuple[float, int] = LIVE_BACKLOG,
+        ahead_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        unpaced: Callable[[], bool] | None = None,
+    ) -> None:
         self.session = session
         self.backlog = backlog
         self.ahead_s = LIVE_AHEAD_S if ahead_s is None else ahead_s  # (read when the stream starts: tests set it)
@@ -132,7 +139,7 @@ class PcmFeed:
         for i in range(0, pcm.size, _SLICE_SAMPLES):
             if self.session.state is not SessionState.LIVE:
                 return True
-            block = pcm[i:i + _SLICE_SAMPLES]
+            block = pcm[i : i + _SLICE_SAMPLES]
             self.session.feed(block)
             self.fed_samples += block.size
             await self.session.caught_up(*self.backlog)
@@ -174,7 +181,7 @@ class WavHeader:
             raise ValueError("not a WAV file")
         pos, fmt = 12, None
         while pos + 8 <= len(head):
-            cid, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+            cid, size = head[pos : pos + 4], struct.unpack("<I", head[pos + 4 : pos + 8])[0]
             if cid == b"data":
                 if fmt is None:
                     raise ValueError("WAV data before its format chunk")
@@ -182,11 +189,12 @@ class WavHeader:
             if cid == b"fmt ":
                 if pos + 8 + 16 > len(head):
                     return None
-                tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", head[pos + 8:pos + 24])
+                tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", head[pos + 8 : pos + 24])
                 kinds = {(1, 16): "linear16", (6, 8): "alaw", (7, 8): "mulaw"}
                 if (tag, bits) not in kinds:
-                    raise ValueError(f"WAV format {tag} with {bits}-bit samples is not supported (16-bit PCM, A-law "
-                                     "or µ-law)")
+                    raise ValueError(
+                        f"WAV format {tag} with {bits}-bit samples is not supported (16-bit PCM, A-law or µ-law)"
+                    )
                 fmt = (kinds[(tag, bits)], rate, channels)
             pos += 8 + size + (size & 1)
         if pos > 64 * 1024:

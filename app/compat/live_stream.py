@@ -58,9 +58,16 @@ class LiveStream:
     (``client_socket``); the server stops (``stopping``); or it reaches a limit (``expired``, ``expiry`` says
     which): no audio for ``idle_s`` (keep-alives do not count), or ``max_s`` in all (0: no such limit)."""
 
-    def __init__(self, session: Session, publisher: RoomPublisher | None, stop_timeout_s: float,
-                 idle_s: float = 0.0, max_s: float = 0.0, redactor: Redactor | None = None,
-                 sock: ClientSocket | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        publisher: RoomPublisher | None,
+        stop_timeout_s: float,
+        idle_s: float = 0.0,
+        max_s: float = 0.0,
+        redactor: Redactor | None = None,
+        sock: ClientSocket | None = None,
+    ) -> None:
         self.session = session
         self.redactor = redactor  # what the caller asked to keep out of its results and the room's transcript
         self.publisher = publisher
@@ -78,8 +85,7 @@ class LiveStream:
     def ending(self) -> bool:
         """The stream is ending whatever its client does: the server stops, a limit was reached, or the client is
         gone (its audio already received is then fed as fast as the engine takes it: ``PcmFeed``'s ``unpaced``)."""
-        return (self.stopping.is_set() or self.expired.is_set()
-                or (self.sock is not None and not self.sock.open))
+        return self.stopping.is_set() or self.expired.is_set() or (self.sock is not None and not self.sock.open)
 
     @property
     def stops(self) -> tuple[asyncio.Event, ...]:
@@ -98,8 +104,7 @@ class LiveStream:
                 try:
                     await self.publisher.publish(msg)
                 except Exception:
-                    log.exception("%s: could not publish to room %s", self.session.session_id,
-                                  self.publisher.room.id)
+                    log.exception("%s: could not publish to room %s", self.session.session_id, self.publisher.room.id)
             yield msg
         self.ended.set()
 
@@ -163,8 +168,9 @@ class LiveStream:
             if self.session.audio_s != heard:
                 heard, last_audio = self.session.audio_s, now
             if self.max_s and now - started >= self.max_s:
-                self.expiry = Expiry("max", f"the stream reached its maximum length of {_span(self.max_s)}; "
-                                            "connect again to go on")
+                self.expiry = Expiry(
+                    "max", f"the stream reached its maximum length of {_span(self.max_s)}; connect again to go on"
+                )
             elif self.idle_s and now - last_audio >= self.idle_s:
                 self.expiry = Expiry("idle", f"no audio for {_span(self.idle_s)}: the stream is closed")
             else:
@@ -190,9 +196,14 @@ def _span(seconds: float) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_live(app: web.Application, admitted: Admitted, options: SessionOptions,
-                    configure: bool = True, redactor: Redactor | None = None,
-                    sock: ClientSocket | None = None) -> AsyncIterator[LiveStream]:
+async def open_live(
+    app: web.Application,
+    admitted: Admitted,
+    options: SessionOptions,
+    configure: bool = True,
+    redactor: Redactor | None = None,
+    sock: ClientSocket | None = None,
+) -> AsyncIterator[LiveStream]:
     """The engine session of ``admitted``, configured with ``options`` (``configure=False``: the caller configures
     it before the first audio, once its client has said how) and joined to its room, registered in ``STREAMS``
     while the block runs (a stop there also hurries ``sock``, its client's socket), its limits watched
@@ -214,10 +225,12 @@ async def open_live(app: web.Application, admitted: Admitted, options: SessionOp
             publisher = room.join(session.session_id, admitted.name)
             room.share_microphone(session.session_id, session)
         config = app[CONFIG]
-        stream = LiveStream(session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s,
-                            redactor, sock)
+        stream = LiveStream(
+            session, publisher, config.stop_timeout_s, config.stream_idle_s, config.stream_max_s, redactor, sock
+        )
         limits = asyncio.create_task(stream.watch_limits(), name=f"{session.session_id}-limits")
         try:
+
             def stop() -> None:  # the server stops: finish, and give a client that does not read a short wait
                 stream.stopping.set()
                 if sock is not None:
@@ -299,13 +312,13 @@ class OnlineText:
         """New settled words of the unlocked text ``text``, whose first ``stable`` words are settled (may be none)."""
         if stable <= self._sent:
             return []
-        out = text.split()[self._sent:stable]
+        out = text.split()[self._sent : stable]
         self._sent = stable
         return out
 
     def locked(self, text: str) -> list[str]:
         """A sentence locked: its words not sent as online text yet."""
         words = text.split()
-        rest = words[self._sent:]
+        rest = words[self._sent :]
         self._sent = max(0, self._sent - len(words))
         return rest

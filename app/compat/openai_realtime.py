@@ -59,11 +59,13 @@ from .realtime_stream import RealtimeStream
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # OpenAI takes up to 15 MiB of audio per append event
 # Admission's refusals in the REST API's terms: (status, error type, error code).
-_REFUSALS = {RefusalReason.LOADING: (503, "server_error", "model_not_ready"),
-             RefusalReason.ENGINE_FAILED: (503, "server_error", "engine_failed"),
-             RefusalReason.SHUTTING_DOWN: (503, "server_error", "server_shutting_down"),
-             RefusalReason.FULL: (503, "server_error", "server_at_capacity"),
-             RefusalReason.LIMIT: (429, "rate_limit_error", "rate_limit_exceeded")}
+_REFUSALS = {
+    RefusalReason.LOADING: (503, "server_error", "model_not_ready"),
+    RefusalReason.ENGINE_FAILED: (503, "server_error", "engine_failed"),
+    RefusalReason.SHUTTING_DOWN: (503, "server_error", "server_shutting_down"),
+    RefusalReason.FULL: (503, "server_error", "server_at_capacity"),
+    RefusalReason.LIMIT: (429, "rate_limit_error", "rate_limit_exceeded"),
+}
 _SUBPROTOCOL_KEY = "openai-insecure-api-key."
 
 
@@ -76,7 +78,7 @@ def _presented_key(request: web.Request) -> tuple[str | None, str | None]:
     ``openai-insecure-api-key.<key>``) and that subprotocol, if it came so."""
     for proto in (p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")):
         if proto.startswith(_SUBPROTOCOL_KEY):
-            return proto[len(_SUBPROTOCOL_KEY):], proto
+            return proto[len(_SUBPROTOCOL_KEY) :], proto
     return presented_token(request), None
 
 
@@ -85,8 +87,11 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     app = request.app
     key, key_protocol = _presented_key(request)
     if not token_matches(key, app[CONFIG].auth_token):
-        return ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
-                        code="invalid_api_key").response()
+        return ApiError(
+            401,
+            "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
+            code="invalid_api_key",
+        ).response()
     ws = ClientSocket.response(("realtime", *((key_protocol,) if key_protocol else ())), MAX_MESSAGE_BYTES)
     if not ws.can_prepare(request).ok:
         return ApiError(400, "connect with a WebSocket client").response()
@@ -112,10 +117,16 @@ async def realtime(request: web.Request) -> web.StreamResponse:
     config = RealtimeConfig(language=admitted.room.language if admitted.room is not None else app[CONFIG].language)
     try:
         # The session is configured with the client's settings when its first audio arrives.
-        async with open_live(app, admitted, SessionOptions(language=config.language, words=True),
-                             configure=False, sock=sock) as live:
-            await RealtimeStream(sock, live, config, beta=_speaks_beta(request),
-                                 spoken=admitted.room.language if admitted.room is not None else None).run()
+        async with open_live(
+            app, admitted, SessionOptions(language=config.language, words=True), configure=False, sock=sock
+        ) as live:
+            await RealtimeStream(
+                sock,
+                live,
+                config,
+                beta=_speaks_beta(request),
+                spoken=admitted.room.language if admitted.room is not None else None,
+            ).run()
     except Refused as exc:  # (the engine would not open the session after the upgrade)
         await sock.close(exc.refusal.close_code, str(exc))
     except Exception:  # logged, and the open sentence finished, by open_live

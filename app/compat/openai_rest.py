@@ -59,8 +59,15 @@ _CREATED = int(time.time())  # "created" of the loaded model in /v1/models: when
 class ApiError(Exception):
     """An error answer in OpenAI's shape."""
 
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
 
@@ -94,8 +101,11 @@ def add_routes(app: web.Application) -> None:
 
 def _authorize(request: web.Request) -> None:
     if not token_matches(presented_token(request), request.app[CONFIG].auth_token):
-        raise ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
-                       code="invalid_api_key")
+        raise ApiError(
+            401,
+            "this server needs its token: send 'Authorization: Bearer <token>' (the API key)",
+            code="invalid_api_key",
+        )
 
 
 def _model_card(name: str) -> dict[str, Any]:
@@ -133,8 +143,12 @@ async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse
         _authorize(request)
         engine = request.app[ENGINE]
         if engine.state is not EngineState.READY:
-            raise ApiError(503, f"the speech model is {engine.state.value}; try again shortly", kind="server_error",
-                           code="model_not_ready")
+            raise ApiError(
+                503,
+                f"the speech model is {engine.state.value}; try again shortly",
+                kind="server_error",
+                code="model_not_ready",
+            )
         if request.app[FILE_JOBS].closed:
             raise _stopping()
     except ApiError as exc:
@@ -146,20 +160,29 @@ async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse
         form = dataclasses.replace(await _read_form(request), task=task)
         cannot = engine.cannot_caption(form.language, task)
         if cannot:
-            raise ApiError(400, cannot, param="language" if task == "transcribe" else None,
-                           code="unsupported_language" if task == "transcribe" else "unsupported_task")
+            raise ApiError(
+                400,
+                cannot,
+                param="language" if task == "transcribe" else None,
+                code="unsupported_language" if task == "transcribe" else "unsupported_task",
+            )
         slot = request.app[FILE_JOBS].try_acquire()
         if slot is None:
             if request.app[FILE_JOBS].closed:
                 raise _stopping()
-            raise ApiError(429, f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
-                           kind="rate_limit_error", code="rate_limit_exceeded")
+            raise ApiError(
+                429,
+                f"{request.app[CONFIG].max_file_jobs} files are being transcribed; try again shortly",
+                kind="rate_limit_error",
+                code="rate_limit_exceeded",
+            )
         options = SessionOptions(language=form.language, prompt=form.prompt, temperature=form.temperature, task=task)
         reader = await open_file(form.file_path)  # a file that is not audio is a 400 before any answer starts
         if form.stream:
             return await _stream(request, form, options, reader)
-        result = await unless_client_leaves(request, transcribe_file(engine, reader, options,
-                                                                     streams=request.app[STREAMS]))
+        result = await unless_client_leaves(
+            request, transcribe_file(engine, reader, options, streams=request.app[STREAMS])
+        )
         if result.cut_short:
             raise _shutting_down(result)
         return _answer(form, result)
@@ -180,8 +203,12 @@ async def _speech_to_text(request: web.Request, task: str) -> web.StreamResponse
 
 
 def _stopping() -> ApiError:
-    return ApiError(503, "the server is shutting down; send the file again in a moment", kind="server_error",
-                    code="server_shutting_down")
+    return ApiError(
+        503,
+        "the server is shutting down; send the file again in a moment",
+        kind="server_error",
+        code="server_shutting_down",
+    )
 
 
 # ---- the form ---------------------------------------------------------------------------------------------------
@@ -234,19 +261,29 @@ async def _unless_stalled(reading: Awaitable[T]) -> T:
 
 
 def _shutting_down(result: FileTranscript) -> ApiError:
-    return ApiError(503, f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into the "
-                         "file; send it again in a moment", kind="server_error", code="server_shutting_down")
+    return ApiError(
+        503,
+        f"the server is shutting down: the transcription stopped {result.read_s:.1f} s into the "
+        "file; send it again in a moment",
+        kind="server_error",
+        code="server_shutting_down",
+    )
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"the file is over the server's upload limit of {limit // (1024 * 1024)} MB",
-                    param="file", code="file_too_large")
+    return ApiError(
+        413,
+        f"the file is over the server's upload limit of {limit // (1024 * 1024)} MB",
+        param="file",
+        code="file_too_large",
+    )
 
 
 async def _save(part: BodyPartReader, limit: int, suffix: str) -> str:
     """Copy the file part to a temporary file (written in a worker thread) and return its path."""
-    handle: IO[bytes] = await asyncio.to_thread(tempfile.NamedTemporaryFile, prefix="upload-", suffix=suffix,
-                                                delete=False)
+    handle: IO[bytes] = await asyncio.to_thread(
+        tempfile.NamedTemporaryFile, prefix="upload-", suffix=suffix, delete=False
+    )
     size = 0
     try:
         while chunk := await _unless_stalled(part.read_chunk(_CHUNK_BYTES)):
@@ -283,14 +320,14 @@ def _check_fields(fields: dict[str, list[str]], path: str) -> TranscriptionForm:
         raise ApiError(400, "stream must be true or false", param="stream")
     stream = stream_text in ("true", "1")
     if stream and response_format not in STREAM_FORMATS:
-        raise ApiError(400, f"stream=true works with response_format {', '.join(STREAM_FORMATS)}",
-                       param="stream")
+        raise ApiError(400, f"stream=true works with response_format {', '.join(STREAM_FORMATS)}", param="stream")
     granularities = {g.strip() for g in fields.get("timestamp_granularities", []) if g.strip()}
     if granularities - {"word", "segment"}:
         raise ApiError(400, "timestamp_granularities[] takes 'word' and 'segment'", param="timestamp_granularities")
     prompt = one("prompt")
-    return TranscriptionForm(path, language, prompt[-1000:], response_format, temperature, stream,
-                             "word" in granularities)
+    return TranscriptionForm(
+        path, language, prompt[-1000:], response_format, temperature, stream, "word" in granularities
+    )
 
 
 # ---- answers ----------------------------------------------------------------------------------------------------
@@ -327,41 +364,67 @@ def _answer(form: TranscriptionForm, result: FileTranscript) -> web.Response:
     if fmt == "vtt":
         return web.Response(text=to_vtt(_records(result.sentences)), content_type="text/vtt")
     if fmt == "diarized_json":
-        return web.json_response({"task": form.task, "duration": round(result.duration_s, 3), "text": result.text,
-                                  "segments": [_diarized_segment(s) for s in result.sentences],
-                                  "usage": _usage(result)})
+        return web.json_response(
+            {
+                "task": form.task,
+                "duration": round(result.duration_s, 3),
+                "text": result.text,
+                "segments": [_diarized_segment(s) for s in result.sentences],
+                "usage": _usage(result),
+            }
+        )
     if fmt == "verbose_json":
         body: dict[str, Any] = {
             "task": form.task,
             # OpenAI's translations say the language of the text they give: English.
-            "language": "english" if form.task == "translate"
+            "language": "english"
+            if form.task == "translate"
             else LANGUAGES.get(result.language or "", result.language or "unknown"),
-            "duration": round(result.duration_s, 3), "text": result.text,
+            "duration": round(result.duration_s, 3),
+            "text": result.text,
             "segments": [_verbose_segment(i, s, form.temperature) for i, s in enumerate(result.sentences)],
-            "usage": _usage(result)}
+            "usage": _usage(result),
+        }
         if form.word_times:
-            body["words"] = [{"word": w.w, "start": w.start_ms / 1000, "end": w.end_ms / 1000}
-                             for s in result.sentences for w in s.words]
+            body["words"] = [
+                {"word": w.w, "start": w.start_ms / 1000, "end": w.end_ms / 1000}
+                for s in result.sentences
+                for w in s.words
+            ]
         return web.json_response(body)
     return web.json_response({"text": result.text, "usage": _usage(result)})
 
 
 def _verbose_segment(i: int, s: protocol.Sentence, temperature: float) -> dict[str, Any]:
-    return {"id": i, "seek": s.start_ms // 10, "start": s.start_ms / 1000, "end": s.end_ms / 1000, "text": " " + s.text,
-            "tokens": [], "temperature": temperature,
-            "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
-            "compression_ratio": _compression_ratio(s.text),
-            "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
-            "speaker": None if s.spk is None else speaker_name(s.spk)}
+    return {
+        "id": i,
+        "seek": s.start_ms // 10,
+        "start": s.start_ms / 1000,
+        "end": s.end_ms / 1000,
+        "text": " " + s.text,
+        "tokens": [],
+        "temperature": temperature,
+        "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
+        "compression_ratio": _compression_ratio(s.text),
+        "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
+        "speaker": None if s.spk is None else speaker_name(s.spk),
+    }
 
 
 def _diarized_segment(s: protocol.Sentence) -> dict[str, Any]:
-    return {"type": "transcript.text.segment", "id": f"seg_{s.id}", "start": s.start_ms / 1000, "end": s.end_ms / 1000,
-            "text": s.text, "speaker": _letter(s.spk)}
+    return {
+        "type": "transcript.text.segment",
+        "id": f"seg_{s.id}",
+        "start": s.start_ms / 1000,
+        "end": s.end_ms / 1000,
+        "text": s.text,
+        "speaker": _letter(s.spk),
+    }
 
 
-async def _stream(request: web.Request, form: TranscriptionForm, options: SessionOptions,
-                  reader: AudioFileReader) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, form: TranscriptionForm, options: SessionOptions, reader: AudioFileReader
+) -> web.StreamResponse:
     """Server-sent events: a delta per batch of locked sentences, then the done event (or an error event)."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     try:
@@ -383,8 +446,9 @@ async def _stream(request: web.Request, form: TranscriptionForm, options: Sessio
             sent.append(s.text)
 
     try:
-        result = await unless_client_leaves(request, transcribe_file(request.app[ENGINE], reader, options,
-                                                                      on_sentences, request.app[STREAMS]))
+        result = await unless_client_leaves(
+            request, transcribe_file(request.app[ENGINE], reader, options, on_sentences, request.app[STREAMS])
+        )
     except AudioFileError as exc:
         await event(ApiError(400, f"the file cannot be decoded: {exc}", param="file", code="invalid_file").body())
     except (EngineNotReady, EngineError, FileJobError) as exc:

@@ -20,8 +20,9 @@ class ClientSilent(Exception):
     """The client sent nothing for the protocol's timeout."""
 
 
-async def client_messages(ws: web.WebSocketResponse, *stops: asyncio.Event,
-                          timeout_s: float | None = None) -> AsyncIterator[WSMessage]:
+async def client_messages(
+    ws: web.WebSocketResponse, *stops: asyncio.Event, timeout_s: float | None = None
+) -> AsyncIterator[WSMessage]:
     """``ws``'s messages until it closes or one of ``stops`` is set (a waiting receive is cancelled then: aiohttp's
     ``receive`` leaves unread messages queued when cancelled). Raises ``ClientSilent`` when nothing arrives for
     ``timeout_s`` seconds (None: no limit); the time the caller spends between messages does not count."""
@@ -67,8 +68,13 @@ class ReadAhead:
     stopping server finishes with the audio the engine has); it raises ``ClientSilent`` after ``timeout_s`` without
     a message (time spent paused does not count)."""
 
-    def __init__(self, ws: web.WebSocketResponse, *stops: asyncio.Event, timeout_s: float | None = None,
-                 max_bytes: int = READ_AHEAD_BYTES) -> None:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        *stops: asyncio.Event,
+        timeout_s: float | None = None,
+        max_bytes: int = READ_AHEAD_BYTES,
+    ) -> None:
         self._ws, self._stops, self._timeout_s, self._max_bytes = ws, stops, timeout_s, max_bytes
         self._queue: collections.deque[WSMessage | ClientSilent | None] = collections.deque()
         self._bytes = 0

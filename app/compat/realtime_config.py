@@ -28,8 +28,12 @@ from engine import LANGUAGE_CODES
 # beta format name -> (encoding, rate)
 _BETA_FORMATS = {"pcm16": ("linear16", 24000), "g711_ulaw": ("mulaw", 8000), "g711_alaw": ("alaw", 8000)}
 _FORMATS = {"audio/pcm": ("linear16", 24000), "audio/pcmu": ("mulaw", 8000), "audio/pcma": ("alaw", 8000)}
-DEFAULT_TURN_DETECTION: dict[str, Any] = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
-                                          "silence_duration_ms": 500}
+DEFAULT_TURN_DETECTION: dict[str, Any] = {
+    "type": "server_vad",
+    "threshold": 0.5,
+    "prefix_padding_ms": 300,
+    "silence_duration_ms": 500,
+}
 
 
 class ConfigError(ValueError):
@@ -76,17 +80,33 @@ class RealtimeConfig:
         fmt: dict[str, Any] = {"type": self.format}
         if self.format == "audio/pcm":
             fmt["rate"] = self.rate
-        return {"type": "transcription", "id": session_id, "object": "realtime.transcription_session",
-                "audio": {"input": {"format": fmt, "transcription": self.transcription,
-                                    "noise_reduction": self.noise_reduction, "turn_detection": self.turn_detection}},
-                "include": self.include}
+        return {
+            "type": "transcription",
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "audio": {
+                "input": {
+                    "format": fmt,
+                    "transcription": self.transcription,
+                    "noise_reduction": self.noise_reduction,
+                    "turn_detection": self.turn_detection,
+                }
+            },
+            "include": self.include,
+        }
 
     def beta_session(self, session_id: str) -> dict[str, Any]:
         """The beta transcription session object."""
         beta = next(name for name, value in _BETA_FORMATS.items() if value == _FORMATS[self.format])
-        return {"id": session_id, "object": "realtime.transcription_session", "input_audio_format": beta,
-                "input_audio_transcription": self.transcription, "turn_detection": self.turn_detection,
-                "input_audio_noise_reduction": self.noise_reduction, "include": self.include}
+        return {
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "input_audio_format": beta,
+            "input_audio_transcription": self.transcription,
+            "turn_detection": self.turn_detection,
+            "input_audio_noise_reduction": self.noise_reduction,
+            "include": self.include,
+        }
 
 
 def _obj(value: Any, param: str) -> dict[str, Any]:
@@ -136,8 +156,9 @@ def apply_update(config: RealtimeConfig, session: Any, beta: bool) -> RealtimeCo
         if "input_audio_format" in s:
             fmt = s["input_audio_format"]
             if fmt not in _BETA_FORMATS:
-                raise ConfigError(f"input_audio_format {fmt!r}: expected pcm16, g711_ulaw or g711_alaw",
-                                  "session.input_audio_format")
+                raise ConfigError(
+                    f"input_audio_format {fmt!r}: expected pcm16, g711_ulaw or g711_alaw", "session.input_audio_format"
+                )
             changes["format"] = next(n for n, v in _FORMATS.items() if v == _BETA_FORMATS[fmt])
         if "turn_detection" in s:
             changes["turn_detection"] = _turn_detection(s["turn_detection"], "session.turn_detection")
@@ -148,19 +169,20 @@ def apply_update(config: RealtimeConfig, session: Any, beta: bool) -> RealtimeCo
         config = dataclasses.replace(config, **changes)
         return _transcription(config, s.get("input_audio_transcription"), "session.input_audio_transcription")
     if s.get("type", "transcription") != "transcription":
-        raise ConfigError("this server runs transcription sessions only (session.type 'transcription')",
-                          "session.type")
+        raise ConfigError("this server runs transcription sessions only (session.type 'transcription')", "session.type")
     changes = {"include": s["include"]} if "include" in s else {}
     audio_input = _obj(_obj(s.get("audio") or {}, "session.audio").get("input") or {}, "session.audio.input")
     if audio_input.get("format") is not None:
         fmt = _obj(audio_input["format"], "session.audio.input.format")
         kind = fmt.get("type", "audio/pcm")
         if kind not in _FORMATS:
-            raise ConfigError(f"format {kind!r}: expected audio/pcm, audio/pcmu or audio/pcma",
-                              "session.audio.input.format.type")
+            raise ConfigError(
+                f"format {kind!r}: expected audio/pcm, audio/pcmu or audio/pcma", "session.audio.input.format.type"
+            )
         if fmt.get("rate") not in (None, _FORMATS[kind][1]):
-            raise ConfigError(f"rate {fmt['rate']!r}: {kind} is {_FORMATS[kind][1]} Hz only",
-                              "session.audio.input.format.rate")
+            raise ConfigError(
+                f"rate {fmt['rate']!r}: {kind} is {_FORMATS[kind][1]} Hz only", "session.audio.input.format.rate"
+            )
         changes["format"] = kind
     if "turn_detection" in audio_input:
         changes["turn_detection"] = _turn_detection(audio_input["turn_detection"], "session.audio.input.turn_detection")

@@ -58,8 +58,10 @@ def word_logprobs(s: protocol.Sentence) -> list[dict[str, Any]]:
     words = s.text.split()
     if len(s.word_probs) != len(words):
         return []
-    return [{"token": w, "logprob": round(math.log(max(p, 1e-12)), 4), "bytes": list(w.encode())}
-            for w, p in zip(words, s.word_probs, strict=True)]
+    return [
+        {"token": w, "logprob": round(math.log(max(p, 1e-12)), 4), "bytes": list(w.encode())}
+        for w, p in zip(words, s.word_probs, strict=True)
+    ]
 
 
 class RealtimeStream:
@@ -68,8 +70,14 @@ class RealtimeStream:
     ``conversation.item.created``; a client may also choose them event by event with ``transcription_session.update``).
     """
 
-    def __init__(self, sock: ClientSocket, live: LiveStream, config: RealtimeConfig, beta: bool = False,
-                 spoken: str | None = None) -> None:
+    def __init__(
+        self,
+        sock: ClientSocket,
+        live: LiveStream,
+        config: RealtimeConfig,
+        beta: bool = False,
+        spoken: str | None = None,
+    ) -> None:
         """``spoken``: the language of the room it publishes into (a ``session.update`` naming another is refused);
         None outside a room."""
         self.sock, self.live, self.config, self.beta = sock, live, config, beta
@@ -109,13 +117,19 @@ class RealtimeStream:
                         elif msg.type is WSMsgType.ERROR:  # aiohttp closed it already (1009: an oversized message)
                             break
             except ClientSilent:
-                await self.error(f"no event for {IDLE_TIMEOUT_S:.0f} s: the session is closed", code="idle_timeout",
-                                 kind="server_error")
+                await self.error(
+                    f"no event for {IDLE_TIMEOUT_S:.0f} s: the session is closed",
+                    code="idle_timeout",
+                    kind="server_error",
+                )
             if self.live.stopping.is_set():
                 code = 1001
             elif self.live.expiry is not None:
-                await self.error(self.live.expiry.message, kind="invalid_request_error",
-                                 code="session_expired" if self.live.expiry.kind == "max" else "idle_timeout")
+                await self.error(
+                    self.live.expiry.message,
+                    kind="invalid_request_error",
+                    code="session_expired" if self.live.expiry.kind == "max" else "idle_timeout",
+                )
             if self._feed is None and self.live.session.state is SessionState.LIVE:
                 self.live.session.configure(self._options())  # nothing was said; end it cleanly all the same
             await self.live.finish()
@@ -156,29 +170,38 @@ class RealtimeStream:
             elif kind == "input_audio_buffer.clear":
                 await self.clear()
             else:
-                raise ConfigError(f"event type {kind!r} is not supported by a transcription session", "type",
-                                  code="unsupported_event")
+                raise ConfigError(
+                    f"event type {kind!r} is not supported by a transcription session", "type", code="unsupported_event"
+                )
         except ConfigError as exc:
             await self.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
             # A value of a shape no check foresaw (a list where a string belongs): the event is refused, the
             # session goes on with what it had.
             log.info("%s: event %r refused: %r", self.live.session.session_id, kind, exc)
-            await self.error(f"the event {str(kind)[:64]!r} has a value this server cannot use", code="invalid_value",
-                             event_id=event_id)
+            await self.error(
+                f"the event {str(kind)[:64]!r} has a value this server cannot use",
+                code="invalid_value",
+                event_id=event_id,
+            )
 
     async def update(self, session: Any, beta: bool) -> None:
         config = apply_update(self.config, session, beta)
         if self.spoken is not None and config.language not in (None, self.spoken):
-            raise ConfigError(f"this room is spoken in {self.spoken}: name no language (or {self.spoken!r}) to "
-                              "caption into it", "session.audio.input.transcription.language",
-                              code="unsupported_language")
+            raise ConfigError(
+                f"this room is spoken in {self.spoken}: name no language (or {self.spoken!r}) to caption into it",
+                "session.audio.input.transcription.language",
+                code="unsupported_language",
+            )
         if config.language is None and self.spoken is not None:
             config = replace(config, language=self.spoken)  # none named: the room's
         if self._feed is not None:
             if (config.language, config.prompt) != (self.config.language, self.config.prompt):
-                raise ConfigError("language and prompt apply to the whole session: set them before the first audio",
-                                  "session.audio.input.transcription", code="unsupported_update")
+                raise ConfigError(
+                    "language and prompt apply to the whole session: set them before the first audio",
+                    "session.audio.input.transcription",
+                    code="unsupported_update",
+                )
             if config.format != self.config.format:
                 self._feed.set_format(config.encoding, config.rate)
         self.config = config
@@ -202,8 +225,12 @@ class RealtimeStream:
     async def commit(self) -> None:
         fed_ms = self._feed.fed_ms if self._feed is not None else 0
         if fed_ms - self._committed_ms < _MIN_COMMIT_MS:
-            raise ConfigError(f"buffer too small: expected at least {_MIN_COMMIT_MS} ms of audio, have "
-                              f"{fed_ms - self._committed_ms} ms", "audio", code="input_audio_buffer_commit_empty")
+            raise ConfigError(
+                f"buffer too small: expected at least {_MIN_COMMIT_MS} ms of audio, have "
+                f"{fed_ms - self._committed_ms} ms",
+                "audio",
+                code="input_audio_buffer_commit_empty",
+            )
         self._committed_ms = fed_ms
         if self.config.server_vad:  # the open sentence ends now; its item follows the usual way
             self.live.flush()
@@ -244,10 +271,18 @@ class RealtimeStream:
     async def emit(self, kind: str, **fields: Any) -> None:
         await self.sock.send_json({"type": kind, "event_id": _new_id("event"), **fields})
 
-    async def error(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None,
-                    kind: str = "invalid_request_error") -> None:
-        await self.emit("error", error={"type": kind, "code": code, "message": message, "param": param,
-                                        "event_id": event_id})
+    async def error(
+        self,
+        message: str,
+        *,
+        code: str,
+        param: str | None = None,
+        event_id: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
+        await self.emit(
+            "error", error={"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}
+        )
 
     async def watch_speech(self) -> None:
         """``speech_started`` / ``speech_stopped`` and the item's ``committed`` as the endpointer opens and closes
@@ -270,8 +305,7 @@ class RealtimeStream:
 
     async def _speech_started(self, event: SpeechStarted) -> Item:
         # Words that settled before the watch saw the segment open went to an item made for them: it is this one.
-        item = self._current if self._current is not None and self._current.speech_ms is None else Item(
-            _new_id("item"))
+        item = self._current if self._current is not None and self._current.speech_ms is None else Item(_new_id("item"))
         item.speech_ms, item.start_ms = event.speech_ms, event.start_ms
         self._current = item
         await self.emit("input_audio_buffer.speech_started", audio_start_ms=event.start_ms, item_id=item.id)
@@ -286,17 +320,29 @@ class RealtimeStream:
     async def _commit_item(self, item: Item) -> None:
         self._awaiting.append(item)
         await self.emit("input_audio_buffer.committed", previous_item_id=self._previous_id, item_id=item.id)
-        await self.emit("conversation.item.created" if self.beta else "conversation.item.added",
-                        previous_item_id=self._previous_id,
-                        item={"id": item.id, "type": "message", "object": "realtime.item", "status": "completed",
-                              "role": "user", "content": [{"type": "input_audio", "transcript": None}]})
+        await self.emit(
+            "conversation.item.created" if self.beta else "conversation.item.added",
+            previous_item_id=self._previous_id,
+            item={
+                "id": item.id,
+                "type": "message",
+                "object": "realtime.item",
+                "status": "completed",
+                "role": "user",
+                "content": [{"type": "input_audio", "transcript": None}],
+            },
+        )
         self._previous_id = item.id
 
     async def _delta(self, item: Item, words: list[str]) -> None:
         if words:
             text = " ".join(words)
-            await self.emit("conversation.item.input_audio_transcription.delta", item_id=item.id, content_index=0,
-                            delta=(" " if item.delta_sent else "") + text)
+            await self.emit(
+                "conversation.item.input_audio_transcription.delta",
+                item_id=item.id,
+                content_index=0,
+                delta=(" " if item.delta_sent else "") + text,
+            )
             item.delta_sent = True
 
     async def _complete(self, item: Item) -> None:
@@ -304,8 +350,14 @@ class RealtimeStream:
             self._awaiting.remove(item)
         seconds = max(0, item.stop_ms - item.start_ms) / 1000
         extra = {"logprobs": item.logprobs} if self.config.logprobs else {}
-        await self.emit("conversation.item.input_audio_transcription.completed", item_id=item.id, content_index=0,
-                        transcript=" ".join(item.texts), usage={"type": "duration", "seconds": seconds}, **extra)
+        await self.emit(
+            "conversation.item.input_audio_transcription.completed",
+            item_id=item.id,
+            content_index=0,
+            transcript=" ".join(item.texts),
+            usage={"type": "duration", "seconds": seconds},
+            **extra,
+        )
 
     def _open_item(self) -> Item:
         """The item words being spoken now belong to: with server VAD the oldest not transcribed yet; with manual
@@ -314,8 +366,9 @@ class RealtimeStream:
             return self._awaiting[0]
         if self._current is None:
             speaking = self.watch.speaking
-            self._current = Item(_new_id("item"), speech_ms=speaking.speech_ms if speaking else None,
-                                 start_ms=self._committed_ms)
+            self._current = Item(
+                _new_id("item"), speech_ms=speaking.speech_ms if speaking else None, start_ms=self._committed_ms
+            )
         return self._current
 
     async def relay(self) -> None:
@@ -346,9 +399,12 @@ class RealtimeStream:
         elif isinstance(msg, protocol.Error) and msg.code is protocol.ErrorCode.ENGINE:
             for item in list(self._awaiting):
                 self._awaiting.remove(item)
-                await self.emit("conversation.item.input_audio_transcription.failed", item_id=item.id,
-                                content_index=0, error={"type": "server_error", "code": "engine",
-                                                        "message": msg.message, "param": None})
+                await self.emit(
+                    "conversation.item.input_audio_transcription.failed",
+                    item_id=item.id,
+                    content_index=0,
+                    error={"type": "server_error", "code": "engine", "message": msg.message, "param": None},
+                )
             await self.error(msg.message, code="engine", kind="server_error")
 
     async def sentence(self, s: protocol.Sentence) -> None:

@@ -110,9 +110,12 @@ class Redactor:
     def message(self, msg: protocol.ServerMessage) -> protocol.ServerMessage:
         """``msg`` as the caller and the room may see it."""
         if isinstance(msg, protocol.Caption):
-            return replace(msg, sentences=[self.sentence(s) for s in msg.sentences],
-                           partial=self.text(msg.partial, unlocked=True),
-                           stable_words=self.words(msg.stable_words, unlocked=True))
+            return replace(
+                msg,
+                sentences=[self.sentence(s) for s in msg.sentences],
+                partial=self.text(msg.partial, unlocked=True),
+                stable_words=self.words(msg.stable_words, unlocked=True),
+            )
         if isinstance(msg, protocol.WordTimes):
             return replace(msg, words=tuple(self.words(msg.words)))
         return msg

@@ -66,13 +66,16 @@ def _authorized(request: web.Request) -> bool:
 
 
 async def options_endpoint(request: web.Request) -> web.Response:
-    return web.Response(status=204, headers={**_CORS, "Access-Control-Allow-Methods": "POST, OPTIONS",
-                                             "Accept-Post": "application/sdp"})
+    return web.Response(
+        status=204, headers={**_CORS, "Access-Control-Allow-Methods": "POST, OPTIONS", "Accept-Post": "application/sdp"}
+    )
 
 
 async def options_resource(request: web.Request) -> web.Response:
-    return web.Response(status=204, headers={**_CORS, "Access-Control-Allow-Methods": "PATCH, DELETE, OPTIONS",
-                                             "Accept-Patch": _TRICKLE})
+    return web.Response(
+        status=204,
+        headers={**_CORS, "Access-Control-Allow-Methods": "PATCH, DELETE, OPTIONS", "Accept-Patch": _TRICKLE},
+    )
 
 
 async def _read_sdp(request: web.Request) -> str:
@@ -95,9 +98,12 @@ async def publish(request: web.Request) -> web.Response:
     app = request.app
     config, engine = app[CONFIG], app[ENGINE]
     if not _authorized(request):
-        return _error(401, ErrorCode.UNAUTHORIZED,
-                      "publishing needs the server's token (Authorization: Bearer <token>)",
-                      **{"WWW-Authenticate": "Bearer"})
+        return _error(
+            401,
+            ErrorCode.UNAUTHORIZED,
+            "publishing needs the server's token (Authorization: Bearer <token>)",
+            **{"WWW-Authenticate": "Bearer"},
+        )
     if request.content_type != "application/sdp":
         return _error(415, ErrorCode.BAD_MESSAGE, "send the SDP offer as application/sdp")
     try:
@@ -117,13 +123,22 @@ async def publish(request: web.Request) -> web.Response:
     except Refused as exc:
         return exc.refusal.response(_CORS)
     except NoRoom:
-        return _error(404, ErrorCode.NO_ROOM,
-                      "there is no such room: create it first (the page's Share, or POST /rooms)")
+        return _error(
+            404, ErrorCode.NO_ROOM, "there is no such room: create it first (the page's Share, or POST /rooms)"
+        )
     slot, room = admitted.slot, admitted.room
     assert room is not None  # (it named one)
     try:
-        peer = PeerSession(engine, config, app[PEERS], slot=slot, data_channel=False,
-                           on_shed=app[METRICS].shed, loss=app[METRICS], language=room.language)
+        peer = PeerSession(
+            engine,
+            config,
+            app[PEERS],
+            slot=slot,
+            data_channel=False,
+            on_shed=app[METRICS].shed,
+            loss=app[METRICS],
+            language=room.language,
+        )
     except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
         return app[ADMISSION].refusal_for(exc).response(_CORS)
     try:

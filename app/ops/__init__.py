@@ -14,9 +14,27 @@ from .metrics import ServerMetrics
 from .publishers import Admitted, NoRoom, Refused, admit_publisher, silent_microphones
 from .streams import LiveStreams
 
-__all__ = ["ADMISSION", "FILE_JOBS", "LOADING_RETRY_AFTER_S", "METRICS", "RETRY_AFTER_S", "STREAMS", "Admission",
-           "Admitted", "LiveStreams", "NoRoom", "Refusal", "RefusalReason", "Refused", "ServerMetrics", "Slot",
-           "add_routes", "admit_publisher", "install_access_log", "silent_microphones"]
+__all__ = [
+    "ADMISSION",
+    "FILE_JOBS",
+    "LOADING_RETRY_AFTER_S",
+    "METRICS",
+    "RETRY_AFTER_S",
+    "STREAMS",
+    "Admission",
+    "Admitted",
+    "LiveStreams",
+    "NoRoom",
+    "Refusal",
+    "RefusalReason",
+    "Refused",
+    "ServerMetrics",
+    "Slot",
+    "add_routes",
+    "admit_publisher",
+    "install_access_log",
+    "silent_microphones",
+]
 
 
 def add_routes(app: web.Application) -> None:

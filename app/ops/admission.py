@@ -95,8 +95,14 @@ class Refusal:
         """This server's HTTP answer (``POST /offer``, WHIP, FunASR before the upgrade): ``503`` with the JSON error,
         code ``loading``, ``engine`` or ``busy`` (``RefusalReason.code``), with ``reason`` and ``retry_after_s``
         (null for a failed engine), and ``Retry-After`` where waiting helps."""
-        return json_error(503, self.code, self.message, headers={**(extra_headers or {}), **self.headers},
-                          reason=self.reason.value, retry_after_s=self.retry_after_s)
+        return json_error(
+            503,
+            self.code,
+            self.message,
+            headers={**(extra_headers or {}), **self.headers},
+            reason=self.reason.value,
+            retry_after_s=self.retry_after_s,
+        )
 
     @classmethod
     def engine(cls, state: EngineState | str, detail: str = "") -> Refusal:
@@ -104,14 +110,20 @@ class Refusal:
         it closed, else ``engine_failed``."""
         value = state.value if isinstance(state, EngineState) else state
         if value in (EngineState.NEW, EngineState.LOADING):
-            return cls(RefusalReason.LOADING, f"the speech model is loading; try again in {LOADING_RETRY_AFTER_S} s",
-                       LOADING_RETRY_AFTER_S)
+            return cls(
+                RefusalReason.LOADING,
+                f"the speech model is loading; try again in {LOADING_RETRY_AFTER_S} s",
+                LOADING_RETRY_AFTER_S,
+            )
         if value == EngineState.CLOSED:
             return _shutting_down()
         # FAILED, or a state this module does not know: waiting is not known to help, so none is promised.
         why = f" ({detail})" if detail else ""
-        return cls(RefusalReason.ENGINE_FAILED, f"the speech engine failed{why}; it takes no sessions until the "
-                   "server is restarted", None)
+        return cls(
+            RefusalReason.ENGINE_FAILED,
+            f"the speech engine failed{why}; it takes no sessions until the server is restarted",
+            None,
+        )
 
     @classmethod
     def from_engine(cls, exc: EngineError) -> Refusal:
@@ -124,8 +136,9 @@ class Refusal:
 
 
 def _shutting_down() -> Refusal:
-    return Refusal(RefusalReason.SHUTTING_DOWN, "the server is shutting down; connect again in a moment",
-                   SHUTDOWN_RETRY_AFTER_S)
+    return Refusal(
+        RefusalReason.SHUTTING_DOWN, "the server is shutting down; connect again in a moment", SHUTDOWN_RETRY_AFTER_S
+    )
 
 
 class EngineStatus(Protocol):
@@ -155,9 +168,14 @@ class Admission:
     on time (and none while it says its finals run late); with ``engine``, none while the engine it returns is not
     ready. ``what`` names the sessions in refusals."""
 
-    def __init__(self, limit: int | None, capacity: Callable[[], CapacityEstimate] | None = None,
-                 what: str = "caption sessions", engine: Callable[[], EngineStatus] | None = None,
-                 silent: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        limit: int | None,
+        capacity: Callable[[], CapacityEstimate] | None = None,
+        what: str = "caption sessions",
+        engine: Callable[[], EngineStatus] | None = None,
+        silent: Callable[[], int] | None = None,
+    ) -> None:
         if limit is None and capacity is None:
             raise ValueError("admission needs a limit or a capacity estimate")
         self.limit = limit
@@ -227,20 +245,33 @@ class Admission:
         retry = self.retry_after_s
         if self.limit is not None:
             if self._in_use >= self.limit:
-                return Refusal(RefusalReason.LIMIT, f"all {self.limit} {self.what} are in use; try again in {retry} s",
-                               retry)
+                return Refusal(
+                    RefusalReason.LIMIT, f"all {self.limit} {self.what} are in use; try again in {retry} s", retry
+                )
             return None
         assert self.capacity is not None
         estimate = self.capacity()
         if estimate.late:
-            return Refusal(RefusalReason.FULL, f"the server is full: its sentences already lock "
-                           f"{estimate.finals_late_s:.1f} s late; try again in {retry} s", retry)
+            return Refusal(
+                RefusalReason.FULL,
+                f"the server is full: its sentences already lock "
+                f"{estimate.finals_late_s:.1f} s late; try again in {retry} s",
+                retry,
+            )
         if self._in_use >= estimate.holds:
-            return Refusal(RefusalReason.FULL, f"the server is full: it holds {estimate.holds} live {self.what} on "
-                           f"time and all are taken; try again in {retry} s", retry)
+            return Refusal(
+                RefusalReason.FULL,
+                f"the server is full: it holds {estimate.holds} live {self.what} on "
+                f"time and all are taken; try again in {retry} s",
+                retry,
+            )
         if not shared and self.talking >= estimate.sessions:
-            return Refusal(RefusalReason.FULL, f"the server is full: {estimate.sessions} of its live {self.what} talk "
-                           f"at once, as many as it captions on time; try again in {retry} s", retry)
+            return Refusal(
+                RefusalReason.FULL,
+                f"the server is full: {estimate.sessions} of its live {self.what} talk "
+                f"at once, as many as it captions on time; try again in {retry} s",
+                retry,
+            )
         return None
 
     def close(self) -> None:

@@ -68,46 +68,85 @@ class ServerMetrics(EngineObserver):
         self.registry = CollectorRegistry()
         r = self.registry
         self._audio_in = Counter(
-            f"{PREFIX}_audio_received_seconds", "Audio fed to caption sessions, in seconds; kind: live (a stream) "
-            "or file (an upload, fed as fast as it is transcribed)", ["kind"], registry=r)
+            f"{PREFIX}_audio_received_seconds",
+            "Audio fed to caption sessions, in seconds; kind: live (a stream) "
+            "or file (an upload, fed as fast as it is transcribed)",
+            ["kind"],
+            registry=r,
+        )
         self._audio_shed = Counter(
-            f"{PREFIX}_audio_shed_seconds", "Stream audio skipped because the server fell behind (a stream's "
-            "receive queue stayed over the lag limit), in seconds", registry=r)
+            f"{PREFIX}_audio_shed_seconds",
+            "Stream audio skipped because the server fell behind (a stream's "
+            "receive queue stayed over the lag limit), in seconds",
+            registry=r,
+        )
         self._packets_lost = Counter(
-            f"{PREFIX}_audio_packets_lost", "RTP audio packets of WebRTC and WHIP streams that never arrived (given "
-            "up once three later packets were in)", registry=r)
+            f"{PREFIX}_audio_packets_lost",
+            "RTP audio packets of WebRTC and WHIP streams that never arrived (given "
+            "up once three later packets were in)",
+            registry=r,
+        )
         self._packets_late = Counter(
-            f"{PREFIX}_audio_packets_late", "RTP audio packets that arrived after their audio had been played "
-            "around, or twice, and were dropped", registry=r)
+            f"{PREFIX}_audio_packets_late",
+            "RTP audio packets that arrived after their audio had been played around, or twice, and were dropped",
+            registry=r,
+        )
         self._concealed = Counter(
-            f"{PREFIX}_audio_concealed_seconds", "Audio filled in for lost packets, in seconds: recovered from the "
+            f"{PREFIX}_audio_concealed_seconds",
+            "Audio filled in for lost packets, in seconds: recovered from the "
             "in-band FEC copy in the next packet, or concealed (a stream keeps its length; words there may be "
-            "misheard)", registry=r)
+            "misheard)",
+            registry=r,
+        )
         self._decode = Histogram(
-            f"{PREFIX}_decode_seconds", "Wall time of each finished recognizer decode, submit to result (queueing "
+            f"{PREFIX}_decode_seconds",
+            "Wall time of each finished recognizer decode, submit to result (queueing "
             "and window fallbacks included), by kind (partial, final, background) and encoder window (seconds)",
-            ["kind", "window_s"], buckets=DECODE_BUCKETS_S, registry=r)
+            ["kind", "window_s"],
+            buckets=DECODE_BUCKETS_S,
+            registry=r,
+        )
         self._fallbacks = Counter(
-            f"{PREFIX}_decode_fallbacks", "Decodes thrown away as loops and redone in a larger encoder window, by "
-            "kind", ["kind"], registry=r)
+            f"{PREFIX}_decode_fallbacks",
+            "Decodes thrown away as loops and redone in a larger encoder window, by kind",
+            ["kind"],
+            registry=r,
+        )
         self._first_text = Histogram(
-            f"{PREFIX}_first_partial_latency_seconds", "From a live sentence's first speech reaching the server "
+            f"{PREFIX}_first_partial_latency_seconds",
+            "From a live sentence's first speech reaching the server "
             "to its first text sent (a partial, or the locked sentence if no partial showed)",
-            buckets=FIRST_TEXT_BUCKETS_S, registry=r)
+            buckets=FIRST_TEXT_BUCKETS_S,
+            registry=r,
+        )
         self._lock = Histogram(
-            f"{PREFIX}_lock_latency_seconds", "From a live sentence's last speech reaching the server to the "
-            "sentence locked (the endpoint's silence wait and the final decode)", buckets=LOCK_BUCKETS_S,
-            registry=r)
+            f"{PREFIX}_lock_latency_seconds",
+            "From a live sentence's last speech reaching the server to the "
+            "sentence locked (the endpoint's silence wait and the final decode)",
+            buckets=LOCK_BUCKETS_S,
+            registry=r,
+        )
         self._lock_lag = Histogram(
-            f"{PREFIX}_lock_lag_seconds", "From the audio that closed a live sentence's segment reaching the server to "
+            f"{PREFIX}_lock_lag_seconds",
+            "From the audio that closed a live sentence's segment reaching the server to "
             "the sentence locked: what its final decode added to the endpoint's silence (how late finals run)",
-            buckets=LOCK_LAG_BUCKETS_S, registry=r)
+            buckets=LOCK_LAG_BUCKETS_S,
+            registry=r,
+        )
         self._output_sent = Counter(
-            f"{PREFIX}_output_captions_sent", "Captions the rooms' outputs delivered to their destinations (YouTube "
-            "Live's caption ingestion, OBS), by kind", ["kind"], registry=r)
+            f"{PREFIX}_output_captions_sent",
+            "Captions the rooms' outputs delivered to their destinations (YouTube "
+            "Live's caption ingestion, OBS), by kind",
+            ["kind"],
+            registry=r,
+        )
         self._output_errors = Counter(
-            f"{PREFIX}_output_send_errors", "Caption sends of the rooms' outputs that failed (each retry counts; a "
-            "permanent refusal stops the output), by kind", ["kind"], registry=r)
+            f"{PREFIX}_output_send_errors",
+            "Caption sends of the rooms' outputs that failed (each retry counts; a "
+            "permanent refusal stops the output), by kind",
+            ["kind"],
+            registry=r,
+        )
         for kind in DECODE_KINDS:  # every kind shows from the first scrape, at zero
             self._fallbacks.labels(kind)
         for kind in ("live", "file"):
@@ -192,67 +231,146 @@ def _counter(name: str, doc: str, *labels: str) -> Callable[[], CounterMetricFam
 class _Families:
     """One scrape's families of ``_LiveState``, empty until filled."""
 
-    sessions: GaugeMetricFamily = field(default_factory=_gauge(
-        "sessions_active", "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR WebSocket) or file "
-        "(an upload being transcribed)", "kind"))
-    voices: GaugeMetricFamily = field(default_factory=_gauge(
-        "voices_active", "Live sessions talking now (the others are connected and silent: a meeting's other "
-        "microphones)"))
-    connections: GaugeMetricFamily = field(default_factory=_gauge(
-        "capacity_connections", "Live sessions the server estimates it holds connected, talking or not (a silent "
-        "microphone costs its VAD and WebRTC only)"))
-    viewers: GaugeMetricFamily = field(default_factory=_gauge(
-        "room_viewers", "Room viewers connected now (event streams)"))
-    rooms: GaugeMetricFamily = field(default_factory=_gauge(
-        "rooms_in_memory", "Rooms held in memory now (in use, or idle for less than the idle time)"))
-    unsaved: GaugeMetricFamily = field(default_factory=_gauge(
-        "room_events_unsaved", "Room events kept in memory because the transcript store refused them (written when it "
-        "recovers)"))
-    dropped: CounterMetricFamily = field(default_factory=_counter(
-        "room_viewers_dropped", "Room viewers cut off for falling too far behind"))
-    corrections: CounterMetricFamily = field(default_factory=_counter(
-        "room_corrections", "Editors' corrections committed (edits, deletions, splits, speaker names)"))
-    held: GaugeMetricFamily = field(default_factory=_gauge(
-        "room_events_held", "Room events waiting for their room's hold-back delay before its audience gets them"))
-    requests: GaugeMetricFamily = field(default_factory=_gauge(
-        "recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority", "priority"))
-    state: GaugeMetricFamily = field(default_factory=_gauge(
-        "engine_state", "1 for the speech engine's current state (new, loading, ready, failed, closed), 0 for the "
-        "others", "state"))
-    capacity: GaugeMetricFamily = field(default_factory=_gauge(
-        "capacity_sessions", "Live sessions the server estimates can talk at once on time (a warm-up measurement, "
-        "then the measured decode load); source: warm-up or measured", "source"))
-    limit: GaugeMetricFamily = field(default_factory=_gauge(
-        "max_sessions", "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or the "
-        "operator's number"))
-    headroom: GaugeMetricFamily = field(default_factory=_gauge(
-        "capacity_headroom_sessions", "Live sessions the server would still let in now (0 while its finals run late)"))
-    busy: GaugeMetricFamily = field(default_factory=_gauge(
-        "recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)"))
-    late: GaugeMetricFamily = field(default_factory=_gauge(
-        "finals_late_seconds", "How late finals run: p90 of the last 30 s of lock lag (close to lock); past the "
-        "capacity's bound (1 s by default), with several sessions on a busy recognizer, new live sessions are refused"))
-    refused: CounterMetricFamily = field(default_factory=_counter(
-        "sessions_refused", "Live sessions refused (503/429), by reason: loading (the model), engine_failed, full "
-        "(the server's capacity), limit (--max-sessions), shutting_down; all but engine_failed with Retry-After",
-        "reason"))
-    outputs: GaugeMetricFamily = field(default_factory=_gauge(
-        "room_outputs", "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: connected, sending, "
-        "retrying, failed, stopped", "kind", "state"))
-    translated: CounterMetricFamily = field(default_factory=_counter(
-        "translations", "Sentence translations committed (one sentence into one room language)"))
-    translation_failures: CounterMetricFamily = field(default_factory=_counter(
-        "translation_failures", "Translation engine calls that failed (each retried after 5, 30 and 120 s)"))
-    translations_missing: CounterMetricFamily = field(default_factory=_counter(
-        "translations_missing", "Sentences committed in their source text because their translation failed (until a "
-        "retry translates them)"))
-    translations_dropped: CounterMetricFamily = field(default_factory=_counter(
-        "translations_dropped", "Sentences left untranslated because a room's translation queue was full"))
-    translations_waiting: GaugeMetricFamily = field(default_factory=_gauge(
-        "translations_waiting", "Sentences waiting for their translation now, over every room and language"))
-    store_errors: CounterMetricFamily = field(default_factory=_counter(
-        "store_errors", "Transcript store operations that failed (a full or unwritable disk); room events are kept in "
-        "memory and retried meanwhile"))
+    sessions: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "sessions_active",
+            "Caption sessions open now; kind: live (a stream: WebRTC, WHIP, FunASR WebSocket) or file "
+            "(an upload being transcribed)",
+            "kind",
+        )
+    )
+    voices: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "voices_active",
+            "Live sessions talking now (the others are connected and silent: a meeting's other microphones)",
+        )
+    )
+    connections: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "capacity_connections",
+            "Live sessions the server estimates it holds connected, talking or not (a silent "
+            "microphone costs its VAD and WebRTC only)",
+        )
+    )
+    viewers: GaugeMetricFamily = field(
+        default_factory=_gauge("room_viewers", "Room viewers connected now (event streams)")
+    )
+    rooms: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "rooms_in_memory", "Rooms held in memory now (in use, or idle for less than the idle time)"
+        )
+    )
+    unsaved: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "room_events_unsaved",
+            "Room events kept in memory because the transcript store refused them (written when it recovers)",
+        )
+    )
+    dropped: CounterMetricFamily = field(
+        default_factory=_counter("room_viewers_dropped", "Room viewers cut off for falling too far behind")
+    )
+    corrections: CounterMetricFamily = field(
+        default_factory=_counter(
+            "room_corrections", "Editors' corrections committed (edits, deletions, splits, speaker names)"
+        )
+    )
+    held: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "room_events_held", "Room events waiting for their room's hold-back delay before its audience gets them"
+        )
+    )
+    requests: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "recognizer_requests", "Decode requests in the recognizer now (running or queued), by priority", "priority"
+        )
+    )
+    state: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "engine_state",
+            "1 for the speech engine's current state (new, loading, ready, failed, closed), 0 for the others",
+            "state",
+        )
+    )
+    capacity: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "capacity_sessions",
+            "Live sessions the server estimates can talk at once on time (a warm-up measurement, "
+            "then the measured decode load); source: warm-up or measured",
+            "source",
+        )
+    )
+    limit: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "max_sessions",
+            "Live sessions let in at most now: the capacity estimate (--max-sessions auto) or the operator's number",
+        )
+    )
+    headroom: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "capacity_headroom_sessions",
+            "Live sessions the server would still let in now (0 while its finals run late)",
+        )
+    )
+    busy: GaugeMetricFamily = field(
+        default_factory=_gauge("recognizer_busy_ratio", "Share of the last ~10 s the recognizer spent decoding (0-1)")
+    )
+    late: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "finals_late_seconds",
+            "How late finals run: p90 of the last 30 s of lock lag (close to lock); past the capacity's bound (1 s by "
+            "default), with several sessions on a busy recognizer, new live sessions are refused",
+        )
+    )
+    refused: CounterMetricFamily = field(
+        default_factory=_counter(
+            "sessions_refused",
+            "Live sessions refused (503/429), by reason: loading (the model), engine_failed, full "
+            "(the server's capacity), limit (--max-sessions), shutting_down; all but engine_failed with Retry-After",
+            "reason",
+        )
+    )
+    outputs: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "room_outputs",
+            "The rooms' outputs (captions out to YouTube Live, OBS) by kind and state: connected, sending, "
+            "retrying, failed, stopped",
+            "kind",
+            "state",
+        )
+    )
+    translated: CounterMetricFamily = field(
+        default_factory=_counter(
+            "translations", "Sentence translations committed (one sentence into one room language)"
+        )
+    )
+    translation_failures: CounterMetricFamily = field(
+        default_factory=_counter(
+            "translation_failures", "Translation engine calls that failed (each retried after 5, 30 and 120 s)"
+        )
+    )
+    translations_missing: CounterMetricFamily = field(
+        default_factory=_counter(
+            "translations_missing",
+            "Sentences committed in their source text because their translation failed (until a retry translates them)",
+        )
+    )
+    translations_dropped: CounterMetricFamily = field(
+        default_factory=_counter(
+            "translations_dropped", "Sentences left untranslated because a room's translation queue was full"
+        )
+    )
+    translations_waiting: GaugeMetricFamily = field(
+        default_factory=_gauge(
+            "translations_waiting", "Sentences waiting for their translation now, over every room and language"
+        )
+    )
+    store_errors: CounterMetricFamily = field(
+        default_factory=_counter(
+            "store_errors",
+            "Transcript store operations that failed (a full or unwritable disk); room events are kept in "
+            "memory and retried meanwhile",
+        )
+    )
 
     def all(self) -> Iterator[Metric]:
         return iter([getattr(self, f.name) for f in fields(self)])

@@ -25,8 +25,11 @@ async def metrics(request: web.Request) -> web.Response:
     config = request.app[CONFIG]
     needed = config.auth_token if config.metrics == MetricsAccess.TOKEN else None
     if needed is not None and not token_matches(presented_token(request), needed):
-        return json_error(401, ErrorCode.UNAUTHORIZED,
-                          "metrics need the server's token (Authorization: Bearer <token>)",
-                          headers={"WWW-Authenticate": 'Bearer realm="live-captions"'})
+        return json_error(
+            401,
+            ErrorCode.UNAUTHORIZED,
+            "metrics need the server's token (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": 'Bearer realm="live-captions"'},
+        )
     body, content_type = request.app[METRICS].exposition(request.headers.get("Accept", ""))
     return web.Response(body=body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})

@@ -34,15 +34,20 @@ async def ready(request: web.Request) -> web.Response:
     it holds on time (``engine.stream.capacity``: its estimate, the sessions live, headroom, how late finals run)."""
     engine = request.app[ENGINE]
     admission = request.app[ADMISSION]
-    body: dict[str, Any] = {"ready": engine.state is EngineState.READY, "state": engine.state.value,
-                            "model": engine.model_name, "sessions": admission.in_use,
-                            "voices": engine.voices_active if engine.state is EngineState.READY else 0,
-                            "rooms": request.app[ROOMS].snapshot_stats()}
+    body: dict[str, Any] = {
+        "ready": engine.state is EngineState.READY,
+        "state": engine.state.value,
+        "model": engine.model_name,
+        "sessions": admission.in_use,
+        "voices": engine.voices_active if engine.state is EngineState.READY else 0,
+        "rooms": request.app[ROOMS].snapshot_stats(),
+    }
     if engine.state is EngineState.READY:
         body["admitting"] = admission.check() is None
         body["max_sessions"] = "auto" if admission.auto else admission.limit
-        body["capacity"] = (admission.estimate() or engine.capacity_estimate()).as_dict(admission.in_use,
-                                                                                         admission.talking)
+        body["capacity"] = (admission.estimate() or engine.capacity_estimate()).as_dict(
+            admission.in_use, admission.talking
+        )
     if engine.state is not EngineState.READY and engine.detail:
         body["detail"] = engine.detail
     return web.json_response(body, status=200 if body["ready"] else 503)

@@ -19,8 +19,17 @@ from .registry import OutputRegistry
 from .runner import OutputState
 from .target import OutgoingCaption, Target, TargetError
 
-__all__ = ["OUTPUTS", "DestinationPolicy", "Layout", "OutgoingCaption", "OutputRegistry", "OutputState", "Target",
-           "TargetError", "add_routes"]
+__all__ = [
+    "OUTPUTS",
+    "DestinationPolicy",
+    "Layout",
+    "OutgoingCaption",
+    "OutputRegistry",
+    "OutputState",
+    "Target",
+    "TargetError",
+    "add_routes",
+]
 
 
 def add_routes(app: web.Application) -> None:

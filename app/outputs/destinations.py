@@ -43,11 +43,15 @@ MAX_HEADERS = 64
 
 # The clouds' instance metadata services (credentials live there): AWS, GCP, Azure and OpenStack share
 # 169.254.169.254; AWS's ECS task endpoint, AWS's IPv6 one, Alibaba Cloud's, Azure's WireServer (a public address).
-METADATA = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"))
+METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "168.63.129.16")
+)
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network": Linux connects it to itself
-_PRIVATE = tuple(ipaddress.ip_network(n) for n in (
-    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10"))
+_PRIVATE = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fec0::/10")
+)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known prefix: the IPv4 address in the last 32 bits
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # a network's own translator: where to, unknown
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
@@ -110,8 +114,11 @@ def classify(ip: IPAddress) -> Refusal | None:
             embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if embedded is not None:  # reaches the IPv4 address it embeds: as allowed as that one
             return classify(embedded)
-        if ip in _NAT64_LOCAL or ip in _TEREDO or (
-                ip in _IPV4_COMPATIBLE and not (ip.is_loopback or ip.is_unspecified)):
+        if (
+            ip in _NAT64_LOCAL
+            or ip in _TEREDO
+            or (ip in _IPV4_COMPATIBLE and not (ip.is_loopback or ip.is_unspecified))
+        ):
             return Refusal.RESERVED  # on to an IPv4 address that cannot be checked here
     if ip in METADATA:
         return Refusal.METADATA  # before link-local: say what it is
@@ -180,16 +187,29 @@ class DestinationPolicy:
             raise DestinationRefused(Refusal.LOOPBACK)
         return False
 
-    async def resolve_allowed(self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC,
-                              resolver: AbstractResolver | None = None) -> list[ResolveResult]:
+    async def resolve_allowed(
+        self,
+        host: str,
+        port: int,
+        family: socket.AddressFamily = socket.AF_UNSPEC,
+        resolver: AbstractResolver | None = None,
+    ) -> list[ResolveResult]:
         """The addresses to connect to for ``host`` on ``port``, every one of them allowed. ``resolver``: the one
         to look names up with (None: a new one of ``self.resolver``). Raises ``DestinationRefused`` when any
         address is refused, ``CannotResolve`` when the name does not resolve."""
         address = literal_address(host)
         if address is not None:
             self.check_address(address, port)
-            return [ResolveResult(hostname=host, host=str(address), port=port, family=_family(address), proto=0,
-                                  flags=socket.AI_NUMERICHOST)]
+            return [
+                ResolveResult(
+                    hostname=host,
+                    host=str(address),
+                    port=port,
+                    family=_family(address),
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST,
+                )
+            ]
         trusted = self.check_without_lookup(host, port)
         own = resolver is None
         lookup = self.resolver() if resolver is None else resolver
@@ -225,8 +245,10 @@ class DestinationPolicy:
         return OutboundSession(self, timeout)
 
     def _allows(self, ip: IPAddress, port: int) -> bool:
-        return any(d.network is not None and ip.version == d.network.version and ip in d.network
-                   and d.port in (None, port) for d in self.allowed)
+        return any(
+            d.network is not None and ip.version == d.network.version and ip in d.network and d.port in (None, port)
+            for d in self.allowed
+        )
 
     def _allows_name(self, name: str, port: int) -> bool:
         return any(d.name == name and d.port in (None, port) for d in self.allowed)
@@ -240,8 +262,9 @@ class CheckingResolver(AbstractResolver):
         self.policy = policy
         self.inner = inner
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         return await self.policy.resolve_allowed(host, port, family, self.inner)
 
     async def close(self) -> None:
@@ -257,16 +280,22 @@ class OutboundSession:
         self.policy = policy
         self._resolver = CheckingResolver(policy, policy.resolver())
         self.http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(resolver=self._resolver), timeout=timeout or aiohttp.ClientTimeout(),
-            trust_env=False, middlewares=(self._guard,), max_line_size=MAX_LINE_BYTES,
-            max_field_size=MAX_LINE_BYTES, max_headers=MAX_HEADERS)
+            connector=aiohttp.TCPConnector(resolver=self._resolver),
+            timeout=timeout or aiohttp.ClientTimeout(),
+            trust_env=False,
+            middlewares=(self._guard,),
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_LINE_BYTES,
+            max_headers=MAX_HEADERS,
+        )
 
     async def close(self) -> None:
         await self.http.close()
         await self._resolver.close()
 
-    async def _guard(self, request: aiohttp.ClientRequest,
-                     handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    async def _guard(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
         """Every request of the session, redirects' included, passes here (an aiohttp client middleware)."""
         host, port = request.url.raw_host, request.url.port
         if host is None or port is None:

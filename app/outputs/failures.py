@@ -48,8 +48,9 @@ def connection_failure(exc: BaseException) -> str:
         return CONNECTION_REFUSED
     if isinstance(exc, TimeoutError):
         return TIMED_OUT
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError
-                  | ConnectionError):
+    if isinstance(
+        exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientOSError | ConnectionError
+    ):
         return DROPPED  # a connection made, then lost
     if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp could not parse the answer (its status is 400)
         return NOT_HTTP

@@ -76,4 +76,4 @@ def _fitting(words: Sequence[str], max_chars: int, max_lines: int) -> int:
 
 
 def _pieces(word: str, max_chars: int) -> list[str]:
-    return [word[i:i + max_chars] for i in range(0, len(word), max_chars)]
+    return [word[i : i + max_chars] for i in range(0, len(word), max_chars)]

@@ -148,11 +148,11 @@ def screens(shown: Sequence[str], rows: Sequence[str]) -> list[list[str]]:
     i = 0
     while i < len(rows):
         step = 1
-        while step < ROWS_PER_STEP and i + step < len(rows) and _fits(rows[i:i + step + 1]):
+        while step < ROWS_PER_STEP and i + step < len(rows) and _fits(rows[i : i + step + 1]):
             step += 1
-        new = list(rows[i:i + step])
+        new = list(rows[i : i + step])
         keep = ROWS_SHOWN - len(new)
-        context = above[len(above) - keep:] if keep > 0 else []
+        context = above[len(above) - keep :] if keep > 0 else []
         while context and not _fits(context + new):
             context = context[1:]
         screen = context + new
@@ -183,9 +183,16 @@ class ObsTarget(Target):
 
     kind: ClassVar[OutputKind] = OutputKind.OBS
 
-    def __init__(self, url: str, password: str | None, *, connect_timeout_s: float = 5.0,
-                 response_timeout_s: float = 5.0, max_step_s: float = 2.0,
-                 policy: DestinationPolicy | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        password: str | None,
+        *,
+        connect_timeout_s: float = 5.0,
+        response_timeout_s: float = 5.0,
+        max_step_s: float = 2.0,
+        policy: DestinationPolicy | None = None,
+    ) -> None:
         parsed = URL(url)
         if parsed.scheme not in ("ws", "wss") or not parsed.host:
             raise ValueError(f"an OBS address is ws://host:port (obs-websocket), not {redacted_url(url)!r}")
@@ -271,15 +278,19 @@ class ObsTarget(Target):
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
                     # max_msg_size: what OBS sends is small; a peer that is no OBS cannot make the server hold more
-                    self._ws = await self._session.http.ws_connect(self.url, protocols=(SUBPROTOCOL,), autoping=True,
-                                                                   max_msg_size=MAX_MESSAGE_BYTES)
+                    self._ws = await self._session.http.ws_connect(
+                        self.url, protocols=(SUBPROTOCOL,), autoping=True, max_msg_size=MAX_MESSAGE_BYTES
+                    )
             except TimeoutError:
                 raise TargetError(f"OBS did not accept a connection within {self._connect_timeout_s:g} s") from None
             except DestinationRefused as e:
                 raise failures.refused(e) from None
             except RedirectRefused as e:
-                raise TargetError(f"not obs-websocket (HTTP status {e.status} to the WebSocket handshake; redirects "
-                                  "are not followed)", permanent=True) from None
+                raise TargetError(
+                    f"not obs-websocket (HTTP status {e.status} to the WebSocket handshake; redirects "
+                    "are not followed)",
+                    permanent=True,
+                ) from None
             except aiohttp.InvalidURL:
                 raise TargetError(failures.NOT_A_URL, permanent=True) from None
             except aiohttp.WSServerHandshakeError as e:
@@ -301,10 +312,14 @@ class ObsTarget(Target):
         auth = hello.get("authentication")
         if isinstance(auth, dict):
             if self._password is None:
-                raise TargetError("authentication failed: OBS asks for a password (obs-websocket authentication is "
-                                  "on) and none is set", permanent=True)
-            identify["authentication"] = auth_string(self._password, str(auth.get("salt", "")),
-                                                     str(auth.get("challenge", "")))
+                raise TargetError(
+                    "authentication failed: OBS asks for a password (obs-websocket authentication is "
+                    "on) and none is set",
+                    permanent=True,
+                )
+            identify["authentication"] = auth_string(
+                self._password, str(auth.get("salt", "")), str(auth.get("challenge", ""))
+            )
         await self._send_json(ws, {"op": OP_IDENTIFY, "d": identify})
         await self._receive(ws, "Identified", OP_IDENTIFIED)
         status, data = await self._request(ws, "GetVersion", {})
@@ -318,22 +333,23 @@ class ObsTarget(Target):
             self._streaming = data["outputActive"]
         self._streaming_at = time.monotonic()
 
-    async def _request(self, ws: aiohttp.ClientWebSocketResponse, request_type: str,
-                       data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _request(
+        self, ws: aiohttp.ClientWebSocketResponse, request_type: str, data: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Send one request and wait for its answer: ``(requestStatus, responseData)``, within
         ``response_timeout_s`` of the call whatever else arrives. Other messages (events, answers to requests given
         up on) are skipped."""
         deadline = asyncio.get_running_loop().time() + self._response_timeout_s
         request_id = str(next(self._ids))
-        await self._send_json(ws, {"op": OP_REQUEST, "d": {"requestType": request_type, "requestId": request_id,
-                                                           "requestData": data}})
+        await self._send_json(
+            ws, {"op": OP_REQUEST, "d": {"requestType": request_type, "requestId": request_id, "requestData": data}}
+        )
         while True:
             answer = await self._receive(ws, request_type, OP_REQUEST_RESPONSE, deadline)
             if answer.get("requestId") == request_id:
                 status = answer.get("requestStatus")
                 response = answer.get("responseData")
-                return (status if isinstance(status, dict) else {},
-                        response if isinstance(response, dict) else {})
+                return (status if isinstance(status, dict) else {}, response if isinstance(response, dict) else {})
 
     async def _send_json(self, ws: aiohttp.ClientWebSocketResponse, message: dict[str, Any]) -> None:
         try:
@@ -346,8 +362,9 @@ class ObsTarget(Target):
             await self._drop()
             raise TargetError("the connection to OBS dropped") from None
 
-    async def _receive(self, ws: aiohttp.ClientWebSocketResponse, what: str, op: int,
-                       deadline: float | None = None) -> dict[str, Any]:
+    async def _receive(
+        self, ws: aiohttp.ClientWebSocketResponse, what: str, op: int, deadline: float | None = None
+    ) -> dict[str, Any]:
         """The ``d`` of the next message with op code ``op``; earlier messages of other op codes are skipped. It
         must come by ``deadline`` (the loop's clock; None: ``response_timeout_s`` from now): skipped messages do
         not move it. Raises ``TargetError`` (the socket forgotten) on a timeout, a close or a malformed message."""
@@ -366,18 +383,22 @@ class ObsTarget(Target):
         if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             raise TargetError("OBS sent something that is not obs-websocket")  # what it sent is not shown
         if code == CLOSE_AUTHENTICATION_FAILED:
-            raise TargetError("authentication failed: OBS refused the password (obs-websocket closed with 4009, "
-                              "AuthenticationFailed): check the password in OBS's Tools > WebSocket Server "
-                              "Settings", permanent=True)
+            raise TargetError(
+                "authentication failed: OBS refused the password (obs-websocket closed with 4009, "
+                "AuthenticationFailed): check the password in OBS's Tools > WebSocket Server "
+                "Settings",
+                permanent=True,
+            )
         if code == CLOSE_UNSUPPORTED_RPC_VERSION:
-            raise TargetError("OBS's obs-websocket does not speak RPC version 1 (closed with 4010): "
-                              "OBS 28 or later is needed", permanent=True)
+            raise TargetError(
+                "OBS's obs-websocket does not speak RPC version 1 (closed with 4010): OBS 28 or later is needed",
+                permanent=True,
+            )
         reason = f" (close code {code})" if failures.number(code) is not None else ""
         raise TargetError(f"the connection to OBS dropped while waiting for {what}{reason}")
 
     @staticmethod
-    async def _next(ws: aiohttp.ClientWebSocketResponse,
-                    op: int) -> tuple[aiohttp.WSMessage, dict[str, Any] | None]:
+    async def _next(ws: aiohttp.ClientWebSocketResponse, op: int) -> tuple[aiohttp.WSMessage, dict[str, Any] | None]:
         """The next message with op code ``op`` and its ``d``; or the first message that is no obs-websocket
         JSON, or that ends the socket, with None."""
         while True:

@@ -74,8 +74,11 @@ class PendingCaptions:
         if self.lang is not None:
             message = in_language(message, self.lang, editor=False)
             if isinstance(message, Translation):
-                message = (Correction(message.sentences, seq=seq) if message.update
-                           else Caption(list(message.sentences), "", seq=seq))
+                message = (
+                    Correction(message.sentences, seq=seq)
+                    if message.update
+                    else Caption(list(message.sentences), "", seq=seq)
+                )
         if isinstance(message, Caption):
             fresh = [s for s in message.sentences if not self.start.covers(seq, s.id)]
             for i, sentence in enumerate(fresh):
@@ -92,8 +95,16 @@ class PendingCaptions:
         changed = self._voice is not None and self._voice != (s.session, s.spk)
         if voice:
             self._voice = (s.session, s.spk)
-        return OutgoingCaption(seq, s.id, s.text, self.created_ms + s.start_ms, self.created_ms + s.end_ms, s.spk,
-                               self.speaker_name(s.spk, names) if s.spk is not None else None, changed)
+        return OutgoingCaption(
+            seq,
+            s.id,
+            s.text,
+            self.created_ms + s.start_ms,
+            self.created_ms + s.end_ms,
+            s.spk,
+            self.speaker_name(s.spk, names) if s.spk is not None else None,
+            changed,
+        )
 
     def _correct(self, correction: Correction, names: Mapping[int, str]) -> None:
         where = {w.caption.sentence_id: i for i, w in enumerate(self._items)}
@@ -102,9 +113,14 @@ class PendingCaptions:
         for s in correction.sentences:
             if s.id in where:
                 old = items[where[s.id]].caption
-                new = dataclasses.replace(old, text=s.text, start_wall_ms=self.created_ms + s.start_ms,
-                                          end_wall_ms=self.created_ms + s.end_ms, spk=s.spk,
-                                          speaker=self.speaker_name(s.spk, names) if s.spk is not None else None)
+                new = dataclasses.replace(
+                    old,
+                    text=s.text,
+                    start_wall_ms=self.created_ms + s.start_ms,
+                    end_wall_ms=self.created_ms + s.end_ms,
+                    spk=s.spk,
+                    speaker=self.speaker_name(s.spk, names) if s.spk is not None else None,
+                )
                 items[where[s.id]] = dataclasses.replace(items[where[s.id]], caption=new)
             elif s.id > self._newest_id:  # a split's new part: it follows its first part if that still waits
                 self._newest_id = s.id
@@ -116,9 +132,14 @@ class PendingCaptions:
         for i, item in enumerate(items):
             # A new part belongs to the event of its first part (progress counts sentences of that event), and
             # is sent right after it, by the same voice.
-            follow = [Waiting(dataclasses.replace(self._outgoing(item.caption.seq, s, names, voice=False),
-                                                  speaker_changed=False), last=False)
-                      for s in parts.get(i, ()) if not self.start.covers(item.caption.seq, s.id)]
+            follow = [
+                Waiting(
+                    dataclasses.replace(self._outgoing(item.caption.seq, s, names, voice=False), speaker_changed=False),
+                    last=False,
+                )
+                for s in parts.get(i, ())
+                if not self.start.covers(item.caption.seq, s.id)
+            ]
             if item.caption.sentence_id not in gone:
                 rebuilt.append(dataclasses.replace(item, last=item.last and not follow))
             if follow:
@@ -130,13 +151,25 @@ class PendingCaptions:
 
     def _relabel(self, relabel: Mapping[int, int], names: Mapping[int, str]) -> None:
         self._items = deque(
-            dataclasses.replace(w, caption=dataclasses.replace(
-                w.caption, spk=relabel[w.caption.sentence_id],
-                speaker=self.speaker_name(relabel[w.caption.sentence_id], names)))
-            if w.caption.sentence_id in relabel else w for w in self._items)
+            dataclasses.replace(
+                w,
+                caption=dataclasses.replace(
+                    w.caption,
+                    spk=relabel[w.caption.sentence_id],
+                    speaker=self.speaker_name(relabel[w.caption.sentence_id], names),
+                ),
+            )
+            if w.caption.sentence_id in relabel
+            else w
+            for w in self._items
+        )
 
     def _rename(self, names: Mapping[int, str]) -> None:
         self._items = deque(
-            dataclasses.replace(w, caption=dataclasses.replace(w.caption, speaker=self.speaker_name(w.caption.spk,
-                                                                                                   names)))
-            if w.caption.spk is not None else w for w in self._items)
+            dataclasses.replace(
+                w, caption=dataclasses.replace(w.caption, speaker=self.speaker_name(w.caption.spk, names))
+            )
+            if w.caption.spk is not None
+            else w
+            for w in self._items
+        )

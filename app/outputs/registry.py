@@ -59,9 +59,15 @@ class OutputRegistry:
     targets; ``metrics``: where sends and failures are counted (``/metrics``); ``policy``: where outputs may
     connect (None: public addresses only)."""
 
-    def __init__(self, rooms: RoomRegistry, store: TranscriptStore, layout: Layout,
-                 metrics: ServerMetrics | None = None, save_every_s: float = SAVE_EVERY_S,
-                 policy: DestinationPolicy | None = None) -> None:
+    def __init__(
+        self,
+        rooms: RoomRegistry,
+        store: TranscriptStore,
+        layout: Layout,
+        metrics: ServerMetrics | None = None,
+        save_every_s: float = SAVE_EVERY_S,
+        policy: DestinationPolicy | None = None,
+    ) -> None:
         self.rooms = rooms
         self.store = store
         self.layout = layout
@@ -102,8 +108,10 @@ class OutputRegistry:
         now. Raises ``TooManyOutputs``, ``StoreError``."""
         # Counted and reserved before the first await: two rooms adding at once cannot both take the last place.
         if self.running() >= MAX_SERVER_OUTPUTS:
-            raise TooManyOutputs(f"this server runs at most {MAX_SERVER_OUTPUTS} outputs at once, every room "
-                                 "together: try again once others have stopped, or ask its operator")
+            raise TooManyOutputs(
+                f"this server runs at most {MAX_SERVER_OUTPUTS} outputs at once, every room "
+                "together: try again once others have stopped, or ask its operator"
+            )
         self._adding += 1
         try:
             entry = await self._entry(room.id)
@@ -177,8 +185,9 @@ class OutputRegistry:
             self.metrics.output_sent(runner.spec.kind)
         entry = self._rooms.get(runner.room_id)
         if entry is not None and not self._closed and (entry.saver is None or entry.saver.done()):
-            entry.saver = asyncio.create_task(self._save_later(runner.room_id, entry),
-                                              name=f"outputs-save-{runner.room_id}")
+            entry.saver = asyncio.create_task(
+                self._save_later(runner.room_id, entry), name=f"outputs-save-{runner.room_id}"
+            )
 
     def send_failed(self, runner: OutputRunner) -> None:
         if self.metrics is not None:

@@ -44,8 +44,11 @@ async def add_output(request: web.Request) -> web.Response:
     except BodyError as exc:
         return unreadable_body(exc.status, exc.message)
     try:
-        spec = parse(body, created_ms=int(time.time() * 1000),
-                     languages=lambda raw: asked_language(raw, room.languages, room.language))
+        spec = parse(
+            body,
+            created_ms=int(time.time() * 1000),
+            languages=lambda raw: asked_language(raw, room.languages, room.language),
+        )
     except SpecError as exc:
         raise http_error(400, ErrorCode.BAD_MESSAGE, str(exc)) from None
     if room.record.ended_ms is not None:

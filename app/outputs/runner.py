@@ -64,8 +64,16 @@ class OutputRunner:
     """One output of room ``room_id`` (see the module). ``target`` None: it could not be made (``error`` says why);
     the output shows ``failed``. ``spec.progress``: where to resume (None: where the audience is now)."""
 
-    def __init__(self, room_id: str, spec: OutputSpec, target: Target | None, rooms: RoomRegistry, layout: Layout,
-                 events: RunnerEvents, error: str | None = None) -> None:
+    def __init__(
+        self,
+        room_id: str,
+        spec: OutputSpec,
+        target: Target | None,
+        rooms: RoomRegistry,
+        layout: Layout,
+        events: RunnerEvents,
+        error: str | None = None,
+    ) -> None:
         self.room_id = room_id
         self.spec = spec
         self.target = target
@@ -95,9 +103,15 @@ class OutputRunner:
 
     def view(self) -> dict[str, Any]:
         """What ``GET /rooms/{id}/outputs`` shows of it."""
-        return {**self.spec.public(), "state": self.state.value, "sent": self.sent, "last_sent_ms": self.last_sent_ms,
-                "last_error": self.last_error, "behind": self.behind,
-                "status": self.target.status() if self.target is not None else {}}
+        return {
+            **self.spec.public(),
+            "state": self.state.value,
+            "sent": self.sent,
+            "last_sent_ms": self.last_sent_ms,
+            "last_error": self.last_error,
+            "behind": self.behind,
+            "status": self.target.status() if self.target is not None else {},
+        }
 
     def start(self) -> None:
         """Start following the room (needs the running event loop). An output without a target stays failed."""
@@ -140,8 +154,7 @@ class OutputRunner:
         if room is None:
             return
         self.progress = self.progress or Progress(audience_seq(room))
-        self.queue = PendingCaptions(room.record.created_ms, self.layout.speaker_name, self.progress,
-                                     self.spec.lang)
+        self.queue = PendingCaptions(room.record.created_ms, self.layout.speaker_name, self.progress, self.spec.lang)
         reader = asyncio.create_task(self._read(), name=f"output-read-{self.room_id}-{self.spec.id}")
         try:
             await self._send_all()
@@ -198,8 +211,11 @@ class OutputRunner:
             finally:
                 room.unsubscribe(viewer)
             if len(self.queue) >= MAX_WAITING:
-                log.warning("%s: %d captions wait for the destination; reading on from the store once half are "
-                            "sent", self._where, len(self.queue))
+                log.warning(
+                    "%s: %d captions wait for the destination; reading on from the store once half are sent",
+                    self._where,
+                    len(self.queue),
+                )
                 self._room_for_more.clear()
                 await self._room_for_more.wait()
             else:

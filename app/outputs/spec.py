@@ -61,8 +61,13 @@ class Progress:
     @classmethod
     def from_wire(cls, raw: Any) -> Progress | None:
         """The stored form back (None for anything else: the output starts where the audience is)."""
-        if (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], int) and isinstance(raw[1], list)
-                and all(isinstance(i, int) for i in raw[1])):
+        if (
+            isinstance(raw, list)
+            and len(raw) == 2
+            and isinstance(raw[0], int)
+            and isinstance(raw[1], list)
+            and all(isinstance(i, int) for i in raw[1])
+        ):
             return cls(raw[0], frozenset(raw[1]))
         return None
 
@@ -84,8 +89,12 @@ class OutputSpec:
 
     def public(self) -> dict[str, Any]:
         """What ``GET /rooms/{id}/outputs`` shows of it: no secret."""
-        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "url": redacted_url(self.url),
-                               "created_ms": self.created_ms}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "url": redacted_url(self.url),
+            "created_ms": self.created_ms,
+        }
         if self.lang is not None:
             out["lang"] = self.lang
         if self.kind == OutputKind.OBS:
@@ -109,17 +118,24 @@ class OutputSpec:
         """The stored form back. Raises ``SpecError`` for one this server cannot read."""
         try:
             resume = raw.get("resume") or {}
-            spec = cls(str(raw["id"]), _stored_kind(str(raw["kind"])), str(raw["url"]), int(raw["created_ms"]),
-                       raw.get("password"), Progress.from_wire(raw.get("sent")),
-                       {str(k): int(v) for k, v in resume.items()},
-                       str(raw["lang"]) if raw.get("lang") is not None else None)
+            spec = cls(
+                str(raw["id"]),
+                _stored_kind(str(raw["kind"])),
+                str(raw["url"]),
+                int(raw["created_ms"]),
+                raw.get("password"),
+                Progress.from_wire(raw.get("sent")),
+                {str(k): int(v) for k, v in resume.items()},
+                str(raw["lang"]) if raw.get("lang") is not None else None,
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"a stored output is unreadable ({exc!r})") from None
         return spec
 
 
-def parse(body: dict[str, Any], created_ms: int,
-          languages: Callable[[str], str | None] = lambda _: _untranslated()) -> OutputSpec:
+def parse(
+    body: dict[str, Any], created_ms: int, languages: Callable[[str], str | None] = lambda _: _untranslated()
+) -> OutputSpec:
     """A new output from a ``POST /rooms/{id}/outputs`` body: ``{"kind": "youtube", "url", "lang"?}`` or
     ``{"kind": "obs", "url", "password"?, "lang"?}``. ``languages``: the room language a ``lang`` asks for (None
     for the spoken one; ``ValueError`` for one the room does not have, its message saying which it has); by

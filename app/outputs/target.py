@@ -16,8 +16,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .spec import OutputKind
-
 
 @dataclass(frozen=True)
 class OutgoingCaption:
@@ -45,7 +43,7 @@ class TargetError(Exception):
 class Target(ABC):
     """A destination of one output. ``kind`` names it in the API (``{"kind": "youtube", ...}``)."""
 
-    kind: ClassVar[OutputKind]
+    kind: ClassVar[str]
 
     @abstractmethod
     async def send(self, caption: OutgoingCaption) -> None:

@@ -53,8 +53,14 @@ class YouTubeTarget(Target):
 
     kind = OutputKind.YOUTUBE
 
-    def __init__(self, url: str, break_lines: BreakLines, acknowledged: int = 0, timeout_s: float = TIMEOUT_S,
-                 policy: DestinationPolicy | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        break_lines: BreakLines,
+        acknowledged: int = 0,
+        timeout_s: float = TIMEOUT_S,
+        policy: DestinationPolicy | None = None,
+    ) -> None:
         self.url = url  # posted to exactly as given (ASCII, validated by ``spec``), with ``seq`` added
         self.break_lines = break_lines
         self.acknowledged = acknowledged
@@ -68,8 +74,9 @@ class YouTubeTarget(Target):
         url = URL(f"{self.url}{joint}seq={seq}", encoded=True)
         body = self.body(caption).encode("utf-8")
         try:
-            async with self._session().http.post(url, data=body, headers={"Content-Type": "text/plain"},
-                                                 allow_redirects=False) as answer:
+            async with self._session().http.post(
+                url, data=body, headers={"Content-Type": "text/plain"}, allow_redirects=False
+            ) as answer:
                 status = answer.status
                 retry_after = answer.headers.get("Retry-After")
                 if 200 <= status < 300:

@@ -33,8 +33,9 @@ class Audience:
     ``on_release`` runs when what is held changed (the room broadcasts its status: the held count changed);
     ``ended``: the room has ended already (``end``)."""
 
-    def __init__(self, delay_s: float, last_seq: int, viewers: set[Viewer], on_release: Callable[[], None],
-                 ended: bool = False) -> None:
+    def __init__(
+        self, delay_s: float, last_seq: int, viewers: set[Viewer], on_release: Callable[[], None], ended: bool = False
+    ) -> None:
         self.delay_s = delay_s
         self._viewers = viewers
         self._on_release = on_release
@@ -57,8 +58,16 @@ class Audience:
             self._send(seq, message, durable)
         elif durable:
             if isinstance(message, Caption):  # the live text of the moment it locked: not for a delayed audience
-                message = dataclasses.replace(message, partial="", stable=0, stable_words=[], partial_spk=None,
-                                              partial_session=None, latency_ms=None, open=[])
+                message = dataclasses.replace(
+                    message,
+                    partial="",
+                    stable=0,
+                    stable_words=[],
+                    partial_spk=None,
+                    partial_session=None,
+                    latency_ms=None,
+                    open=[],
+                )
             self._hold.add(seq, message, time.time())
             self._release(changed=True)
 
@@ -97,8 +106,9 @@ class Audience:
                 break
         if not held and bound is None:
             return snapshot
-        return Snapshot(seq, [s for s in snapshot.sentences if s.id not in held and (bound is None or s.id < bound)],
-                        snapshot.names)
+        return Snapshot(
+            seq, [s for s in snapshot.sentences if s.id not in held and (bound is None or s.id < bound)], snapshot.names
+        )
 
     def end(self) -> None:
         """The room ended (``POST /rooms/{id}/end``): the viewers that follow it until then (``until_end``) finish

@@ -108,8 +108,9 @@ async def put_speaker(request: web.Request) -> web.Response:
     spk = int(request.match_info["spk"])
     if not _label(spk):
         raise _bad(f"a speaker label is 0-{edits.SPEAKER_LABELS - 1}, not {spk}")
-    event = await room.commit_correction(edits.Change(names={spk: " ".join(name.split())}),
-                                         editor_of(request, room, body))
+    event = await room.commit_correction(
+        edits.Change(names={spk: " ".join(name.split())}), editor_of(request, room, body)
+    )
     return web.json_response({"seq": event.seq, "names": {str(k): v for k, v in sorted(room.names.items())}})
 
 
@@ -122,10 +123,15 @@ async def put_vocabulary(request: web.Request) -> web.Response:
     """``PUT /rooms/{id}/vocabulary`` ``{"terms": [...]}``: the terms editors enter (the learned ones stay)."""
     room, body = await editing(request, {"terms"})
     terms = body.get("terms")
-    if (not isinstance(terms, list) or not all(isinstance(t, str) for t in terms) or len(terms) > edits.MAX_TERMS
-            or any(len(t.strip()) > edits.MAX_TERM_CHARS for t in terms)):
-        raise _bad(f'"terms" must be a list of at most {edits.MAX_TERMS} strings of at most '
-                   f'{edits.MAX_TERM_CHARS} characters')
+    if (
+        not isinstance(terms, list)
+        or not all(isinstance(t, str) for t in terms)
+        or len(terms) > edits.MAX_TERMS
+        or any(len(t.strip()) > edits.MAX_TERM_CHARS for t in terms)
+    ):
+        raise _bad(
+            f'"terms" must be a list of at most {edits.MAX_TERMS} strings of at most {edits.MAX_TERM_CHARS} characters'
+        )
     cleaned = tuple(dict.fromkeys(" ".join(t.split()) for t in terms if t.strip()))
     await room.commit_vocabulary(cleaned, room.learned)
     return web.json_response({"terms": list(room.terms), "learned": list(room.learned)})
@@ -169,8 +175,9 @@ async def editing(request: web.Request, fields: set[str]) -> tuple[Room, dict[st
     return room, body
 
 
-async def _edited(request: web.Request, room: Room, edit: Callable[[SentenceRecord], Awaitable[edits.Change]],
-                  body: dict[str, Any]) -> tuple[SentenceRecord, NumberedEvent]:
+async def _edited(
+    request: web.Request, room: Room, edit: Callable[[SentenceRecord], Awaitable[edits.Change]], body: dict[str, Any]
+) -> tuple[SentenceRecord, NumberedEvent]:
     """``edit`` of the sentence named in the path, committed (``Room.commit_edit``: it gets the sentence as it now
     is). Returns the sentence as it was and the event."""
     sid = int(request.match_info["sentence"])

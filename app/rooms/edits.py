@@ -79,13 +79,25 @@ def split(record: SentenceRecord, at: int, new_id: int) -> tuple[SentenceRecord,
     words = record.text.split()
     if not 0 < at < len(words):
         raise ValueError(f"a split must leave words on both sides: at {at} in a sentence of {len(words)} words")
-    times = list(record.words) if len(record.words) == len(words) else list(_spread(words, record.start_ms,
-                                                                                   record.end_ms))
+    times = (
+        list(record.words) if len(record.words) == len(words) else list(_spread(words, record.start_ms, record.end_ms))
+    )
     cut = times[at - 1].end_ms
-    first = dataclasses.replace(record, text=" ".join(words[:at]), end_ms=max(record.start_ms, cut),
-                                words=tuple(times[:at]) if record.words else ())
-    second = dataclasses.replace(record, id=new_id, text=" ".join(words[at:]), start_ms=min(record.end_ms, cut),
-                                 words=tuple(times[at:]) if record.words else (), original=None, deleted=False)
+    first = dataclasses.replace(
+        record,
+        text=" ".join(words[:at]),
+        end_ms=max(record.start_ms, cut),
+        words=tuple(times[:at]) if record.words else (),
+    )
+    second = dataclasses.replace(
+        record,
+        id=new_id,
+        text=" ".join(words[at:]),
+        start_ms=min(record.end_ms, cut),
+        words=tuple(times[at:]) if record.words else (),
+        original=None,
+        deleted=False,
+    )
     return first, second
 
 
@@ -123,7 +135,7 @@ def diff(a: Sequence[str], b: Sequence[str]) -> list[Opcode]:
     tail = 0
     while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
         tail += 1
-    middle = _matches(a[head:n - tail], b[head:m - tail], MAX_DIFF_STEPS) or []
+    middle = _matches(a[head : n - tail], b[head : m - tail], MAX_DIFF_STEPS) or []
     blocks = [(0, 0, head), *((head + i, head + j, k) for i, j, k in middle), (n - tail, m - tail, tail)]
     ops: list[Opcode] = []
     i = j = 0
@@ -152,7 +164,7 @@ def _matches(a: Sequence[str], b: Sequence[str], budget: int) -> list[tuple[int,
     trace: list[list[int]] = []
     steps = 0
     for d in range(top + 1):
-        trace.append(v[offset - d - 1:offset + d + 2])  # what step d starts from (diagonals -d-1 .. d+1)
+        trace.append(v[offset - d - 1 : offset + d + 2])  # what step d starts from (diagonals -d-1 .. d+1)
         for k in range(-d, d + 1, 2):
             if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
                 x = v[offset + k + 1]  # down: a word of b inserted

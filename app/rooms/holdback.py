@@ -109,8 +109,11 @@ class Holdback:
                 if sid in held:
                     _replace(held[sid], sid, [])
                     taken.add(sid)
-            return dataclasses.replace(message, sentences=tuple(s for s in message.sentences if s.id not in taken),
-                                       deleted=tuple(i for i in message.deleted if i not in taken))
+            return dataclasses.replace(
+                message,
+                sentences=tuple(s for s in message.sentences if s.id not in taken),
+                deleted=tuple(i for i in message.deleted if i not in taken),
+            )
         if isinstance(message, Speakers):
             for sid, spk in message.relabel.items():
                 if sid in held:
@@ -119,7 +122,6 @@ class Holdback:
         if isinstance(message, WordTimes) and message.id in held:
             _update(held[message.id], message.id, words=message.words)
         return message
-
 
     def _touch_translations(self, message: Translation | Correction) -> Translation | Correction:
         """A re-translation replaces the held translation of its sentences (same language); a correction's removed
@@ -131,8 +133,9 @@ class Holdback:
             gone = set(message.deleted)
             for h in langs:
                 assert isinstance(h.message, Translation)
-                h.message = dataclasses.replace(h.message, sentences=tuple(s for s in h.message.sentences
-                                                                           if s.id not in gone))
+                h.message = dataclasses.replace(
+                    h.message, sentences=tuple(s for s in h.message.sentences if s.id not in gone)
+                )
             return message
         taken: set[int] = set()
         for h in langs:
@@ -143,11 +146,15 @@ class Holdback:
             newer = {s.id: s for s in message.sentences if s.id in {o.id for o in old.sentences}}
             if newer:
                 missing = {i for i in old.missing if i not in newer} | {i for i in message.missing if i in newer}
-                h.message = dataclasses.replace(old, sentences=tuple(newer.get(o.id, o) for o in old.sentences),
-                                                missing=tuple(sorted(missing)))
+                h.message = dataclasses.replace(
+                    old, sentences=tuple(newer.get(o.id, o) for o in old.sentences), missing=tuple(sorted(missing))
+                )
                 taken |= newer.keys()
-        return dataclasses.replace(message, sentences=tuple(s for s in message.sentences if s.id not in taken),
-                                   missing=tuple(i for i in message.missing if i not in taken))
+        return dataclasses.replace(
+            message,
+            sentences=tuple(s for s in message.sentences if s.id not in taken),
+            missing=tuple(i for i in message.missing if i not in taken),
+        )
 
 
 def empty(message: ServerMessage) -> bool:
@@ -177,5 +184,10 @@ def _replace(item: _Held, sid: int, by: list[Sentence] | None, add: Sentence | N
 
 def _update(item: _Held, sid: int, **changes: object) -> None:
     assert isinstance(item.message, Caption)
-    item.message = dataclasses.replace(item.message, sentences=[
-        dataclasses.replace(s, **changes) if s.id == sid else s for s in item.message.sentences])  # type: ignore[arg-type]
+    item.message = dataclasses.replace(
+        item.message,
+        sentences=[
+            dataclasses.replace(s, **changes) if s.id == sid else s  # type: ignore[arg-type]
+            for s in item.message.sentences
+        ],
+    )

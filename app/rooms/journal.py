@@ -29,8 +29,15 @@ class Journal:
 
     ``last_seq`` and ``next_sentence``: the room's newest stored seq and the next sentence id, as loaded."""
 
-    def __init__(self, record: RoomRecord, store: TranscriptStore, last_seq: int, next_sentence: int,
-                 deliver: Deliver, saving_changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        record: RoomRecord,
+        store: TranscriptStore,
+        last_seq: int,
+        next_sentence: int,
+        deliver: Deliver,
+        saving_changed: Callable[[], None],
+    ) -> None:
         self.record = record  # what ``_flush`` writes if the store does not have the room yet (fields never change)
         self.store = store
         self.seq = last_seq  # the newest event committed (or kept unsaved) *and* delivered here
@@ -133,8 +140,12 @@ class Journal:
                 # Delivered while the store refused, numbered here; another front end wrote into the room
                 # meanwhile, so the store numbered it anew. Viewers here saw the old numbers; they get the stored
                 # ones when they reconnect. (One box, one store: never happens.)
-                log.warning("room %s: event %d was stored as %d (another front end wrote meanwhile)", room_id,
-                            e.seq, stored.event.seq)
+                log.warning(
+                    "room %s: event %d was stored as %d (another front end wrote meanwhile)",
+                    room_id,
+                    e.seq,
+                    stored.event.seq,
+                )
                 self.seq = max(self.seq, stored.event.seq)
         if self.store_error:
             self.store_error = ""

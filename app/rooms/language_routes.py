@@ -24,8 +24,9 @@ def add_routes(app: web.Application) -> None:
     room = "/rooms/{room:" + ROOM_ID_PATTERN + "}"
     app.router.add_get("/languages", get_languages)
     app.router.add_put(room + "/languages", put_languages)
-    app.router.add_put(room + "/sentences/{sentence:[0-9]{1,12}}/translations/{lang:[A-Za-z0-9-]{2,35}}",
-                       put_translation)
+    app.router.add_put(
+        room + "/sentences/{sentence:[0-9]{1,12}}/translations/{lang:[A-Za-z0-9-]{2,35}}", put_translation
+    )
 
 
 async def get_languages(request: web.Request) -> web.Response:
@@ -37,8 +38,7 @@ async def get_languages(request: web.Request) -> web.Response:
     if source not in LANGUAGE_CODES:
         raise _bad('"source" must be a language code the recognizer knows (Whisper\'s: "en", "es", "zh", ...)')
     engines = rooms.translator.names() if rooms.translator is not None else []
-    return web.json_response({"source": source, "languages": sorted(rooms.translatable(source)),
-                              "engines": engines})
+    return web.json_response({"source": source, "languages": sorted(rooms.translatable(source)), "engines": engines})
 
 
 async def put_languages(request: web.Request) -> web.Response:
@@ -48,8 +48,9 @@ async def put_languages(request: web.Request) -> web.Response:
     # A language the room has may stay, engines or not (one only its speech gives: ``Room.commit_original``).
     kept = frozenset(primary(lang) for lang in room.languages)
     try:
-        languages = room_languages(body.get("languages"), request.app[ROOMS].translatable(room.language) | kept,
-                                   room.language)
+        languages = room_languages(
+            body.get("languages"), request.app[ROOMS].translatable(room.language) | kept, room.language
+        )
     except ValueError as exc:
         raise _bad(str(exc)) from None
     seq = await room.commit_languages(languages)
@@ -70,8 +71,9 @@ async def put_translation(request: web.Request) -> web.Response:
     if not isinstance(text, str) or not 0 < len(" ".join(text.split())) <= MAX_TEXT_CHARS:
         raise _bad(f'"text" must be a string of 1 to {MAX_TEXT_CHARS} characters')
     sid = int(request.match_info["sentence"])
-    event = await room.commit_translation(lang, {sid: " ".join(text.split())}, update=True,
-                                          editor=editor_of(request, room, body))
+    event = await room.commit_translation(
+        lang, {sid: " ".join(text.split())}, update=True, editor=editor_of(request, room, body)
+    )
     if event is None:
         raise http_error(404, ErrorCode.NO_SENTENCE, f"room {room.id} has no sentence {sid} (or it was deleted)")
     return web.json_response({"seq": event.seq, "lang": lang, "sentence": event.body.wire()["sentences"][0]})

@@ -39,8 +39,9 @@ async def words_now(record: SentenceRecord, aligned: tuple[Word, ...]) -> tuple[
     return await asyncio.to_thread(edits.retimed, said, record.text.split())
 
 
-def relabel_now(relabel: Mapping[int, int], given: Mapping[int, int | None],
-                now: Mapping[int, SentenceRecord]) -> tuple[dict[int, int], list[SentenceRecord]]:
+def relabel_now(
+    relabel: Mapping[int, int], given: Mapping[int, int | None], now: Mapping[int, SentenceRecord]
+) -> tuple[dict[int, int], list[SentenceRecord]]:
     """The part of ``relabel`` (sentence id -> label) that applies to the sentences as they are ``now``, and the
     sentences that keep the label an editor set (see the module). ``given``: the label the session gave each one.
     A sentence not in ``now`` (deleted) takes nothing."""

@@ -56,8 +56,12 @@ class Announcer:
         if not self.store.shared:
             return
         carried = self._waiting[session]["words"] if session in self._waiting else []
-        self._waiting[session] = {"session": session, "after": after, "text": text,
-                                  "words": carried + [[w.w, w.start_ms, w.end_ms] for w in words]}
+        self._waiting[session] = {
+            "session": session,
+            "after": after,
+            "text": text,
+            "words": carried + [[w.w, w.start_ms, w.end_ms] for w in words],
+        }
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._send(), name=f"room-announce-{self.room_id}")
 
@@ -72,8 +76,7 @@ class Announcer:
                 await self.store.announce(self.room_id, body)
             except StoreError as exc:  # ephemeral: the sentence still reaches everyone once it locks
                 if not self._failing:
-                    log.warning("room %s: could not announce stable words to other front ends: %s", self.room_id,
-                                exc)
+                    log.warning("room %s: could not announce stable words to other front ends: %s", self.room_id, exc)
                 self._failing = True
             else:
                 self._failing = False
@@ -162,9 +165,15 @@ class OpenPart(NamedTuple):
     stable: int
 
 
-def open_caption(parts: Sequence[OpenPart], voice: int | None, seq: int, latency_ms: int | None = None,
-                 stable_words: list[Word] | None = None, words_session: str | None = None,
-                 lines: Sequence[OpenLine] = ()) -> Caption:
+def open_caption(
+    parts: Sequence[OpenPart],
+    voice: int | None,
+    seq: int,
+    latency_ms: int | None = None,
+    stable_words: list[Word] | None = None,
+    words_session: str | None = None,
+    lines: Sequence[OpenLine] = (),
+) -> Caption:
     """A room's open text as its viewers get it: ``parts`` (``Speaking.open_parts``) joined, with how many of its
     leading words are settled (``merged_stable``), and ``lines`` (``open_lines``), the same text one line per
     speaking publisher (``Caption.open``). ``voice``: the label of the voice speaking, given only when one publisher
@@ -173,13 +182,22 @@ def open_caption(parts: Sequence[OpenPart], voice: int | None, seq: int, latency
     update (room timeline); ``partial_session`` names that publisher when no voice is named. ``seq``: the room's
     newest."""
     session = parts[0].session if voice is not None else words_session if stable_words else None
-    return Caption([], " ".join(part.text for part in parts), latency_ms=latency_ms, seq=seq, partial_spk=voice,
-                   partial_session=session, stable=merged_stable(parts), stable_words=list(stable_words or ()),
-                   open=list(lines))
+    return Caption(
+        [],
+        " ".join(part.text for part in parts),
+        latency_ms=latency_ms,
+        seq=seq,
+        partial_spk=voice,
+        partial_session=session,
+        stable=merged_stable(parts),
+        stable_words=list(stable_words or ()),
+        open=list(lines),
+    )
 
 
-def open_lines(parts: Sequence[OpenPart], publishers: Mapping[str, RoomPublisher],
-               remote: RemoteOpen) -> list[OpenLine]:
+def open_lines(
+    parts: Sequence[OpenPart], publishers: Mapping[str, RoomPublisher], remote: RemoteOpen
+) -> list[OpenLine]:
     """``parts`` (``Speaking.open_parts``) one line each (``Caption.open``), in the order their open texts started
     showing here (a tie keeps ``parts``' order): one of this front end's ``publishers`` when its partial did
     (``RoomPublisher.started``), with its voice's label; another front end's when ``remote`` first heard it."""

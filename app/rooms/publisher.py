@@ -36,17 +36,19 @@ class RoomPort(Protocol):
     record: RoomRecord
     labels: RoomLabels
 
-    async def commit_sentences(self, drafts: list[SentenceRecord],
-                               latency_ms: int | None, settled: list[Word], session: str) -> list[SentenceRecord]: ...
+    async def commit_sentences(
+        self, drafts: list[SentenceRecord], latency_ms: int | None, settled: list[Word], session: str
+    ) -> list[SentenceRecord]: ...
 
-    def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
-                          session: str | None = None) -> None: ...
+    def broadcast_partial(
+        self, latency_ms: int | None = None, stable_words: list[Word] | None = None, session: str | None = None
+    ) -> None: ...
 
-    async def commit_relabel(self, relabel: dict[int, int],
-                             given: Mapping[int, int | None] | None = None) -> list[SentenceRecord]: ...
+    async def commit_relabel(
+        self, relabel: dict[int, int], given: Mapping[int, int | None] | None = None
+    ) -> list[SentenceRecord]: ...
 
-    async def commit_words(self, sentence_id: int, words: tuple[Word, ...],
-                           session: str) -> SentenceRecord | None: ...
+    async def commit_words(self, sentence_id: int, words: tuple[Word, ...], session: str) -> SentenceRecord | None: ...
 
     async def commit_names(self, names: Mapping[int, str]) -> None: ...
 
@@ -106,11 +108,18 @@ class RoomPublisher:
         if self._on_correction is None:
             return
         mine = [s for s in correction.sentences if s.session == self.session_id]
-        sentences = tuple(dataclasses.replace(
-            s, id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id), start_ms=max(0, s.start_ms - self.offset_ms),
-            end_ms=max(0, s.end_ms - self.offset_ms), spk=self._session_label(s.spk), session=None,
-            words=tuple(w.shifted(-self.offset_ms) for w in s.words))
-            for s in mine)
+        sentences = tuple(
+            dataclasses.replace(
+                s,
+                id=self._session_ids.get(s.id, SPLIT_ID_BASE + s.id),
+                start_ms=max(0, s.start_ms - self.offset_ms),
+                end_ms=max(0, s.end_ms - self.offset_ms),
+                spk=self._session_label(s.spk),
+                session=None,
+                words=tuple(w.shifted(-self.offset_ms) for w in s.words),
+            )
+            for s in mine
+        )
         deleted = tuple(self._session_ids[i] for i in correction.deleted if i in self._session_ids)
         carried = {s.spk for s in mine if s.spk not in self._session_labels} - set(self._labels)
         names: dict[int, str] = {}
@@ -173,8 +182,9 @@ class RoomPublisher:
         elif isinstance(message, WordTimes):
             sid = self._ids.get(message.id)
             if sid is not None:  # else the room never got its sentence (its publish failed): nothing to time
-                now = await self.room.commit_words(sid, tuple(w.shifted(self.offset_ms) for w in message.words),
-                                                   self.session_id)
+                now = await self.room.commit_words(
+                    sid, tuple(w.shifted(self.offset_ms) for w in message.words), self.session_id
+                )
                 if now is not None and [w.w for w in now.words] != [w.w for w in message.words]:
                     self._tell_current([now])  # corrected or respelt: the client's words must not stay either
         elif isinstance(message, Original):
@@ -198,15 +208,25 @@ class RoomPublisher:
         """Locked sentence ``s`` on the room's timeline with its room label, spelt by the room's vocabulary (words
         re-timed as an editor's correction's are)."""
         spk = self._labels.get(s.spk, s.spk)  # (``_label_voices`` gave it one, unless it has none)
-        record = SentenceRecord(-1, self.session_id, s.text, s.start_ms + self.offset_ms, s.end_ms + self.offset_ms,
-                                spk, tuple(w.shifted(self.offset_ms) for w in s.words))
+        record = SentenceRecord(
+            -1,
+            self.session_id,
+            s.text,
+            s.start_ms + self.offset_ms,
+            s.end_ms + self.offset_ms,
+            spk,
+            tuple(w.shifted(self.offset_ms) for w in s.words),
+        )
         text = self.room.corrector.apply(s.text)
         return record if text == s.text else corrected(record, text, spk)
 
     def _tell_respelt(self, new: list[Sentence], records: list[SentenceRecord]) -> None:
         """The session's client gets the sentences the room's vocabulary respelt, as a correction."""
-        changed = [dataclasses.replace(s, text=r.text, words=tuple(w.shifted(-self.offset_ms) for w in r.words))
-                   for s, r in zip(new, records, strict=True) if r.text != s.text]
+        changed = [
+            dataclasses.replace(s, text=r.text, words=tuple(w.shifted(-self.offset_ms) for w in r.words))
+            for s, r in zip(new, records, strict=True)
+            if r.text != s.text
+        ]
         if changed and self._on_correction is not None:
             self._on_correction(Correction(tuple(changed), editor="vocabulary"))
 
@@ -239,5 +259,3 @@ class RoomPublisher:
     def leave(self) -> None:
         self.room.leave(self.session_id)
         self._log.info("left room %s", self.room.id)
-
-

@@ -35,8 +35,9 @@ class RoomRegistry:
     events) and for ``idle_s`` after; then a sweep every ``sweep_s`` lets it go, and it loads again from the store
     on demand. Reads that only look (status, transcript, QR code) get a detached copy and load nothing."""
 
-    def __init__(self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0,
-                 translator: Translates | None = None) -> None:
+    def __init__(
+        self, store: TranscriptStore, idle_s: float = 300.0, sweep_s: float = 30.0, translator: Translates | None = None
+    ) -> None:
         self.store = store
         self.translator = translator  # the translation engines (None: this front end translates nothing)
         self.translation_stats = TranslationStats()
@@ -69,9 +70,15 @@ class RoomRegistry:
         if room is not None:  # a room not in memory has no viewers here
             room.heard_announcement(body)
 
-    async def create(self, title: str = "", private: bool = False, unsaved_ok: bool = False,
-                     delay_s: float = 0.0, languages: tuple[str, ...] = (),
-                     language: str = SOURCE_LANGUAGE) -> NewRoom:
+    async def create(
+        self,
+        title: str = "",
+        private: bool = False,
+        unsaved_ok: bool = False,
+        delay_s: float = 0.0,
+        languages: tuple[str, ...] = (),
+        language: str = SOURCE_LANGUAGE,
+    ) -> NewRoom:
         """A new room with an unguessable id and an editor token; ``private`` rooms get a viewer token (kept with
         the room: its QR code and links carry it); ``delay_s``: its audience's hold-back delay; ``languages``: what
         its sentences are translated into (checked by the caller: ``translatable(language)``); ``language``: what its
@@ -80,9 +87,17 @@ class RoomRegistry:
         once the store takes writes again (a microphone session's own room: captions must not wait for a disk)."""
         viewer_token = new_token() if private else None
         editor_token = new_token()
-        record = RoomRecord(secrets.token_urlsafe(ROOM_ID_BYTES), int(time.time() * 1000), title[:200],
-                            token_digest(viewer_token) if viewer_token else None, viewer_token,
-                            token_digest(editor_token), delay_s, languages=languages, language=language)
+        record = RoomRecord(
+            secrets.token_urlsafe(ROOM_ID_BYTES),
+            int(time.time() * 1000),
+            title[:200],
+            token_digest(viewer_token) if viewer_token else None,
+            viewer_token,
+            token_digest(editor_token),
+            delay_s,
+            languages=languages,
+            language=language,
+        )
         room = self._translating(Room(record, self.store, 0, 0, self.stats))
         try:
             await self.store.save_room(record)
@@ -92,8 +107,12 @@ class RoomRegistry:
             room.journal.record_refused(str(exc))
             log.error("room %s: %s; kept in memory until the store recovers", room.id, exc)
         self._add(room)
-        log.info("room %s created%s%s", room.id, " (viewer token required)" if private else "",
-                 f" (audience {delay_s:g} s behind)" if delay_s else "")
+        log.info(
+            "room %s created%s%s",
+            room.id,
+            " (viewer token required)" if private else "",
+            f" (audience {delay_s:g} s behind)" if delay_s else "",
+        )
         return NewRoom(room, viewer_token, editor_token)
 
     async def get(self, room_id: str, keep: bool = True) -> Room | None:
@@ -143,8 +162,14 @@ class RoomRegistry:
             if cold:
                 self._warmed.update((room.language, lang) for lang in cold)
                 asyncio.get_running_loop().run_in_executor(None, self.translator.warm, room.language, cold)
-            room.translating = RoomTranslating(room.id, self.translator, lambda: room.languages,
-                                               room.commit_translation, self.translation_stats, room.language)
+            room.translating = RoomTranslating(
+                room.id,
+                self.translator,
+                lambda: room.languages,
+                room.commit_translation,
+                self.translation_stats,
+                room.language,
+            )
         return room
 
     def _add(self, room: Room) -> Room:
@@ -178,16 +203,21 @@ class RoomRegistry:
 
     def snapshot_stats(self) -> dict[str, Any]:
         """Counts for ``/ready`` and ``/metrics``: rooms in memory and their viewers now, totals since start."""
-        return {"in_memory": len(self._rooms), "viewers": sum(len(r.viewers) for r in self._rooms.values()),
-                "loaded": self.stats.rooms_loaded,
-                "evicted": self.stats.rooms_evicted, "viewers_dropped": self.stats.viewers_dropped,
-                "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
-                "unsaved_rooms": sum(not r.journal.record_saved for r in self._rooms.values()),
-                "corrections": self.stats.corrections,
-                "translations": dataclasses.asdict(self.translation_stats),
-                "translations_waiting": sum(r.translating.waiting for r in self._rooms.values()
-                                            if r.translating is not None),
-                "held_events": sum(r.audience.lag().held for r in self._rooms.values())}
+        return {
+            "in_memory": len(self._rooms),
+            "viewers": sum(len(r.viewers) for r in self._rooms.values()),
+            "loaded": self.stats.rooms_loaded,
+            "evicted": self.stats.rooms_evicted,
+            "viewers_dropped": self.stats.viewers_dropped,
+            "unsaved_events": sum(len(r.unsaved) for r in self._rooms.values()),
+            "unsaved_rooms": sum(not r.journal.record_saved for r in self._rooms.values()),
+            "corrections": self.stats.corrections,
+            "translations": dataclasses.asdict(self.translation_stats),
+            "translations_waiting": sum(
+                r.translating.waiting for r in self._rooms.values() if r.translating is not None
+            ),
+            "held_events": sum(r.audience.lag().held for r in self._rooms.values()),
+        }
 
     def close(self) -> None:
         if self._sweeper is not None:
@@ -195,5 +225,3 @@ class RoomRegistry:
             self._sweeper = None
         for room in self._rooms.values():
             room.close()
-
-

@@ -73,8 +73,15 @@ class Room(ReadPath):
     all the same and kept (``Journal``), and replayed to viewers who (re)connect meanwhile (``ReadPath``). Publishers
     are told when saving stops and when it resumes (``RoomPublisher.saving_changes``)."""
 
-    def __init__(self, record: RoomRecord, store: TranscriptStore, last_seq: int, next_sentence: int,
-                 stats: RoomStats | None = None, next_label: int = 0) -> None:
+    def __init__(
+        self,
+        record: RoomRecord,
+        store: TranscriptStore,
+        last_seq: int,
+        next_sentence: int,
+        stats: RoomStats | None = None,
+        next_label: int = 0,
+    ) -> None:
         self.record = record
         self.id = record.id
         self.store = store  # what ``ReadPath`` reads; the journal writes to the same one
@@ -84,8 +91,9 @@ class Room(ReadPath):
         self.viewers: set[Viewer] = set()
         self.publishers: dict[str, RoomPublisher] = {}
         self.crosstalk = CrossTalk()  # which of its microphones each voice belongs to (``share_microphone``)
-        self.speaking = Speaking(self.id, store, self.publishers, lambda: self.seq,
-                                 lambda message: self._broadcast(message, durable=False))
+        self.speaking = Speaking(
+            self.id, store, self.publishers, lambda: self.seq, lambda message: self._broadcast(message, durable=False)
+        )
         self.last_active = time.monotonic()
         self.names = dict(record.names)  # speaker label -> the name editors gave it (kept current by the events)
         self.labels = RoomLabels(next_label)  # the next free speaker label (``app.rooms.names``; likewise)
@@ -97,8 +105,9 @@ class Room(ReadPath):
         # lang -> the sentences whose text in it is the words said (``commit_original``: this front end's or
         # another's), since the room came into memory
         self._originals: dict[str, set[int]] = {}
-        self.audience = Audience(record.delay_s, last_seq, self.viewers, self._broadcast_status,
-                                 ended=record.ended_ms is not None)
+        self.audience = Audience(
+            record.delay_s, last_seq, self.viewers, self._broadcast_status, ended=record.ended_ms is not None
+        )
 
     # The parts' state as other modules and the tests read it, on the room (``Journal``, ``Speaking``).
     @property
@@ -128,17 +137,26 @@ class Room(ReadPath):
 
     def idle(self, now: float, idle_s: float) -> bool:
         """Nobody here, nothing unsaved, nothing being written or read, and no activity for ``idle_s`` seconds."""
-        return (not self.viewers and not self.publishers and not self.needs_saving and not self.journal.busy
-                and not self.sync.busy and not (self.translating is not None and self.translating.busy)
-                and now - self.last_active >= idle_s)
+        return (
+            not self.viewers
+            and not self.publishers
+            and not self.needs_saving
+            and not self.journal.busy
+            and not self.sync.busy
+            and not (self.translating is not None and self.translating.busy)
+            and now - self.last_active >= idle_s
+        )
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
 
     def may_view(self, token: str | None) -> bool:
         expected = self.record.viewer_token_sha256
-        return expected is None or self.may_edit(token) or (
-            token is not None and hmac.compare_digest(token_digest(token), expected))
+        return (
+            expected is None
+            or self.may_edit(token)
+            or (token is not None and hmac.compare_digest(token_digest(token), expected))
+        )
 
     def may_edit(self, token: str | None) -> bool:
         """Whether ``token`` is this room's editor token (the server's token is checked by the caller)."""
@@ -171,9 +189,18 @@ class Room(ReadPath):
     def status(self, editor: bool = False) -> RoomStatus:
         """The room's status as its audience sees it, or its editors (``editor``: with the newest seq released)."""
         lag = self.audience.lag()
-        return RoomStatus(self.id, bool(self.publishers), len(self.publishers), len(self.viewers), self.saving,
-                          seq=self.seq, delay_s=self.audience.delay_s, held=lag.held, behind_ms=lag.behind_ms,
-                          released=self.audience.released if editor else None)
+        return RoomStatus(
+            self.id,
+            bool(self.publishers),
+            len(self.publishers),
+            len(self.viewers),
+            self.saving,
+            seq=self.seq,
+            delay_s=self.audience.delay_s,
+            held=lag.held,
+            behind_ms=lag.behind_ms,
+            released=self.audience.released if editor else None,
+        )
 
     def _broadcast(self, message: ServerMessage, durable: bool) -> None:
         """To the editors now; to the audience now or after the room's delay (``Audience``)."""
@@ -192,12 +219,14 @@ class Room(ReadPath):
     def partial(self) -> str:
         return self.speaking.partial()
 
-    def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
-                        words_session: str | None = None) -> Caption:
+    def partial_message(
+        self, latency_ms: int | None = None, stable_words: list[Word] | None = None, words_session: str | None = None
+    ) -> Caption:
         return self.speaking.partial_message(latency_ms, stable_words, words_session)
 
-    def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
-                          words_session: str | None = None) -> None:
+    def broadcast_partial(
+        self, latency_ms: int | None = None, stable_words: list[Word] | None = None, words_session: str | None = None
+    ) -> None:
         self.speaking.broadcast_partial(latency_ms, stable_words, words_session)
 
     def announce_open(self, session: str, text: str, words: list[Word]) -> None:
@@ -210,9 +239,13 @@ class Room(ReadPath):
         self.speaking.expire_open()
 
     # ---- durable events ----------------------------------------------------------------------------------------
-    async def commit_sentences(self, drafts: list[SentenceRecord], latency_ms: int | None = None,
-                               stable_words: list[Word] | None = None,
-                               words_session: str | None = None) -> list[SentenceRecord]:
+    async def commit_sentences(
+        self,
+        drafts: list[SentenceRecord],
+        latency_ms: int | None = None,
+        stable_words: list[Word] | None = None,
+        words_session: str | None = None,
+    ) -> list[SentenceRecord]:
         """Give each new sentence of ``drafts`` a room id (their own ``id`` is ignored), commit, then broadcast
         (with ``stable_words`` of ``words_session``: see ``partial_message``; never stored). Returns the records
         (with their room ids)."""
@@ -226,8 +259,9 @@ class Room(ReadPath):
             self.translating.locked(event.records)
         return event.records
 
-    async def commit_relabel(self, relabel: dict[int, int],
-                             given: Mapping[int, int | None] | None = None) -> list[SentenceRecord]:
+    async def commit_relabel(
+        self, relabel: dict[int, int], given: Mapping[int, int | None] | None = None
+    ) -> list[SentenceRecord]:
         """Commit corrected speaker labels (room sentence id -> spk), then broadcast them. ``given``: the labels
         the publishing session gave those sentences before; a sentence whose label is not that any more keeps the
         label an editor set (``late``). Returns those sentences, as they are."""
@@ -255,8 +289,9 @@ class Room(ReadPath):
             await self._commit(NumberedEvent(seq, body, retimed={sentence_id: record.words}))
             return record
 
-    async def commit_edit(self, sentence_id: int, edit: Callable[[SentenceRecord], Awaitable[Change]],
-                          editor: str) -> tuple[SentenceRecord, NumberedEvent] | None:
+    async def commit_edit(
+        self, sentence_id: int, edit: Callable[[SentenceRecord], Awaitable[Change]], editor: str
+    ) -> tuple[SentenceRecord, NumberedEvent] | None:
         """Commit what ``edit`` makes of sentence ``sentence_id`` as it is now (read and changed inside the lock,
         so no late update slips in between), as ``commit_correction``. Returns the sentence as it was and the event
         as stored; None when the room has no such sentence (or it was deleted). Raises ``StoreError`` when it cannot
@@ -271,9 +306,16 @@ class Room(ReadPath):
         async with self.journal.lock:
             return await self._correct(change, editor)
 
-    async def commit_translation(self, lang: str, texts: Mapping[int, str], sources: Mapping[int, str] | None = None,
-                                 update: bool = False, missing: Collection[int] = (),
-                                 editor: str = "", original: bool = False) -> NumberedEvent | None:
+    async def commit_translation(
+        self,
+        lang: str,
+        texts: Mapping[int, str],
+        sources: Mapping[int, str] | None = None,
+        update: bool = False,
+        missing: Collection[int] = (),
+        editor: str = "",
+        original: bool = False,
+    ) -> NumberedEvent | None:
         """Commit sentences' translations into room language ``lang`` (id -> text), then broadcast them (see
         ``protocol.Translation``). ``sources``: id -> the source text each translates; one whose sentence reads
         otherwise now (an editor changed it meanwhile), or that is gone, is left out. ``missing``: ids whose
@@ -283,16 +325,26 @@ class Room(ReadPath):
         async with self.journal.lock:
             now = await self.sentences_now(texts.keys())
             said = self._originals.setdefault(lang, set())
-            kept = {sid: text for sid, text in sorted(texts.items())
-                    if sid in now and (sources is None or sources.get(sid) == now[sid].text)
-                    and (original or editor or sid not in said)}  # an engine's never replaces the words said
+            kept = {
+                sid: text
+                for sid, text in sorted(texts.items())
+                if sid in now
+                and (sources is None or sources.get(sid) == now[sid].text)
+                and (original or editor or sid not in said)
+            }  # an engine's never replaces the words said
             if not kept:
                 return None
             seq = self.seq + 1
             gaps = tuple(sid for sid in kept if sid in missing)
-            body = Translation(lang, tuple(dataclasses.replace(now[sid], text=text, words=()).sentence()
-                                           for sid, text in kept.items()), update, gaps, editor, seq=seq,
-                               original=original)
+            body = Translation(
+                lang,
+                tuple(dataclasses.replace(now[sid], text=text, words=()).sentence() for sid, text in kept.items()),
+                update,
+                gaps,
+                editor,
+                seq=seq,
+                original=original,
+            )
             stored = {sid: {lang: text} for sid, text in kept.items() if sid not in gaps}
             return await self._commit(NumberedEvent(seq, body, edits=Edits(translations=stored)))
 
@@ -303,8 +355,9 @@ class Room(ReadPath):
         before = self.languages
         async with self.journal.lock:
             seq = self.seq + 1
-            event = await self._commit(NumberedEvent(seq, Languages(languages, seq=seq),
-                                                     edits=Edits(languages=languages)))
+            event = await self._commit(
+                NumberedEvent(seq, Languages(languages, seq=seq), edits=Edits(languages=languages))
+            )
         added = [lang for lang in languages if lang not in before]
         if added and self.translating is not None:
             history = (await self.read_snapshot()).sentences
@@ -339,10 +392,12 @@ class Room(ReadPath):
         """``commit_correction`` with the journal's lock held (``counted``: in ``stats.corrections``)."""
         seq = self.seq + 1
         new = [dataclasses.replace(r, id=self.journal.next_sentence + i) for i, r in enumerate(change.new)]
-        body = Correction(tuple(r.sentence() for r in [*change.replaced, *new]), change.deleted, dict(change.names),
-                          editor, seq=seq)
-        event = await self._commit(NumberedEvent(seq, body, new, edits=Edits(change.replaced, change.deleted,
-                                                                       dict(change.names))))
+        body = Correction(
+            tuple(r.sentence() for r in [*change.replaced, *new]), change.deleted, dict(change.names), editor, seq=seq
+        )
+        event = await self._commit(
+            NumberedEvent(seq, body, new, edits=Edits(change.replaced, change.deleted, dict(change.names)))
+        )
         if counted:
             self.stats.corrections += 1
         if self.translating is not None:  # the audience of each language gets the corrected text's translation
@@ -355,24 +410,37 @@ class Room(ReadPath):
         then broadcast it (editors). Returns the event's seq."""
         async with self.journal.lock:
             seq = self.seq + 1
-            event = await self._commit(NumberedEvent(seq, Vocabulary(terms, learned, seq=seq),
-                                                     edits=Edits(vocabulary=(terms, learned))))
+            event = await self._commit(
+                NumberedEvent(seq, Vocabulary(terms, learned, seq=seq), edits=Edits(vocabulary=(terms, learned)))
+            )
             return event.seq
 
-    async def _commit(self, event: NumberedEvent, latency_ms: int | None = None,
-                      stable_words: list[Word] | None = None, words_session: str | None = None) -> NumberedEvent:
+    async def _commit(
+        self,
+        event: NumberedEvent,
+        latency_ms: int | None = None,
+        stable_words: list[Word] | None = None,
+        words_session: str | None = None,
+    ) -> NumberedEvent:
         """``Journal.commit`` (the caller holds its lock): stored, or kept while the store refuses, then delivered
         (``_deliver``, with what a publisher's caption carries that is never stored). Returns the event as stored."""
         self.touch()
         return await self.journal.commit(
-            event, lambda seq, body: self._deliver(seq, body, latency_ms, stable_words, words_session))
+            event, lambda seq, body: self._deliver(seq, body, latency_ms, stable_words, words_session)
+        )
 
     async def retry_unsaved(self) -> None:
         """``Journal.retry_unsaved`` (the registry's sweep)."""
         await self.journal.retry_unsaved()
 
-    def _deliver(self, seq: int, body: RoomEvent, latency_ms: int | None = None,
-                 stable_words: list[Word] | None = None, words_session: str | None = None) -> None:
+    def _deliver(
+        self,
+        seq: int,
+        body: RoomEvent,
+        latency_ms: int | None = None,
+        stable_words: list[Word] | None = None,
+        words_session: str | None = None,
+    ) -> None:
         """Apply durable event ``seq`` to what the room holds in memory and broadcast it (called by the journal, with
         its lock held, once every event before it was delivered). Viewers get captions with the room's live partial
         text and its stable count (never stored), the publisher's latency and its newly settled words."""

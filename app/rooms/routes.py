@@ -52,17 +52,23 @@ def base_url(request: web.Request) -> str:
     return configured.rstrip("/") if configured else str(request.url.origin())
 
 
-def room_links(request: web.Request, room_id: str, viewer_token: str | None,
-               editor_token: str | None = None) -> dict[str, str]:
+def room_links(
+    request: web.Request, room_id: str, viewer_token: str | None, editor_token: str | None = None
+) -> dict[str, str]:
     """The room's URLs for its audience (with its viewer token, if private): ``join`` is the page a person at the
     meeting joins from with a name and their own microphone; and its editor page (with ``editor_token``, when given:
     only at creation)."""
     base = base_url(request)
     query = f"room={room_id}" + (f"&token={viewer_token}" if viewer_token else "")
     auth = f"?token={viewer_token}" if viewer_token else ""
-    links = {"view": f"{base}/view?{query}", "kiosk": f"{base}/kiosk?{query}", "embed": f"{base}/embed?{query}",
-             "join": f"{base}/join?{query}", "events": f"{base}/rooms/{room_id}/events{auth}",
-             "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}"}
+    links = {
+        "view": f"{base}/view?{query}",
+        "kiosk": f"{base}/kiosk?{query}",
+        "embed": f"{base}/embed?{query}",
+        "join": f"{base}/join?{query}",
+        "events": f"{base}/rooms/{room_id}/events{auth}",
+        "transcript": f"{base}/rooms/{room_id}/transcript.txt{auth}",
+    }
     if editor_token is not None:
         links["edit"] = f"{base}/rooms/{room_id}/edit?token={editor_token}"
     return links
@@ -87,16 +93,23 @@ async def create_room(request: web.Request) -> web.Response:
     if not isinstance(title, str) or not isinstance(private, bool):
         return json_error(400, ErrorCode.BAD_MESSAGE, '"title" must be a string and "private" true or false')
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 <= delay_s <= MAX_DELAY_S:
-        return json_error(400, ErrorCode.BAD_MESSAGE,
-                          f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}')
+        return json_error(
+            400, ErrorCode.BAD_MESSAGE, f'"delay_s" must be a number of seconds from 0 to {MAX_DELAY_S:g}'
+        )
     unknown = sorted(set(params) - {"title", "private", "delay_s", "language", "languages"})
     if unknown:
-        return json_error(400, ErrorCode.BAD_MESSAGE,
-                          f"unknown field {unknown[0]!r}: expected title, private, delay_s, language, languages")
+        return json_error(
+            400,
+            ErrorCode.BAD_MESSAGE,
+            f"unknown field {unknown[0]!r}: expected title, private, delay_s, language, languages",
+        )
     language = params.get("language", SOURCE_LANGUAGE)
     if not isinstance(language, str) or language not in LANGUAGE_CODES:
-        return json_error(400, ErrorCode.BAD_MESSAGE, '"language" must be a language code the recognizer knows '
-                          '(Whisper\'s: "en", "es", "zh", ...)')
+        return json_error(
+            400,
+            ErrorCode.BAD_MESSAGE,
+            '"language" must be a language code the recognizer knows (Whisper\'s: "en", "es", "zh", ...)',
+        )
     cannot = request.app[ENGINE].cannot_caption(language)
     if cannot:
         return json_error(400, ErrorCode.BAD_MESSAGE, f"a room spoken in {language!r} cannot be made here: {cannot}")
@@ -104,12 +117,21 @@ async def create_room(request: web.Request) -> web.Response:
         languages = room_languages(params.get("languages", []), request.app[ROOMS].translatable(language), language)
     except ValueError as exc:
         return json_error(400, ErrorCode.BAD_MESSAGE, str(exc))
-    new = await request.app[ROOMS].create(title, private=private, delay_s=float(delay_s), languages=languages,
-                                          language=language)
+    new = await request.app[ROOMS].create(
+        title, private=private, delay_s=float(delay_s), languages=languages, language=language
+    )
     room = new.room
-    return web.json_response({"room": room.id, "viewer_token": new.viewer_token, "editor_token": new.editor_token,
-                              "language": room.language, "languages": list(room.languages),
-                              "links": room_links(request, room.id, new.viewer_token, new.editor_token)}, status=201)
+    return web.json_response(
+        {
+            "room": room.id,
+            "viewer_token": new.viewer_token,
+            "editor_token": new.editor_token,
+            "language": room.language,
+            "languages": list(room.languages),
+            "links": room_links(request, room.id, new.viewer_token, new.editor_token),
+        },
+        status=201,
+    )
 
 
 async def viewable_room(request: web.Request, keep: bool = False) -> Room:
@@ -134,11 +156,18 @@ def may_edit(request: web.Request, room: Room) -> bool:
 
 async def room_status(request: web.Request) -> web.Response:
     room = await viewable_room(request)
-    return web.json_response({**room.status(editor=may_edit(request, room)).wire(), "title": room.record.title,
-                              "created_ms": room.record.created_ms, "private": room.private,
-                              "delay_s": room.audience.delay_s, "language": room.language,
-                              "languages": list(room.languages),
-                              "translations_waiting": room.translating.waiting if room.translating else 0})
+    return web.json_response(
+        {
+            **room.status(editor=may_edit(request, room)).wire(),
+            "title": room.record.title,
+            "created_ms": room.record.created_ms,
+            "private": room.private,
+            "delay_s": room.audience.delay_s,
+            "language": room.language,
+            "languages": list(room.languages),
+            "translations_waiting": room.translating.waiting if room.translating else 0,
+        }
+    )
 
 
 QR_PAGES = {"view": "X-Viewer-Url", "join": "X-Join-Url"}  # ?page= -> the header that names the URL encoded
@@ -160,15 +189,22 @@ async def room_qr(request: web.Request) -> web.Response:
         presented = presented_token(request)
         token = room.record.viewer_token or (presented if room.may_view(presented) else None)
         if token is None:  # a room made before viewer tokens were kept, asked for with the server's token
-            raise http_error(409, ErrorCode.NO_VIEWER_TOKEN,
-                             "this room's viewer token was not kept; ask with the viewer token itself")
+            raise http_error(
+                409,
+                ErrorCode.NO_VIEWER_TOKEN,
+                "this room's viewer token was not kept; ask with the viewer token itself",
+            )
     url = room_links(request, room.id, token)[target]
     buffer = io.BytesIO()
     # Black on white with a quiet zone, whatever the page's theme: phone cameras read that best.
-    segno.make(url, error="m").save(buffer, kind="svg", xmldecl=False, svgns=True, scale=1, border=2,
-                                     omitsize=True, dark="#000", light="#fff")
-    return web.Response(body=buffer.getvalue(), content_type="image/svg+xml",
-                        headers={"Cache-Control": "no-store", QR_PAGES[target]: url})
+    segno.make(url, error="m").save(
+        buffer, kind="svg", xmldecl=False, svgns=True, scale=1, border=2, omitsize=True, dark="#000", light="#fff"
+    )
+    return web.Response(
+        body=buffer.getvalue(),
+        content_type="image/svg+xml",
+        headers={"Cache-Control": "no-store", QR_PAGES[target]: url},
+    )
 
 
 async def room_events(request: web.Request) -> web.StreamResponse:
@@ -194,8 +230,9 @@ async def room_events(request: web.Request) -> web.StreamResponse:
     # sits in a socket write; if it falls too far behind, its connection is aborted to free it.
     viewer = room.subscribe(on_overflow=lambda: _abort(request), editor=editor)
     _small_send_buffer(request)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
-                                           "X-Accel-Buffering": "no"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
     try:
         await response.prepare(request)
         await response.write(f"retry: {RETRY_MS}\n\n".encode())

@@ -23,8 +23,14 @@ class Speaking:
     joined); ``seq`` gives the room's newest delivered seq; ``broadcast`` sends an (ephemeral) message to every
     viewer of the room."""
 
-    def __init__(self, room_id: str, store: TranscriptStore, publishers: Mapping[str, RoomPublisher],
-                 seq: Callable[[], int], broadcast: Callable[[Caption], None]) -> None:
+    def __init__(
+        self,
+        room_id: str,
+        store: TranscriptStore,
+        publishers: Mapping[str, RoomPublisher],
+        seq: Callable[[], int],
+        broadcast: Callable[[Caption], None],
+    ) -> None:
         self.room_id = room_id
         self.publishers = publishers
         self.remote = RemoteOpen()  # stable open text of publishers on other front ends
@@ -43,32 +49,54 @@ class Speaking:
         """The open text of every speaking publisher, joined (``open_parts``)."""
         return " ".join(part.text for part in self.open_parts())
 
-    def partial_message(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
-                        words_session: str | None = None) -> Caption:
+    def partial_message(
+        self, latency_ms: int | None = None, stable_words: list[Word] | None = None, words_session: str | None = None
+    ) -> Caption:
         """The open text and how many of its leading words are settled (``open_text.open_caption``), with the voice
         now speaking when exactly one publisher is, and each speaking publisher's line (``open_text.open_lines``).
         ``stable_words``: words of publisher ``words_session`` that settled with this update (room timeline)."""
         parts = self.open_parts()
         one = self.publishers.get(parts[0][0]) if len(parts) == 1 else None
-        return open_caption(parts, one.partial_spk if one is not None else None, self._seq(), latency_ms,
-                            stable_words, words_session, open_lines(parts, self.publishers, self.remote))
+        return open_caption(
+            parts,
+            one.partial_spk if one is not None else None,
+            self._seq(),
+            latency_ms,
+            stable_words,
+            words_session,
+            open_lines(parts, self.publishers, self.remote),
+        )
 
-    def broadcast_partial(self, latency_ms: int | None = None, stable_words: list[Word] | None = None,
-                          words_session: str | None = None) -> None:
+    def broadcast_partial(
+        self, latency_ms: int | None = None, stable_words: list[Word] | None = None, words_session: str | None = None
+    ) -> None:
         """The open text to every viewer (``partial_message``'s arguments)."""
         self._broadcast(self.partial_message(latency_ms, stable_words, words_session))
 
-    def locked(self, caption: Caption, seq: int, latency_ms: int | None = None,
-               stable_words: list[Word] | None = None, words_session: str | None = None) -> Caption:
+    def locked(
+        self,
+        caption: Caption,
+        seq: int,
+        latency_ms: int | None = None,
+        stable_words: list[Word] | None = None,
+        words_session: str | None = None,
+    ) -> Caption:
         """Durable ``caption`` ``seq``, being delivered, as viewers get it: its sentences take the place of the
         text their publishers announced from other front ends, and it carries the open text left
         (``partial_message``'s arguments; never stored)."""
         for session in {s.session for s in caption.sentences if s.session is not None}:
             self.remote.locked(session, seq)
         live = self.partial_message(latency_ms, stable_words, words_session)
-        return dataclasses.replace(caption, partial=live.partial, latency_ms=latency_ms, partial_spk=live.partial_spk,
-                                   partial_session=live.partial_session, stable=live.stable,
-                                   stable_words=live.stable_words, open=live.open)
+        return dataclasses.replace(
+            caption,
+            partial=live.partial,
+            latency_ms=latency_ms,
+            partial_spk=live.partial_spk,
+            partial_session=live.partial_session,
+            stable=live.stable,
+            stable_words=live.stable_words,
+            open=live.open,
+        )
 
     # ---- stable open text across front ends (app.rooms.open_text) ------------------------------------------------
     def announce_open(self, session: str, text: str, words: list[Word]) -> None:

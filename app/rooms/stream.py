@@ -75,8 +75,9 @@ class Stream:
             await self.send(response, Vocabulary(room.terms, room.learned, seq=snapshot.seq), None)
         return snapshot.seq
 
-    async def send(self, response: web.StreamResponse, message: ServerMessage, event_id: int | None,
-                   translated: bool = False) -> None:
+    async def send(
+        self, response: web.StreamResponse, message: ServerMessage, event_id: int | None, translated: bool = False
+    ) -> None:
         """One event. Some go as their ``id`` alone, which moves the client's ``Last-Event-ID`` on (a resume
         starts after it) and dispatches nothing: a ``words`` update to a viewer that did not ask for word times,
         the vocabulary to the audience, a correction the delay already put into the captions it held, and a
@@ -85,8 +86,11 @@ class Stream:
         head = f"id: {event_id}\n" if event_id is not None else ""
         if not translated:
             message = in_language(message, self.lang, self.editor)
-        if (isinstance(message, WordTimes) and not self.words) or (isinstance(message, Vocabulary)
-                                                                   and not self.editor) or empty(message):
+        if (
+            (isinstance(message, WordTimes) and not self.words)
+            or (isinstance(message, Vocabulary) and not self.editor)
+            or empty(message)
+        ):
             if head:
                 await response.write(f"{head}\n".encode())
             return
@@ -137,8 +141,13 @@ def as_corrected(events: list[tuple[int, ServerMessage]]) -> list[tuple[int, Ser
         elif isinstance(message, Correction):
             message = dataclasses.replace(message, sentences=tuple(latest(message.sentences)))
         elif isinstance(message, Translation):
-            message = dataclasses.replace(message, sentences=tuple(
-                translated[message.lang, s.id] for s in message.sentences
-                if (message.lang, s.id) in translated and last.get(s.id, s) is not None))
+            message = dataclasses.replace(
+                message,
+                sentences=tuple(
+                    translated[message.lang, s.id]
+                    for s in message.sentences
+                    if (message.lang, s.id) in translated and last.get(s.id, s) is not None
+                ),
+            )
         out.append((seq, message))
     return out

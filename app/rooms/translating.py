@@ -60,15 +60,14 @@ def room_languages(value: object, available: frozenset[str], source: str = SOURC
     ``available`` (primary subtags: what they translate ``source``, the spoken language, into), at most
     ``MAX_ROOM_LANGUAGES``, the spoken language left out. Raises ``ValueError`` with a message for the client that
     names what can be had."""
-    if (not isinstance(value, list) or not all(isinstance(v, str) for v in value)
-            or len(value) > MAX_ROOM_LANGUAGES):
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > MAX_ROOM_LANGUAGES:
         raise ValueError(f'"languages" must be a list of at most {MAX_ROOM_LANGUAGES} language codes (BCP 47)')
     out: list[str] = []
     for raw in value:
         try:
             lang = normalise_language(raw)
         except ValueError:
-            raise ValueError(f"{raw[:40]!r} is not a language code (BCP 47, such as \"es\" or \"pt-BR\")") from None
+            raise ValueError(f'{raw[:40]!r} is not a language code (BCP 47, such as "es" or "pt-BR")') from None
         spoken = lang.split("-")[0] == source
         if lang.split("-")[0] not in available and not spoken:
             can = ", ".join(sorted(available)) or "none (this server has no translation engine)"
@@ -135,8 +134,9 @@ class RoomTranslating:
     @property
     def busy(self) -> bool:
         """Translations queued, being made or to be retried (the room must stay in memory for them)."""
-        return bool(self._queue or self._retries) or (self._worker is not None and not self._worker.done()
-                                                      and self._wake.is_set())
+        return bool(self._queue or self._retries) or (
+            self._worker is not None and not self._worker.done() and self._wake.is_set()
+        )
 
     @property
     def waiting(self) -> int:
@@ -161,7 +161,7 @@ class RoomTranslating:
             return
         history = list(history)[-HISTORY_MAX:]
         for i in range(0, len(history), 20):  # a batch at a time: live sentences can go in between
-            self._put(_Job(lang, tuple(history[i:i + 20]), update=True))
+            self._put(_Job(lang, tuple(history[i : i + 20]), update=True))
 
     def _targets(self) -> list[str]:
         """The room's languages that an engine makes from its spoken one. A language only the speech gives (the
@@ -195,8 +195,11 @@ class RoomTranslating:
             # Every language's job for the same sentences at once: the engine service runs them back to back.
             first = self._queue.popleft()
             jobs = [first]
-            while self._queue and self._queue[0].sentences == first.sentences and self._queue[0].lang not in {
-                    j.lang for j in jobs}:
+            while (
+                self._queue
+                and self._queue[0].sentences == first.sentences
+                and self._queue[0].lang not in {j.lang for j in jobs}
+            ):
                 jobs.append(self._queue.popleft())
             await asyncio.gather(*(self._run(job) for job in jobs))
 
@@ -207,8 +210,9 @@ class RoomTranslating:
             out = await self.service.translate(TranslationRequest(self.source, job.lang, texts, job.context))
         except TranslationError as exc:
             self.stats.failures += 1
-            log.warning("room %s: translation into %s failed (%s); attempt %d", self.room_id, job.lang, exc,
-                        job.attempt + 1)
+            log.warning(
+                "room %s: translation into %s failed (%s); attempt %d", self.room_id, job.lang, exc, job.attempt + 1
+            )
             if job.attempt == 0 and not job.update:  # the audience of that language sees the source meanwhile
                 await self._commit(job.lang, sources, sources, False, tuple(sources))
                 self.stats.missing += len(sources)
@@ -218,8 +222,9 @@ class RoomTranslating:
         await self._commit(job.lang, dict(zip(sources, out, strict=True)), sources, job.update, ())
         self.stats.sentences += len(out)
 
-    async def _commit(self, lang: str, texts: Mapping[int, str], sources: Mapping[int, str], update: bool,
-                      missing: Sequence[int]) -> None:
+    async def _commit(
+        self, lang: str, texts: Mapping[int, str], sources: Mapping[int, str], update: bool, missing: Sequence[int]
+    ) -> None:
         try:
             await self.commit(lang, texts, sources, update, missing)
         except Exception:  # a store failure is the journal's to keep; anything else must not stop the worker

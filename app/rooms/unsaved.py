@@ -118,8 +118,9 @@ class ReadPath:
         events = await self.store.timed_events(self.id, kind="correction")
         stored = events[-1].seq if events else 0
         now_ms = int(time.time() * 1000)
-        return events + [TimedEvent(e.seq, now_ms, e.body) for e in pending
-                         if e.seq > stored and isinstance(e.body, Correction)]
+        return events + [
+            TimedEvent(e.seq, now_ms, e.body) for e in pending if e.seq > stored and isinstance(e.body, Correction)
+        ]
 
     async def read_sentences(self, ids: Collection[int]) -> dict[int, SentenceRecord]:
         """Sentences ``ids`` as they are now, by id (those the room has and did not delete); what this costs is
@@ -149,12 +150,17 @@ def keep(pending: list[NumberedEvent], event: NumberedEvent, room_id: str) -> No
     pending.append(event)
     if len(pending) > UNSAVED_MAX:
         lost = pending.pop(0)
-        log.error("room %s: over %d events could not be saved; event %d is dropped from memory",
-                  room_id, UNSAVED_MAX, lost.seq)
+        log.error(
+            "room %s: over %d events could not be saved; event %d is dropped from memory",
+            room_id,
+            UNSAVED_MAX,
+            lost.seq,
+        )
 
 
-def events_with(events: list[tuple[int, ServerMessage]], pending: list[NumberedEvent],
-                after_seq: int) -> list[tuple[int, ServerMessage]]:
+def events_with(
+    events: list[tuple[int, ServerMessage]], pending: list[NumberedEvent], after_seq: int
+) -> list[tuple[int, ServerMessage]]:
     """Stored ``events`` (seq > ``after_seq``) followed by the pending ones the store did not have."""
     stored = events[-1][0] if events else after_seq
     return events + [(e.seq, e.body) for e in pending if e.seq > stored]

@@ -102,5 +102,3 @@ def _coalesced(unsent: ServerMessage, newer: ServerMessage) -> ServerMessage | N
     if isinstance(newer, Caption) and newer.stable_words and newer.partial_session == unsent.partial_session:
         return dataclasses.replace(newer, stable_words=[*unsent.stable_words, *newer.stable_words])
     return None
-
-

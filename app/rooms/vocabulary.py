@@ -103,13 +103,13 @@ class Corrector:
         ``_key``."""
         for heard, meant in self._fixes.get(keys[i], ()):
             n = len(heard)
-            if keys[i:i + n] == heard:
+            if keys[i : i + n] == heard:
                 return n, _edged(words[i], words[i + n - 1], meant)
         for n in (2, 1):  # two words the recognizer split ("dash wood") first
             if i + n > len(words):
                 continue
-            stretch = words[i:i + n]
-            joined = "".join(keys[i:i + n])
+            stretch = words[i : i + n]
+            joined = "".join(keys[i : i + n])
             if n == 2 and (not keys[i] or stretch[0].strip(_EDGES)[-1:] != stretch[0][-1:]):
                 continue  # punctuation between the two: they are not one word
             for term in self._terms.get(joined[:1], ()):
@@ -119,8 +119,12 @@ class Corrector:
                     return n, _edged(stretch[0], stretch[-1], term)
                 if n == 1 and self._near(stretch[0], term, first=i == 0):
                     return 1, _edged(stretch[0], stretch[0], term)
-                if n == 2 and abs(len(joined) - len(_key(term))) <= 2 and _alike(joined, term) >= NEAR \
-                        and all(_alike(w, term) < NEAR for w in stretch):  # not a term and the next word
+                if (
+                    n == 2
+                    and abs(len(joined) - len(_key(term))) <= 2
+                    and _alike(joined, term) >= NEAR
+                    and all(_alike(w, term) < NEAR for w in stretch)
+                ):  # not a term and the next word
                     return 2, _edged(stretch[0], stretch[-1], term)
         return 1, None
 
@@ -159,5 +163,5 @@ def _key(word: str) -> str:
 def _edged(first: str, last: str, replacement: str) -> str:
     """``replacement`` with the punctuation that stood before ``first`` and after ``last``."""
     lead = first[: len(first) - len(first.lstrip(_EDGES))]
-    trail = last[len(last.rstrip(_EDGES)):]
+    trail = last[len(last.rstrip(_EDGES)) :]
     return f"{lead}{replacement.strip(_EDGES)}{trail}"

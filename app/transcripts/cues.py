@@ -121,10 +121,11 @@ def _turns(sentences: Sequence[SentenceRecord], max_chars: int) -> list[_Turn]:
             if len(w.w) <= max_chars:
                 words.append(w)
                 continue
-            pieces = [w.w[i:i + max_chars] for i in range(0, len(w.w), max_chars)]
+            pieces = [w.w[i : i + max_chars] for i in range(0, len(w.w), max_chars)]
             step = (w.end_ms - w.start_ms) / len(pieces)
-            words += [Word(p, round(w.start_ms + k * step), round(w.start_ms + (k + 1) * step))
-                      for k, p in enumerate(pieces)]
+            words += [
+                Word(p, round(w.start_ms + k * step), round(w.start_ms + (k + 1) * step)) for k, p in enumerate(pieces)
+            ]
         if not words:
             continue
         if turns and turns[-1].spk == s.spk and turns[-1].session == s.session:
@@ -160,8 +161,12 @@ def speaker_mark(style: str, spk: int | None, changed: bool, names: Mapping[int,
     return _MARKS.get(style, "") if changed else ""
 
 
-def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules(),
-               speakers: str = "dash", names: Mapping[int, str] | None = None) -> list[Cue]:
+def build_cues(
+    sentences: Sequence[SentenceRecord],
+    rules: CueRules = CueRules(),
+    speakers: str = "dash",
+    names: Mapping[int, str] | None = None,
+) -> list[Cue]:
     """The cues of a transcript, in time order, each new speaker's first cue opening with the mark of
     ``speakers`` (``speaker_mark``; ``names``: the speakers' names). Every word of every sentence is in exactly
     one cue, in order."""
@@ -177,13 +182,14 @@ def build_cues(sentences: Sequence[SentenceRecord], rules: CueRules = CueRules()
         cut = _cut_turn(turn.words, mark, floor, not cues, next_start, rules)
         floor = cut.floor_ms
         for c in cut.cues:
-            w = turn.words[c.first:c.end]
+            w = turn.words[c.first : c.end]
             cues.append(Cue(w[0].start_ms, w[-1].end_ms, tuple(c.lines), turn.spk, turn.session, tuple(w)))
     return _timed(cues, rules)
 
 
-def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start: int | None,
-              rules: CueRules) -> _TurnCut:
+def _cut_turn(
+    words: list[Word], mark: str, floor: int, first: bool, next_start: int | None, rules: CueRules
+) -> _TurnCut:
     """The best cut of one turn into cues, in order, and where the last one ends at the earliest (the next turn's
     ``floor``). ``floor``: the previous cue's earliest end;
     ``first``: no cue before this turn.
@@ -194,9 +200,11 @@ def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start:
     n = len(words)
     texts = [w.w for w in words]
     # The cost of a cut after word j - 1, the same whichever cue ends there.
-    cut_cost = [break_cost(texts[j - 1], texts[j])
-                + (_CUT_AT_PAUSE if words[j].start_ms - words[j - 1].end_ms >= PAUSE_MS else 0.0)
-                for j in range(1, n)] + [0.0]
+    cut_cost = [
+        break_cost(texts[j - 1], texts[j])
+        + (_CUT_AT_PAUSE if words[j].start_ms - words[j - 1].end_ms >= PAUSE_MS else 0.0)
+        for j in range(1, n)
+    ] + [0.0]
     needs = [_need_ms(chars, rules) for chars in range(rules.max_lines * (rules.max_chars + 1))]
     inf = float("inf")
     best: list[tuple[float, int, int]] = [(inf, -1, 0)] * (n + 1)
@@ -232,8 +240,7 @@ def _cut_turn(words: list[Word], mark: str, floor: int, first: bool, next_start:
                 break  # longer never fits again
             chars = letters - (lines - 1)  # no space at a line break
             follow = words[j].start_ms if j < n else next_start
-            plan = _plan(words[i].start_ms, words[j - 1].end_ms, needs[chars], before, first and i == 0, follow,
-                         rules)
+            plan = _plan(words[i].start_ms, words[j - 1].end_ms, needs[chars], before, first and i == 0, follow, rules)
             cost = best[i][0] + _CUE_COST + pause_cost + _display_cost(plan, chars, rules) + cut_cost[j - 1]
             if cost < best[j][0]:
                 best[j] = (cost, i, plan.end_ms)
@@ -300,8 +307,9 @@ def _need_ms(chars: int, rules: CueRules) -> int:
     return min(rules.max_ms, max(rules.min_ms, math.ceil(chars * 1000 / rules.max_cps)))
 
 
-def _plan(first_ms: int, last_ms: int, need: int, floor: int, first: bool, follow: int | None,
-          rules: CueRules) -> _Plan:
+def _plan(
+    first_ms: int, last_ms: int, need: int, floor: int, first: bool, follow: int | None, rules: CueRules
+) -> _Plan:
     """Earliest display of a cue whose words are said [first_ms, last_ms] and read in ``need`` ms (``_need_ms``),
     the previous cue ending at ``floor`` (``first``: there is none) and the next cue's first word at ``follow``
     (None: no next cue).
@@ -349,8 +357,17 @@ def _timed(cues: list[Cue], rules: CueRules) -> list[Cue]:
     plans: list[_Plan] = []
     for k, c in enumerate(cues):
         follow = cues[k + 1].start_ms if k + 1 < len(cues) else None
-        plans.append(_plan(c.start_ms, c.end_ms, _need_ms(c.chars, rules), plans[-1].end_ms if plans else 0, not plans,
-                           follow, rules))
+        plans.append(
+            _plan(
+                c.start_ms,
+                c.end_ms,
+                _need_ms(c.chars, rules),
+                plans[-1].end_ms if plans else 0,
+                not plans,
+                follow,
+                rules,
+            )
+        )
     out: list[Cue] = []
     next_start: int | None = None
     for c, p in zip(reversed(cues), reversed(plans), strict=True):

@@ -25,8 +25,13 @@ from .cues import SPEAKER_STYLES, Cue, CueRules, build_cues, speaker_mark, speak
 
 # SCC has no registered type, and players and converters go by its extension and first line: plain text (it is
 # ASCII), which a browser shows as it shows the TXT.
-MIME = {"txt": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt", "scc": "text/plain",
-        "json": "application/json"}
+MIME = {
+    "txt": "text/plain",
+    "srt": "application/x-subrip",
+    "vtt": "text/vtt",
+    "scc": "text/plain",
+    "json": "application/json",
+}
 # Every download carries this: a browser must never guess another type than the one sent (a transcript is what
 # people said, and a guess of HTML would run whatever they said as markup in this server's origin).
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
@@ -119,14 +124,19 @@ def turns(sentences: Sequence[SentenceRecord]) -> list[list[SentenceRecord]]:
 
 
 def to_txt(sentences: Sequence[SentenceRecord], names: Mapping[int, str] | None = None) -> str:
-    return "\n".join(f"[{clock_time(t[0].start_ms, '.')[:8]}] {speaker_name(t[0].spk, names)}\n"
-                     f"{' '.join(_one_line(s.text) for s in t)}\n" for t in turns(sentences))
+    return "\n".join(
+        f"[{clock_time(t[0].start_ms, '.')[:8]}] {speaker_name(t[0].spk, names)}\n"
+        f"{' '.join(_one_line(s.text) for s in t)}\n"
+        for t in turns(sentences)
+    )
 
 
 def to_srt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportOptions()) -> str:
-    blocks = [f"{i}\n{clock_time(c.start_ms, ',')} --> {clock_time(c.end_ms, ',')}\n"
-              f"{chr(10).join(_cue_line(line) for line in c.lines)}\n"
-              for i, c in enumerate(_cues(sentences, options), 1)]
+    blocks = [
+        f"{i}\n{clock_time(c.start_ms, ',')} --> {clock_time(c.end_ms, ',')}\n"
+        f"{chr(10).join(_cue_line(line) for line in c.lines)}\n"
+        for i, c in enumerate(_cues(sentences, options), 1)
+    ]
     return "\n".join(blocks)
 
 
@@ -139,8 +149,7 @@ def to_vtt(sentences: Sequence[SentenceRecord], options: ExportOptions = ExportO
         lines = [_vtt_escape(_cue_line(line)) for line in c.lines]
         if c.spk is not None and lines:
             lines[0] = f"<v {_vtt_escape(speaker_name(c.spk, options.names))}>{lines[0]}"
-        blocks.append(f"{i}\n{clock_time(c.start_ms, '.')} --> {clock_time(c.end_ms, '.')}\n" + "\n".join(lines)
-                      + "\n")
+        blocks.append(f"{i}\n{clock_time(c.start_ms, '.')} --> {clock_time(c.end_ms, '.')}\n" + "\n".join(lines) + "\n")
     return "\n".join(blocks)
 
 
@@ -153,9 +162,16 @@ def _cues(sentences: Sequence[SentenceRecord], options: ExportOptions) -> list[C
     out = []
     for k, s in enumerate(sentences):
         changed = k > 0 and (s.spk, s.session) != (sentences[k - 1].spk, sentences[k - 1].session)
-        out.append(Cue(s.start_ms, max(s.end_ms, s.start_ms + 1),
-                       (speaker_mark(options.speakers, s.spk, changed, options.names) + _one_line(s.text),), s.spk,
-                       s.session, ()))
+        out.append(
+            Cue(
+                s.start_ms,
+                max(s.end_ms, s.start_ms + 1),
+                (speaker_mark(options.speakers, s.spk, changed, options.names) + _one_line(s.text),),
+                s.spk,
+                s.session,
+                (),
+            )
+        )
     return out
 
 
@@ -165,8 +181,12 @@ def _vtt_escape(text: str) -> str:
 
 def room_header(room: RoomRecord) -> dict[str, Any]:
     """The JSON export's leading fields for a room's transcript."""
-    return {"room": room.id, "title": room.title, "language": room.language,
-            "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat()}
+    return {
+        "room": room.id,
+        "title": room.title,
+        "language": room.language,
+        "room_created": datetime.fromtimestamp(room.created_ms / 1000, UTC).isoformat(),
+    }
 
 
 @dataclass(frozen=True)
@@ -182,8 +202,11 @@ class Edit:
     deleted: bool = False
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"seq": self.seq, "at": datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(),
-                               "editor": self.editor}
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "at": datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(),
+            "editor": self.editor,
+        }
         if self.deleted:
             out["deleted"] = True
         else:
@@ -191,18 +214,31 @@ class Edit:
         return out
 
 
-def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: Mapping[int, str] | None = None,
-            history: Mapping[int, Sequence[Edit]] | None = None, deleted: Sequence[SentenceRecord] = ()) -> str:
+def to_json(
+    sentences: Sequence[SentenceRecord],
+    header: dict[str, Any],
+    names: Mapping[int, str] | None = None,
+    history: Mapping[int, Sequence[Edit]] | None = None,
+    deleted: Sequence[SentenceRecord] = (),
+) -> str:
     """``header`` fields first (``room_header``, or the page's model and language), then ``exported_at`` and the
     sentences. A room's transcript also has its speaker ``names``, each sentence's ``translations`` into the room's
     languages (``{"lang": text}``, where it has them), and for each sentence an editor changed, the
     recognizer's text (``original``, whenever a sentence has one) and the ``edits`` in order (``history``: sentence
     id -> edits); the sentences editors ``deleted`` follow, with theirs. The editing is for the room's editors only:
     a caller rendering for anyone else passes sentences without ``original``, no ``history`` and no ``deleted``."""
+
     def entry(s: SentenceRecord) -> dict[str, Any]:
-        out = {"id": s.id, "session": s.session, "start_ms": s.start_ms, "end_ms": s.end_ms, "spk": s.spk,
-               "speaker": None if s.spk is None else speaker_name(s.spk, names), "text": s.text,
-               "words": [w.wire() for w in s.words]}
+        out = {
+            "id": s.id,
+            "session": s.session,
+            "start_ms": s.start_ms,
+            "end_ms": s.end_ms,
+            "spk": s.spk,
+            "speaker": None if s.spk is None else speaker_name(s.spk, names),
+            "text": s.text,
+            "words": [w.wire() for w in s.words],
+        }
         if s.translations:
             out["translations"] = dict(sorted(s.translations.items()))
         if s.original is not None:
@@ -220,17 +256,24 @@ def to_json(sentences: Sequence[SentenceRecord], header: dict[str, Any], names: 
     return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
-def render(fmt: str, sentences: Sequence[SentenceRecord], header: dict[str, Any],
-           options: ExportOptions = ExportOptions(), history: Mapping[int, Sequence[Edit]] | None = None,
-           deleted: Sequence[SentenceRecord] = ()) -> str:
+def render(
+    fmt: str,
+    sentences: Sequence[SentenceRecord],
+    header: dict[str, Any],
+    options: ExportOptions = ExportOptions(),
+    history: Mapping[int, Sequence[Edit]] | None = None,
+    deleted: Sequence[SentenceRecord] = (),
+) -> str:
     """Raises ``KeyError`` for a format not in ``MIME``. ``header``: see ``to_json``; ``options``: how SRT,
     WebVTT and SCC cut cues (SCC always cuts subtitle cues, its rules clamped to CEA-608's: ``scc.rules_for``) and
     what speakers are called; ``history`` and ``deleted``: a room's edits (JSON only)."""
     renderers: dict[str, Callable[[], str]] = {
-        "txt": lambda: to_txt(sentences, options.names), "srt": lambda: to_srt(sentences, options),
+        "txt": lambda: to_txt(sentences, options.names),
+        "srt": lambda: to_srt(sentences, options),
         "vtt": lambda: to_vtt(sentences, options),
         "scc": lambda: scc.to_scc(sentences, options.rules, options.speakers, options.names),
-        "json": lambda: to_json(sentences, header, options.names, history, deleted)}
+        "json": lambda: to_json(sentences, header, options.names, history, deleted),
+    }
     return renderers[fmt]()
 
 

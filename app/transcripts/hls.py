@@ -145,15 +145,21 @@ def closed_schedule(timing: Timing, closed_ms: int, last_end_ms: int | None) -> 
     return Schedule(timing, count, closed_ms)
 
 
-def committed_by(sentences: Sequence[SentenceRecord], committed: Mapping[int, float],
-                 at_ms: float) -> list[SentenceRecord]:
+def committed_by(
+    sentences: Sequence[SentenceRecord], committed: Mapping[int, float], at_ms: float
+) -> list[SentenceRecord]:
     """The sentences committed by room time ``at_ms``. ``committed``: sentence id -> room time of its commit, for
     the sentences committed since some time; a sentence not in it was committed before that."""
     return [s for s in sentences if committed.get(s.id, _NEVER) <= at_ms]
 
 
-def segment_cues(n: int, sentences: Sequence[SentenceRecord], committed: Mapping[int, float],
-                 schedule: Schedule, names: Mapping[int, str] | None = None) -> list[Cue]:
+def segment_cues(
+    n: int,
+    sentences: Sequence[SentenceRecord],
+    committed: Mapping[int, float],
+    schedule: Schedule,
+    names: Mapping[int, str] | None = None,
+) -> list[Cue]:
     """The cues of listed segment ``n``, in start order. ``sentences``: the room's, in reading order;
     ``committed``: see ``committed_by`` (it must cover every commit after ``commits_needed_after(n, schedule)``);
     ``names``: speaker names.
@@ -191,8 +197,14 @@ def _first_cut(n: int, timing: Timing) -> int:
 class _Segments:
     """The cuts and sent cues of the segments that segment ``n`` depends on (``segment_cues``), each made once."""
 
-    def __init__(self, n: int, sentences: Sequence[SentenceRecord], committed: Mapping[int, float],
-                 schedule: Schedule, names: Mapping[int, str] | None) -> None:
+    def __init__(
+        self,
+        n: int,
+        sentences: Sequence[SentenceRecord],
+        committed: Mapping[int, float],
+        schedule: Schedule,
+        names: Mapping[int, str] | None,
+    ) -> None:
         self.size = schedule.timing.segment_ms
         self.spread = _spread(schedule.timing)
         self.committed = committed
@@ -209,8 +221,7 @@ class _Segments:
         if k < 0:
             return []
         if k not in self._counted:
-            cues = build_cues(committed_by(self.context, self.committed, self.schedule.listed_at(k)),
-                              names=self.names)
+            cues = build_cues(committed_by(self.context, self.committed, self.schedule.listed_at(k)), names=self.names)
             self._counted[k] = [c for c in cues if c.start_ms // self.size <= k]
         return self._counted[k]
 
@@ -240,7 +251,7 @@ def _without_sent(c: Cue, fresh: list[Word]) -> Cue:
     texts = [w.w for w in fresh]
     if fresh[0] == c.words[0]:
         at = c.lines[0].find(texts[0])
-        texts[0] = c.lines[0][:max(at, 0)] + texts[0]
+        texts[0] = c.lines[0][: max(at, 0)] + texts[0]
     lines = break_lines(texts, rules.max_chars, rules.max_lines) or [" ".join(texts)]
     start = c.start_ms if fresh[0] == c.words[0] else max(c.start_ms, fresh[0].start_ms)
     return Cue(start, max(c.end_ms, start + 1), tuple(lines), c.spk, c.session, tuple(fresh))
@@ -250,8 +261,12 @@ def _word(w: Word) -> tuple[str, int, int]:
     return w.w, w.start_ms, w.end_ms
 
 
-def last_cue_end(sentences: Sequence[SentenceRecord], committed: Mapping[int, float], at_ms: float,
-                 names: Mapping[int, str] | None = None) -> int | None:
+def last_cue_end(
+    sentences: Sequence[SentenceRecord],
+    committed: Mapping[int, float],
+    at_ms: float,
+    names: Mapping[int, str] | None = None,
+) -> int | None:
     """Where the last cue of the sentences committed by room time ``at_ms`` ends (None: no cue)."""
     now = committed_by(sentences, committed, at_ms)
     if not now:
@@ -269,11 +284,18 @@ def playlist(schedule: Schedule, created_ms: int, segment_url: Callable[[int], s
     (``#EXT-X-PROGRAM-DATE-TIME``, from ``created_ms``: the room's creation, ms since the Unix epoch, which players
     use to line renditions up) and its URI (``segment_url(n)``), then ``#EXT-X-ENDLIST`` once closed."""
     size = schedule.timing.segment_ms
-    lines = ["#EXTM3U", "#EXT-X-VERSION:3", f"#EXT-X-TARGETDURATION:{math.ceil(size / 1000)}",
-             f"#EXT-X-MEDIA-SEQUENCE:{schedule.first}"]
+    lines = [
+        "#EXTM3U",
+        "#EXT-X-VERSION:3",
+        f"#EXT-X-TARGETDURATION:{math.ceil(size / 1000)}",
+        f"#EXT-X-MEDIA-SEQUENCE:{schedule.first}",
+    ]
     for n in range(schedule.first, schedule.count):
-        lines += [f"#EXT-X-PROGRAM-DATE-TIME:{_date(created_ms + n * size)}", f"#EXTINF:{size / 1000:.3f},",
-                  segment_url(n)]
+        lines += [
+            f"#EXT-X-PROGRAM-DATE-TIME:{_date(created_ms + n * size)}",
+            f"#EXTINF:{size / 1000:.3f},",
+            segment_url(n),
+        ]
     if schedule.closed_ms is not None:
         lines.append("#EXT-X-ENDLIST")
     return "\n".join(lines) + "\n"

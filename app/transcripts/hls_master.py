@@ -69,8 +69,10 @@ def master_playlist(video: Variant, renditions: Sequence[Rendition]) -> str:
     lines = ["#EXTM3U", "#EXT-X-VERSION:4", "#EXT-X-INDEPENDENT-SEGMENTS"]
     for i, r in enumerate(renditions):
         default = "YES" if i == 0 else "NO"
-        lines.append(f'#EXT-X-MEDIA:TYPE=SUBTITLES,GROUP-ID="{GROUP}",NAME="{language_name(r.lang)}",'
-                     f'LANGUAGE="{r.lang}",DEFAULT={default},AUTOSELECT=YES,FORCED=NO,URI="{r.uri}"')
+        lines.append(
+            f'#EXT-X-MEDIA:TYPE=SUBTITLES,GROUP-ID="{GROUP}",NAME="{language_name(r.lang)}",'
+            f'LANGUAGE="{r.lang}",DEFAULT={default},AUTOSELECT=YES,FORCED=NO,URI="{r.uri}"'
+        )
     attributes = [f"BANDWIDTH={video.bandwidth}"]
     if video.resolution:
         attributes.append(f"RESOLUTION={video.resolution}")

@@ -100,8 +100,12 @@ async def captions_playlist(request: web.Request) -> web.Response:
     suffix = _query(request.query.get("token"), lang)
     text = hls.playlist(schedule, room.record.created_ms, lambda n: f"captions/{n}.vtt{suffix}")
     # Players reload it every few seconds: a second of caching lets a CDN answer most of them, no more.
-    return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",
-                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"})
+    return web.Response(
+        text=text,
+        content_type=hls.PLAYLIST_MIME,
+        charset="utf-8",
+        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"},
+    )
 
 
 async def master_playlist(request: web.Request) -> web.Response:
@@ -118,8 +122,12 @@ async def master_playlist(request: web.Request) -> web.Response:
     renditions = [hls_master.Rendition(room.language, f"../captions.m3u8{_query(token, None)}")]
     renditions += [hls_master.Rendition(lang, f"../captions.m3u8{_query(token, lang)}") for lang in room.languages]
     text = hls_master.master_playlist(video, renditions)
-    return web.Response(text=text, content_type=hls.PLAYLIST_MIME, charset="utf-8",
-                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"})
+    return web.Response(
+        text=text,
+        content_type=hls.PLAYLIST_MIME,
+        charset="utf-8",
+        headers={**CORS, **exports.NOSNIFF, "Cache-Control": "max-age=1"},
+    )
 
 
 def _query(token: str | None, lang: str | None) -> str:
@@ -156,12 +164,17 @@ async def captions_segment(request: web.Request) -> web.Response:
     # A listed segment changes only if an editor corrects it later, and players fetch it once: a CDN may keep it
     # while it can be in the playlist.
     max_age = schedule.timing.window * schedule.timing.segment_ms // 1000
-    return web.Response(text=text, content_type=hls.SEGMENT_MIME, charset="utf-8",
-                        headers={**CORS, **exports.NOSNIFF, "Cache-Control": f"max-age={max_age}"})
+    return web.Response(
+        text=text,
+        content_type=hls.SEGMENT_MIME,
+        charset="utf-8",
+        headers={**CORS, **exports.NOSNIFF, "Cache-Control": f"max-age={max_age}"},
+    )
 
 
-def _segment_text(n: int, sentences: list[SentenceRecord], committed: dict[int, float], schedule: hls.Schedule,
-                  names: dict[int, str]) -> str:
+def _segment_text(
+    n: int, sentences: list[SentenceRecord], committed: dict[int, float], schedule: hls.Schedule, names: dict[int, str]
+) -> str:
     return hls.segment_vtt(hls.segment_cues(n, sentences, committed, schedule, names), names)
 
 

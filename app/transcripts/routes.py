@@ -61,9 +61,16 @@ async def export_transcript(request: web.Request) -> web.Response:
         return bad_parameter(exc)
     fmt = request.match_info["fmt"]
     text = await asyncio.to_thread(exports.render, fmt, sentences, header, options)  # up to 200,000 sentences
-    return web.Response(text=text, content_type=exports.MIME[fmt],
-                        charset="utf-8", headers={"Content-Disposition": f'attachment; filename="captions.{fmt}"',
-                                                  "Cache-Control": "no-store", **exports.NOSNIFF})
+    return web.Response(
+        text=text,
+        content_type=exports.MIME[fmt],
+        charset="utf-8",
+        headers={
+            "Content-Disposition": f'attachment; filename="captions.{fmt}"',
+            "Cache-Control": "no-store",
+            **exports.NOSNIFF,
+        },
+    )
 
 
 def _sentences(raw: Any) -> list[SentenceRecord]:
@@ -81,8 +88,11 @@ def _sentences(raw: Any) -> list[SentenceRecord]:
         session = "" if session is None else session
         if not isinstance(session, str):
             raise ValueError(f"sentence {i}: session must be a string")
-        out.append(SentenceRecord(sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk,
-                                  _words(s.get("words"), i)))
+        out.append(
+            SentenceRecord(
+                sid, session, text, _ms(s.get("start"), i), _ms(s.get("end"), i), spk, _words(s.get("words"), i)
+            )
+        )
     return out
 
 
@@ -144,12 +154,19 @@ async def room_transcript(request: web.Request) -> web.Response:
     options = dataclasses.replace(options, names=snapshot.names)
     if lang is not None:
         sentences = [s.translated(lang) for s in sentences]
-    text = await asyncio.to_thread(exports.render, fmt, sentences, exports.room_header(room.record), options,
-                                   history, deleted)
-    return web.Response(text=text, content_type=exports.MIME[fmt], charset="utf-8",
-                        headers={"Content-Disposition":
-                                 f'inline; filename="captions-{room.id}{"." + lang if lang else ""}.{fmt}"',
-                                 "Cache-Control": "no-store", **exports.NOSNIFF})
+    text = await asyncio.to_thread(
+        exports.render, fmt, sentences, exports.room_header(room.record), options, history, deleted
+    )
+    return web.Response(
+        text=text,
+        content_type=exports.MIME[fmt],
+        charset="utf-8",
+        headers={
+            "Content-Disposition": f'inline; filename="captions-{room.id}{"." + lang if lang else ""}.{fmt}"',
+            "Cache-Control": "no-store",
+            **exports.NOSNIFF,
+        },
+    )
 
 
 def _history(events: list[TimedEvent]) -> dict[int, list[exports.Edit]]:

@@ -79,8 +79,9 @@ _SPECIAL: dict[str, Pair] = {ch: (0x11, 0x30 + i) for i, ch in enumerate("®°½
 # decoder backs over it); "--" holds the place of one this encoder does not send: the quote marks (sent in their
 # straight forms), the box-drawing characters and the vertical bars (tables disagree on which of 0x132E and 0x1337
 # is the broken one).
-_EXTENDED_12 = ("ÁA ÉE ÓO ÚU ÜU üu -- ¡! *. -- -- ©c -- •. -- -- ÀA ÂA ÇC ÈE ÊE ËE ëe ÎI ÏI ïi ÔO ÙU ùu ÛU "
-                "«\" »\"").split()
+_EXTENDED_12 = (
+    'ÁA ÉE ÓO ÚU ÜU üu -- ¡! *. -- -- ©c -- •. -- -- ÀA ÂA ÇC ÈE ÊE ËE ëe ÎI ÏI ïi ÔO ÙU ùu ÛU «" »"'
+).split()
 _EXTENDED_13 = "ÃA ãa ÍI ÌI ìi ÒO òo ÕO õo {( }) \\/ ^' _- -- ~- ÄA äa ÖO öo ßs ¥Y -- -- ÅA åa ØO øo".split()
 _EXTENDED: dict[str, tuple[Pair, int]] = {}
 for _hi, _table in ((0x12, _EXTENDED_12), (0x13, _EXTENDED_13)):
@@ -89,7 +90,6 @@ for _hi, _table in ((0x12, _EXTENDED_12), (0x13, _EXTENDED_13)):
             _EXTENDED[_entry[0]] = ((_hi, _lo), _BASIC[_entry[1]])
 
 _DEFAULT_RULES = CueRules()  # the SRT's; ``rules_for`` clamps them
-
 
 
 def parity(byte: int) -> int:
@@ -304,8 +304,12 @@ def shown_sentences(sentences: Sequence[SentenceRecord]) -> list[SentenceRecord]
     return out
 
 
-def to_scc(sentences: Sequence[SentenceRecord], rules: CueRules = _DEFAULT_RULES, speakers: str = "dash",
-           names: Mapping[int, str] | None = None) -> str:
+def to_scc(
+    sentences: Sequence[SentenceRecord],
+    rules: CueRules = _DEFAULT_RULES,
+    speakers: str = "dash",
+    names: Mapping[int, str] | None = None,
+) -> str:
     """The SCC file of a transcript: the SRT's subtitle cues (``build_cues``, speaker marks of ``speakers``) cut
     within ``rules_for(rules)`` from the sentences' ``caption_text``, as pop-on captions (``encode``)."""
     shown_names = {k: caption_text(v) for k, v in (names or {}).items()}

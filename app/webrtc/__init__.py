@@ -19,6 +19,14 @@ from .patches import install
 from .peer import PeerSession
 from .stun_turn import ice_servers, link_headers, page_config
 
-__all__ = ["MAX_OFFER_BYTES", "PEERS", "PeerSession", "add_routes", "ice_servers", "install", "is_loopback",
-           "link_headers", "page_config"]
-
+__all__ = [
+    "MAX_OFFER_BYTES",
+    "PEERS",
+    "PeerSession",
+    "add_routes",
+    "ice_servers",
+    "install",
+    "is_loopback",
+    "link_headers",
+    "page_config",
+]

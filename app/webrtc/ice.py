@@ -55,8 +55,12 @@ def ranged_candidates(low: int, high: int, original: ComponentCandidates) -> Com
     """aioice's candidate gathering with host candidates bound within UDP ports [low, high]; server-reflexive and
     relayed gathering is left to ``original`` (aioice's own method)."""
 
-    async def gather(self: aioice.ice.Connection, component: int, addresses: list[str],
-                     timeout: int = 5) -> list[Candidate]:  # noqa: ASYNC109 (aioice's own signature)
+    async def gather(
+        self: aioice.ice.Connection,
+        component: int,
+        addresses: list[str],
+        timeout: int = 5,  # noqa: ASYNC109 (aioice's own signature)
+    ) -> list[Candidate]:
         loop = asyncio.get_running_loop()
         candidates: list[Candidate] = []
         for address in addresses:
@@ -66,9 +70,14 @@ def ranged_candidates(low: int, high: int, original: ComponentCandidates) -> Com
                 continue
             protocol, port = bound
             protocol.local_candidate = Candidate(
-                foundation=aioice.candidate.candidate_foundation("host", "udp", address), component=component,
-                transport="udp", priority=aioice.candidate.candidate_priority(component, "host"), host=address,
-                port=port, type="host")
+                foundation=aioice.candidate.candidate_foundation("host", "udp", address),
+                component=component,
+                transport="udp",
+                priority=aioice.candidate.candidate_priority(component, "host"),
+                host=address,
+                port=port,
+                type="host",
+            )
             self._protocols.append(protocol)
             candidates.append(protocol.local_candidate)
         others: list[Candidate] = await original(self, component, [], timeout)
@@ -77,12 +86,14 @@ def ranged_candidates(low: int, high: int, original: ComponentCandidates) -> Com
     return gather
 
 
-async def _bind_in_range(loop: asyncio.AbstractEventLoop, connection: Any, address: str, low: int,
-                         high: int) -> tuple[Any, int] | None:
+async def _bind_in_range(
+    loop: asyncio.AbstractEventLoop, connection: Any, address: str, low: int, high: int
+) -> tuple[Any, int] | None:
     for port in range(low, high + 1):
         try:
             transport, protocol = await loop.create_datagram_endpoint(
-                lambda: aioice.ice.StunProtocol(connection), local_addr=(address, port))
+                lambda: aioice.ice.StunProtocol(connection), local_addr=(address, port)
+            )
         except OSError:
             continue
         sock = transport.get_extra_info("socket")
@@ -97,8 +108,9 @@ def rtc_configuration(config: IceConfig, label: str | None = None) -> RTCConfigu
     (``app.webrtc.stun_turn``; ``label`` names the session in time-limited TURN usernames) and the transport policy
     (``relay``: aioice gathers only a relayed candidate). Empty list = no ICE servers (aiortc's default would be a
     public STUN host: never used). aiortc uses the first STUN and the first TURN server of the list only."""
-    servers = [RTCIceServer(urls=s.urls, username=s.username, credential=s.credential)
-               for s in ice_servers(config, label)]
+    servers = [
+        RTCIceServer(urls=s.urls, username=s.username, credential=s.credential) for s in ice_servers(config, label)
+    ]
     return RTCConfiguration(iceServers=servers, iceTransportPolicy=RTCIceTransportPolicy(config.transport_policy))
 
 

@@ -42,8 +42,7 @@ class IngestStats:
 
 def is_engine_pcm(frame: av.AudioFrame) -> bool:
     """True for frames already in the engine's format (16 kHz mono s16): no resampling needed."""
-    return (frame.sample_rate == SAMPLE_RATE and frame.format.name == "s16"
-            and frame.layout.nb_channels == 1)
+    return frame.sample_rate == SAMPLE_RATE and frame.format.name == "s16" and frame.layout.nb_channels == 1
 
 
 def queued_frames(track: MediaStreamTrack) -> int:
@@ -87,14 +86,19 @@ class Chunker:
             return [pcm]  # the direct Opus path delivers exact chunks
         self._buf = np.concatenate([self._buf, pcm])
         n = self._buf.size // CHUNK_SAMPLES
-        chunks = [self._buf[i * CHUNK_SAMPLES:(i + 1) * CHUNK_SAMPLES] for i in range(n)]
-        self._buf = self._buf[n * CHUNK_SAMPLES:]
+        chunks = [self._buf[i * CHUNK_SAMPLES : (i + 1) * CHUNK_SAMPLES] for i in range(n)]
+        self._buf = self._buf[n * CHUNK_SAMPLES :]
         return chunks
 
 
-async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None], stats: IngestStats,
-                     max_lag_s: float, on_overload: Callable[[float], None],
-                     on_shed: Callable[[float], None] | None = None) -> None:
+async def pump_track(
+    track: MediaStreamTrack,
+    feed: Callable[[np.ndarray], None],
+    stats: IngestStats,
+    max_lag_s: float,
+    on_overload: Callable[[float], None],
+    on_shed: Callable[[float], None] | None = None,
+) -> None:
     """Read ``track`` until it ends, feeding 60 ms int16 chunks. Returns when the track ends.
 
     ``on_overload(waiting_s)`` is called once each time shedding starts; ``on_shed(seconds)`` for each frame skipped
@@ -126,11 +130,10 @@ async def pump_track(track: MediaStreamTrack, feed: Callable[[np.ndarray], None]
         if is_engine_pcm(frame):
             pcms = [frame.to_ndarray().reshape(-1)]
         else:
-            pcms = [out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
-                    for out in resampler.resample(frame)]
+            pcms = [out.to_ndarray().reshape(-1).astype(np.int16, copy=False) for out in resampler.resample(frame)]
         for pcm in pcms:
             stats.audio_s += pcm.size / SAMPLE_RATE
             x = pcm.astype(np.float32)
-            stats.energy += float(np.dot(x, x)) / (32768.0 ** 2)
+            stats.energy += float(np.dot(x, x)) / (32768.0**2)
             for chunk in chunker.push(pcm):
                 feed(chunk)

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 MAX_OFFER_BYTES = 64 * 1024  # a browser's audio offer is a few KB
 
 
-
 async def ice(request: web.Request) -> web.Response:
     """``GET /ice?room=<id>`` -> ``{"iceServers": [...], "iceTransportPolicy": "all"|"relay"}``: what a page passes
     to ``new RTCPeerConnection`` before each offer, fetched afresh every time so that time-limited TURN credentials
@@ -34,8 +33,9 @@ async def ice(request: web.Request) -> web.Response:
     config = request.app[CONFIG]
     if not token_matches(presented_token(request), config.auth_token):
         return json_error(401, ErrorCode.UNAUTHORIZED, "captioning a microphone needs the server's token")
-    return web.json_response(stun_turn.page_config(config.ice, label=request.query.get("room")),
-                             headers={"Cache-Control": "no-store"})
+    return web.json_response(
+        stun_turn.page_config(config.ice, label=request.query.get("room")), headers={"Cache-Control": "no-store"}
+    )
 
 
 async def offer(request: web.Request) -> web.Response:
@@ -86,8 +86,15 @@ async def offer(request: web.Request) -> web.Response:
     slot, room = admitted.slot, admitted.room
     try:
         # The session owns the slot from here (released on close).
-        peer = PeerSession(engine, config, peers, slot=slot, on_shed=app[METRICS].shed, loss=app[METRICS],
-                           language=room.language if room is not None else asked)
+        peer = PeerSession(
+            engine,
+            config,
+            peers,
+            slot=slot,
+            on_shed=app[METRICS].shed,
+            loss=app[METRICS],
+            language=room.language if room is not None else asked,
+        )
     except EngineError as exc:  # not ready after all, or every VAD row taken (the slot went back): as admission's
         return app[ADMISSION].refusal_for(exc).response()
     try:

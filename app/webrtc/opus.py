@@ -52,8 +52,14 @@ def load_libopus() -> ctypes.CDLL:
         lib.opus_decoder_create.restype = ctypes.c_void_p
         lib.opus_decoder_create.argtypes = [ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         lib.opus_decode.restype = ctypes.c_int
-        lib.opus_decode.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int,
-                                    ctypes.c_int]
+        lib.opus_decode.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_int32,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         lib.opus_packet_get_nb_samples.restype = ctypes.c_int
         lib.opus_packet_get_nb_samples.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32]
         lib.opus_decoder_destroy.restype = None
@@ -61,8 +67,10 @@ def load_libopus() -> ctypes.CDLL:
         lib.opus_strerror.restype = ctypes.c_char_p
         lib.opus_strerror.argtypes = [ctypes.c_int]
         return lib
-    raise OpusError("libopus could not be loaded (reinstall PyAV, or apt-get install libopus0): "
-                    + "; ".join(errors or ["not found"]))
+    raise OpusError(
+        "libopus could not be loaded (reinstall PyAV, or apt-get install libopus0): "
+        + "; ".join(errors or ["not found"])
+    )
 
 
 def opus_available() -> bool:

@@ -56,12 +56,23 @@ class Patch:
 
 
 HOST_ADDRESSES = Patch("aioice.ice.get_host_addresses", "aioice", AIOICE_VERSION, aioice.ice, "get_host_addresses")
-COMPONENT_CANDIDATES = Patch("aioice.ice.Connection.get_component_candidates", "aioice", AIOICE_VERSION,
-                             aioice.ice.Connection, "get_component_candidates")
-SSL_CONTEXT = Patch("aiortc.rtcdtlstransport.RTCCertificate._create_ssl_context", "aiortc", AIORTC_VERSION,
-                    RTCCertificate, "_create_ssl_context")
-RTP_RECEIVER = Patch("aiortc.rtcpeerconnection.RTCRtpReceiver", "aiortc", AIORTC_VERSION, aiortc.rtcpeerconnection,
-                     "RTCRtpReceiver")
+COMPONENT_CANDIDATES = Patch(
+    "aioice.ice.Connection.get_component_candidates",
+    "aioice",
+    AIOICE_VERSION,
+    aioice.ice.Connection,
+    "get_component_candidates",
+)
+SSL_CONTEXT = Patch(
+    "aiortc.rtcdtlstransport.RTCCertificate._create_ssl_context",
+    "aiortc",
+    AIORTC_VERSION,
+    RTCCertificate,
+    "_create_ssl_context",
+)
+RTP_RECEIVER = Patch(
+    "aiortc.rtcpeerconnection.RTCRtpReceiver", "aiortc", AIORTC_VERSION, aiortc.rtcpeerconnection, "RTCRtpReceiver"
+)
 PATCHES = (HOST_ADDRESSES, COMPONENT_CANDIDATES, SSL_CONTEXT, RTP_RECEIVER)
 
 # The libraries' own attributes, taken when this module is first imported (before any patch is applied).
@@ -80,7 +91,8 @@ def check_version(patch: Patch) -> None:
         raise RuntimeError(
             f"{patch.package} {found} is installed, but app/webrtc/patches.py replaces {patch.target}, written for "
             f"{patch.package} {patch.written_for}: check that replacement against {patch.package} {found}, then "
-            f"update its version there and the pin in pyproject.toml")
+            f"update its version there and the pin in pyproject.toml"
+        )
 
 
 def original(patch: Patch) -> Any:
@@ -97,11 +109,16 @@ def _apply(replacements: dict[Patch, Any]) -> None:
 
 def install_ice(config: IceConfig) -> None:
     """The host-address and UDP port-range policy (``app.webrtc.ice``) for every peer connection made from now on."""
-    _apply({
-        HOST_ADDRESSES: host_addresses(config.hosts, original(HOST_ADDRESSES)),
-        COMPONENT_CANDIDATES: (original(COMPONENT_CANDIDATES) if config.udp_ports is None
-                               else ranged_candidates(*config.udp_ports, original(COMPONENT_CANDIDATES))),
-    })
+    _apply(
+        {
+            HOST_ADDRESSES: host_addresses(config.hosts, original(HOST_ADDRESSES)),
+            COMPONENT_CANDIDATES: (
+                original(COMPONENT_CANDIDATES)
+                if config.udp_ports is None
+                else ranged_candidates(*config.udp_ports, original(COMPONENT_CANDIDATES))
+            ),
+        }
+    )
 
 
 def install_dtls() -> None:

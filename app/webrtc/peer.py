@@ -43,11 +43,16 @@ def _refusal_in_room(msg: protocol.StartMessage, spoken: str) -> str:
     its language (its files, translations and outputs start from it). Whisper's translate task writes English, so
     it fits a room spoken in English, whatever ``msg.language`` the speech is in."""
     if msg.task == "translate":
-        return "" if spoken == "en" else (f"this room is spoken in {spoken}: a session cannot publish English "
-                                          "translations into it (the translate task suits rooms spoken in en)")
+        return (
+            ""
+            if spoken == "en"
+            else (
+                f"this room is spoken in {spoken}: a session cannot publish English "
+                "translations into it (the translate task suits rooms spoken in en)"
+            )
+        )
     if msg.language_given and msg.language != spoken:
-        return (f"this room is spoken in {spoken}: start without a language (or with {spoken!r}) to caption "
-                "into it")
+        return f"this room is spoken in {spoken}: start without a language (or with {spoken!r}) to caption into it"
     return ""
 
 
@@ -62,10 +67,18 @@ class PeerSession:
     """Created by ``POST /offer``; removes itself from ``registry`` when closed. With a ``room``, every message
     sent to the client is first published to the room (durable parts committed before the client sees them)."""
 
-    def __init__(self, engine: CaptionEngine, config: ServerConfig, registry: dict[str, PeerSession],
-                 room: Room | None = None, slot: Slot | None = None, data_channel: bool = True,
-                 on_shed: Callable[[float], None] | None = None, loss: LossObserver | None = None,
-                 language: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: CaptionEngine,
+        config: ServerConfig,
+        registry: dict[str, PeerSession],
+        room: Room | None = None,
+        slot: Slot | None = None,
+        data_channel: bool = True,
+        on_shed: Callable[[float], None] | None = None,
+        loss: LossObserver | None = None,
+        language: str | None = None,
+    ) -> None:
         """``slot``: the admission place this session holds; released when it closes (or if opening fails).
         ``language``: what it decodes until the client's ``start`` says otherwise (None: the server's default).
         ``data_channel`` False: a publisher without a caption channel (WHIP): its captions go to its room only.
@@ -125,9 +138,12 @@ class PeerSession:
     async def _tell_saving(self, publisher: RoomPublisher) -> None:
         """Tell the client when its room's transcript store stops or resumes taking its captions."""
         async for saving, why in publisher.saving_changes():
-            text = ("captions are saved again; nothing was lost" if saving else
-                    "captions are not being saved (the server's transcript store fails: "
-                    f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers")
+            text = (
+                "captions are saved again; nothing was lost"
+                if saving
+                else "captions are not being saved (the server's transcript store fails: "
+                f"{why or 'unknown error'}); viewers still see them, and they are saved when it recovers"
+            )
             self.session.post_storage(saving, text)
 
     async def accept(self, sdp: str, kind: str) -> RTCSessionDescription:
@@ -140,8 +156,11 @@ class PeerSession:
         audio = sum(1 for t in self.pc.getTransceivers() if t.kind == "audio")
         if audio != 1:
             # One session is one voice source: a second track's audio would be interleaved into the same stream.
-            raise ValueError("the offer has no audio track" if audio == 0 else
-                             f"the offer has {audio} audio tracks; send exactly one")
+            raise ValueError(
+                "the offer has no audio track"
+                if audio == 0
+                else f"the offer has {audio} audio tracks; send exactly one"
+            )
         for transceiver in self.pc.getTransceivers():
             if transceiver.kind == "video":
                 # A broadcaster's offer (OBS over WHIP) carries video too: answer it inactive, so that no video is
@@ -207,8 +226,9 @@ class PeerSession:
                 return
             language = msg.language if msg.language_given else self.spoken
         try:
-            self.session.configure(SessionOptions(language=language, hotwords=msg.hotwords, words=msg.words,
-                                                  task=msg.task))
+            self.session.configure(
+                SessionOptions(language=language, hotwords=msg.hotwords, words=msg.words, task=msg.task)
+            )
         except IllegalTransition as exc:
             self._send_error(protocol.ErrorCode.BAD_STATE, str(exc))
 
@@ -220,8 +240,10 @@ class PeerSession:
 
         def overloaded(lag_s: float) -> None:
             self._log.warning("%.1f s of audio waiting to be processed: skipping audio to catch up", lag_s)
-            self._send_error(protocol.ErrorCode.OVERLOADED,
-                             f"the server fell {lag_s:.1f} s behind; some audio was skipped to catch up")
+            self._send_error(
+                protocol.ErrorCode.OVERLOADED,
+                f"the server fell {lag_s:.1f} s behind; some audio was skipped to catch up",
+            )
 
         await pump_track(track, feed, self.ingest, self.config.max_lag_s, overloaded, self._on_shed)
         self._log.info("audio track ended after %.1f s", self.ingest.audio_s)
@@ -276,8 +298,10 @@ class PeerSession:
         self._bad_summary = None
         if self._bad_ignored:
             self._log.warning("ignored %d bad channel messages", self._bad_ignored)
-            self._send_error(protocol.ErrorCode.BAD_MESSAGE,
-                             f"{self._bad_ignored} more bad messages were ignored (too many, too fast)")
+            self._send_error(
+                protocol.ErrorCode.BAD_MESSAGE,
+                f"{self._bad_ignored} more bad messages were ignored (too many, too fast)",
+            )
             self._bad_ignored = 0
 
     def _send_error(self, code: protocol.ErrorCode, message: str) -> None:
@@ -330,8 +354,12 @@ class PeerSession:
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             self.closed.set()
-        self._log.info("closed (%.1f s audio received, %.1f s skipped%s)", self.ingest.audio_s, self.ingest.skipped_s,
-                       self._loss_summary())
+        self._log.info(
+            "closed (%.1f s audio received, %.1f s skipped%s)",
+            self.ingest.audio_s,
+            self.ingest.skipped_s,
+            self._loss_summary(),
+        )
 
     def _loss_summary(self) -> str:
         """What the network lost of this stream, for the closing log line ("" when nothing was lost)."""

@@ -82,8 +82,13 @@ class InlineDecoder:
     a whole 60 ms packet when it is one SILK frame, as Chromium sends speech at 60 ms a packet, but only the last
     20 ms of a packet of three 20 ms frames."""
 
-    def __init__(self, receiver: RTCRtpReceiver, frame_samples: int = CHUNK_SAMPLES,
-                 held: Callable[[], Task | None] | None = None, fec: bool = True) -> None:
+    def __init__(
+        self,
+        receiver: RTCRtpReceiver,
+        frame_samples: int = CHUNK_SAMPLES,
+        held: Callable[[], Task | None] | None = None,
+        fec: bool = True,
+    ) -> None:
         self._receiver = receiver
         self._held = held
         self._fec = fec
@@ -315,8 +320,11 @@ def with_inband_fec(sdp: str) -> str:
     ``InlineDecoder`` recovers a lost packet from it. An existing fmtp line is extended; other codecs are untouched."""
     sections = _media_sections(sdp)
     for i, section in enumerate(sections):  # payload types are per media section
-        opus = {_payload_type(line) for line in section
-                if line.startswith("a=rtpmap:") and line.split()[1].lower().startswith("opus/")}
+        opus = {
+            _payload_type(line)
+            for line in section
+            if line.startswith("a=rtpmap:") and line.split()[1].lower().startswith("opus/")
+        }
         without_fmtp = opus - {_payload_type(line) for line in section if line.startswith("a=fmtp:")}
         out: list[str] = []
         for line in section:

@@ -72,15 +72,18 @@ def ice_servers(config: IceConfig, label: str | None = None, now_s: float | None
         elif server.username is not None:
             servers.append(IceServer(server.url, server.username, server.password))
         elif config.turn_secret:
-            servers.append(IceServer(server.url, *turn_rest_credentials(config.turn_secret, safe_label(label),
-                                                                        expiry_s)))
+            servers.append(
+                IceServer(server.url, *turn_rest_credentials(config.turn_secret, safe_label(label), expiry_s))
+            )
     return servers
 
 
 def page_config(config: IceConfig, label: str | None = None, now_s: float | None = None) -> dict[str, Any]:
     """What a page passes to ``new RTCPeerConnection(...)``: ``{"iceServers": [...], "iceTransportPolicy": ...}``."""
-    return {"iceServers": [s.wire() for s in ice_servers(config, label, now_s)],
-            "iceTransportPolicy": config.transport_policy}
+    return {
+        "iceServers": [s.wire() for s in ice_servers(config, label, now_s)],
+        "iceTransportPolicy": config.transport_policy,
+    }
 
 
 def link_headers(servers: list[IceServer]) -> list[str]:
@@ -89,8 +92,10 @@ def link_headers(servers: list[IceServer]) -> list[str]:
     for server in servers:
         link = f'<{server.urls}>; rel="ice-server"'
         if server.username is not None and server.credential is not None:
-            link += (f'; username="{_quoted(server.username)}"; credential="{_quoted(server.credential)}"; '
-                     'credential-type="password"')
+            link += (
+                f'; username="{_quoted(server.username)}"; credential="{_quoted(server.credential)}"; '
+                'credential-type="password"'
+            )
         links.append(link)
     return links
 

@@ -30,9 +30,16 @@ async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
     """A headless Chromium that contacts nothing but loopback, its microphone playing ``fake_mic`` once (a 16-bit
     PCM WAV; other formats play silence without an error)."""
     args = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={fake_mic}%noloop",
         "--allow-loopback-in-peer-connection",
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost",

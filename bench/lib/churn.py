@@ -40,7 +40,7 @@ def partial_churn(captions: Iterable[dict[str, Any]]) -> tuple[int, int]:
         partial = m.get("partial") or ""
         if partial and partial != last_partial:
             words = normalise(partial)
-            changed += _edit_distance(words, locked[done:done + len(words)])
+            changed += _edit_distance(words, locked[done : done + len(words)])
             shown += len(words)
         last_partial = partial
     return changed, shown
@@ -68,7 +68,7 @@ def _screens(captions: Iterable[dict[str, Any]]) -> tuple[list[tuple[list[str], 
 def _tail_matches(screen: list[str], tentative_from: int, final: list[str]) -> difflib.SequenceMatcher[str]:
     """The screen's tentative words aligned with the words that finally locked from the same place."""
     tail = [_key(w) for w in screen[tentative_from:]]
-    there = final[tentative_from:tentative_from + len(tail) + 2]
+    there = final[tentative_from : tentative_from + len(tail) + 2]
     return difflib.SequenceMatcher(None, tail, there, autojunk=False)
 
 
@@ -126,8 +126,9 @@ def flicker_report(captions: Iterable[dict[str, Any]]) -> Flicker:
                 causes["never_locked" if vanishes[k] else "replaced" if op == "replace" else "dropped"] += i2 - i1
         if k + 1 < len(states):  # the next screen keeps each settled word, settled or locked (and so on, by chain)
             nxt, _, nxt_tentative = states[k + 1]
-            withdrawn += sum(1 for p in range(settled_from, tentative_from)
-                             if p >= nxt_tentative or nxt[p] != screen[p])
+            withdrawn += sum(
+                1 for p in range(settled_from, tentative_from) if p >= nxt_tentative or nxt[p] != screen[p]
+            )
     return Flicker(changed, shown, withdrawn, **causes)
 
 

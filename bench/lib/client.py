@@ -106,9 +106,15 @@ class TimedTrack(MediaStreamTrack):
 class BenchClient:
     """One caption session over WebRTC on loopback: ``connect``, then ``play`` (streams, stops, collects)."""
 
-    def __init__(self, base_url: str, ogg: Path, offer_fields: dict[str, Any] | None = None,
-                 loss: PacketLoss | None = None, gate: asyncio.Event | None = None,
-                 start: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        ogg: Path,
+        offer_fields: dict[str, Any] | None = None,
+        loss: PacketLoss | None = None,
+        gate: asyncio.Event | None = None,
+        start: dict[str, Any] | None = None,
+    ) -> None:
         """``offer_fields``: extra ``POST /offer`` fields, e.g. ``{"room": id}``. ``loss``: the network loses these
         audio packets. ``gate``: the audio starts when it is set (``TimedTrack``). ``start``: the ``start``
         message's fields (English, no hotwords unless given)."""
@@ -145,9 +151,9 @@ class BenchClient:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         if self.loss is not None:
             self.loss.install(self.pc)
-        async with http.post(f"{self.base_url}/offer",
-                             json={"sdp": self.pc.localDescription.sdp, "type": "offer",
-                                   **self.offer_fields}) as resp:
+        async with http.post(
+            f"{self.base_url}/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer", **self.offer_fields}
+        ) as resp:
             body = await resp.json()
             if resp.status in (429, 503) and (body.get("error") or {}).get("code") == "busy":
                 retry = resp.headers.get("Retry-After")

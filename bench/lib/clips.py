@@ -79,14 +79,18 @@ def pool(kind: str = "read") -> tuple[tuple[str, str], ...]:
         # Read, read, hard, over and over, until both pools have been used whole (the shorter one wraps round).
         read, hard = pool("read"), pool("hard")
         rounds = max(-(-len(read) // 2), len(hard))
-        return tuple(c for i in range(rounds)
-                     for c in (read[2 * i % len(read)], read[(2 * i + 1) % len(read)], hard[i % len(hard)]))
+        return tuple(
+            c
+            for i in range(rounds)
+            for c in (read[2 * i % len(read)], read[(2 * i + 1) % len(read)], hard[i % len(hard)])
+        )
     english = [e for e in manifest().values() if e["lang"] == "en" and e["text"]]
     if kind == "read":
         chosen = [e for e in english if e["kind"] == "read" and e["duration_s"] >= 2.0]
     else:
-        chosen = [e for e in english if e["kind"] == "noisy"
-                  or (e["kind"] == "read" and e["duration_s"] >= HARD_MIN_READ_S)]
+        chosen = [
+            e for e in english if e["kind"] == "noisy" or (e["kind"] == "read" and e["duration_s"] >= HARD_MIN_READ_S)
+        ]
     out = [(e["id"], e["text"]) for e in chosen]
     order = np.random.default_rng(7).permutation(len(out))
     return tuple(out[i] for i in order)
@@ -114,8 +118,9 @@ def pauses(index: int, pause_s: float, kind: str = "read") -> Iterator[float]:
     return (float(rng.uniform(*USERS_PAUSE_S)) for _ in itertools.count())
 
 
-def build_session(index: int, seconds: float, pause_s: float,
-                  kind: str = "read") -> tuple[np.ndarray, tuple[Utterance, ...]]:
+def build_session(
+    index: int, seconds: float, pause_s: float, kind: str = "read"
+) -> tuple[np.ndarray, tuple[Utterance, ...]]:
     """Session ``index``'s audio (16 kHz float32) of at least ``seconds`` of speech and pauses, and its sentences,
     from the clip set ``kind`` (``pool``), ``pauses`` apart (``pause_s`` is not used for "users").
 
@@ -182,8 +187,9 @@ def encode_opus(audio: np.ndarray, path: Path, frame_ms: int = 20, fec: bool = F
     tmp.replace(path)
 
 
-def session_clip(index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20,
-                 fec: bool = False, kind: str = "read") -> SessionClip:
+def session_clip(
+    index: int, seconds: float = 40.0, pause_s: float = 2.5, frame_ms: int = 20, fec: bool = False, kind: str = "read"
+) -> SessionClip:
     """Session ``index``'s clip from the clip set ``kind``, encoding its Opus file (``frame_ms`` per packet, with
     in-band FEC if ``fec``: ``encode_opus``) on first use (cached across runs; "users" ignores ``pause_s``: its file
     is named by its pause range, e.g. ``session-users003-40s-p1.2-2.5.ogg``)."""

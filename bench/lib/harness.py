@@ -43,8 +43,13 @@ def machine_info() -> dict[str, Any]:
                 model = value.strip()
             elif key.strip() == "flags":
                 flags = set(value.split())
-    return {"model": model, "cpus": psutil.cpu_count(), "avx512_bf16": "avx512_bf16" in flags,
-            "python": platform.python_version(), "load_avg": psutil.getloadavg()}
+    return {
+        "model": model,
+        "cpus": psutil.cpu_count(),
+        "avx512_bf16": "avx512_bf16" in flags,
+        "python": platform.python_version(),
+        "load_avg": psutil.getloadavg(),
+    }
 
 
 async def write_json(path: Path, document: dict[str, Any]) -> None:
@@ -118,9 +123,14 @@ class ServerProcess:
     def _spawn(self) -> subprocess.Popen[str]:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w", encoding="utf-8") as log:
-            return subprocess.Popen([sys.executable, "-m", "bench.serve", *self.args], cwd=ROOT,
-                                    stdout=subprocess.PIPE, stderr=log, text=True,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            return subprocess.Popen(
+                [sys.executable, "-m", "bench.serve", *self.args],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
 
     async def start(self, timeout_s: float = 900.0) -> None:
         """Start the server and wait (model loading: minutes on a busy CPU) for its ready line."""
@@ -190,8 +200,9 @@ class HealthProbe:
 
     @classmethod
     async def start(cls, url: str) -> HealthProbe:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _PROBE, url, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _PROBE, url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
         return cls(proc)
 
     async def stop(self) -> list[float]:
@@ -218,9 +229,16 @@ def ogg_duration_s(path: Path) -> float:
         return float(f.duration or 0) / 1e6
 
 
-async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: int = 8,
-                      stop_timeout_s: float = 120.0, offer_fields: list[dict[str, Any]] | None = None,
-                      loss: float = 0.0, start: dict[str, Any] | None = None) -> Run:
+async def run_clients(
+    base_url: str,
+    oggs: list[Path],
+    *,
+    connect_concurrency: int = 8,
+    stop_timeout_s: float = 120.0,
+    offer_fields: list[dict[str, Any]] | None = None,
+    loss: float = 0.0,
+    start: dict[str, Any] | None = None,
+) -> Run:
     """Connect one client per file (at most ``connect_concurrency`` offers at once), stream them all at real time,
     stop each when its file ends, and return once every one has stopped (or timed out). A client the server refused
     as full has ``refused`` set and streams nothing. ``offer_fields``: extra
@@ -230,8 +248,10 @@ async def run_clients(base_url: str, oggs: list[Path], *, connect_concurrency: i
     install_ice_policy(IceConfig(hosts=("127.0.0.1",)))  # the clients gather loopback candidates only
     t0 = time.monotonic()
     fields = offer_fields or [{} for _ in oggs]
-    clients = [BenchClient(base_url, ogg, f, PacketLoss.at_random(loss, seed=i) if loss else None, start=start)
-               for i, (ogg, f) in enumerate(zip(oggs, fields, strict=True))]
+    clients = [
+        BenchClient(base_url, ogg, f, PacketLoss.at_random(loss, seed=i) if loss else None, start=start)
+        for i, (ogg, f) in enumerate(zip(oggs, fields, strict=True))
+    ]
     gate = asyncio.Semaphore(connect_concurrency)
 
     async def one(client: BenchClient, http: aiohttp.ClientSession) -> None:

@@ -15,9 +15,21 @@ import psutil
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _libc() -> Any:
@@ -33,8 +45,7 @@ def glibc_heap() -> dict[str, float]:
         return out
     libc.mallinfo2.restype = _MallInfo2
     info = libc.mallinfo2()
-    out.update(in_use=(info.uordblks + info.hblkhd) / 1e6, free_kept=info.fordblks / 1e6,
-               arenas=info.arena / 1e6)
+    out.update(in_use=(info.uordblks + info.hblkhd) / 1e6, free_kept=info.fordblks / 1e6, arenas=info.arena / 1e6)
     return {k: round(v, 1) for k, v in out.items()}
 
 

@@ -75,8 +75,9 @@ def unmatched(reference: Sequence[str], hypothesis: Sequence[str]) -> list[bool]
     cost[0, :] = np.arange(m + 1)
     for i in range(1, n + 1):
         for j in range(1, m + 1):
-            cost[i, j] = min(cost[i - 1, j] + 1, cost[i, j - 1] + 1,
-                             cost[i - 1, j - 1] + (reference[i - 1] != hypothesis[j - 1]))
+            cost[i, j] = min(
+                cost[i - 1, j] + 1, cost[i, j - 1] + 1, cost[i - 1, j - 1] + (reference[i - 1] != hypothesis[j - 1])
+            )
     out = [True] * m
     i, j = n, m
     while i > 0 and j > 0:
@@ -90,8 +91,13 @@ def unmatched(reference: Sequence[str], hypothesis: Sequence[str]) -> list[bool]
     return out
 
 
-def wrong_mic(words: Sequence[HeardWord], owner: Mapping[str, str], turns: Sequence[Turn],
-              references: Mapping[str, str], slack_s: float = 0.5) -> int:
+def wrong_mic(
+    words: Sequence[HeardWord],
+    owner: Mapping[str, str],
+    turns: Sequence[Turn],
+    references: Mapping[str, str],
+    slack_s: float = 0.5,
+) -> int:
     """Words captioned from a microphone that its owner did not say while someone else was speaking."""
     count = 0
     for stream in {w.stream for w in words}:

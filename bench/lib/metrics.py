@@ -87,8 +87,11 @@ def _overlaps(s: dict[str, Any], start_s: float, end_s: float) -> bool:
 
 def partial_lags(captions: list[dict[str, Any]]) -> list[float]:
     """Display lag in seconds of every caption message that updates the partial text and locks nothing."""
-    return [msg["latency_ms"] / 1000 for msg in captions
-            if msg.get("latency_ms") is not None and msg["partial"] and not msg["sentences"]]
+    return [
+        msg["latency_ms"] / 1000
+        for msg in captions
+        if msg.get("latency_ms") is not None and msg["partial"] and not msg["sentences"]
+    ]
 
 
 def live_relabels(messages: list[tuple[float, dict[str, Any]]]) -> tuple[dict[int, float], int]:
@@ -112,8 +115,9 @@ def live_relabels(messages: list[tuple[float, dict[str, Any]]]) -> tuple[dict[in
     return changed_at, changes
 
 
-def first_correct(captions: list[tuple[float, dict[str, Any]]], u: Utterance, onset: float,
-                  until: float = math.inf) -> float | None:
+def first_correct(
+    captions: list[tuple[float, dict[str, Any]]], u: Utterance, onset: float, until: float = math.inf
+) -> float | None:
     """Arrival time of the first caption message from ``onset`` to ``until`` (monotonic s, both included) that shows
     a word of ``u``'s reference that was not on screen before the onset (the module's docstring: first correct
     word), or None. ``captions``: (arrival, caption message) in arrival order."""
@@ -139,8 +143,7 @@ def first_correct(captions: list[tuple[float, dict[str, Any]]], u: Utterance, on
     return None
 
 
-def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig,
-                    cold: int = 0) -> SessionMetrics:
+def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointConfig, cold: int = 0) -> SessionMetrics:
     """``client``'s session against ``clip``'s reference sentences (the module's docstring). ``cold``: the first
     this many sentences are measured apart (``SessionMetrics.cold_*``), the others' latencies are the warm ones."""
     m = SessionMetrics(sentences=len(clip.utterances), cold=min(cold, len(clip.utterances)))
@@ -162,9 +165,18 @@ def session_metrics(client: BenchClient, clip: SessionClip, endpoint: EndpointCo
         onset = client.sent_at(u.speech_start_s)
         before = [msg["partial"] for t, msg in captions if t < onset]
         shown_before = before[-1] if before else ""
-        first = next((t for t, msg in captions if t >= onset and (
-            (msg["partial"] and msg["partial"] not in shown_before)
-            or any(_overlaps(s, u.speech_start_s, u.speech_end_s) for s in msg["sentences"]))), None)
+        first = next(
+            (
+                t
+                for t, msg in captions
+                if t >= onset
+                and (
+                    (msg["partial"] and msg["partial"] not in shown_before)
+                    or any(_overlaps(s, u.speech_start_s, u.speech_end_s) for s in msg["sentences"])
+                )
+            ),
+            None,
+        )
         if first is None:
             m.no_partial += 1
         else:
@@ -237,5 +249,8 @@ def print_markdown_table(columns: list[Column], rows: list[dict[str, Any]]) -> N
     print("| " + " | ".join(h for _, h, _ in columns) + " |")
     print("|" + "---|" * len(columns))
     for r in rows:
-        print("| " + " | ".join("-" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k])
-                                for k, _, f in columns) + " |")
+        print(
+            "| "
+            + " | ".join("-" if isinstance(r[k], float) and math.isnan(r[k]) else f.format(r[k]) for k, _, f in columns)
+            + " |"
+        )

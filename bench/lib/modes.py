@@ -42,8 +42,7 @@ PARTIAL_INTERVAL_S = 0.48
 UNBOUNDED_SESSIONS = 256  # what "every session" means for ``engine-unbounded``
 # How each mode's partial policy differs from the engine's own.
 _PARTIAL_CHANGES: dict[str, dict[str, Any]] = {
-    "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024,
-                 "closing_after_ms": 0},
+    "baseline": {"interval_s": PARTIAL_INTERVAL_S, "load_factor": 0.0, "max_inflight": 1024, "closing_after_ms": 0},
     "engine-unbounded": {"recognizer_share": 0.0},
 }
 
@@ -65,8 +64,12 @@ def mode_config(mode: str, base: EngineConfig) -> EngineConfig:
     if mode == "engine-unbounded" and not transcriber.cpu_threads:
         transcriber = replace(transcriber, cpu_threads=available_cores())
     endpoint = replace(base.endpoint, sentence_pause_ms=0) if mode == "baseline" else base.endpoint
-    return replace(base, transcriber=transcriber, endpoint=endpoint,
-                   partial=replace(base.partial, **_PARTIAL_CHANGES.get(mode, {})))
+    return replace(
+        base,
+        transcriber=transcriber,
+        endpoint=endpoint,
+        partial=replace(base.partial, **_PARTIAL_CHANGES.get(mode, {})),
+    )
 
 
 def mode_max_sessions(mode: str, configured: int | None) -> int | None:

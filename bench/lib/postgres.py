@@ -47,11 +47,41 @@ def server(bin_dir: Path) -> Iterator[str]:
         run_as = ["runuser", "-u", SUPERUSER, "--"]
     data, logfile = folder / "data", folder / "server.log"
     port = _free_port()
-    subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust",
-                    "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *run_as,
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
     options = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={folder} -c fsync=off"
-    started = subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(logfile), "-o", options,
-                              "-w", "-t", "60", "start"], capture_output=True, text=True)
+    started = subprocess.run(
+        [
+            *run_as,
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(logfile),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if started.returncode != 0:
         log = logfile.read_text() if logfile.exists() else ""
         shutil.rmtree(folder, ignore_errors=True)
@@ -59,8 +89,9 @@ def server(bin_dir: Path) -> Iterator[str]:
     try:
         yield f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], capture_output=True
+        )
         shutil.rmtree(folder, ignore_errors=True)
 
 

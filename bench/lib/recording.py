@@ -40,8 +40,12 @@ def group_of(clip: str) -> str:
     return str(manifest()[clip]["kind"])
 
 
-def build_recording(minutes: float, groups: tuple[str, ...] = ("read", "noisy", "dialogue"),
-                    seed: int = 7, gap_s: tuple[float, float] = GAP_S) -> tuple[np.ndarray, list[Piece]]:
+def build_recording(
+    minutes: float,
+    groups: tuple[str, ...] = ("read", "noisy", "dialogue"),
+    seed: int = 7,
+    gap_s: tuple[float, float] = GAP_S,
+) -> tuple[np.ndarray, list[Piece]]:
     """The clips of ``groups`` in a shuffled order with random pauses, again in a new order until the recording is
     ``minutes`` long."""
     clips = sorted(c for c, e in manifest().items() if e["lang"] == "en" and e["text"] and group_of(c) in groups)

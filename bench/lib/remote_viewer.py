@@ -93,8 +93,10 @@ def stable_delays(client: BenchClient, viewer: RemoteViewer | None) -> StableDel
     locks = [(t, s) for t, m in viewer.captions for s in m.get("sentences") or ()]
     offset = _offset_ms([w for _, w in local], [w for _, w in remote_words])
     if offset is None:  # no stable word got there as one: take the offset from the locks instead
-        first_local = min((int(s["start"]) for _, m in client.messages if m["type"] == "caption"
-                           for s in m.get("sentences") or ()), default=None)
+        first_local = min(
+            (int(s["start"]) for _, m in client.messages if m["type"] == "caption" for s in m.get("sentences") or ()),
+            default=None,
+        )
         first_remote = min((int(s["start"]) for _, s in locks), default=None)
         offset = first_remote - first_local if first_local is not None and first_remote is not None else 0
     arrived = {(w["w"], int(w["start_ms"]), int(w["end_ms"])): t for t, w in reversed(remote_words)}
@@ -111,8 +113,9 @@ def stable_delays(client: BenchClient, viewer: RemoteViewer | None) -> StableDel
     return out
 
 
-async def follow(http: aiohttp.ClientSession, base_url: str, rooms: list[str],
-                 timeout_s: float = 30.0) -> tuple[list[RemoteViewer], list[asyncio.Task[None]]]:
+async def follow(
+    http: aiohttp.ClientSession, base_url: str, rooms: list[str], timeout_s: float = 30.0
+) -> tuple[list[RemoteViewer], list[asyncio.Task[None]]]:
     """One connected ``RemoteViewer`` per room on the front end at ``base_url``, each reading in its own task."""
     viewers = [RemoteViewer(f"{base_url}/rooms/{room}/events") for room in rooms]
     tasks = [asyncio.create_task(v.run(http)) for v in viewers]

@@ -88,8 +88,9 @@ class RoomReader:
         return out
 
 
-async def follow(http: aiohttp.ClientSession, readers: list[RoomReader],
-                 timeout_s: float = 30.0) -> list[asyncio.Task[None]]:
+async def follow(
+    http: aiohttp.ClientSession, readers: list[RoomReader], timeout_s: float = 30.0
+) -> list[asyncio.Task[None]]:
     """Start each reader in a task of its own; return once all are connected (raise if one failed)."""
     tasks = [asyncio.create_task(r.run(http)) for r in readers]
     deadline = time.monotonic() + timeout_s
@@ -124,9 +125,14 @@ class Save:
     body: Any = None
 
     def wire(self) -> dict[str, Any]:
-        return {"sid": self.sid, "text": self.text, "status": self.status, "seq": self.seq,
-                "put_s": round(self.answered_s - self.sent_s, 4), "response": self.body if self.status != 200
-                else None}
+        return {
+            "sid": self.sid,
+            "text": self.text,
+            "status": self.status,
+            "seq": self.seq,
+            "put_s": round(self.answered_s - self.sent_s, 4),
+            "response": self.body if self.status != 200 else None,
+        }
 
 
 async def create_room(http: aiohttp.ClientSession, base_url: str, fields: dict[str, Any]) -> tuple[str, str]:
@@ -142,8 +148,11 @@ async def put_text(http: aiohttp.ClientSession, base_url: str, room: str, token:
     """``PUT /rooms/{room}/sentences/{sid}`` ``{"text"}`` with the editor token; the clock starts just before it."""
     save = Save(sid, text, time.monotonic())
     try:
-        async with http.put(f"{base_url}/rooms/{room}/sentences/{sid}", json={"text": text, "editor": "bench"},
-                            headers={"Authorization": f"Bearer {token}"}) as r:
+        async with http.put(
+            f"{base_url}/rooms/{room}/sentences/{sid}",
+            json={"text": text, "editor": "bench"},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as r:
             save.status = r.status
             raw = await r.text()
     except aiohttp.ClientError as exc:
@@ -169,8 +178,21 @@ def fixed(original: str) -> str:
 def roman(n: int) -> str:
     """``n`` (>= 1) in lower-case Roman numerals: a round's mark in a text, with no digit in it."""
     out = ""
-    for value, letters in ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"),
-                           (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
+    for value, letters in (
+        (1000, "m"),
+        (900, "cm"),
+        (500, "d"),
+        (400, "cd"),
+        (100, "c"),
+        (90, "xc"),
+        (50, "l"),
+        (40, "xl"),
+        (10, "x"),
+        (9, "ix"),
+        (5, "v"),
+        (4, "iv"),
+        (1, "i"),
+    ):
         while n >= value:
             out, n = out + letters, n - value
     return out
@@ -194,8 +216,12 @@ def publish(base_url: str, room: str, seconds: float, index: int, pause_s: float
 
 def publisher_report(run: Run) -> dict[str, Any]:
     client = run.clients[0]
-    return {"session": client.session, "error": client.error, "refused": str(client.refused or ""),
-            "streamed_s": round((client.media_ended_s or 0) - (client.started_s or 0), 1)}
+    return {
+        "session": client.session,
+        "error": client.error,
+        "refused": str(client.refused or ""),
+        "streamed_s": round((client.media_ended_s or 0) - (client.started_s or 0), 1),
+    }
 
 
 def publisher_problems(run: Run) -> list[str]:

@@ -150,8 +150,16 @@ def select_clips(terms: tuple[str, ...], exclude: list[str], only: list[str]) ->
             continue
         held = tuple(dict.fromkeys(keys[w] for w in normalise(e["text"] or "") if w in keys))
         parts = tuple(p if p in entries else f"ls_{p}" for p in e.get("components") or ())
-        out.append(Clip(clip_id, e["kind"], e["text"] or None, pad(audio(clip_id), LEAD_S, TAIL_S), held,
-                        tuple(p for p in parts if p in entries)))
+        out.append(
+            Clip(
+                clip_id,
+                e["kind"],
+                e["text"] or None,
+                pad(audio(clip_id), LEAD_S, TAIL_S),
+                held,
+                tuple(p for p in parts if p in entries),
+            )
+        )
     return out
 
 
@@ -168,8 +176,9 @@ def respelt(corrector: Corrector, sentences: list[str]) -> list[str]:
     return [corrector.apply(s) for s in sentences]
 
 
-def editor_correction(sentences: list[str], reference: str, term: str, nth: int, clip_id: str
-                      ) -> tuple[list[str], Edit] | None:
+def editor_correction(
+    sentences: list[str], reference: str, term: str, nth: int, clip_id: str
+) -> tuple[list[str], Edit] | None:
     """An editor's correction of the ``nth`` occurrence (from 0) of ``term`` in ``reference``, in ``sentences`` (the
     clip's sentences as the room shows them): the words aligned to it (difflib over ``normalise``d words; a
     stretch of several reference words spread evenly over the words written for it) replaced by the term in their
@@ -201,14 +210,15 @@ def editor_correction(sentences: list[str], reference: str, term: str, nth: int,
         stretch = [w for o, w in owners[lo:hi] if o == s]
         words = sentences[s].split()
         first, last = words[stretch[0]], words[stretch[-1]]
-        lead, trail = first[: len(first) - len(first.lstrip(_EDGES))], last[len(last.rstrip(_EDGES)):]
-        out[s] = " ".join([*words[:stretch[0]], f"{lead}{term}{trail}", *words[stretch[-1] + 1:]])
+        lead, trail = first[: len(first) - len(first.lstrip(_EDGES))], last[len(last.rstrip(_EDGES)) :]
+        out[s] = " ".join([*words[: stretch[0]], f"{lead}{term}{trail}", *words[stretch[-1] + 1 :]])
     fixes = tuple(f.wire() for f in learned_fixes(sentences[s], out[s]))
     return out, Edit(term, clip_id, sentences[s], out[s], fixes)
 
 
-def simulate_room(clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str, ...]
-                  ) -> tuple[dict[str, list[str]], list[Edit], tuple[str, ...]]:
+def simulate_room(
+    clips: list[Clip], runs: dict[str, dict[str, Run]], terms: tuple[str, ...]
+) -> tuple[dict[str, list[str]], list[Edit], tuple[str, ...]]:
     """The ``learned`` condition (see the module): each clip's sentences as the room showed them live (the fixes
     learned from earlier clips applied), the editor's corrections in order, and every entry learned."""
     learned: tuple[str, ...] = ()
@@ -248,8 +258,15 @@ def rewrites(before: list[str], after: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-async def transcribe(engine: CaptionEngine, samples: np.ndarray, options: SessionOptions, *, realtime: bool,
-                     vad_backlog_s: float, pending: int) -> Run:
+async def transcribe(
+    engine: CaptionEngine,
+    samples: np.ndarray,
+    options: SessionOptions,
+    *,
+    realtime: bool,
+    vad_backlog_s: float,
+    pending: int,
+) -> Run:
     """Stream ``samples`` (16 kHz float32) through one live session with ``options`` and return its locked
     sentences.
 

@@ -29,10 +29,25 @@ CLIPS: tuple[str, ...] = (
     "libri_3spk_turns",
     "libri_2spk_overlap_dialogue",
     "ami_seriously_mixture",
-    *(f"ami_debug_{name}" for name in (
-        "trn00", "trn01", "trn02", "trn03", "trn04", "trn05", "trn06", "trn07", "trn08", "trn09",
-        "dev00", "dev01", "tst00", "tst01",
-    )),
+    *(
+        f"ami_debug_{name}"
+        for name in (
+            "trn00",
+            "trn01",
+            "trn02",
+            "trn03",
+            "trn04",
+            "trn05",
+            "trn06",
+            "trn07",
+            "trn08",
+            "trn09",
+            "dev00",
+            "dev01",
+            "tst00",
+            "tst01",
+        )
+    ),
 )
 # Readers with three or more utterances in the shared folder (LibriSpeech speaker ids, and the LibriVox reader of
 # ``librivox_sns01``): ``alternating_clip`` builds turn-taking from them.
@@ -40,8 +55,13 @@ READERS: dict[str, tuple[str, ...]] = {
     "1988": ("ls_1988-24833-0000", "ls_1988-24833-0001", "ls_1988-24833-0002", "ls_1988-24833-0003"),
     "2412": ("ls_2412-153948-0000", "ls_2412-153948-0001", "ls_2412-153948-0002"),
     "3752": ("ls_3752-4944-0000", "ls_3752-4944-0001", "ls_3752-4944-0002"),
-    "sns01": ("librivox_sns01_0870", "librivox_sns01_0880", "librivox_sns01_0890", "librivox_sns01_0920",
-              "librivox_sns01_0930"),
+    "sns01": (
+        "librivox_sns01_0870",
+        "librivox_sns01_0880",
+        "librivox_sns01_0890",
+        "librivox_sns01_0920",
+        "librivox_sns01_0930",
+    ),
 }
 FRAME_S = 0.01
 ENDPOINTER_PRESETS = ("balanced", "low-latency")
@@ -132,8 +152,9 @@ class Shown:
     label: int
 
 
-def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config: SpeakerConfig,
-                preset: str = "balanced") -> tuple[list[Segment], list[float], list[Shown], int, list[int | None]]:
+def stream_clip(
+    audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config: SpeakerConfig, preset: str = "balanced"
+) -> tuple[list[Segment], list[float], list[Shown], int, list[int | None]]:
     """Cut 16 kHz audio into segments as a live session does, voice changes included: the VAD probabilities go to
     the endpointer as 60 ms chunks complete them and ``TurnDetector`` embeds its windows of the open segment as it
     asks (here at once; a server does it in the speaker thread a few milliseconds later) and may split the segment;
@@ -163,11 +184,15 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
                 guesses.append(next((x.label for x in reversed(shown) if x.segment_s == start_s), None))
                 closed.append(event)
                 speech_s = event.speech_samples / SAMPLE_RATE
-                vector = (embedder.embed([audio[event.start_sample : event.end_sample]])[0]
-                          if speech_s >= config.min_embed_speech_s else None)
+                vector = (
+                    embedder.embed([audio[event.start_sample : event.end_sample]])[0]
+                    if speech_s >= config.min_embed_speech_s
+                    else None
+                )
                 label = tracker.assign(len(closed) - 1, vector, speech_s, event.after_turn)
-                shown.append(Shown(endpointer.position_sample / SAMPLE_RATE, event.speech_start_sample / SAMPLE_RATE,
-                                   label))
+                shown.append(
+                    Shown(endpointer.position_sample / SAMPLE_RATE, event.speech_start_sample / SAMPLE_RATE, label)
+                )
                 if cut is None:
                     detector.close()
             elif isinstance(event, SegmentOpened):
@@ -199,18 +224,30 @@ def stream_clip(audio: np.ndarray, embedder: Embedder, turns: TurnConfig, config
             handle(events, cut=at)
         if detector.voice is not None and endpointer.open_segment is not None:
             opened = endpointer.open_segment
-            shown.append(Shown(endpointer.position_sample / SAMPLE_RATE, opened.speech_start_sample / SAMPLE_RATE,
-                               tracker.peek(*detector.voice, new_voice=opened.after_turn)))
+            shown.append(
+                Shown(
+                    endpointer.position_sample / SAMPLE_RATE,
+                    opened.speech_start_sample / SAMPLE_RATE,
+                    tracker.peek(*detector.voice, new_voice=opened.after_turn),
+                )
+            )
     last = endpointer.flush()
     if last is not None:
         handle([last])
-    segments = [Segment(e.speech_start_sample / SAMPLE_RATE, e.speech_end_sample / SAMPLE_RATE, e.start_sample,
-                        e.end_sample, e.after_turn) for e in closed]
+    segments = [
+        Segment(
+            e.speech_start_sample / SAMPLE_RATE,
+            e.speech_end_sample / SAMPLE_RATE,
+            e.start_sample,
+            e.end_sample,
+            e.after_turn,
+        )
+        for e in closed
+    ]
     return segments, decided, shown, windows, guesses
 
 
-def label_delays(reference: list[Turn], segments: list[Segment], labels: list[int],
-                 shown: list[Shown]) -> list[float]:
+def label_delays(reference: list[Turn], segments: list[Segment], labels: list[int], shown: list[Shown]) -> list[float]:
     """For each reference change of speaker: seconds from the new speaker's first word until a segment starting in
     their turn shows the label their speech is mapped to (the best one-to-one mapping of labels onto speakers);
     ``inf`` when that never happens during the turn."""
@@ -230,8 +267,13 @@ def label_delays(reference: list[Turn], segments: list[Segment], labels: list[in
     for before, turn in itertools.pairwise(reference):
         if before.speaker == turn.speaker:
             continue
-        hits = [x.at_s for x in shown if x.label == mapped.get(turn.speaker) and x.at_s >= turn.start_s
-                and turn.start_s - 1.0 <= x.segment_s < turn.end_s]
+        hits = [
+            x.at_s
+            for x in shown
+            if x.label == mapped.get(turn.speaker)
+            and x.at_s >= turn.start_s
+            and turn.start_s - 1.0 <= x.segment_s < turn.end_s
+        ]
         delays.append(min(hits) - turn.start_s if hits else float("inf"))
     return delays
 
@@ -325,8 +367,9 @@ def label_segments(
     return streaming, [tracker.labels[i] for i in range(len(segments))], long_enough, embed_cpu_s
 
 
-def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
-             turns: TurnConfig | None = None) -> ClipResult:
+def run_clip(
+    clip: str, embedder: Embedder, config: SpeakerConfig, preset: str, turns: TurnConfig | None = None
+) -> ClipResult:
     """Segment, label and score one clip: a clip of the shared speech folder with an RTTM file, or an
     ``alternating_clip`` named ``alt:<reader>+<reader>[+...]``; ``<clip>@<seconds>`` is that clip after that much
     leading silence. ``turns``: find voice changes inside segments."""
@@ -375,13 +418,16 @@ def run_clip(clip: str, embedder: Embedder, config: SpeakerConfig, preset: str,
         split_delay_s=sorted(delays),
         windows=windows,
         label_delay_s=label_delays(reference, segments, streaming, shown) if shown else [],
-        guessed_wrong=sum(label != (guess if guess is not None else (streaming[i - 1] if i else 0))
-                          for i, (label, guess) in enumerate(zip(streaming, guesses, strict=True))),
+        guessed_wrong=sum(
+            label != (guess if guess is not None else (streaming[i - 1] if i else 0))
+            for i, (label, guess) in enumerate(zip(streaming, guesses, strict=True))
+        ),
     )
 
 
-def alternating_clip(readers: tuple[str, ...], seed: int = 0,
-                     gaps_s: tuple[float, float] = (0.3, 1.0)) -> tuple[np.ndarray, list[Turn]]:
+def alternating_clip(
+    readers: tuple[str, ...], seed: int = 0, gaps_s: tuple[float, float] = (0.3, 1.0)
+) -> tuple[np.ndarray, list[Turn]]:
     """Readers taking turns: each reader's shared utterances in order, one turn each, round-robin for as many rounds
     as the reader with the fewest has, with a silence of ``gaps_s`` (uniform, seeded) between turns (the files' own
     leading and trailing silence comes on top). Returns the audio and the reference turns (each utterance from its

@@ -188,7 +188,7 @@ class WhisperAligner:
             enc = self._encode(self._log_mel(x))
             scores = self._cross_scores(enc, tokens)  # [heads, tokens, positions]
         positions = min(enc.shape[0], max(1, round(audio_s / POSITION_S)))
-        rows = scores[:, len(prompt) - 1: len(tokens) - 1, :positions]  # inputs predicting text tokens + end
+        rows = scores[:, len(prompt) - 1 : len(tokens) - 1, :positions]  # inputs predicting text tokens + end
         times = word_times(rows.float().numpy().astype(np.float64), counts)
         return [AlignedWord(w, min(a, audio_s), min(b, audio_s)) for w, (a, b) in zip(words, times, strict=True)]
 
@@ -215,7 +215,7 @@ class WhisperAligner:
         t, d = x.shape
         h = self.n_heads
         hd = d // h
-        q = (self._linear(x, f"{name}.q_proj") * hd ** -0.5).view(t, h, hd).transpose(0, 1)
+        q = (self._linear(x, f"{name}.q_proj") * hd**-0.5).view(t, h, hd).transpose(0, 1)
         k = self._linear(kv, f"{name}.k_proj").view(-1, h, hd).transpose(0, 1)
         v = self._linear(kv, f"{name}.v_proj").view(-1, h, hd).transpose(0, 1)
         logits = q @ k.transpose(1, 2)
@@ -227,8 +227,7 @@ class WhisperAligner:
 
     def _mlp(self, x: Any, name: str) -> Any:
         gelu = self._torch.nn.functional.gelu
-        return self._linear(gelu(self._linear(self._norm(x, f"{name}.final_layer_norm"), f"{name}.fc1")),
-                            f"{name}.fc2")
+        return self._linear(gelu(self._linear(self._norm(x, f"{name}.final_layer_norm"), f"{name}.fc1")), f"{name}.fc2")
 
     def _encode(self, mel: Any) -> Any:
         torch = self._torch
@@ -257,8 +256,9 @@ class WhisperAligner:
         for i in range(self.dec_layers):
             name = f"decoder.layers.{i}"
             x = x + self._self(x, name, causal=True)
-            out, logits = self._attend(self._norm(x, f"{name}.encoder_attn_layer_norm"), enc,
-                                       f"{name}.encoder_attn", causal=False)
+            out, logits = self._attend(
+                self._norm(x, f"{name}.encoder_attn_layer_norm"), enc, f"{name}.encoder_attn", causal=False
+            )
             x = x + out
             x = x + self._mlp(x, name)
             for head in self.heads_by_layer.get(i, []):
@@ -270,6 +270,13 @@ def _mel_filters(n_mels: int) -> np.ndarray:
     """Whisper's mel filterbank (Slaney scale and area normalisation, as librosa and Whisper use): [mels, 201]."""
     from transformers.audio_utils import mel_filter_bank
 
-    bank = mel_filter_bank(num_frequency_bins=1 + N_FFT // 2, num_mel_filters=n_mels, min_frequency=0.0,
-                           max_frequency=8000.0, sampling_rate=SAMPLE_RATE, norm="slaney", mel_scale="slaney")
+    bank = mel_filter_bank(
+        num_frequency_bins=1 + N_FFT // 2,
+        num_mel_filters=n_mels,
+        min_frequency=0.0,
+        max_frequency=8000.0,
+        sampling_rate=SAMPLE_RATE,
+        norm="slaney",
+        mel_scale="slaney",
+    )
     return np.asarray(bank.T, dtype=np.float32)

@@ -56,8 +56,9 @@ class AlignService:
             log.warning("word aligner warm-up failed: %r", exc)
         log.info("word aligner warm-up: %.2f s", time.monotonic() - t0)
 
-    def align(self, audio: np.ndarray, text: str, language: str | None, queue: bool = False,
-              busy: bool = False) -> asyncio.Future[list[AlignedWord] | None]:
+    def align(
+        self, audio: np.ndarray, text: str, language: str | None, queue: bool = False, busy: bool = False
+    ) -> asyncio.Future[list[AlignedWord] | None]:
         """Where each word of ``text`` lies in ``audio`` (seconds from its start), or None: not started, too many
         waiting or ``busy`` (the caller's recognizer is behind) unless ``queue`` (a file, whose sentences nobody
         waits for), or the alignment failed. Never raises."""
@@ -95,8 +96,12 @@ class AlignService:
         return asyncio.ensure_future(run())
 
     def stats(self) -> dict[str, Any]:
-        return {"align_calls": self.calls, "align_skipped": self.skipped, "align_failed": self.failed,
-                "align_cpu_s": round(self.cpu_s, 3)}
+        return {
+            "align_calls": self.calls,
+            "align_skipped": self.skipped,
+            "align_failed": self.failed,
+            "align_cpu_s": round(self.cpu_s, 3),
+        }
 
     async def close(self) -> None:
         if self._pool is not None:

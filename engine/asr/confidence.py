@@ -65,8 +65,9 @@ def glues_on(forced: str, generated: str) -> bool:
     return bool(forced.strip()) and generated[:1] != "" and not generated[:1].isspace()
 
 
-def text_word_probabilities(text: str, forced: str, generated: str, pieces: Sequence[str],
-                            logprobs: Sequence[float]) -> tuple[float, ...]:
+def text_word_probabilities(
+    text: str, forced: str, generated: str, pieces: Sequence[str], logprobs: Sequence[float]
+) -> tuple[float, ...]:
     """Per word of ``text`` (split on spaces), or () when the words cannot be matched one to one.
 
     ``text`` is the transcript: the words the decoder was made to start with (``forced``, probability 1), then the

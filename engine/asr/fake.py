@@ -68,8 +68,11 @@ class FakeTranscriber:
 
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
-                "background": values.count(Priority.BACKGROUND)}
+        return {
+            "final": values.count(Priority.FINAL),
+            "partial": values.count(Priority.PARTIAL),
+            "background": values.count(Priority.BACKGROUND),
+        }
 
     def stats(self) -> dict[str, Any]:
         return {"finished": len(self.finished), "cancelled": len(self.cancelled)}
@@ -109,8 +112,11 @@ class FakeTranscriber:
             try:
                 self.started.append((request.request_id, request.priority, request.audio.size))
                 self.log.append(("start", request.request_id, request.priority, time.monotonic()))
-                delay = self.final_delay_s if (request.priority == Priority.FINAL and
-                                               self.final_delay_s is not None) else self.delay_s
+                delay = (
+                    self.final_delay_s
+                    if (request.priority == Priority.FINAL and self.final_delay_s is not None)
+                    else self.delay_s
+                )
                 await asyncio.sleep(delay)
             finally:
                 self._release()
@@ -163,16 +169,21 @@ class SharedCoreFake:
         full window)."""
         windows = self.window_policy.buckets_s if self.window_policy is not None else (30.0,)
         seconds = {w: (w - 1.0 if self.window_policy is not None else 2.0) for w in windows}
-        return {w: self.work_s(DecodeRequest("warm-up", np.zeros(int(s * SAMPLE_RATE), np.float32), Priority.FINAL))
-                for w, s in seconds.items()}
+        return {
+            w: self.work_s(DecodeRequest("warm-up", np.zeros(int(s * SAMPLE_RATE), np.float32), Priority.FINAL))
+            for w, s in seconds.items()
+        }
 
     async def start(self) -> None:
         self._state = TranscriberState.READY
 
     def load(self) -> dict[str, int]:
         values = [job[2] for job in self._jobs.values()]
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
-                "background": values.count(Priority.BACKGROUND)}
+        return {
+            "final": values.count(Priority.FINAL),
+            "partial": values.count(Priority.PARTIAL),
+            "background": values.count(Priority.BACKGROUND),
+        }
 
     def stats(self) -> dict[str, Any]:
         return {"running": len(self._jobs)}
@@ -198,8 +209,9 @@ class SharedCoreFake:
         self.log.append(("finish", request.request_id, request.priority, time.monotonic()))
         seconds = request.audio.size / SAMPLE_RATE
         window = self.window_policy.window_for(seconds) if self.window_policy is not None else 30.0
-        return Transcript(f"audio of {seconds:.2f} seconds", request.language, -0.1, 5, time.monotonic() - t0,
-                          window_s=window)
+        return Transcript(
+            f"audio of {seconds:.2f} seconds", request.language, -0.1, 5, time.monotonic() - t0, window_s=window
+        )
 
     def _advance(self) -> None:
         """Spend the core's time since the last event evenly on the requests in flight."""

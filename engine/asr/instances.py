@@ -53,8 +53,15 @@ class Instance:
     went_down: asyncio.Event = field(default_factory=asyncio.Event)
 
     def as_dict(self) -> dict[str, object]:
-        return {"url": self.url, "state": self.state.value, "inflight": self.inflight, "decodes": self.decodes,
-                "failures": self.failures, "error": self.error, "model": self.model}
+        return {
+            "url": self.url,
+            "state": self.state.value,
+            "inflight": self.inflight,
+            "decodes": self.decodes,
+            "failures": self.failures,
+            "error": self.error,
+            "model": self.model,
+        }
 
 
 class InstancePool:
@@ -113,8 +120,8 @@ class InstancePool:
 
     def describe(self) -> str:
         """Every instance's URL and state, with the error of those DOWN: for logs and error details."""
+
         def one(i: Instance) -> str:
-            return f"{i.url} {i.state.value}" + (f" ({i.error})" if i.error and i.state is not InstanceState.UP
-                                                 else "")
+            return f"{i.url} {i.state.value}" + (f" ({i.error})" if i.error and i.state is not InstanceState.UP else "")
 
         return "; ".join(one(i) for i in self.instances)

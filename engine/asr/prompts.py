@@ -8,8 +8,14 @@ from engine.models.resolve import ModelSpec
 MAX_CONTEXT_CHARS = 400  # keeps <|startofprev|> context well inside Whisper's 448-token decoder window
 
 
-def decoder_prompt(spec: ModelSpec, language: str | None, context: str, forced: str = "",
-                   timestamps: bool = False, task: str = "transcribe") -> str:
+def decoder_prompt(
+    spec: ModelSpec,
+    language: str | None,
+    context: str,
+    forced: str = "",
+    timestamps: bool = False,
+    task: str = "transcribe",
+) -> str:
     """Whisper's decoder prompt: optional previous-text context, the task tokens, then ``forced`` text the
     transcript must start with.
 

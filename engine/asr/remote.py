@@ -69,6 +69,8 @@ _MAX_CONTEXT_CHARS = 400  # as in process: keeps the context well inside Whisper
 # Attempts one decode may make per instance: an instance whose /health passes while every decode fails (a broken
 # model) would otherwise take the request back after each probe, forever.
 _ATTEMPTS_PER_INSTANCE = 2
+
+
 class RemoteTranscriber:
     """``Transcriber`` on ``vllm serve`` instances. States: NEW -> LOADING -> READY <-> FAILED (no instance up for
     ``down_grace_s``) -> CLOSED."""
@@ -114,12 +116,19 @@ class RemoteTranscriber:
 
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
-                "background": values.count(Priority.BACKGROUND)}
+        return {
+            "final": values.count(Priority.FINAL),
+            "partial": values.count(Priority.PARTIAL),
+            "background": values.count(Priority.BACKGROUND),
+        }
 
     def stats(self) -> dict[str, Any]:
-        return {"window_mode": "stock" if self.window_policy.stock else "fit", "windows": self.windows.as_list(),
-                "instances": [i.as_dict() for i in self.pool.instances], "resent": self.resent}
+        return {
+            "window_mode": "stock" if self.window_policy.stock else "fit",
+            "windows": self.windows.as_list(),
+            "instances": [i.as_dict() for i in self.pool.instances],
+            "resent": self.resent,
+        }
 
     async def start(self) -> None:
         """Probe every instance; READY once one is up (and warmed up). Raises ``EngineNotReady`` when none is up
@@ -129,11 +138,14 @@ class RemoteTranscriber:
         self._state = TranscriberState.LOADING
         r = self.remote
         # trust_env=False: no proxy from the environment between this server and its recognizers.
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(r.request_timeout_s, connect=r.connect_timeout_s),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                                         trust_env=False)
-        self._probes = [asyncio.create_task(self._probe_loop(i), name=f"asr-probe {i.url}")
-                        for i in self.pool.instances]
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(r.request_timeout_s, connect=r.connect_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            trust_env=False,
+        )
+        self._probes = [
+            asyncio.create_task(self._probe_loop(i), name=f"asr-probe {i.url}") for i in self.pool.instances
+        ]
         t0 = time.monotonic()
         try:
             async with asyncio.timeout(r.start_timeout_s):
@@ -141,8 +153,9 @@ class RemoteTranscriber:
                     await self.pool.changed.wait()
         except TimeoutError:
             self._state = TranscriberState.FAILED
-            self._detail = (f"no speech recognizer instance came up within {r.start_timeout_s:g} s: "
-                            f"{self.pool.describe()}")
+            self._detail = (
+                f"no speech recognizer instance came up within {r.start_timeout_s:g} s: {self.pool.describe()}"
+            )
             await self._stop_probes()
             raise EngineNotReady("failed", self._detail) from None
         except asyncio.CancelledError:
@@ -220,8 +233,9 @@ class RemoteTranscriber:
 
     def _take_out(self, instance: Instance, error: str) -> None:
         if self.pool.mark_down(instance, error):
-            log.warning("recognizer instance %s down: %s (%d in flight go elsewhere)", instance.url, error,
-                        instance.inflight)
+            log.warning(
+                "recognizer instance %s down: %s (%d in flight go elsewhere)", instance.url, error, instance.inflight
+            )
 
     def _require_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -245,12 +259,14 @@ class RemoteTranscriber:
             while True:
                 t1 = time.monotonic()
                 larger = policy.next_window(window)
-                reply = await self._decode(request, window, max_tokens_for(audio_s, self.config.max_tokens),
-                                           stop_on_loop=larger is not None)
+                reply = await self._decode(
+                    request, window, max_tokens_for(audio_s, self.config.max_tokens), stop_on_loop=larger is not None
+                )
                 words = word_ids(reply.text)
                 reason = loop_reason(words, reply.text, reply.finish_reason == "length")
-                self.windows.record(window, time.monotonic() - t1, reply.tokens,
-                                    fell_back=reason is not None and larger is not None)
+                self.windows.record(
+                    window, time.monotonic() - t1, reply.tokens, fell_back=reason is not None and larger is not None
+                )
                 if reason is None or larger is None:
                     break
                 window = fall_back(request.request_id, window, reason, larger)
@@ -260,8 +276,17 @@ class RemoteTranscriber:
         avg = 0.0 if reply.avg_logprob is None else reply.avg_logprob
         spans = tuple(s for s in reply.spans if s.start_s < audio_s)
         spans = tuple(TimedSpan(s.start_s, min(s.end_s, audio_s), s.text) for s in spans)
-        return Transcript(strip_nonspeech(reply.text), reply.language or request.language, avg, reply.tokens,
-                          time.monotonic() - t0, window, encoder_positions(window), fallbacks, spans)
+        return Transcript(
+            strip_nonspeech(reply.text),
+            reply.language or request.language,
+            avg,
+            reply.tokens,
+            time.monotonic() - t0,
+            window,
+            encoder_positions(window),
+            fallbacks,
+            spans,
+        )
 
     async def _decode(self, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool) -> Reply:
         """One decode on the least loaded instance; sent again to another when its instance fails, until none is
@@ -271,8 +296,10 @@ class RemoteTranscriber:
         while True:
             instance = await self._instance()
             instance.inflight += 1
-            attempt = asyncio.create_task(self._post(instance, request, window_s, max_tokens, stop_on_loop),
-                                          name=f"{request.request_id}@{instance.url}")
+            attempt = asyncio.create_task(
+                self._post(instance, request, window_s, max_tokens, stop_on_loop),
+                name=f"{request.request_id}@{instance.url}",
+            )
             down = asyncio.create_task(instance.went_down.wait())
             try:
                 await asyncio.wait((attempt, down), return_when=asyncio.FIRST_COMPLETED)
@@ -292,8 +319,11 @@ class RemoteTranscriber:
             errors.append(f"{instance.url}: {error}")
             if len(errors) >= _ATTEMPTS_PER_INSTANCE * len(self.pool.instances):
                 # Not a bad request: the recognizer cannot serve (the session tells its client so).
-                raise EngineNotReady("unavailable", f"request {request.request_id} failed on every recognizer "
-                                                    f"instance: {'; '.join(errors[-len(self.pool.instances):])}")
+                raise EngineNotReady(
+                    "unavailable",
+                    f"request {request.request_id} failed on every recognizer "
+                    f"instance: {'; '.join(errors[-len(self.pool.instances) :])}",
+                )
             self.resent += 1
             log.info("request %s failed on %s (%s): sending it again", request.request_id, instance.url, error)
 
@@ -312,15 +342,19 @@ class RemoteTranscriber:
             except TimeoutError:
                 pass
 
-    async def _post(self, instance: Instance, request: DecodeRequest, window_s: float, max_tokens: int,
-                    stop_on_loop: bool) -> Reply:
+    async def _post(
+        self, instance: Instance, request: DecodeRequest, window_s: float, max_tokens: int, stop_on_loop: bool
+    ) -> Reply:
         """One ``POST /v1/audio/transcriptions`` to ``instance``. Raises ``InstanceFailed`` for what is the
         instance's fault (network, 5xx, 404, timeout, an error in the stream), ``EngineError`` for a request the
         instance refuses (4xx)."""
         client = self._require_client()
         context = " ".join(request.context.split())[-_MAX_CONTEXT_CHARS:]
-        form: dict[str, str] = {"model": instance.model, "temperature": f"{request.temperature:g}",
-                                "max_completion_tokens": str(max_tokens)}
+        form: dict[str, str] = {
+            "model": instance.model,
+            "temperature": f"{request.temperature:g}",
+            "max_completion_tokens": str(max_tokens),
+        }
         if request.language:
             form["language"] = request.language
         if context:
@@ -340,8 +374,9 @@ class RemoteTranscriber:
                     message = error_message(body)
                     if reply.status_code >= 500 or reply.status_code == 404:
                         raise InstanceFailed(f"{reply.status_code} {message}")
-                    raise EngineError(f"recognizer at {instance.url} refused the request: {reply.status_code} "
-                                      f"{message}")
+                    raise EngineError(
+                        f"recognizer at {instance.url} refused the request: {reply.status_code} {message}"
+                    )
                 if timed:
                     return verbose_reply(json.loads(await reply.aread()), request.language)
                 return await stream_reply(reply.aiter_lines(), stop_on_loop)

@@ -100,13 +100,21 @@ async def stream_reply(lines: AsyncIterator[str], stop_on_loop: bool) -> Reply:
 def verbose_reply(body: dict[str, Any], language: str | None) -> Reply:
     """A ``verbose_json`` answer: text, timed segments and their mean log-probability."""
     segments = body.get("segments") or []
-    spans = tuple(TimedSpan(float(s["start"]), float(s["end"]), strip_nonspeech(" ".join(str(s["text"]).split())))
-                  for s in segments)
+    spans = tuple(
+        TimedSpan(float(s["start"]), float(s["end"]), strip_nonspeech(" ".join(str(s["text"]).split())))
+        for s in segments
+    )
     counts = [len(s.get("tokens") or ()) for s in segments]
     tokens = sum(counts)
     avg = sum(float(s.get("avg_logprob", 0.0)) * n for s, n in zip(segments, counts, strict=True)) / max(1, tokens)
-    return Reply(" ".join(str(body.get("text", "")).split()), "stop", tokens, avg if tokens else None,
-                  tuple(s for s in spans if s.text), body.get("language") or language)
+    return Reply(
+        " ".join(str(body.get("text", "")).split()),
+        "stop",
+        tokens,
+        avg if tokens else None,
+        tuple(s for s in spans if s.text),
+        body.get("language") or language,
+    )
 
 
 def word_ids(text: str) -> list[int]:

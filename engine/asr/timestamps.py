@@ -22,8 +22,14 @@ class TimedSpan:
     text: str
 
 
-def parse_spans(ids: Sequence[int], first_timestamp_id: int, decode: Callable[[list[int]], str],
-                is_text: Callable[[int], bool], forced: str = "", audio_s: float | None = None) -> list[TimedSpan]:
+def parse_spans(
+    ids: Sequence[int],
+    first_timestamp_id: int,
+    decode: Callable[[list[int]], str],
+    is_text: Callable[[int], bool],
+    forced: str = "",
+    audio_s: float | None = None,
+) -> list[TimedSpan]:
     """The timed stretches of one timestamped decode.
 
     ``ids``: the generated ids (the prompt's ``<|0.00|>`` not included); ids >= ``first_timestamp_id`` are

@@ -93,8 +93,11 @@ class VllmTranscriber:
 
     def load(self) -> dict[str, int]:
         values = list(self._inflight.values())
-        return {"final": values.count(Priority.FINAL), "partial": values.count(Priority.PARTIAL),
-                "background": values.count(Priority.BACKGROUND)}
+        return {
+            "final": values.count(Priority.FINAL),
+            "partial": values.count(Priority.PARTIAL),
+            "background": values.count(Priority.BACKGROUND),
+        }
 
     async def start(self) -> None:
         if self._state is not TranscriberState.NEW:
@@ -145,8 +148,13 @@ class VllmTranscriber:
         for attempt in range(2):
             for window in windows:
                 t0 = time.monotonic()
-                await self._generate(request, f"warm-up-timed-{window:g}-{attempt}", window, max_tokens=_WARM_TOKENS,
-                                     min_tokens=_WARM_TOKENS)
+                await self._generate(
+                    request,
+                    f"warm-up-timed-{window:g}-{attempt}",
+                    window,
+                    max_tokens=_WARM_TOKENS,
+                    min_tokens=_WARM_TOKENS,
+                )
                 took = time.monotonic() - t0
                 self._warm_costs[window] = min(took, self._warm_costs.get(window, took))
         # Then as sessions send them: several at once in one engine step (speakers talking together), of 1, 5 and 9 s
@@ -155,14 +163,27 @@ class VllmTranscriber:
         t0 = time.monotonic()
         most = max(2, self.config.max_num_seqs)
         for size in sorted({2, most}):
-            await asyncio.gather(*(self.transcribe(DecodeRequest(
-                f"warm-up-batch-{size}-{i}", warmup_tone(1.0 + 4 * (i % 3)),
-                Priority.FINAL if i % 2 else Priority.PARTIAL, prefix="hello" if i % 2 else "",
-                timestamps=bool(i % 2))) for i in range(size)))
+            await asyncio.gather(
+                *(
+                    self.transcribe(
+                        DecodeRequest(
+                            f"warm-up-batch-{size}-{i}",
+                            warmup_tone(1.0 + 4 * (i % 3)),
+                            Priority.FINAL if i % 2 else Priority.PARTIAL,
+                            prefix="hello" if i % 2 else "",
+                            timestamps=bool(i % 2),
+                        )
+                    )
+                    for i in range(size)
+                )
+            )
         log.info("recognizer warm-up: %d requests at once and forced words in %.2f s", most, time.monotonic() - t0)
         self.windows = WindowStats()  # (what the windows served counts from the first session on)
-        log.info("recognizer warm-up: one decode of %d tokens alone takes %s", _WARM_TOKENS,
-                 ", ".join(f"{c:.2f} s in {w:g} s" for w, c in sorted(self._warm_costs.items())))
+        log.info(
+            "recognizer warm-up: one decode of %d tokens alone takes %s",
+            _WARM_TOKENS,
+            ", ".join(f"{c:.2f} s in {w:g} s" for w, c in sorted(self._warm_costs.items())),
+        )
 
     async def set_cpu_threads(self, threads: int) -> int:
         """Give the CPU engine core ``threads`` compute threads from its next step on (``engine.asr.vllm_worker``);
@@ -184,8 +205,13 @@ class VllmTranscriber:
         out: dict[int, str] = {}
         for token, token_id in tok.get_vocab().items():
             code = token[2:-2]
-            if token.startswith("<|") and token.endswith("|>") and 2 <= len(code) <= 3 and code.isalpha() \
-                    and code.islower():
+            if (
+                token.startswith("<|")
+                and token.endswith("|>")
+                and 2 <= len(code) <= 3
+                and code.isalpha()
+                and code.islower()
+            ):
                 out[token_id] = code
         return out
 
@@ -245,10 +271,16 @@ class VllmTranscriber:
             while True:
                 t1 = time.monotonic()
                 request_id = request.request_id if not fallbacks else f"{request.request_id}-w{window:g}"
-                completion = await self._generate(request, request_id, window,
-                                                  max_tokens_for(audio_s, self.config.max_tokens),
-                                                  stop_on_loop=partial or policy.next_window(window) is not None,
-                                                  forced=forced, forced_ids=forced_ids, timestamps=timestamps)
+                completion = await self._generate(
+                    request,
+                    request_id,
+                    window,
+                    max_tokens_for(audio_s, self.config.max_tokens),
+                    stop_on_loop=partial or policy.next_window(window) is not None,
+                    forced=forced,
+                    forced_ids=forced_ids,
+                    timestamps=timestamps,
+                )
                 ids = [] if completion is None else list(completion.token_ids)
                 text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
                 generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text)
@@ -260,12 +292,18 @@ class VllmTranscriber:
                     # A partial is cut where it began to repeat; so is any decode that loops in the largest window
                     # too (Whisper said the sentence again into the window's padding): its first copy is the text,
                     # where the whole repetition would lock (the guard passes a sentence said twice).
-                    kept = text_ids[:max(cut, len(forced_ids))] if cut is not None else forced_ids
+                    kept = text_ids[: max(cut, len(forced_ids))] if cut is not None else forced_ids
                     kept_generated = len(kept) - len(forced_ids)
                     text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
                     truncated = partial
-                    log.info("request %s looped in a %g s window (%s): cut to %d of %d tokens", request.request_id,
-                             window, reason, len(kept), len(text_ids))
+                    log.info(
+                        "request %s looped in a %g s window (%s): cut to %d of %d tokens",
+                        request.request_id,
+                        window,
+                        reason,
+                        len(kept),
+                        len(text_ids),
+                    )
                     self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=False)
                     break
                 self.windows.record(window, time.monotonic() - t1, len(ids), fell_back=larger is not None)
@@ -277,8 +315,16 @@ class VllmTranscriber:
             self._inflight.pop(request.request_id, None)
         decode_s = time.monotonic() - t0
         if completion is None or not ids:
-            return Transcript(strip_nonspeech(forced), request.language, 0.0, 0, decode_s, window,
-                              encoder_positions(window), fallbacks)
+            return Transcript(
+                strip_nonspeech(forced),
+                request.language,
+                0.0,
+                0,
+                decode_s,
+                window,
+                encoder_positions(window),
+                fallbacks,
+            )
         avg = self._avg_logprob(completion, ids, timestamps)
         language = request.language
         if language is None:
@@ -286,10 +332,26 @@ class VllmTranscriber:
         spans = self._spans(ids, forced, audio_s) if timestamps and kept_generated is None else ()
         text = strip_nonspeech(text)
         probs = self._word_probs(completion, ids, text, forced, generated, kept_generated)
-        result = Transcript(text, language, avg, len(ids), decode_s, window,
-                            encoder_positions(window), fallbacks, spans, truncated, kept_generated is not None, probs)
-        stopped_early = (not truncated and bool(spans) and completion.finish_reason == "stop"
-                         and audio_s - spans[-1].end_s >= _CONTINUE_S)
+        result = Transcript(
+            text,
+            language,
+            avg,
+            len(ids),
+            decode_s,
+            window,
+            encoder_positions(window),
+            fallbacks,
+            spans,
+            truncated,
+            kept_generated is not None,
+            probs,
+        )
+        stopped_early = (
+            not truncated
+            and bool(spans)
+            and completion.finish_reason == "stop"
+            and audio_s - spans[-1].end_s >= _CONTINUE_S
+        )
         if stopped_early and continuations < _MAX_CONTINUATIONS:
             result = await self._continue(request, result, continuations + 1)
         return result
@@ -310,21 +372,39 @@ class VllmTranscriber:
         segments. As OpenAI's ``transcribe`` does, the rest is decoded on its own, with the text so far as context.
         """
         cut_s = head.spans[-1].end_s
-        rest = request.audio[int(cut_s * SAMPLE_RATE):]
+        rest = request.audio[int(cut_s * SAMPLE_RATE) :]
         context = " ".join(filter(None, (request.context, head.text)))[-MAX_CONTEXT_CHARS:]
-        tail = await self._transcribe(DecodeRequest(f"{request.request_id}-c{continuations}", rest, request.priority,
-                                                    head.language or request.language, context, timestamps=True,
-                                                    temperature=request.temperature, task=request.task),
-                                      continuations)
+        tail = await self._transcribe(
+            DecodeRequest(
+                f"{request.request_id}-c{continuations}",
+                rest,
+                request.priority,
+                head.language or request.language,
+                context,
+                timestamps=True,
+                temperature=request.temperature,
+                task=request.task,
+            ),
+            continuations,
+        )
         if not tail.text:
             return head
         spans = head.spans + tuple(TimedSpan(s.start_s + cut_s, s.end_s + cut_s, s.text) for s in tail.spans)
         tokens = head.tokens + tail.tokens
         avg = (head.avg_logprob * head.tokens + tail.avg_logprob * tail.tokens) / max(1, tokens)
         probs = head.word_probs + tail.word_probs if head.word_probs and tail.word_probs else ()
-        return Transcript(f"{head.text} {tail.text}", head.language, avg, tokens, head.decode_s + tail.decode_s,
-                          head.window_s, head.encoder_positions, head.fallbacks + tail.fallbacks, spans,
-                          word_probs=probs)
+        return Transcript(
+            f"{head.text} {tail.text}",
+            head.language,
+            avg,
+            tokens,
+            head.decode_s + tail.decode_s,
+            head.window_s,
+            head.encoder_positions,
+            head.fallbacks + tail.fallbacks,
+            spans,
+            word_probs=probs,
+        )
 
     def _avg_logprob(self, completion: Any, ids: list[int], timestamps: bool) -> float:
         """Mean log-probability per generated token, timestamp tokens left out: the model is often unsure *when*
@@ -338,8 +418,9 @@ class VllmTranscriber:
         total -= sum(completion.logprobs[k][ids[k]].logprob for k in timing)
         return float(total / (len(ids) - len(timing)))
 
-    def _word_probs(self, completion: Any, ids: list[int], text: str, forced: str, generated: str,
-                    kept: int | None = None) -> tuple[float, ...]:
+    def _word_probs(
+        self, completion: Any, ids: list[int], text: str, forced: str, generated: str, kept: int | None = None
+    ) -> tuple[float, ...]:
         """Per word of ``text``, the decoder's probability of it (``engine.asr.confidence``); () when the
         completion has no log-probabilities or its tokens do not line up with the words. ``kept``: of a decode cut
         at a loop, how many generated text tokens its text keeps (``generated`` is then their text)."""
@@ -350,16 +431,20 @@ class VllmTranscriber:
         pieces = [self._piece(ids[k]) for k in text_at]
         if kept is not None:
             generated = "".join(pieces)
-        return text_word_probabilities(text, forced, generated, pieces,
-                                       [self._spelling_logprob(logprobs[k], ids[k]) for k in text_at])
+        return text_word_probabilities(
+            text, forced, generated, pieces, [self._spelling_logprob(logprobs[k], ids[k]) for k in text_at]
+        )
 
     def _spelling_logprob(self, alternatives: dict[int, Any], token_id: int) -> float:
         """The log-probability of token ``token_id`` with its other spellings among the decoder's top alternatives
         (``_TOP_LOGPROBS``) counted in: " somehow" and "Somehow" are one word to a reader, and at the start of a
         sentence Whisper splits its certainty between them."""
         mine = self._piece(token_id).strip().lower()
-        total = sum(math.exp(lp.logprob) for tid, lp in alternatives.items()
-                    if tid == token_id or (tid < self._first_special_id and self._piece(tid).strip().lower() == mine))
+        total = sum(
+            math.exp(lp.logprob)
+            for tid, lp in alternatives.items()
+            if tid == token_id or (tid < self._first_special_id and self._piece(tid).strip().lower() == mine)
+        )
         return math.log(min(1.0, total)) if total > 0 else alternatives[token_id].logprob
 
     def _piece(self, token_id: int) -> str:
@@ -372,8 +457,14 @@ class VllmTranscriber:
     def _spans(self, ids: list[int], forced: str, audio_s: float) -> tuple[TimedSpan, ...]:
         """The timed stretches of a timestamped decode, each text cleaned as the whole text is."""
         tok = self._llm.tokenizer
-        spans = parse_spans(ids, self._first_timestamp_id, lambda t: str(tok.decode(t)),
-                            lambda t: t < self._first_special_id, forced, audio_s)
+        spans = parse_spans(
+            ids,
+            self._first_timestamp_id,
+            lambda t: str(tok.decode(t)),
+            lambda t: t < self._first_special_id,
+            forced,
+            audio_s,
+        )
         cleaned = (TimedSpan(s.start_s, s.end_s, strip_nonspeech(" ".join(s.text.split()))) for s in spans)
         return tuple(s for s in cleaned if s.text)
 
@@ -384,9 +475,18 @@ class VllmTranscriber:
             return []
         return list(tok.encode(" " + text, add_special_tokens=False))
 
-    async def _generate(self, request: DecodeRequest, request_id: str, window_s: float, max_tokens: int,
-                        stop_on_loop: bool = False, forced: str = "", forced_ids: list[int] | None = None,
-                        timestamps: bool = False, min_tokens: int = 0) -> Any:
+    async def _generate(
+        self,
+        request: DecodeRequest,
+        request_id: str,
+        window_s: float,
+        max_tokens: int,
+        stop_on_loop: bool = False,
+        forced: str = "",
+        forced_ids: list[int] | None = None,
+        timestamps: bool = False,
+        min_tokens: int = 0,
+    ) -> Any:
         """One vLLM request in a ``window_s`` window: its completion (``CompletionOutput``), or None.
 
         ``stop_on_loop``: end the request as soon as its tokens repeat themselves (there is a larger window to
@@ -395,13 +495,27 @@ class VllmTranscriber:
         from vllm import SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        params = SamplingParams(temperature=request.temperature, max_tokens=max_tokens, logprobs=_TOP_LOGPROBS,
-                                skip_special_tokens=True, min_tokens=min_tokens)
+        params = SamplingParams(
+            temperature=request.temperature,
+            max_tokens=max_tokens,
+            logprobs=_TOP_LOGPROBS,
+            skip_special_tokens=True,
+            min_tokens=min_tokens,
+        )
         prompt = {
-            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
-                               "mm_processor_kwargs": {"max_length": window_samples(window_s)}},
-            "decoder_prompt": decoder_prompt(self.spec, request.language, request.context, forced,  # type: ignore[arg-type]
-                                             timestamps, request.task),
+            "encoder_prompt": {
+                "prompt": "",
+                "multi_modal_data": {"audio": (request.audio, SAMPLE_RATE)},
+                "mm_processor_kwargs": {"max_length": window_samples(window_s)},
+            },
+            "decoder_prompt": decoder_prompt(
+                self.spec,  # type: ignore[arg-type]
+                request.language,
+                request.context,
+                forced,
+                timestamps,
+                request.task,
+            ),
         }
         final = None
         checked = 0

@@ -59,8 +59,9 @@ def launch(config: TranscriberConfig, spec: ModelSpec, device: str) -> Launched:
     )
     dtype = config.dtype
     if device == "cpu":
-        kwargs.update(dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True,
-                      worker_extension_cls=_WORKER_EXTENSION)  # set_cpu_threads
+        kwargs.update(
+            dtype=cpu_dtype() if dtype == "auto" else dtype, enforce_eager=True, worker_extension_cls=_WORKER_EXTENSION
+        )  # set_cpu_threads
     else:
         kwargs.update(dtype=dtype, gpu_memory_utilization=config.gpu_memory_utilization)
     threads = cpu_engine_threads(config.cpu_threads) if device == "cpu" else None

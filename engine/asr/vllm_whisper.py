@@ -57,8 +57,9 @@ _AUTO_POLICY = WindowPolicy()
 class WindowedWhisperAudioInputs(TensorSchema):
     """Mel features of a batch whose items may have different lengths: b items x nmb mel bins x t frames."""
 
-    input_features: Annotated[list[torch.Tensor] | torch.Tensor | None,
-                              TensorShape("b", "nmb", "t", dynamic_dims={"t"})]
+    input_features: Annotated[
+        list[torch.Tensor] | torch.Tensor | None, TensorShape("b", "nmb", "t", dynamic_dims={"t"})
+    ]
 
 
 class WindowedWhisperMultiModalProcessor(WhisperMultiModalProcessor):
@@ -75,8 +76,9 @@ class WindowedWhisperMultiModalProcessor(WhisperMultiModalProcessor):
                 kwargs["max_length"] = window_samples(_AUTO_POLICY.window_for(longest_s))
         return hf_inputs._replace(hf_kwargs=kwargs)
 
-    def _get_prompt_updates(self, mm_items: MultiModalDataItems, hf_processor_mm_kwargs: Mapping[str, object],
-                            out_mm_kwargs: Any) -> Sequence[PromptUpdate]:
+    def _get_prompt_updates(
+        self, mm_items: MultiModalDataItems, hf_processor_mm_kwargs: Mapping[str, object], out_mm_kwargs: Any
+    ) -> Sequence[PromptUpdate]:
         features = out_mm_kwargs.get_data().get("input_features")
 
         def placeholder(item_idx: int) -> list[int]:
@@ -105,8 +107,9 @@ class WindowedWhisperForConditionalGeneration(WhisperForConditionalGeneration): 
         if stt_params.task_type != "transcribe":  # translation: vLLM's own prompt
             return super().get_generation_prompt(stt_params)
         return ExplicitEncoderDecoderPrompt(
-            encoder_prompt=TextPrompt(prompt="", multi_modal_data={"audio": (stt_params.audio,
-                                                                             stt_params.stt_config.sample_rate)}),
+            encoder_prompt=TextPrompt(
+                prompt="", multi_modal_data={"audio": (stt_params.audio, stt_params.stt_config.sample_rate)}
+            ),
             decoder_prompt=TextPrompt(prompt=decoder_prompt(spec, language, stt_params.request_prompt or "")),
         )
 
@@ -114,8 +117,7 @@ class WindowedWhisperForConditionalGeneration(WhisperForConditionalGeneration): 
         features = kwargs.pop("input_features", None)
         if features is None:
             return WindowedWhisperAudioInputs(input_features=None)
-        items: list[torch.Tensor] = list(features) if isinstance(features, (list, tuple, torch.Tensor)) \
-            else [features]  # type: ignore[list-item]
+        items: list[torch.Tensor] = list(features) if isinstance(features, (list, tuple, torch.Tensor)) else [features]  # type: ignore[list-item]
         return WindowedWhisperAudioInputs(input_features=[f.to(self.dtype) for f in items])
 
     def embed_multimodal(self, **kwargs: object) -> Any:

@@ -90,9 +90,11 @@ def tandem_repeat(tokens: Sequence[int]) -> tuple[int, int] | None:
         copies = (run + span) // span
         if copies < 2:
             continue
-        looping = (span >= LOOP_MIN_SPAN_TOKENS
-                   or (span >= 2 and copies >= LOOP_MIN_COPIES_SHORT)
-                   or copies >= LOOP_MIN_COPIES_TOKEN)
+        looping = (
+            span >= LOOP_MIN_SPAN_TOKENS
+            or (span >= 2 and copies >= LOOP_MIN_COPIES_SHORT)
+            or copies >= LOOP_MIN_COPIES_TOKEN
+        )
         if looping and (worst is None or span * copies > worst[0] * worst[1]):
             worst = (span, copies)
     return worst
@@ -111,9 +113,11 @@ def loop_start(tokens: Sequence[int]) -> int | None:
         edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
         for start, end in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
             copies = (end - start + span) // span
-            looping = (span >= LOOP_MIN_SPAN_TOKENS
-                       or (span >= 2 and copies >= LOOP_MIN_COPIES_SHORT)
-                       or copies >= LOOP_MIN_COPIES_TOKEN)
+            looping = (
+                span >= LOOP_MIN_SPAN_TOKENS
+                or (span >= 2 and copies >= LOOP_MIN_COPIES_SHORT)
+                or copies >= LOOP_MIN_COPIES_TOKEN
+            )
             if looping and copies >= 2 and (first is None or start + span < first):
                 first = start + span
     return first
@@ -141,7 +145,6 @@ def loop_reason(tokens: Sequence[int], text: str, hit_token_cap: bool) -> str | 
     return None
 
 
-
 def fall_back(request_id: str, window_s: float, reason: str | None, larger_s: float) -> float:
     """A decode of ``request_id`` looped in ``window_s`` (``loop_reason``: ``reason``): log it, and return the window
     it is decoded again in, ``larger_s`` (the policy's next window; seconds)."""
@@ -162,10 +165,17 @@ class WindowCounters:
 
     def as_dict(self) -> dict[str, float | int]:
         recent = np.asarray(self.recent_s, dtype=np.float64)
-        p50, p95 = (np.percentile(recent, [50, 95]) if recent.size else (float("nan"), float("nan")))
-        return {"window_s": self.window_s, "encoder_positions": encoder_positions(self.window_s),
-                "decodes": self.decodes, "fallbacks": self.fallbacks, "decode_s": round(self.decode_s, 3),
-                "decode_s_p50": round(float(p50), 3), "decode_s_p95": round(float(p95), 3), "tokens": self.tokens}
+        p50, p95 = np.percentile(recent, [50, 95]) if recent.size else (float("nan"), float("nan"))
+        return {
+            "window_s": self.window_s,
+            "encoder_positions": encoder_positions(self.window_s),
+            "decodes": self.decodes,
+            "fallbacks": self.fallbacks,
+            "decode_s": round(self.decode_s, 3),
+            "decode_s_p50": round(float(p50), 3),
+            "decode_s_p95": round(float(p95), 3),
+            "tokens": self.tokens,
+        }
 
 
 class WindowStats:

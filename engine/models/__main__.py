@@ -20,15 +20,19 @@ from engine.models.resolve import CACHE_ENV, DEFAULT_MODEL, EMBEDDED_MODELS, res
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine.models",
-                                description="Prepare speech models for vLLM (convert the embedded ones, offline).")
+    p = argparse.ArgumentParser(
+        prog="python -m engine.models",
+        description="Prepare speech models for vLLM (convert the embedded ones, offline).",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     prepare = sub.add_parser("prepare", help="convert a model if needed and print its Hugging Face folder (last line)")
     names = ", ".join(f"{n} [default]" if n == DEFAULT_MODEL else n for n in EMBEDDED_MODELS)
-    prepare.add_argument("model", nargs="?", default=None,
-                         help=f"embedded name ({names}) or a CTranslate2/Hugging Face model folder")
-    prepare.add_argument("--cache-dir", type=Path, default=None,
-                         help=f"cache root (default ${CACHE_ENV}, else ~/.cache/live-captions)")
+    prepare.add_argument(
+        "model", nargs="?", default=None, help=f"embedded name ({names}) or a CTranslate2/Hugging Face model folder"
+    )
+    prepare.add_argument(
+        "--cache-dir", type=Path, default=None, help=f"cache root (default ${CACHE_ENV}, else ~/.cache/live-captions)"
+    )
     return p
 
 
@@ -41,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not Path(spec.path).is_dir():  # a hub id: nothing local to prepare, and vLLM would download it
-        print(f"error: {spec.path!r} is a model hub id, not a local model; `vllm serve` takes it as it is",
-              file=sys.stderr)
+        print(
+            f"error: {spec.path!r} is a model hub id, not a local model; `vllm serve` takes it as it is",
+            file=sys.stderr,
+        )
         return 2
     print(spec.path)
     return 0

@@ -193,8 +193,11 @@ def missing_merges(model: dict[str, Any]) -> list[tuple[int, list[str]]]:
             continue
         if token_id > last:
             break
-        splits = [[token[:k], token[k:]] for k in range(1, len(token))
-                  if vocab.get(token[:k], token_id) < token_id and vocab.get(token[k:], token_id) < token_id]
+        splits = [
+            [token[:k], token[k:]]
+            for k in range(1, len(token))
+            if vocab.get(token[:k], token_id) < token_id and vocab.get(token[k:], token_id) < token_id
+        ]
         if len(splits) == 1:
             found.append((token_id - 256, splits[0]))
             last += 1
@@ -229,9 +232,17 @@ def with_timestamp_tokens(tokenizer: Path, dims: WhisperDims, tokens: WhisperTok
     if "<|0.00|>" in tokens.by_content:
         return data
     data.setdefault("added_tokens", []).extend(
-        {"id": first + i, "content": f"<|{i * 0.02:.2f}|>", "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": False}
-        for i in range(dims.vocab_size - first))
+        {
+            "id": first + i,
+            "content": f"<|{i * 0.02:.2f}|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+        for i in range(dims.vocab_size - first)
+    )
     return data
 
 
@@ -266,6 +277,7 @@ def convert_ct2_whisper(
     }
     for name, document in documents.items():
         (out_dir / name).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "tokenizer.json").write_text(json.dumps(with_timestamp_tokens(tokenizer, dims, tokens),
-                                                       ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "tokenizer.json").write_text(
+        json.dumps(with_timestamp_tokens(tokenizer, dims, tokens), ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     return {name: tuple(array.shape) for name, array in tensors.items()}

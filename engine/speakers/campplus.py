@@ -95,8 +95,12 @@ class CamppEmbedder:
         feats = kaldi_fbank(np.stack(windows))
         feats -= feats.mean(axis=1, keepdims=True)
         with self._lock:
-            out = np.concatenate([self._session.run(None, {"feats": feats[i : i + _MAX_BATCH]})[0]
-                                  for i in range(0, len(feats), _MAX_BATCH)])
+            out = np.concatenate(
+                [
+                    self._session.run(None, {"feats": feats[i : i + _MAX_BATCH]})[0]
+                    for i in range(0, len(feats), _MAX_BATCH)
+                ]
+            )
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return segment_embeddings(out, owners, len(segments))
 
@@ -157,9 +161,16 @@ def _export(network: Any, frames: int, path: Path) -> None:
     with warnings.catch_warnings():
         # The definition branches on the input length in Python; every input here has ``frames`` frames.
         warnings.simplefilter("ignore")
-        torch.onnx.export(network, (example,), str(path), dynamo=False, input_names=["feats"],
-                          output_names=["embedding"], dynamic_axes={"feats": {0: "batch"}, "embedding": {0: "batch"}},
-                          opset_version=17)
+        torch.onnx.export(
+            network,
+            (example,),
+            str(path),
+            dynamo=False,
+            input_names=["feats"],
+            output_names=["embedding"],
+            dynamic_axes={"feats": {0: "batch"}, "embedding": {0: "batch"}},
+            opset_version=17,
+        )
 
 
 def _windows(samples: np.ndarray, window: int) -> list[np.ndarray]:

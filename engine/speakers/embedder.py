@@ -82,8 +82,9 @@ class SpeakerEmbedder:
         mels, owners = cut_windows(segments, lambda samples: _partial_mels(_normalise_volume(samples)))
         batch = np.stack(mels)
         with self._lock, self._torch.inference_mode():
-            partial = np.concatenate([self._encoder(self._torch.from_numpy(chunk)).numpy()[:n]
-                                      for chunk, n in _fixed_shape_chunks(batch)])
+            partial = np.concatenate(
+                [self._encoder(self._torch.from_numpy(chunk)).numpy()[:n] for chunk, n in _fixed_shape_chunks(batch)]
+            )
         # The encoder ends in a ReLU: only a degenerate input yields an all-zero vector (``ValueError``).
         return segment_embeddings(partial, owners, len(segments))
 

@@ -66,12 +66,17 @@ CAMPPLUS_FIT: dict[str, float] = {
 SPEAKER_MODELS: dict[str, SpeakerModel] = {
     "resemblyzer": SpeakerModel("resemblyzer", _resemblyzer),
     "campplus": SpeakerModel(
-        "campplus", _campplus,
-        tracker=replace(SpeakerConfig(), similarity_threshold=CAMPPLUS_FIT["similarity_threshold"],
-                        recluster_distance=CAMPPLUS_FIT["recluster_distance"],
-                        recluster_margin=CAMPPLUS_FIT["recluster_margin"]),
-        turns=replace(TurnConfig(), change_similarity=CAMPPLUS_FIT["change_similarity"],
-                      join_margin=CAMPPLUS_FIT["join_margin"]),
+        "campplus",
+        _campplus,
+        tracker=replace(
+            SpeakerConfig(),
+            similarity_threshold=CAMPPLUS_FIT["similarity_threshold"],
+            recluster_distance=CAMPPLUS_FIT["recluster_distance"],
+            recluster_margin=CAMPPLUS_FIT["recluster_margin"],
+        ),
+        turns=replace(
+            TurnConfig(), change_similarity=CAMPPLUS_FIT["change_similarity"], join_margin=CAMPPLUS_FIT["join_margin"]
+        ),
     ),
 }
 SPEAKER_MODEL_NAMES: tuple[str, ...] = tuple(SPEAKER_MODELS)
@@ -88,5 +93,6 @@ def speaker_service(name: str, turns: bool = True) -> SpeakerService:
     """A speaker service running model ``name`` with its own thresholds (``turns``: detect voice changes inside
     segments). The model loads at the service's ``start``."""
     model = speaker_model(name)
-    return SpeakerService(model.tracker, load=model.load, turns=replace(model.turns, enabled=turns and
-                                                                          model.turns.enabled))
+    return SpeakerService(
+        model.tracker, load=model.load, turns=replace(model.turns, enabled=turns and model.turns.enabled)
+    )

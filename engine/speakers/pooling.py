@@ -10,8 +10,9 @@ from collections.abc import Callable
 import numpy as np
 
 
-def cut_windows(segments: list[np.ndarray],
-                cut: Callable[[np.ndarray], list[np.ndarray]]) -> tuple[list[np.ndarray], list[int]]:
+def cut_windows(
+    segments: list[np.ndarray], cut: Callable[[np.ndarray], list[np.ndarray]]
+) -> tuple[list[np.ndarray], list[int]]:
     """The windows of every segment (each segment as float32, cut by ``cut`` into its windows' network inputs), in
     order, and for each window the index of the segment it was cut from (``segment_embeddings``' ``owners``)."""
     windows: list[np.ndarray] = []

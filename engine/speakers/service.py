@@ -42,8 +42,12 @@ class SpeakerService:
     defaults are tuned for; ``engine.speakers.models.speaker_service`` builds one for any model with its own
     thresholds); tests may pass a fake."""
 
-    def __init__(self, config: SpeakerConfig | None = None, load: Callable[[], Embedder] = _load_default,
-                 turns: TurnConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: SpeakerConfig | None = None,
+        load: Callable[[], Embedder] = _load_default,
+        turns: TurnConfig | None = None,
+    ) -> None:
         self.config = config or SpeakerConfig()
         self.turns = turns or TurnConfig()
         self._load = load

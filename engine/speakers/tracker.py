@@ -149,8 +149,10 @@ class SpeakerTracker:
         streaming = np.array([self.labels[sid] for sid in ids])
         clusters = _agglomerate(vectors, self.config.recluster_distance, self.config.max_speakers)
         proposed = _map_onto(clusters, streaming, seconds)
-        final = _compact(_keep_weak_changes(vectors, seconds, streaming, proposed, self.config.recluster_margin),
-                         first_new=int(streaming.max()) + 1)
+        final = _compact(
+            _keep_weak_changes(vectors, seconds, streaming, proposed, self.config.recluster_margin),
+            first_new=int(streaming.max()) + 1,
+        )
         if final.max() >= self.config.max_speakers:
             # Kept streaming labels plus new clusters would break the cap: the streaming labels stand.
             return {}

@@ -149,8 +149,9 @@ class TurnDetector:
             return None
         unit = unit_vector(embedding)
         voice = self._voice_vector()
-        spans_turn = (bool(self._voice)
-                      and self._voice[-1][0].end_sample - self._voice[0][0].start_sample >= self._min_turn)
+        spans_turn = (
+            bool(self._voice) and self._voice[-1][0].end_sample - self._voice[0][0].start_sample >= self._min_turn
+        )
         if voice is None or not spans_turn:
             # Too little of the turn to judge a window against: every window makes the voice.
             self._voice.append((window, unit))

@@ -33,20 +33,35 @@ def nothing() -> asyncio.Future[Any]:
     return fut
 
 
-def closed_words(closed: SegmentClosed, text: str, vad_offset: float, spans: tuple[TimedSpan, ...] = (),
-                 aligned: list[AlignedWord] | None = None) -> list[Word]:
+def closed_words(
+    closed: SegmentClosed,
+    text: str,
+    vad_offset: float,
+    spans: tuple[TimedSpan, ...] = (),
+    aligned: list[AlignedWord] | None = None,
+) -> list[Word]:
     """The words of ``text``, a closed segment's sentence, on the session's timeline (ms): from the aligner's
     ``aligned`` words if any, else laid along the segment's speech by the VAD (``vad_offset``: its speech threshold)
     and Whisper's timed ``spans``."""
-    return place_words(text, samples_to_ms(closed.speech_start_sample), samples_to_ms(closed.speech_end_sample),
-                       closed.probs, vad_offset, WINDOW_MS, spans, samples_to_ms(closed.start_sample), aligned or ())
+    return place_words(
+        text,
+        samples_to_ms(closed.speech_start_sample),
+        samples_to_ms(closed.speech_end_sample),
+        closed.probs,
+        vad_offset,
+        WINDOW_MS,
+        spans,
+        samples_to_ms(closed.start_sample),
+        aligned or (),
+    )
 
 
 class Alignment:
     """One session's use of the shared aligner. ``close`` (the session closed) drops word times still to come."""
 
-    def __init__(self, aligner: AlignService | None, scheduler: DecodeScheduler, mailbox: Mailbox,
-                 vad_offset: float) -> None:
+    def __init__(
+        self, aligner: AlignService | None, scheduler: DecodeScheduler, mailbox: Mailbox, vad_offset: float
+    ) -> None:
         """``aligner``: None where the engine has none; ``mailbox``: where ``words`` messages go; ``vad_offset``:
         the VAD's speech threshold (``closed_words``)."""
         self._aligner = aligner
@@ -56,8 +71,9 @@ class Alignment:
         self._aligning: set[asyncio.Future[None]] = set()  # locked sentences whose word times are on the way
         self._closed = False
 
-    def align(self, audio: np.ndarray, text: str, language: str | None,
-              queue: bool) -> asyncio.Future[list[AlignedWord] | None]:
+    def align(
+        self, audio: np.ndarray, text: str, language: str | None, queue: bool
+    ) -> asyncio.Future[list[AlignedWord] | None]:
         """The aligned words of ``text`` in ``audio`` (16 kHz), or None (no aligner, or it skipped the work).
         ``queue``: wait for the aligner (a file's sentence) rather than skip it when it is behind."""
         if self._aligner is None:
@@ -69,8 +85,15 @@ class Alignment:
         busy = load.get("final", 0) > 0 or self._scheduler.waiting > 0
         return self._aligner.align(audio, text, language, queue=queue, busy=busy)
 
-    def after_lock(self, sid: int, closed: SegmentClosed, audio: np.ndarray | None, text: str,
-                   spans: tuple[TimedSpan, ...], language: str | None) -> None:
+    def after_lock(
+        self,
+        sid: int,
+        closed: SegmentClosed,
+        audio: np.ndarray | None,
+        text: str,
+        spans: tuple[TimedSpan, ...],
+        language: str | None,
+    ) -> None:
         """Align live sentence ``sid``, locked from segment ``closed`` (``audio``: its audio), and post its better
         word times (``WordTimes``) when they come."""
         if self._aligner is None or not text or audio is None:

@@ -69,13 +69,21 @@ class CapacityEstimate:
         ``connections`` how many may be connected; headroom: how many more voices it takes (fewer than none when past
         either)."""
         talking = live if talking is None else talking
-        return {"sessions": self.sessions, "connections": self.holds, "live": live, "talking": talking,
-                "headroom": min(self.sessions - talking, self.holds - live), "source": self.source,
-                "per_session_s": round(self.per_session_s, 4),
-                "front_cpu_per_session": None if self.front_cpu_per_session is None
-                else round(self.front_cpu_per_session, 4),
-                "recognizer_busy": round(self.recognizer_busy, 3), "finals_late_s": round(self.finals_late_s, 3),
-                "late": self.late}
+        return {
+            "sessions": self.sessions,
+            "connections": self.holds,
+            "live": live,
+            "talking": talking,
+            "headroom": min(self.sessions - talking, self.holds - live),
+            "source": self.source,
+            "per_session_s": round(self.per_session_s, 4),
+            "front_cpu_per_session": None
+            if self.front_cpu_per_session is None
+            else round(self.front_cpu_per_session, 4),
+            "recognizer_busy": round(self.recognizer_busy, 3),
+            "finals_late_s": round(self.finals_late_s, 3),
+            "late": self.late,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,10 +119,17 @@ class _Measured:
 class Capacity(EngineObserver):
     """The engine's live-session capacity; see the module docstring. Hears ``lock_lag`` as an engine observer."""
 
-    def __init__(self, config: CapacityConfig, load: RecognizerLoad, *, front_cores: float, most: int,
-                 window_for: Callable[[float], float] = lambda _s: 30.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self,
+        config: CapacityConfig,
+        load: RecognizerLoad,
+        *,
+        front_cores: float,
+        most: int,
+        window_for: Callable[[float], float] = lambda _s: 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         """``front_cores``: cores the front end (this process) may use; ``most``: sessions it can ever hold (the VAD's
         rows); ``window_for``: the encoder window (s) a decode of that much audio (s) runs in; ``clock``: monotonic
         seconds; ``cpu_clock``: this process's CPU seconds (``time.process_time``: every thread, not the recognizer's
@@ -140,9 +155,18 @@ class Capacity(EngineObserver):
         now = self._clock()
         self._live = live
         self._speaking = live if speaking is None else min(live, speaking)
-        self._samples.append(_Sample(now, live, self._speaking, self.load.charged_s(FINAL),
-                                     self.load.charged_s(PARTIAL), self.load.decodes(PARTIAL), self._cpu_clock(),
-                                     files))
+        self._samples.append(
+            _Sample(
+                now,
+                live,
+                self._speaking,
+                self.load.charged_s(FINAL),
+                self.load.charged_s(PARTIAL),
+                self.load.decodes(PARTIAL),
+                self._cpu_clock(),
+                files,
+            )
+        )
         while self._samples and now - self._samples[0].t > self.config.window_s:
             self._samples.popleft()
         self._forget_locks(now)
@@ -178,8 +202,9 @@ class Capacity(EngineObserver):
         if speech_s < cfg.measured_after_s or session_s <= 0:
             return None
         partials = last.partials - first.partials
-        partial_cost = ((last.partial_s - first.partial_s) / partials if partials
-                        else self.load.cost_s(self._window_for(4.0)))
+        partial_cost = (
+            (last.partial_s - first.partial_s) / partials if partials else self.load.cost_s(self._window_for(4.0))
+        )
         needed = sum(PARTIALS_PER_SENTENCE + lock.speech_s / cfg.thinnest_interval_s for lock in locks)
         per_speech_s = ((last.final_s - first.final_s) + partial_cost * needed) / speech_s
         # A voice speaks this share of the time it talks: as measured, but never less than a typical speaker does (a
@@ -195,8 +220,9 @@ class Capacity(EngineObserver):
         no live session's (a file's VAD and alignment, the work after a meeting ends, a transcript's export). The last
         measurement's (or None) when the window has no such second."""
         # (Both ends of a second: in the one in which the last session closed the process may already be at other work.)
-        counted = [(a, b) for a, b in itertools.pairwise(samples)
-                   if min(a.live, b.live) > 0 and a.files == b.files == 0]
+        counted = [
+            (a, b) for a, b in itertools.pairwise(samples) if min(a.live, b.live) > 0 and a.files == b.files == 0
+        ]
         session_s = sum(a.live * (b.t - a.t) for a, b in counted)
         if session_s <= 0:
             last = self._measured
@@ -228,8 +254,9 @@ class Capacity(EngineObserver):
         speech_s = cfg.speaking_fraction / cfg.sentences_per_s  # one sentence's speech
         first = self.load.cost_s(self._window_for(1.0))
         sentence = self.load.cost_s(self._window_for(speech_s))
-        per_sentence = first + (PARTIALS_PER_SENTENCE - 1 + speech_s / cfg.thinnest_interval_s) * sentence \
-            + sentence / 3
+        per_sentence = (
+            first + (PARTIALS_PER_SENTENCE - 1 + speech_s / cfg.thinnest_interval_s) * sentence + sentence / 3
+        )
         return cfg.sentences_per_s * per_sentence
 
     def finals_late_s(self) -> float:
@@ -263,6 +290,13 @@ class Capacity(EngineObserver):
         late_s = self.finals_late_s()
         busy = self.load.busy()
         late = self._live > 1 and busy >= LATE_BUSY and late_s > cfg.late_after_s
-        return CapacityEstimate(sessions, "measured" if measured is not None else "warm-up", need,
-                                measured.per_connection if measured is not None else None, busy, late_s, late,
-                                connections)
+        return CapacityEstimate(
+            sessions,
+            "measured" if measured is not None else "warm-up",
+            need,
+            measured.per_connection if measured is not None else None,
+            busy,
+            late_s,
+            late,
+            connections,
+        )

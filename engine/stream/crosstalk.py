@@ -217,8 +217,7 @@ class OwnVoice:
     def judged(self, probs: np.ndarray, start_sample: int, final: bool = False) -> np.ndarray:
         """The next windows' probabilities (``probs`` after those still waiting, which begin at session sample
         ``start_sample``), as far as they can be judged now; ``final``: all of them (the stream ends)."""
-        waiting = np.concatenate([self._waiting, probs.astype(np.float32, copy=False)]) if self._waiting.size \
-            else probs
+        waiting = np.concatenate([self._waiting, probs.astype(np.float32, copy=False)]) if self._waiting.size else probs
         w, mic = self._window, self.microphone
         n = len(waiting)
         if not final:
@@ -271,8 +270,11 @@ class CrossTalk:
         if power <= _FLOOR:
             return True  # nothing to take from anyone
         around = self.config.tolerance_slots
-        leak = sum(self.gain(mic.key, other.key) * other.power(slot, around)
-                   for other in self.microphones.values() if other is not mic)
+        leak = sum(
+            self.gain(mic.key, other.key) * other.power(slot, around)
+            for other in self.microphones.values()
+            if other is not mic
+        )
         return power - leak >= self.config.own_share * power
 
     def learn(self, mic: Microphone, slot: int) -> None:

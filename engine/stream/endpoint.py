@@ -162,7 +162,7 @@ class Endpointer:
             return []
         at = opened.speech_start_sample + (at - opened.speech_start_sample) // WINDOW * WINDOW
         kept = (self.position_sample - at) // WINDOW
-        tail = self._probs[len(self._probs) - kept:]
+        tail = self._probs[len(self._probs) - kept :]
         # The old segment's speech ends at its last speech window before the cut.
         before = self._probs[: len(self._probs) - kept]
         speech = [i for i, p in enumerate(before) if p >= self.vad.offset]
@@ -201,9 +201,16 @@ class Endpointer:
         assert self._open is not None
         opened = self._open
         windows = max(0, (end - opened.speech_start_sample) // WINDOW)
-        closed = SegmentClosed(opened.index, opened.start_sample, end, opened.speech_start_sample,
-                               min(self._speech_end_sample, end), reason, np.asarray(self._probs[:windows], np.float32),
-                               opened.after_turn)
+        closed = SegmentClosed(
+            opened.index,
+            opened.start_sample,
+            end,
+            opened.speech_start_sample,
+            min(self._speech_end_sample, end),
+            reason,
+            np.asarray(self._probs[:windows], np.float32),
+            opened.after_turn,
+        )
         self._open = None
         self._last_end = end
         self._probs = []

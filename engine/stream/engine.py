@@ -71,9 +71,15 @@ class EngineState(StrEnum):
 class CaptionEngine:
     """Create once per process, ``await start()``, then ``open_session()`` per caller; ``await close()`` at exit."""
 
-    def __init__(self, config: EngineConfig, transcriber: Transcriber | None = None,
-                 vad: VadModel | None = None, speakers: SpeakerService | None = None,
-                 background_floor_s: float = BACKGROUND_FLOOR_S, aligner: AlignService | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        transcriber: Transcriber | None = None,
+        vad: VadModel | None = None,
+        speakers: SpeakerService | None = None,
+        background_floor_s: float = BACKGROUND_FLOOR_S,
+        aligner: AlignService | None = None,
+    ) -> None:
         """``transcriber`` defaults to vLLM in this process (or the ``vllm serve`` instances at
         ``config.transcriber.asr_urls``), ``vad`` to Silero, ``speakers`` to ``config.speaker_model`` when
         ``config.speakers`` is on (tests pass fakes; the engine starts and closes whatever it is given).
@@ -91,19 +97,31 @@ class CaptionEngine:
 
             transcriber = VllmTranscriber(config.transcriber)
         self.transcriber = transcriber
-        self.vad = VadBatcher(vad if vad is not None else BatchedVad(config.vad.max_sessions),
-                              min_interval_s=config.vad.batch_interval_ms / 1000)
+        self.vad = VadBatcher(
+            vad if vad is not None else BatchedVad(config.vad.max_sessions),
+            min_interval_s=config.vad.batch_interval_ms / 1000,
+        )
         # Whoever counts what the engine does (metrics): add an ``engine.observe.EngineObserver`` here.
         self.observers = Observers()
         max_inflight = config.partial.max_inflight or 2  # raised to 32 once a GPU is detected
         # ``vllm serve`` instances decode side by side, each as fast as one engine.
         self.recognizer_load = RecognizerLoad(parallel=max(1, len(config.transcriber.asr_urls)))
-        self.scheduler = DecodeScheduler(transcriber, max_inflight, background_floor_s=background_floor_s,
-                                         observer=self.observers, load=self.recognizer_load,
-                                         window_for=self._window_for)
+        self.scheduler = DecodeScheduler(
+            transcriber,
+            max_inflight,
+            background_floor_s=background_floor_s,
+            observer=self.observers,
+            load=self.recognizer_load,
+            window_for=self._window_for,
+        )
         # (its front_cores are set in ``start``, once the recognizer's device is known)
-        self.capacity = Capacity(config.capacity, self.recognizer_load, front_cores=1.0,
-                                 most=config.vad.max_sessions, window_for=self._window_for)
+        self.capacity = Capacity(
+            config.capacity,
+            self.recognizer_load,
+            front_cores=1.0,
+            most=config.vad.max_sessions,
+            window_for=self._window_for,
+        )
         self.observers.add(self.capacity)
         self._sampler_task: asyncio.Task[None] | None = None
         # A CPU recognizer's threads while one session speaks, and while several do (0: left as they are).
@@ -112,8 +130,9 @@ class CaptionEngine:
         self._light_since = float("inf")  # since when the recognizer has been light (one speaker, or idle enough)
         self._loaded_since = float("inf")  # since when several sessions have kept it busy
         self._sampler_failed = False
-        self.speakers = (speakers if speakers is not None
-                         else speaker_service(config.speaker_model) if config.speakers else None)
+        self.speakers = (
+            speakers if speakers is not None else speaker_service(config.speaker_model) if config.speakers else None
+        )
         # Word alignment needs the checkpoint on this machine: started in ``start`` once the recognizer has it.
         self.aligner = (aligner or AlignService()) if config.word_align else None
         self.sessions: dict[str, Session] = {}
@@ -156,11 +175,15 @@ class CaptionEngine:
         if not self.english_only:
             return ""
         if task == "translate":
-            return (f"this server's model ({self.model_name}) is English-only: it has no translate task (a "
-                    "multilingual model such as whisper-base has)")
+            return (
+                f"this server's model ({self.model_name}) is English-only: it has no translate task (a "
+                "multilingual model such as whisper-base has)"
+            )
         if language not in (None, "en"):
-            return (f"this server's model ({self.model_name}) is English-only: it cannot caption speech in "
-                    f"{language!r} (a multilingual model such as whisper-base can)")
+            return (
+                f"this server's model ({self.model_name}) is English-only: it cannot caption speech in "
+                f"{language!r} (a multilingual model such as whisper-base can)"
+            )
         return ""
 
     @property
@@ -204,8 +227,12 @@ class CaptionEngine:
         self._watch_task = asyncio.create_task(self._watch_recognizer(), name="engine-watch")
         self._sampler_task = asyncio.create_task(self._sample(), name="engine-load-sampler")
         estimate = self.capacity.estimate()
-        log.info("engine ready: model %s; holds about %d live sessions on time (%s)", self.model_name,
-                 estimate.sessions, estimate.source)
+        log.info(
+            "engine ready: model %s; holds about %d live sessions on time (%s)",
+            self.model_name,
+            estimate.sessions,
+            estimate.source,
+        )
 
     def _window_for(self, audio_s: float) -> float:
         """The encoder window a request of ``audio_s`` seconds decodes in (Whisper's full 30 s for a recognizer
@@ -224,8 +251,12 @@ class CaptionEngine:
         if device == "cpu":
             # (Only a recognizer that says how many threads it runs can be given more or fewer: vLLM's CPU engine;
             # and not when the operator fixed them, by flag or with OMP_NUM_THREADS.)
-            if self.config.transcriber.cpu_threads == 0 and getattr(self.transcriber, "cpu_threads", 0) > 0 \
-                    and cores > 1 and "OMP_NUM_THREADS" not in os.environ:
+            if (
+                self.config.transcriber.cpu_threads == 0
+                and getattr(self.transcriber, "cpu_threads", 0) > 0
+                and cores > 1
+                and "OMP_NUM_THREADS" not in os.environ
+            ):
                 self.threads_alone, self.threads_shared = cores, shared_cpu_threads(cores)
             fixed = self.config.transcriber.cpu_threads or _leading_int(os.environ.get("OMP_NUM_THREADS", ""))
             engine_threads = self.threads_shared or fixed or cores
@@ -277,8 +308,13 @@ class CaptionEngine:
         if want and want != current:
             got = await self.transcriber.set_cpu_threads(want)  # type: ignore[attr-defined]
             if got:
-                log.info("recognizer threads %d -> %d (%d sessions speaking, recognizer %.0f %% busy)", current, got,
-                         speaking, 100 * busy)
+                log.info(
+                    "recognizer threads %d -> %d (%d sessions speaking, recognizer %.0f %% busy)",
+                    current,
+                    got,
+                    speaking,
+                    100 * busy,
+                )
 
     @property
     def live_sessions(self) -> int:
@@ -328,10 +364,13 @@ class CaptionEngine:
         self._state = EngineState.FAILED
         self._detail = detail
         log.error("speech engine failed: %s; ending %d sessions", detail, len(self.sessions))
-        reason = "the speech engine stopped unexpectedly; this session has ended (the server restarts: start again " \
-                 "in a minute)"
-        await asyncio.gather(*(s.end(protocol.ErrorCode.ENGINE, reason) for s in list(self.sessions.values())),
-                             return_exceptions=True)
+        reason = (
+            "the speech engine stopped unexpectedly; this session has ended (the server restarts: start again "
+            "in a minute)"
+        )
+        await asyncio.gather(
+            *(s.end(protocol.ErrorCode.ENGINE, reason) for s in list(self.sessions.values())), return_exceptions=True
+        )
         self.failed.set()
 
     def open_session(self, options: SessionOptions | None = None, session_id: str | None = None) -> Session:
@@ -343,10 +382,18 @@ class CaptionEngine:
         sid = session_id or secrets.token_urlsafe(9)
         lane = self.vad.open()
         try:
-            session = Session(sid, options or SessionOptions(language=self.config.default_language),
-                              config=self.config, scheduler=self.scheduler, vad=lane, speakers=self.speakers,
-                              aligner=self.aligner,
-                              model_name=self.model_name, on_closed=self._forget, observer=self.observers)
+            session = Session(
+                sid,
+                options or SessionOptions(language=self.config.default_language),
+                config=self.config,
+                scheduler=self.scheduler,
+                vad=lane,
+                speakers=self.speakers,
+                aligner=self.aligner,
+                model_name=self.model_name,
+                on_closed=self._forget,
+                observer=self.observers,
+            )
         except BaseException:
             lane.close()
             raise
@@ -383,8 +430,11 @@ class CaptionEngine:
         """Requests in the recognizer now, by priority: ``{"final": n, "partial": m, "background": b}`` (its queue
         depth; counting only, no call into the model)."""
         load = self.transcriber.load()
-        return {"final": load.get("final", 0), "partial": load.get("partial", 0),
-                "background": load.get("background", 0)}
+        return {
+            "final": load.get("final", 0),
+            "partial": load.get("partial", 0),
+            "background": load.get("background", 0),
+        }
 
     def stats(self) -> dict[str, Any]:
         """Numbers for /ready, metrics and benches."""

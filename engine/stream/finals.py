@@ -122,10 +122,21 @@ class LockRound:
 class Finals:
     """One session's closed segments, oldest first (``pending``), until each has locked."""
 
-    def __init__(self, session_id: str, decoding: DecodeSettings, *, config: EngineConfig,
-                 scheduler: DecodeScheduler, speakers: SpeakerService | None, labels: Labels | None,
-                 alignment: Alignment, mailbox: Mailbox, stats: SessionStats, log: SessionLog,
-                 on_done: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        decoding: DecodeSettings,
+        *,
+        config: EngineConfig,
+        scheduler: DecodeScheduler,
+        speakers: SpeakerService | None,
+        labels: Labels | None,
+        alignment: Alignment,
+        mailbox: Mailbox,
+        stats: SessionStats,
+        log: SessionLog,
+        on_done: Callable[[], None],
+    ) -> None:
         """``speakers``/``labels``: the speaker service and the session's labels (None: no labels); ``mailbox``:
         where an ``error`` goes when the recognizer is unavailable; ``on_done`` runs as each final finishes (the
         session then locks what it can)."""
@@ -146,17 +157,34 @@ class Finals:
         # is decoded joined to it if the guard drops that one too.
         self._dropped_half: Joined | None = None
 
-    def start(self, closed: SegmentClosed, audio: np.ndarray, handover: Handover, voice: int | None = None,
-              closed_at_sample: int = 0) -> None:
+    def start(
+        self,
+        closed: SegmentClosed,
+        audio: np.ndarray,
+        handover: Handover,
+        voice: int | None = None,
+        closed_at_sample: int = 0,
+    ) -> None:
         """Start the final of segment ``closed`` (``audio``: its audio, 16 kHz; ``voice``: the speaker label shown
         beside its partial text, if any: it locks with that one if its embedding is not in yet;
         ``closed_at_sample``: the session sample at which it closed)."""
         speech_s = closed.speech_samples / SAMPLE_RATE
-        task = asyncio.create_task(self._final(closed, audio, speech_s, handover),
-                                   name=f"{self._session_id}-final-{closed.index}")
-        self.pending.append(Pending(closed, handover.preview, task, speech_s, shown=handover.shown,
-                                    stable=len(handover.stable), audio=audio, voice=voice,
-                                    closed_at_sample=closed_at_sample or closed.end_sample))
+        task = asyncio.create_task(
+            self._final(closed, audio, speech_s, handover), name=f"{self._session_id}-final-{closed.index}"
+        )
+        self.pending.append(
+            Pending(
+                closed,
+                handover.preview,
+                task,
+                speech_s,
+                shown=handover.shown,
+                stable=len(handover.stable),
+                audio=audio,
+                voice=voice,
+                closed_at_sample=closed_at_sample or closed.end_sample,
+            )
+        )
         task.add_done_callback(lambda _t: self._on_done())
 
     def previews(self) -> list[Preview]:
@@ -180,8 +208,13 @@ class Finals:
         start, or reconciled); carried words are not said again. A file's sentence waits for its aligned word times
         and its speaker embedding; a live one locks without its word times (they follow, ``Alignment.after_lock``)
         and, if its client takes corrections, without its embedding (``Labels``)."""
-        stable, stable_end_sample, prior, adopted, carried = (handover.stable, handover.stable_end_sample,
-                                                              handover.prior, handover.adopted, handover.carried)
+        stable, stable_end_sample, prior, adopted, carried = (
+            handover.stable,
+            handover.stable_end_sample,
+            handover.prior,
+            handover.adopted,
+            handover.carried,
+        )
         request = self._request(f"{self._session_id}-f{closed.index}", audio, stable)
         # Where the sentence does not wait for its label, its embedding starts once its text is decoded: on a CPU
         # it would otherwise share the cores with that decode, which the lock does wait for.
@@ -191,8 +224,9 @@ class Finals:
             result = prior
             if result is None and adopted is not None:
                 result = await self._scheduler.final_of(adopted)
-                if result is not None and (result.truncated or stopped_early(result, closed.speech_end_sample, stable,
-                                                                             stable_end_sample)):
+                if result is not None and (
+                    result.truncated or stopped_early(result, closed.speech_end_sample, stable, stable_end_sample)
+                ):
                     result = None  # a partial's text that stops before its audio does: decode it properly
             if result is None:
                 result = await self._decode(request)
@@ -211,7 +245,7 @@ class Finals:
         if embed is None:
             embed = self._embed(audio, speech_s)
         words = onto(stable, result.text.split())
-        text = " ".join(stable + without_lead(words[len(stable):], carried))
+        text = " ".join(stable + without_lead(words[len(stable) :], carried))
         if carried:
             # Settled words went on to the next sentence, and are on screen right after this one's settled words:
             # anything more this sentence said would land in front of them. Those words are the next sentence's.
@@ -219,8 +253,9 @@ class Finals:
                 embed.cancel()
                 return _NOTHING
             text = " ".join(stable)
-        reason = reject_reason(result, rms_dbfs(audio), samples_to_ms(closed.speech_samples),
-                               self._decoding.guard(self._config.guard))
+        reason = reject_reason(
+            result, rms_dbfs(audio), samples_to_ms(closed.speech_samples), self._decoding.guard(self._config.guard)
+        )
         if reason:
             kind = reason.kind.value
             self._stats.dropped[kind] = self._stats.dropped.get(kind, 0) + 1
@@ -237,8 +272,15 @@ class Finals:
         aligned = self._file_alignment(audio, text, result.language)
         await self._label_wait(embed)
         same = text == result.text
-        return Final(text, result.spans if same else (), embed, result.avg_logprob, await aligned,
-                     word_probs=result.word_probs if same else (), language=result.language)
+        return Final(
+            text,
+            result.spans if same else (),
+            embed,
+            result.avg_logprob,
+            await aligned,
+            word_probs=result.word_probs if same else (),
+            language=result.language,
+        )
 
     def _request(self, request_id: str, audio: np.ndarray, stable: list[str]) -> DecodeRequest:
         """A final decode of ``audio`` made to start with ``stable``: a file's in the background queue."""
@@ -255,8 +297,9 @@ class Finals:
         """The speaker embedding of ``audio`` (``speech_s`` seconds of speech), started now; None without speakers."""
         return self._speakers.embed(audio, speech_s) if self._speakers is not None else nothing()
 
-    def _file_alignment(self, audio: np.ndarray, text: str,
-                        language: str | None) -> asyncio.Future[list[AlignedWord] | None]:
+    def _file_alignment(
+        self, audio: np.ndarray, text: str, language: str | None
+    ) -> asyncio.Future[list[AlignedWord] | None]:
         """A file's word times for ``text``, which its sentence waits for; a live sentence locks without them
         (nothing to await: they follow, ``Alignment.after_lock``)."""
         options = self._decoding.options
@@ -305,20 +348,30 @@ class Finals:
             embed.cancel()
             return None
         self._stats.final_decode_s.append(result.decode_s)
-        reason = reject_reason(result, rms_dbfs(both), samples_to_ms(segment.speech_samples),
-                               self._decoding.guard(self._config.guard))
+        reason = reject_reason(
+            result, rms_dbfs(both), samples_to_ms(segment.speech_samples), self._decoding.guard(self._config.guard)
+        )
         if reason:
             embed.cancel()
             self._log.info("segments %d-%d joined dropped: %s", held.segment.index, closed.index, reason)
             self._hold_if_cut(segment, both)
             return None
         self._stats.rejoined += 1
-        self._log.info("segments %d-%d, both dropped, decoded as one (%.2f)", held.segment.index, closed.index,
-                       result.avg_logprob)
+        self._log.info(
+            "segments %d-%d, both dropped, decoded as one (%.2f)", held.segment.index, closed.index, result.avg_logprob
+        )
         aligned = self._file_alignment(both, result.text, result.language)
         await self._label_wait(embed)
-        return Final(result.text, result.spans, embed, result.avg_logprob, await aligned, joined,
-                     result.word_probs, result.language)
+        return Final(
+            result.text,
+            result.spans,
+            embed,
+            result.avg_logprob,
+            await aligned,
+            joined,
+            result.word_probs,
+            result.language,
+        )
 
     def lock(self) -> LockRound:
         """Lock every finished segment at the head of the queue, in order."""
@@ -343,29 +396,43 @@ class Finals:
             sid = self._next_sentence
             self._next_sentence += 1
             closed = item.closed
-            spk = (self._labels.label(sid, final.embed or nothing(), item.speech_s, closed.after_turn, item.voice)
-                   if self._labels else None)
+            spk = (
+                self._labels.label(sid, final.embed or nothing(), item.speech_s, closed.after_turn, item.voice)
+                if self._labels
+                else None
+            )
             words = closed_words(closed, text, self._config.vad.offset, spans, final.aligned)
             speech = closed.probs[: max(1, closed.speech_samples // WINDOW)]
             no_speech = round(1.0 - float(speech.mean()), 4) if speech.size else None
-            sentence = protocol.Sentence(sid, text, samples_to_ms(closed.speech_start_sample),
-                                         samples_to_ms(closed.speech_end_sample), spk, words=tuple(words),
-                                         avg_logprob=round(final.avg_logprob, 4), no_speech_prob=no_speech,
-                                         word_probs=tuple(round(p, 4) for p in probs)
-                                         if len(probs) == len(words) else ())
+            sentence = protocol.Sentence(
+                sid,
+                text,
+                samples_to_ms(closed.speech_start_sample),
+                samples_to_ms(closed.speech_end_sample),
+                spk,
+                words=tuple(words),
+                avg_logprob=round(final.avg_logprob, 4),
+                no_speech_prob=no_speech,
+                word_probs=tuple(round(p, 4) for p in probs) if len(probs) == len(words) else (),
+            )
             locked.append(Locked(sentence, item, spans, final.language))
         return LockRound(locked, covered)
 
 
-def joined_segment(first: SegmentClosed, first_audio: np.ndarray, second: SegmentClosed,
-                   second_audio: np.ndarray) -> Joined:
+def joined_segment(
+    first: SegmentClosed, first_audio: np.ndarray, second: SegmentClosed, second_audio: np.ndarray
+) -> Joined:
     """Segment ``second`` joined to ``first``, the one before it, as one (its index, reason and end; ``first``'s start,
     speech start and change of voice), with its audio: silence stands in for any samples between the two, which
     belong to neither (the quiet windows after a cut, before the next segment's pre-roll)."""
     gap = np.zeros(max(0, second.start_sample - first.end_sample), np.float32)
     skip = max(0, (second.speech_start_sample - first.speech_start_sample) // WINDOW - first.probs.size)
     probs = np.concatenate([first.probs, np.zeros(skip, np.float32), second.probs]).astype(np.float32)
-    segment = dataclasses.replace(second, start_sample=first.start_sample,
-                                  speech_start_sample=first.speech_start_sample, probs=probs,
-                                  after_turn=first.after_turn)
+    segment = dataclasses.replace(
+        second,
+        start_sample=first.start_sample,
+        speech_start_sample=first.speech_start_sample,
+        probs=probs,
+        after_turn=first.after_turn,
+    )
     return Joined(segment, np.concatenate([first_audio, gap, second_audio]).astype(np.float32))

@@ -48,8 +48,14 @@ class _Waiting:
 class Labels:
     """One session's speaker labels for its locked sentences (``label``), with corrections posted by ``on_relabel``."""
 
-    def __init__(self, tracker: SpeakerTracker, on_relabel: Callable[[dict[int, int]], None], *,
-                 stats: SessionStats, log: SessionLog) -> None:
+    def __init__(
+        self,
+        tracker: SpeakerTracker,
+        on_relabel: Callable[[dict[int, int]], None],
+        *,
+        stats: SessionStats,
+        log: SessionLog,
+    ) -> None:
         """``on_relabel`` gets ``{sentence id: label}`` for locked sentences whose label changed once labelled;
         ``stats`` counts provisional labels and corrections."""
         self._tracker = tracker
@@ -64,8 +70,9 @@ class Labels:
         """Locked sentences not labelled by the tracker yet."""
         return len(self._waiting)
 
-    def label(self, sid: int, embed: asyncio.Future[np.ndarray | None], speech_s: float, new_voice: bool,
-              voice: int | None) -> int:
+    def label(
+        self, sid: int, embed: asyncio.Future[np.ndarray | None], speech_s: float, new_voice: bool, voice: int | None
+    ) -> int:
         """The label sentence ``sid`` locks with: its tracker label if ``embed`` (its embedding, None: too short) is
         in and no earlier sentence waits, else a provisional one (``voice``: the label its voice showed, if any);
         ``new_voice``: a change of voice began it. Call in sentence order."""

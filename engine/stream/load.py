@@ -80,8 +80,11 @@ class RecognizerLoad:
                 self._decodes[ticket.kind] += 1
             if ticket.kind == PARTIAL and window_s is not None:
                 old = self._costs.get(window_s)
-                self._costs[window_s] = ticket.charged_s if old is None else (
-                    (1 - COST_SMOOTHING) * old + COST_SMOOTHING * ticket.charged_s)
+                self._costs[window_s] = (
+                    ticket.charged_s
+                    if old is None
+                    else ((1 - COST_SMOOTHING) * old + COST_SMOOTHING * ticket.charged_s)
+                )
         return ticket.charged_s
 
     def _advance(self) -> None:

@@ -25,9 +25,17 @@ class Mailbox:
         self._seq = 0
         self.closed = False
 
-    def post_caption(self, sentences: list[Sentence], partial: str, *, is_final: bool = False,
-                     latency_ms: int | None = None, partial_spk: int | None = None, stable: int = 0,
-                     stable_words: Sequence[Word] = ()) -> None:
+    def post_caption(
+        self,
+        sentences: list[Sentence],
+        partial: str,
+        *,
+        is_final: bool = False,
+        latency_ms: int | None = None,
+        partial_spk: int | None = None,
+        stable: int = 0,
+        stable_words: Sequence[Word] = (),
+    ) -> None:
         """Queue a caption update, merging into a waiting non-final one (``stable`` describes ``partial`` and is
         replaced with it; ``stable_words`` are each sent once, so they add up)."""
         tail = self._queue[-1] if self._queue else None
@@ -41,8 +49,17 @@ class Mailbox:
             if latency_ms is not None:
                 tail.latency_ms = latency_ms
         else:
-            self._put(Caption(list(sentences), partial, is_final, latency_ms, partial_spk=partial_spk, stable=stable,
-                              stable_words=list(stable_words)))
+            self._put(
+                Caption(
+                    list(sentences),
+                    partial,
+                    is_final,
+                    latency_ms,
+                    partial_spk=partial_spk,
+                    stable=stable,
+                    stable_words=list(stable_words),
+                )
+            )
         self._ready.set()
 
     def post(self, message: ServerMessage) -> None:

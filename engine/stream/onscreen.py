@@ -20,8 +20,16 @@ class OnScreen:
     """Posts a session's captions into its ``mailbox``. ``live``: the session is still live (only then does a
     caption carry a latency: a stopping session's audio has all arrived)."""
 
-    def __init__(self, mailbox: Mailbox, *, finals: Finals, partials: Partials, voices: Voices, arrivals: Arrivals,
-                 live: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        *,
+        finals: Finals,
+        partials: Partials,
+        voices: Voices,
+        arrivals: Arrivals,
+        live: Callable[[], bool],
+    ) -> None:
         self._mailbox, self._finals, self._partials, self._voices = mailbox, finals, partials, voices
         self._arrivals, self._live = arrivals, live
 
@@ -49,6 +57,11 @@ class OnScreen:
             self._mailbox.post_caption(sentences, "", is_final=True, latency_ms=latency)
             return
         shown = self.tentative()
-        self._mailbox.post_caption(sentences, shown.text, latency_ms=latency,
-                                   partial_spk=self._voices.label if self._partials.text else None,
-                                   stable=shown.stable, stable_words=self._partials.new_stable_words())
+        self._mailbox.post_caption(
+            sentences,
+            shown.text,
+            latency_ms=latency,
+            partial_spk=self._voices.label if self._partials.text else None,
+            stable=shown.stable,
+            stable_words=self._partials.new_stable_words(),
+        )

@@ -37,8 +37,15 @@ ENGLISH = "en"  # what the translate task writes
 class Originals:
     """One translating session's second decodes. ``close`` (the session closed) cancels those still to come."""
 
-    def __init__(self, session_id: str, decoding: DecodeSettings, scheduler: DecodeScheduler, mailbox: Mailbox,
-                 guard: GuardConfig, log: SessionLog) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        decoding: DecodeSettings,
+        scheduler: DecodeScheduler,
+        mailbox: Mailbox,
+        guard: GuardConfig,
+        log: SessionLog,
+    ) -> None:
         """``decoding``: the session's (its context and temperature apply to the second decode too); ``mailbox``:
         where ``original`` messages go; ``guard``: the hallucination guard's thresholds for a transcription (not
         the translate task's looser ones)."""

@@ -55,8 +55,11 @@ def stopped_early(result: Transcript, speech_end_sample: int, stable: list[str],
     though the speaker went on for ``EARLY_STOP_S`` after them (to ``speech_end_sample``): Whisper ended the text
     right after the forced words. Its text is not the segment's, whatever it says (it must not lock it, early or as
     the final)."""
-    return (bool(stable) and len(result.text.split()) <= len(stable)
-            and speech_end_sample - stable_end_sample > EARLY_STOP_S * SAMPLE_RATE)
+    return (
+        bool(stable)
+        and len(result.text.split()) <= len(stable)
+        and speech_end_sample - stable_end_sample > EARLY_STOP_S * SAMPLE_RATE
+    )
 
 
 @dataclass
@@ -68,11 +71,21 @@ class DecodeSettings:
     options: SessionOptions
     context: str = ""
 
-    def request(self, request_id: str, audio: np.ndarray, priority: Priority, stable: list[str],
-                timestamps: bool) -> DecodeRequest:
+    def request(
+        self, request_id: str, audio: np.ndarray, priority: Priority, stable: list[str], timestamps: bool
+    ) -> DecodeRequest:
         """A decode of ``audio`` made to start with the settled words ``stable`` (``forced``)."""
-        return DecodeRequest(request_id, audio, priority, self.options.language, self.context, prefix=forced(stable),
-                             timestamps=timestamps, temperature=self.options.temperature, task=self.options.task)
+        return DecodeRequest(
+            request_id,
+            audio,
+            priority,
+            self.options.language,
+            self.context,
+            prefix=forced(stable),
+            timestamps=timestamps,
+            temperature=self.options.temperature,
+            task=self.options.task,
+        )
 
     def guard(self, config: GuardConfig) -> GuardConfig:
         """The hallucination guard's thresholds for this session's decodes: a translation's confidence floor is
@@ -117,9 +130,18 @@ class Shown:
 class Partials:
     """The partial decodes of one session's open segment: see the module docstring for each part."""
 
-    def __init__(self, client: PartialClient, decoding: DecodeSettings, *, config: EngineConfig,
-                 scheduler: DecodeScheduler, endpointer: Endpointer, audio: AudioBuffer,
-                 clock: Callable[[], float], log: SessionLog) -> None:
+    def __init__(
+        self,
+        client: PartialClient,
+        decoding: DecodeSettings,
+        *,
+        config: EngineConfig,
+        scheduler: DecodeScheduler,
+        endpointer: Endpointer,
+        audio: AudioBuffer,
+        clock: Callable[[], float],
+        log: SessionLog,
+    ) -> None:
         """``client``: the session, as the scheduler knows it; ``audio``: the session's buffer (it holds the open
         segment); ``clock``: monotonic seconds (the cadence)."""
         self._client = client
@@ -146,9 +168,14 @@ class Partials:
         self._unsure_first = 0  # the open segment's partials that showed nothing for an unsure first word
 
     def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
-        return StableWords(list(words or ()), sent, min_age_s=self._cfg.stable_min_age_s,
-                           min_prob=self._cfg.stable_min_prob, sure_prob=self._cfg.stable_sure_prob,
-                           sure_after=self._cfg.stable_sure_after)
+        return StableWords(
+            list(words or ()),
+            sent,
+            min_age_s=self._cfg.stable_min_age_s,
+            min_prob=self._cfg.stable_min_prob,
+            sure_prob=self._cfg.stable_sure_prob,
+            sure_after=self._cfg.stable_sure_after,
+        )
 
     # ---- the open segment's bounds --------------------------------------------------------------------------
     def open(self, start: int) -> None:
@@ -169,8 +196,9 @@ class Partials:
         self._scheduler.cancel_partial(self._client)
         self._last = None
         self._ends_sentence = False
-        handover = Handover(prior, adopted, list(self.stable.words), self.stable_end_sample, self._carried, self.text,
-                            self.shown)
+        handover = Handover(
+            prior, adopted, list(self.stable.words), self.stable_end_sample, self._carried, self.text, self.shown
+        )
         self._carried = []
         self.text = ""
         return handover
@@ -241,8 +269,12 @@ class Partials:
         new_speech = self._endpointer.speech_end_sample > self._audio_end
         if new_speech:
             self._scheduler.note_speaking(self._client)  # (it speaks, however seldom its partials are due)
-        if (speech_ms >= cfg.first_after_ms and new_ms >= cfg.min_new_audio_ms and new_speech
-                and self._clock() - self.last_started_s >= interval):
+        if (
+            speech_ms >= cfg.first_after_ms
+            and new_ms >= cfg.min_new_audio_ms
+            and new_speech
+            and self._clock() - self.last_started_s >= interval
+        ):
             running = self._scheduler.running_partial(self._client)
             if running is not None and closing:
                 # It stopped short of the speech (``new_speech``): the decode of all of it must not wait for it, else
@@ -267,8 +299,13 @@ class Partials:
         # The audio ends inside speech when its last windows were speech: its last word may be cut short.
         in_speech = self._endpointer.speech_end_sample >= end - STEP_WINDOWS * WINDOW
         self._meta[request_id] = (opened.index, end, in_speech)
-        return self._decoding.request(request_id, self._audio.slice(opened.start_sample, end), Priority.PARTIAL,
-                                      self.stable.words, self._config.transcriber.timestamps)
+        return self._decoding.request(
+            request_id,
+            self._audio.slice(opened.start_sample, end),
+            Priority.PARTIAL,
+            self.stable.words,
+            self._config.transcriber.timestamps,
+        )
 
     def forget(self, request: DecodeRequest) -> None:
         """A request whose result will not be taken (it failed, or the session is no longer live)."""
@@ -282,8 +319,9 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None or opened.index != index:
             return None
-        if stopped_early(result, min(end, self._endpointer.speech_end_sample), self.stable.words,
-                         self.stable_end_sample):
+        if stopped_early(
+            result, min(end, self._endpointer.speech_end_sample), self.stable.words, self.stable_end_sample
+        ):
             result = dataclasses.replace(result, truncated=True, looped=False)
         self._last = (index, end, result)
         level = rms_dbfs(request.audio)
@@ -364,7 +402,7 @@ class Partials:
         floor = 0 if unsure else 1
         for k in range(settled, len(words)):
             if k >= agreed and 0 <= k + shift < len(probs) and probs[k + shift] < threshold:
-                shown = words[:max(k, settled, floor)]
+                shown = words[: max(k, settled, floor)]
                 if not shown:
                     self._unsure_first += 1
                 return " ".join(shown)
@@ -376,10 +414,17 @@ class Partials:
         opened = self._endpointer.open_segment
         if opened is None:
             return []
-        return place_words(text, samples_to_ms(opened.speech_start_sample),
-                           samples_to_ms(max(self._endpointer.speech_end_sample, opened.speech_start_sample + WINDOW)),
-                           self._endpointer.open_probs, self._config.vad.offset, WINDOW_MS, (),
-                           samples_to_ms(opened.start_sample), ())
+        return place_words(
+            text,
+            samples_to_ms(opened.speech_start_sample),
+            samples_to_ms(max(self._endpointer.speech_end_sample, opened.speech_start_sample + WINDOW)),
+            self._endpointer.open_probs,
+            self._config.vad.offset,
+            WINDOW_MS,
+            (),
+            samples_to_ms(opened.start_sample),
+            (),
+        )
 
     def _settled_until(self, text: str) -> int:
         """Where the settled words of the open segment end, estimated from the VAD (a session sample index)."""
@@ -419,7 +464,7 @@ class Partials:
         self.stable = self._new_stable(settled[:keep], sent=min(sent, keep))
         self.text = " ".join(shown[:keep])
         self._carried = carried
-        return Carry(carried, max(0, sent - keep), shown[len(settled):])
+        return Carry(carried, max(0, sent - keep), shown[len(settled) :])
 
     def resume(self, carry: Carry, at: int) -> None:
         """The new voice's segment, opened at sample ``at``, starts with the carried words: shown, still settled."""

@@ -55,14 +55,24 @@ class StreamResult:
 
     def summary(self) -> dict[str, Any]:
         """The CLI's last line (JSON)."""
-        return {"type": "summary", "sentences": [s.wire() for s in self.sentences()], "text": self.text(),
-                "audio_s": round(self.audio_s, 3), "wall_s": round(self.wall_s, 3)}
+        return {
+            "type": "summary",
+            "sentences": [s.wire() for s in self.sentences()],
+            "text": self.text(),
+            "audio_s": round(self.audio_s, 3),
+            "wall_s": round(self.wall_s, 3),
+        }
 
 
-async def stream_audio(engine: CaptionEngine, audio: np.ndarray, *, realtime: bool,
-                       options: SessionOptions | None = None,
-                       on_message: Callable[[ServerMessage], None] | None = None,
-                       start_delay_s: float = 0.0) -> StreamResult:
+async def stream_audio(
+    engine: CaptionEngine,
+    audio: np.ndarray,
+    *,
+    realtime: bool,
+    options: SessionOptions | None = None,
+    on_message: Callable[[ServerMessage], None] | None = None,
+    start_delay_s: float = 0.0,
+) -> StreamResult:
     """Feed ``audio`` (16 kHz float32) in 60 ms chunks, paced at real time or as fast as possible, then stop.
 
     Returns every message the session sent. The session is always closed, even on error or cancellation.

@@ -82,7 +82,6 @@ class PartialClient(Protocol):
 
     def on_partial(self, request: DecodeRequest, result: Transcript) -> None: ...
 
-
     def on_partial_failed(self, request: DecodeRequest, exc: BaseException) -> None: ...
 
 
@@ -97,10 +96,16 @@ class _Running:
 class DecodeScheduler:
     """Owns every partial task; finals are awaited by their sessions through ``final``."""
 
-    def __init__(self, transcriber: Transcriber, max_inflight_partials: int, max_background: int = 1,
-                 background_floor_s: float = BACKGROUND_FLOOR_S, observer: EngineObserver | None = None,
-                 load: RecognizerLoad | None = None,
-                 window_for: Callable[[float], float] | None = None) -> None:
+    def __init__(
+        self,
+        transcriber: Transcriber,
+        max_inflight_partials: int,
+        max_background: int = 1,
+        background_floor_s: float = BACKGROUND_FLOOR_S,
+        observer: EngineObserver | None = None,
+        load: RecognizerLoad | None = None,
+        window_for: Callable[[float], float] | None = None,
+    ) -> None:
         """``observer`` hears of every decode that finishes (``EngineObserver.decoded``); ``load`` is charged with
         every decode (a fresh one if None); ``window_for``: the encoder window (s) a request of that much audio (s)
         decodes in (None: the audio's own length, for recognizers without windows)."""
@@ -340,10 +345,12 @@ class DecodeScheduler:
             wait_s = max(0.0, at - now)
             self._floor_timer = asyncio.get_running_loop().call_later(wait_s, self._floor_reached)
         while self._waiting:
-            client = min(self._waiting.values(), key=lambda c: (not c.closing, not c.first_words,
-                                                                 c.last_partial_started_s))
-            if not client.closing and (self._finals or self._closing
-                                       or len(self._running) >= self.max_inflight_partials):
+            client = min(
+                self._waiting.values(), key=lambda c: (not c.closing, not c.first_words, c.last_partial_started_s)
+            )
+            if not client.closing and (
+                self._finals or self._closing or len(self._running) >= self.max_inflight_partials
+            ):
                 # A closing partial is its sentence's final: it waits for no slot, as a final would not, and like a
                 # final it holds the other partials back while it runs (on a CPU they would share its cores).
                 break
@@ -389,7 +396,8 @@ class DecodeScheduler:
         self._report(request, result)
         self.partials_done += 1
         a = 0.3
-        self.partial_decode_ema_s = result.decode_s if self.partials_done == 1 else (
-            (1 - a) * self.partial_decode_ema_s + a * result.decode_s)
+        self.partial_decode_ema_s = (
+            result.decode_s if self.partials_done == 1 else ((1 - a) * self.partial_decode_ema_s + a * result.decode_s)
+        )
         client.on_partial(request, result)
         return result

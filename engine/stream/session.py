@@ -71,10 +71,21 @@ class SessionState(StrEnum):
 class Session:
     """Per-session state; created by ``CaptionEngine.open_session``."""
 
-    def __init__(self, session_id: str, options: SessionOptions, *, config: EngineConfig,
-                 scheduler: DecodeScheduler, vad: VadFeed, speakers: SpeakerService | None, model_name: str,
-                 aligner: AlignService | None = None, on_closed: Callable[[Session], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, observer: EngineObserver | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        options: SessionOptions,
+        *,
+        config: EngineConfig,
+        scheduler: DecodeScheduler,
+        vad: VadFeed,
+        speakers: SpeakerService | None,
+        model_name: str,
+        aligner: AlignService | None = None,
+        on_closed: Callable[[Session], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        observer: EngineObserver | None = None,
+    ) -> None:
         """Normally built by ``CaptionEngine.open_session``. ``vad`` is this session's lane (its probabilities come
         back to ``on_vad``); ``on_closed`` runs once when the session closes (the engine frees the lane there);
         ``clock`` is monotonic seconds (arrival times, partial cadence, latency); ``observer`` hears of the audio
@@ -105,22 +116,60 @@ class Session:
         self.turns = speakers.new_turn_detector(config.vad.offset) if speakers is not None else None
         self.configured = False
         self._log = SessionLog(log, session_id)
-        self._partials = Partials(self, self._decoding, config=config, scheduler=scheduler,
-                                  endpointer=self.endpointer, audio=self.audio, clock=clock, log=self._log)
+        self._partials = Partials(
+            self,
+            self._decoding,
+            config=config,
+            scheduler=scheduler,
+            endpointer=self.endpointer,
+            audio=self.audio,
+            clock=clock,
+            log=self._log,
+        )
         self._alignment = Alignment(aligner, scheduler, self.mailbox, config.vad.offset)
         # A translating session's sentences in the language said, after their lock (``engine.stream.originals``).
         self._originals = Originals(session_id, self._decoding, scheduler, self.mailbox, config.guard, self._log)
         # A correction after a lock goes out as a ``speakers`` message (a closed mailbox drops it).
-        self._labels = (Labels(self.speakers, lambda relabel: self.mailbox.post(protocol.Speakers(relabel)),
-                               stats=self.stats, log=self._log)
-                        if self.speakers is not None else None)
-        self._finals = Finals(session_id, self._decoding, config=config, scheduler=scheduler, speakers=speakers,
-                              labels=self._labels, alignment=self._alignment, mailbox=self.mailbox,
-                              stats=self.stats, log=self._log, on_done=self._lock_ready)
-        self._voices = Voices(speakers, self.speakers, self.turns, endpointer=self.endpointer, audio=self.audio,
-                              live=lambda: self.state is SessionState.LIVE, on_turn=self._on_turn)
-        self._screen = OnScreen(self.mailbox, finals=self._finals, partials=self._partials, voices=self._voices,
-                                arrivals=self._arrivals, live=lambda: self.state is SessionState.LIVE)
+        self._labels = (
+            Labels(
+                self.speakers,
+                lambda relabel: self.mailbox.post(protocol.Speakers(relabel)),
+                stats=self.stats,
+                log=self._log,
+            )
+            if self.speakers is not None
+            else None
+        )
+        self._finals = Finals(
+            session_id,
+            self._decoding,
+            config=config,
+            scheduler=scheduler,
+            speakers=speakers,
+            labels=self._labels,
+            alignment=self._alignment,
+            mailbox=self.mailbox,
+            stats=self.stats,
+            log=self._log,
+            on_done=self._lock_ready,
+        )
+        self._voices = Voices(
+            speakers,
+            self.speakers,
+            self.turns,
+            endpointer=self.endpointer,
+            audio=self.audio,
+            live=lambda: self.state is SessionState.LIVE,
+            on_turn=self._on_turn,
+        )
+        self._screen = OnScreen(
+            self.mailbox,
+            finals=self._finals,
+            partials=self._partials,
+            voices=self._voices,
+            arrivals=self._arrivals,
+            live=lambda: self.state is SessionState.LIVE,
+        )
 
     @property
     def options(self) -> SessionOptions:
@@ -247,8 +296,9 @@ class Session:
         reason = event.reason.value
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         audio = self.audio.slice(event.start_sample, event.end_sample)
-        self._finals.start(event, audio, handover, voice=self._voices.label,
-                           closed_at_sample=self.endpointer.position_sample)
+        self._finals.start(
+            event, audio, handover, voice=self._voices.label, closed_at_sample=self.endpointer.position_sample
+        )
         self._log.debug("segment %d closed (%s), %.2f s", event.index, event.reason.value, audio.size / SAMPLE_RATE)
 
     def _on_turn(self, at: int | None) -> None:
@@ -337,8 +387,10 @@ class Session:
         if own is None or not own.floor_taken or self.endpointer.open_segment is None:
             return False
         pause_ms = own.microphone.config.floor_pause_ms
-        return (pause_ms > 0
-                and samples_to_ms(self.endpointer.position_sample - self.endpointer.speech_end_sample) >= pause_ms)
+        return (
+            pause_ms > 0
+            and samples_to_ms(self.endpointer.position_sample - self.endpointer.speech_end_sample) >= pause_ms
+        )
 
     # ---- locked sentences (the caption: ``OnScreen``) --------------------------------------------------------
     def _lock_ready(self) -> None:
@@ -349,11 +401,21 @@ class Session:
             closed = item.pending.closed
             if not self.options.background:  # a file's audio arrives faster than it was said: no latency to report
                 if self.options.task == "transcribe":  # a translation's words are not the ones said: not timed
-                    self._alignment.after_lock(item.sentence.id, closed, item.pending.audio, item.sentence.text,
-                                               item.spans, self.options.language)
+                    self._alignment.after_lock(
+                        item.sentence.id,
+                        closed,
+                        item.pending.audio,
+                        item.sentence.text,
+                        item.spans,
+                        self.options.language,
+                    )
                 else:  # the words said are kept beside the English
-                    self._originals.after_lock(item.sentence.id, item.pending.audio, closed.speech_samples,
-                                               self.options.language or item.language)
+                    self._originals.after_lock(
+                        item.sentence.id,
+                        item.pending.audio,
+                        closed.speech_samples,
+                        self.options.language or item.language,
+                    )
                 if not item.pending.shown:
                     self._observer.first_text(self._arrivals.since(closed.speech_start_sample))
                 self._observer.locked(self._arrivals.since(closed.speech_end_sample))
@@ -424,9 +486,15 @@ class Session:
         self.mailbox.post(protocol.Stopped())
         self.state = SessionState.STOPPED
         self.mailbox.close()
-        self._log.info("stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d, labels corrected after the"
-                       " lock %d of %d", self.audio_s, self.stats.sentences, self.stats.dropped, self.stats.rejoined,
-                       self.stats.corrected_labels, self.stats.provisional_labels)
+        self._log.info(
+            "stopped: %.1f s audio, %d sentences, dropped %s, rejoined %d, labels corrected after the lock %d of %d",
+            self.audio_s,
+            self.stats.sentences,
+            self.stats.dropped,
+            self.stats.rejoined,
+            self.stats.corrected_labels,
+            self.stats.provisional_labels,
+        )
 
     def _closed(self) -> bool:
         """The session was closed: ``stop`` asks again after each await, since ``close`` may have run meanwhile."""

@@ -32,8 +32,9 @@ def onto(stable: list[str], decoded: list[str]) -> list[str]:
     key_s, key_d = [normalise(w) for w in stable], [normalise(w) for w in decoded]
     if key_d[:n] == key_s:
         return stable + _after(stable, decoded[n:])
-    blocks = [b for b in difflib.SequenceMatcher(None, key_s, key_d[:n + 3], autojunk=False).get_matching_blocks()
-              if b.size]
+    blocks = [
+        b for b in difflib.SequenceMatcher(None, key_s, key_d[: n + 3], autojunk=False).get_matching_blocks() if b.size
+    ]
     if not blocks:
         return stable + _after(stable, decoded)
     last = blocks[-1]
@@ -83,8 +84,9 @@ class StableWords:
     def text(self) -> str:
         return " ".join(self.words)
 
-    def update(self, decoded: list[str], ended_in_speech: bool, audio_end_s: float = 0.0,
-               probs: tuple[float, ...] = ()) -> list[str]:
+    def update(
+        self, decoded: list[str], ended_in_speech: bool, audio_end_s: float = 0.0, probs: tuple[float, ...] = ()
+    ) -> list[str]:
         """Take the words of the segment's next partial decode (decodes in order; ``ended_in_speech``: its audio
         stopped while the speaker was talking; ``audio_end_s``: where its audio ends, seconds on any clock that
         moves with the audio; ``probs``: the decoder's probability of each word of ``decoded``, or () if unknown).
@@ -115,8 +117,9 @@ class StableWords:
         return words
 
     @staticmethod
-    def _sure_run(words: list[str], decoded: list[str], probs: tuple[float, ...], start: int, stop: int,
-                  threshold: float) -> int:
+    def _sure_run(
+        words: list[str], decoded: list[str], probs: tuple[float, ...], start: int, stop: int, threshold: float
+    ) -> int:
         """Where the run of ``words[start:stop]`` that the decode gave at least ``threshold`` each ends (``start``
         if ``stop`` is not past it). A decode without probabilities is sure of every word. ``words`` ends with the
         decode's words (``onto`` put the settled ones in front of what follows them)."""
@@ -129,6 +132,6 @@ class StableWords:
 
     def take_new(self) -> list[str]:
         """The settled words not sent yet (they count as sent from now on), with their indexes from ``sent``."""
-        new = self.words[self.sent:]
+        new = self.words[self.sent :]
         self.sent = len(self.words)
         return new

@@ -25,9 +25,17 @@ from engine.stream.endpoint import Endpointer, SegmentOpened
 class Voices:
     """One session's voice watch over its open segment."""
 
-    def __init__(self, service: SpeakerService | None, tracker: SpeakerTracker | None, turns: TurnDetector | None,
-                 *, endpointer: Endpointer, audio: AudioBuffer, live: Callable[[], bool],
-                 on_turn: Callable[[int | None], None]) -> None:
+    def __init__(
+        self,
+        service: SpeakerService | None,
+        tracker: SpeakerTracker | None,
+        turns: TurnDetector | None,
+        *,
+        endpointer: Endpointer,
+        audio: AudioBuffer,
+        live: Callable[[], bool],
+        on_turn: Callable[[int | None], None],
+    ) -> None:
         """``tracker``/``turns``: the session's speaker tracker and turn detector; ``audio``: the session's buffer;
         ``live``: whether the session is still live (windows are asked for and taken only then); ``on_turn`` runs
         after each window's embedding is taken, with the sample where another voice began, or None (no change)."""
@@ -56,11 +64,17 @@ class Voices:
     def watch(self) -> None:
         """Ask for the embedding of the open segment's next window when the turn detector wants one."""
         opened = self._endpointer.open_segment
-        if (self._turns is None or self._service is None or opened is None or not self._live()
-                or not self._turns.due(self._endpointer.position_sample)):
+        if (
+            self._turns is None
+            or self._service is None
+            or opened is None
+            or not self._live()
+            or not self._turns.due(self._endpointer.position_sample)
+        ):
             return
-        window = self._turns.next_window(self._endpointer.position_sample, self._endpointer.open_probs,
-                                         opened.speech_start_sample)
+        window = self._turns.next_window(
+            self._endpointer.position_sample, self._endpointer.open_probs, opened.speech_start_sample
+        )
         if window is None:
             return
         fut = self._service.embed_window(self._audio.slice(window.start_sample, window.end_sample))
@@ -68,8 +82,7 @@ class Voices:
 
     def _on_window(self, window: Window, fut: asyncio.Future[np.ndarray | None]) -> None:
         opened = self._endpointer.open_segment
-        if (fut.cancelled() or fut.exception() is not None or self._turns is None or opened is None
-                or not self._live()):
+        if fut.cancelled() or fut.exception() is not None or self._turns is None or opened is None or not self._live():
             return
         vector = fut.result()
         if vector is None:
@@ -81,8 +94,9 @@ class Voices:
         voice = self._turns.voice if self._turns is not None else None
         opened = self._endpointer.open_segment
         new_voice = opened is not None and opened.after_turn
-        label = (self._tracker.peek(*voice, new_voice=new_voice)
-                 if voice is not None and self._tracker is not None else None)
+        label = (
+            self._tracker.peek(*voice, new_voice=new_voice) if voice is not None and self._tracker is not None else None
+        )
         changed = label != self.label
         self.label = label
         return changed

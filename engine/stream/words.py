@@ -68,8 +68,9 @@ class _SpeechAxis:
         return [(self.cum[i + 1], self.runs[i + 1][0] - self.runs[i][1]) for i in range(len(self.runs) - 1)]
 
 
-def speech_runs(probs: np.ndarray, start_ms: float, window_ms: float, threshold: float, lo_ms: float,
-                hi_ms: float) -> list[tuple[float, float]]:
+def speech_runs(
+    probs: np.ndarray, start_ms: float, window_ms: float, threshold: float, lo_ms: float, hi_ms: float
+) -> list[tuple[float, float]]:
     """Runs of speech inside [lo_ms, hi_ms): windows of ``probs`` (one per ``window_ms`` from ``start_ms``) at or
     above ``threshold``, joined across gaps shorter than ``MIN_PAUSE_MS``. The whole interval when it holds no
     speech window."""
@@ -168,8 +169,9 @@ def _lay_out(words: list[str], axis: _SpeechAxis) -> list[Word]:
 _ONSET_PULL_MS = 200  # a word that starts this soon after the speech resumes starts where it resumed
 
 
-def _aligned_words(aligned: Sequence[AlignedWord], audio_start_ms: float,
-                   runs: list[tuple[float, float]]) -> list[Word]:
+def _aligned_words(
+    aligned: Sequence[AlignedWord], audio_start_ms: float, runs: list[tuple[float, float]]
+) -> list[Word]:
     """Whisper's aligned words on the session's timeline, snapped to the VAD's pauses: the warp's path is 20 ms
     coarse and smoothed, so across a pause it runs on into the silence or enters the next word late. An end in a
     pause moves back to the end of the speech before it; a start in a pause, or within ``_ONSET_PULL_MS`` after
@@ -219,9 +221,17 @@ def _off_pauses(words: list[Word], runs: list[tuple[float, float]]) -> list[Word
     return out
 
 
-def place_words(text: str, speech_start_ms: float, speech_end_ms: float, probs: np.ndarray, threshold: float,
-                window_ms: float, spans: Sequence[TimedSpan] = (), audio_start_ms: float = 0.0,
-                aligned: Sequence[AlignedWord] = ()) -> list[Word]:
+def place_words(
+    text: str,
+    speech_start_ms: float,
+    speech_end_ms: float,
+    probs: np.ndarray,
+    threshold: float,
+    window_ms: float,
+    spans: Sequence[TimedSpan] = (),
+    audio_start_ms: float = 0.0,
+    aligned: Sequence[AlignedWord] = (),
+) -> list[Word]:
     """Start and end ms of every word of ``text`` (split on whitespace), inside [speech_start_ms, speech_end_ms].
 
     ``probs``: the segment's VAD speech probabilities, one per ``window_ms`` from ``speech_start_ms``; windows at

@@ -46,11 +46,46 @@ MODES_DIR = Path("/usr/share/apertium/modes")
 # Apertium's language codes (ISO 639-3, or 639-1 in older pairs) -> BCP 47 primary subtags. A two-letter code is
 # already one; three-letter codes not listed here are left out (their pairs are not offered).
 CODES: dict[str, str] = {
-    "eng": "en", "spa": "es", "cat": "ca", "glg": "gl", "epo": "eo", "por": "pt", "fra": "fr", "ron": "ro",
-    "ita": "it", "oci": "oc", "eus": "eu", "arg": "an", "ast": "ast", "nob": "nb", "nno": "nn", "swe": "sv",
-    "dan": "da", "isl": "is", "nld": "nl", "afr": "af", "deu": "de", "rus": "ru", "ukr": "uk", "bel": "be",
-    "mlt": "mt", "ara": "ar", "bul": "bg", "mkd": "mk", "slv": "sl", "hbs": "sh", "ces": "cs", "slk": "sk",
-    "pol": "pl", "tur": "tr", "kaz": "kk", "tat": "tt", "cym": "cy", "bre": "br", "gle": "ga", "fin": "fi",
+    "eng": "en",
+    "spa": "es",
+    "cat": "ca",
+    "glg": "gl",
+    "epo": "eo",
+    "por": "pt",
+    "fra": "fr",
+    "ron": "ro",
+    "ita": "it",
+    "oci": "oc",
+    "eus": "eu",
+    "arg": "an",
+    "ast": "ast",
+    "nob": "nb",
+    "nno": "nn",
+    "swe": "sv",
+    "dan": "da",
+    "isl": "is",
+    "nld": "nl",
+    "afr": "af",
+    "deu": "de",
+    "rus": "ru",
+    "ukr": "uk",
+    "bel": "be",
+    "mlt": "mt",
+    "ara": "ar",
+    "bul": "bg",
+    "mkd": "mk",
+    "slv": "sl",
+    "hbs": "sh",
+    "ces": "cs",
+    "slk": "sk",
+    "pol": "pl",
+    "tur": "tr",
+    "kaz": "kk",
+    "tat": "tt",
+    "cym": "cy",
+    "bre": "br",
+    "gle": "ga",
+    "fin": "fi",
 }
 TIMEOUT_S = 10.0  # one call, all its sentences and pivots; a sentence takes 1-5 ms on an idle core
 MAX_TEXT_CHARS = 4000  # a longer text is cut to this (a caption sentence, or an editor's, is far shorter)
@@ -87,8 +122,14 @@ def pipeline_command(mode: Path) -> str:
     """The shell pipeline that runs ``mode`` in null-flush mode, as ``apertium -u -z`` runs it (see the module).
     Raises ``TranslationError`` when Apertium cannot write it."""
     try:
-        done = subprocess.run(["apertium-wblank-mode", "-z", str(mode)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, check=True, env=_ENVIRONMENT)
+        done = subprocess.run(
+            ["apertium-wblank-mode", "-z", str(mode)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=True,
+            env=_ENVIRONMENT,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise TranslationError(f"apertium-wblank-mode {mode.name}: {exc}") from exc
     # $1: the generator's option (-n: unknown words unmarked, as -u asks); $2: the tagger's (-m only with -a).
@@ -184,9 +225,14 @@ class _Pipeline:
                 self._command = pipeline_command(self.mode)
             try:
                 # A session of its own: the shell and every program of the pipeline go with one killpg.
-                self._proc = subprocess.Popen(["bash", "-c", self._command], stdin=subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENVIRONMENT,
-                                              start_new_session=True)
+                self._proc = subprocess.Popen(
+                    ["bash", "-c", self._command],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    env=_ENVIRONMENT,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise TranslationError(f"apertium {self.mode.stem}: {exc}") from exc
         return self._proc
@@ -233,8 +279,11 @@ class ApertiumTranslator:
     @property
     def available(self) -> bool:
         """Apertium's programs and at least one pair are installed."""
-        return bool(self._modes) and shutil.which("apertium-wblank-mode") is not None \
+        return (
+            bool(self._modes)
+            and shutil.which("apertium-wblank-mode") is not None
             and shutil.which("lt-proc") is not None
+        )
 
     def route(self, source: str, target: str) -> list[tuple[str, str]] | None:
         """The modes that take ``source`` to ``target`` (tags): one, or two through a pivot; None when none do. A

@@ -29,10 +29,40 @@ from engine.translate.languages import language_name, primary
 TIMEOUT_S = 20.0  # one request; a GPU-served 8B model answers a few sentences in well under a second
 # What an LLM can be trusted with by default (an operator names others with ``targets``): the languages the common
 # open instruction-tuned models (Llama 3, Qwen 2.5, Gemma 2, Mistral) are documented to handle well.
-DEFAULT_TARGETS = frozenset({
-    "ar", "ca", "cs", "da", "de", "el", "en", "es", "fi", "fr", "gl", "he", "hi", "hu", "id", "it", "ja", "ko",
-    "nl", "no", "pl", "pt", "ro", "ru", "sv", "th", "tr", "uk", "vi", "zh",
-})
+DEFAULT_TARGETS = frozenset(
+    {
+        "ar",
+        "ca",
+        "cs",
+        "da",
+        "de",
+        "el",
+        "en",
+        "es",
+        "fi",
+        "fr",
+        "gl",
+        "he",
+        "hi",
+        "hu",
+        "id",
+        "it",
+        "ja",
+        "ko",
+        "nl",
+        "no",
+        "pl",
+        "pt",
+        "ro",
+        "ru",
+        "sv",
+        "th",
+        "tr",
+        "uk",
+        "vi",
+        "zh",
+    }
+)
 
 SYSTEM_PROMPT = (
     "You translate live captions of speech from {source} into {target}. The user gives you numbered sentences to "
@@ -40,7 +70,7 @@ SYSTEM_PROMPT = (
     "understand the sentences, but do not translate it. Translate each numbered sentence on its own, keeping its "
     "meaning, names, numbers and register of speech; add, explain and leave out nothing. Answer with exactly one "
     "line per numbered sentence, in order, written as its number, a full stop, a space and the translation "
-    "(for example \"1. ...\"). No other text: no notes, no commentary, no quotation marks around the lines."
+    '(for example "1. ..."). No other text: no notes, no commentary, no quotation marks around the lines.'
 )
 """The system message of every request (``str.format`` fills in ``source`` and ``target``: English names of the
 languages, such as "English" and "Portuguese (BR)"). docs/protocol.md points here: this is what a model is told."""
@@ -63,8 +93,11 @@ def request_body(model: str, request: TranslationRequest) -> dict[str, Any]:
     if request.context:
         parts.append("\n".join([CONTEXT_HEADING, *(_one_line(t) for t in request.context)]))
     parts.append("\n".join([SENTENCES_HEADING, *(f"{i}. {_one_line(t)}" for i, t in enumerate(request.texts, 1))]))
-    return {"model": model, "temperature": 0,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]}
+    return {
+        "model": model,
+        "temperature": 0,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}],
+    }
 
 
 def parse_reply(content: str, count: int) -> list[str]:
@@ -77,8 +110,9 @@ def parse_reply(content: str, count: int) -> list[str]:
             found.setdefault(number, match[2])
     missing = [n for n in range(1, count + 1) if not found.get(n)]
     if missing:
-        raise TranslationError(f"the chat endpoint's answer lacks {len(missing)} of {count} numbered lines "
-                               f"(first missing: {missing[0]})")
+        raise TranslationError(
+            f"the chat endpoint's answer lacks {len(missing)} of {count} numbered lines (first missing: {missing[0]})"
+        )
     return [found[n] for n in range(1, count + 1)]
 
 
@@ -111,8 +145,15 @@ class ChatTranslator:
     name = "chat"
     uses_context = True
 
-    def __init__(self, url: str, model: str = "", api_key: str | None = None, *, timeout_s: float = TIMEOUT_S,
-                 targets: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str = "",
+        api_key: str | None = None,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        targets: Iterable[str] | None = None,
+    ) -> None:
         self.url = completions_url(url)
         self.model = model
         self._targets = frozenset(primary(t) for t in targets) if targets is not None else DEFAULT_TARGETS
@@ -129,8 +170,9 @@ class ChatTranslator:
         out = list(request.texts)
         if not asked:
             return out
-        some = TranslationRequest(request.source, request.target, tuple(request.texts[i] for i in asked),
-                                  request.context)
+        some = TranslationRequest(
+            request.source, request.target, tuple(request.texts[i] for i in asked), request.context
+        )
         reply = self._post(self.url, request_body(self._model(), some))
         try:
             choice = reply["choices"][0]

@@ -21,8 +21,12 @@ _TAG = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{2,8})*$")
 
 # English names, for prompts (a chat model reads "Spanish" more reliably than "es"): Whisper's languages, and those
 # an engine here produces that Whisper lacks.
-NAMES: dict[str, str] = {**{code: name.title() for code, name in WHISPER_LANGUAGES.items()},
-                         "eo": "Esperanto", "an": "Aragonese", "ast": "Asturian"}
+NAMES: dict[str, str] = {
+    **{code: name.title() for code, name in WHISPER_LANGUAGES.items()},
+    "eo": "Esperanto",
+    "an": "Aragonese",
+    "ast": "Asturian",
+}
 
 
 def normalise_language(code: str) -> str:

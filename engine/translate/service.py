@@ -204,9 +204,12 @@ class TranslationService:
     async def _run(self, batch: list[_Waiting]) -> None:
         """One engine call for ``batch`` (retried), each caller's texts back to it."""
         first = batch[0]
-        merged = TranslationRequest(first.request.source, first.request.target,
-                                    tuple(t for w in batch for t in w.request.texts),
-                                    first.request.context if first.engine.uses_context else ())
+        merged = TranslationRequest(
+            first.request.source,
+            first.request.target,
+            tuple(t for w in batch for t in w.request.texts),
+            first.request.context if first.engine.uses_context else (),
+        )
         loop = asyncio.get_running_loop()
         error = TranslationError("no attempt made")
         for attempt in range(self.config.retries + 1):
@@ -227,8 +230,15 @@ class TranslationService:
             except TranslationError as exc:
                 self.stats.failures += 1
                 error = exc
-                log.warning("translation %s -> %s by %s failed (attempt %d of %d): %s", merged.source, merged.target,
-                            first.engine.name, attempt + 1, self.config.retries + 1, exc)
+                log.warning(
+                    "translation %s -> %s by %s failed (attempt %d of %d): %s",
+                    merged.source,
+                    merged.target,
+                    first.engine.name,
+                    attempt + 1,
+                    self.config.retries + 1,
+                    exc,
+                )
                 continue
             except Exception as exc:  # an engine's bug: its callers get an error, the worker goes on
                 self.stats.failures += 1
@@ -241,7 +251,7 @@ class TranslationService:
             for waiting in batch:
                 size = len(waiting.request.texts)
                 if not waiting.future.done():
-                    waiting.future.set_result(out[at:at + size])
+                    waiting.future.set_result(out[at : at + size])
                 at += size
             self.stats.sentences += len(out)
             return

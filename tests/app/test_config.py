@@ -30,7 +30,8 @@ def parse(*argv: str) -> ServerConfig:
 
 def test_the_committed_docs_are_the_generated_ones() -> None:
     assert DOCS.read_text(encoding="utf-8") == configuration_markdown(), (
-        "docs/configuration.md is out of date: run `python -m app.config --markdown > docs/configuration.md`")
+        "docs/configuration.md is out of date: run `python -m app.config --markdown > docs/configuration.md`"
+    )
 
 
 def test_without_flags_or_environment_the_config_is_the_dataclass_default() -> None:
@@ -83,12 +84,23 @@ def test_the_environment_fills_in_what_the_command_line_leaves_out(monkeypatch: 
     assert parse("--ice-host", "::1").ice.hosts == ("::1",)  # a repeatable flag replaces the variable's list
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1", True), ("true", True), ("TRUE", True), ("Yes", True), ("on", True),
-    ("0", False), ("false", False), ("No", False), ("OFF", False),
-])
-def test_switches_read_the_usual_words_from_the_environment(monkeypatch: pytest.MonkeyPatch, text: str,
-                                                             value: bool) -> None:
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        ("Yes", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("OFF", False),
+    ],
+)
+def test_switches_read_the_usual_words_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, value: bool
+) -> None:
     monkeypatch.setenv("LIVE_CAPTIONS_NO_SPEAKERS", text)
     monkeypatch.setenv("LIVE_CAPTIONS_WORD_TIMESTAMPS", text)
     monkeypatch.setenv("LIVE_CAPTIONS_LOOPBACK_ONLY", text)
@@ -96,17 +108,24 @@ def test_switches_read_the_usual_words_from_the_environment(monkeypatch: pytest.
     assert (config.speakers, config.word_timestamps, config.ice.loopback_only) == (not value, value, value)
 
 
-@pytest.mark.parametrize(("name", "text", "message"), [
-    ("LIVE_CAPTIONS_NO_SPEAKERS", "maybe", "expected true/false, 1/0, yes/no or on/off, got 'maybe'"),
-    ("LIVE_CAPTIONS_PORT", "eighty", "expected a number, got 'eighty'"),
-    ("LIVE_CAPTIONS_DEVICE", "tpu", "expected one of auto, cpu, cuda, got 'tpu'"),
-    ("LIVE_CAPTIONS_PTIME_MS", "30", "expected one of 0, 10, 20, 40, 60, got 30"),
-    ("LIVE_CAPTIONS_UDP_PORTS", "80-90", "port range '80-90' must lie within 1024-65535"),
-    ("LIVE_CAPTIONS_MAX_SESSIONS", "many", "expected 'auto' or a number of sessions, got 'many'"),
-    ("LIVE_CAPTIONS_DB", "mysql://db/captions", "'mysql' databases are not supported"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("LIVE_CAPTIONS_NO_SPEAKERS", "maybe", "expected true/false, 1/0, yes/no or on/off, got 'maybe'"),
+        ("LIVE_CAPTIONS_PORT", "eighty", "expected a number, got 'eighty'"),
+        ("LIVE_CAPTIONS_DEVICE", "tpu", "expected one of auto, cpu, cuda, got 'tpu'"),
+        ("LIVE_CAPTIONS_PTIME_MS", "30", "expected one of 0, 10, 20, 40, 60, got 30"),
+        ("LIVE_CAPTIONS_UDP_PORTS", "80-90", "port range '80-90' must lie within 1024-65535"),
+        ("LIVE_CAPTIONS_MAX_SESSIONS", "many", "expected 'auto' or a number of sessions, got 'many'"),
+        ("LIVE_CAPTIONS_DB", "mysql://db/captions", "'mysql' databases are not supported"),
+    ],
+)
 def test_a_bad_environment_value_is_refused_naming_its_variable(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, text: str, message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    text: str,
+    message: str,
 ) -> None:
     monkeypatch.setenv(name, text)
     with pytest.raises(SettingsError) as refused:
@@ -124,14 +143,29 @@ def test_a_flag_given_overrides_a_bad_environment_value(monkeypatch: pytest.Monk
 
 
 def test_flags_keep_their_checks_and_messages(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, message in ((["--port", "x"], "argument --port: invalid int value: 'x'"),
-                          (["--window", "wide"], "argument --window: invalid choice: 'wide'"),
-                          (["--udp-ports", "1-2"], "argument --udp-ports: port range '1-2' must lie within")):
+    for argv, message in (
+        (["--port", "x"], "argument --port: invalid int value: 'x'"),
+        (["--window", "wide"], "argument --window: invalid choice: 'wide'"),
+        (["--udp-ports", "1-2"], "argument --udp-ports: port range '1-2' must lie within"),
+    ):
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)
         assert message in capsys.readouterr().err
-    config = parse("--sentence-pause-ms", "0", "--max-sessions", "auto", "--funasr-port", "0", "--language", "de",
-                   "--no-word-align", "--asr-url", "http://gpu1:8000/", "--asr-url", "http://gpu1:8000")
+    config = parse(
+        "--sentence-pause-ms",
+        "0",
+        "--max-sessions",
+        "auto",
+        "--funasr-port",
+        "0",
+        "--language",
+        "de",
+        "--no-word-align",
+        "--asr-url",
+        "http://gpu1:8000/",
+        "--asr-url",
+        "http://gpu1:8000",
+    )
     assert (config.sentence_pause_ms, config.max_sessions, config.funasr_port, config.language) == (0, None, None, "de")
     assert config.word_align is False and config.asr_urls == ("http://gpu1:8000",)
 
@@ -146,7 +180,8 @@ def test_the_file_tool_takes_the_engine_settings_from_the_same_declarations() ->
 
     args = engine_parser().parse_args(["talk.wav"])
     assert (args.model, args.language, args.window, args.device, args.no_speakers) == (None, "en", "fit", "auto", False)
-    args = engine_parser().parse_args(["talk.wav", "--language", "auto", "--no-speakers", "--speaker-model",
-                                       "resemblyzer"])
+    args = engine_parser().parse_args(
+        ["talk.wav", "--language", "auto", "--no-speakers", "--speaker-model", "resemblyzer"]
+    )
     assert (args.language, args.no_speakers, args.speaker_model) == (None, True, "resemblyzer")
     assert "default caption language, or 'auto'" in " ".join(engine_parser().format_help().split())

@@ -50,8 +50,9 @@ def test_a_closed_admission_refuses_and_says_why() -> None:
     assert admission.in_use == 0
 
 
-async def test_a_stop_mid_sentence_locks_it_stores_it_and_tells_the_client(fake_engine: CaptionEngine,
-                                                                         tmp_path: Path) -> None:
+async def test_a_stop_mid_sentence_locks_it_stores_it_and_tells_the_client(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     runner, app, url = await serve(fake_engine, tmp_path / "c.db")
     client = CaptionClient(url, pad(audio("ls_1988-24833-0001"), 0.3, 20.0))  # 7.9 s of speech
     try:
@@ -77,11 +78,15 @@ async def test_a_stop_mid_sentence_locks_it_stores_it_and_tells_the_client(fake_
         await store.close()
 
 
-async def test_an_upload_cut_short_by_a_stop_says_so_after_its_sentences(fake_engine: CaptionEngine,
-                                                                         tmp_path: Path) -> None:
+async def test_an_upload_cut_short_by_a_stop_says_so_after_its_sentences(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     long = tmp_path / "long.wav"  # 66 s: far more than is read before the stop
-    await asyncio.to_thread(subprocess.run, ["ffmpeg", "-loglevel", "error", "-stream_loop", "5", "-i",
-                                             str(wav_path("whisper_jfk")), str(long)], check=True)
+    await asyncio.to_thread(
+        subprocess.run,
+        ["ffmpeg", "-loglevel", "error", "-stream_loop", "5", "-i", str(wav_path("whisper_jfk")), str(long)],
+        check=True,
+    )
     runner, app, url = await serve(fake_engine, tmp_path / "c.db")
     events: list[dict[str, object]] = []
     try:

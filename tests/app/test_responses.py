@@ -23,9 +23,14 @@ def sources() -> dict[str, str]:
 
 def builds_error_body(tree: ast.AST) -> bool:
     """Whether the code holds a ``{"error": {...}}`` literal (docstrings and comments do not count)."""
-    return any(isinstance(node, ast.Dict) and any(
-        isinstance(k, ast.Constant) and k.value == "error" and isinstance(v, ast.Dict)
-        for k, v in zip(node.keys, node.values, strict=True)) for node in ast.walk(tree))
+    return any(
+        isinstance(node, ast.Dict)
+        and any(
+            isinstance(k, ast.Constant) and k.value == "error" and isinstance(v, ast.Dict)
+            for k, v in zip(node.keys, node.values, strict=True)
+        )
+        for node in ast.walk(tree)
+    )
 
 
 def test_no_module_but_responses_builds_an_error_body() -> None:
@@ -42,9 +47,26 @@ def test_every_error_answer_names_its_code_from_the_enum() -> None:
 
 def test_the_codes_are_the_strings_clients_know_and_all_are_documented() -> None:
     assert {c.value for c in ErrorCode} == {
-        "bad_message", "too_large", "bad_state", "engine", "overloaded", "busy", "loading",  # the data channel's too
-        "unauthorized", "bad_parameter", "bad_sdp", "no_room", "no_session", "no_sentence", "no_output",
-        "no_segment", "no_viewer_token", "room_ended", "too_many_outputs", "storage"}
+        "bad_message",
+        "too_large",
+        "bad_state",
+        "engine",
+        "overloaded",
+        "busy",
+        "loading",  # the data channel's too
+        "unauthorized",
+        "bad_parameter",
+        "bad_sdp",
+        "no_room",
+        "no_session",
+        "no_sentence",
+        "no_output",
+        "no_segment",
+        "no_viewer_token",
+        "room_ended",
+        "too_many_outputs",
+        "storage",
+    }
     protocol = (ROOT / "docs" / "protocol.md").read_text()
     assert not [c.value for c in ErrorCode if f"`{c.value}`" not in protocol]
 
@@ -55,8 +77,11 @@ def test_the_raised_form_is_the_returned_one() -> None:
     assert raised.status == returned.status == 409 and raised.reason == "Conflict"
     assert raised.content_type == returned.content_type == "application/json"
     assert raised.headers["X-A"] == returned.headers["X-A"] == "1"
-    assert json.loads(raised.text or "") == json.loads(returned.text or "") == error_body(
-        ErrorCode.ROOM_ENDED, "the room has ended", param="kind") == {
-        "error": {"code": "room_ended", "message": "the room has ended", "param": "kind"}}
+    assert (
+        json.loads(raised.text or "")
+        == json.loads(returned.text or "")
+        == error_body(ErrorCode.ROOM_ENDED, "the room has ended", param="kind")
+        == {"error": {"code": "room_ended", "message": "the room has ended", "param": "kind"}}
+    )
     too_large = http_error(413, ErrorCode.TOO_LARGE, "over 16 KiB")  # (aiohttp's own 413 wants more arguments)
     assert too_large.status == 413 and json.loads(too_large.text or "")["error"]["code"] == "too_large"

@@ -28,8 +28,14 @@ PYTHON = sys.executable
 
 
 def run_script(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def sweep_lines(plan: str) -> list[str]:
@@ -46,8 +52,9 @@ def budgets(lines: list[str]) -> list[int]:
 
 def test_dry_run_plans_every_model_with_an_even_share_and_the_sweep_flags(tmp_path: Path) -> None:
     out = tmp_path / "gpu run"
-    done = run_script("--dry-run", "--out", str(out), "--models", "whisper-base whisper-tiny.en", "--minutes", "8",
-                      "--python", PYTHON)
+    done = run_script(
+        "--dry-run", "--out", str(out), "--models", "whisper-base whisper-tiny.en", "--minutes", "8", "--python", PYTHON
+    )
     assert done.returncode == 0, done.stderr
     lines = sweep_lines(done.stdout)
     assert len(lines) == 2
@@ -69,8 +76,21 @@ def test_dry_run_plans_every_model_with_an_even_share_and_the_sweep_flags(tmp_pa
 
 
 def test_dry_run_one_model_gets_the_whole_budget_and_the_given_ladder(tmp_path: Path) -> None:
-    done = run_script("--dry-run", "--out", str(tmp_path), "--models", "whisper-base", "--minutes", "5",
-                      "--sessions", "2 4", "--seconds", "20", "--python", PYTHON)
+    done = run_script(
+        "--dry-run",
+        "--out",
+        str(tmp_path),
+        "--models",
+        "whisper-base",
+        "--minutes",
+        "5",
+        "--sessions",
+        "2 4",
+        "--seconds",
+        "20",
+        "--python",
+        PYTHON,
+    )
     assert done.returncode == 0, done.stderr
     (line,) = sweep_lines(done.stdout)
     assert budgets([line]) == [5 * 60 - 15 - 30]
@@ -79,8 +99,9 @@ def test_dry_run_one_model_gets_the_whole_budget_and_the_given_ladder(tmp_path: 
 
 @pytest.mark.slow  # 14 s: it resolves every local model the script would run
 def test_dry_run_defaults_to_whisper_base_then_the_other_local_models(tmp_path: Path) -> None:
-    done = run_script("--dry-run", "--out", str(tmp_path), "--python", PYTHON,
-                      env={"HF_HUB_CACHE": str(tmp_path / "empty-hub")})
+    done = run_script(
+        "--dry-run", "--out", str(tmp_path), "--python", PYTHON, env={"HF_HUB_CACHE": str(tmp_path / "empty-hub")}
+    )
     assert done.returncode == 0, done.stderr
     models = re.search(r"^models: (.*)$", done.stdout, re.M).group(1).split()  # type: ignore[union-attr]
     assert models[0] == "whisper-base"
@@ -101,14 +122,17 @@ def test_help_exits_zero() -> None:
         assert word in done.stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--bogus"], "unknown argument: --bogus"),
-    (["--minutes"], "--minutes needs a value"),
-    (["--minutes", "eight"], "--minutes must be a whole number"),
-    (["--sessions", "1 two"], "--sessions takes positive whole numbers"),
-    (["--python", "/nonexistent/python"], "not an executable"),
-    (["--minutes", "1", "--models", "a b"], "under the 90 s one needs"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bogus"], "unknown argument: --bogus"),
+        (["--minutes"], "--minutes needs a value"),
+        (["--minutes", "eight"], "--minutes must be a whole number"),
+        (["--sessions", "1 two"], "--sessions takes positive whole numbers"),
+        (["--python", "/nonexistent/python"], "not an executable"),
+        (["--minutes", "1", "--models", "a b"], "under the 90 s one needs"),
+    ],
+)
 def test_bad_arguments_exit_non_zero_with_a_message(args: list[str], message: str) -> None:
     done = run_script("--dry-run", *args)
     assert done.returncode == 2
@@ -146,10 +170,10 @@ def stand_ins(tmp_path: Path, smi_rc: int = 0) -> dict[str, str]:
     (tmp_path / "fake_sessions.py").write_text(FAKE_SESSIONS, encoding="utf-8")
     scripts = {
         "nvidia-smi": f"#!/bin/sh\necho 'name, memory.total [MiB], driver_version'\necho 'Fake GPU, 1 MiB, 1.0'\n"
-                      f"exit {smi_rc}\n",
+        f"exit {smi_rc}\n",
         "python": f"""#!/usr/bin/env bash
 if [ "$1 $2 $3" = "-m bench.gpu_sweep preflight" ]; then echo "checks passed: $*"; exit 0; fi
-if [ "$1 $2" = "-m bench.sessions" ]; then shift 2; exec {PYTHON} {tmp_path / 'fake_sessions.py'} "$@"; fi
+if [ "$1 $2" = "-m bench.sessions" ]; then shift 2; exec {PYTHON} {tmp_path / "fake_sessions.py"} "$@"; fi
 exec {PYTHON} "$@"
 """,
     }
@@ -162,8 +186,19 @@ exec {PYTHON} "$@"
 
 def test_a_whole_run_writes_each_models_tables_and_the_summary(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = run_script("--out", str(out), "--models", "whisper-base broken", "--minutes", "8", "--sessions", "1 2 4",
-                      "--python", str(tmp_path / "bin" / "python"), env=stand_ins(tmp_path))
+    done = run_script(
+        "--out",
+        str(out),
+        "--models",
+        "whisper-base broken",
+        "--minutes",
+        "8",
+        "--sessions",
+        "1 2 4",
+        "--python",
+        str(tmp_path / "bin" / "python"),
+        env=stand_ins(tmp_path),
+    )
     assert done.returncode == 1, done.stderr  # one model failed: the run says so, after its summary
     assert "Fake GPU" in (out / "gpu.csv").read_text()
     report = json.loads((out / "whisper-base.json").read_text())
@@ -176,7 +211,7 @@ def test_a_whole_run_writes_each_models_tables_and_the_summary(tmp_path: Path) -
     assert len(shares) == 2 and shares[1] > shares[0]
     assert "server exited" in (out / "broken.log").read_text()
     summary = (out / "summary.md").read_text()
-    assert summary == done.stdout[done.stdout.index("# GPU sweep"):]
+    assert summary == done.stdout[done.stdout.index("# GPU sweep") :]
     base = next(line for line in summary.splitlines() if line.startswith("| whisper-base |"))
     assert base.split(" | ")[1:3] == ["2", "2"]  # on time up to 2 admitted, of 2 offered
     assert "late at 4 offered (4 admitted): first words p95 2.50 s > 2 s" in summary
@@ -186,8 +221,15 @@ def test_a_whole_run_writes_each_models_tables_and_the_summary(tmp_path: Path) -
 
 def test_no_gpu_stops_before_anything_is_measured(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = run_script("--out", str(out), "--models", "whisper-base", "--python", str(tmp_path / "bin" / "python"),
-                      env=stand_ins(tmp_path, smi_rc=9))
+    done = run_script(
+        "--out",
+        str(out),
+        "--models",
+        "whisper-base",
+        "--python",
+        str(tmp_path / "bin" / "python"),
+        env=stand_ins(tmp_path, smi_rc=9),
+    )
     assert done.returncode == 2
     assert "nvidia-smi sees no GPU" in done.stderr
     assert not (out / "whisper-base.json").exists()
@@ -204,9 +246,17 @@ def test_no_nvidia_smi_stops_at_once(tmp_path: Path) -> None:
 
 
 def row(offered: int, on_time: bool, admitted: int | None = None, **figures: Any) -> dict[str, Any]:
-    return {"mode": "engine", "offered": offered, "sessions": offered if admitted is None else admitted,
-            "refused": offered - (offered if admitted is None else admitted), "on_time": on_time, "lost": 0,
-            "first_partial_s_p95": 0.5, "lock_s_p95": 1.0, **figures}
+    return {
+        "mode": "engine",
+        "offered": offered,
+        "sessions": offered if admitted is None else admitted,
+        "refused": offered - (offered if admitted is None else admitted),
+        "on_time": on_time,
+        "lost": 0,
+        "first_partial_s_p95": 0.5,
+        "lock_s_p95": 1.0,
+        **figures,
+    }
 
 
 def test_best_on_time_is_the_largest_step_before_the_first_late_one() -> None:
@@ -228,16 +278,24 @@ def test_best_on_time_is_none_when_the_first_step_is_late_or_there_is_none() -> 
 
 
 def test_summary_shows_each_model_none_on_time_and_the_missing(tmp_path: Path) -> None:
-    report = {"rows": [row(1, True, first_partial_s_p50=0.31, lock_s_p50=0.6, wer=0.05),
-                       row(2, False, first_partial_s_p95=2.4, lock_s_p95=math.nan)],
-              "stops": {"engine": "not on time at 2 sessions offered (--until-late)"},
-              "args": {"first_bound_s": 2.0, "lock_bound_s": 2.0}}
+    report = {
+        "rows": [
+            row(1, True, first_partial_s_p50=0.31, lock_s_p50=0.6, wer=0.05),
+            row(2, False, first_partial_s_p95=2.4, lock_s_p95=math.nan),
+        ],
+        "stops": {"engine": "not on time at 2 sessions offered (--until-late)"},
+        "args": {"first_bound_s": 2.0, "lock_bound_s": 2.0},
+    }
     (tmp_path / "whisper-base.json").write_text(json.dumps(report))
     (tmp_path / "late.json").write_text(json.dumps({"rows": [row(1, False, lost=2)]}))
     # A run cut short: no JSON, but the rows it logged.
     (tmp_path / "cut.log").write_text("server ready\n" + json.dumps(row(1, True)) + "\nTraceback ...\n")
-    text = summarise(tmp_path, ["whisper-base", "late", "cut", "gone"], {"gone": "skipped: 40 s left for it"},
-                     gpu="name\nNVIDIA H200\n")
+    text = summarise(
+        tmp_path,
+        ["whisper-base", "late", "cut", "gone"],
+        {"gone": "skipped: 40 s left for it"},
+        gpu="name\nNVIDIA H200\n",
+    )
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert lines["whisper-base"].split(" | ")[1:3] == ["1", "1"]
     assert " 0.31 " in lines["whisper-base"] and "5.0%" in lines["whisper-base"]
@@ -254,8 +312,11 @@ def test_summary_shows_each_model_none_on_time_and_the_missing(tmp_path: Path) -
 
 
 def test_default_models_put_whisper_base_first_once() -> None:
-    assert default_models(["whisper-tiny.en", "whisper-base"], ["/hub/x"]) == ["whisper-base", "whisper-tiny.en",
-                                                                              "/hub/x"]
+    assert default_models(["whisper-tiny.en", "whisper-base"], ["/hub/x"]) == [
+        "whisper-base",
+        "whisper-tiny.en",
+        "/hub/x",
+    ]
     assert default_models([], []) == ["whisper-base"]
 
 
@@ -267,8 +328,12 @@ def test_cached_whispers_are_complete_whisper_snapshots_only(tmp_path: Path) -> 
             (folder / name).write_text(text)
         return folder
 
-    whisper = {"config.json": json.dumps({"model_type": "whisper"}), "preprocessor_config.json": "{}",
-               "tokenizer.json": "{}", "model.safetensors": ""}
+    whisper = {
+        "config.json": json.dumps({"model_type": "whisper"}),
+        "preprocessor_config.json": "{}",
+        "tokenizer.json": "{}",
+        "model.safetensors": "",
+    }
     good = snapshot("openai--whisper-small", whisper)
     snapshot("openai--whisper-tiny", {k: v for k, v in whisper.items() if k != "model.safetensors"})  # no weights
     snapshot("bert--base", {**whisper, "config.json": json.dumps({"model_type": "bert"})})
@@ -282,8 +347,11 @@ def test_labels_are_file_names_and_unique() -> None:
     assert label("whisper-base") == "whisper-base"
     assert label("openai/whisper-large-v3") == "openai--whisper-large-v3"
     assert label("/models/my whisper/") == "my_whisper"
-    assert labels(["whisper-base", "/a/whisper-base", "/b/whisper-base"]) == ["whisper-base", "whisper-base-2",
-                                                                             "whisper-base-3"]
+    assert labels(["whisper-base", "/a/whisper-base", "/b/whisper-base"]) == [
+        "whisper-base",
+        "whisper-base-2",
+        "whisper-base-3",
+    ]
 
 
 # --- the checks ------------------------------------------------------------------------------------------------------
@@ -293,7 +361,8 @@ def fake_torch(cuda: bool) -> types.ModuleType:
     torch = types.ModuleType("torch")
     torch.__version__ = "2.0-test"  # type: ignore[attr-defined]
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        is_available=lambda: cuda, get_device_name=lambda i: "Test GPU", device_count=lambda: 1)
+        is_available=lambda: cuda, get_device_name=lambda i: "Test GPU", device_count=lambda: 1
+    )
     return torch
 
 

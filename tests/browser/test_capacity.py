@@ -20,8 +20,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.slow  # real-time speech after seconds of refusals: about 10 s on an idle machine, fake recognizer
-async def test_the_page_waits_while_the_server_is_full_then_goes_live_by_itself(fake_engine: CaptionEngine,
-                                                                                  tmp_path: Path) -> None:
+async def test_the_page_waits_while_the_server_is_full_then_goes_live_by_itself(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     # The microphone plays from the moment the page asks for it: the speech comes after the seconds the page waits
     # for a place (nothing is sent meanwhile; it goes live about 4 s in). Were it late on a loaded machine, the rest
     # of the speech would still make a sentence.

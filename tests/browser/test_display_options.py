@@ -36,12 +36,17 @@ async def tracker() -> AsyncIterator[tuple[str, list[str]]]:
         yield url, hits
 
 
-async def test_hostile_colours_load_nothing_and_plain_colours_apply(fake_engine: CaptionEngine, tmp_path: Path,
-                                                                    tracker: tuple[str, list[str]]) -> None:
+async def test_hostile_colours_load_nothing_and_plain_colours_apply(
+    fake_engine: CaptionEngine, tmp_path: Path, tracker: tuple[str, list[str]]
+) -> None:
     other, hits = tracker
     silence = write_wav(tmp_path / "silence.wav", np.zeros(16_000, np.float32))
-    hostile = [f"var(--x, url({other}/pixel.png))", f"red;background:url({other}/p2.png)",
-               f"rgb(var(--a, url({other}/p3.png)))", f"url({other}/p4.png)"]
+    hostile = [
+        f"var(--x, url({other}/pixel.png))",
+        f"red;background:url({other}/p2.png)",
+        f"rgb(var(--a, url({other}/p3.png)))",
+        f"url({other}/p4.png)",
+    ]
     async with running_server(fake_engine) as (url, _), aiohttp.ClientSession() as http:
         async with http.post(f"{url}/rooms", json={"title": "Colours"}) as r:
             room = (await r.json())["room"]
@@ -56,8 +61,10 @@ async def test_hostile_colours_load_nothing_and_plain_colours_apply(fake_engine:
                     assert "url" not in bg and "var" not in bg, (path, value, bg)
                 await page.goto(f"{url}/{path}?room={room}&bg=1d5fb8&fg=rgb(255,%20204,%200)")
                 await page.wait_for_selector(READY[path])
-                style = await page.evaluate("[document.documentElement.style.getPropertyValue('--bg'),"
-                                            " document.documentElement.style.getPropertyValue('--fg')]")
+                style = await page.evaluate(
+                    "[document.documentElement.style.getPropertyValue('--bg'),"
+                    " document.documentElement.style.getPropertyValue('--fg')]"
+                )
                 assert style == ["#1d5fb8", "rgb(255, 204, 0)"], (path, style)
             # The recorder does see a request when one is made: the page itself goes there last (a navigation also
             # ends whatever the previous page still had in flight).

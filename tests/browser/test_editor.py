@@ -54,12 +54,12 @@ new MutationObserver(record).observe(document, {subtree: true, childList: true, 
 
 
 async def new_room(url: str, **fields: Any) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as http, \
-            http.post(f"{url}/rooms", json={"title": "Editor test", **fields}) as r:
+    async with aiohttp.ClientSession() as http, http.post(f"{url}/rooms", json={"title": "Editor test", **fields}) as r:
         assert r.status == 201, await r.text()
         body: dict[str, Any] = await r.json()
-    assert body["editor_token"] and body["links"]["edit"].endswith(f"/rooms/{body['room']}/edit?token="
-                                                                     f"{body['editor_token']}")
+    assert body["editor_token"] and body["links"]["edit"].endswith(
+        f"/rooms/{body['room']}/edit?token={body['editor_token']}"
+    )
     return body
 
 
@@ -121,7 +121,8 @@ async def get_json(url: str) -> Any:
 
 @pytest.mark.slow
 async def test_an_editor_fixes_a_word_by_keyboard_while_a_microphone_captions_the_room(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     async with running_server(fake_engine) as (url, _):
         made = await new_room(url)
         room = made["room"]
@@ -148,8 +149,7 @@ async def test_an_editor_fixes_a_word_by_keyboard_while_a_microphone_captions_th
 
         # The kiosk and the phone show the fix in the element that showed the sentence, marked as corrected.
         for page in (kiosk, phone):
-            await page.wait_for_function(
-                f"(window.__seen['{sid}'] ?? []).at(-1) === {fixed!r}", timeout=20_000)
+            await page.wait_for_function(f"(window.__seen['{sid}'] ?? []).at(-1) === {fixed!r}", timeout=20_000)
             assert (await page.evaluate(f"window.__seen['{sid}']"))[:1] == [before]
             assert await page.evaluate(f"window.__elements['{sid}'].size") == 1, "the sentence was redrawn"
             assert await page.evaluate(f"window.__marked.includes('{sid}')"), "the fix was not marked"
@@ -157,10 +157,12 @@ async def test_an_editor_fixes_a_word_by_keyboard_while_a_microphone_captions_th
 
         # The microphone page got the fix on its data channel (its own sentence ids), shows it, and downloads it.
         await mic.wait_for_function(
-            f"window.liveCaptions.transcript().sentences.some((s) => s.text === {fixed!r})", timeout=20_000)
+            f"window.liveCaptions.transcript().sentences.some((s) => s.text === {fixed!r})", timeout=20_000
+        )
         await mic.wait_for_function(
             f"[...document.querySelectorAll('[data-sentence-id]')].some((e) => e.textContent === {fixed!r})",
-            timeout=5_000)
+            timeout=5_000,
+        )
         assert await mic.evaluate("window.liveCaptions.messages.some((m) => m.type === 'correction')")
         await mic.evaluate("window.liveCaptions.stop()")
         exported = " ".join((await mic.evaluate("window.liveCaptions.exportAs('txt')")).split())
@@ -193,7 +195,8 @@ MEETING = [
 
 
 async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     async with running_server(fake_engine) as (url, app):
         made = await new_room(url)
         room = made["room"]
@@ -202,10 +205,12 @@ async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
         editor = await open_editor(browser, made["links"]["edit"])
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
         await seed(app, room, MEETING)
-        await editor.wait_for_function(f"document.querySelectorAll('li.line').length === {len(MEETING)}",
-                                       timeout=20_000)
-        await kiosk.wait_for_function(f"document.querySelectorAll('[data-sentence-id]').length === {len(MEETING)}",
-                                      timeout=20_000)
+        await editor.wait_for_function(
+            f"document.querySelectorAll('li.line').length === {len(MEETING)}", timeout=20_000
+        )
+        await kiosk.wait_for_function(
+            f"document.querySelectorAll('[data-sentence-id]').length === {len(MEETING)}", timeout=20_000
+        )
         ids = await editor.locator("li.line").evaluate_all("els => els.map((e) => e.dataset.sentenceId)")
 
         # N on a line of Speaker 2 names that label for the whole room.
@@ -217,17 +222,21 @@ async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
         await editor.keyboard.press("Enter")
         await editor.wait_for_function(
             "[...document.querySelectorAll(\"li.line[data-spk='1'] .who\")].every((e) => e.textContent === 'Dr. Lee')",
-            timeout=20_000)
+            timeout=20_000,
+        )
         for page in (kiosk, widget):
             await page.wait_for_function(
                 "[...document.querySelectorAll(\"[data-who-spk='1']\")].map((e) => e.textContent).join() === "
-                "'Dr. Lee:,Dr. Lee:'", timeout=20_000)
+                "'Dr. Lee:,Dr. Lee:'",
+                timeout=20_000,
+            )
         assert await editor.evaluate("document.activeElement.dataset.sentenceId") == sid
 
         # A late viewer gets the names with the room.
         phone = await open_recorded(browser, f"{url}/view?room={room}", width=390, height=760)
         await phone.wait_for_function(
-            "[...document.querySelectorAll('.turn .who')].some((e) => e.textContent === 'Dr. Lee')", timeout=20_000)
+            "[...document.querySelectorAll('.turn .who')].some((e) => e.textContent === 'Dr. Lee')", timeout=20_000
+        )
 
         # Ctrl+Enter splits the line at the cursor: the words before it stay, the rest is a new line after it.
         sid = await focus_line(editor, 3)
@@ -238,12 +247,14 @@ async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
         for _ in range(cut):
             await editor.keyboard.press("ArrowRight")
         await editor.keyboard.press("Control+Enter")
-        await editor.wait_for_function(f"document.querySelectorAll('li.line').length === {len(MEETING) + 1}",
-                                       timeout=20_000)
+        await editor.wait_for_function(
+            f"document.querySelectorAll('li.line').length === {len(MEETING) + 1}", timeout=20_000
+        )
         assert await line_text(editor, sid) == "Sales grew by four percent"
         for page in (kiosk, widget):
             await page.wait_for_function(
-                f"document.querySelectorAll('[data-sentence-id]').length === {len(MEETING) + 1}", timeout=20_000)
+                f"document.querySelectorAll('[data-sentence-id]').length === {len(MEETING) + 1}", timeout=20_000
+            )
             shown = [" ".join(t.split()) for t in await page.locator("[data-sentence-id]").all_inner_texts()]
             assert shown[-2:] == ["Sales grew by four percent", "and costs fell by two percent."], shown
 
@@ -259,14 +270,19 @@ async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
         for page in (kiosk, widget, phone):
             await page.wait_for_selector(f"[data-sentence-id='{gone}']", state="detached", timeout=20_000)
         # Lines 1 and 3 are both Dr. Lee's now, side by side: the kiosk names the speaker once.
-        assert await kiosk.evaluate("[...document.querySelectorAll('.flow > *')].map((e) => e.textContent)"
-                                    ".filter((t) => t.endsWith(':'))") == ["Speaker 1:", "Dr. Lee:"]
+        assert await kiosk.evaluate(
+            "[...document.querySelectorAll('.flow > *')].map((e) => e.textContent).filter((t) => t.endsWith(':'))"
+        ) == ["Speaker 1:", "Dr. Lee:"]
         assert await editor.evaluate("document.activeElement.matches('li.line')"), "the focus was lost"
 
         stored = await get_json(f"{url}/rooms/{room}/transcript.json")
         texts = [s["text"] for s in stored["sentences"]]
-        assert texts == [MEETING[0][1], MEETING[1][1], "Sales grew by four percent",
-                         "and costs fell by two percent."], texts
+        assert texts == [
+            MEETING[0][1],
+            MEETING[1][1],
+            "Sales grew by four percent",
+            "and costs fell by two percent.",
+        ], texts
         assert [s["speaker"] for s in stored["sentences"]][1] == "Dr. Lee"
         txt = await get_text(f"{url}/rooms/{room}/transcript.txt")
         assert "Dr. Lee" in txt and "one moment" not in txt, txt
@@ -276,7 +292,8 @@ async def test_naming_a_speaker_splitting_and_deleting_lines_by_keyboard(
 
 @pytest.mark.slow
 async def test_with_a_delay_the_audience_never_sees_what_the_editor_corrected(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     delay_s = 8
     async with running_server(fake_engine) as (url, _):
         made = await new_room(url, delay_s=delay_s)
@@ -300,8 +317,10 @@ async def test_with_a_delay_the_audience_never_sees_what_the_editor_corrected(
             # It is still held back from the audience: the editor says so, and no viewer has it.
             assert await editor.locator(f"li[data-sentence-id='{sid}'][data-held]").count() == 1
             assert await kiosk.locator(f"[data-sentence-id='{sid}']").count() == 0
-            await editor.wait_for_function("/[1-9][0-9]* events? waiting to be published/.test("
-                                           "document.getElementById('meter').textContent)", timeout=5_000)
+            await editor.wait_for_function(
+                "/[1-9][0-9]* events? waiting to be published/.test(document.getElementById('meter').textContent)",
+                timeout=5_000,
+            )
 
             await client.until_played()
             await client.stop()
@@ -309,12 +328,14 @@ async def test_with_a_delay_the_audience_never_sees_what_the_editor_corrected(
             await client.close()
         texts = [s["text"] for s in client.sentences()]
         for page in (kiosk, phone):
-            await page.wait_for_function(f"(window.__seen['{sid}'] ?? []).includes({fixed!r})",
-                                         timeout=(delay_s + 20) * 1000)
+            await page.wait_for_function(
+                f"(window.__seen['{sid}'] ?? []).includes({fixed!r})", timeout=(delay_s + 20) * 1000
+            )
             seen = await page.evaluate("window.__seen")
             assert seen[sid] == [fixed], f"the audience saw {seen[sid]}"
-            await page.wait_for_function(f"document.querySelectorAll('[data-sentence-id]').length >= {len(texts)}",
-                                         timeout=(delay_s + 20) * 1000)
+            await page.wait_for_function(
+                f"document.querySelectorAll('[data-sentence-id]').length >= {len(texts)}", timeout=(delay_s + 20) * 1000
+            )
         await editor.wait_for_selector(f"li[data-sentence-id='{sid}']:not([data-held])", timeout=20_000)
         srt = " ".join((await get_text(f"{url}/rooms/{room}/transcript.srt")).split())
         assert fixed in srt and before not in srt
@@ -329,15 +350,17 @@ async def test_the_editor_page_passes_axe(fake_engine: CaptionEngine, browser: B
         room = made["room"]
         editor = await open_editor(browser, made["links"]["edit"])
         await seed(app, room, MEETING)
-        await editor.wait_for_function(f"document.querySelectorAll('li.line').length === {len(MEETING)}",
-                                       timeout=20_000)
+        await editor.wait_for_function(
+            f"document.querySelectorAll('li.line').length === {len(MEETING)}", timeout=20_000
+        )
         axe = Axe()
 
         async def check(state: str) -> None:
             results = await axe.run(editor)
             bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
             assert not bad, f"{state}: " + "; ".join(
-                f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad)
+                f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad
+            )
 
         await check("lines")
         await focus_line(editor, 1)
@@ -350,7 +373,6 @@ async def test_the_editor_page_passes_axe(fake_engine: CaptionEngine, browser: B
         await editor.emulate_media(color_scheme="dark")
         await check("dark")
         await editor.screenshot(path=str(shots / "editor-dark.png"))
-
 
 
 async def test_a_refused_editor_link_is_said_plainly(fake_engine: CaptionEngine, browser: Browser) -> None:

@@ -85,8 +85,9 @@ async def focused_id(page: Page) -> str:
     return str(await page.evaluate("document.activeElement?.id ?? ''"))
 
 
-async def test_joining_marks_the_persons_own_lines_and_passes_axe(fake_engine: CaptionEngine, quiet: Browser,
-                                                                  shots: Path) -> None:
+async def test_joining_marks_the_persons_own_lines_and_passes_axe(
+    fake_engine: CaptionEngine, quiet: Browser, shots: Path
+) -> None:
     async with running_server(fake_engine) as (url, app):
         room_id = await new_room(url)
         room = await the_room(app, room_id)
@@ -119,16 +120,18 @@ async def test_joining_marks_the_persons_own_lines_and_passes_axe(fake_engine: C
         assert await mine.all_inner_texts() == ["I have the release notes.", "They go out on Tuesday."]
         turns = page.locator("section.turn")
         assert await turns.count() == 3
-        assert [await turns.nth(i).evaluate("t => t.classList.contains('mine')") for i in range(3)] == \
-            [False, True, False]
+        assert [await turns.nth(i).evaluate("t => t.classList.contains('mine')") for i in range(3)] == [
+            False,
+            True,
+            False,
+        ]
         assert await turns.nth(1).locator(".turn-head .you").inner_text() == "(you)"
         assert await page.locator(".you").count() == 1
 
         # The person's open line: marked too, "(you)" first.
         await room.publishers[session].publish(Caption([], "and one more thing", partial_spk=0))
         await page.wait_for_selector("[data-partial].mine", timeout=10_000)
-        assert re.sub(r"\s+", " ", await page.locator("[data-partial]").text_content() or "").startswith(
-            "(you) ")
+        assert re.sub(r"\s+", " ", await page.locator("[data-partial]").text_content() or "").startswith("(you) ")
         assert (await page.locator("[data-partial]").inner_text()).endswith("and one more thing")
         await check_axe(page, "joined, own lines and open line")
         await page.screenshot(path=str(shots / "join-phone.png"))
@@ -180,8 +183,11 @@ async def test_what_stops_a_join_is_said_where_it_can_be_fixed(fake_engine: Capt
 
         # The server refuses the name: the field says so and gets the focus back.
         async def refuse(route: Route) -> None:
-            await route.fulfill(status=400, content_type="application/json", body=json.dumps(
-                {"error": {"code": "bad_message", "message": "the name is at most 64 characters"}}))
+            await route.fulfill(
+                status=400,
+                content_type="application/json",
+                body=json.dumps({"error": {"code": "bad_message", "message": "the name is at most 64 characters"}}),
+            )
 
         await page.route("**/offer", refuse)
         await page.locator("#name").fill("Ana")
@@ -193,9 +199,12 @@ async def test_what_stops_a_join_is_said_where_it_can_be_fixed(fake_engine: Capt
 
         # The server is full: the page says for how long and waits by itself; Leave stops waiting.
         async def full(route: Route) -> None:
-            await route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "30"},
-                                body=json.dumps({"error": {"code": "busy", "message": "the server is full",
-                                                           "retry_after_s": 30}}))
+            await route.fulfill(
+                status=503,
+                content_type="application/json",
+                headers={"Retry-After": "30"},
+                body=json.dumps({"error": {"code": "busy", "message": "the server is full", "retry_after_s": 30}}),
+            )
 
         await page.route("**/offer", full)
         await page.locator("#join").click()
@@ -207,13 +216,15 @@ async def test_what_stops_a_join_is_said_where_it_can_be_fixed(fake_engine: Capt
         await page.wait_for_selector("body[data-joined=false]", timeout=10_000)
 
 
-async def test_the_kiosks_qr_code_opens_the_join_page_or_with_qr_view_the_viewer(fake_engine: CaptionEngine,
-                                                                                  quiet: Browser) -> None:
+async def test_the_kiosks_qr_code_opens_the_join_page_or_with_qr_view_the_viewer(
+    fake_engine: CaptionEngine, quiet: Browser
+) -> None:
     async with running_server(fake_engine) as (url, _):
         room_id = await new_room(url)
         for query, header, target, caption in (
-                ("", "X-Join-Url", f"{url}/join?room={room_id}", "Scan to join with your phone"),
-                ("&qr=view", "X-Viewer-Url", f"{url}/view?room={room_id}", "Captions on your phone")):
+            ("", "X-Join-Url", f"{url}/join?room={room_id}", "Scan to join with your phone"),
+            ("&qr=view", "X-Viewer-Url", f"{url}/view?room={room_id}", "Captions on your phone"),
+        ):
             kiosk = await quiet.new_page(viewport={"width": 1280, "height": 720})
             await kiosk.goto(f"{url}/kiosk?room={room_id}{query}")
             await kiosk.wait_for_selector("#qr-box:not([hidden])", timeout=20_000)
@@ -225,11 +236,11 @@ async def test_the_kiosks_qr_code_opens_the_join_page_or_with_qr_view_the_viewer
 
 @pytest.mark.slow
 async def test_a_muted_join_sends_silence_and_a_second_join_captions_the_microphone(
-        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     """Chromium's microphone says a real sentence each time it is opened; the recognizer is the named fake."""
     clip = pad(audio("ls_1988-24833-0000"), 1.0, 3.0)
-    async with chromium(write_wav(tmp_path / "speech.wav", clip)) as browser, \
-            running_server(fake_engine) as (url, app):
+    async with chromium(write_wav(tmp_path / "speech.wav", clip)) as browser, running_server(fake_engine) as (url, app):
         room_id = await new_room(url)
         page = await open_join(browser, url, room_id)
         await page.wait_for_selector("#badge[data-state=idle]", timeout=20_000)
@@ -247,8 +258,7 @@ async def test_a_muted_join_sends_silence_and_a_second_join_captions_the_microph
         second = await join(page, "Ana")
         assert second != first
         await page.wait_for_selector("[data-sentence-id].mine", timeout=30_000)
-        assert await page.evaluate("window.liveCaptions.sentences.every((s) => s.session === "
-                                   f"{json.dumps(second)})")
+        assert await page.evaluate(f"window.liveCaptions.sentences.every((s) => s.session === {json.dumps(second)})")
         assert await page.evaluate("window.liveCaptions.mine.size") == 2
         await page.locator("#leave").click()
         await page.wait_for_selector("body[data-joined=false]", timeout=20_000)
@@ -256,7 +266,8 @@ async def test_a_muted_join_sends_silence_and_a_second_join_captions_the_microph
 
 @pytest.mark.heavy
 async def test_two_people_join_a_kiosks_room_by_name_and_the_kiosk_names_their_lines(
-        engine: CaptionEngine, tmp_path: Path, shots: Path) -> None:
+    engine: CaptionEngine, tmp_path: Path, shots: Path
+) -> None:
     """Ana and Ben each join from their own browser (each microphone says a different reader's sentence, over and
     over); the kiosk names each person's lines after them, and shows both people's open lines at once."""
     people = {"Ana": "ls_1988-24833-0000", "Ben": "ls_3752-4944-0000"}
@@ -264,10 +275,14 @@ async def test_two_people_join_a_kiosks_room_by_name_and_the_kiosk_names_their_l
     # long one took to start under load. Loops 2 s apart in length bring the two sentences together within a few
     # rounds whatever that offset was.
     tails = {"Ana": 7.0, "Ben": 5.0}
-    wavs = {name: write_wav(tmp_path / f"{name}.wav", pad(audio(clip), 1.0, tails[name]))
-            for name, clip in people.items()}
-    async with running_server(engine) as (url, _), chromium(wavs["Ana"]) as ana_browser, \
-            chromium(wavs["Ben"]) as ben_browser:
+    wavs = {
+        name: write_wav(tmp_path / f"{name}.wav", pad(audio(clip), 1.0, tails[name])) for name, clip in people.items()
+    }
+    async with (
+        running_server(engine) as (url, _),
+        chromium(wavs["Ana"]) as ana_browser,
+        chromium(wavs["Ben"]) as ben_browser,
+    ):
         room_id = await new_room(url, "Design review")
         kiosk = await ana_browser.new_page(viewport={"width": 1280, "height": 720})
         await kiosk.goto(f"{url}/kiosk?room={room_id}&lines=4")
@@ -282,20 +297,21 @@ async def test_two_people_join_a_kiosks_room_by_name_and_the_kiosk_names_their_l
             await pages[name].wait_for_selector("#badge[data-state=idle]", timeout=120_000)
         await asyncio.gather(*(pages[name].locator("#name").fill(name) for name in people))
         await asyncio.gather(*(pages[name].locator("#join").click() for name in people))
-        await asyncio.gather(*(p.wait_for_selector("#badge[data-state=live]", timeout=120_000)
-                               for p in pages.values()))
+        await asyncio.gather(*(p.wait_for_selector("#badge[data-state=live]", timeout=120_000) for p in pages.values()))
         sessions = {name: await pages[name].evaluate("window.liveCaptions.mic.session") for name in people}
         for p in pages.values():
             await p.wait_for_selector("[data-sentence-id].mine", timeout=90_000)
         await kiosk.wait_for_function(
-            "new Set(window.liveCaptions.sentences.map((s) => s.session)).size >= 2", timeout=60_000)
+            "new Set(window.liveCaptions.sentences.map((s) => s.session)).size >= 2", timeout=60_000
+        )
         await asyncio.sleep(2.0)  # the names events follow the voices' first lines
         await kiosk.screenshot(path=str(shots / "kiosk-meeting.png"))
         await pages["Ana"].screenshot(path=str(shots / "join-ana.png"))
 
         feed: dict[str, Any] = await kiosk.evaluate(
             "({sentences: window.liveCaptions.sentences, names: window.liveCaptions.names, "
-            "messages: window.liveCaptions.messages})")
+            "messages: window.liveCaptions.messages})"
+        )
         shown_names = await kiosk.locator(".who").all_inner_texts()
         for name, clip in people.items():
             theirs = [s for s in feed["sentences"] if s["session"] == sessions[name]]
@@ -306,19 +322,27 @@ async def test_two_people_join_a_kiosks_room_by_name_and_the_kiosk_names_their_l
             assert {feed["names"].get(str(s["spk"])) for s in theirs} == {name}, (name, theirs, feed["names"])
             assert any(n.strip().rstrip(":") == name for n in shown_names), shown_names
             # Each person's page marks their own lines and only those.
-            marked = await pages[name].evaluate("[...document.querySelectorAll('[data-sentence-id].mine')]"
-                                                ".map((e) => Number(e.dataset.sentenceId))")
-            own = await pages[name].evaluate(f"window.liveCaptions.sentences.filter((s) => s.session === "
-                                             f"{json.dumps(sessions[name])}).map((s) => s.id)")
+            marked = await pages[name].evaluate(
+                "[...document.querySelectorAll('[data-sentence-id].mine')].map((e) => Number(e.dataset.sentenceId))"
+            )
+            own = await pages[name].evaluate(
+                f"window.liveCaptions.sentences.filter((s) => s.session === "
+                f"{json.dumps(sessions[name])}).map((s) => s.id)"
+            )
             assert marked and sorted(marked) == sorted(own), (name, marked, own)
         try:
             await kiosk.wait_for_function(
                 "window.liveCaptions.messages.some((m) => m.type === 'caption' "
-                "&& new Set((m.open || []).map((line) => line.session)).size === 2)", timeout=120_000)
+                "&& new Set((m.open || []).map((line) => line.session)).size === 2)",
+                timeout=120_000,
+            )
         except PlaywrightTimeout:
             # What the kiosk did show, so that a failure says whether one person's open line never showed at all.
             shown = await kiosk.evaluate(
                 "window.liveCaptions.messages.filter((m) => m.type === 'caption')"
-                ".map((m) => (m.open || []).map((line) => line.session))")
-            pytest.fail(f"the two people's open lines never showed at once in {len(shown)} caption messages: "
-                        + ", ".join(f"{name}'s in {sum(sessions[name] in s for s in shown)}" for name in people))
+                ".map((m) => (m.open || []).map((line) => line.session))"
+            )
+            pytest.fail(
+                f"the two people's open lines never showed at once in {len(shown)} caption messages: "
+                + ", ".join(f"{name}'s in {sum(sessions[name] in s for s in shown)}" for name in people)
+            )

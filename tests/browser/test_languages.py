@@ -30,9 +30,11 @@ from tests.support.servers import running_server
 pytestmark = pytest.mark.e2e
 
 TOKEN = "server-token-for-translated-pages"
-SAID = ["Good morning, everyone, and welcome to the council.",
-        "We begin with the budget.",
-        "The library asks for a longer opening on Saturdays, which we shall discuss after the vote."]
+SAID = [
+    "Good morning, everyone, and welcome to the council.",
+    "We begin with the budget.",
+    "The library asks for a longer opening on Saturdays, which we shall discuss after the vote.",
+]
 
 
 def spanish(text: str) -> str:
@@ -55,7 +57,8 @@ async def wait_texts(page: Page, texts: list[str], root: str = "") -> None:
 
 
 async def test_the_phone_viewer_switches_language_by_keyboard_and_its_page_follows(
-        served: tuple[str, web.Application], browser: Browser, shots: Path) -> None:
+    served: tuple[str, web.Application], browser: Browser, shots: Path
+) -> None:
     url, app = served
     made = await new_room(url, TOKEN, languages=["es", "ca"])
     room_id = made["room"]
@@ -77,8 +80,7 @@ async def test_the_phone_viewer_switches_language_by_keyboard_and_its_page_follo
     await wait_texts(phone, [spanish(t) for t in SAID[:2]])
     assert await phone.evaluate("document.documentElement.lang") == "es"
     assert "lang=es" in phone.url, "a reload or a shared link keeps the language"
-    assert await phone.locator("[data-format=srt]").get_attribute("href") == \
-        f"/rooms/{room_id}/transcript.srt?lang=es"
+    assert await phone.locator("[data-format=srt]").get_attribute("href") == f"/rooms/{room_id}/transcript.srt?lang=es"
 
     # New sentences arrive translated; the open text is the speaker's words, quieter, in their language.
     room = await app[ROOMS].get(room_id)
@@ -94,11 +96,15 @@ async def test_the_phone_viewer_switches_language_by_keyboard_and_its_page_follo
     await phone.screenshot(path=str(shots / "viewer-spanish.png"))
 
     # An editor's fix is re-translated and replaces the sentence where it stands.
-    [first] = [s for s in (await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN))[1]["sentences"]
-               if s["text"] == SAID[1]]
+    [first] = [
+        s
+        for s in (await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN))[1]["sentences"]
+        if s["text"] == SAID[1]
+    ]
     fixed = "We begin with the annual budget."
-    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{first['id']}", made["editor_token"],
-                       {"text": fixed}))[0] == 200
+    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{first['id']}", made["editor_token"], {"text": fixed}))[
+        0
+    ] == 200
     await wait_texts(phone, [spanish(SAID[0]), spanish(fixed), spanish(SAID[2])])
 
     # Reloaded with ?lang=es, the page opens in Spanish; back to English by keyboard.
@@ -112,7 +118,8 @@ async def test_the_phone_viewer_switches_language_by_keyboard_and_its_page_follo
 
 
 async def test_a_bilingual_kiosk_aligns_each_sentence_with_its_translation(
-        served: tuple[str, web.Application], browser: Browser, shots: Path) -> None:
+    served: tuple[str, web.Application], browser: Browser, shots: Path
+) -> None:
     url, app = served
     made = await new_room(url, TOKEN, languages=["es"])
     room_id = made["room"]
@@ -135,11 +142,15 @@ async def test_a_bilingual_kiosk_aligns_each_sentence_with_its_translation(
     await check_axe(kiosk, "the bilingual kiosk")
     await kiosk.screenshot(path=str(shots / "kiosk-bilingual.png"))
 
-    [second] = [s for s in (await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN))[1]["sentences"]
-                if s["text"] == SAID[1]]
+    [second] = [
+        s
+        for s in (await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN))[1]["sentences"]
+        if s["text"] == SAID[1]
+    ]
     fixed = "We begin with the annual budget."
-    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{second['id']}", made["editor_token"],
-                       {"text": fixed}))[0] == 200
+    assert (
+        await call("PUT", f"{url}/rooms/{room_id}/sentences/{second['id']}", made["editor_token"], {"text": fixed})
+    )[0] == 200
     await wait_texts(kiosk, [SAID[0], fixed, SAID[2]], ".cell[lang=en]")
     await wait_texts(kiosk, [spanish(SAID[0]), spanish(fixed), spanish(SAID[2])], ".cell[lang=es]")
 
@@ -157,15 +168,19 @@ async def test_a_bilingual_kiosk_aligns_each_sentence_with_its_translation(
 
 
 async def test_a_room_spoken_in_spanish_reads_in_spanish_on_every_page_and_in_english_when_asked(
-        served: tuple[str, web.Application], browser: Browser) -> None:
+    served: tuple[str, web.Application], browser: Browser
+) -> None:
     url, app = served
     made = await new_room(url, TOKEN, language="es", languages=["en"])
     room_id = made["room"]
     said = ["Buenos días a todos.", "Empezamos con el presupuesto."]
     await lock(app, room_id, *said)
     english = [f"[en] {t.upper()}" for t in said]
-    pages = {"phone": f"/view?room={room_id}", "kiosk": f"/kiosk?room={room_id}&qr=0",
-             "widget": f"/embed?room={room_id}&lines=3"}
+    pages = {
+        "phone": f"/view?room={room_id}",
+        "kiosk": f"/kiosk?room={room_id}&qr=0",
+        "widget": f"/embed?room={room_id}&lines=3",
+    }
     for name, path in pages.items():
         page = await open_page(browser, url + path)
         await wait_texts(page, said)
@@ -186,7 +201,8 @@ async def test_a_room_spoken_in_spanish_reads_in_spanish_on_every_page_and_in_en
 
 
 async def test_the_editor_shows_a_room_language_under_each_line_and_its_retranslation(
-        served: tuple[str, web.Application], browser: Browser, shots: Path) -> None:
+    served: tuple[str, web.Application], browser: Browser, shots: Path
+) -> None:
     url, app = served
     made = await new_room(url, TOKEN, languages=["es", "ca"])
     room_id = made["room"]
@@ -205,8 +221,9 @@ async def test_the_editor_shows_a_room_language_under_each_line_and_its_retransl
     await lock(app, room_id, SAID[2], start_ms=10_000)
     await wait_texts_at(editor, "[data-translation]", [spanish(t) for t in SAID])
     fixed = "We begin with the annual budget."
-    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{records[1].id}", made["editor_token"],
-                       {"text": fixed}))[0] == 200
+    assert (
+        await call("PUT", f"{url}/rooms/{room_id}/sentences/{records[1].id}", made["editor_token"], {"text": fixed})
+    )[0] == 200
     await wait_texts_at(editor, "[data-translation]", [spanish(SAID[0]), spanish(fixed), spanish(SAID[2])])
     await check_axe(editor, "the editor with a room language")
     await editor.screenshot(path=str(shots / "editor-translation.png"))
@@ -220,21 +237,27 @@ async def wait_texts_at(page: Page, selector: str, texts: list[str]) -> None:
             const got = [...document.querySelectorAll(selector)]
                 .map((el) => el.textContent.split(/\\s+/).filter(Boolean).join(" "));
             return JSON.stringify(got) === JSON.stringify(want);
-        }""", arg=[selector, texts], timeout=20_000)
+        }""",
+        arg=[selector, texts],
+        timeout=20_000,
+    )
 
 
 @pytest.mark.slow  # the kiosk's microphone plays Chromium's looped file in real time: about 14 s
 async def test_a_kiosk_microphone_of_the_translate_task_captions_english_and_keeps_the_words_said(
-        served: tuple[str, web.Application], browser: Browser) -> None:
+    served: tuple[str, web.Application], browser: Browser
+) -> None:
     """``mic-task=translate``: the kiosk's microphone starts with Whisper's translate task in ``mic-lang``; its lines
     are English (the fake's text for that task ends "in English") and the room keeps the words said as its German."""
     url, _app = served
     room_id = (await new_room(url, TOKEN))["room"]
-    kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&mic=1&key={TOKEN}&mic-task=translate&mic-lang=de"
-                                     "&qr=0")
+    kiosk = await open_page(
+        browser, f"{url}/kiosk?room={room_id}&mic=1&key={TOKEN}&mic-task=translate&mic-lang=de&qr=0"
+    )
     await kiosk.wait_for_function(
         "[...document.querySelectorAll('[data-sentence-id]')].some(e => e.textContent.includes('in English'))",
-        timeout=60_000)
+        timeout=60_000,
+    )
     for _ in range(100):
         status, state = await call("GET", f"{url}/rooms/{room_id}", TOKEN)
         if state.get("languages"):
@@ -243,6 +266,7 @@ async def test_a_kiosk_microphone_of_the_translate_task_captions_english_and_kee
     assert status == 200 and state["language"] == "en" and state["languages"] == ["de"]
     status, doc = await call("GET", f"{url}/rooms/{room_id}/transcript.json", TOKEN)
     kept = [s for s in doc["sentences"] if "de" in s.get("translations", {})]
-    assert kept and all(s["text"].endswith("in English") and not s["translations"]["de"].endswith("in English")
-                        for s in kept)
+    assert kept and all(
+        s["text"].endswith("in English") and not s["translations"]["de"].endswith("in English") for s in kept
+    )
     await kiosk.close()

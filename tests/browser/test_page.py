@@ -55,10 +55,13 @@ async def caption_run(page: Page, url: str, app: Any) -> dict[str, Any]:
     await asyncio.sleep(max(0.0, remaining))
     await page.click("#toggle")  # Stop
     await page.wait_for_function("window.liveCaptions.state === 'idle'", timeout=60_000)
-    return {"first_caption_s": t_first - t_load, "energy": energy,
-            "messages": await page.evaluate("window.liveCaptions.messages"),
-            "transcript": await page.evaluate("window.liveCaptions.transcript()"),
-            "shown": await page.locator("[data-sentence-id]").all_inner_texts()}
+    return {
+        "first_caption_s": t_first - t_load,
+        "energy": energy,
+        "messages": await page.evaluate("window.liveCaptions.messages"),
+        "transcript": await page.evaluate("window.liveCaptions.transcript()"),
+        "shown": await page.locator("[data-sentence-id]").all_inner_texts(),
+    }
 
 
 async def test_spoken_clip_appears_as_locked_captions(engine: CaptionEngine, browser: Browser) -> None:
@@ -100,8 +103,11 @@ async def test_transcript_downloads(engine: CaptionEngine, browser: Browser, tmp
     label = re.compile(r"^Speaker \d+: ")
     srt_words = [w for cue in srt_lib.parse(files["srt"]) for w in label.sub("", cue.content).split()]
     (tmp_path / "c.vtt").write_text(files["vtt"], encoding="utf-8")
-    vtt_words = [w for cue in webvtt.read(str(tmp_path / "c.vtt")).captions
-                 for w in label.sub("", html.unescape(cue.text)).split()]
+    vtt_words = [
+        w
+        for cue in webvtt.read(str(tmp_path / "c.vtt")).captions
+        for w in label.sub("", html.unescape(cue.text)).split()
+    ]
     assert srt_words == said and vtt_words == said
     assert all(len(line) <= 42 for line in files["srt"].splitlines())
     stamp = r"\d\d:\d\d:\d\d[,.]\d\d\d"

@@ -60,8 +60,9 @@ async def shown_sentences(page: Page) -> list[str]:
 
 
 async def wait_shown(page: Page, count: int, timeout_ms: int = 30_000) -> None:
-    await page.wait_for_function(f"document.querySelectorAll('[data-sentence-id]').length >= {count}",
-                                 timeout=timeout_ms)
+    await page.wait_for_function(
+        f"document.querySelectorAll('[data-sentence-id]').length >= {count}", timeout=timeout_ms
+    )
 
 
 def free_port() -> int:
@@ -98,7 +99,8 @@ bottom:8px;left:0}} h2{{font-size:15px;margin:18px 0 6px;color:#555}}</style></h
 
 @pytest.mark.slow
 async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     page_info: dict[str, str] = {}
 
     async def host_page(request: web.Request) -> web.Response:
@@ -112,12 +114,16 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
             page = await open_page(browser, host_url, 820, 760)
             await page.wait_for_function(
                 "['w-transparent','w-dark','w-light'].every((id) => window.received.some("
-                "(m) => m.frame === id && m.type === 'state' && m.state === 'waiting'))", timeout=20_000)
+                "(m) => m.frame === id && m.type === 'state' && m.state === 'waiting'))",
+                timeout=20_000,
+            )
             client = await publish(url, page_info["room"])
             texts = [s["text"] for s in client.sentences()]
             await page.wait_for_function(
                 f"window.received.filter((m) => m.frame === 'w-dark' && m.type === 'caption')"
-                f".flatMap((m) => m.sentences).length >= {len(texts)}", timeout=20_000)
+                f".flatMap((m) => m.sentences).length >= {len(texts)}",
+                timeout=20_000,
+            )
             received = await page.evaluate("window.received")
             dark = [m for m in received if m["frame"] == "w-dark"]
             assert dark[0]["type"] == "ready" and dark[0]["mode"] == "viewer" and dark[0]["version"] == 1
@@ -129,12 +135,17 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
 
             # Host -> widget: stop and start are obeyed; set-language is refused for a viewer, politely.
             await page.evaluate("window.command('w-light', {type: 'stop'})")
-            await page.wait_for_function("window.received.some((m) => m.frame === 'w-light' && m.type === 'state' "
-                                         "&& m.state === 'stopped')", timeout=10_000)
+            await page.wait_for_function(
+                "window.received.some((m) => m.frame === 'w-light' && m.type === 'state' && m.state === 'stopped')",
+                timeout=10_000,
+            )
             await page.evaluate("window.command('w-light', {type: 'set-language', language: 'de'})")
             await page.evaluate("window.command('w-light', {type: 'start'})")
-            await page.wait_for_function("window.received.filter((m) => m.frame === 'w-light' && m.type === 'state' "
-                                         "&& m.state === 'waiting').length >= 2", timeout=10_000)
+            await page.wait_for_function(
+                "window.received.filter((m) => m.frame === 'w-light' && m.type === 'state' "
+                "&& m.state === 'waiting').length >= 2",
+                timeout=10_000,
+            )
             light = [m for m in await page.evaluate("window.received") if m["frame"] == "w-light"]
             assert any(m["type"] == "error" and m["code"] == "unsupported" for m in light)
 
@@ -156,7 +167,8 @@ async def test_host_page_embeds_the_widget_and_gets_captions_by_postmessage(
 
 @pytest.mark.slow
 async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them_all(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     async with running_server(fake_engine) as (url, _):
         room = await new_room(url)
         kiosk = await open_page(browser, f"{url}/kiosk?room={room}&lines=3")
@@ -172,8 +184,9 @@ async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them
 
         # A phone that opens the room now from the QR code (its join page) sees every sentence so far, and so does
         # the read-only viewer page.
-        qr_target = await kiosk.evaluate("fetch(document.getElementById('qr').src).then(r => "
-                                         "r.headers.get('X-Join-Url'))")
+        qr_target = await kiosk.evaluate(
+            "fetch(document.getElementById('qr').src).then(r => r.headers.get('X-Join-Url'))"
+        )
         assert qr_target == f"{url}/join?room={room}"
         for target in (qr_target, f"{url}/view?room={room}"):
             phone = await open_page(browser, target, 390, 760, mobile=True)
@@ -185,7 +198,8 @@ async def test_kiosk_shows_another_sessions_captions_and_a_late_viewer_sees_them
 
 @pytest.mark.slow
 async def test_kiosk_recovers_from_a_server_restart_and_the_transcript_keeps_every_sentence(
-        fake_engine: CaptionEngine, browser: Browser, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, tmp_path: Path
+) -> None:
     db, port = str(tmp_path / "captions.db"), free_port()
     async with running_server(fake_engine, db_path=db, port=port) as (url, _):
         room = await new_room(url)
@@ -207,8 +221,10 @@ async def test_kiosk_recovers_from_a_server_restart_and_the_transcript_keeps_eve
         assert exported == before, "a sentence locked before the restart is missing from the transcript"
         after = [s["text"] for s in (await publish(url, room)).sentences()]
         await wait_shown(kiosk, len(before) + len(after))
-        ids = [int(i) for i in await kiosk.locator("[data-sentence-id]").evaluate_all(
-            "els => els.map(e => e.dataset.sentenceId)")]
+        ids = [
+            int(i)
+            for i in await kiosk.locator("[data-sentence-id]").evaluate_all("els => els.map(e => e.dataset.sentenceId)")
+        ]
         assert ids == list(range(len(before) + len(after))), "duplicated or missing sentences after the restart"
         assert await shown_sentences(kiosk) == before + after
         async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{room}/transcript.srt") as r:
@@ -217,8 +233,9 @@ async def test_kiosk_recovers_from_a_server_restart_and_the_transcript_keeps_eve
 
 
 @pytest.mark.heavy
-async def test_kiosk_as_the_rooms_microphone_captions_real_speech(engine: CaptionEngine, browser: Browser,
-                                                                   shots: Path) -> None:
+async def test_kiosk_as_the_rooms_microphone_captions_real_speech(
+    engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     async with running_server(engine) as (url, _):
         room = await new_room(url)
         phone = await open_page(browser, f"{url}/view?room={room}", 390, 760, mobile=True)
@@ -235,8 +252,9 @@ async def test_kiosk_as_the_rooms_microphone_captions_real_speech(engine: Captio
         assert " ".join(await shown_sentences(kiosk)) == text
 
 
-async def seed_room(app: web.Application, room_id: str, sentences: list[tuple[int, str]], start_ms: int,
-                    ms_per_word: int, gap_ms: int) -> Room:
+async def seed_room(
+    app: web.Application, room_id: str, sentences: list[tuple[int, str]], start_ms: int, ms_per_word: int, gap_ms: int
+) -> Room:
     """Commit ``(speaker, text)`` sentences straight into a room, one after another, as a publisher would."""
     room = await app[ROOMS].get(room_id)
     assert room is not None
@@ -258,7 +276,8 @@ CONVERSATION = [
 
 
 async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     """Sentences seeded straight into the room (as a publisher would post them), then a speaker relabel: the
     kiosk, the phone viewer and both widget themes show the text with the corrected speaker. Screenshots."""
     async with running_server(fake_engine) as (url, app):
@@ -273,7 +292,8 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
             f'<p>theme=dark, speakers=1</p><iframe id="d" style="border:0;width:100%;height:110px" '
             f'src="{url}/embed?room={room_id}&theme=dark&speakers=1&font=20&lines=3"></iframe>'
             f'<p>theme=light, fg=1d5fb8, font=18</p><iframe id="l" style="border:0;width:100%;height:100px" '
-            f'src="{url}/embed?room={room_id}&theme=light&fg=1d5fb8&font=18&lines=3"></iframe></body>')
+            f'src="{url}/embed?room={room_id}&theme=light&fg=1d5fb8&font=18&lines=3"></iframe></body>'
+        )
         await kiosk.wait_for_selector(".status[data-state=waiting]", timeout=20_000)
         room = await seed_room(app, room_id, CONVERSATION, start_ms=2000, ms_per_word=250, gap_ms=400)
         await room.commit_relabel({3: 2})  # the re-clustering at stop decided sentence 3 was speaker 3
@@ -283,8 +303,7 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
         await kiosk.wait_for_selector("[data-sentence-id='3'][data-spk='2']", timeout=10_000)
         await phone.wait_for_selector("[data-sentence-id='3'][data-spk='2']", timeout=10_000)
         for frame in ("#d", "#l"):
-            await widgets.frame_locator(frame).locator("[data-sentence-id='3'][data-spk='2']").wait_for(
-                timeout=10_000)
+            await widgets.frame_locator(frame).locator("[data-sentence-id='3'][data-spk='2']").wait_for(timeout=10_000)
         assert await shown_sentences(kiosk) == [text for _, text in CONVERSATION]
         await kiosk.screenshot(path=str(shots / "kiosk.png"))
         await wait_shown(top, len(CONVERSATION))
@@ -315,17 +334,22 @@ async def test_a_conversation_with_speakers_and_a_relabel_on_every_display(
 
 @pytest.mark.heavy
 async def test_host_page_starts_and_stops_a_microphone_widget_by_postmessage(
-        engine: CaptionEngine, browser: Browser) -> None:
+    engine: CaptionEngine, browser: Browser
+) -> None:
     """`mic=1`: the host page says `start` with a language, the widget captions the microphone (Chromium playing
     recorded speech) into the room and reports state and captions; `stop` ends it."""
     page_info: dict[str, str] = {}
 
     async def host_page(request: web.Request) -> web.Response:
-        return web.Response(content_type="text/html", text=(
-            f'<!doctype html><body><script src="{page_info["server"]}/embed.js" data-room="{page_info["room"]}" '
-            f'data-mic="1" data-theme="dark"></script><script>window.received = [];'
-            f'window.addEventListener("message", (e) => {{ if (e.origin === "{page_info["server"]}") '
-            f'window.received.push(e.data); }});</script></body>'))
+        return web.Response(
+            content_type="text/html",
+            text=(
+                f'<!doctype html><body><script src="{page_info["server"]}/embed.js" data-room="{page_info["room"]}" '
+                f'data-mic="1" data-theme="dark"></script><script>window.received = [];'
+                f'window.addEventListener("message", (e) => {{ if (e.origin === "{page_info["server"]}") '
+                f"window.received.push(e.data); }});</script></body>"
+            ),
+        )
 
     host = web.Application()
     host.router.add_get("/", host_page)
@@ -338,21 +362,34 @@ async def test_host_page_starts_and_stops_a_microphone_widget_by_postmessage(
             ready = next(m for m in await page.evaluate("window.received") if m["type"] == "ready")
             assert ready["mode"] == "microphone" and ready["room"] == page_info["room"]
             assert await page.get_attribute("iframe", "allow") == "microphone"
-            await page.evaluate(f"document.querySelector('iframe').contentWindow.postMessage("
-                                f"{{source: 'live-captions', type: 'start', language: 'en'}}, '{url}')")
-            await page.wait_for_function("window.received.some((m) => m.type === 'state' && m.state === 'live')",
-                                         timeout=30_000)
-            await page.wait_for_function("window.received.some((m) => m.type === 'caption' && m.sentences.length)",
-                                         timeout=60_000)
-            await page.evaluate(f"document.querySelector('iframe').contentWindow.postMessage("
-                                f"{{source: 'live-captions', type: 'stop'}}, '{url}')")
-            await page.wait_for_function("window.received.some((m) => m.type === 'state' && m.state === 'idle')",
-                                         timeout=30_000)
-            async with aiohttp.ClientSession() as http, \
-                    http.get(f"{url}/rooms/{page_info['room']}/transcript.json") as r:
+            await page.evaluate(
+                f"document.querySelector('iframe').contentWindow.postMessage("
+                f"{{source: 'live-captions', type: 'start', language: 'en'}}, '{url}')"
+            )
+            await page.wait_for_function(
+                "window.received.some((m) => m.type === 'state' && m.state === 'live')", timeout=30_000
+            )
+            await page.wait_for_function(
+                "window.received.some((m) => m.type === 'caption' && m.sentences.length)", timeout=60_000
+            )
+            await page.evaluate(
+                f"document.querySelector('iframe').contentWindow.postMessage("
+                f"{{source: 'live-captions', type: 'stop'}}, '{url}')"
+            )
+            await page.wait_for_function(
+                "window.received.some((m) => m.type === 'state' && m.state === 'idle')", timeout=30_000
+            )
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{url}/rooms/{page_info['room']}/transcript.json") as r,
+            ):
                 stored = [s["text"] for s in (await r.json())["sentences"]]
-            shown = [s["text"] for m in await page.evaluate("window.received") if m["type"] == "caption"
-                     for s in m["sentences"]]
+            shown = [
+                s["text"]
+                for m in await page.evaluate("window.received")
+                if m["type"] == "caption"
+                for s in m["sentences"]
+            ]
             assert stored and shown == stored
 
 
@@ -365,14 +402,23 @@ LINE_BOXES = """flow => {
 }"""
 
 
-async def test_kiosk_and_widget_break_their_lines_as_subtitles_do(fake_engine: CaptionEngine,
-                                                                   browser: Browser, shots: Path) -> None:
+async def test_kiosk_and_widget_break_their_lines_as_subtitles_do(
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     """Long sentences on a wide kiosk and in a narrow widget: every line at most 42 characters (and the width),
     the browser wraps nothing by itself, and no line ends with an article or a preposition."""
-    long = [(0, "As you know, and as I have given you proof, I have the greatest admiration for the work of "
-                "the committee and for all of the people who made this evening possible."),
-            (1, "Thank you. I hope that we shall both remember the rest of the story in the morning, when the "
-                "fog over the river has lifted and the boats come back to the harbour.")]
+    long = [
+        (
+            0,
+            "As you know, and as I have given you proof, I have the greatest admiration for the work of "
+            "the committee and for all of the people who made this evening possible.",
+        ),
+        (
+            1,
+            "Thank you. I hope that we shall both remember the rest of the story in the morning, when the "
+            "fog over the river has lifted and the boats come back to the harbour.",
+        ),
+    ]
     async with running_server(fake_engine) as (url, app):
         room_id = await new_room(url)
         kiosk = await open_page(browser, f"{url}/kiosk?room={room_id}&lines=4&qr=0")

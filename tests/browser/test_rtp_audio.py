@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~9 s each: the page streams 
 
 
 @pytest.mark.parametrize("ptime_ms", [60, 0])
-async def test_the_page_sends_the_packets_the_server_asks_for(fake_engine: CaptionEngine, tmp_path: Path,
-                                                              ptime_ms: int) -> None:
+async def test_the_page_sends_the_packets_the_server_asks_for(
+    fake_engine: CaptionEngine, tmp_path: Path, ptime_ms: int
+) -> None:
     clip = pad(audio("ls_1988-24833-0000"), 1.0, 2.0)
     mic = write_wav(tmp_path / "mic.wav", clip)
     async with running_server(fake_engine, ptime_ms=ptime_ms) as (url, app), chromium(mic) as browser:
@@ -67,7 +68,8 @@ def has_fec() -> Callable[[bytes], bool]:
 
 
 async def test_chromium_adds_fec_once_packets_are_lost_and_the_server_recovers_them(
-        fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clip = pad(np.concatenate([audio("ls_1988-24833-0000"), audio("ls_3752-4944-0001")]), 1.0, 1.0)
     mic = write_wav(tmp_path / "mic.wav", clip)
     payloads: list[bytes] = []  # every audio packet Chromium sent, in order

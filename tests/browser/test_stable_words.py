@@ -85,8 +85,13 @@ STYLES = """async () => {
 
 def caption(seq: int, sentences: list[dict[str, Any]], partial: str, stable: int) -> dict[str, Any]:
     """A caption message as the server sends it (``stable`` left out when 0, as the server leaves it out)."""
-    message: dict[str, Any] = {"type": "caption", "seq": seq, "sentences": sentences, "partial": partial,
-                               "is_final": False}
+    message: dict[str, Any] = {
+        "type": "caption",
+        "seq": seq,
+        "sentences": sentences,
+        "partial": partial,
+        "is_final": False,
+    }
     if stable:
         message["stable"] = stable
         message["stable_words"] = [{"w": w, "start_ms": 0, "end_ms": 0} for w in partial.split()[:stable]]
@@ -102,8 +107,13 @@ def scripted(room: str | None = None) -> list[dict[str, Any]]:
     for sentences, partial, stable in SCRIPT:
         locked = []
         for text in sentences:
-            record: dict[str, Any] = {"id": sentence_id, "text": text, "start": t, "end": t + 300 * len(text.split()),
-                                      "spk": None}
+            record: dict[str, Any] = {
+                "id": sentence_id,
+                "text": text,
+                "start": t,
+                "end": t + 300 * len(text.split()),
+                "spk": None,
+            }
             if room is not None:
                 record["session"] = "publisher-1"
             locked.append(record)
@@ -111,8 +121,10 @@ def scripted(room: str | None = None) -> list[dict[str, Any]]:
             t = record["end"] + 500
         out.append(caption(0, locked, partial, stable))
         if locked:
-            words = [{"w": w, "start_ms": locked[0]["start"] + 300 * i, "end_ms": locked[0]["start"] + 300 * i + 250}
-                     for i, w in enumerate(locked[0]["text"].split())]
+            words = [
+                {"w": w, "start_ms": locked[0]["start"] + 300 * i, "end_ms": locked[0]["start"] + 300 * i + 250}
+                for i, w in enumerate(locked[0]["text"].split())
+            ]
             out.append({"type": "words", "seq": 0, "id": locked[0]["id"], "words": words})
     out.insert(10, {"type": "a-type-from-a-newer-server", "seq": 0, "anything": [1, 2]})
     for seq, message in enumerate(out, start=1):
@@ -142,18 +154,21 @@ def check_states(states: list[dict[str, Any]], elements: int) -> None:
             assert stable is None and not tentative, f"state {i}: settled or tentative text without a partial: {state}"
         else:
             assert stable is not None and tentative is not None, f"state {i}: no settled/tentative spans: {state}"
-            assert partial.startswith(stable) and partial[len(stable):].lstrip() == tentative, \
+            assert partial.startswith(stable) and partial[len(stable) :].lstrip() == tentative, (
                 f"state {i}: [data-partial] is not [data-stable] + [data-tentative]: {state}"
+            )
             assert stable == stable.strip() and tentative == tentative.strip(), f"state {i}: loose space: {state}"
             before, now = last_settled.split(), stable.split()
             if now == before:
-                assert not state["touched"], f"state {i}: the settled text was rewritten while only the tail " \
-                                             f"changed: {state}"
+                assert not state["touched"], (
+                    f"state {i}: the settled text was rewritten while only the tail changed: {state}"
+                )
             elif now[: len(before)] != before:
                 # A settled word left the open text: only by locking, and the sentence begins with it exactly.
-                added = " ".join(state["sentences"][len(locked_then):]).split()
-                assert added[: len(before)] == before, \
+                added = " ".join(state["sentences"][len(locked_then) :]).split()
+                assert added[: len(before)] == before, (
                     f"state {i}: settled words {before} changed to {now} without locking as shown: {state}"
+                )
             last_settled, locked_then = stable, state["sentences"]
         key = (partial, stable if partial else None)
         if not seen or seen[-1] != key:
@@ -167,8 +182,12 @@ def check_states(states: list[dict[str, Any]], elements: int) -> None:
 def check_looks(styles: dict[str, dict[str, Any]]) -> None:
     """Settled words look like locked text; the tentative tail does not (another colour, or fainter)."""
     sentence, stable, tentative = styles["sentence"], styles["stable"], styles["tentative"]
-    assert (stable["color"], stable["weight"], stable["italic"], stable["opacity"]) == \
-           (sentence["color"], sentence["weight"], sentence["italic"], sentence["opacity"]), styles
+    assert (stable["color"], stable["weight"], stable["italic"], stable["opacity"]) == (
+        sentence["color"],
+        sentence["weight"],
+        sentence["italic"],
+        sentence["opacity"],
+    ), styles
     assert tentative["color"] != sentence["color"] or float(tentative["opacity"]) < 1.0, styles
 
 
@@ -198,7 +217,8 @@ async def browser(chromium_silent: Browser) -> AsyncIterator[Browser]:
 
 
 async def test_microphone_page_shows_settled_words_as_locked_and_only_the_tail_tentative(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path
+) -> None:
     messages = scripted()
     async with running_server(fake_engine) as (url, _):
         page = await browser.new_page(viewport={"width": 900, "height": 640})
@@ -207,8 +227,10 @@ async def test_microphone_page_shows_settled_words_as_locked_and_only_the_tail_t
         await page.goto(url)
         await page.wait_for_function("window.liveCaptions && window.liveCaptions.state === 'idle'")
         await page.evaluate(OBSERVE)
-        await page.evaluate("window.__events = []; window.liveCaptions.addEventListener('caption', "
-                            "(e) => window.__events.push([e.detail.partial, e.detail.stable]))")
+        await page.evaluate(
+            "window.__events = []; window.liveCaptions.addEventListener('caption', "
+            "(e) => window.__events.push([e.detail.partial, e.detail.stable]))"
+        )
         for message in messages:
             await page.evaluate("(m) => window.liveCaptions.receive(m)", message)
         check_states(await page.evaluate("window.__states"), await page.evaluate("window.__stableElements.size"))
@@ -234,7 +256,8 @@ ROOM_SCREENS = {
 
 @pytest.mark.parametrize("screen", list(ROOM_SCREENS))
 async def test_room_screens_show_settled_words_as_locked_and_only_the_tail_tentative(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str
+) -> None:
     async with running_server(fake_engine) as (url, _):
         async with aiohttp.ClientSession() as http, http.post(f"{url}/rooms", json={"title": "Stable"}) as r:
             room = (await r.json())["room"]
@@ -248,8 +271,9 @@ async def test_room_screens_show_settled_words_as_locked_and_only_the_tail_tenta
         async def events(route: Route) -> None:
             # The room's stream, scripted: held until the observer is in place, then the whole script at once.
             await released.wait()
-            await route.fulfill(status=200, body=body, headers={"Content-Type": "text/event-stream",
-                                                                "Cache-Control": "no-store"})
+            await route.fulfill(
+                status=200, body=body, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+            )
 
         await page.route(f"**/rooms/{room}/events**", events)
         target = url + ROOM_SCREENS[screen].format(room=room)
@@ -260,7 +284,8 @@ async def test_room_screens_show_settled_words_as_locked_and_only_the_tail_tenta
             await page.set_content(
                 '<body style="margin:0;background:#2b3a55"><iframe style="border:0;width:720px;height:160px" '
                 f'src="{target}"></iframe><script>window.received = []; window.addEventListener("message", '
-                '(e) => e.data?.source === "live-captions" && window.received.push(e.data));</script></body>')
+                '(e) => e.data?.source === "live-captions" && window.received.push(e.data));</script></body>'
+            )
             element = await page.wait_for_selector("iframe")
             assert element is not None
             content = await element.content_frame()
@@ -322,17 +347,28 @@ def open_messages(room: str) -> list[dict[str, Any]]:
     """OPEN_SCRIPT as the room's event stream: `open` with the joined `partial` beside it, as the server sends."""
     out: list[dict[str, Any]] = []
     for seq, (locked, lines) in enumerate(OPEN_SCRIPT, start=1):
-        sentences = [{"id": i, "text": text, "start": 1000, "end": 2500, "spk": 0, "session": "pub-a"}
-                     for i, text in enumerate(locked)]
-        out.append({"type": "caption", "seq": seq, "sentences": sentences, "is_final": False,
-                    "partial": " ".join(text for _, text, _, _ in lines), "stable": lines[0][2],
-                    "open": [{"session": s, "text": t, "stable": n, "spk": spk} for s, t, n, spk in lines]})
+        sentences = [
+            {"id": i, "text": text, "start": 1000, "end": 2500, "spk": 0, "session": "pub-a"}
+            for i, text in enumerate(locked)
+        ]
+        out.append(
+            {
+                "type": "caption",
+                "seq": seq,
+                "sentences": sentences,
+                "is_final": False,
+                "partial": " ".join(text for _, text, _, _ in lines),
+                "stable": lines[0][2],
+                "open": [{"session": s, "text": t, "stable": n, "spk": spk} for s, t, n, spk in lines],
+            }
+        )
     return out
 
 
 @pytest.mark.parametrize("screen", list(OPEN_SCREENS))
 async def test_room_screens_show_each_speaking_publisher_on_a_line_of_its_own(
-        fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str) -> None:
+    fake_engine: CaptionEngine, browser: Browser, shots: Path, screen: str
+) -> None:
     async with running_server(fake_engine) as (url, _):
         async with aiohttp.ClientSession() as http, http.post(f"{url}/rooms", json={"title": "Two"}) as r:
             room = (await r.json())["room"]
@@ -344,8 +380,11 @@ async def test_room_screens_show_each_speaking_publisher_on_a_line_of_its_own(
 
         async def events(route: Route) -> None:
             await released.wait()
-            await route.fulfill(status=200, body=sse(messages, room), headers={"Content-Type": "text/event-stream",
-                                                                               "Cache-Control": "no-store"})
+            await route.fulfill(
+                status=200,
+                body=sse(messages, room),
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"},
+            )
 
         await page.route(f"**/rooms/{room}/events**", events)
         await page.goto(url + OPEN_SCREENS[screen].format(room=room))
@@ -353,8 +392,10 @@ async def test_room_screens_show_each_speaking_publisher_on_a_line_of_its_own(
         await page.evaluate(OBSERVE_OPEN)
         released.set()
         await page.wait_for_function(f"window.liveCaptions.messages.length >= {len(messages) + 1}", timeout=20_000)
-        states = [[(line["session"], line["text"], line["who"]) for line in state]
-                  for state in await page.evaluate("window.__open")]
+        states = [
+            [(line["session"], line["text"], line["who"]) for line in state]
+            for state in await page.evaluate("window.__open")
+        ]
         # Both talking: a first (it started first), b on its own line under a's, named by its voice; never the two
         # texts run together into one line.
         both = [(None, "so the plan is to ship", "Speaker 1"), ("pub-b", "wait what about", "Speaker 2")]
@@ -366,6 +407,7 @@ async def test_room_screens_show_each_speaking_publisher_on_a_line_of_its_own(
         assert states[-1] == [(None, "wait what about the", "Speaker 2")], states[-1]
         assert await page.locator("[data-open-line]").count() == 0
         assert [" ".join(t.split()) for t in await page.locator("[data-sentence-id]").all_inner_texts()] == [
-            "So the plan is to ship."]
+            "So the plan is to ship."
+        ]
         await page.screenshot(path=str(shots / f"open-lines-{screen}.png"))
         assert not errors, errors

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 async def test_the_page_warns_while_captions_are_not_saved_and_says_when_they_are_again(
-        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     mic = write_wav(tmp_path / "mic.wav", pad(audio("ls_1988-24833-0000"), 1.0, 6.0))
     async with running_server(fake_engine, db_path=str(tmp_path / "c.db")) as (url, app), chromium(mic) as browser:
         disk_full(app[STORE], True)

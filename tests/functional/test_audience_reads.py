@@ -84,8 +84,11 @@ def shown(fmt: str, body: str) -> str:
             return " ".join(text for _, _, text in pycaption_captions(body))
         except CaptionReadNoCaptions:
             return ""
-    lines = [line for line in body.splitlines() if line.strip() and line != "WEBVTT" and not line.isdigit()
-             and "-->" not in line and not line.startswith("[")]
+    lines = [
+        line
+        for line in body.splitlines()
+        if line.strip() and line != "WEBVTT" and not line.isdigit() and "-->" not in line and not line.startswith("[")
+    ]
     return " ".join(" ".join(lines).replace("<v Speaker 1>", "").split())
 
 
@@ -96,7 +99,8 @@ def editing(doc: dict[str, Any]) -> set[str]:
 
 
 async def test_a_delay_rooms_files_show_the_audience_nothing_early_and_then_only_the_corrected_text(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN, private=True, delay_s=DELAY_S)
     room_id, viewer, editor = made["room"], made["viewer_token"], made["editor_token"]
@@ -104,8 +108,9 @@ async def test_a_delay_rooms_files_show_the_audience_nothing_early_and_then_only
     assert room is not None
     locked_at = time.monotonic()
     await say(room, HEARD)
-    audience, editors, server_token = await asyncio.gather(files(url, room_id, viewer), files(url, room_id, editor),
-                                                           files(url, room_id, TOKEN))
+    audience, editors, server_token = await asyncio.gather(
+        files(url, room_id, viewer), files(url, room_id, editor), files(url, room_id, TOKEN)
+    )
     assert time.monotonic() - locked_at < DELAY_S, "read within the delay"
     for fmt in FORMATS:
         assert shown(fmt, audience[fmt]) == "", (fmt, audience[fmt])
@@ -129,8 +134,9 @@ async def test_a_delay_rooms_files_show_the_audience_nothing_early_and_then_only
     assert editing(json.loads(editors["json"])) == {"original", "edits"}
 
 
-async def test_a_delay_room_read_without_loading_it_shows_nothing_early(fake_engine: CaptionEngine,
-                                                                       tmp_path: Path) -> None:
+async def test_a_delay_room_read_without_loading_it_shows_nothing_early(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     """A restart within the delay: the files are read without loading the room (no audience seeded with what it
     held); the store's commit times hold the sentence back all the same."""
     db = str(tmp_path / "r.db")
@@ -159,8 +165,10 @@ def test_the_audience_view_hides_captions_committed_within_the_delay_and_every_l
     sentences = [SentenceRecord(i, "s", t, i * 1000, i * 1000 + 900, 0) for i, t in enumerate(("A.", "B", "C."))]
     snapshot = Snapshot(6, sentences)
     now_s = 1_000_000.0
-    recent = [TimedEvent(4, int((now_s - 2.5) * 1000), Caption([sentences[0].sentence()], "")),
-              TimedEvent(5, int((now_s - 0.5) * 1000), Caption([sentences[1].sentence()], ""))]
+    recent = [
+        TimedEvent(4, int((now_s - 2.5) * 1000), Caption([sentences[0].sentence()], "")),
+        TimedEvent(5, int((now_s - 0.5) * 1000), Caption([sentences[1].sentence()], "")),
+    ]
     seen = audience.view(snapshot, recent, now_s)
     assert ([s.text for s in seen.sentences], seen.seq) == (["A."], 4)
     assert audience.view(snapshot, recent, now_s + 1.6) == snapshot, "all due"
@@ -168,7 +176,8 @@ def test_the_audience_view_hides_captions_committed_within_the_delay_and_every_l
 
 
 async def test_the_audience_json_shows_nothing_of_the_editing_and_the_editors_json_all_of_it(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
@@ -176,8 +185,14 @@ async def test_the_audience_json_shows_nothing_of_the_editing_and_the_editors_js
     assert room is not None
     await say(room, "mister dash wood arrived", "uh uh", "then we began")
     ids = [s["id"] for s in json.loads((await files(url, room_id, editor))["json"])["sentences"]]
-    assert (await call("PUT", f"{url}/rooms/{room_id}/sentences/{ids[0]}", editor,
-                       {"text": "Mister Dashwood arrived.", "editor": "Ann"}))[0] == 200
+    assert (
+        await call(
+            "PUT",
+            f"{url}/rooms/{room_id}/sentences/{ids[0]}",
+            editor,
+            {"text": "Mister Dashwood arrived.", "editor": "Ann"},
+        )
+    )[0] == 200
     assert (await call("DELETE", f"{url}/rooms/{room_id}/sentences/{ids[1]}", editor))[0] == 200
     for token in (None, "not-a-token"):  # an open room: anyone with its id is its audience
         _, doc = await call("GET", f"{url}/rooms/{room_id}/transcript.json", token)
@@ -191,23 +206,28 @@ async def test_the_audience_json_shows_nothing_of_the_editing_and_the_editors_js
         assert doc["sentences"][0]["edits"][0]["editor"] == "Ann" and doc["deleted"][0]["text"] == "uh uh"
 
 
-async def test_every_download_says_nosniff(fake_engine: CaptionEngine, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_download_says_nosniff(
+    fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)  # segment 0 listed 1.5 s after the room is made
     monkeypatch.setattr(hls, "SETTLE_MS", 500)
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "n.db")) as (url, app), \
-            aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+    async with (
+        running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "n.db")) as (url, app),
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+    ):
         room_id = (await new_room(url, TOKEN))["room"]
         room = await app[ROOMS].get(room_id)
         assert room is not None
         await say(room, FIXED)
         page = {"sentences": [{"id": 0, "text": FIXED, "start": 0, "end": 900, "spk": 0}]}
         await until_listed(http, f"{url}/rooms/{room_id}/captions.m3u8", 1)
-        for method, path, body in [*(("GET", f"/rooms/{room_id}/transcript.{f}", None) for f in FORMATS),
-                                   *(("POST", f"/exports/transcript.{f}", page) for f in FORMATS),
-                                   ("GET", f"/rooms/{room_id}/captions.m3u8", None),
-                                   ("GET", f"/rooms/{room_id}/captions/0.vtt", None),
-                                   ("GET", f"/rooms/{room_id}/captions/99.vtt", None)]:
+        for method, path, body in [
+            *(("GET", f"/rooms/{room_id}/transcript.{f}", None) for f in FORMATS),
+            *(("POST", f"/exports/transcript.{f}", page) for f in FORMATS),
+            ("GET", f"/rooms/{room_id}/captions.m3u8", None),
+            ("GET", f"/rooms/{room_id}/captions/0.vtt", None),
+            ("GET", f"/rooms/{room_id}/captions/99.vtt", None),
+        ]:
             async with http.request(method, url + path, json=body) as r:
                 assert r.status == (404 if "99" in path else 200), path
                 assert r.headers.get("X-Content-Type-Options") == "nosniff", path
@@ -217,12 +237,22 @@ async def test_the_access_log_names_no_room(fake_engine: CaptionEngine, caplog: 
     caplog.set_level(logging.INFO, logger="aiohttp.access")
     async with running_server(fake_engine, auth_token=TOKEN) as (url, _), aiohttp.ClientSession() as http:
         room_id = (await new_room(url, TOKEN))["room"]
-        paths = [f"/rooms/{room_id}", f"/rooms/{room_id}/transcript.txt?token=v1ewer", f"/view?room={room_id}",
-                 f"/kiosk?room={room_id}&mic=1", f"/embed?theme=dark&room={room_id}", f"/?room={room_id}&key={TOKEN}",
-                 f"/rooms/{room_id}/edit?token=ed1tor", f"/whip/{room_id}"]
+        paths = [
+            f"/rooms/{room_id}",
+            f"/rooms/{room_id}/transcript.txt?token=v1ewer",
+            f"/view?room={room_id}",
+            f"/kiosk?room={room_id}&mic=1",
+            f"/embed?theme=dark&room={room_id}",
+            f"/?room={room_id}&key={TOKEN}",
+            f"/rooms/{room_id}/edit?token=ed1tor",
+            f"/whip/{room_id}",
+        ]
         for path in paths:
-            async with http.request("POST" if path.startswith("/whip/") else "GET", url + path,
-                                    headers={"Referer": f"{url}/view?room={room_id}"}):
+            async with http.request(
+                "POST" if path.startswith("/whip/") else "GET",
+                url + path,
+                headers={"Referer": f"{url}/view?room={room_id}"},
+            ):
                 pass
     records = [r for r in caplog.records if r.name == "aiohttp.access"]
     lines = [r.getMessage() for r in records]
@@ -235,23 +265,29 @@ async def test_the_access_log_names_no_room(fake_engine: CaptionEngine, caplog: 
     assert len(marks) == len(paths) and all(len(m) == 1 for m in marks), lines
     assert len(set.union(*marks)) == 1, "one room, one mark: its lines can still be followed"
 
+
 def test_a_room_id_is_marked_alike_within_a_run_and_the_secrets_still_go() -> None:
     ids = RoomIds()
     room = "Zq3_x-Abcdefghij"
-    line = (f'127.0.0.1 "GET /rooms/{room}/events?token=abc HTTP/1.1" 200 5 '
-            f'"https://c.example/kiosk?mic=1&room={room}" "curl"')
+    line = (
+        f'127.0.0.1 "GET /rooms/{room}/events?token=abc HTTP/1.1" 200 5 '
+        f'"https://c.example/kiosk?mic=1&room={room}" "curl"'
+    )
     out = RedactSecrets()
     cleaned = out.clean(line)
     mark = out.rooms.mark(room)
-    assert cleaned == (f'127.0.0.1 "GET /rooms/{mark}/events?token=REDACTED HTTP/1.1" 200 5 '
-                       f'"https://c.example/kiosk?mic=1&room={mark}" "curl"')
+    assert cleaned == (
+        f'127.0.0.1 "GET /rooms/{mark}/events?token=REDACTED HTTP/1.1" 200 5 '
+        f'"https://c.example/kiosk?mic=1&room={mark}" "curl"'
+    )
     assert len(mark) == 9 and mark == out.rooms.mark(room) != ids.mark(room)
     assert ids.hide(f"POST /whip/{room}/peer1 ?room=x") == f"POST /whip/{ids.mark(room)}/peer1 ?room={ids.mark('x')}"
     assert ids.hide("POST /rooms HTTP/1.1") == "POST /rooms HTTP/1.1", "creating a room names none"
 
 
 async def test_a_new_audience_stream_shows_nothing_committed_elsewhere_within_the_delay(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     """A caption another front end committed (written straight to the store: this front end has not heard of it,
     so its audience holds nothing) reaches a newly connecting audience stream only after the delay: its snapshot
     is judged by the store's commit times too."""

@@ -21,8 +21,15 @@ from tests.support.servers import running_server
 pytestmark = pytest.mark.heavy
 
 MOST = 6  # sessions offered at most, whatever the estimate (a fast machine holds more than this test needs to show)
-CLIPS = ["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_3752-4944-0002",
-         "ls_2412-153948-0002", "ls_1988-24833-0002", "librivox_sns01_0880"]
+CLIPS = [
+    "ls_1988-24833-0000",
+    "ls_3752-4944-0000",
+    "ls_6930-75918-0000",
+    "ls_3752-4944-0002",
+    "ls_2412-153948-0002",
+    "ls_1988-24833-0002",
+    "librivox_sns01_0880",
+]
 LOCK_BOUND_S = 5.0  # a sentence locks within this long after its speech ends (the endpoint waits up to 2 s of it)
 
 
@@ -38,8 +45,10 @@ async def test_past_capacity_new_sessions_are_refused_and_the_admitted_stay_on_t
             capacity = (await r.json())["capacity"]
         holds = capacity["sessions"]
         offered = holds + 2
-        clients = [CaptionClient(url, speech([CLIPS[i % len(CLIPS)], CLIPS[(i + 3) % len(CLIPS)]], gap_s=2.5)[0])
-                   for i in range(offered)]
+        clients = [
+            CaptionClient(url, speech([CLIPS[i % len(CLIPS)], CLIPS[(i + 3) % len(CLIPS)]], gap_s=2.5)[0])
+            for i in range(offered)
+        ]
         outcomes = await asyncio.gather(*(c.connect() for c in clients), return_exceptions=True)
         admitted = [c for c, o in zip(clients, outcomes, strict=True) if o is None]
         refused = [o for o in outcomes if o is not None]
@@ -54,8 +63,12 @@ async def test_past_capacity_new_sessions_are_refused_and_the_admitted_stay_on_t
         finally:
             await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
         for client in admitted:
-            locks = [(s, t) for m, t in zip(client.messages, client.arrivals, strict=True)
-                     if m["type"] == "caption" and not m.get("is_final") for s in m["sentences"]]
+            locks = [
+                (s, t)
+                for m, t in zip(client.messages, client.arrivals, strict=True)
+                if m["type"] == "caption" and not m.get("is_final")
+                for s in m["sentences"]
+            ]
             assert len(locks) >= 2, client.messages  # both sentences locked while live
             for sentence, arrived_s in locks:
                 late_s = arrived_s - sentence["end"] / 1000

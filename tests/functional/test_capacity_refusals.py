@@ -43,8 +43,9 @@ async def refused_handshake(http: aiohttp.ClientSession, url: str) -> aiohttp.WS
     return refused.value
 
 
-async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Application,
-                       funasr_port: int) -> dict[str, tuple[int, str | None]]:
+async def every_way_in(
+    http: aiohttp.ClientSession, url: str, app: web.Application, funasr_port: int
+) -> dict[str, tuple[int, str | None]]:
     """(status, Retry-After) of a new session on each way in."""
     room = (await app[ROOMS].create()).room
     out: dict[str, tuple[int, str | None]] = {}
@@ -56,9 +57,12 @@ async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Applicati
         assert (await r.json())["error"]["code"] == "busy"
         out["whip"] = r.status, r.headers.get("Retry-After")
     ws_url = url.replace("http", "ws")
-    for name, path in (("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000"),
-                       ("openai", "/v1/realtime?intent=transcription"), ("funasr", "/funasr"),
-                       ("funasr-port", f"ws://127.0.0.1:{funasr_port}/")):
+    for name, path in (
+        ("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000"),
+        ("openai", "/v1/realtime?intent=transcription"),
+        ("funasr", "/funasr"),
+        ("funasr-port", f"ws://127.0.0.1:{funasr_port}/"),
+    ):
         refused = await refused_handshake(http, path if path.startswith("ws") else ws_url + path)
         out[name] = refused.status, retry_after(refused)
     return out
@@ -66,8 +70,10 @@ async def every_way_in(http: aiohttp.ClientSession, url: str, app: web.Applicati
 
 async def test_a_full_server_refuses_on_every_way_in_with_retry_after(fake_engine: CaptionEngine) -> None:
     port = free_port()
-    async with running_server(fake_engine, funasr_port=port, max_sessions=None) as (url, app), \
-            aiohttp.ClientSession() as http:
+    async with (
+        running_server(fake_engine, funasr_port=port, max_sessions=None) as (url, app),
+        aiohttp.ClientSession() as http,
+    ):
         admission = app[ADMISSION]
         assert admission.auto  # --max-sessions auto
         admission.capacity = full()
@@ -102,8 +108,10 @@ async def test_the_operators_cap_is_the_streaming_apis_own_429(fake_engine: Capt
     async with running_server(fake_engine, max_sessions=0) as (url, _app), aiohttp.ClientSession() as http:
         answers = {}
         ws_url = url.replace("http", "ws")
-        for name, path in (("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000"),
-                           ("openai", "/v1/realtime?intent=transcription")):
+        for name, path in (
+            ("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000"),
+            ("openai", "/v1/realtime?intent=transcription"),
+        ):
             refused = await refused_handshake(http, ws_url + path)
             answers[name] = refused.status, retry_after(refused)
         assert answers == {"deepgram": (429, "10"), "openai": (429, "10")}, answers
@@ -126,8 +134,12 @@ def test_max_sessions_is_the_servers_own_estimate_unless_an_operator_sets_a_numb
 
 
 # ---- an engine that is not ready: one refusal, every way in ---------------------------------------------------------
-UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # a WebSocket handshake, read as plain HTTP
+UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}  # a WebSocket handshake, read as plain HTTP
 
 
 @dataclass(frozen=True)
@@ -184,7 +196,11 @@ async def test_a_loading_model_is_the_same_refusal_with_retry_after_on_every_way
     assert {n: (a.status, a.retry_after) for n, a in answers.items()} == dict.fromkeys(answers, (503, "10")), answers
     for name in OURS:
         assert answers[name].body["error"] | {"message": ""} == {
-            "code": "loading", "reason": "loading", "retry_after_s": 10, "message": ""}, (name, answers[name])
+            "code": "loading",
+            "reason": "loading",
+            "retry_after_s": 10,
+            "message": "",
+        }, (name, answers[name])
     assert answers["deepgram"].body["err_code"] == "SERVICE_UNAVAILABLE"
     assert answers["openai"].body["error"]["code"] == "model_not_ready"
     assert 'live_captions_sessions_refused_total{reason="loading"} 6.0' in metrics
@@ -206,32 +222,50 @@ async def test_a_failed_engine_is_the_same_refusal_without_retry_after_on_every_
     assert 'live_captions_sessions_refused_total{reason="engine_failed"} 6.0' in metrics
 
 
-@pytest.mark.parametrize(("raised", "code", "reason", "retry_after", "close_code"), [
-    (EngineNotReady("failed", "the recognizer died just now"), "engine", "engine_failed", None, 1011),
-    (EngineError("every VAD row is taken"), "busy", "full", "10", 1013),
-])
+@pytest.mark.parametrize(
+    ("raised", "code", "reason", "retry_after", "close_code"),
+    [
+        (EngineNotReady("failed", "the recognizer died just now"), "engine", "engine_failed", None, 1011),
+        (EngineError("every VAD row is taken"), "busy", "full", "10", 1013),
+    ],
+)
 async def test_a_session_the_engine_will_not_open_is_admissions_refusal(
-        fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch, raised: EngineError, code: str, reason: str,
-        retry_after: str | None, close_code: int) -> None:
+    fake_engine: CaptionEngine,
+    monkeypatch: pytest.MonkeyPatch,
+    raised: EngineError,
+    code: str,
+    reason: str,
+    retry_after: str | None,
+    close_code: int,
+) -> None:
     """Admitted, and then the engine will not open the session after all: the same refusal as admission's, in
     each protocol's form (after a WebSocket's upgrade: a close, 1013 to try again later, 1011 for a failure)."""
+
     def refuse(*_: object, **__: object) -> None:
         raise raised
 
     monkeypatch.setattr(fake_engine, "open_session", refuse)
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         room = (await app[ROOMS].create()).room
-        for path, kwargs in (("/offer", {"json": {"sdp": SDP, "type": "offer"}}),
-                             (f"/whip/{room.id}", {"data": SDP, "headers": {"Content-Type": "application/sdp"}})):
+        for path, kwargs in (
+            ("/offer", {"json": {"sdp": SDP, "type": "offer"}}),
+            (f"/whip/{room.id}", {"data": SDP, "headers": {"Content-Type": "application/sdp"}}),
+        ):
             async with http.post(url + path, **kwargs) as r:  # type: ignore[arg-type]
                 error = (await r.json())["error"]
                 assert (r.status, r.headers.get("Retry-After"), error["code"], error["reason"]) == (
-                    503, retry_after, code, reason), (path, error)
+                    503,
+                    retry_after,
+                    code,
+                    reason,
+                ), (path, error)
         ws_url = url.replace("http", "ws")
         closes = {}
-        for name, path, first in (("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000", None),
-                                  ("openai", "/v1/realtime?intent=transcription", None),
-                                  ("funasr", "/funasr", '{"mode": "2pass", "wav_name": "w", "is_speaking": true}')):
+        for name, path, first in (
+            ("deepgram", "/v1/listen?encoding=linear16&sample_rate=16000", None),
+            ("openai", "/v1/realtime?intent=transcription", None),
+            ("funasr", "/funasr", '{"mode": "2pass", "wav_name": "w", "is_speaking": true}'),
+        ):
             async with http.ws_connect(ws_url + path) as ws:
                 if first is not None:
                     await ws.send_str(first)  # (FunASR opens its session once the client has configured it)
@@ -248,8 +282,14 @@ def test_every_refusal_says_whether_and_when_to_try_again(reason: RefusalReason)
     response = refusal.response({"X-Extra": "kept"})
     body = json.loads(response.text or "")
     assert response.status == 503 and response.headers["X-Extra"] == "kept"
-    assert body == {"error": {"code": refusal.code.value, "message": "why", "reason": reason.value,
-                              "retry_after_s": refusal.retry_after_s}}
+    assert body == {
+        "error": {
+            "code": refusal.code.value,
+            "message": "why",
+            "reason": reason.value,
+            "retry_after_s": refusal.retry_after_s,
+        }
+    }
     assert body["error"]["code"] == {"loading": "loading", "engine_failed": "engine"}.get(reason.value, "busy")
     if reason.temporary:
         assert response.headers["Retry-After"] == "7" and refusal.close_code == 1013

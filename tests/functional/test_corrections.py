@@ -37,21 +37,31 @@ async def test_corrections_are_stored_with_the_original_and_survive_reopening(st
     a, b = record(0, "mister dash wood arrived"), record(1, "uh", start=2000)
     await store.append(ROOM, Caption([a.sentence(), b.sentence()], "", seq=1), [a, b])
     fixed = corrected(a, "Mister Dashwood arrived.", 1)
-    await store.append(ROOM, Correction((fixed.sentence(),), (), {1: "Dr. Lee"}, "Ann", seq=2),
-                       edits=Edits(replaced=(fixed,), names={1: "Dr. Lee"}))
+    await store.append(
+        ROOM,
+        Correction((fixed.sentence(),), (), {1: "Dr. Lee"}, "Ann", seq=2),
+        edits=Edits(replaced=(fixed,), names={1: "Dr. Lee"}),
+    )
     await store.append(ROOM, Correction((), (1,), {}, "Ann", seq=3), edits=Edits(deleted=(1,)))
     first, second = split(fixed, 2, new_id=99)
-    stored = await store.append(ROOM, Correction((first.sentence(), second.sentence()), editor="Bo", seq=4), [second],
-                                edits=Edits(replaced=(first,)))
+    stored = await store.append(
+        ROOM,
+        Correction((first.sentence(), second.sentence()), editor="Bo", seq=4),
+        [second],
+        edits=Edits(replaced=(first,)),
+    )
     assert [s.id for s in stored.records] == [2], "the split's new part gets the room's next id"
     assert isinstance(stored.event, Correction) and [s.id for s in stored.event.sentences] == [0, 2]
-    await store.append(ROOM, protocol.Vocabulary(("Dashwood",), ("Frere",), seq=5),
-                       edits=Edits(vocabulary=(("Dashwood",), ("Frere",))))
+    await store.append(
+        ROOM, protocol.Vocabulary(("Dashwood",), ("Frere",), seq=5), edits=Edits(vocabulary=(("Dashwood",), ("Frere",)))
+    )
     await store.close()
     again = await open_store(store_target)
     snap = await again.snapshot(ROOM)
     assert [(s.id, s.text, s.spk, s.original) for s in snap.sentences] == [
-        (0, "Mister Dashwood", 1, "mister dash wood arrived"), (2, "arrived.", 1, None)]
+        (0, "Mister Dashwood", 1, "mister dash wood arrived"),
+        (2, "arrived.", 1, None),
+    ]
     assert snap.names == {1: "Dr. Lee"} and snap.seq == 5
     everything = await again.snapshot(ROOM, deleted=True)
     assert [(s.id, s.deleted) for s in everything.sentences] == [(0, False), (2, False), (1, True)], "in time order"
@@ -115,7 +125,8 @@ async def test_an_editor_token_edits_its_own_room_and_nothing_else(server: tuple
 
 
 async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_the_corrected_text(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
@@ -123,22 +134,33 @@ async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_
     async with SseReader(f"{url}/rooms/{room}/events?token={TOKEN}") as live:
         await until(lambda: len(shown(live.events)) == 3)
         resume_from = max(i for i, _ in live.events if i is not None)
-        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{a.id}", editor,
-                           {"text": "Mister Dashwood arrived.", "editor": "Ann"}))[0] == 200
+        assert (
+            await call(
+                "PUT",
+                f"{url}/rooms/{room}/sentences/{a.id}",
+                editor,
+                {"text": "Mister Dashwood arrived.", "editor": "Ann"},
+            )
+        )[0] == 200
         assert (await call("DELETE", f"{url}/rooms/{room}/sentences/{b.id}", editor))[0] == 200
         status, body = await call("PUT", f"{url}/rooms/{room}/speakers/0", editor, {"name": "Dr. Lee"})
         assert status == 200 and body["names"] == {"0": "Dr. Lee"}
         status, body = await call("POST", f"{url}/rooms/{room}/sentences/{c.id}/split", editor, {"at": 1})
         assert status == 200 and [s["text"] for s in body["sentences"]] == ["then", "we began"]
         await until(lambda: sum(m["type"] == "correction" for _, m in live.events) == 4)
-        assert shown(live.events) == {a.id: "Mister Dashwood arrived.", c.id: "then",
-                                      body["sentences"][1]["id"]: "we began"}
+        assert shown(live.events) == {
+            a.id: "Mister Dashwood arrived.",
+            c.id: "then",
+            body["sentences"][1]["id"]: "we began",
+        }
         names = [m["names"] for _, m in live.events if m["type"] == "correction" and m["names"]]
         assert names == [{"0": "Dr. Lee"}]
         first = next(m for _, m in live.events if m["type"] == "correction")
         assert first["editor"] == "Ann" and first["sentences"][0]["id"] == a.id
-    async with SseReader(f"{url}/rooms/{room}/events") as late, \
-            SseReader(f"{url}/rooms/{room}/events", last_event_id=resume_from) as resumed:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events") as late,
+        SseReader(f"{url}/rooms/{room}/events", last_event_id=resume_from) as resumed,
+    ):
         await until(lambda: any(m["type"] == "room" for _, m in late.events))
         await until(lambda: any(m["type"] == "room" for _, m in resumed.events))
         for reader in (late, resumed):
@@ -158,19 +180,25 @@ async def test_viewers_see_a_correction_in_place_and_late_or_resuming_ones_only_
 
 
 async def test_with_a_delay_the_audience_never_sees_a_version_corrected_within_it(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN, delay_s=1.5)
     room, editor = made["room"], made["editor_token"]
-    async with SseReader(f"{url}/rooms/{room}/events") as audience, \
-            SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as editors:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events") as audience,
+        SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as editors,
+    ):
         await until(lambda: any(m["type"] == "room" for _, m in audience.events))
         locked_at = time.monotonic()
         [s] = await lock(app, room, "welcome to the counsel meeting")
         await until(lambda: bool(shown(editors.events)))
         assert time.monotonic() - locked_at < 1.0, "editors get it at once"
-        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor,
-                           {"text": "Welcome to the council meeting."}))[0] == 200
+        assert (
+            await call(
+                "PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor, {"text": "Welcome to the council meeting."}
+            )
+        )[0] == 200
         _, state = await call("GET", f"{url}/rooms/{room}", editor)
         assert state["delay_s"] == 1.5 and state["held"] == 2 and state["released"] == 0
         await until(lambda: bool(shown(audience.events)))
@@ -183,8 +211,7 @@ async def test_with_a_delay_the_audience_never_sees_a_version_corrected_within_i
         assert any(m["type"] == "room" and m.get("held") == 0 for _, m in audience.events[i:])
 
 
-async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine: CaptionEngine,
-                                                                      tmp_path: Path) -> None:
+async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     db = str(tmp_path / "d.db")
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, app):
         made = await new_room(url, TOKEN, delay_s=2.0)
@@ -199,15 +226,17 @@ async def test_a_restart_during_the_delay_keeps_every_held_sentence(fake_engine:
 
 
 async def test_a_learned_fix_and_the_vocabulary_respell_what_publishers_lock_and_tell_their_clients(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
     [s] = await lock(app, room_id, "we met captain freyr")
     status, _ = await call("PUT", f"{url}/rooms/{room_id}/sentences/{s.id}", editor, {"text": "We met Captain Frere."})
     assert status == 200
-    status, vocab = await call("PUT", f"{url}/rooms/{room_id}/vocabulary", editor,
-                               {"terms": ["Concord", " Concord ", "C-SPAN"]})
+    status, vocab = await call(
+        "PUT", f"{url}/rooms/{room_id}/vocabulary", editor, {"terms": ["Concord", " Concord ", "C-SPAN"]}
+    )
     assert status == 200 and vocab == {"terms": ["Concord", "C-SPAN"], "learned": ["freyr → Frere"]}
     room: Room | None = await app[ROOMS].get(room_id)
     assert room is not None
@@ -216,14 +245,24 @@ async def test_a_learned_fix_and_the_vocabulary_respell_what_publishers_lock_and
     publisher.watch(told.append)
     await publisher.publish(Caption([], "Captain Freyr came from Concorde", stable=3))
     assert room.partial() == "Captain Frere came from Concord" and publisher.stable == 3
-    await publisher.publish(Caption([Sentence(0, "Captain Freyr came from Concorde.", 0, 2000, 0),
-                                     Sentence(1, "Nothing to change here.", 2100, 3000, 0)], ""))
+    await publisher.publish(
+        Caption(
+            [
+                Sentence(0, "Captain Freyr came from Concorde.", 0, 2000, 0),
+                Sentence(1, "Nothing to change here.", 2100, 3000, 0),
+            ],
+            "",
+        )
+    )
     async with SseReader(f"{url}/rooms/{room_id}/events") as viewer:
         await until(lambda: len(shown(viewer.events)) == 3)
-        assert list(shown(viewer.events).values())[1:] == ["Captain Frere came from Concord.",
-                                                           "Nothing to change here."]
+        assert list(shown(viewer.events).values())[1:] == [
+            "Captain Frere came from Concord.",
+            "Nothing to change here.",
+        ]
     assert [(c.editor, [(x.id, x.text) for x in c.sentences]) for c in told] == [
-        ("vocabulary", [(0, "Captain Frere came from Concord.")])], "the client gets its own ids"
+        ("vocabulary", [(0, "Captain Frere came from Concord.")])
+    ], "the client gets its own ids"
     room.leave("pub-2")
     _, got = await call("GET", f"{url}/rooms/{room_id}/vocabulary", editor)
     assert got == vocab
@@ -234,13 +273,21 @@ async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(serve
     made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
     [s] = await lock(app, room, "the minutes were aproved")
-    async with SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as one, \
-            SseReader(f"{url}/rooms/{room}/events") as viewer:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events?editor=1&token={editor}") as one,
+        SseReader(f"{url}/rooms/{room}/events") as viewer,
+    ):
         await until(lambda: bool(shown(one.events)) and bool(shown(viewer.events)))
         put = f"{url}/rooms/{room}/sentences/{s.id}"
-        answers = await asyncio.gather(*(call("PUT", put, token, {"text": text, "editor": who}) for token, text, who in
-                                         ((editor, "The minutes were approved.", "Ann"),
-                                          (TOKEN, "The minutes were approved unanimously.", "Bo"))))
+        answers = await asyncio.gather(
+            *(
+                call("PUT", put, token, {"text": text, "editor": who})
+                for token, text, who in (
+                    (editor, "The minutes were approved.", "Ann"),
+                    (TOKEN, "The minutes were approved unanimously.", "Bo"),
+                )
+            )
+        )
         assert [status for status, _ in answers] == [200, 200]
         last = max(answers, key=lambda a: a[1]["seq"])[1]["sentence"]["text"]
         await until(lambda: sum(m["type"] == "correction" for _, m in viewer.events) == 2)
@@ -250,8 +297,9 @@ async def test_two_editors_on_one_sentence_the_later_write_wins_everywhere(serve
     assert doc["sentences"][0]["text"] == last and len(doc["sentences"][0]["edits"]) == 2
 
 
-async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(fake_engine: CaptionEngine,
-                                                                                 tmp_path: Path) -> None:
+async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     db = str(tmp_path / "e.db")
     async with running_server(fake_engine, auth_token=TOKEN, db_path=db) as (url, _):
         made = await new_room(url, TOKEN)
@@ -268,6 +316,7 @@ async def test_an_editor_ends_the_room_once_and_it_stays_ended_across_a_restart(
 async def test_an_oversize_edit_is_refused_with_413(server: tuple[str, web.Application]) -> None:
     url, _ = server
     made = await new_room(url, TOKEN)
-    status, body = await call("PUT", f"{url}/rooms/{made['room']}/vocabulary", made["editor_token"],
-                              {"terms": ["x" * 60] * 300})
+    status, body = await call(
+        "PUT", f"{url}/rooms/{made['room']}/vocabulary", made["editor_token"], {"terms": ["x" * 60] * 300}
+    )
     assert status == 413 and body["error"]["code"] == "too_large"

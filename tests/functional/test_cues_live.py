@@ -33,8 +33,14 @@ pytestmark = pytest.mark.heavy
 
 SR = 16_000
 # Six readers (LibriSpeech speaker ids differ), each clip said once.
-READERS = ["ls_2412-153948-0000", "ls_1988-24833-0001", "ls_1995-1837-0001", "librivox_sns01_0870",
-           "ls_1272-128104-0000", "whisper_jfk"]
+READERS = [
+    "ls_2412-153948-0000",
+    "ls_1988-24833-0001",
+    "ls_1995-1837-0001",
+    "librivox_sns01_0870",
+    "ls_1272-128104-0000",
+    "whisper_jfk",
+]
 GAPS_S = [0.4, 0.9, 0.5, 1.2, 0.6]
 
 
@@ -98,7 +104,7 @@ async def test_word_times_and_subtitle_cues_of_real_speech(engine: CaptionEngine
     # 17 % on this recording, which this bound fails).
     errors = words = 0
     for k, c in enumerate(cues):
-        cut = samples[int(c.start_ms * SR / 1000): int(c.end_ms * SR / 1000)]
+        cut = samples[int(c.start_ms * SR / 1000) : int(c.end_ms * SR / 1000)]
         decoded = await engine.transcriber.transcribe(DecodeRequest(f"cue-{k}", cut, Priority.FINAL))
         e, n = word_errors(" ".join(w.w for w in c.words), decoded.text)
         errors, words = errors + e, words + n
@@ -113,7 +119,10 @@ async def test_word_times_and_subtitle_cues_of_real_speech(engine: CaptionEngine
     assert [c.content for c in srt_cues] == [html.unescape(c.text) for c in vtt_cues]
     assert [round(c.start.total_seconds() * 1000) for c in srt_cues] == [c.start_ms for c in cues]
     if shutil.which("ffmpeg"):
-        await asyncio.to_thread(subprocess.run, ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i",
-                                                 str(tmp_path / "c.vtt"), str(tmp_path / "c.ass")],
-                                check=True, timeout=30)
+        await asyncio.to_thread(
+            subprocess.run,
+            ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(tmp_path / "c.vtt"), str(tmp_path / "c.ass")],
+            check=True,
+            timeout=30,
+        )
         assert (tmp_path / "c.ass").read_text(encoding="utf-8").count("Dialogue:") == len(cues)

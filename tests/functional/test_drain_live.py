@@ -58,7 +58,7 @@ def check_open_sentence(texts: list[str], who: str) -> None:
     said = normalise(" ".join(texts))
     first = normalise(reference(FIRST))
     assert said[:3] == first[:3], f"{who}: the first sentence is missing: {texts}"
-    rest = said[len(first):]
+    rest = said[len(first) :]
     assert len(rest) >= 4, f"{who}: the open sentence was not locked with what was said: {texts}"
     expected = normalise(reference(SECOND))[: len(rest)]
     errors, _ = word_errors(" ".join(expected), " ".join(rest))
@@ -77,8 +77,12 @@ async def whip_publisher(url: str, room_id: str, samples: np.ndarray) -> RTCPeer
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     pc.addTrack(ArrayAudioTrack(samples))
     await pc.setLocalDescription(await pc.createOffer())
-    async with aiohttp.ClientSession() as http, http.post(
-            f"{url}/whip/{room_id}", data=pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{url}/whip/{room_id}", data=pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
+        ) as r,
+    ):
         assert r.status == 201, await r.text()
         answer = await r.text()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
@@ -96,15 +100,18 @@ class FunasrStream:
 
     async def run(self) -> None:
         async with aiohttp.ClientSession() as http, http.ws_connect(f"ws{self.url[4:]}/funasr") as ws:
-            await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "stop", "wav_format": "pcm",
-                                          "audio_fs": 16_000, "is_speaking": True}))
+            await ws.send_str(
+                json.dumps(
+                    {"mode": "2pass", "wav_name": "stop", "wav_format": "pcm", "audio_fs": 16_000, "is_speaking": True}
+                )
+            )
             reader = asyncio.create_task(self._read(ws))
             step, t0 = 1920, time.monotonic()  # 60 ms
             with contextlib.suppress(ConnectionError, RuntimeError):  # the server goes away part way
                 for i in range(0, len(self.pcm), step):
                     if ws.closed:
                         break
-                    await ws.send_bytes(self.pcm[i: i + step])
+                    await ws.send_bytes(self.pcm[i : i + step])
                     await asyncio.sleep(max(0.0, t0 + (i + step) / 32_000 - time.monotonic()))
             await reader
             self.close_code = ws.close_code
@@ -119,7 +126,8 @@ class FunasrStream:
 
 
 async def test_a_stop_mid_sentence_locks_stores_and_delivers_every_streams_open_sentence(
-        engine: CaptionEngine, tmp_path: Path) -> None:
+    engine: CaptionEngine, tmp_path: Path
+) -> None:
     db = tmp_path / "captions.db"
     app = create_app(replace(LOOPBACK, db_path=str(db)), engine=engine)
     runner = web.AppRunner(app)

@@ -23,6 +23,8 @@ from tests.support.server_process import engine_children, engine_core, server_pr
 from tests.support.servers import LOOPBACK
 
 pytestmark = pytest.mark.heavy
+
+
 async def health_statuses(url: str, proc: subprocess.Popen[bytes], seconds: float) -> AsyncIterator[int]:
     async with aiohttp.ClientSession() as http:
         deadline = time.monotonic() + seconds
@@ -34,7 +36,8 @@ async def health_statuses(url: str, proc: subprocess.Popen[bytes], seconds: floa
 
 
 async def test_a_killed_engine_ends_sessions_with_the_reason_and_the_server_exits_for_its_supervisor(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     with server_process(tmp_path) as (proc, url):
         await wait_ready(url, proc)
         core = engine_core(proc.pid)

@@ -22,8 +22,9 @@ from speechdata.wer import word_errors
 
 pytestmark = pytest.mark.heavy
 
-CLEAN_READ = sorted(c for c, e in manifest().items()
-                    if e["kind"] == "read" and e["lang"] == "en" and c.startswith(("ls_", "librivox_")))
+CLEAN_READ = sorted(
+    c for c, e in manifest().items() if e["kind"] == "read" and e["lang"] == "en" and c.startswith(("ls_", "librivox_"))
+)
 
 
 def check_protocol(result: StreamResult) -> None:
@@ -117,8 +118,7 @@ async def test_live_stream_partials_come_first_and_locked_sentences_never_change
 async def test_readers_taking_turns_half_a_second_apart_get_their_own_labels(engine: CaptionEngine) -> None:
     """Two readers alternating with 0.5 s gaps (shorter than the endpoint's silence wait), paced like a live
     microphone: two labels, and the locked sentences change label within 1 s of each true change of reader."""
-    turns = ["ls_1988-24833-0000", "ls_3752-4944-0001", "ls_1988-24833-0002", "ls_3752-4944-0000",
-             "ls_1988-24833-0003"]
+    turns = ["ls_1988-24833-0000", "ls_3752-4944-0001", "ls_1988-24833-0002", "ls_3752-4944-0000", "ls_1988-24833-0003"]
     gap = np.zeros(8000, np.float32)
     pieces, starts_ms, at = [np.zeros(8000, np.float32)], [], 8000
     for i, clip in enumerate(turns):
@@ -157,8 +157,9 @@ async def test_the_event_loop_never_stalls_while_four_sessions_stream(engine: Ca
 
     clips = ["ls_2412-153948-0001", "ls_1995-1837-0001", "librivox_sns01_0870", "ls_1272-128104-0000"]
     watcher = asyncio.create_task(probe())
-    results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.2 * i, 2.5), realtime=True)
-                                     for i, c in enumerate(clips)))
+    results = await asyncio.gather(
+        *(stream_audio(engine, pad(audio(c), 0.2 * i, 2.5), realtime=True) for i, c in enumerate(clips))
+    )
     done.set()
     await watcher
     assert all(r.sentences() for r in results)
@@ -167,8 +168,9 @@ async def test_the_event_loop_never_stalls_while_four_sessions_stream(engine: Ca
     assert p99 < 0.05 and worst < 0.25
 
 
-async def test_cli_prints_the_wire_messages_then_a_summary(engine: CaptionEngine,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+async def test_cli_prints_the_wire_messages_then_a_summary(
+    engine: CaptionEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = build_parser().parse_args([str(wav_path("ls_1988-24833-0001"))])
     assert isinstance(args, argparse.Namespace)
     assert await run(args, engine=engine) == 0

@@ -76,8 +76,9 @@ async def test_an_offer_with_many_audio_tracks_is_refused(fake_engine: CaptionEn
         await close_peers(app)
 
 
-async def test_the_session_cap_holds_under_concurrent_offers_into_a_stored_room(fake_engine: CaptionEngine,
-                                                                                 tmp_path: Path) -> None:
+async def test_the_session_cap_holds_under_concurrent_offers_into_a_stored_room(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     db = str(tmp_path / "rooms.db")
     async with running_server(fake_engine, db_path=db) as (url, _):
         room = (await post_json(f"{url}/rooms", {}))[1]["room"]
@@ -85,6 +86,7 @@ async def test_the_session_cap_holds_under_concurrent_offers_into_a_stored_room(
     # Right after a restart the room is only on disk: every offer's first await is the load.
     async with running_server(fake_engine, db_path=db, max_sessions=16) as (url, app):
         async with aiohttp.ClientSession() as http:
+
             async def one() -> int:
                 async with http.post(f"{url}/offer", json={"sdp": sdp, "type": "offer", "room": room}) as r:
                     return r.status
@@ -100,8 +102,12 @@ async def test_the_qr_code_carries_the_viewer_token_never_the_server_token(fake_
     async with running_server(fake_engine, auth_token=TOKEN) as (url, _), aiohttp.ClientSession() as http:
         room = await post_json(f"{url}/rooms", {"private": True}, token=TOKEN)
         room_id, viewer_token = room[1]["room"], room[1]["viewer_token"]
-        asks = [({"Authorization": f"Bearer {TOKEN}"}, ""), ({}, f"?token={TOKEN}"),
-                ({"Authorization": f"Bearer {viewer_token}"}, ""), ({}, f"?token={viewer_token}")]
+        asks = [
+            ({"Authorization": f"Bearer {TOKEN}"}, ""),
+            ({}, f"?token={TOKEN}"),
+            ({"Authorization": f"Bearer {viewer_token}"}, ""),
+            ({}, f"?token={viewer_token}"),
+        ]
         for headers, query in asks:
             async with http.get(f"{url}/rooms/{room_id}/qr.svg{query}", headers=headers) as r:
                 assert r.status == 200
@@ -145,7 +151,8 @@ async def test_a_version_1_store_is_migrated_and_keeps_its_rooms(tmp_path: Path)
 
 
 async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_untouched(
-        fake_engine: CaptionEngine) -> None:
+    fake_engine: CaptionEngine,
+) -> None:
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create()).room
         host, port = url.removeprefix("http://").split(":")
@@ -157,8 +164,18 @@ async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_unt
         async with SseReader(f"{url}/rooms/{room.id}/events") as reading:
             await until(lambda: len(room.viewers) == 21)
             for i in range(3000):
-                await room.commit_sentences([SentenceRecord(
-                    -1, "s", f"Sentence {i} of a long meeting, as long as captions are.", i * 1000, i * 1000 + 900, 0)])
+                await room.commit_sentences(
+                    [
+                        SentenceRecord(
+                            -1,
+                            "s",
+                            f"Sentence {i} of a long meeting, as long as captions are.",
+                            i * 1000,
+                            i * 1000 + 900,
+                            0,
+                        )
+                    ]
+                )
                 room.broadcast_partial()
             await reading.wait_for(lambda r: len(r.sentences()) == 3000, timeout_s=30)
             await until(lambda: len(room.viewers) == 1, "viewers far behind must be cut off")
@@ -174,8 +191,7 @@ async def test_viewers_that_stop_reading_are_cut_off_and_a_reading_viewer_is_unt
             assert (await r.json())["rooms"]["viewers_dropped"] == 20
 
 
-async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: CaptionEngine,
-                                                                   tmp_path: Path) -> None:
+async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     db = str(tmp_path / "rooms.db")
     async with running_server(fake_engine, db_path=db, room_idle_s=0.0) as (url, app):
         rooms = app[ROOMS]
@@ -206,7 +222,8 @@ async def test_idle_rooms_leave_memory_and_reads_do_not_pin_them(fake_engine: Ca
 
 
 async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_space_returns(
-        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     async with running_server(fake_engine, db_path=str(tmp_path / "full.db")) as (url, app):
         store = app[STORE]
         room = (await post_json(f"{url}/rooms", {}))[1]["room"]
@@ -214,7 +231,7 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
         status, body = await post_json(f"{url}/rooms", {"title": "x" * 200})
         assert status == 503 and body["error"]["code"] == "storage", body
         async with SseReader(f"{url}/rooms/{room}/events") as viewer:
-            client = CaptionClient(url, pad(audio(CLIP)[:2 * 16000], 0.3, 8.0))  # 1.6 s of speech, then a pause
+            client = CaptionClient(url, pad(audio(CLIP)[: 2 * 16000], 0.3, 8.0))  # 1.6 s of speech, then a pause
             await client.connect(offer={"room": room})
             await viewer.wait_for(lambda r: len(r.sentences()) >= 1, timeout_s=30)
             assert any(m["type"] == "storage" and m["saving"] is False for m in client.messages)
@@ -226,8 +243,10 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
             assert (await store.snapshot(room)).sentences == [], "the store really refused it"
             disk_full(store, False)
             await app[ROOMS].sweep()  # the server's periodic sweep writes what was held back
-            await until(lambda: any(m["type"] == "storage" and m["saving"] is True for m in client.messages),
-                        "the publisher is told that saving resumed")
+            await until(
+                lambda: any(m["type"] == "storage" and m["saving"] is True for m in client.messages),
+                "the publisher is told that saving resumed",
+            )
             await client.stop()
             await client.close()
             await viewer.wait_for(lambda r: len(r.sentences()) == len(client.sentences()))
@@ -237,8 +256,9 @@ async def test_a_full_disk_never_stops_live_captions_and_loses_nothing_once_spac
         assert [s.text for s in snapshot.sentences] == [s["text"] for s in client.sentences()], "nothing lost"
 
 
-async def test_a_room_made_while_the_disk_is_full_is_saved_as_it_was_made(fake_engine: CaptionEngine,
-                                                                          tmp_path: Path) -> None:
+async def test_a_room_made_while_the_disk_is_full_is_saved_as_it_was_made(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     """A microphone's own room is made in memory when the store refuses it, and written once space returns: with
     its spoken language and its delay, not as a room made today by default."""
     async with running_server(fake_engine, db_path=str(tmp_path / "full.db")) as (_url, app):
@@ -254,13 +274,14 @@ async def test_a_room_made_while_the_disk_is_full_is_saved_as_it_was_made(fake_e
 
 @pytest.mark.slow  # 3,200 messages through aiortc's SCTP, then the clip in real time: about 10 s
 async def test_a_flood_of_bad_channel_messages_gets_few_replies_and_the_session_survives(
-        fake_engine: CaptionEngine) -> None:
+    fake_engine: CaptionEngine,
+) -> None:
     flood = 10 * 320
     async with running_server(fake_engine) as (url, _):
         # The microphone is muted during the flood: this client shares the server's process and event loop, and
         # its own sending of 3,200 messages (aiortc's SCTP, in Python) delays its audio until the receiver drops
         # it. A browser floods from its own process.
-        client = CaptionClient(url, pad(audio(CLIP)[:2 * 16000], 0.3, 0.5), held=True)  # 1.6 s of speech
+        client = CaptionClient(url, pad(audio(CLIP)[: 2 * 16000], 0.3, 0.5), held=True)  # 1.6 s of speech
         await client.connect()
         for burst in range(10):  # 3,200 malformed messages in about 1 s
             for i in range(320):
@@ -295,8 +316,10 @@ async def test_when_the_engine_dies_sessions_end_with_the_reason_and_health_says
         async with running_server(engine) as (url, app), aiohttp.ClientSession() as http:
             client = CaptionClient(url, pad(audio(CLIP), 0.3, 30.0))
             await client.connect()
-            await until(lambda: any(m["type"] == "caption" and m["partial"] for m in client.messages),
-                        "captions flow before the engine dies")
+            await until(
+                lambda: any(m["type"] == "caption" and m["partial"] for m in client.messages),
+                "captions flow before the engine dies",
+            )
             recognizer.die("engine core process killed")
             await asyncio.wait_for(client.stopped.wait(), 10)
             ended = [m for m in client.messages if m["type"] == "error" and m["code"] == "engine"]

@@ -68,8 +68,7 @@ async def test_the_rooms_links_and_qr_code_lead_phones_to_the_join_page(fake_eng
             assert r.status == 400 and (await r.json())["error"]["code"] == "bad_message"
 
 
-async def test_a_private_rooms_join_code_carries_its_viewer_token_never_the_servers(
-        fake_engine: CaptionEngine) -> None:
+async def test_a_private_rooms_join_code_carries_its_viewer_token_never_the_servers(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine, auth_token=TOKEN) as (url, _), aiohttp.ClientSession() as http:
         room = await create_room(url, token=TOKEN, private=True)
         room_id, viewer_token = room["room"], room["viewer_token"]

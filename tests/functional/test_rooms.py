@@ -50,7 +50,7 @@ async def publish(url: str, room: str) -> CaptionClient:
     """Stream the first 2 s of a clip (1.6 s of speech: partials, then a sentence) into ``room``, stop, and return the
     publisher's client. (The stop locks the open sentence: no need to stream the long pause that would lock it by
     itself.)"""
-    client = CaptionClient(url, pad(audio(CLIP)[:2 * 16000], 0.3, 1.0))
+    client = CaptionClient(url, pad(audio(CLIP)[: 2 * 16000], 0.3, 1.0))
     await client.connect(offer={"room": room, "token": TOKEN})
     await client.until_played()
     await client.stop()
@@ -58,8 +58,9 @@ async def publish(url: str, room: str) -> CaptionClient:
     return client
 
 
-async def test_viewers_get_the_publishers_sentences_late_joiners_too(fake_engine: CaptionEngine,
-                                                                     tmp_path: Path) -> None:
+async def test_viewers_get_the_publishers_sentences_late_joiners_too(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "c.db")) as (url, _):
         status, body = await create_room(url, title="Standup")
         assert status == 201 and re.fullmatch(r"[A-Za-z0-9_-]{16}", body["room"]) and body["viewer_token"] is None
@@ -75,8 +76,10 @@ async def test_viewers_get_the_publishers_sentences_late_joiners_too(fake_engine
         assert [s["text"] for s in seen] == [s["text"] for s in published]
         assert [s["id"] for s in seen] == list(range(len(published)))
         assert all(s["session"] == client.session for s in seen)
-        assert all(v["start"] >= p["start"] and v["end"] - v["start"] == p["end"] - p["start"]
-                   for v, p in zip(seen, published, strict=True))
+        assert all(
+            v["start"] >= p["start"] and v["end"] - v["start"] == p["end"] - p["start"]
+            for v, p in zip(seen, published, strict=True)
+        )
         durable = [i for i, m in early.events if i is not None]
         assert durable == sorted(durable) and len(set(durable)) == len(durable)
         assert any(m["type"] == "caption" and m["partial"] for _, m in early.events), "no partials reached viewers"
@@ -95,8 +98,9 @@ async def test_viewers_get_the_publishers_sentences_late_joiners_too(fake_engine
 
 
 @pytest.mark.slow
-async def test_transcript_survives_a_restart_and_exports_are_correct(fake_engine: CaptionEngine,
-                                                                     tmp_path: Path) -> None:
+async def test_transcript_survives_a_restart_and_exports_are_correct(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     db = str(tmp_path / "captions.db")
     async with running_server(fake_engine, db_path=db) as (url, _):
         _, body = await create_room(url, token=None)
@@ -145,8 +149,10 @@ async def test_tokens_guard_publishing_and_private_rooms(fake_engine: CaptionEng
 
 
 async def test_pages_allow_framing_only_where_configured(fake_engine: CaptionEngine) -> None:
-    async with running_server(fake_engine, embed_origins=("https://host.example",)) as (url, _), \
-            aiohttp.ClientSession() as http:
+    async with (
+        running_server(fake_engine, embed_origins=("https://host.example",)) as (url, _),
+        aiohttp.ClientSession() as http,
+    ):
         async with http.get(f"{url}/embed?room=x") as r:
             assert r.headers["Content-Security-Policy"] == "frame-ancestors 'self' https://host.example"
         async with http.get(f"{url}/kiosk?room=x") as r:
@@ -158,10 +164,12 @@ async def test_pages_allow_framing_only_where_configured(fake_engine: CaptionEng
             assert r.headers["X-Frame-Options"] == "SAMEORIGIN"
 
 
-@pytest.mark.parametrize("body", [{"private": "true"}, {"private": 1}, {"private": None}, {"title": 5},
-                                  {"title": "Board", "privte": True}])
-async def test_a_room_body_of_the_wrong_shape_is_refused_not_defaulted(fake_engine: CaptionEngine,
-                                                                       body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "body", [{"private": "true"}, {"private": 1}, {"private": None}, {"title": 5}, {"title": "Board", "privte": True}]
+)
+async def test_a_room_body_of_the_wrong_shape_is_refused_not_defaulted(
+    fake_engine: CaptionEngine, body: dict[str, Any]
+) -> None:
     async with running_server(fake_engine, auth_token=TOKEN) as (url, app):
         status, answer = await create_room(url, **body)
         assert status == 400 and answer["error"]["code"] == "bad_message", answer
@@ -170,8 +178,7 @@ async def test_a_room_body_of_the_wrong_shape_is_refused_not_defaulted(fake_engi
         assert status == 201 and answer["viewer_token"], "a private room must come with its viewer token"
 
 
-async def test_tokens_never_reach_the_access_log(fake_engine: CaptionEngine,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+async def test_tokens_never_reach_the_access_log(fake_engine: CaptionEngine, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="aiohttp.access")
     async with running_server(fake_engine, auth_token=TOKEN) as (url, _):
         await get(f"{url}/view?room=abc&token=viewer-secret-1")
@@ -187,8 +194,10 @@ def test_export_timing_and_speakers() -> None:
     assert exports.clock_time(3_723_004, ".") == "01:02:03.004"
     room = exports.room_header(RoomRecord("r", 0, "", None))
     assert exports.render("vtt", [], room) == "WEBVTT\n"
-    sentences = [SentenceRecord(0, "a", "Hi -->\nthere <b>", 59_999.7, 60_000, 1),  # type: ignore[arg-type]
-                 SentenceRecord(1, "a", "Bye.", 61_000, 62_500, None)]
+    sentences = [
+        SentenceRecord(0, "a", "Hi -->\nthere <b>", 59_999.7, 60_000, 1),  # type: ignore[arg-type]
+        SentenceRecord(1, "a", "Bye.", 61_000, 62_500, None),
+    ]
     sentences = [SentenceRecord(s.id, s.session, s.text, round(s.start_ms), s.end_ms, s.spk) for s in sentences]
     per_sentence = exports.ExportOptions(cues="sentence", speakers="label")
     srt = exports.render("srt", sentences, room, per_sentence)
@@ -237,7 +246,8 @@ async def test_a_viewer_that_ends_with_its_room_gets_what_the_delay_held_then_it
     while (item := await output.get(2.0)) is not None:
         got.append(item)
     assert [i.message.sentences[0].text for i in got if i.durable and isinstance(i.message, Caption)] == [
-        "Last words."] and output.state is ViewerState.FINISHED
+        "Last words."
+    ] and output.state is ViewerState.FINISHED
     late = room.subscribe()
     room.audience.until_end(late)  # following a room that ended and released everything: finished at once
     assert late.state is ViewerState.FINISHED and other.state is ViewerState.OPEN
@@ -247,6 +257,7 @@ async def test_a_viewer_that_ends_with_its_room_gets_what_the_delay_held_then_it
     assert item is not None and other.state is ViewerState.OPEN
     rooms.close()
     await store.close()
+
 
 async def test_viewers_learn_who_is_speaking_while_one_publisher_speaks() -> None:
     """A publisher's ``partial_spk`` reaches the room's viewers as its room label (each publisher's voices get their
@@ -303,7 +314,8 @@ def _partials(items: list[Queued]) -> list[Caption]:
 
 
 async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_transcript(
-        fake_engine: CaptionEngine, tmp_path: Path) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     """A publisher's ``words`` update (the aligner's times, after the lock) becomes a durable room event: viewers
     with ``?words=1`` get it with the room's sentence id and timeline; the others get only its id (their
     ``Last-Event-ID`` moves on, and a resume replays it the same way); transcripts carry the new times."""
@@ -324,8 +336,13 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
             await publisher.publish(Caption([Sentence(6, "Next.", 1000, 1500, 0)], "", seq=4))
             for reader in (with_words, without):
                 await reader.wait_for(lambda r: r.last_id() == 4)
-        update = {"type": "words", "seq": 3, "id": 1, "session": "s1",
-                  "words": [w.shifted(off).wire() for w in aligned]}
+        update = {
+            "type": "words",
+            "seq": 3,
+            "id": 1,
+            "session": "s1",
+            "words": [w.shifted(off).wire() for w in aligned],
+        }
         assert [(i, m) for i, m in with_words.events if i == 3] == [(3, update)]
         assert [i for i, _ in without.events if i is not None] == [2, 4]
         assert not any(m["type"] == "words" for _, m in without.events)
@@ -339,12 +356,14 @@ async def test_better_word_times_reach_viewers_who_asked_for_words_and_the_trans
         async with SseReader(events + "?words=1") as late:
             await late.wait_for(lambda r: r.last_id() == 4)
             assert late.events[0][1]["sentences"][1]["words"] == update["words"]
-        assert [s.words for s in (await room.store.snapshot(room.id)).sentences][1] == \
-            tuple(w.shifted(off) for w in aligned)
+        assert [s.words for s in (await room.store.snapshot(room.id)).sentences][1] == tuple(
+            w.shifted(off) for w in aligned
+        )
         _, exported = await get(f"{url}/rooms/{room.id}/transcript.json")
         assert json.loads(exported)["sentences"][1]["words"] == update["words"]
-        assert (await room.store.events_after(room.id, 2))[0][1] == \
-            WordTimes(1, tuple(w.shifted(off) for w in aligned), seq=3, session="s1")
+        assert (await room.store.events_after(room.id, 2))[0][1] == WordTimes(
+            1, tuple(w.shifted(off) for w in aligned), seq=3, session="s1"
+        )
 
 
 class _EmptyStore:
@@ -367,8 +386,9 @@ async def test_word_times_the_store_has_not_taken_yet_are_in_the_snapshot() -> N
     assert [type(e.body) for e in room.unsaved] == [Caption, WordTimes] and not room.saving
     room.store = _EmptyStore()  # type: ignore[assignment]  # reads answer "nothing stored": all of it is unsaved
     snap = await room.read_snapshot()
-    assert snap.seq == 2 and snap.sentences[0].words == (Word("Hello.", 40 + publisher.offset_ms,
-                                                                380 + publisher.offset_ms),)
+    assert snap.seq == 2 and snap.sentences[0].words == (
+        Word("Hello.", 40 + publisher.offset_ms, 380 + publisher.offset_ms),
+    )
     rooms.close()
 
 
@@ -390,19 +410,23 @@ async def test_viewers_get_the_rooms_stable_count_and_each_publishers_settled_wo
         room = (await rooms.create()).room
         viewer = room.subscribe()
         a, b = room.join("session-a"), room.join("session-b")
-        await a.publish(Caption([], "so the plan is", stable=2, stable_words=[Word("so", 0, 200),
-                                                                              Word("the", 200, 300)]))
+        await a.publish(
+            Caption([], "so the plan is", stable=2, stable_words=[Word("so", 0, 200), Word("the", 200, 300)])
+        )
         shown = _partials(await _drain(viewer))[-1]
         assert (shown.partial, shown.stable, shown.partial_session) == ("so the plan is", 2, "session-a")
-        assert shown.stable_words == [Word("so", 0, 200).shifted(a.offset_ms),
-                                      Word("the", 200, 300).shifted(a.offset_ms)]
+        assert shown.stable_words == [
+            Word("so", 0, 200).shifted(a.offset_ms),
+            Word("the", 200, 300).shifted(a.offset_ms),
+        ]
         await b.publish(Caption([], "wait now", stable=1, stable_words=[Word("wait", 0, 300)]))
         shown = _partials(await _drain(viewer))[-1]
         assert (shown.partial, shown.stable) == ("so the plan is wait now", 2)  # a's text is not all settled
         assert shown.stable_words == [Word("wait", 0, 300).shifted(b.offset_ms)] and shown.partial_spk is None
         assert shown.partial_session == "session-b", "whose settled words they are"
-        await a.publish(Caption([], "so the plan is", stable=4, stable_words=[Word("plan", 300, 600),
-                                                                              Word("is", 600, 700)]))
+        await a.publish(
+            Caption([], "so the plan is", stable=4, stable_words=[Word("plan", 300, 600), Word("is", 600, 700)])
+        )
         shown = _partials(await _drain(viewer))[-1]
         assert shown.stable == 5 and [w.w for w in shown.stable_words] == ["plan", "is"]
         await a.publish(Caption([], "so the plan is", stable=4))  # nothing newly settled: none sent again
@@ -423,14 +447,18 @@ async def test_a_slow_viewer_loses_no_settled_words_when_its_partials_are_merged
     a, b = Word("a", 0, 1), Word("b", 1, 2)
     viewer.put(1, Caption([], "a b", stable=1, stable_words=[a], partial_session="p"), durable=False)
     viewer.put(1, Caption([], "a b c", stable=2, stable_words=[b], partial_session="p"), durable=False)
-    viewer.put(1, Caption([], "a b c x", stable=3, stable_words=[Word("x", 5, 6)], partial_session="q"),
-               durable=False)  # another publisher's words: never in one message with p's
+    viewer.put(
+        1, Caption([], "a b c x", stable=3, stable_words=[Word("x", 5, 6)], partial_session="q"), durable=False
+    )  # another publisher's words: never in one message with p's
     viewer.put(1, Caption([], "a b c x y", stable=3), durable=False)  # none settled: it waits behind, then merges
     viewer.put(1, Caption([], "a b c x y z", stable=3), durable=False)
     got = [await viewer.get(1.0) for _ in range(3)]
     messages = [q.message for q in got if q is not None]
     assert [(m.partial, m.stable, m.stable_words) for m in messages if isinstance(m, Caption)] == [
-        ("a b c", 2, [a, b]), ("a b c x", 3, [Word("x", 5, 6)]), ("a b c x y z", 3, [])]
+        ("a b c", 2, [a, b]),
+        ("a b c x", 3, [Word("x", 5, 6)]),
+        ("a b c x y z", 3, []),
+    ]
     with pytest.raises(TimeoutError):
         await viewer.get(0.05)
 

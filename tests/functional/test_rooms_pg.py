@@ -109,8 +109,10 @@ async def finish(client: CaptionClient) -> None:
 @pytest.mark.slow
 async def test_two_front_ends_serve_one_room_through_a_restart(front_ends: tuple[FrontEnd, FrontEnd]) -> None:
     a, b = front_ends
-    async with aiohttp.ClientSession() as http, http.post(f"{a.url}/rooms", json={"title": "Across"},
-                                                        headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{a.url}/rooms", json={"title": "Across"}, headers={"Authorization": f"Bearer {TOKEN}"}) as r,
+    ):
         assert r.status == 201
         room = (await r.json())["room"]
     status = await get_json(f"{b.url}/rooms/{room}")  # made on A, known on B
@@ -130,14 +132,17 @@ async def test_two_front_ends_serve_one_room_through_a_restart(front_ends: tuple
         async with resumed:
             await finish(first)
             # Phase 2: publishers on both front ends at once, into the same room.
-            on_a, on_b = await asyncio.gather(publish(a.url, room, speech(CLIPS[:2])),
-                                              publish(b.url, room, speech(CLIPS[2:])))
+            on_a, on_b = await asyncio.gather(
+                publish(a.url, room, speech(CLIPS[:2])), publish(b.url, room, speech(CLIPS[2:]))
+            )
             await asyncio.gather(finish(on_a), finish(on_b))
             published = len(first.sentences()) + len(on_a.sentences()) + len(on_b.sentences())
             assert len(first.sentences()) >= 3 and on_a.sentences() and on_b.sentences()
             for v in (viewer_a, resumed):
-                await v.wait_for(lambda r, v=v: len(sentences_in_order(*(
-                    [viewer_b, r] if r is resumed else [r]))) >= published, timeout_s=30)
+                await v.wait_for(
+                    lambda r, v=v: len(sentences_in_order(*([viewer_b, r] if r is resumed else [r]))) >= published,
+                    timeout_s=30,
+                )
             await asyncio.sleep(0.5)  # anything late (a duplicate) would arrive now
 
     exported_a = (await get_json(f"{a.url}/rooms/{room}/transcript.json"))["sentences"]
@@ -160,17 +165,26 @@ async def test_two_front_ends_serve_one_room_through_a_restart(front_ends: tuple
 
     # The delay between front ends: from the viewer on the front end where an event was committed to the viewer on
     # the other one, for the events both got live (B's replay after its restart left out).
-    from_b = {i for i, m in viewer_a.events if i and m["type"] == "caption" and m["sentences"]
-              and m["sentences"][0]["session"] == on_b.session}
+    from_b = {
+        i
+        for i, m in viewer_a.events
+        if i and m["type"] == "caption" and m["sentences"] and m["sentences"][0]["session"] == on_b.session
+    }
     at_a = {i: t for (i, _), t in zip(viewer_a.events, viewer_a.arrived, strict=True) if i}
-    at_b = {i: t for v in (viewer_b, resumed) for (i, _), t in zip(v.events, v.arrived, strict=True)
-            if i and not (v is resumed and t <= _first_status(resumed))}
+    at_b = {
+        i: t
+        for v in (viewer_b, resumed)
+        for (i, _), t in zip(v.events, v.arrived, strict=True)
+        if i and not (v is resumed and t <= _first_status(resumed))
+    }
     a_to_b = [at_b[i] - at_a[i] for i in at_b if i in at_a and i not in from_b]
     b_to_a = [at_a[i] - at_b[i] for i in at_b if i in at_a and i in from_b]
     assert len(a_to_b) >= 3 and b_to_a, (at_a, at_b)
     for name, delays in (("A -> B", a_to_b), ("B -> A", b_to_a)):
-        print(f"\ncross-front-end delivery {name} ({len(delays)} events): median "
-              f"{statistics.median(delays) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms (target 200 ms)")
+        print(
+            f"\ncross-front-end delivery {name} ({len(delays)} events): median "
+            f"{statistics.median(delays) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms (target 200 ms)"
+        )
     assert max(a_to_b + b_to_a) < DELAY_BOUND_S, (a_to_b, b_to_a)
 
 
@@ -180,7 +194,8 @@ def _first_status(reader: SseReader) -> float:
 
 
 async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_agree_on_labels(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     store_a, store_b = await open_store(postgres_url), await open_store(postgres_url)
     rooms_a, rooms_b = RoomRegistry(store_a), RoomRegistry(store_b)
     rooms_a.start()
@@ -194,8 +209,9 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
         async def speak(room: Room, name: str) -> list[int]:
             ids = []
             for i in range(20):
-                records = await room.commit_sentences([SentenceRecord(-1, name, f"{name} {i}", i * 100, i * 100 + 90,
-                                                                      0)])
+                records = await room.commit_sentences(
+                    [SentenceRecord(-1, name, f"{name} {i}", i * 100, i * 100 + 90, 0)]
+                )
                 ids += [r.id for r in records]
             return ids
 
@@ -206,8 +222,7 @@ async def test_rooms_on_two_front_ends_deliver_each_others_events_in_order_and_a
         for viewer in (viewer_a, viewer_b):
             events = await _durable(viewer, 41)
             assert [seq for seq, _ in events] == list(range(1, 42)), "each event once, in seq order"
-            assert [s.id for _, m in events if isinstance(m, protocol.Caption) for s in m.sentences] == \
-                list(range(40))
+            assert [s.id for _, m in events if isinstance(m, protocol.Caption) for s in m.sentences] == list(range(40))
             assert events[-1][1] == protocol.Speakers({ids_a[0]: 7, ids_b[0]: 8}, seq=41)
         snap_a, snap_b = await store_a.snapshot(made.id), await store_b.snapshot(made.id)
         assert snap_a == snap_b and snap_a.seq == 41
@@ -257,8 +272,9 @@ async def test_a_viewer_moving_to_a_front_end_that_lags_resumes_exactly(front_en
     assert room_b.seq == 0
     async with SseReader(f"{b.url}/rooms/{made.id}/events", last_event_id=2) as moved:
         await moved.wait_for(lambda r: any(m["type"] == "room" for _, m in r.events))
-        assert [(i, [s["text"] for s in m["sentences"]]) for i, m in moved.events if i is not None] == \
-            [(3, ["Sentence 2."])]
+        assert [(i, [s["text"] for s in m["sentences"]]) for i, m in moved.events if i is not None] == [
+            (3, ["Sentence 2."])
+        ]
     for _ in range(100):  # and B's room catches up from the store (its viewers get the events in order)
         if room_b.seq == 3:
             break
@@ -267,7 +283,8 @@ async def test_a_viewer_moving_to_a_front_end_that_lags_resumes_exactly(front_en
 
 
 async def test_word_times_reach_the_other_front_end_its_resumed_viewers_and_its_transcript(
-        front_ends: tuple[FrontEnd, FrontEnd]) -> None:
+    front_ends: tuple[FrontEnd, FrontEnd],
+) -> None:
     """A publisher on A sends better word times for a locked sentence: B's viewers get the ``words`` event in seq
     order (in full with ``?words=1``, as its id alone otherwise), a viewer resuming on B replays it, and B's
     transcript and the table carry the aligned times."""
@@ -303,7 +320,8 @@ async def test_word_times_reach_the_other_front_end_its_resumed_viewers_and_its_
 
 
 async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentence_locks(
-        front_ends: tuple[FrontEnd, FrontEnd]) -> None:
+    front_ends: tuple[FrontEnd, FrontEnd],
+) -> None:
     """A publisher on A: B's viewers see its stable words (never its unsettled tail) as they settle, until the
     sentence locks; then the locked sentence takes their place. A publisher leaving mid-sentence takes its text
     away. The delay from the publish on A to B's viewer is printed (target: the locked-sentence delay's)."""
@@ -324,14 +342,16 @@ async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentenc
             settled = " ".join(words[:n])
             seen = len(viewer_b.events)
             sent = time.monotonic()
-            await publisher.publish(Caption([], settled + " and the", stable=n,
-                                            stable_words=[Word(words[n - 1], n * 300, n * 300 + 250)]))
+            await publisher.publish(
+                Caption([], settled + " and the", stable=n, stable_words=[Word(words[n - 1], n * 300, n * 300 + 250)])
+            )
             await viewer_b.wait_for(lambda r, s=settled, k=seen: any(m.get("partial") == s for _, m in r.events[k:]))
             i = next(i for i in range(seen, len(viewer_b.events)) if viewer_b.events[i][1].get("partial") == settled)
             delays.append(viewer_b.arrived[i] - sent)
             shown = viewer_b.events[i][1]
             assert shown["stable"] == n and shown["stable_words"] == [
-                Word(words[n - 1], n * 300, n * 300 + 250).shifted(publisher.offset_ms).wire()]
+                Word(words[n - 1], n * 300, n * 300 + 250).shifted(publisher.offset_ms).wire()
+            ]
         assert not any("and the" in m.get("partial", "") for _, m in viewer_b.events), "only settled words travel"
         assert viewer_a.events[-1][1]["partial"] == " ".join(words) + " and the"
         assert made.remote.texts() == [], "a front end does not show its own publisher twice"
@@ -349,13 +369,16 @@ async def test_stable_words_reach_viewers_on_other_front_ends_before_the_sentenc
         await viewer_b.wait_for(lambda r: r.events[-1][1].get("partial") == "")
         room_b = await b.app[ROOMS].get(made.id)
         assert room_b is not None and room_b.remote.texts() == []
-    print(f"\nstable words A -> B ({len(delays)} updates): median {statistics.median(delays) * 1000:.0f} ms, "
-          f"max {max(delays) * 1000:.0f} ms (target 200 ms)")
+    print(
+        f"\nstable words A -> B ({len(delays)} updates): median {statistics.median(delays) * 1000:.0f} ms, "
+        f"max {max(delays) * 1000:.0f} ms (target 200 ms)"
+    )
     assert max(delays) < DELAY_BOUND_S, delays
 
 
 async def test_a_front_end_that_stops_mid_sentence_locks_it_for_viewers_on_the_other(
-        front_ends: tuple[FrontEnd, FrontEnd]) -> None:
+    front_ends: tuple[FrontEnd, FrontEnd],
+) -> None:
     """SIGTERM's path on front end A (its runner's cleanup) while its publisher is mid-sentence: the sentence is
     locked on the way out and reaches the room's viewer on B, which stays connected."""
     a, b = front_ends

@@ -23,26 +23,36 @@ from tests.support.servers import running_server
 
 # The first 2 s of a read sentence (1.6 s of speech): enough for partials and a sentence from the named fake, at
 # real time, where the whole clip's 3.3 s would only make the test wait.
-SPEECH_2_S = audio("ls_1988-24833-0000")[:2 * 16000]
+SPEECH_2_S = audio("ls_1988-24833-0000")[: 2 * 16000]
 
 
 async def post(url: str, data: bytes, content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as http, http.post(f"{url}/offer", data=data,
-                                                          headers={"Content-Type": content_type}) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/offer", data=data, headers={"Content-Type": content_type}) as r,
+    ):
         return r.status, await r.json()
 
 
-@pytest.mark.parametrize(("body", "content_type", "status", "code"), [
-    (b'{"sdp": "v=0", "type": "offer"}', "text/plain", 415, "bad_message"),
-    (b"{not json", "application/json", 400, "bad_message"),
-    (b'["sdp"]', "application/json", 400, "bad_message"),
-    (b'{"sdp": "v=0", "type": "answer"}', "application/json", 400, "bad_message"),
-    (b'{"sdp": "this is not SDP", "type": "offer"}', "application/json", 400, "bad_sdp"),
-    (json.dumps({"sdp": "v=0\r\n" + "a=x\r\n" * 20000, "type": "offer"}).encode(), "application/json", 413,
-     "too_large"),
-])
-async def test_bad_offers_get_clear_errors(fake_engine: CaptionEngine, body: bytes, content_type: str,
-                                           status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "code"),
+    [
+        (b'{"sdp": "v=0", "type": "offer"}', "text/plain", 415, "bad_message"),
+        (b"{not json", "application/json", 400, "bad_message"),
+        (b'["sdp"]', "application/json", 400, "bad_message"),
+        (b'{"sdp": "v=0", "type": "answer"}', "application/json", 400, "bad_message"),
+        (b'{"sdp": "this is not SDP", "type": "offer"}', "application/json", 400, "bad_sdp"),
+        (
+            json.dumps({"sdp": "v=0\r\n" + "a=x\r\n" * 20000, "type": "offer"}).encode(),
+            "application/json",
+            413,
+            "too_large",
+        ),
+    ],
+)
+async def test_bad_offers_get_clear_errors(
+    fake_engine: CaptionEngine, body: bytes, content_type: str, status: int, code: str
+) -> None:
     async with running_server(fake_engine) as (url, app):
         got_status, got = await post(url, body, content_type)
         assert got_status == status and got["error"]["code"] == code and got["error"]["message"]
@@ -135,11 +145,13 @@ async def _raw_post(url: str, path: str, body: bytes, pieces: int, pause_s: floa
     """POST ``body`` over a raw socket in ``pieces`` writes ``pause_s`` apart, as a slow network delivers it."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+    )
     step = -(-len(body) // pieces)
     for i in range(0, len(body), step):
-        writer.write(body[i:i + step])
+        writer.write(body[i : i + step])
         await writer.drain()
         await asyncio.sleep(pause_s)
     response = await reader.read()
@@ -148,7 +160,7 @@ async def _raw_post(url: str, path: str, body: bytes, pieces: int, pause_s: floa
     status = int(head.split(b" ", 2)[1])
     if b"chunked" in head.lower():  # aiohttp may chunk the JSON reply
         size, _, rest = payload.partition(b"\r\n")
-        payload = rest[:int(size, 16)]
+        payload = rest[: int(size, 16)]
     return status, json.loads(payload)
 
 
@@ -174,6 +186,10 @@ async def test_bodies_that_arrive_in_pieces_are_read_whole(fake_engine: CaptionE
 @pytest.mark.parametrize(("path", "depth"), [("/offer", 20_000), ("/rooms", 2_000)])
 async def test_deeply_nested_json_is_a_clear_400(fake_engine: CaptionEngine, path: str, depth: int) -> None:
     async with running_server(fake_engine) as (url, _):
-        async with aiohttp.ClientSession() as http, http.post(
-                f"{url}{path}", data=b"[" * depth + b"]" * depth, headers={"Content-Type": "application/json"}) as r:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{url}{path}", data=b"[" * depth + b"]" * depth, headers={"Content-Type": "application/json"}
+            ) as r,
+        ):
             assert r.status == 400 and (await r.json())["error"]["code"] == "bad_message"

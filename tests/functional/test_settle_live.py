@@ -20,8 +20,13 @@ from speechdata.wer import word_errors
 pytestmark = pytest.mark.heavy
 
 # Read sentences that Whisper ends with a full stop: each should lock after a short pause, not the schedule's 2 s.
-FINISHED = ["ls_2412-153948-0000", "ls_1988-24833-0000", "ls_3752-4944-0000", "ls_2412-153948-0002",
-            "ls_1988-24833-0001"]
+FINISHED = [
+    "ls_2412-153948-0000",
+    "ls_1988-24833-0000",
+    "ls_3752-4944-0000",
+    "ls_2412-153948-0002",
+    "ls_1988-24833-0001",
+]
 LEAD_S, PAUSE_S = 1.0, 2.5
 
 
@@ -36,8 +41,9 @@ def lock_after_speech_s(result: StreamResult, end_s: float) -> float:
     """Seconds from when the audio at ``end_s`` (session time) was fed to when a sentence covering it locked."""
     fed = result.fed_at_s[min(len(result.fed_at_s) - 1, int(end_s * SAMPLE_RATE) // CHUNK_SAMPLES)]
     for m, at in zip(result.messages, result.arrivals_s, strict=True):
-        if isinstance(m, Caption) and any(s.start_ms / 1000 < end_s and s.end_ms / 1000 > end_s - 1.0
-                                          for s in m.sentences):
+        if isinstance(m, Caption) and any(
+            s.start_ms / 1000 < end_s and s.end_ms / 1000 > end_s - 1.0 for s in m.sentences
+        ):
             return at - fed
     raise AssertionError(f"no sentence locked around {end_s:.2f} s")
 
@@ -71,8 +77,10 @@ async def test_a_finished_sentence_locks_soon_after_its_speech_ends(engine: Capt
     locks = [lock_after_speech_s(result, end) for end in ends]
     decode_s = float(np.median(decodes.partial_s))
     slowest_s = max(decodes.all_s)
-    print(f"\nlock after the end of speech (s): {', '.join(f'{x:.2f}' for x in locks)}; partial decode p50 "
-          f"{decode_s:.2f} s, slowest decode {slowest_s:.2f} s; segments closed {result.stats.closed}")
+    print(
+        f"\nlock after the end of speech (s): {', '.join(f'{x:.2f}' for x in locks)}; partial decode p50 "
+        f"{decode_s:.2f} s, slowest decode {slowest_s:.2f} s; segments closed {result.stats.closed}"
+    )
     # Everything said locked (a reader's long pause at what Whisper hears as a full stop may split a sentence:
     # the first clip pauses 0.83 s after "antecedents").
     errors, words = word_errors(" ".join(reference(c) for c in FINISHED), result.text())
@@ -108,9 +116,8 @@ async def test_no_stable_word_is_ever_withdrawn_on_any_shared_clip(engine: Capti
     # settled, and the check said little. Four at a time settled 775 on such a CPU; the floor only keeps the check
     # from passing on nothing.
     for i in range(0, len(clips), 4):
-        group = clips[i:i + 4]
-        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5), realtime=True)
-                                         for c in group))
+        group = clips[i : i + 4]
+        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.5, 2.5), realtime=True) for c in group))
         for clip, result in zip(group, results, strict=True):
             wire = [m.wire() for m in result.captions()]
             _, _, lost = flicker(wire)

@@ -44,14 +44,16 @@ DEEPGRAM = "/v1/listen?encoding=linear16&sample_rate=16000&interim_results=true"
 
 def spoken(rate: int = 16000) -> bytes:
     """The first ``SPOKEN_S`` of a read sentence, after half a second of silence, as PCM at ``rate``."""
-    x = np.concatenate([np.zeros(8000, np.float32), audio(CLIP)[:int(SPOKEN_S * 16000)]])
+    x = np.concatenate([np.zeros(8000, np.float32), audio(CLIP)[: int(SPOKEN_S * 16000)]])
     return pcm16(x, rate)
 
 
 def appends(data: bytes, step: int = 4800) -> list[str]:
     """OpenAI ``input_audio_buffer.append`` events of ``data`` (24 kHz PCM), 100 ms each."""
-    return [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i:i + step]).decode()})
-            for i in range(0, len(data), step)]
+    return [
+        json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data[i : i + step]).decode()})
+        for i in range(0, len(data), step)
+    ]
 
 
 async def until(condition: Callable[[], bool], why: str, timeout_s: float = 10.0) -> float:
@@ -82,15 +84,16 @@ async def stored(url: str, room: str, timeout_s: float = 10.0) -> str:
 async def feed_raw(ws: RawWebSocket, kind: str) -> None:
     """The opening and the speech of a stream of protocol ``kind``, written without reading."""
     if kind == "funasr":
-        ws.text(json.dumps({"mode": "2pass", "wav_name": "t", "wav_format": "pcm", "audio_fs": 16000,
-                            "is_speaking": True}))
+        ws.text(
+            json.dumps({"mode": "2pass", "wav_name": "t", "wav_format": "pcm", "audio_fs": 16000, "is_speaking": True})
+        )
     if kind == "openai":
         for event in appends(spoken(24000)):
             ws.text(event)
     else:
         data = spoken()
         for i in range(0, len(data), 3200):
-            ws.binary(data[i:i + 3200])
+            ws.binary(data[i : i + 3200])
     await ws.flush()
 
 
@@ -113,8 +116,7 @@ PATHS = {"deepgram": DEEPGRAM, "openai": "/v1/realtime?intent=transcription", "f
 
 
 @pytest.mark.parametrize("kind", ["deepgram", "openai"])
-async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(fake_engine: CaptionEngine,
-                                                                          kind: str) -> None:
+async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(fake_engine: CaptionEngine, kind: str) -> None:
     async with running_server(fake_engine, max_sessions=1, send_timeout_s=1.0) as (url, app):
         room = (await app[ROOMS].create()).room
         ws = await RawWebSocket.connect(url, PATHS[kind] + f"&room={room.id}")
@@ -133,8 +135,9 @@ async def test_a_client_that_stops_reading_is_cut_off_and_its_slot_freed(fake_en
         assert run.text.startswith("audio of"), run.messages
 
 
-async def test_a_funasr_client_that_answers_no_ping_is_closed(fake_engine: CaptionEngine,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_funasr_client_that_answers_no_ping_is_closed(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(client_socket, "HEARTBEAT_S", 0.5)
     async with running_server(fake_engine, max_sessions=1) as (url, app):
         room = (await app[ROOMS].create()).room
@@ -146,8 +149,9 @@ async def test_a_funasr_client_that_answers_no_ping_is_closed(fake_engine: Capti
 
 
 @pytest.mark.parametrize("kind", ["deepgram", "openai", "funasr"])
-async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_once(fake_engine: CaptionEngine,
-                                                                                     kind: str) -> None:
+async def test_a_hang_up_mid_sentence_stores_the_sentence_and_frees_the_slot_at_once(
+    fake_engine: CaptionEngine, kind: str
+) -> None:
     async with running_server(fake_engine, max_sessions=1) as (url, app):
         room = (await app[ROOMS].create()).room
         sep = "&" if "?" in PATHS[kind] else "?"
@@ -181,11 +185,20 @@ async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(f
         async with http.ws_connect("ws" + url[4:] + f"/v1/realtime?intent=transcription&room={room.id}") as ws:
             for event in appends(spoken(24000)):
                 await ws.send_str(event)
-            await ws.send_str(json.dumps({"type": "session.update", "session": {
-                "type": "transcription", "audio": {"input": {"format": {"type": ["audio/pcm"]}}}}}))
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "type": "session.update",
+                        "session": {"type": "transcription", "audio": {"input": {"format": {"type": ["audio/pcm"]}}}},
+                    }
+                )
+            )
             await ws.send_str("[" * 5000)
-            errors = [m["error"] for m in await read_until(ws, lambda m: m["type"] == "error", count=2)
-                      if m["type"] == "error"]
+            errors = [
+                m["error"]
+                for m in await read_until(ws, lambda m: m["type"] == "error", count=2)
+                if m["type"] == "error"
+            ]
             assert [e["code"] for e in errors] == ["invalid_value", "invalid_json"], errors
             await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
             done = await read_until(ws, lambda m: m["type"].endswith("transcription.completed"))
@@ -204,8 +217,9 @@ async def test_a_malformed_message_mid_sentence_keeps_the_stream_and_its_words(f
         assert "audio of" in await transcript(url, room.id)
 
 
-async def read_until(ws: aiohttp.ClientWebSocketResponse, done: Callable[[dict[str, Any]], bool],
-                     count: int = 1, timeout_s: float = 15.0) -> list[dict[str, Any]]:
+async def read_until(
+    ws: aiohttp.ClientWebSocketResponse, done: Callable[[dict[str, Any]], bool], count: int = 1, timeout_s: float = 15.0
+) -> list[dict[str, Any]]:
     """JSON messages until ``count`` of them satisfy ``done`` (all of them, in order)."""
     out: list[dict[str, Any]] = []
     seen = 0
@@ -220,8 +234,10 @@ async def read_until(ws: aiohttp.ClientWebSocketResponse, done: Callable[[dict[s
 
 
 async def test_streams_without_audio_and_streams_past_their_length_are_closed(fake_engine: CaptionEngine) -> None:
-    async with running_server(fake_engine, stream_idle_s=1.0, stream_max_s=2.0) as (url, _app), \
-            aiohttp.ClientSession() as http:
+    async with (
+        running_server(fake_engine, stream_idle_s=1.0, stream_max_s=2.0) as (url, _app),
+        aiohttp.ClientSession() as http,
+    ):
 
         async def deepgram() -> None:
             """KeepAlive every 0.2 s keeps the protocol's own 10 s limit away, not the server's idle limit."""
@@ -252,8 +268,9 @@ async def test_streams_without_audio_and_streams_past_their_length_are_closed(fa
         async def funasr() -> None:
             """Configured, then nothing: a final message with the reason, and a close."""
             async with http.ws_connect("ws" + url[4:] + "/funasr") as ws:
-                await ws.send_str(json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000,
-                                              "is_speaking": True}))
+                await ws.send_str(
+                    json.dumps({"mode": "2pass", "wav_name": "t", "audio_fs": 16000, "is_speaking": True})
+                )
                 last = (await read_until(ws, lambda m: m.get("is_final") is True, timeout_s=5))[-1]
                 assert "no audio" in last["error"], last
                 await ws.receive(timeout=2)
@@ -263,15 +280,22 @@ async def test_streams_without_audio_and_streams_past_their_length_are_closed(fa
         await asyncio.gather(deepgram(), openai(), funasr())
 
 
-async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(fake_engine: CaptionEngine,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("app.bodies.UPLOAD_STALL_S", 1.0)
     assert UPLOAD_STALL_S >= 10, "the shipped stall limit leaves slow networks time"
     async with running_server(fake_engine, max_file_jobs=1) as (url, _app), aiohttp.ClientSession() as http:
-        stalled = [await stalled_upload(url, "/v1/listen?encoding=linear16&sample_rate=16000", bytes(1024), 10**6),
-                   await stalled_upload(url, "/v1/audio/transcriptions",
-                                        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
-                                        + bytes(1024), 10**6, content_type="multipart/form-data; boundary=b")]
+        stalled = [
+            await stalled_upload(url, "/v1/listen?encoding=linear16&sample_rate=16000", bytes(1024), 10**6),
+            await stalled_upload(
+                url,
+                "/v1/audio/transcriptions",
+                b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n' + bytes(1024),
+                10**6,
+                content_type="multipart/form-data; boundary=b",
+            ),
+        ]
         # Both stall; the one file slot is free for an upload that arrives.
         async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000", data=pcm16(audio(CLIP))) as r:
             assert r.status == 200, await r.text()
@@ -281,13 +305,16 @@ async def test_stalled_uploads_hold_no_file_slot_and_are_given_up(fake_engine: C
 
 
 async def test_a_stop_with_stuck_clients_on_every_endpoint_ends_within_the_drain_and_3_s(
-        fake_engine: CaptionEngine) -> None:
+    fake_engine: CaptionEngine,
+) -> None:
     port = free_port()
     drain_s = 5.0  # (the server's default is 15 s)
     t_stop = 0.0
     # A send deadline longer than the drain: the stop itself must not wait on the clients that do not read.
-    async with running_server(fake_engine, send_timeout_s=60.0, drain_timeout_s=drain_s,
-                              funasr_port=port) as (url, app):
+    async with running_server(fake_engine, send_timeout_s=60.0, drain_timeout_s=drain_s, funasr_port=port) as (
+        url,
+        app,
+    ):
 
         async def stuck_client(kind: str) -> RawWebSocket:
             ws = await RawWebSocket.connect(url, PATHS[kind])
@@ -333,13 +360,31 @@ def test_parameters_that_promise_what_the_server_does_not_do_are_refused() -> No
 
     from app.compat.deepgram_params import ParamError, parse_params
 
-    ok = parse_params(MultiDict([("redact", "pci"), ("redact", "ssn"), ("profanity_filter", "false"),
-                                 ("filler_words", "true"), ("numerals", "true"), ("mip_opt_out", "true"),
-                                 ("no_delay", "true"), ("detect_language", "true"), ("tag", "x")]), "en")
+    ok = parse_params(
+        MultiDict(
+            [
+                ("redact", "pci"),
+                ("redact", "ssn"),
+                ("profanity_filter", "false"),
+                ("filler_words", "true"),
+                ("numerals", "true"),
+                ("mip_opt_out", "true"),
+                ("no_delay", "true"),
+                ("detect_language", "true"),
+                ("tag", "x"),
+            ]
+        ),
+        "en",
+    )
     assert ok.redact == {"pci", "ssn"} and ok.language is None
-    for bad, why in ((("profanity_filter", "true"), "profanity"), (("redact", "pii"), "pii"),
-                     (("summarize", "v2"), "summarize"), (("dictation", "true"), "dictation"),
-                     (("search", "card"), "search"), (("callback", "http://x"), "callback")):
+    for bad, why in (
+        (("profanity_filter", "true"), "profanity"),
+        (("redact", "pii"), "pii"),
+        (("summarize", "v2"), "summarize"),
+        (("dictation", "true"), "dictation"),
+        (("search", "card"), "search"),
+        (("callback", "http://x"), "callback"),
+    ):
         with pytest.raises(ParamError, match=why):
             parse_params(MultiDict([bad]), "en")
 
@@ -366,13 +411,13 @@ async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room(
             assert finals and "**** **** **** ****" in finals[0]["channel"]["alternatives"][0]["transcript"]
             stored_text = await transcript(url, room.id)
             # Without the metadata: its random request ids may hold those digits.
-            said = json.dumps([{k: v for k, v in m.items() if k != "metadata"} for m in got
-                               if m.get("type") != "Metadata"])
+            said = json.dumps(
+                [{k: v for k, v in m.items() if k != "metadata"} for m in got if m.get("type") != "Metadata"]
+            )
             for secret in ("4111", "6789", " 123 ", "09/27"):
                 assert secret not in said and secret not in stored_text, secret
             assert "***-**-****" in stored_text
-            async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&redact=pci",
-                                 data=spoken()) as r:
+            async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&redact=pci", data=spoken()) as r:
                 body = await r.text()
                 results = json.dumps(json.loads(body)["results"])  # (the metadata's random request id may hold 4111)
                 assert r.status == 200 and "4111" not in results and "****" in results, body
@@ -382,8 +427,9 @@ async def test_redact_keeps_card_and_social_numbers_out_of_results_and_the_room(
 
 async def test_beta_clients_get_the_beta_event_names(fake_engine: CaptionEngine) -> None:
     async with running_server(fake_engine) as (url, _app), aiohttp.ClientSession() as http:
-        async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription",
-                                   headers={"OpenAI-Beta": "realtime=v1"}) as ws:
+        async with http.ws_connect(
+            "ws" + url[4:] + "/v1/realtime?intent=transcription", headers={"OpenAI-Beta": "realtime=v1"}
+        ) as ws:
             created = json.loads((await ws.receive(timeout=5)).data)
             assert created["type"] == "transcription_session.created"
             assert created["session"]["input_audio_format"] == "pcm16"
@@ -402,15 +448,39 @@ def recorded(container: str, codec: str = "libopus") -> bytes:
     import subprocess
 
     x = np.concatenate([np.zeros(8000, np.float32), audio(CLIP), np.zeros(16000, np.float32)])
-    return subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "s16le", "-ar", "16000", "-ac", "1", "-i", "-",
-                           "-c:a", codec, "-ar", "48000" if codec == "libopus" else "16000", "-f", container, "-"],
-                          input=pcm16(x), capture_output=True, check=True).stdout
+    return subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-f",
+            "s16le",
+            "-ar",
+            "16000",
+            "-ac",
+            "1",
+            "-i",
+            "-",
+            "-c:a",
+            codec,
+            "-ar",
+            "48000" if codec == "libopus" else "16000",
+            "-f",
+            container,
+            "-",
+        ],
+        input=pcm16(x),
+        capture_output=True,
+        check=True,
+    ).stdout
 
 
-@pytest.mark.parametrize(("container", "codec"), [("webm", "libopus"), ("ogg", "libopus"), ("mp3", "libmp3lame"),
-                                                  ("flac", "flac")])
-async def test_recorded_containers_stream_without_an_encoding(fake_engine: CaptionEngine, container: str,
-                                                              codec: str) -> None:
+@pytest.mark.parametrize(
+    ("container", "codec"), [("webm", "libopus"), ("ogg", "libopus"), ("mp3", "libmp3lame"), ("flac", "flac")]
+)
+async def test_recorded_containers_stream_without_an_encoding(
+    fake_engine: CaptionEngine, container: str, codec: str
+) -> None:
     data = recorded(container, codec)
     assert sniff(data[:16]) == container
     async with running_server(fake_engine) as (url, _app):
@@ -436,11 +506,17 @@ async def test_bytes_that_are_no_audio_close_the_stream_as_deepgram_does(fake_en
 async def test_a_manual_commit_holds_exactly_the_audio_before_it(fake_engine: CaptionEngine) -> None:
     """turn_detection null: speech appended right after a commit (no wait) belongs to the next item, not the
     committed one (each item's transcript is the fake's "audio of N seconds": N is the audio it covers)."""
-    first, second = audio(CLIP)[:int(3.0 * 16000)], audio("ls_3752-4944-0000")[:int(2.0 * 16000)]
+    first, second = audio(CLIP)[: int(3.0 * 16000)], audio("ls_3752-4944-0000")[: int(2.0 * 16000)]
     async with running_server(fake_engine) as (url, _app), aiohttp.ClientSession() as http:
         async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
-            await ws.send_str(json.dumps({"type": "session.update", "session": {
-                "type": "transcription", "audio": {"input": {"turn_detection": None}}}}))
+            await ws.send_str(
+                json.dumps(
+                    {
+                        "type": "session.update",
+                        "session": {"type": "transcription", "audio": {"input": {"turn_detection": None}}},
+                    }
+                )
+            )
             for part in (first, second):
                 for event in appends(pcm16(part, 24000)):
                     await ws.send_str(event)
@@ -472,10 +548,23 @@ async def test_word_confidences_and_logprobs_are_the_decoders_per_word() -> None
             async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000", data=spoken()) as r:
                 body = await r.json()
             assert [w["confidence"] for w in body["results"]["channels"][0]["alternatives"][0]["words"]] == [
-                0.9, 0.8, 0.7, 0.6]
+                0.9,
+                0.8,
+                0.7,
+                0.6,
+            ]
             async with http.ws_connect("ws" + url[4:] + "/v1/realtime?intent=transcription") as ws:
-                await ws.send_str(json.dumps({"type": "session.update", "session": {
-                    "type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}}))
+                await ws.send_str(
+                    json.dumps(
+                        {
+                            "type": "session.update",
+                            "session": {
+                                "type": "transcription",
+                                "include": ["item.input_audio_transcription.logprobs"],
+                            },
+                        }
+                    )
+                )
                 for event in appends(spoken(24000)):
                     await ws.send_str(event)
                 await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
@@ -499,7 +588,7 @@ async def test_a_session_tells_its_listeners_when_speech_starts_and_stops(fake_e
     x, _ = speech(["ls_1988-24833-0000", "ls_3752-4944-0000"], gap_s=2.0)
     try:
         for i in range(0, len(x), 16000):
-            session.feed(x[i:i + 16000])
+            session.feed(x[i : i + 16000])
             await session.caught_up(5.0, 4)
         await session.stop()
     finally:
@@ -520,8 +609,9 @@ def test_a_number_still_being_said_is_masked_before_it_is_long_enough_to_be_a_ca
     assert pci.text("I was 42 then", unlocked=True) == "I was 42 then"
 
 
-async def test_a_handler_that_fails_mid_sentence_still_locks_and_stores_it(fake_engine: CaptionEngine,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_handler_that_fails_mid_sentence_still_locks_and_stores_it(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A fault of the server's own while it serves a stream (here: any text message) locks and stores the open
     sentence, then closes with 1011."""
     from app.compat import deepgram
@@ -544,16 +634,16 @@ async def test_a_handler_that_fails_mid_sentence_still_locks_and_stores_it(fake_
         await until(lambda: app[ADMISSION].in_use == 0, "the slot of a failed stream")
 
 
-async def test_a_stop_does_not_wait_for_the_pace_of_speech(fake_engine: CaptionEngine,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stop_does_not_wait_for_the_pace_of_speech(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that sent half a minute in one message is fed at the pace of speech; a stop feeds the rest as fast
     as the engine takes it and ends within the drain, its sentences locked."""
     from app.compat import live_audio
     from tests.support.live_clients import speech
 
     monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", 1.0)
-    x, _ = speech(["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_7902-96591-0000"],
-                  gap_s=3.0)
+    x, _ = speech(["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_7902-96591-0000"], gap_s=3.0)
     drain_s = 5.0
     async with running_server(fake_engine, drain_timeout_s=drain_s) as (url, app):
         ws = await RawWebSocket.connect(url, DEEPGRAM)

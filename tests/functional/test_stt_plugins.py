@@ -31,8 +31,11 @@ async def _finals(stt: Any, samples: np.ndarray, rate: int) -> list[Any]:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         for i in range(0, len(data) - frame + 1, frame):
-            stream.push_frame(rtc.AudioFrame(data=data[i:i + frame], sample_rate=rate, num_channels=1,
-                                             samples_per_channel=frame // 2))
+            stream.push_frame(
+                rtc.AudioFrame(
+                    data=data[i : i + frame], sample_rate=rate, num_channels=1, samples_per_channel=frame // 2
+                )
+            )
             await asyncio.sleep(max(0.0, t0 + (i + frame) / (2 * rate) - loop.time()))
         stream.end_input()
 
@@ -69,8 +72,9 @@ async def test_livekit_deepgram_and_openai_plugins(engine: CaptionEngine) -> Non
         assert all(e.alternatives[0].start_time < e.alternatives[0].end_time for e in finals)
         await dg.aclose()
 
-        oa = openai.STT(api_key="any-key", base_url=f"{url}/v1", model="gpt-4o-transcribe", language="en",
-                        use_realtime=True)
+        oa = openai.STT(
+            api_key="any-key", base_url=f"{url}/v1", model="gpt-4o-transcribe", language="en", use_realtime=True
+        )
         finals = await asyncio.wait_for(_finals(oa, samples, 24000), 120)
         text = " ".join(e.alternatives[0].text for e in finals)
         assert len(finals) >= len(CLIPS) and wer(ref, text) <= 0.10, text

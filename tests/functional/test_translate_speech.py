@@ -47,8 +47,9 @@ async def test_speech_in_chinese_is_captioned_in_english(engine: CaptionEngine) 
     english = [text for _, text in pairs]
     chrf = sacrebleu.corpus_chrf(translated, [english]).score
     baseline = sacrebleu.corpus_chrf(transcribed, [english]).score
-    print(f"whisper translate zh->en chrF {chrf:.1f} (transcribed: {baseline:.1f}) over {len(pairs)} clips:",
-          translated)
+    print(
+        f"whisper translate zh->en chrF {chrf:.1f} (transcribed: {baseline:.1f}) over {len(pairs)} clips:", translated
+    )
     assert all(text.isascii() and len(text.split()) >= 3 for text in translated), translated
     assert not any(t.isascii() for t in transcribed), f"the transcripts are Chinese: {transcribed}"
     assert chrf >= baseline + 10, (chrf, baseline, translated)  # 23.0 against 0.0 here: whisper-base is modest
@@ -72,16 +73,16 @@ async def test_a_room_spoken_in_chinese_captions_its_publisher_in_chinese(engine
     assert "".join(s["text"] for s in doc["sentences"]) == said
 
 
-async def test_a_publisher_of_chinese_speech_captions_english_and_keeps_the_chinese_said(
-        engine: CaptionEngine) -> None:
+async def test_a_publisher_of_chinese_speech_captions_english_and_keeps_the_chinese_said(engine: CaptionEngine) -> None:
     """Whisper's translate task over WebRTC into an English room: English captions, and each sentence's words as
     said (``original``) kept as the room's Chinese, which a viewer of ``lang=zh`` and the transcript read."""
     clip, english = references("en")[0]
     async with running_server(engine) as (url, app):
         room = (await app[ROOMS].create()).room
         client = CaptionClient(url, pad(audio(clip), 0.5, 1.5))
-        await client.connect(start={"type": "start", "language": "zh", "task": "translate", "hotwords": []},
-                             offer={"room": room.id})
+        await client.connect(
+            start={"type": "start", "language": "zh", "task": "translate", "hotwords": []}, offer={"room": room.id}
+        )
         await client.until_played()
         await client.stop()
         await client.close()

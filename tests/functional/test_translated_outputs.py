@@ -74,18 +74,25 @@ def test_an_output_asks_for_one_of_the_rooms_languages() -> None:
 
 # ---- over HTTP ------------------------------------------------------------------------------------------------------
 @pytest.fixture
-async def served(monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine,
-                 tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
+async def served(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine, tmp_path: Path
+) -> AsyncIterator[tuple[str, web.Application]]:
     """1 s segments listed 0.5 s after their end (a test cannot wait minutes), the fake translator, loopback outputs."""
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)
     monkeypatch.setattr(hls, "SETTLE_MS", 500)
-    async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "t.db"),
-                              translator=FakeTranslations(), output_allow=("127.0.0.1",)) as served:
+    async with running_server(
+        fake_engine,
+        auth_token=TOKEN,
+        db_path=str(tmp_path / "t.db"),
+        translator=FakeTranslations(),
+        output_allow=("127.0.0.1",),
+    ) as served:
         yield served
 
 
 async def test_each_language_has_its_playlist_and_a_master_playlist_pairs_them_with_a_video(
-        served: tuple[str, web.Application]) -> None:
+    served: tuple[str, web.Application],
+) -> None:
     url, app = served
     made = await new_room(url, TOKEN, languages=["es", "ca"], private=True)
     room_id, viewer = made["room"], made["viewer_token"]
@@ -110,8 +117,9 @@ async def test_each_language_has_its_playlist_and_a_master_playlist_pairs_them_w
             assert r.status == 400 and "fr" not in (await r.json())["error"]["message"]
 
         video = "https://video.example.org/live/stream.m3u8"
-        async with http.get(f"{base}/master.m3u8", params={"token": viewer, "video": video,
-                                                           "resolution": "1280x720"}) as r:
+        async with http.get(
+            f"{base}/master.m3u8", params={"token": viewer, "video": video, "resolution": "1280x720"}
+        ) as r:
             assert r.status == 200 and r.headers["Content-Type"].startswith("application/vnd.apple.mpegurl")
             master = (await r.text()).splitlines()
         media = [line for line in master if line.startswith("#EXT-X-MEDIA:")]
@@ -124,9 +132,15 @@ async def test_each_language_has_its_playlist_and_a_master_playlist_pairs_them_w
         stream = master.index(next(line for line in master if line.startswith("#EXT-X-STREAM-INF:")))
         assert 'SUBTITLES="captions"' in master[stream] and "RESOLUTION=1280x720" in master[stream]
         assert master[stream + 1] == video
-        for bad in ({}, {"video": 'a"b'}, {"video": "x\nEXT-X-ENDLIST"}, {"video": "javascript:alert(1)"},
-                    {"video": "//evil/x.m3u8"}, {"video": video, "bandwidth": "lots"},
-                    {"video": video, "codecs": "a b"}):
+        for bad in (
+            {},
+            {"video": 'a"b'},
+            {"video": "x\nEXT-X-ENDLIST"},
+            {"video": "javascript:alert(1)"},
+            {"video": "//evil/x.m3u8"},
+            {"video": video, "bandwidth": "lots"},
+            {"video": video, "codecs": "a b"},
+        ):
             async with http.get(f"{base}/master.m3u8", params={"token": viewer, **bad}) as r:
                 body = await r.json()
                 assert r.status == 400 and body["error"]["code"] == "bad_parameter", bad
@@ -140,11 +154,19 @@ async def test_a_youtube_output_in_a_language_posts_each_translation(served: tup
     made = await new_room(url, TOKEN, languages=["es"])
     room_id, editor = made["room"], made["editor_token"]
     async with stand_in() as youtube:
-        status, out = await call("POST", f"{url}/rooms/{room_id}/outputs", editor,
-                                 {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "es"})
+        status, out = await call(
+            "POST",
+            f"{url}/rooms/{room_id}/outputs",
+            editor,
+            {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "es"},
+        )
         assert status == 201 and out["lang"] == "es", out
-        status, refused = await call("POST", f"{url}/rooms/{room_id}/outputs", editor,
-                                     {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "ca"})
+        status, refused = await call(
+            "POST",
+            f"{url}/rooms/{room_id}/outputs",
+            editor,
+            {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "ca"},
+        )
         assert status == 400 and "en, es" in refused["error"]["message"]
         await lock(app, room_id, "good morning everyone", "the meeting starts now")
         await until(lambda: len(youtube.posts) == 2)
@@ -152,16 +174,26 @@ async def test_a_youtube_output_in_a_language_posts_each_translation(served: tup
 
 
 async def test_in_a_delay_room_a_fix_within_the_delay_is_the_only_translation_anyone_gets(
-        served: tuple[str, web.Application]) -> None:
+    served: tuple[str, web.Application],
+) -> None:
     """A correction made within the hold-back delay: the Spanish viewers, the Spanish files and a Spanish output only
     ever have the translation of the corrected text, as the spoken language's audience has only the corrected text."""
     url, app = served
     made = await new_room(url, TOKEN, languages=["es"], delay_s=2)
     room_id, editor = made["room"], made["editor_token"]
-    async with stand_in() as youtube, SseReader(f"{url}/rooms/{room_id}/events?lang=es") as spanish, \
-            SseReader(f"{url}/rooms/{room_id}/events") as english:
-        assert (await call("POST", f"{url}/rooms/{room_id}/outputs", editor,
-                           {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "es"}))[0] == 201
+    async with (
+        stand_in() as youtube,
+        SseReader(f"{url}/rooms/{room_id}/events?lang=es") as spanish,
+        SseReader(f"{url}/rooms/{room_id}/events") as english,
+    ):
+        assert (
+            await call(
+                "POST",
+                f"{url}/rooms/{room_id}/outputs",
+                editor,
+                {"kind": "youtube", "url": youtube.ingestion_url(), "lang": "es"},
+            )
+        )[0] == 201
         await until(lambda: any(m["type"] == "room" for _, m in spanish.events))
         [said] = await lock(app, room_id, "the counsel meets on tuesday")
         await asyncio.sleep(0.5)  # well within the delay

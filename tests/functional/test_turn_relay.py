@@ -75,8 +75,13 @@ PATH_STATS = """async () => {
 def relay_config(turn: TurnServer, *, static_user: tuple[str, str] | None = None) -> IceConfig:
     """Loopback-only host policy as every test server has, plus the TURN server and the relay-only policy."""
     url = f"turn:{static_user[0]}:{static_user[1]}@127.0.0.1:{turn.port}" if static_user else turn.url
-    return IceConfig(hosts=("127.0.0.1",), loopback_only=True, servers=(url,),
-                     turn_secret=None if static_user else SECRET, transport_policy=TransportPolicy.RELAY)
+    return IceConfig(
+        hosts=("127.0.0.1",),
+        loopback_only=True,
+        servers=(url,),
+        turn_secret=None if static_user else SECRET,
+        transport_policy=TransportPolicy.RELAY,
+    )
 
 
 @pytest.fixture
@@ -151,7 +156,8 @@ async def assert_relayed(turn: TurnServer, page_user: str, server_user: str, sen
 @pytest.mark.e2e
 @pytest.mark.slow  # ~9 s: the page streams its clip at real time
 async def test_microphone_page_captions_through_the_relay_only(
-        fake_engine: CaptionEngine, rest_turn: TurnServer, browser: Browser) -> None:
+    fake_engine: CaptionEngine, rest_turn: TurnServer, browser: Browser
+) -> None:
     async with running_server(fake_engine, ice=relay_config(rest_turn)) as (url, _), aiohttp.ClientSession() as http:
         async with http.post(f"{url}/rooms", json={"title": "behind NAT"}) as r:
             room = (await r.json())["room"]
@@ -172,14 +178,19 @@ async def test_microphone_page_captions_through_the_relay_only(
 
 @pytest.mark.e2e
 @pytest.mark.slow  # ~9 s each: the page streams its clip at real time
-@pytest.mark.parametrize(("path", "stop"), [
-    ("/kiosk?room={room}&mic=1&qr=0", "window.liveCaptions.mic.stop()"),
-    # The widget's host page would stop it by postMessage; without one, its connection is closed as stop closes it
-    # (a page that merely goes away leaves its TURN allocations to expire, and coturn logs them only then).
-    ("/embed?room={room}&mic=1&autostart=1", "window.peerConnections.forEach((pc) => pc.close())"),
-], ids=["kiosk", "widget"])
+@pytest.mark.parametrize(
+    ("path", "stop"),
+    [
+        ("/kiosk?room={room}&mic=1&qr=0", "window.liveCaptions.mic.stop()"),
+        # The widget's host page would stop it by postMessage; without one, its connection is closed as stop closes it
+        # (a page that merely goes away leaves its TURN allocations to expire, and coturn logs them only then).
+        ("/embed?room={room}&mic=1&autostart=1", "window.peerConnections.forEach((pc) => pc.close())"),
+    ],
+    ids=["kiosk", "widget"],
+)
 async def test_kiosk_and_widget_microphones_caption_through_the_relay_with_a_static_turn_user(
-        fake_engine: CaptionEngine, static_turn: TurnServer, browser: Browser, path: str, stop: str) -> None:
+    fake_engine: CaptionEngine, static_turn: TurnServer, browser: Browser, path: str, stop: str
+) -> None:
     config = relay_config(static_turn, static_user=("alice", "wonderland"))
     async with running_server(fake_engine, ice=config) as (url, _), aiohttp.ClientSession() as http:
         async with http.post(f"{url}/rooms", json={"title": "meeting room"}) as r:
@@ -195,7 +206,8 @@ async def test_kiosk_and_widget_microphones_caption_through_the_relay_with_a_sta
 
 
 async def test_whip_links_announce_the_relay_the_server_itself_uses(
-        fake_engine: CaptionEngine, rest_turn: TurnServer) -> None:
+    fake_engine: CaptionEngine, rest_turn: TurnServer
+) -> None:
     """A WHIP publisher gets the TURN server in ``Link`` headers with time-limited credentials for the room (valid
     ones: the server's own allocation with the same secret succeeded), and its audio reaches the relay-only
     server."""
@@ -204,13 +216,17 @@ async def test_whip_links_announce_the_relay_the_server_itself_uses(
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.addTrack(ArrayAudioTrack(pad(audio(CLIP), 0.3, 1.0)))
         await pc.setLocalDescription(await pc.createOffer())
-        async with http.post(f"{url}/whip/{room.id}", data=pc.localDescription.sdp,
-                             headers={"Content-Type": "application/sdp"}) as r:
+        async with http.post(
+            f"{url}/whip/{room.id}", data=pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
+        ) as r:
             assert r.status == 201
             links, answer = r.headers.getall("Link"), await r.text()
         (link,) = links
-        m = re.fullmatch(rf'<{re.escape(rest_turn.url)}>; rel="ice-server"; username="((\d+):{room.id})"; '
-                         r'credential="([^"]+)"; credential-type="password"', link)
+        m = re.fullmatch(
+            rf'<{re.escape(rest_turn.url)}>; rel="ice-server"; username="((\d+):{room.id})"; '
+            r'credential="([^"]+)"; credential-type="password"',
+            link,
+        )
         assert m is not None, link
         assert stun_turn.turn_rest_credentials(SECRET, room.id, int(m[2])) == (m[1], m[3])
         assert all(" typ relay" in line for line in answer.splitlines() if line.startswith("a=candidate:"))

@@ -16,7 +16,7 @@ from tests.support.paths import ROOT
 # Runs in a child process, from another folder, with only the installed wheel (and the venv's dependencies) on the
 # path. It serves the app in process and fetches each page, then every file the page links and every module each
 # script imports, and checks that what was served is the installed package's file.
-CHECK = r'''
+CHECK = r"""
 import asyncio, re, sys
 from pathlib import Path
 from urllib.parse import urljoin
@@ -80,7 +80,7 @@ async def main() -> None:
 
 
 asyncio.run(main())
-'''
+"""
 
 
 def test_the_installed_wheel_serves_every_page_and_file_they_load(tmp_path: Path) -> None:
@@ -90,12 +90,20 @@ def test_the_installed_wheel_serves_every_page_and_file_they_load(tmp_path: Path
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "--quiet"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(tmp_path / "dist"),
-                    str(source)], check=True, cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        check=True,
+        cwd=tmp_path,
+        capture_output=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("live_captions-*.whl")
     target = tmp_path / "target"
-    subprocess.run([*pip, "install", "--no-deps", "--no-compile", "--target", str(target), str(wheel)], check=True,
-                   cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-compile", "--target", str(target), str(wheel)],
+        check=True,
+        cwd=tmp_path,
+        capture_output=True,
+    )
     for name in ("static", "templates"):  # every file of the checkout's folders ships, not only those linked
         shipped = {p.relative_to(target / "app" / name) for p in (target / "app" / name).rglob("*") if p.is_file()}
         assert shipped == {p.relative_to(ROOT / name) for p in (ROOT / name).rglob("*") if p.is_file()}
@@ -105,11 +113,21 @@ def test_the_installed_wheel_serves_every_page_and_file_they_load(tmp_path: Path
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
     env["PYTHONPATH"] = str(target)  # the venv's site-packages still give the dependencies
-    run = subprocess.run([sys.executable, "-c", CHECK, str(target)], cwd=work, env=env, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", CHECK, str(target)], cwd=work, env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     served = run.stdout.split()
-    for name in ("/static/captions.js", "/static/kiosk.js", "/static/embed.js", "/static/view-page.js",
-                 "/static/join.js", "/static/js/controller.js", "/static/captions.css", "/static/kiosk.css",
-                 "/static/embed.css", "/static/join.css"):
+    for name in (
+        "/static/captions.js",
+        "/static/kiosk.js",
+        "/static/embed.js",
+        "/static/view-page.js",
+        "/static/join.js",
+        "/static/js/controller.js",
+        "/static/captions.css",
+        "/static/kiosk.css",
+        "/static/embed.css",
+        "/static/join.css",
+    ):
         assert name in served, served

@@ -18,8 +18,11 @@ from speechdata.wer import normalise, word_errors
 
 pytestmark = pytest.mark.heavy
 
-SHORT_CLIPS = sorted(c for c, e in manifest().items()
-                     if e["kind"] == "read" and e["lang"] == "en" and e["text"] and e["duration_s"] <= 8.0)
+SHORT_CLIPS = sorted(
+    c
+    for c, e in manifest().items()
+    if e["kind"] == "read" and e["lang"] == "en" and e["text"] and e["duration_s"] <= 8.0
+)
 # Looped in its first (8 s) window in every survey of bench/windows.py: "Concorde returned to its place amidst the
 # tents." twice, or that sentence until the token cap.
 LOOPER = "ls_6930-75918-0000"
@@ -37,8 +40,9 @@ def window_policy(engine: CaptionEngine, policy: WindowPolicy) -> Iterator[Any]:
         transcriber.window_policy, transcriber.windows = saved
 
 
-async def test_short_segments_run_short_windows_with_the_stock_text(engine: CaptionEngine,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_short_segments_run_short_windows_with_the_stock_text(
+    engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from engine.asr.vllm_whisper import WindowedWhisperMultiModalProcessor  # imports vLLM: only in the heavy tier
 
     # What vLLM itself made of each request: the mel frames its multimodal processor produced (it runs in this,
@@ -74,8 +78,10 @@ async def test_short_segments_run_short_windows_with_the_stock_text(engine: Capt
         e_d, n_d = word_errors(stock.text, fit.text)
         fit_err, stock_err, words = fit_err + e_f, stock_err + e_s, words + n
         diff_err, diff_words = diff_err + e_d, diff_words + n_d
-    print(f"\n{len(SHORT_CLIPS)} clips, {words} words: fit WER {fit_err / words:.2%}, stock {stock_err / words:.2%},"
-          f" fit vs stock {diff_err / diff_words:.2%}")
+    print(
+        f"\n{len(SHORT_CLIPS)} clips, {words} words: fit WER {fit_err / words:.2%}, stock {stock_err / words:.2%},"
+        f" fit vs stock {diff_err / diff_words:.2%}"
+    )
     assert fit_err / words <= stock_err / words + 0.005  # the shipped policy's promise: within +0.5 point
     assert diff_err / diff_words <= 0.03
 
@@ -111,17 +117,19 @@ async def test_no_loop_reaches_a_locked_caption(engine: CaptionEngine) -> None:
 
 
 @pytest.mark.parametrize("settled", [3, 5])
-async def test_a_partial_made_to_start_with_settled_words_is_cut_at_its_first_copy(engine: CaptionEngine,
-                                                                                   settled: int) -> None:
+async def test_a_partial_made_to_start_with_settled_words_is_cut_at_its_first_copy(
+    engine: CaptionEngine, settled: int
+) -> None:
     """A partial of the looping clip, made to start with its first settled words (as a live session's partials are),
     loops into its window's padding: it is cut where the sentence starts again, never after ("... the tents. Concord
     returned to" once settled, and locked twice). The settled words must be read to the decoder as the tokens it
     writes itself, or the two copies differ and the cut misses the first."""
-    speech = audio(LOOPER)[int(0.26 * 16_000):]  # from where a live session's segment opened (its speech began)
+    speech = audio(LOOPER)[int(0.26 * 16_000) :]  # from where a live session's segment opened (its speech began)
     forced = " ".join(reference(LOOPER).capitalize().split()[:settled])
     said_again = " ".join(normalise(reference(LOOPER))[1:3])  # "returned to": once in the sentence
     with window_policy(engine, WindowPolicy()) as t:
         for tail_s in (0.05, 0.55):
-            result = await t.transcribe(DecodeRequest(f"settled{settled}-{tail_s}", pad(speech, 0.0, tail_s),
-                                                      Priority.PARTIAL, prefix=forced))
+            result = await t.transcribe(
+                DecodeRequest(f"settled{settled}-{tail_s}", pad(speech, 0.0, tail_s), Priority.PARTIAL, prefix=forced)
+            )
             assert " ".join(normalise(result.text)).count(said_again) == 1, result.text

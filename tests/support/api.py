@@ -8,8 +8,9 @@ from typing import Any
 import aiohttp
 
 
-async def call(method: str, url: str, token: str | None, body: Any = None,
-               data: bytes | None = None) -> tuple[int, dict[str, Any]]:
+async def call(
+    method: str, url: str, token: str | None, body: Any = None, data: bytes | None = None
+) -> tuple[int, dict[str, Any]]:
     """``method url`` with ``token`` as its bearer (none: no Authorization header) and ``body`` as JSON, or the raw
     ``data`` when given. Returns the status and the JSON answer, or ``{"text": ...}`` for any other answer."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -35,9 +35,16 @@ def chromium_args(fake_mic: Path) -> list[str]:
     microphone playing ``fake_mic`` once, loopback ICE candidates allowed, no mDNS-hidden local addresses."""
     features = [*playwright_disabled_features(), "WebRtcHideLocalIpsWithMdns"]
     return [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={fake_mic}%noloop",
         "--allow-loopback-in-peer-connection",
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost",
@@ -80,4 +87,5 @@ async def check_axe(page: Page, state: str) -> None:
     results = await Axe().run(page)
     bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
     assert not bad, f"{state}: " + "; ".join(
-        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad)
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}" for v in bad
+    )

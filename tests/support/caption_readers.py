@@ -26,8 +26,10 @@ def vtt_cues(vtt: str) -> list[tuple[float, float, str]]:
     out = []
     for block in vtt_blocks(vtt):
         timing, *lines = block.split("\n")
-        a, b = (sum(float(x) * f for x, f in zip(t.strip().split(" ")[0].split(":")[::-1], (1, 60, 3600),
-                                                  strict=False)) for t in timing.split("-->"))
+        a, b = (
+            sum(float(x) * f for x, f in zip(t.strip().split(" ")[0].split(":")[::-1], (1, 60, 3600), strict=False))
+            for t in timing.split("-->")
+        )
         out.append((a, b, re.sub(r"<[^>]*>", "", " ".join(lines))))
     return out
 

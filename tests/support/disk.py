@@ -10,6 +10,7 @@ from app.rooms.store import TranscriptStore
 def disk_full(store: TranscriptStore, full: bool) -> None:
     """Make the store's writes fail as SQLite fails on a full disk (``SQLITE_FULL``), or work again. (A real tiny
     file system needs root to mount; this injects the same error at the same place.)"""
+
     def refuse(*_: object) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 

@@ -58,8 +58,9 @@ def in_language(events: list[tuple[int | None, dict[str, Any]]]) -> dict[int, st
 
 
 @contextlib.asynccontextmanager
-async def translating_server(engine: CaptionEngine, token: str,
-                             where: Path) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
+async def translating_server(
+    engine: CaptionEngine, token: str, where: Path
+) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
     """A server on ``engine`` with auth token ``token``, its store a file in folder ``where``, translating with a
     fresh ``FakeTranslations``: ``(url, app, fake)``."""
     fake = FakeTranslations()

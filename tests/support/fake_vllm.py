@@ -79,8 +79,7 @@ class FakeVllm:
         seen = Received(form, audio_s)
         self.received.append(seen)
         if self.status != 200:
-            return web.json_response({"error": {"message": "engine trouble", "code": self.status}},
-                                     status=self.status)
+            return web.json_response({"error": {"message": "engine trouble", "code": self.status}}, status=self.status)
         text = f"audio of {audio_s:.1f} seconds"
         if audio_s < self.loop_below_s:
             text = " ".join(["the same words again and again"] * 6)
@@ -89,11 +88,26 @@ class FakeVllm:
         try:
             await asyncio.sleep(self.delay_s)
             if form.get("response_format") == "verbose_json":
-                return web.json_response({
-                    "text": text, "language": form.get("language", "en"), "duration": audio_s,
-                    "segments": [{"id": 0, "seek": 0, "start": 0.0, "end": min(audio_s, 2.0), "text": text,
-                                  "tokens": [1, 2, 3, 4], "avg_logprob": -0.25, "compression_ratio": 1.0,
-                                  "temperature": 0.0}]})
+                return web.json_response(
+                    {
+                        "text": text,
+                        "language": form.get("language", "en"),
+                        "duration": audio_s,
+                        "segments": [
+                            {
+                                "id": 0,
+                                "seek": 0,
+                                "start": 0.0,
+                                "end": min(audio_s, 2.0),
+                                "text": text,
+                                "tokens": [1, 2, 3, 4],
+                                "avg_logprob": -0.25,
+                                "compression_ratio": 1.0,
+                                "temperature": 0.0,
+                            }
+                        ],
+                    }
+                )
             reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await reply.prepare(request)
             words = text.split(" ")

@@ -17,8 +17,9 @@ from speechdata.corpus import audio, reference
 SAMPLE_RATE = 16000
 
 
-def speech(clips: Sequence[str], gap_s: float = 1.5, lead_s: float = 0.5,
-           tail_s: float = 2.5) -> tuple[np.ndarray, str]:
+def speech(
+    clips: Sequence[str], gap_s: float = 1.5, lead_s: float = 0.5, tail_s: float = 2.5
+) -> tuple[np.ndarray, str]:
     """The clips one after another with ``gap_s`` of silence between them (16 kHz float32), and their joined
     reference text."""
     parts = [np.zeros(int(lead_s * SAMPLE_RATE), np.float32)]
@@ -40,7 +41,7 @@ async def paced(data: bytes, chunk: int, bytes_per_s: float, speed: float) -> An
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     for i in range(0, len(data), chunk):
-        yield data[i:i + chunk]
+        yield data[i : i + chunk]
         if speed:
             due = t0 + (i + chunk) / bytes_per_s / speed
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -70,9 +71,17 @@ def deepgram_client(url: str, key: str = "any-key") -> Any:
     return AsyncDeepgramClient(api_key=key, environment=env)
 
 
-async def stream_deepgram(url: str, data: bytes, *, speed: float = 1.0, bytes_per_s: float = 32000,
-                          chunk: int = 3200, finalize: bool = False, after: bytes = b"",
-                          **params: Any) -> DeepgramRun:
+async def stream_deepgram(
+    url: str,
+    data: bytes,
+    *,
+    speed: float = 1.0,
+    bytes_per_s: float = 32000,
+    chunk: int = 3200,
+    finalize: bool = False,
+    after: bytes = b"",
+    **params: Any,
+) -> DeepgramRun:
     """Stream ``data`` through ``deepgram-sdk``'s live client (``params``: its query parameters), optionally
     ``Finalize`` then stream ``after``, then ``CloseStream``; every message until the server closes."""
     run = DeepgramRun()
@@ -81,6 +90,7 @@ async def stream_deepgram(url: str, data: bytes, *, speed: float = 1.0, bytes_pe
     if room is not None:  # not a Deepgram parameter: this server's room to publish into
         params["request_options"] = {"additional_query_parameters": {"room": room}}
     async with client.listen.v1.connect(model="nova-3", **params) as conn:
+
         async def read() -> None:
             async for message in conn:
                 run.messages.append(message)
@@ -119,9 +129,19 @@ def realtime_client(url: str, key: str = "any-key") -> Any:
     return AsyncOpenAI(api_key=key, base_url=url + "/v1", websocket_base_url="ws" + url[4:] + "/v1")
 
 
-async def stream_realtime(url: str, data: bytes, *, manual: bool = False, speed: float = 1.0,
-                          commit_at: int = 0, settle_s: float = 3.0, session: dict[str, Any] | None = None,
-                          query: str = "", rate: int = 24000, expect: int = 0) -> RealtimeRun:
+async def stream_realtime(
+    url: str,
+    data: bytes,
+    *,
+    manual: bool = False,
+    speed: float = 1.0,
+    commit_at: int = 0,
+    settle_s: float = 3.0,
+    session: dict[str, Any] | None = None,
+    query: str = "",
+    rate: int = 24000,
+    expect: int = 0,
+) -> RealtimeRun:
     """A transcription session through the ``openai`` package's realtime client: ``session.update`` (server VAD,
     or ``turn_detection: null`` when ``manual``), ``data`` (PCM at ``rate``) appended in 100 ms events at ``speed``,
     when ``manual`` a commit once ``commit_at`` bytes are sent (0: none) and one at the end; events until
@@ -131,9 +151,19 @@ async def stream_realtime(url: str, data: bytes, *, manual: bool = False, speed:
     extra = {"intent": "transcription", **dict(p.split("=", 1) for p in query.split("&") if p)}
     async with client.realtime.connect(extra_query=extra, max_retries=0) as conn:
         fmt = {"type": "audio/pcm", "rate": 24000} if rate == 24000 else {"type": "audio/pcmu"}
-        await conn.session.update(session=session or {"type": "transcription", "audio": {"input": {
-            "format": fmt, "transcription": {"model": "whisper-1", "language": "en"},
-            "turn_detection": None if manual else {"type": "server_vad"}}}})
+        await conn.session.update(
+            session=session
+            or {
+                "type": "transcription",
+                "audio": {
+                    "input": {
+                        "format": fmt,
+                        "transcription": {"model": "whisper-1", "language": "en"},
+                        "turn_detection": None if manual else {"type": "server_vad"},
+                    }
+                },
+            }
+        )
 
         async def read() -> None:
             async for event in conn:

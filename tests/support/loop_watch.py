@@ -29,24 +29,56 @@ class MayBlock:
 
 
 LOOP_MAY_BLOCK = (
-    MayBlock(("os.stat",), "engine/audio/vad.py", "silero_model_path",
-             "finds the VAD model's file once, as the engine is built at start-up (before the server listens)"),
-    MayBlock(("os.stat", "os.listdir", "io.BufferedReader.read", "io.TextIOWrapper.read"), "app/webrtc/patches.py",
-             "installed_version", "reads aiortc's installed version once, as the patches are installed at start-up"),
-    MayBlock(("os.stat", "os.readlink"), "app/resources.py", "_folder",
-             "finds the pages' folders once per process, as the app is made (then cached)"),
-    MayBlock((), "app/server.py", "create_app",
-             "the app is made once, before the server listens: aiohttp's static route resolves its folder, the WebRTC "
-             "patches read aiortc's version and load libopus"),
-    MayBlock((), "app/rooms/store/__init__.py", "open_store",
-             "the store is opened once, at start-up, importing its driver (psycopg) on first use"),
-    MayBlock((), "app/webrtc/opus.py", "load_libopus",
-             "finds and loads libopus once per process (cached), as the patches are installed at start-up"),
-    MayBlock(("threading.Lock.acquire", "threading.Lock.acquire_lock"), "aiortc/rtcrtpreceiver.py", "__stop_decoder",
-             "aiortc joins its decoder thread as a connection closes, having told it to stop (its design; the "
-             "thread ends at once)"),
-    MayBlock(("io.BufferedReader.read",), "engine/audio/pcm.py", "load_wav",
-             "the command line's and the tests' WAV reader: the server never reads a WAV file on its loop"),
+    MayBlock(
+        ("os.stat",),
+        "engine/audio/vad.py",
+        "silero_model_path",
+        "finds the VAD model's file once, as the engine is built at start-up (before the server listens)",
+    ),
+    MayBlock(
+        ("os.stat", "os.listdir", "io.BufferedReader.read", "io.TextIOWrapper.read"),
+        "app/webrtc/patches.py",
+        "installed_version",
+        "reads aiortc's installed version once, as the patches are installed at start-up",
+    ),
+    MayBlock(
+        ("os.stat", "os.readlink"),
+        "app/resources.py",
+        "_folder",
+        "finds the pages' folders once per process, as the app is made (then cached)",
+    ),
+    MayBlock(
+        (),
+        "app/server.py",
+        "create_app",
+        "the app is made once, before the server listens: aiohttp's static route resolves its folder, the WebRTC "
+        "patches read aiortc's version and load libopus",
+    ),
+    MayBlock(
+        (),
+        "app/rooms/store/__init__.py",
+        "open_store",
+        "the store is opened once, at start-up, importing its driver (psycopg) on first use",
+    ),
+    MayBlock(
+        (),
+        "app/webrtc/opus.py",
+        "load_libopus",
+        "finds and loads libopus once per process (cached), as the patches are installed at start-up",
+    ),
+    MayBlock(
+        ("threading.Lock.acquire", "threading.Lock.acquire_lock"),
+        "aiortc/rtcrtpreceiver.py",
+        "__stop_decoder",
+        "aiortc joins its decoder thread as a connection closes, having told it to stop (its design; the "
+        "thread ends at once)",
+    ),
+    MayBlock(
+        ("io.BufferedReader.read",),
+        "engine/audio/pcm.py",
+        "load_wav",
+        "the command line's and the tests' WAV reader: the server never reads a WAV file on its loop",
+    ),
 )
 
 

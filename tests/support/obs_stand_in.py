@@ -37,7 +37,7 @@ def new_rows(sent: list[str], shown: list[str] | None = None) -> list[str]:
     before = shown or []
     for text in sent:
         rows = text.split("\n")
-        kept = next(k for k in range(len(rows), -1, -1) if k <= len(before) and rows[:k] == before[len(before) - k:])
+        kept = next(k for k in range(len(rows), -1, -1) if k <= len(before) and rows[:k] == before[len(before) - k :])
         assert len(rows) - kept <= ROWS_PER_STEP, f"{text!r} adds more than {ROWS_PER_STEP} rows"
         out += rows[kept:]
         before = rows
@@ -117,7 +117,8 @@ class StandInObs:
                 await ws.close(code=4007)  # NotIdentified
                 return ws
             if self.password is not None and (
-                    identify["d"].get("authentication") != documented_auth(self.password, salt, challenge)):
+                identify["d"].get("authentication") != documented_auth(self.password, salt, challenge)
+            ):
                 await ws.close(code=4009, message=b"Authentication failed.")
                 return ws
             await ws.send_json({"op": 2, "d": {"negotiatedRpcVersion": 1}})
@@ -136,8 +137,10 @@ class StandInObs:
     async def _chatter(ws: web.WebSocketResponse, every_s: float) -> None:
         """Events (op 5, as OBS sends them to a client that subscribed) until the client goes; requests are never
         read, so never answered: an OBS busy with everything but this client."""
-        event = {"op": 5, "d": {"eventType": "CurrentProgramSceneChanged", "eventIntent": 4,
-                                "eventData": {"sceneName": "Scene"}}}
+        event = {
+            "op": 5,
+            "d": {"eventType": "CurrentProgramSceneChanged", "eventIntent": 4, "eventData": {"sceneName": "Scene"}},
+        }
         try:
             while not ws.closed:
                 await ws.send_json(event)

@@ -11,8 +11,13 @@ import numpy as np
 from aiortc.rtcrtpreceiver import RemoteStreamTrack
 
 
-def opus_packets(left: np.ndarray, right: np.ndarray | None = None, packet_ms: int = 20, bit_rate: int = 64000,
-                 options: dict[str, str] | None = None) -> list[bytes]:
+def opus_packets(
+    left: np.ndarray,
+    right: np.ndarray | None = None,
+    packet_ms: int = 20,
+    bit_rate: int = 64000,
+    options: dict[str, str] | None = None,
+) -> list[bytes]:
     """Encode 16 kHz float audio as a WebRTC sender would: 48 kHz Opus, ``packet_ms`` packets; stereo if ``right``;
     ``options``: libopus encoder options (FFmpeg's names)."""
     layout = "mono" if right is None else "stereo"
@@ -25,8 +30,9 @@ def opus_packets(left: np.ndarray, right: np.ndarray | None = None, packet_ms: i
     resampler = av.AudioResampler(format="s16", layout=layout, rate=48000, frame_size=48 * packet_ms)
     packets = []
     for start in range(0, n, 320):  # 20 ms at a time, as a microphone delivers
-        src = av.AudioFrame.from_ndarray(pcm[:, start:start + 320].T.reshape(1, -1).copy(), format="s16",
-                                         layout=layout)
+        src = av.AudioFrame.from_ndarray(
+            pcm[:, start : start + 320].T.reshape(1, -1).copy(), format="s16", layout=layout
+        )
         src.sample_rate, src.pts, src.time_base = 16000, start, fractions.Fraction(1, 16000)
         packets += [bytes(p) for f in resampler.resample(src) for p in enc.encode(f)]
     return packets + [bytes(p) for p in enc.encode(None)]

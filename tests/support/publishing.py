@@ -25,8 +25,9 @@ def record(sid: int, text: str, start: int = 0, spk: int | None = 0, session: st
     return SentenceRecord(sid, session, text, start, words[-1].end_ms, spk, words)
 
 
-async def lock(app: web.Application, room_id: str, *texts: str, session: str = "pub",
-               start_ms: int = 0) -> list[SentenceRecord]:
+async def lock(
+    app: web.Application, room_id: str, *texts: str, session: str = "pub", start_ms: int = 0
+) -> list[SentenceRecord]:
     """Sentences locked in the room in one event the way a publisher's are, said one after another from
     ``start_ms`` on the room's timeline (``words_of``'s times, 500 ms between sentences)."""
     room: Room | None = await app[ROOMS].get(room_id)

@@ -35,8 +35,12 @@ class RawWebSocket:
         await asyncio.get_running_loop().sock_connect(sock, (where.hostname, where.port))
         reader, writer = await asyncio.open_connection(sock=sock)
         key = base64.b64encode(os.urandom(16)).decode()
-        writer.write((f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        writer.write(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {where.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 101"):
             writer.close()
@@ -84,19 +88,24 @@ class RawWebSocket:
 
 
 def _mask(payload: bytes, mask: bytes) -> bytes:
-    keys = np.frombuffer((mask * (len(payload) // 4 + 1))[:len(payload)], np.uint8)
+    keys = np.frombuffer((mask * (len(payload) // 4 + 1))[: len(payload)], np.uint8)
     return (np.frombuffer(payload, np.uint8) ^ keys).tobytes()
 
 
-async def stalled_upload(url: str, path: str, body_start: bytes, length: int,
-                         content_type: str = "application/octet-stream") -> tuple[asyncio.StreamReader,
-                                                                                  asyncio.StreamWriter]:
+async def stalled_upload(
+    url: str, path: str, body_start: bytes, length: int, content_type: str = "application/octet-stream"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A POST that declares ``length`` bytes, sends ``body_start`` and then nothing more; the open connection (read
     its answer from the reader)."""
     where = urlsplit(url)
     reader, writer = await asyncio.open_connection(where.hostname, where.port)
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: {content_type}\r\n"
-                  f"Content-Length: {length}\r\n\r\n").encode() + body_start)
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {where.netloc}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {length}\r\n\r\n"
+        ).encode()
+        + body_start
+    )
     await writer.drain()
     return reader, writer
 

@@ -25,8 +25,21 @@ LOAD_TIMEOUT_S = 600  # how long the server may take to load its model and becom
 def server_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``python -m app`` on loopback, as an operator runs it (no speaker model: not what is tested here)."""
     port = free_port()
-    args = [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--loopback-only",
-            "--ice-host", "127.0.0.1", "--db", str(tmp_path / "captions.db"), "--no-speakers"]
+    args = [
+        sys.executable,
+        "-m",
+        "app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loopback-only",
+        "--ice-host",
+        "127.0.0.1",
+        "--db",
+        str(tmp_path / "captions.db"),
+        "--no-speakers",
+    ]
     if os.environ.get("LIVE_CAPTIONS_TEST_MODEL"):
         args += ["--model", os.environ["LIVE_CAPTIONS_TEST_MODEL"]]
     log = open(tmp_path / "server.log", "wb")

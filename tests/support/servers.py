@@ -20,13 +20,15 @@ from engine.stream.engine import CaptionEngine
 # the test is about. The capacity tests ask for ``max_sessions=None`` (auto) themselves.
 TEST_MAX_SESSIONS = 16
 # Apertium off unless a test asks (apertium=True): a server that translates starts and warms a pipeline per pair.
-LOOPBACK = ServerConfig(ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=TEST_MAX_SESSIONS,
-                        apertium=False)
+LOOPBACK = ServerConfig(
+    ice=IceConfig(hosts=("127.0.0.1",), loopback_only=True), max_sessions=TEST_MAX_SESSIONS, apertium=False
+)
 
 
 @asynccontextmanager
-async def running_server(engine: CaptionEngine | None,
-                         **overrides: object) -> AsyncIterator[tuple[str, web.Application]]:
+async def running_server(
+    engine: CaptionEngine | None, **overrides: object
+) -> AsyncIterator[tuple[str, web.Application]]:
     """Serve ``create_app`` on 127.0.0.1 (a free port, or ``port=`` to restart a server where it was); yields
     (base URL, app)."""
     port = int(overrides.pop("port", 0))  # type: ignore[call-overload]
@@ -62,8 +64,9 @@ def capacity_afresh(engine: CaptionEngine) -> Iterator[Capacity]:
     measured yet): the tests before have measured loads of their own on the shared engine, which a server keeps until
     new ones replace them. Yields the fresh estimate; the engine's own is back afterwards."""
     old = engine.capacity
-    fresh = Capacity(old.config, old.load, front_cores=old.front_cores, most=old.most,
-                     window_for=old._window_for)  # (the engine's own window policy)
+    fresh = Capacity(
+        old.config, old.load, front_cores=old.front_cores, most=old.most, window_for=old._window_for
+    )  # (the engine's own window policy)
     engine.observers.remove(old)
     engine.observers.add(fresh)
     engine.capacity = fresh

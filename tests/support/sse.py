@@ -86,6 +86,7 @@ class SseReader:
                     raise AssertionError(f"stream ended (status {self.status}); got {self.events}")
                 self._changed.clear()
                 await self._changed.wait()
+
         await asyncio.wait_for(loop(), timeout_s)
 
 

@@ -49,24 +49,34 @@ def covered_elsewhere() -> dict[str, list[str]]:
 
 
 def test_logic_lines_leave_out_docstrings_comments_and_blank_lines() -> None:
-    source = ('"""Module.\n\nMore."""\n\n# why\nx = 1\n\n\n'
-              'def f(a: int) -> int:\n    """Doc."""\n    return (a +\n            1)\n')
+    source = (
+        '"""Module.\n\nMore."""\n\n# why\nx = 1\n\n\n'
+        'def f(a: int) -> int:\n    """Doc."""\n    return (a +\n            1)\n'
+    )
     assert logic_lines(source) == 4  # x = 1, def, and the two lines of the return
 
 
 def test_every_module_of_size_has_tests_where_a_newcomer_looks() -> None:
     elsewhere = covered_elsewhere()
     modules = sorted(p.relative_to(ROOT) for folder in ("app", "engine") for p in (ROOT / folder).rglob("*.py"))
-    unfound = [str(m) for m in modules if logic_lines((ROOT / m).read_text(encoding="utf-8")) > LOGIC_LINES
-               and not mirrored(m).exists() and str(m) not in elsewhere]
+    unfound = [
+        str(m)
+        for m in modules
+        if logic_lines((ROOT / m).read_text(encoding="utf-8")) > LOGIC_LINES
+        and not mirrored(m).exists()
+        and str(m) not in elsewhere
+    ]
     assert not unfound, f"no tests/<path>/test_<module>.py and no row in docs/architecture.md for: {unfound}"
 
 
 def test_the_docs_table_names_modules_and_tests_that_exist() -> None:
     elsewhere = covered_elsewhere()
     assert len(elsewhere) > 20, "the table was found"
-    stale = {m: tests for m, tests in elsewhere.items()
-             if not (ROOT / m).exists() or not tests or not all((ROOT / t).exists() for t in tests)}
+    stale = {
+        m: tests
+        for m, tests in elsewhere.items()
+        if not (ROOT / m).exists() or not tests or not all((ROOT / t).exists() for t in tests)
+    }
     assert not stale, f"rows naming a module or a test file that does not exist: {stale}"
     mirrored_too = [m for m in elsewhere if mirrored(Path(m)).exists()]
     assert not mirrored_too, f"rows for modules that have a mirrored test file (drop the row): {mirrored_too}"

@@ -89,8 +89,9 @@ def _empty_file(path: Path) -> None:
 
 
 @asynccontextmanager
-async def coturn(folder: Path, *, secret: str | None = None, user: tuple[str, str] | None = None,
-                 start_timeout_s: float = 15.0) -> AsyncIterator[TurnServer]:
+async def coturn(
+    folder: Path, *, secret: str | None = None, user: tuple[str, str] | None = None, start_timeout_s: float = 15.0
+) -> AsyncIterator[TurnServer]:
     """Run coturn until the block ends. ``secret``: TURN REST credentials (``use-auth-secret``); ``user``: one
     static long-term user. Exactly one of the two."""
     if TURNSERVER is None:
@@ -99,17 +100,41 @@ async def coturn(folder: Path, *, secret: str | None = None, user: tuple[str, st
         raise ValueError("give either secret or user")
     config = folder / "turnserver.conf"
     await asyncio.to_thread(_empty_file, config)  # read instead of /etc/turnserver.conf
-    auth = (["--use-auth-secret", f"--static-auth-secret={secret}"] if secret is not None else
-            ["--lt-cred-mech", f"--user={user[0]}:{user[1]}"])  # type: ignore[index]
+    if secret is not None:
+        auth = ["--use-auth-secret", f"--static-auth-secret={secret}"]
+    else:
+        assert user is not None  # (one of the two, as checked above)
+        auth = ["--lt-cred-mech", f"--user={user[0]}:{user[1]}"]
     port = _free_port()
     log = folder / "turn.log"
     process = await asyncio.create_subprocess_exec(
-        TURNSERVER, "-c", str(config), "-n", "--no-cli", f"--listening-port={port}", "--listening-ip=127.0.0.1",
-        "--relay-ip=127.0.0.1", "--allow-loopback-peers", f"--realm={REALM}", *auth, "--fingerprint",
-        "--no-tls", "--no-dtls", "--no-rfc5780", "--no-tcp-relay", "--no-multicast-peers",
-        f"--userdb={folder / 'turndb'}", f"--pidfile={folder / 'turnserver.pid'}", f"--log-file={log}",
-        "--simple-log", "--no-stdout-log", "--verbose",
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        TURNSERVER,
+        "-c",
+        str(config),
+        "-n",
+        "--no-cli",
+        f"--listening-port={port}",
+        "--listening-ip=127.0.0.1",
+        "--relay-ip=127.0.0.1",
+        "--allow-loopback-peers",
+        f"--realm={REALM}",
+        *auth,
+        "--fingerprint",
+        "--no-tls",
+        "--no-dtls",
+        "--no-rfc5780",
+        "--no-tcp-relay",
+        "--no-multicast-peers",
+        f"--userdb={folder / 'turndb'}",
+        f"--pidfile={folder / 'turnserver.pid'}",
+        f"--log-file={log}",
+        "--simple-log",
+        "--no-stdout-log",
+        "--verbose",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     server = TurnServer(port, log, process)
     try:
         deadline = asyncio.get_running_loop().time() + start_timeout_s
@@ -127,8 +152,9 @@ async def coturn(folder: Path, *, secret: str | None = None, user: tuple[str, st
                 await process.wait()
 
 
-async def wait_for_usage(server: TurnServer, done: Callable[[list[PeerUsage]], bool],
-                         timeout_s: float = 20.0) -> list[PeerUsage]:
+async def wait_for_usage(
+    server: TurnServer, done: Callable[[list[PeerUsage]], bool], timeout_s: float = 20.0
+) -> list[PeerUsage]:
     """The ``peer usage`` records once ``done(records)`` holds, or whatever is there at the timeout. An allocation
     is logged when its client releases it (about a second after its peer connection closed) or when it expires."""
     deadline = asyncio.get_running_loop().time() + timeout_s

@@ -39,8 +39,9 @@ def sh(*cmd: str) -> None:
 
 
 def call(method: str, path: str, body: bytes | None = None, auth: bool = True) -> Any:
-    request = urllib.request.Request(BASE + path, data=body, method=method,
-                                     headers={"Authorization": f"Bearer {TOKEN}"} if auth else {})
+    request = urllib.request.Request(
+        BASE + path, data=body, method=method, headers={"Authorization": f"Bearer {TOKEN}"} if auth else {}
+    )
     if body is not None:
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -66,8 +67,24 @@ def main(wav: str, workdir: str) -> None:
     sh("cc", "-shared", "-fPIC", "-o", str(stub / "libgupnp-igd-1.0.so.4"), str(STUB_SOURCE), gobject_library())
 
     log = (work / "server.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "app", "--port", str(PORT), "--ice-host", ADDRESS,
-                               "--db", ":memory:", "--auth-token", TOKEN], cwd=REPO, stdout=log, stderr=log)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "--port",
+            str(PORT),
+            "--ice-host",
+            ADDRESS,
+            "--db",
+            ":memory:",
+            "--auth-token",
+            TOKEN,
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
+    )
     try:
         deadline = time.monotonic() + 900
         while True:
@@ -82,12 +99,19 @@ def main(wav: str, workdir: str) -> None:
         room = call("POST", "/rooms", b"{}")["room"]
         with wave.open(wav) as w:
             audio_s = w.getnframes() / w.getframerate()
-        pipeline = (f"filesrc location={wav} ! wavparse ! audioconvert ! audioresample ! "
-                    "audio/x-raw,rate=48000,channels=1 ! identity sync=true ! opusenc ! rtpopuspay pt=100 ssrc=1 ! "
-                    "queue ! application/x-rtp,media=audio,encoding-name=OPUS,payload=100")
+        pipeline = (
+            f"filesrc location={wav} ! wavparse ! audioconvert ! audioresample ! "
+            "audio/x-raw,rate=48000,channels=1 ! identity sync=true ! opusenc ! rtpopuspay pt=100 ssrc=1 ! "
+            "queue ! application/x-rtp,media=audio,encoding-name=OPUS,payload=100"
+        )
         env = {**os.environ, "LD_LIBRARY_PATH": str(stub)}
-        client = subprocess.Popen(["whip-client", "-u", f"{BASE}/whip/{room}", "-t", TOKEN, "-A", pipeline, "-o"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        client = subprocess.Popen(
+            ["whip-client", "-u", f"{BASE}/whip/{room}", "-t", TOKEN, "-A", pipeline, "-o"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         time.sleep(audio_s + 4.0)  # the file plays at real time; then the last words reach the server
         client.send_signal(signal.SIGINT)  # as Ctrl-C: the client sends DELETE and exits
         output, _ = client.communicate(timeout=30)
@@ -100,11 +124,21 @@ def main(wav: str, workdir: str) -> None:
         transcript = call("GET", f"/rooms/{room}/transcript.json")
         server_log = (work / "server.log").read_text()
         # The access log writes the room as its mark (app.ops.access_log), never its id.
-        deleted = ended and re.search(r'"DELETE /whip/~[0-9a-f]+/', server_log) is not None \
+        deleted = (
+            ended
+            and re.search(r'"DELETE /whip/~[0-9a-f]+/', server_log) is not None
             and "ended by its client" in server_log
-        print(json.dumps({"whip_status": 201 if "Resource URL:" in output else 0, "deleted": deleted,
-                          "text": " ".join(s["text"] for s in transcript["sentences"]),
-                          "client_output": output[-1500:]}))
+        )
+        print(
+            json.dumps(
+                {
+                    "whip_status": 201 if "Resource URL:" in output else 0,
+                    "deleted": deleted,
+                    "text": " ".join(s["text"] for s in transcript["sentences"]),
+                    "client_output": output[-1500:],
+                }
+            )
+        )
     finally:
         server.send_signal(signal.SIGTERM)
         try:

@@ -18,8 +18,20 @@ from .base import (
     TranscriptStore,
 )
 
-__all__ = ["MEMORY", "Appended", "Edits", "Retimed", "RoomEvent", "RoomRecord", "SentenceRecord", "Snapshot",
-           "StoreError", "TimedEvent", "TranscriptStore", "open_store"]
+__all__ = [
+    "MEMORY",
+    "Appended",
+    "Edits",
+    "Retimed",
+    "RoomEvent",
+    "RoomRecord",
+    "SentenceRecord",
+    "Snapshot",
+    "StoreError",
+    "TimedEvent",
+    "TranscriptStore",
+    "open_store",
+]
 
 
 async def open_store(target: str) -> TranscriptStore:
@@ -28,8 +40,9 @@ async def open_store(target: str) -> TranscriptStore:
     if "://" in target:
         if not target.startswith(POSTGRES_SCHEMES):
             scheme = target.split("://", 1)[0]
-            raise StoreError(f"unsupported database URL scheme {scheme!r}: use a SQLite file path or a "
-                             f"postgresql:// URL")
+            raise StoreError(
+                f"unsupported database URL scheme {scheme!r}: use a SQLite file path or a postgresql:// URL"
+            )
         from .postgres import PostgresStore  # psycopg is imported only by servers that use it
 
         return await PostgresStore.open(target)

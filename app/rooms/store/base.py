@@ -148,8 +148,15 @@ class Edits:
     languages: tuple[str, ...] | None = None  # the room's new languages
 
 
-RoomEvent = (protocol.Caption | protocol.Speakers | protocol.WordTimes | protocol.Correction | protocol.Vocabulary
-             | protocol.Translation | protocol.Languages)
+RoomEvent = (
+    protocol.Caption
+    | protocol.Speakers
+    | protocol.WordTimes
+    | protocol.Correction
+    | protocol.Vocabulary
+    | protocol.Translation
+    | protocol.Languages
+)
 Retimed = dict[int, tuple[protocol.Word, ...]]  # room sentence id -> its new word times (room timeline)
 
 
@@ -176,14 +183,33 @@ class TranscriptStore(ABC):
     where = ""  # what the store is, for logs (never a password)
     errors = 0  # operations that failed with ``StoreError`` since open (the server's metrics count them)
 
-    async def create_room(self, room_id: str, title: str = "", *, viewer_token_sha256: str | None = None,
-                          created_ms: int | None = None, viewer_token: str | None = None,
-                          editor_token_sha256: str | None = None, delay_s: float = 0.0,
-                          languages: Sequence[str] = (), language: str = SPOKEN_DEFAULT) -> RoomRecord:
+    async def create_room(
+        self,
+        room_id: str,
+        title: str = "",
+        *,
+        viewer_token_sha256: str | None = None,
+        created_ms: int | None = None,
+        viewer_token: str | None = None,
+        editor_token_sha256: str | None = None,
+        delay_s: float = 0.0,
+        languages: Sequence[str] = (),
+        language: str = SPOKEN_DEFAULT,
+    ) -> RoomRecord:
         """Store a new room made of these fields (``save_room``); ``created_ms``: now unless given."""
-        return await self.save_room(RoomRecord(room_id, now_ms() if created_ms is None else created_ms, title,
-                                               viewer_token_sha256, viewer_token, editor_token_sha256, delay_s,
-                                               languages=tuple(languages), language=language))
+        return await self.save_room(
+            RoomRecord(
+                room_id,
+                now_ms() if created_ms is None else created_ms,
+                title,
+                viewer_token_sha256,
+                viewer_token,
+                editor_token_sha256,
+                delay_s,
+                languages=tuple(languages),
+                language=language,
+            )
+        )
 
     async def save_room(self, record: RoomRecord) -> RoomRecord:
         """Store new room ``record`` as it is (every field: its languages and spoken language too); an id that
@@ -221,9 +247,15 @@ class TranscriptStore(ABC):
         none): where a loaded room's voice labels continue (``app.rooms.names.RoomLabels``)."""
 
     @abstractmethod
-    async def append(self, room_id: str, event: RoomEvent, sentences: Sequence[SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: Retimed | None = None,
-                     edits: Edits | None = None) -> Appended:
+    async def append(
+        self,
+        room_id: str,
+        event: RoomEvent,
+        sentences: Sequence[SentenceRecord] = (),
+        relabel: dict[int, int] | None = None,
+        retimed: Retimed | None = None,
+        edits: Edits | None = None,
+    ) -> Appended:
         """Commit one room event atomically: the event as viewers get it, its new sentences, any speaker
         relabels, any new word times (``retimed``: they replace the stored sentences' words, so the caller makes
         them the words of each sentence's text as it is) and an editor's ``edits``. A ``Caption``'s sentences are
@@ -246,8 +278,12 @@ class TranscriptStore(ABC):
         """Events committed at or after ``since_ms`` (ms since the Unix epoch), of ``kind`` only if given, in seq
         order, with their commit times."""
 
-    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
-              on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def watch(
+        self,
+        on_commit: Callable[[str, int], None],
+        on_missed: Callable[[], None],
+        on_announce: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         """Hear of events other processes commit, and of what they ``announce`` (see the module's contracts). A
         store that only this process writes has nothing to tell: the default does nothing."""
         del on_commit, on_missed, on_announce
@@ -261,8 +297,7 @@ class TranscriptStore(ABC):
     async def close(self) -> None: ...
 
 
-def numbered(event: RoomEvent, records: Sequence[SentenceRecord], seq: int,
-             first_id: int) -> Appended:
+def numbered(event: RoomEvent, records: Sequence[SentenceRecord], seq: int, first_id: int) -> Appended:
     """``event`` and its ``records`` renumbered: the event gets ``seq``, the sentences ids from ``first_id`` on."""
     renumbered = [dataclasses.replace(r, id=first_id + i) for i, r in enumerate(records)]
     if isinstance(event, protocol.Caption):
@@ -270,8 +305,9 @@ def numbered(event: RoomEvent, records: Sequence[SentenceRecord], seq: int,
     if isinstance(event, protocol.Correction):  # its replaced sentences keep their ids; a split's new one is renumbered
         drafts = {r.id for r in records}
         kept = tuple(s for s in event.sentences if s.id not in drafts)
-        return Appended(dataclasses.replace(event, seq=seq, sentences=kept + tuple(r.sentence() for r in renumbered)),
-                        renumbered)
+        return Appended(
+            dataclasses.replace(event, seq=seq, sentences=kept + tuple(r.sentence() for r in renumbered)), renumbered
+        )
     return Appended(dataclasses.replace(event, seq=seq), renumbered)
 
 
@@ -356,22 +392,46 @@ def now_ms() -> int:
 
 
 # A room's row as both backends read it: ``room_record`` takes the columns in this order.
-ROOM_COLUMNS = ("id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s, names, terms, "
-                "learned, ended_ms, outputs, languages, language")
+ROOM_COLUMNS = (
+    "id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s, names, terms, "
+    "learned, ended_ms, outputs, languages, language"
+)
 
 
 def room_row(record: RoomRecord) -> tuple[Any, ...]:
     """A new room's row: ``id, created_ms, title, viewer_token_sha256, viewer_token, editor_token_sha256, delay_s,
     languages, language`` (the other columns start empty)."""
-    return (record.id, record.created_ms, record.title, record.viewer_token_sha256, record.viewer_token,
-            record.editor_token_sha256, record.delay_s, terms_json(record.languages), record.language)
+    return (
+        record.id,
+        record.created_ms,
+        record.title,
+        record.viewer_token_sha256,
+        record.viewer_token,
+        record.editor_token_sha256,
+        record.delay_s,
+        terms_json(record.languages),
+        record.language,
+    )
 
 
 def room_record(row: Sequence[Any]) -> RoomRecord:
     """A room from its row (``SELECT {ROOM_COLUMNS}``)."""
-    return RoomRecord(row[0], int(row[1]), row[2], row[3], row[4], row[5], float(row[6]), names_from_json(row[7]),
-                      terms_from_json(row[8]), terms_from_json(row[9]), None if row[10] is None else int(row[10]),
-                      outputs_from_json(row[11]), terms_from_json(row[12]), row[13] or SPOKEN_DEFAULT)
+    return RoomRecord(
+        row[0],
+        int(row[1]),
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        float(row[6]),
+        names_from_json(row[7]),
+        terms_from_json(row[8]),
+        terms_from_json(row[9]),
+        None if row[10] is None else int(row[10]),
+        outputs_from_json(row[11]),
+        terms_from_json(row[12]),
+        row[13] or SPOKEN_DEFAULT,
+    )
 
 
 # What both backends write and read in table ``sentences``, whatever their SQL dialect: the parameters of each
@@ -381,8 +441,9 @@ SENTENCE_COLUMNS = "id, session, text, start_ms, end_ms, spk, words, original, d
 
 def sentence_rows(room_id: str, records: Sequence[SentenceRecord], locked_ms: int) -> list[tuple[Any, ...]]:
     """``INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words)``."""
-    return [(room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, locked_ms, words_json(s.words))
-            for s in records]
+    return [
+        (room_id, s.id, s.session, s.text, s.start_ms, s.end_ms, s.spk, locked_ms, words_json(s.words)) for s in records
+    ]
 
 
 def relabel_rows(room_id: str, relabel: dict[int, int]) -> list[tuple[Any, ...]]:
@@ -428,7 +489,19 @@ def renamed_json(stored: str | None, changed: dict[int, str]) -> str | None:
 
 def snapshot(seq: int, rows: Sequence[Sequence[Any]], names: str | None) -> Snapshot:
     """A snapshot from its rows (``SELECT {SENTENCE_COLUMNS} ... ORDER BY id``) and the room's ``names`` column."""
-    records = [SentenceRecord(int(sid), session, text, int(start), int(end), spk, words_from_json(words), original,
-                              bool(gone), translations_from_json(translations))
-               for sid, session, text, start, end, spk, words, original, gone, translations in rows]
+    records = [
+        SentenceRecord(
+            int(sid),
+            session,
+            text,
+            int(start),
+            int(end),
+            spk,
+            words_from_json(words),
+            original,
+            bool(gone),
+            translations_from_json(translations),
+        )
+        for sid, session, text, start, end, spk, words, original, gone, translations in rows
+    ]
     return Snapshot(seq, reading_order(records), names_from_json(names))

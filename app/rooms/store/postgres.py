@@ -135,8 +135,14 @@ class PostgresStore(base.TranscriptStore):
     def __init__(self, url: str) -> None:
         self.url = url
         self.where = redacted(url)
-        self._pool = AsyncConnectionPool(url, min_size=1, max_size=POOL_MAX, open=False, name="transcripts",
-                                         check=AsyncConnectionPool.check_connection)
+        self._pool = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_MAX,
+            open=False,
+            name="transcripts",
+            check=AsyncConnectionPool.check_connection,
+        )
         self._listener: asyncio.Task[None] | None = None
         self._closed = False
         self.origin = secrets.token_hex(8)  # tells this front end's own announcements from the others'
@@ -159,10 +165,12 @@ class PostgresStore(base.TranscriptStore):
 
     # ---- public API ----------------------------------------------------------------------------------------------
     async def _insert_room(self, record: base.RoomRecord) -> None:
-        await self._execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                            "editor_token_sha256, delay_s, languages, language) "
-                            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                            base.room_row(record))
+        await self._execute(
+            "INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
+            "editor_token_sha256, delay_s, languages, language) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            base.room_row(record),
+        )
 
     async def room(self, room_id: str) -> base.RoomRecord | None:
         row = await self._fetchone(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = %s", (room_id,))
@@ -192,38 +200,55 @@ class PostgresStore(base.TranscriptStore):
         return base.Counters(int(row[0]), int(row[1])) if row else base.Counters(0, 0)
 
     async def next_label(self, room_id: str) -> int:
-        row = await self._fetchone("SELECT (SELECT MAX(spk) FROM sentences WHERE room = %s), "
-                                   "(SELECT names FROM rooms WHERE id = %s)", (room_id, room_id))
+        row = await self._fetchone(
+            "SELECT (SELECT MAX(spk) FROM sentences WHERE room = %s), (SELECT names FROM rooms WHERE id = %s)",
+            (room_id, room_id),
+        )
         return base.label_after(row[0], row[1]) if row else 0
 
-    async def append(self, room_id: str, event: base.RoomEvent, sentences: Sequence[base.SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: base.Retimed | None = None,
-                     edits: base.Edits | None = None) -> base.Appended:
+    async def append(
+        self,
+        room_id: str,
+        event: base.RoomEvent,
+        sentences: Sequence[base.SentenceRecord] = (),
+        relabel: dict[int, int] | None = None,
+        retimed: base.Retimed | None = None,
+        edits: base.Edits | None = None,
+    ) -> base.Appended:
         records = list(sentences)
         now = base.now_ms()
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 # Numbers and the room's row lock in one statement (see the module docstring).
-                await cur.execute("UPDATE rooms SET last_seq = last_seq + 1, next_sentence = next_sentence + %s "
-                                  "WHERE id = %s RETURNING last_seq, next_sentence", (len(records), room_id))
+                await cur.execute(
+                    "UPDATE rooms SET last_seq = last_seq + 1, next_sentence = next_sentence + %s "
+                    "WHERE id = %s RETURNING last_seq, next_sentence",
+                    (len(records), room_id),
+                )
                 row = await cur.fetchone()
                 if row is None:
                     raise base.StoreError(f"transcript store ({self.where}): there is no room {room_id!r}")
                 stored = base.numbered(event, records, int(row[0]), int(row[1]) - len(records))
                 kind, body = base.event_json(stored.event)
-                await cur.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (%s, %s, %s, %s, %s)",
-                                  (room_id, stored.event.seq, kind, body, now))
+                await cur.execute(
+                    "INSERT INTO events (room, seq, kind, body, created_ms) VALUES (%s, %s, %s, %s, %s)",
+                    (room_id, stored.event.seq, kind, body, now),
+                )
                 if stored.records:
                     await cur.executemany(
                         "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                        base.sentence_rows(room_id, stored.records, now))
+                        base.sentence_rows(room_id, stored.records, now),
+                    )
                 if relabel:
-                    await cur.executemany("UPDATE sentences SET spk = %s WHERE room = %s AND id = %s",
-                                          base.relabel_rows(room_id, relabel))
+                    await cur.executemany(
+                        "UPDATE sentences SET spk = %s WHERE room = %s AND id = %s", base.relabel_rows(room_id, relabel)
+                    )
                 if retimed:
-                    await cur.executemany("UPDATE sentences SET words = %s WHERE room = %s AND id = %s",
-                                          base.retimed_rows(room_id, retimed))
+                    await cur.executemany(
+                        "UPDATE sentences SET words = %s WHERE room = %s AND id = %s",
+                        base.retimed_rows(room_id, retimed),
+                    )
                 if edits is not None:
                     await self._apply(cur, room_id, edits)
                 await cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{room_id} {stored.event.seq}"))
@@ -232,8 +257,9 @@ class PostgresStore(base.TranscriptStore):
         return stored
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
-        rows = await self._fetchall("SELECT seq, body FROM events WHERE room = %s AND seq > %s ORDER BY seq",
-                                    (room_id, after_seq))
+        rows = await self._fetchall(
+            "SELECT seq, body FROM events WHERE room = %s AND seq > %s ORDER BY seq", (room_id, after_seq)
+        )
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
     async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[base.TimedEvent]:
@@ -242,11 +268,12 @@ class PostgresStore(base.TranscriptStore):
         if kind is not None:
             query, params = query + " AND kind = %s", (*params, kind)
         rows = await self._fetchall(query + " ORDER BY seq", params)
-        return [base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
-                for seq, created, body in rows]
+        return [
+            base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+            for seq, created, body in rows
+        ]
 
-    async def snapshot(self, room_id: str, deleted: bool = False,
-                       ids: Collection[int] | None = None) -> base.Snapshot:
+    async def snapshot(self, room_id: str, deleted: bool = False, ids: Collection[int] | None = None) -> base.Snapshot:
         only = None if ids is None else sorted(set(ids))
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
@@ -254,25 +281,33 @@ class PostgresStore(base.TranscriptStore):
                 await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 await cur.execute("SELECT last_seq, names FROM rooms WHERE id = %s", (room_id,))
                 row = await cur.fetchone()
-                await cur.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences "
-                                  "WHERE room = %s AND (%s OR NOT deleted) "
-                                  "AND (%s::bigint[] IS NULL OR id = ANY(%s::bigint[])) ORDER BY id",
-                                  (room_id, deleted, only, only))
+                await cur.execute(
+                    f"SELECT {base.SENTENCE_COLUMNS} FROM sentences "
+                    "WHERE room = %s AND (%s OR NOT deleted) "
+                    "AND (%s::bigint[] IS NULL OR id = ANY(%s::bigint[])) ORDER BY id",
+                    (room_id, deleted, only, only),
+                )
                 rows = await cur.fetchall()
         except psycopg.Error as exc:
             raise self._error(exc) from exc
         return base.snapshot(int(row[0]) if row else 0, rows, row[1] if row else None)
 
-    def watch(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
-              on_announce: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def watch(
+        self,
+        on_commit: Callable[[str, int], None],
+        on_missed: Callable[[], None],
+        on_announce: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         if self._listener is None and not self._closed:
-            self._listener = asyncio.create_task(self._listen_forever(on_commit, on_missed, on_announce),
-                                                 name="store-listen")
+            self._listener = asyncio.create_task(
+                self._listen_forever(on_commit, on_missed, on_announce), name="store-listen"
+            )
 
     async def announce(self, room_id: str, body: dict[str, Any]) -> None:
         base.announce_json(body)  # the size check: raises ValueError
-        payload = json.dumps({"from": self.origin, "room": room_id, "body": body}, separators=(",", ":"),
-                             ensure_ascii=False)
+        payload = json.dumps(
+            {"from": self.origin, "room": room_id, "body": body}, separators=(",", ":"), ensure_ascii=False
+        )
         async with self._announcing:
             await self._execute("SELECT pg_notify(%s, %s)", (ANNOUNCE_CHANNEL, payload))
 
@@ -295,27 +330,37 @@ class PostgresStore(base.TranscriptStore):
             await cur.executemany(
                 "UPDATE sentences SET original = COALESCE(original, text), text = %s, start_ms = %s, end_ms = %s, "
                 "spk = %s, words = %s WHERE room = %s AND id = %s",
-                base.replaced_rows(room_id, edits.replaced))
+                base.replaced_rows(room_id, edits.replaced),
+            )
         if edits.deleted:
-            await cur.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = true "
-                                  "WHERE room = %s AND id = %s", [(room_id, sid) for sid in edits.deleted])
+            await cur.executemany(
+                "UPDATE sentences SET original = COALESCE(original, text), deleted = true WHERE room = %s AND id = %s",
+                [(room_id, sid) for sid in edits.deleted],
+            )
         if edits.names:
             await cur.execute("SELECT names FROM rooms WHERE id = %s", (room_id,))
             row = await cur.fetchone()
-            await cur.execute("UPDATE rooms SET names = %s WHERE id = %s",
-                              (base.renamed_json(row[0] if row else None, edits.names), room_id))
+            await cur.execute(
+                "UPDATE rooms SET names = %s WHERE id = %s",
+                (base.renamed_json(row[0] if row else None, edits.names), room_id),
+            )
         if edits.vocabulary is not None:
-            await cur.execute("UPDATE rooms SET terms = %s, learned = %s WHERE id = %s",
-                              base.vocabulary_row(room_id, edits.vocabulary))
+            await cur.execute(
+                "UPDATE rooms SET terms = %s, learned = %s WHERE id = %s",
+                base.vocabulary_row(room_id, edits.vocabulary),
+            )
         if edits.languages is not None:
-            await cur.execute("UPDATE rooms SET languages = %s WHERE id = %s",
-                              base.languages_row(room_id, edits.languages))
+            await cur.execute(
+                "UPDATE rooms SET languages = %s WHERE id = %s", base.languages_row(room_id, edits.languages)
+            )
         for sid, changed in sorted(edits.translations.items()):
             await cur.execute("SELECT translations FROM sentences WHERE room = %s AND id = %s", (room_id, sid))
             row = await cur.fetchone()
             if row is not None:
-                await cur.execute("UPDATE sentences SET translations = %s WHERE room = %s AND id = %s",
-                                  (base.translated_json(row[0], changed), room_id, sid))
+                await cur.execute(
+                    "UPDATE sentences SET translations = %s WHERE room = %s AND id = %s",
+                    (base.translated_json(row[0], changed), room_id, sid),
+                )
 
     def _error(self, exc: BaseException) -> base.StoreError:
         self.errors += 1
@@ -349,8 +394,10 @@ class PostgresStore(base.TranscriptStore):
             raise self._error(exc) from exc
 
     async def _migrate(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S) as conn, \
-                conn.transaction():
+        async with (
+            await psycopg.AsyncConnection.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S) as conn,
+            conn.transaction(),
+        ):
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             exists = await (await conn.execute("SELECT to_regclass('schema_version') IS NOT NULL")).fetchone()
             version = 0
@@ -358,27 +405,34 @@ class PostgresStore(base.TranscriptStore):
                 row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
                 version = int(row[0]) if row and row[0] is not None else 0
             if version > SCHEMA_VERSION:
-                raise base.StoreError(f"{self.where} has schema version {version}; this server knows up to "
-                                 f"{SCHEMA_VERSION}")
+                raise base.StoreError(
+                    f"{self.where} has schema version {version}; this server knows up to {SCHEMA_VERSION}"
+                )
             if version == 0:
                 await conn.execute(_SCHEMA)
                 await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
                 log.info("transcript store %s: schema version %d created", self.where, SCHEMA_VERSION)
             elif version < SCHEMA_VERSION:
-                for step in _MIGRATIONS[version - 1:]:
+                for step in _MIGRATIONS[version - 1 :]:
                     await conn.execute(step)
                 await conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
-                log.info("transcript store %s: schema migrated from version %d to %d", self.where, version,
-                         SCHEMA_VERSION)
+                log.info(
+                    "transcript store %s: schema migrated from version %d to %d", self.where, version, SCHEMA_VERSION
+                )
 
-    async def _listen_forever(self, on_commit: Callable[[str, int], None], on_missed: Callable[[], None],
-                              on_announce: Callable[[str, dict[str, Any]], None] | None) -> None:
+    async def _listen_forever(
+        self,
+        on_commit: Callable[[str, int], None],
+        on_missed: Callable[[], None],
+        on_announce: Callable[[str, dict[str, Any]], None] | None,
+    ) -> None:
         pause_s = 0.1
         heard_before = False
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True,
-                                                                 connect_timeout=CONNECT_TIMEOUT_S) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     if on_announce is not None:
                         await conn.execute(f"LISTEN {ANNOUNCE_CHANNEL}")
@@ -400,8 +454,9 @@ class PostgresStore(base.TranscriptStore):
             except asyncio.CancelledError:
                 raise
             except (psycopg.Error, OSError) as exc:
-                log.warning("transcript store %s: listening failed (%s); again in %.1f s", self.where,
-                            str(exc).strip(), pause_s)
+                log.warning(
+                    "transcript store %s: listening failed (%s); again in %.1f s", self.where, str(exc).strip(), pause_s
+                )
             await asyncio.sleep(pause_s)
             pause_s = min(pause_s * 2, LISTEN_RETRY_MAX_S)
 

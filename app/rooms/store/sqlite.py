@@ -135,17 +135,29 @@ class SqliteStore(base.TranscriptStore):
     async def rooms_with_outputs(self) -> list[str]:
         return await self._run(self._rooms_with_outputs)
 
-    async def append(self, room_id: str, event: base.RoomEvent, sentences: Sequence[base.SentenceRecord] = (),
-                     relabel: dict[int, int] | None = None, retimed: base.Retimed | None = None,
-                     edits: base.Edits | None = None) -> base.Appended:
-        return await self._run(self._append, room_id, event, list(sentences), dict(relabel or {}),
-                               dict(retimed or {}), edits or base.Edits())
+    async def append(
+        self,
+        room_id: str,
+        event: base.RoomEvent,
+        sentences: Sequence[base.SentenceRecord] = (),
+        relabel: dict[int, int] | None = None,
+        retimed: base.Retimed | None = None,
+        edits: base.Edits | None = None,
+    ) -> base.Appended:
+        return await self._run(
+            self._append,
+            room_id,
+            event,
+            list(sentences),
+            dict(relabel or {}),
+            dict(retimed or {}),
+            edits or base.Edits(),
+        )
 
     async def events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
         return await self._run(self._events_after, room_id, after_seq)
 
-    async def snapshot(self, room_id: str, deleted: bool = False,
-                       ids: Collection[int] | None = None) -> base.Snapshot:
+    async def snapshot(self, room_id: str, deleted: bool = False, ids: Collection[int] | None = None) -> base.Snapshot:
         return await self._run(self._snapshot, room_id, deleted, None if ids is None else sorted(set(ids)))
 
     async def timed_events(self, room_id: str, since_ms: int = 0, kind: str | None = None) -> list[base.TimedEvent]:
@@ -194,7 +206,7 @@ class SqliteStore(base.TranscriptStore):
             # One script, one transaction: the tables and the version number appear together or not at all.
             db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
         elif version < SCHEMA_VERSION:
-            steps = "".join(_MIGRATIONS[version - 1:])
+            steps = "".join(_MIGRATIONS[version - 1 :])
             db.executescript(f"BEGIN IMMEDIATE;{steps}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
 
     def _close_db(self) -> None:
@@ -209,9 +221,11 @@ class SqliteStore(base.TranscriptStore):
         return self._db
 
     def _create_room(self, record: base.RoomRecord) -> None:
-        self._conn.execute("INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
-                           "editor_token_sha256, delay_s, languages, language) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           base.room_row(record))
+        self._conn.execute(
+            "INSERT INTO rooms (id, created_ms, title, viewer_token_sha256, viewer_token, "
+            "editor_token_sha256, delay_s, languages, language) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            base.room_row(record),
+        )
 
     def _room(self, room_id: str) -> base.RoomRecord | None:
         row = self._conn.execute(f"SELECT {base.ROOM_COLUMNS} FROM rooms WHERE id = ?", (room_id,)).fetchone()
@@ -244,8 +258,15 @@ class SqliteStore(base.TranscriptStore):
             db.execute("COMMIT")
         return base.label_after(top[0], names[0] if names else None)
 
-    def _append(self, room_id: str, event: base.RoomEvent, sentences: list[base.SentenceRecord],
-                relabel: dict[int, int], retimed: base.Retimed, edits: base.Edits) -> base.Appended:
+    def _append(
+        self,
+        room_id: str,
+        event: base.RoomEvent,
+        sentences: list[base.SentenceRecord],
+        relabel: dict[int, int],
+        retimed: base.Retimed,
+        edits: base.Edits,
+    ) -> base.Appended:
         db = self._conn
         now = base.now_ms()
         db.execute("BEGIN IMMEDIATE")  # the write lock first: the numbers read next stay ours until COMMIT
@@ -253,16 +274,21 @@ class SqliteStore(base.TranscriptStore):
             last_seq, next_id = self._counters(room_id)
             stored = base.numbered(event, sentences, last_seq + 1, next_id)
             kind, body = base.event_json(stored.event)
-            db.execute("INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
-                       (room_id, stored.event.seq, kind, body, now))
+            db.execute(
+                "INSERT INTO events (room, seq, kind, body, created_ms) VALUES (?, ?, ?, ?, ?)",
+                (room_id, stored.event.seq, kind, body, now),
+            )
             db.executemany(
                 "INSERT INTO sentences (room, id, session, text, start_ms, end_ms, spk, locked_ms, words) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                base.sentence_rows(room_id, stored.records, now))
-            db.executemany("UPDATE sentences SET spk = ? WHERE room = ? AND id = ?",
-                           base.relabel_rows(room_id, relabel))
-            db.executemany("UPDATE sentences SET words = ? WHERE room = ? AND id = ?",
-                           base.retimed_rows(room_id, retimed))
+                base.sentence_rows(room_id, stored.records, now),
+            )
+            db.executemany(
+                "UPDATE sentences SET spk = ? WHERE room = ? AND id = ?", base.relabel_rows(room_id, relabel)
+            )
+            db.executemany(
+                "UPDATE sentences SET words = ? WHERE room = ? AND id = ?", base.retimed_rows(room_id, retimed)
+            )
             self._apply(room_id, edits)
             db.execute("COMMIT")
         except BaseException:
@@ -274,26 +300,34 @@ class SqliteStore(base.TranscriptStore):
         """An editor's changes (inside ``_append``'s transaction). The first edit of a sentence keeps its text as
         ``original``."""
         db = self._conn
-        db.executemany("UPDATE sentences SET original = COALESCE(original, text), text = ?, start_ms = ?, end_ms = ?, "
-                       "spk = ?, words = ? WHERE room = ? AND id = ?",
-                       base.replaced_rows(room_id, edits.replaced))
-        db.executemany("UPDATE sentences SET original = COALESCE(original, text), deleted = 1 "
-                       "WHERE room = ? AND id = ?",
-                       [(room_id, sid) for sid in edits.deleted])
+        db.executemany(
+            "UPDATE sentences SET original = COALESCE(original, text), text = ?, start_ms = ?, end_ms = ?, "
+            "spk = ?, words = ? WHERE room = ? AND id = ?",
+            base.replaced_rows(room_id, edits.replaced),
+        )
+        db.executemany(
+            "UPDATE sentences SET original = COALESCE(original, text), deleted = 1 WHERE room = ? AND id = ?",
+            [(room_id, sid) for sid in edits.deleted],
+        )
         if edits.names:
             row = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
-            db.execute("UPDATE rooms SET names = ? WHERE id = ?",
-                       (base.renamed_json(row[0] if row else None, edits.names), room_id))
+            db.execute(
+                "UPDATE rooms SET names = ? WHERE id = ?",
+                (base.renamed_json(row[0] if row else None, edits.names), room_id),
+            )
         if edits.vocabulary is not None:
-            db.execute("UPDATE rooms SET terms = ?, learned = ? WHERE id = ?",
-                       base.vocabulary_row(room_id, edits.vocabulary))
+            db.execute(
+                "UPDATE rooms SET terms = ?, learned = ? WHERE id = ?", base.vocabulary_row(room_id, edits.vocabulary)
+            )
         if edits.languages is not None:
             db.execute("UPDATE rooms SET languages = ? WHERE id = ?", base.languages_row(room_id, edits.languages))
         for sid, changed in sorted(edits.translations.items()):
             row = db.execute("SELECT translations FROM sentences WHERE room = ? AND id = ?", (room_id, sid)).fetchone()
             if row is not None:
-                db.execute("UPDATE sentences SET translations = ? WHERE room = ? AND id = ?",
-                           (base.translated_json(row[0], changed), room_id, sid))
+                db.execute(
+                    "UPDATE sentences SET translations = ? WHERE room = ? AND id = ?",
+                    (base.translated_json(row[0], changed), room_id, sid),
+                )
 
     def _timed_events(self, room_id: str, since_ms: int, kind: str | None) -> list[base.TimedEvent]:
         query = "SELECT seq, created_ms, body FROM events WHERE room = ? AND created_ms >= ?"
@@ -301,12 +335,15 @@ class SqliteStore(base.TranscriptStore):
         if kind is not None:
             query, params = query + " AND kind = ?", (*params, kind)
         rows = self._conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
-                for seq, created, body in rows]
+        return [
+            base.TimedEvent(int(seq), int(created), protocol.parse_server_message(json.loads(body)))
+            for seq, created, body in rows
+        ]
 
     def _events_after(self, room_id: str, after_seq: int) -> list[tuple[int, protocol.ServerMessage]]:
-        rows = self._conn.execute("SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq",
-                                  (room_id, after_seq)).fetchall()
+        rows = self._conn.execute(
+            "SELECT seq, body FROM events WHERE room = ? AND seq > ? ORDER BY seq", (room_id, after_seq)
+        ).fetchall()
         return [(int(seq), protocol.parse_server_message(json.loads(body))) for seq, body in rows]
 
     def _snapshot(self, room_id: str, deleted: bool, ids: list[int] | None) -> base.Snapshot:
@@ -317,9 +354,11 @@ class SqliteStore(base.TranscriptStore):
         db.execute("BEGIN")
         try:
             seq = self._last_seq(room_id)
-            rows = db.execute(f"SELECT {base.SENTENCE_COLUMNS} FROM sentences WHERE room = ? AND (? OR deleted = 0)"
-                              f"{only} ORDER BY id",
-                              (room_id, deleted, *(ids if few and ids is not None else ()))).fetchall()
+            rows = db.execute(
+                f"SELECT {base.SENTENCE_COLUMNS} FROM sentences WHERE room = ? AND (? OR deleted = 0)"
+                f"{only} ORDER BY id",
+                (room_id, deleted, *(ids if few and ids is not None else ())),
+            ).fetchall()
             names = db.execute("SELECT names FROM rooms WHERE id = ?", (room_id,)).fetchone()
         finally:
             db.execute("COMMIT")

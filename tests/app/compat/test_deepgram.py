@@ -45,16 +45,35 @@ def wav_bytes(samples: np.ndarray, rate: int = 16000) -> bytes:
 
 
 def test_parameters_codecs_and_wav_headers() -> None:
-    p = parse_params(MultiDict([("encoding", "linear16"), ("sample_rate", "48000"), ("language", "en-US"),
-                                ("keyterm", "Kubernetes"), ("keywords", "Quilter:3"), ("interim_results", "true"),
-                                ("endpointing", "false"), ("utterance_end_ms", "1000"), ("diarize", "true"),
-                                ("filler_words", "true")]), "en")
+    p = parse_params(
+        MultiDict(
+            [
+                ("encoding", "linear16"),
+                ("sample_rate", "48000"),
+                ("language", "en-US"),
+                ("keyterm", "Kubernetes"),
+                ("keywords", "Quilter:3"),
+                ("interim_results", "true"),
+                ("endpointing", "false"),
+                ("utterance_end_ms", "1000"),
+                ("diarize", "true"),
+                ("filler_words", "true"),
+            ]
+        ),
+        "en",
+    )
     assert (p.encoding, p.sample_rate, p.language, p.hotwords) == ("linear16", 48000, "en", ("Kubernetes", "Quilter"))
     assert p.interim_results and p.diarize and p.endpointing_ms is None and p.utterance_end_ms == 1000
     assert parse_params(MultiDict([("language", "multi")]), "en").language is None
-    for bad in ([("encoding", "flac"), ("sample_rate", "16000")], [("encoding", "linear16")],
-                [("encoding", "mulaw"), ("sample_rate", "4000")], [("channels", "2")], [("language", "xx")],
-                [("utterance_end_ms", "500")], [("interim_results", "maybe")]):
+    for bad in (
+        [("encoding", "flac"), ("sample_rate", "16000")],
+        [("encoding", "linear16")],
+        [("encoding", "mulaw"), ("sample_rate", "4000")],
+        [("channels", "2")],
+        [("language", "xx")],
+        [("utterance_end_ms", "500")],
+        [("interim_results", "maybe")],
+    ):
         with pytest.raises(ParamError):
             parse_params(MultiDict(bad), "en")
     # G.711 through our tables round-trips speech closely (µ-law keeps ~38 dB SNR).
@@ -69,13 +88,23 @@ def test_parameters_codecs_and_wav_headers() -> None:
 
 
 async def test_deepgram_sdk_streams_through_the_engine(fake_engine: CaptionEngine) -> None:
-    data = pcm16(audio(CLIP)[:3 * 16000])  # "And so, my fellow Americans", then a second of the pause after it
+    data = pcm16(audio(CLIP)[: 3 * 16000])  # "And so, my fellow Americans", then a second of the pause after it
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create()).room
-        run = await stream_deepgram(url, data, speed=4, finalize=True,
-                                    after=bytes(2 * 16000 * 2), encoding="linear16", sample_rate=16000,
-                                    interim_results="true", vad_events="true", utterance_end_ms="1000",
-                                    punctuate="true", diarize="true")
+        run = await stream_deepgram(
+            url,
+            data,
+            speed=4,
+            finalize=True,
+            after=bytes(2 * 16000 * 2),
+            encoding="linear16",
+            sample_rate=16000,
+            interim_results="true",
+            vad_events="true",
+            utterance_end_ms="1000",
+            punctuate="true",
+            diarize="true",
+        )
         kinds = [m.type for m in run.messages]
         assert kinds[-1] == "Metadata" and abs(run.messages[-1].duration - (len(data) / 32000 + 2)) < 0.1
         assert "SpeechStarted" in kinds and "UtteranceEnd" in kinds
@@ -101,8 +130,15 @@ async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) 
     x = audio("ls_1988-24833-0000")
     async with running_server(fake_engine) as (url, _app):
         # µ-law at 8 kHz, as telephony sends it.
-        run = await stream_deepgram(url, mulaw(np.interp(np.arange(0, len(x), 2), np.arange(len(x)), x)),
-                                    speed=0, bytes_per_s=8000, chunk=800, encoding="mulaw", sample_rate=8000)
+        run = await stream_deepgram(
+            url,
+            mulaw(np.interp(np.arange(0, len(x), 2), np.arange(len(x)), x)),
+            speed=0,
+            bytes_per_s=8000,
+            chunk=800,
+            encoding="mulaw",
+            sample_rate=8000,
+        )
         assert run.text.startswith("audio of"), run.messages
         # No encoding: a WAV stream (here at 44.1 kHz), its header split and every message an odd length.
         run = await stream_deepgram(url, wav_bytes(x, 44100), speed=0, chunk=1001, punctuate="true")
@@ -111,12 +147,13 @@ async def test_encodings_wav_streams_and_odd_frames(fake_engine: CaptionEngine) 
         assert abs(seconds - len(x) / 16000) < 0.6, "all of the audio arrived, none doubled"
 
 
-async def test_a_stream_faster_than_real_time_is_taken_at_the_pace_of_speech(fake_engine: CaptionEngine,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stream_faster_than_real_time_is_taken_at_the_pace_of_speech(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Live priority is for speech as fast as it is spoken: 4 s of audio sent at once, with 1 s allowed ahead of the
     clock, take about 3 s to be read; all of it comes through."""
     monkeypatch.setattr(live_audio, "LIVE_AHEAD_S", 1.0)
-    x = speech(["ls_1988-24833-0000", "ls_3752-4944-0000"])[0][:4 * 16000]
+    x = speech(["ls_1988-24833-0000", "ls_3752-4944-0000"])[0][: 4 * 16000]
     assert len(x) == 4 * 16000
     t0 = time.monotonic()
     run = await _stream_fast(fake_engine, pcm16(x))
@@ -140,8 +177,10 @@ async def test_prerecorded_files(fake_engine: CaptionEngine) -> None:
         frame = rtc.AudioFrame(data=pcm16(x), sample_rate=16000, num_channels=1, samples_per_channel=len(x))
         event = await stt.recognize(buffer=[frame])
         assert event.alternatives[0].text.startswith("audio of"), event
-        async with http.post(f"{url}/v1/listen?encoding=linear16&sample_rate=16000&diarize=true&utterances=true"
-                             "&punctuate=true", data=pcm16(x)) as r:
+        async with http.post(
+            f"{url}/v1/listen?encoding=linear16&sample_rate=16000&diarize=true&utterances=true&punctuate=true",
+            data=pcm16(x),
+        ) as r:
             body = await r.json()
             assert r.status == 200 and abs(body["metadata"]["duration"] - len(x) / 16000) < 0.1
             alt = body["results"]["channels"][0]["alternatives"][0]
@@ -153,8 +192,9 @@ async def test_prerecorded_files(fake_engine: CaptionEngine) -> None:
             assert r.status == 413 and r.headers["dg-error"]
 
 
-async def test_audio_faster_than_real_time_waits_for_the_engine(fake_engine: CaptionEngine,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_audio_faster_than_real_time_waits_for_the_engine(
+    fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that sends a minute of speech at once is read only as fast as the engine keeps up: the audio waiting
     for the VAD and the sentences waiting for their final stay bounded (``live_audio.LIVE_BACKLOG``). (The pace of
     speech, which holds such a client back first, is lifted here: the engine's own backpressure is tested.)"""
@@ -190,13 +230,22 @@ async def test_pings_are_answered_while_the_engine_catches_up(monkeypatch: pytes
     await slow.start()
     try:
         async with running_server(slow, drain_timeout_s=1.0) as (url, _app), aiohttp.ClientSession() as http:
-            ws = await http.ws_connect("ws" + url[4:] + "/v1/listen?encoding=linear16&sample_rate=16000",
-                                       autoping=False)
-            clips = ["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_7902-96591-0000",
-                     "ls_3752-4944-0002", "cmuarctic_a0024", "ls_1988-24833-0002", "ls_3752-4944-0001"]
+            ws = await http.ws_connect(
+                "ws" + url[4:] + "/v1/listen?encoding=linear16&sample_rate=16000", autoping=False
+            )
+            clips = [
+                "ls_1988-24833-0000",
+                "ls_3752-4944-0000",
+                "ls_6930-75918-0000",
+                "ls_7902-96591-0000",
+                "ls_3752-4944-0002",
+                "cmuarctic_a0024",
+                "ls_1988-24833-0002",
+                "ls_3752-4944-0001",
+            ]
             data = pcm16(speech(clips, gap_s=2.5)[0])  # eight sentences, each closed by a long pause
             for i in range(0, len(data), 256 * 1024):
-                await ws.send_bytes(data[i:i + 256 * 1024])
+                await ws.send_bytes(data[i : i + 256 * 1024])
             for _ in range(100):  # the server's reader of the audio now waits for the recognizer
                 if any(s.finals_pending > LIVE_BACKLOG[1] for s in slow.sessions.values()):
                     break
@@ -215,11 +264,17 @@ async def test_pings_are_answered_while_the_engine_catches_up(monkeypatch: pytes
 
 
 async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with running_server(fake_engine, auth_token="sekret", max_sessions=2) as (url, _app), \
-            aiohttp.ClientSession() as http:
+    async with (
+        running_server(fake_engine, auth_token="sekret", max_sessions=2) as (url, _app),
+        aiohttp.ClientSession() as http,
+    ):
         ws_url = "ws" + url[4:] + "/v1/listen"
-        for query, status in (("encoding=flac&sample_rate=16000", 400), ("encoding=linear16", 400),
-                              ("channels=2&encoding=linear16&sample_rate=16000", 400), ("room=nosuchroom", 404)):
+        for query, status in (
+            ("encoding=flac&sample_rate=16000", 400),
+            ("encoding=linear16", 400),
+            ("channels=2&encoding=linear16&sample_rate=16000", 400),
+            ("room=nosuchroom", 404),
+        ):
             with pytest.raises(aiohttp.WSServerHandshakeError) as err:
                 await http.ws_connect(f"{ws_url}?{query}", headers={"Authorization": "Token sekret"})
             assert err.value.status == status and err.value.headers is not None
@@ -228,8 +283,9 @@ async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch:
             await http.ws_connect(ws_url, headers={"Authorization": "Token wrong"})
         assert err.value.status == 401
         # The key as the browser SDK sends it: the subprotocols "token, <key>".
-        async with http.ws_connect(f"{ws_url}?encoding=linear16&sample_rate=16000",
-                                   protocols=("token", "sekret")) as ws:
+        async with http.ws_connect(
+            f"{ws_url}?encoding=linear16&sample_rate=16000", protocols=("token", "sekret")
+        ) as ws:
             assert ws.protocol == "token"
             await ws.send_str('{"type": "Dance"}')
             msg = await ws.receive_json(timeout=5)
@@ -249,7 +305,7 @@ async def test_refusals_and_close_codes(fake_engine: CaptionEngine, monkeypatch:
         # No audio or KeepAlive within the timeout: 1011 NET-0001, after the open sentence is locked.
         monkeypatch.setattr(deepgram, "TIMEOUT_S", 1.0)
         async with http.ws_connect(f"{ws_url}?encoding=linear16&sample_rate=16000", headers=auth) as ws:
-            await ws.send_bytes(pcm16(audio(CLIP)[:16000 * 3]))
+            await ws.send_bytes(pcm16(audio(CLIP)[: 16000 * 3]))
             await ws.send_str('{"type": "KeepAlive"}')
             texts = []
             while (m := await ws.receive(timeout=15)).type is aiohttp.WSMsgType.TEXT:
@@ -290,7 +346,7 @@ async def test_a_stopping_server_finishes_the_open_sentence(fake_engine: Caption
     texts: list[dict[str, object]] = []
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         ws = await http.ws_connect("ws" + url[4:] + "/v1/listen?encoding=linear16&sample_rate=16000")
-        await ws.send_bytes(pcm16(audio(CLIP)[:16000 * 4]))  # mid-sentence, no pause after it
+        await ws.send_bytes(pcm16(audio(CLIP)[: 16000 * 4]))  # mid-sentence, no pause after it
         await asyncio.sleep(1.0)
 
         async def read() -> None:
@@ -311,8 +367,16 @@ async def test_deepgram_sdk_real_speech_at_real_time(engine: CaptionEngine) -> N
     clips = ["librivox_sns01_0880", "cmuarctic_a0024", "ls_6930-75918-0000", "librivox_sns01_0930"]
     samples, ref = speech(clips)
     async with running_server(engine) as (url, _app):
-        run = await stream_deepgram(url, pcm16(samples), speed=1.0, encoding="linear16", sample_rate=16000,
-                                    interim_results="true", punctuate="true", language="en")
+        run = await stream_deepgram(
+            url,
+            pcm16(samples),
+            speed=1.0,
+            encoding="linear16",
+            sample_rate=16000,
+            interim_results="true",
+            punctuate="true",
+            language="en",
+        )
     finals = run.finals
     assert wer(ref, run.text) <= 0.08, run.text
     first_final = run.messages.index(finals[0])
@@ -328,8 +392,15 @@ async def test_deepgram_sdk_real_speech_at_real_time(engine: CaptionEngine) -> N
 async def test_deepgram_diarize_two_readers(engine: CaptionEngine) -> None:
     clip = "libri_2spk_overlap_dialogue"
     async with running_server(engine) as (url, _app):
-        run = await stream_deepgram(url, pcm16(audio(clip)) + bytes(3 * 32000), speed=3.0, encoding="linear16",
-                                    sample_rate=16000, diarize="true", punctuate="true")
+        run = await stream_deepgram(
+            url,
+            pcm16(audio(clip)) + bytes(3 * 32000),
+            speed=3.0,
+            encoding="linear16",
+            sample_rate=16000,
+            diarize="true",
+            punctuate="true",
+        )
     speakers = {w.speaker for m in run.finals for w in m.channel.alternatives[0].words}
     assert len(speakers) == 2, speakers
     assert wer(reference(clip), run.text) <= 0.25  # the readers overlap at most turns: a sanity bound only

@@ -41,9 +41,18 @@ async def funasr_cli(uri: str, path: Path, mode: str) -> dict[str, Any]:
 
     ``--async``: the package's synchronous client (0.1.6) deadlocks when it closes, against any server (``close``
     holds its lock and calls ``signal_close``, which takes the same lock again)."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "funasr_client", uri, str(path), "--mode", mode,
-                                                "--async", stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "funasr_client",
+        uri,
+        str(path),
+        "--mode",
+        mode,
+        "--async",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 120)
     finally:
@@ -54,8 +63,9 @@ async def funasr_cli(uri: str, path: Path, mode: str) -> dict[str, Any]:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-async def funasr_messages(uri: str, path: Path, mode: InitMessageMode,
-                          real_time: bool = False) -> list[FunASRMessageDecoded]:
+async def funasr_messages(
+    uri: str, path: Path, mode: InitMessageMode, real_time: bool = False
+) -> list[FunASRMessageDecoded]:
     """Every message of one WAV file through the package's streaming client, as its ``async_file_asr_stream`` runs it
     (60 ms chunks, ``recv`` polled between sends, ``signal_close`` at the end).
 
@@ -66,8 +76,9 @@ async def funasr_messages(uri: str, path: Path, mode: InitMessageMode,
 
     messages: list[FunASRMessageDecoded] = []
     with wave.open(str(path), "rb") as wav:
-        async with async_funasr_client(uri, mode=mode, wav_name=path.name, audio_fs=wav.getframerate(),
-                                       blocking=True) as client:
+        async with async_funasr_client(
+            uri, mode=mode, wav_name=path.name, audio_fs=wav.getframerate(), blocking=True
+        ) as client:
             frames = wav.getframerate() * 60 // 1000
             while chunk := wav.readframes(frames):
                 await client.send(chunk)
@@ -86,8 +97,10 @@ async def funasr_messages(uri: str, path: Path, mode: InitMessageMode,
 
 
 def test_first_message_and_online_text_rules() -> None:
-    config = parse_config('{"mode": "online", "wav_name": "a", "is_speaking": true, "chunk_size": [5, 10, 5], '
-                          '"hotwords": "{\\"Kubernetes\\": 20, \\"Ada\\": 10}", "itn": true}')
+    config = parse_config(
+        '{"mode": "online", "wav_name": "a", "is_speaking": true, "chunk_size": [5, 10, 5], '
+        '"hotwords": "{\\"Kubernetes\\": 20, \\"Ada\\": 10}", "itn": true}'
+    )
     assert config.mode == "online" and config.hotwords == ("Kubernetes", "Ada") and config.online
     assert not config.offline
     assert parse_hotwords("alpha beta") == ("alpha", "beta")
@@ -138,8 +151,9 @@ async def test_funasr_client_in_every_mode(fake_engine: CaptionEngine, tmp_path:
 
 async def test_funasr_offline_file_formats_rooms_and_bad_input(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     ogg = tmp_path / "speech.ogg"
-    proc = await asyncio.create_subprocess_exec("ffmpeg", "-loglevel", "error", "-i", str(wav_path(CLIP)),
-                                                "-c:a", "libopus", str(ogg))
+    proc = await asyncio.create_subprocess_exec(
+        "ffmpeg", "-loglevel", "error", "-i", str(wav_path(CLIP)), "-c:a", "libopus", str(ogg)
+    )
     assert await proc.wait() == 0
     async with running_server(fake_engine) as (url, app):
         uri = f"ws{url[4:]}/funasr"
@@ -166,7 +180,7 @@ async def test_funasr_offline_file_formats_rooms_and_bad_input(fake_engine: Capt
             # A client that vanishes mid-sentence: the session still finishes and frees its place.
             async with http.ws_connect(uri) as ws:
                 await ws.send_str('{"mode": "2pass", "wav_name": "gone"}')
-                await ws.send_bytes(wav_path(CLIP).read_bytes()[44:44 + 16000 * 2 * 4])
+                await ws.send_bytes(wav_path(CLIP).read_bytes()[44 : 44 + 16000 * 2 * 4])
             for _ in range(100):
                 if fake_engine.sessions == {}:
                     break

@@ -29,29 +29,41 @@ CLIP = "whisper_jfk"
 
 
 def test_session_update_rules() -> None:
-    ga = {"type": "transcription", "audio": {"input": {"format": {"type": "audio/pcmu"}, "turn_detection": None,
-                                                       "transcription": {"model": "gpt-4o-transcribe",
-                                                                         "language": "de", "prompt": "Kubernetes"}}}}
+    ga = {
+        "type": "transcription",
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcmu"},
+                "turn_detection": None,
+                "transcription": {"model": "gpt-4o-transcribe", "language": "de", "prompt": "Kubernetes"},
+            }
+        },
+    }
     config = apply_update(RealtimeConfig(), ga, beta=False)
     assert (config.encoding, config.rate, config.language, config.prompt, config.server_vad) == (
-        "mulaw", 8000, "de", "Kubernetes", False)
+        "mulaw",
+        8000,
+        "de",
+        "Kubernetes",
+        False,
+    )
     assert config.session("s")["audio"]["input"]["transcription"]["model"] == "gpt-4o-transcribe"
     # Fields left out keep their values; the beta event's names work too.
     beta = apply_update(config, {"input_audio_format": "pcm16", "turn_detection": {"type": "server_vad"}}, beta=True)
     assert (beta.encoding, beta.rate, beta.language, beta.server_vad) == ("linear16", 24000, "de", True)
     assert beta.beta_session("s")["input_audio_format"] == "pcm16"
-    for bad, param in (({"type": "realtime"}, "session.type"),
-                       ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
-                        "session.audio.input.format.rate"),
-                       ({"audio": {"input": {"transcription": {"language": "xx"}}}},
-                        "session.audio.input.transcription.language")):
+    for bad, param in (
+        ({"type": "realtime"}, "session.type"),
+        ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "session.audio.input.format.rate"),
+        ({"audio": {"input": {"transcription": {"language": "xx"}}}}, "session.audio.input.transcription.language"),
+    ):
         with pytest.raises(ConfigError) as err:
             apply_update(RealtimeConfig(), bad, beta=False)
         assert err.value.param == param
 
 
 async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionEngine) -> None:
-    x = audio(CLIP)[:3 * 16000]  # "And so, my fellow Americans", then a second of the pause after it
+    x = audio(CLIP)[: 3 * 16000]  # "And so, my fellow Americans", then a second of the pause after it
     data = pcm16(np.concatenate([x, np.zeros(16000 * 3, np.float32)]), 24000)
     async with running_server(fake_engine) as (url, app):
         room = (await app[ROOMS].create()).room
@@ -66,7 +78,8 @@ async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionE
         deltas = "".join(e.delta for e in run.of("conversation.item.input_audio_transcription.delta"))
         assert deltas == run.completed[0].transcript and run.text.startswith("audio of"), "the deltas add up"
         assert kinds.index("conversation.item.input_audio_transcription.completed") > kinds.index(
-            "input_audio_buffer.committed")
+            "input_audio_buffer.committed"
+        )
         async with aiohttp.ClientSession() as http, http.get(f"{url}/rooms/{room.id}/transcript.txt") as r:
             assert "audio of" in await r.text()
 
@@ -80,8 +93,9 @@ async def test_openai_client_server_vad_and_manual_commits(fake_engine: CaptionE
 
         # G.711 µ-law at 8 kHz.
         eight = np.interp(np.arange(0, len(short), 2), np.arange(len(short)), short)
-        run = await stream_realtime(url, mulaw(np.concatenate([eight, np.zeros(24000, np.float32)])), speed=0,
-                                    rate=8000, settle_s=5, expect=1)
+        run = await stream_realtime(
+            url, mulaw(np.concatenate([eight, np.zeros(24000, np.float32)])), speed=0, rate=8000, settle_s=5, expect=1
+        )
         assert run.text.startswith("audio of"), run.events
 
 
@@ -104,17 +118,30 @@ async def test_errors_and_refusals(fake_engine: CaptionEngine, monkeypatch: pyte
 
             reply = await ask({"type": "input_audio_buffer.commit", "event_id": "e1"})
             assert reply["type"] == "error"
-            assert reply["error"] == {"type": "invalid_request_error", "code": "input_audio_buffer_commit_empty",
-                                      "message": reply["error"]["message"], "param": "audio", "event_id": "e1"}
-            reply = await ask({"type": "session.update", "session": {"type": "transcription", "audio": {"input": {
-                "format": {"type": "audio/pcm", "rate": 44100}}}}})
+            assert reply["error"] == {
+                "type": "invalid_request_error",
+                "code": "input_audio_buffer_commit_empty",
+                "message": reply["error"]["message"],
+                "param": "audio",
+                "event_id": "e1",
+            }
+            reply = await ask(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "transcription",
+                        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}},
+                    },
+                }
+            )
             assert reply["error"]["param"] == "session.audio.input.format.rate"
             reply = await ask({"type": "input_audio_buffer.append", "audio": "not base64!"})
             assert reply["error"]["code"] == "invalid_value"
             reply = await ask({"type": "response.create"})
             assert reply["error"]["code"] == "unsupported_event"
-            await ws.send_str(json.dumps({"type": "input_audio_buffer.append",
-                                          "audio": base64.b64encode(b"\x01\x02\x03").decode()}))  # odd length
+            await ws.send_str(
+                json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x02\x03").decode()})
+            )  # odd length
             reply = await ask({"type": "input_audio_buffer.clear"})
             assert reply["type"] == "input_audio_buffer.cleared"
             await ws.send_bytes(bytes(openai_realtime.MAX_MESSAGE_BYTES + 2))  # oversized: 1009
@@ -140,6 +167,13 @@ async def test_openai_realtime_real_speech(engine: CaptionEngine) -> None:
         assert wer(ref, run.text) <= 0.10, run.text
         # Manual commits: the client commits after each clip; one completed per commit, in order.
         first, rest = speech(clips[:1], tail_s=0.3)[0], speech(clips[1:], lead_s=0.0)[0]
-        run = await stream_realtime(url, pcm16(first, 24000) + pcm16(rest, 24000), manual=True, speed=2.0,
-                                    commit_at=len(pcm16(first, 24000)), settle_s=8.0, expect=2)
+        run = await stream_realtime(
+            url,
+            pcm16(first, 24000) + pcm16(rest, 24000),
+            manual=True,
+            speed=2.0,
+            commit_at=len(pcm16(first, 24000)),
+            settle_s=8.0,
+            expect=2,
+        )
         assert len(run.completed) == 2 and wer(ref, run.text) <= 0.10, [e.transcript for e in run.completed]

@@ -49,9 +49,14 @@ async def test_every_response_format_through_the_official_client(fake_engine: Ca
         assert plain.usage.type == "duration" and plain.usage.seconds == 11
 
         with wav_path(CLIP).open("rb") as f:
-            verbose = await api.audio.transcriptions.create(model="whisper-1", file=f, response_format="verbose_json",
-                                                            timestamp_granularities=["word", "segment"],
-                                                            language="en", temperature=0.2)
+            verbose = await api.audio.transcriptions.create(
+                model="whisper-1",
+                file=f,
+                response_format="verbose_json",
+                timestamp_granularities=["word", "segment"],
+                language="en",
+                temperature=0.2,
+            )
         assert verbose.language == "english" and abs(verbose.duration - 11.0) < 0.05
         assert verbose.segments and verbose.text == " ".join(s.text.strip() for s in verbose.segments)
         seg = verbose.segments[0]
@@ -75,8 +80,9 @@ async def test_every_response_format_through_the_official_client(fake_engine: Ca
                 assert " ".join(c.text.replace("\n", " ") for c in captions.captions) == plain.text
 
         with wav_path(CLIP).open("rb") as f:
-            diarized = await api.audio.transcriptions.create(model="gpt-4o-transcribe-diarize", file=f,
-                                                             response_format="diarized_json")
+            diarized = await api.audio.transcriptions.create(
+                model="gpt-4o-transcribe-diarize", file=f, response_format="diarized_json"
+            )
         assert diarized.segments and {s.speaker for s in diarized.segments} == {"A"}  # labels off: one voice
 
         models = await api.models.list()
@@ -84,11 +90,22 @@ async def test_every_response_format_through_the_official_client(fake_engine: Ca
         assert (await api.models.retrieve("whisper-1")).id == fake_engine.model_name
 
 
-async def test_stream_gives_a_delta_per_sentence_then_the_whole_text(fake_engine: CaptionEngine,
-                                                                     tmp_path: Path) -> None:
+async def test_stream_gives_a_delta_per_sentence_then_the_whole_text(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     two = tmp_path / "two.ogg"  # two clips with a pause: two sentences; Ogg Opus shows any FFmpeg format works
-    await asyncio.to_thread(ffmpeg, "-i", str(wav_path(CLIP)), "-i", str(wav_path(CLIP)), "-filter_complex",
-                            "[0]apad=pad_dur=3[a];[a][1]concat=n=2:v=0:a=1", "-c:a", "libopus", str(two))
+    await asyncio.to_thread(
+        ffmpeg,
+        "-i",
+        str(wav_path(CLIP)),
+        "-i",
+        str(wav_path(CLIP)),
+        "-filter_complex",
+        "[0]apad=pad_dur=3[a];[a][1]concat=n=2:v=0:a=1",
+        "-c:a",
+        "libopus",
+        str(two),
+    )
     async with running_server(fake_engine) as (url, _app), client(url) as api:
         with two.open("rb") as f:
             stream = await api.audio.transcriptions.create(model="whisper-1", file=f, stream=True)
@@ -105,8 +122,11 @@ async def test_errors_in_openais_shape(fake_engine: CaptionEngine, tmp_path: Pat
     text = tmp_path / "notes.mp3"
     text.write_text("this is not audio at all\n" * 50)
     before = leftover_uploads()
-    async with (running_server(fake_engine, max_upload_mb=1, auth_token="sekrit") as (url, _app),
-                client(url, key="wrong") as stranger, client(url, key="sekrit") as api):
+    async with (
+        running_server(fake_engine, max_upload_mb=1, auth_token="sekrit") as (url, _app),
+        client(url, key="wrong") as stranger,
+        client(url, key="sekrit") as api,
+    ):
         with pytest.raises(openai.AuthenticationError) as denied:
             await stranger.audio.transcriptions.create(model="m", file=wav_path(CLIP))
         assert denied.value.status_code == 401 and denied.value.code == "invalid_api_key"
@@ -121,14 +141,17 @@ async def test_errors_in_openais_shape(fake_engine: CaptionEngine, tmp_path: Pat
                 await api.audio.transcriptions.create(model="m", file=wav_path(CLIP), **{field: value})  # type: ignore[call-overload]
             assert bad.value.body["param"] == field, field  # type: ignore[index]
         with pytest.raises(openai.BadRequestError) as bad_stream:
-            await api.audio.transcriptions.create(model="m", file=wav_path(CLIP), response_format="srt",
-                                                  stream=True)
+            await api.audio.transcriptions.create(model="m", file=wav_path(CLIP), response_format="srt", stream=True)
         assert bad_stream.value.body["param"] == "stream"  # type: ignore[index]
 
         import aiohttp
+
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"{url}/v1/audio/transcriptions", data=b"{}", headers={
-                    "Authorization": "Bearer sekrit", "Content-Type": "application/json"}) as r:
+            async with http.post(
+                f"{url}/v1/audio/transcriptions",
+                data=b"{}",
+                headers={"Authorization": "Bearer sekrit", "Content-Type": "application/json"},
+            ) as r:
                 assert r.status == 400 and (await r.json())["error"]["type"] == "invalid_request_error"
             async with http.get(f"{url}/v1/models") as r:
                 assert r.status == 401
@@ -138,8 +161,9 @@ async def test_errors_in_openais_shape(fake_engine: CaptionEngine, tmp_path: Pat
     assert leftover_uploads() <= before, "every refused or finished upload's temporary file is removed"
 
 
-async def test_a_long_file_decodes_at_background_priority_one_segment_at_a_time(fake_engine: CaptionEngine,
-                                                                                tmp_path: Path) -> None:
+async def test_a_long_file_decodes_at_background_priority_one_segment_at_a_time(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
     """Every segment of a 66 s file decodes at background priority, one at a time (max_background)."""
     long = tmp_path / "long.flac"
     await asyncio.to_thread(ffmpeg, "-stream_loop", "5", "-i", str(wav_path(CLIP)), str(long))

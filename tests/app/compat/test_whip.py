@@ -78,8 +78,10 @@ async def test_whip_publish_trickle_delete_and_errors(fake_engine: CaptionEngine
         resource = url + location
         ufrag = re.search(r"a=ice-ufrag:(\S+)", sdp)
         assert ufrag is not None
-        fragment = (f"a=ice-ufrag:{ufrag.group(1)}\r\na=ice-pwd:x\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n"
-                    "a=candidate:1 1 udp 2113937151 127.0.0.1 9 typ host\r\na=end-of-candidates\r\n")
+        fragment = (
+            f"a=ice-ufrag:{ufrag.group(1)}\r\na=ice-pwd:x\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\na=mid:0\r\n"
+            "a=candidate:1 1 udp 2113937151 127.0.0.1 9 typ host\r\na=end-of-candidates\r\n"
+        )
         trickle = {**auth, "Content-Type": "application/trickle-ice-sdpfrag"}
         async with http.patch(resource, data=fragment, headers=trickle) as r:
             assert r.status == 204
@@ -119,8 +121,9 @@ def _namespace_ok() -> str:
     for tool in ("whip-client", "unshare", "ip", "cc"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (scripts/setup.sh --tests installs it)"
-    probe = subprocess.run(["unshare", "-rn", "ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-rn", "ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"], capture_output=True
+    )
     return "" if probe.returncode == 0 else f"no private network namespace here: {probe.stderr.decode().strip()}"
 
 
@@ -130,8 +133,15 @@ async def test_gstreamer_whip_client_publishes_real_speech(tmp_path: Path) -> No
     if why:
         pytest.skip(why)
     proc = await asyncio.create_subprocess_exec(
-        "unshare", "-rn", sys.executable, str(SUPPORT / "whip_scenario.py"), str(wav_path(CLIP)),
-        str(tmp_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "unshare",
+        "-rn",
+        sys.executable,
+        str(SUPPORT / "whip_scenario.py"),
+        str(wav_path(CLIP)),
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 900)
     assert proc.returncode == 0, err.decode()[-4000:]
     result = json.loads(out.decode().strip().splitlines()[-1])
@@ -150,7 +160,7 @@ async def test_a_broadcasters_video_is_declined(fake_engine: CaptionEngine) -> N
             assert r.status == 201
             answer = await r.text()
             location = r.headers["Location"]
-        video = answer[answer.index("m=video"):]
+        video = answer[answer.index("m=video") :]
         assert "a=inactive" in video.split("m=audio")[0], answer
         async with http.delete(url + location) as r:
             assert r.status == 200

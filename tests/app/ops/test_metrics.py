@@ -76,8 +76,9 @@ class Scrape:
 
     def value(self, name: str, **labels: str) -> float:
         """The sum of the samples called ``name`` whose labels include ``labels`` (0 if none)."""
-        return sum(s.value for s in self.samples
-                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+        return sum(
+            s.value for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
 
     def labels(self, name: str, label: str) -> set[str]:
         return {s.labels[label] for s in self.samples if s.name == name and label in s.labels}
@@ -145,7 +146,7 @@ async def finals_engine() -> AsyncIterator[CaptionEngine]:
 
 
 async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: CaptionEngine) -> None:
-    samples = pad(audio(CLIP)[:int(SPEECH_S * 16_000)], 0.3, 1.0)  # the stop locks the open sentence
+    samples = pad(audio(CLIP)[: int(SPEECH_S * 16_000)], 0.3, 1.0)  # the stop locks the open sentence
     async with running_server(finals_engine) as (url, _app):
         before = await scrape(url)
         assert before.value("live_captions_sessions_active", kind="live") == 0
@@ -196,14 +197,17 @@ async def test_metrics_follow_a_live_session_and_a_room_viewer(finals_engine: Ca
     assert firsts == len(client.sentences())
     assert 0 < after.value("live_captions_first_partial_latency_seconds_sum") / firsts < 5
     # The first text came before the lock (a partial while speaking), as the client saw.
-    assert after.value("live_captions_first_partial_latency_seconds_sum") / firsts < \
-        after.value("live_captions_lock_latency_seconds_sum") / locks
+    assert (
+        after.value("live_captions_first_partial_latency_seconds_sum") / firsts
+        < after.value("live_captions_lock_latency_seconds_sum") / locks
+    )
 
 
-async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(fake_engine: CaptionEngine,
-                                                                             caplog: pytest.LogCaptureFixture) -> None:
+async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(
+    fake_engine: CaptionEngine, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="app.webrtc.peer")
-    samples = pad(audio(CLIP)[:int(SPEECH_S * 16_000)], 0.3, 1.0)  # 3.3 s: 165 packets of 20 ms
+    samples = pad(audio(CLIP)[: int(SPEECH_S * 16_000)], 0.3, 1.0)  # 3.3 s: 165 packets of 20 ms
     lose = {20, 40, 41, 80, 110, 111, 112, 140}
     async with running_server(fake_engine) as (url, _app):
         client = CaptionClient(url, samples)
@@ -223,13 +227,16 @@ async def test_packets_a_network_loses_are_counted_and_their_audio_concealed(fak
     assert samples.size / 16_000 - 0.5 <= received <= client.track.played_s + 0.1, received
     assert client.sentences(), "the session locked no sentence"
     # ...and the session's closing log line says what was lost.
-    assert any("8 packets lost, 0 late, 0.16 s concealed" in r.getMessage() for r in caplog.records), \
-        [r.getMessage() for r in caplog.records if "closed" in r.getMessage()]
+    assert any("8 packets lost, 0 late, 0.16 s concealed" in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records if "closed" in r.getMessage()
+    ]
 
 
 async def test_an_upload_counts_as_file_audio_and_background_decodes(fake_engine: CaptionEngine) -> None:
-    async with (running_server(fake_engine) as (url, _app),
-                openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as api):
+    async with (
+        running_server(fake_engine) as (url, _app),
+        openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as api,
+    ):
         with wav_path(UPLOAD).open("rb") as f:
             await api.audio.transcriptions.create(model="whisper-1", file=f)
         s = await scrape_until(url, lambda s: s.value("live_captions_sessions_active", kind="file") == 0)

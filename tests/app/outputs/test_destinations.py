@@ -54,13 +54,23 @@ class StubResolver(AbstractResolver):
         self.addresses = list(addresses)
         self.asked: list[str] = []
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         self.asked.append(host)
         if not self.addresses:
             raise OSError(socket.EAI_NONAME, "Name or service not known")
-        return [ResolveResult(hostname=host, host=a, port=port, family=socket.AF_INET6 if ":" in a else socket.AF_INET,
-                              proto=0, flags=0) for a in self.addresses]
+        return [
+            ResolveResult(
+                hostname=host,
+                host=a,
+                port=port,
+                family=socket.AF_INET6 if ":" in a else socket.AF_INET,
+                proto=0,
+                flags=0,
+            )
+            for a in self.addresses
+        ]
 
     async def close(self) -> None:
         pass
@@ -97,9 +107,11 @@ async def output_in_state(base: str, editor: str, state: str, timeout_s: float =
 
 
 @contextlib.asynccontextmanager
-async def raw_server(handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-                     ) -> AsyncIterator[int]:
+async def raw_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[int]:
     """A TCP server on loopback running ``handle`` per connection; yields its port."""
+
     async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await handle(reader, writer)
@@ -124,17 +136,46 @@ def closed_port() -> int:
 
 # ---- the policy, pure ---------------------------------------------------------------------------------------------
 REFUSED = {
-    Refusal.LOOPBACK: ["localhost", "LOCALHOST.", "captions.localhost", "127.0.0.1", "127.1", "2130706433",
-                       "0x7f.1", "0177.0.0.1", "127.8.9.10", "[::1]", "::ffff:127.0.0.1", "[::ffff:7f00:1]",
-                       "2002:7f00:1::"],
+    Refusal.LOOPBACK: [
+        "localhost",
+        "LOCALHOST.",
+        "captions.localhost",
+        "127.0.0.1",
+        "127.1",
+        "2130706433",
+        "0x7f.1",
+        "0177.0.0.1",
+        "127.8.9.10",
+        "[::1]",
+        "::ffff:127.0.0.1",
+        "[::ffff:7f00:1]",
+        "2002:7f00:1::",
+    ],
     Refusal.UNSPECIFIED: ["0.0.0.0", "0", "0.1.2.3", "[::]"],
     Refusal.METADATA: ["169.254.169.254", "169.254.170.2", "[fd00:ec2::254]", "100.100.100.200", "168.63.129.16"],
     Refusal.LINK_LOCAL: ["169.254.1.1", "[fe80::1]", "[fe80::1%25eth0]"],
-    Refusal.PRIVATE: ["10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.10", "100.64.0.1", "100.127.0.1",
-                      "[fc00::1]", "[fd12:3456::1]", "64:ff9b::a00:1"],
+    Refusal.PRIVATE: [
+        "10.0.0.1",
+        "172.16.5.4",
+        "172.31.255.255",
+        "192.168.1.10",
+        "100.64.0.1",
+        "100.127.0.1",
+        "[fc00::1]",
+        "[fd12:3456::1]",
+        "64:ff9b::a00:1",
+    ],
     Refusal.MULTICAST: ["224.0.0.1", "239.255.255.250", "255.255.255.255", "[ff02::1]"],
-    Refusal.RESERVED: ["240.0.0.1", "192.0.2.1", "198.18.0.1", "203.0.113.9", "[2001:db8::1]", "[::127.0.0.1]",
-                       "[2001::1]", "[64:ff9b:1::1]"],
+    Refusal.RESERVED: [
+        "240.0.0.1",
+        "192.0.2.1",
+        "198.18.0.1",
+        "203.0.113.9",
+        "[2001:db8::1]",
+        "[::127.0.0.1]",
+        "[2001::1]",
+        "[64:ff9b:1::1]",
+    ],
 }
 
 
@@ -154,11 +195,22 @@ def test_public_unicast_addresses_pass_and_names_need_a_lookup() -> None:
 
 def test_allowed_entries_open_exactly_those_destinations() -> None:
     policy = DestinationPolicy.from_settings(["192.168.1.0/24,obs.lan:4455", "127.0.0.1:4455", "[::1]"])
-    for host, port in (("192.168.1.77", 9), ("obs.lan", 4455), ("OBS.LAN.", 4455), ("127.0.0.1", 4455),
-                       ("[::ffff:127.0.0.1]", 4455), ("[::1]", 80)):
+    for host, port in (
+        ("192.168.1.77", 9),
+        ("obs.lan", 4455),
+        ("OBS.LAN.", 4455),
+        ("127.0.0.1", 4455),
+        ("[::ffff:127.0.0.1]", 4455),
+        ("[::1]", 80),
+    ):
         assert policy.check_without_lookup(host, port) is True, (host, port)
-    for host, port in (("192.168.2.1", 4455), ("127.0.0.1", 4456), ("127.0.0.2", 4455), ("localhost", 4455),
-                       ("10.0.0.1", 4455)):
+    for host, port in (
+        ("192.168.2.1", 4455),
+        ("127.0.0.1", 4456),
+        ("127.0.0.2", 4455),
+        ("localhost", 4455),
+        ("10.0.0.1", 4455),
+    ):
         with pytest.raises(DestinationRefused):
             policy.check_without_lookup(host, port)
     assert policy.check_without_lookup("obs.lan", 80) is False, "another port of an allowed name: checked as any"
@@ -168,15 +220,17 @@ def test_allowed_entries_open_exactly_those_destinations() -> None:
         policy.check_address("192.168.7.5", 4455, name="anything.example")
 
 
-@pytest.mark.parametrize("bad", ["", "127.1", "2130706433", "obs lan", "[::1", "[::1]x", "10.0.0.0/33", "h:0",
-                                 "h:65536", "h:port", "-h.lan"])
+@pytest.mark.parametrize(
+    "bad", ["", "127.1", "2130706433", "obs lan", "[::1", "[::1]x", "10.0.0.0/33", "h:0", "h:65536", "h:port", "-h.lan"]
+)
 def test_bad_allow_entries_are_refused_naming_them(bad: str) -> None:
     with pytest.raises(ValueError):
         DestinationPolicy.from_settings([bad])
 
 
-def test_output_allow_is_a_flag_and_a_variable(monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_allow_is_a_flag_and_a_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in [n for n in os.environ if n.startswith("LIVE_CAPTIONS_")]:
         monkeypatch.delenv(name)
     args = ["--output-allow", "192.168.1.0/24, OBS.lan:4455", "--output-allow", "[::1]:4455"]
@@ -208,8 +262,10 @@ async def test_an_output_to_each_refused_class_gets_400(strict_server: tuple[str
     for reason, hosts in REFUSED.items():
         for host in hosts:
             host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 URL's brackets
-            for body in ({"kind": "youtube", "url": f"http://{host}/closedcaption?cid=x"},
-                         {"kind": "obs", "url": f"ws://{host}:4455"}):
+            for body in (
+                {"kind": "youtube", "url": f"http://{host}/closedcaption?cid=x"},
+                {"kind": "obs", "url": f"ws://{host}:4455"},
+            ):
                 status, answer = await call("POST", base, editor, body)
                 assert status == 400 and answer["error"]["code"] == "bad_message", (body, answer)
                 message = answer["error"]["message"]
@@ -218,7 +274,8 @@ async def test_an_output_to_each_refused_class_gets_400(strict_server: tuple[str
 
 
 async def test_a_name_is_checked_at_creation_and_again_at_every_connection(
-        strict_server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    strict_server: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, app = strict_server
     dns = StubResolver()  # nothing resolves: as on a server without DNS for public names
     monkeypatch.setattr(app[OUTPUTS], "policy", DestinationPolicy(resolver=lambda: dns))
@@ -248,8 +305,9 @@ async def test_obs_on_an_allowed_address_works_and_no_other_port(fake_engine: Ca
     obs = StandInObs(PASSWORD)
     await obs.start()
     try:
-        async with running_server(fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "a.db"),
-                                  output_allow=(f"127.0.0.1:{obs.port}",)) as (url, app):
+        async with running_server(
+            fake_engine, auth_token=TOKEN, db_path=str(tmp_path / "a.db"), output_allow=(f"127.0.0.1:{obs.port}",)
+        ) as (url, app):
             made = await new_room(url, TOKEN)
             base, editor = f"{url}/rooms/{made['room']}/outputs", made["editor_token"]
             other = {"kind": "obs", "url": f"ws://127.0.0.1:{closed_port()}"}
@@ -313,8 +371,16 @@ async def test_no_output_follows_a_redirect() -> None:
 async def _http_secret(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: bytes) -> None:
     await reader.readuntil(b"\r\n\r\n")
     body = f"<h1>{SECRET}</h1>".encode()
-    writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\nX-Leak: " + SECRET.encode()
-                 + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    writer.write(
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: text/html\r\nX-Leak: "
+        + SECRET.encode()
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     await writer.drain()
     await asyncio.sleep(0.5)
 
@@ -340,22 +406,31 @@ async def _ws_peer(request: web.Request, mode: str) -> web.WebSocketResponse:
         async for msg in ws:
             d = json.loads(msg.data)["d"]
             ok = d["requestType"] != "SendStreamCaption"
-            await ws.send_json({"op": 7, "d": {"requestId": d["requestId"], "requestType": d["requestType"],
-                                               "requestStatus": {"result": ok, "code": 100 if ok else 702,
-                                                                 "comment": SECRET},
-                                               "responseData": {"obsVersion": SECRET, "outputActive": True}}})
+            await ws.send_json(
+                {
+                    "op": 7,
+                    "d": {
+                        "requestId": d["requestId"],
+                        "requestType": d["requestType"],
+                        "requestStatus": {"result": ok, "code": 100 if ok else 702, "comment": SECRET},
+                        "responseData": {"obsVersion": SECRET, "outputActive": True},
+                    },
+                }
+            )
     return ws
 
 
 def _ws_handler(mode: str) -> Callable[[web.Request], Awaitable[web.WebSocketResponse]]:
     async def handle(request: web.Request) -> web.WebSocketResponse:
         return await _ws_peer(request, mode)
+
     return handle
 
 
 @contextlib.asynccontextmanager
 async def secret_peers() -> AsyncIterator[dict[str, str]]:
     """Loopback destinations that each answer with ``SECRET`` in their own way: name -> base URL (host:port)."""
+
     async def http_500(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await _http_secret(r, w, b"500 Internal Server Error")
 
@@ -365,23 +440,39 @@ async def secret_peers() -> AsyncIterator[dict[str, str]]:
     app = web.Application()
     for mode in ("text", "close", "comment"):
         app.router.add_get(f"/{mode}", _ws_handler(mode))
-    async with raw_server(http_500) as p500, raw_server(http_200) as p200, raw_server(_garbage) as pdb, \
-            serving(app) as ws_base:
+    async with (
+        raw_server(http_500) as p500,
+        raw_server(http_200) as p200,
+        raw_server(_garbage) as pdb,
+        serving(app) as ws_base,
+    ):
         ws = ws_base.removeprefix("http://")
-        yield {"http 500": f"127.0.0.1:{p500}", "http 200": f"127.0.0.1:{p200}", "database": f"127.0.0.1:{pdb}",
-               "closed": f"127.0.0.1:{closed_port()}", "ws text": f"{ws}/text", "ws close": f"{ws}/close",
-               "ws comment": f"{ws}/comment"}
+        yield {
+            "http 500": f"127.0.0.1:{p500}",
+            "http 200": f"127.0.0.1:{p200}",
+            "database": f"127.0.0.1:{pdb}",
+            "closed": f"127.0.0.1:{closed_port()}",
+            "ws text": f"{ws}/text",
+            "ws close": f"{ws}/close",
+            "ws comment": f"{ws}/comment",
+        }
 
 
-YOUTUBE_ERRORS = {"http 500": "HTTP status 500", "http 200": None, "database": "the answer is not HTTP",
-                  "closed": "connection refused"}
-OBS_ERRORS = {"http 500": "not obs-websocket (HTTP status 500 to the WebSocket handshake)",
-              "http 200": "not obs-websocket (HTTP status 200 to the WebSocket handshake)",
-              "database": "OBS is not reachable: the answer is not HTTP",
-              "closed": "OBS is not reachable: connection refused",
-              "ws text": "OBS sent something that is not obs-websocket",
-              "ws close": "the connection to OBS dropped while waiting for Hello (close code 4242)",
-              "ws comment": "OBS refused the caption (code 702)"}
+YOUTUBE_ERRORS = {
+    "http 500": "HTTP status 500",
+    "http 200": None,
+    "database": "the answer is not HTTP",
+    "closed": "connection refused",
+}
+OBS_ERRORS = {
+    "http 500": "not obs-websocket (HTTP status 500 to the WebSocket handshake)",
+    "http 200": "not obs-websocket (HTTP status 200 to the WebSocket handshake)",
+    "database": "OBS is not reachable: the answer is not HTTP",
+    "closed": "OBS is not reachable: connection refused",
+    "ws text": "OBS sent something that is not obs-websocket",
+    "ws close": "the connection to OBS dropped while waiting for Hello (close code 4242)",
+    "ws comment": "OBS refused the caption (code 702)",
+}
 
 
 async def test_last_error_never_holds_a_byte_the_peer_sent(caplog: pytest.LogCaptureFixture) -> None:
@@ -408,15 +499,27 @@ async def test_last_error_never_holds_a_byte_the_peer_sent(caplog: pytest.LogCap
 
 
 async def test_the_editor_sees_classes_not_what_the_destination_said(
-        fake_engine: CaptionEngine, tmp_path: Path) -> None:
-    async with secret_peers() as peers, running_server(fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",),
-                                                       db_path=str(tmp_path / "e.db")) as (url, app):
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> None:
+    async with (
+        secret_peers() as peers,
+        running_server(fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",), db_path=str(tmp_path / "e.db")) as (
+            url,
+            app,
+        ),
+    ):
         rooms = {}
         for name in ("http 500", "database", "closed"):
             made = await new_room(url, TOKEN)
             rooms[name] = (f"{url}/rooms/{made['room']}/outputs", made["editor_token"])
-            assert (await call("POST", rooms[name][0], made["editor_token"],
-                               {"kind": "youtube", "url": f"http://{peers[name]}/closedcaption?cid=x"}))[0] == 201
+            assert (
+                await call(
+                    "POST",
+                    rooms[name][0],
+                    made["editor_token"],
+                    {"kind": "youtube", "url": f"http://{peers[name]}/closedcaption?cid=x"},
+                )
+            )[0] == 201
             await lock(app, made["room"], "A caption for a destination that is no YouTube.")
         for name, (base, editor) in rooms.items():
             listed = await output_in_state(base, editor, "retrying")
@@ -429,8 +532,11 @@ async def test_a_huge_error_body_costs_the_server_no_memory() -> None:
 
     async def huge(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: "
-                     + str(size).encode() + b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: "
+            + str(size).encode()
+            + b"\r\n\r\n"
+        )
         sent = 0
         while sent < size:
             writer.write(chunk)
@@ -490,8 +596,9 @@ async def test_an_obs_that_chatters_but_never_answers_fails_within_the_deadline(
 
 
 # ---- secrets in URLs ----------------------------------------------------------------------------------------------
-async def test_an_obs_urls_credentials_never_show(fake_engine: CaptionEngine, tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_obs_urls_credentials_never_show(
+    fake_engine: CaptionEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     secrets = ("PASS-s3cret", "K-s3cret")
     obs = StandInObs(None)
@@ -506,8 +613,9 @@ async def test_an_obs_urls_credentials_never_show(fake_engine: CaptionEngine, tm
     with pytest.raises(ValueError) as bad:
         ObsTarget("http://user:PASS-s3cret@127.0.0.1/?key=K-s3cret", None)
     assert not any(s in str(bad.value) for s in secrets)
-    async with running_server(fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",),
-                              db_path=str(tmp_path / "c.db")) as (url, app):
+    async with running_server(
+        fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",), db_path=str(tmp_path / "c.db")
+    ) as (url, app):
         made = await new_room(url, TOKEN)
         base, editor = f"{url}/rooms/{made['room']}/outputs", made["editor_token"]
         body = {"kind": "obs", "url": f"ws://user:PASS-s3cret@127.0.0.1:{closed_port()}/?key=K-s3cret"}
@@ -522,10 +630,12 @@ async def test_an_obs_urls_credentials_never_show(fake_engine: CaptionEngine, tm
 
 # ---- a server-wide limit ------------------------------------------------------------------------------------------
 async def test_the_server_runs_a_bounded_number_of_outputs(
-        fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(registry, "MAX_SERVER_OUTPUTS", 3)  # as 64, without 64 outputs
-    async with running_server(fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",),
-                              db_path=str(tmp_path / "l.db")) as (url, _):
+    async with running_server(
+        fake_engine, auth_token=TOKEN, output_allow=("127.0.0.1",), db_path=str(tmp_path / "l.db")
+    ) as (url, _):
         first, second = await new_room(url, TOKEN), await new_room(url, TOKEN)
         body = {"kind": "youtube", "url": f"http://127.0.0.1:{closed_port()}/closedcaption?cid=x"}
         for made in (first, first, second):

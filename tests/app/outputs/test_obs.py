@@ -55,9 +55,16 @@ LOOPBACK = DestinationPolicy.from_settings(["127.0.0.1"])  # --output-allow 127.
 
 def caption(seq: int, text: str, speaker_changed: bool = False, spoken_ms: int = 0) -> OutgoingCaption:
     """A locked sentence as the runner hands it over; ``spoken_ms`` is how long it took to say."""
-    return OutgoingCaption(seq=seq, sentence_id=seq, text=text, start_wall_ms=1_700_000_000_000,
-                           end_wall_ms=1_700_000_000_000 + spoken_ms, spk=None, speaker=None,
-                           speaker_changed=speaker_changed)
+    return OutgoingCaption(
+        seq=seq,
+        sentence_id=seq,
+        text=text,
+        start_wall_ms=1_700_000_000_000,
+        end_wall_ms=1_700_000_000_000 + spoken_ms,
+        spk=None,
+        speaker=None,
+        speaker_changed=speaker_changed,
+    )
 
 
 def assert_shape(sent: list[str]) -> None:
@@ -76,8 +83,11 @@ def assert_shape(sent: list[str]) -> None:
 
 def test_auth_string_is_the_documented_formula() -> None:
     # The protocol document's own example challenge and salt, and random ones.
-    doc = ("supersecretpassword", "lM1GncleQOaCu9lT1yeUZhFYnqhsLLP1G5lAGo3ixaI=",
-           "+IxH4CnCiqpX1rM9scsNynZzbOe4KhDeYcTNS3PDaeY=")
+    doc = (
+        "supersecretpassword",
+        "lM1GncleQOaCu9lT1yeUZhFYnqhsLLP1G5lAGo3ixaI=",
+        "+IxH4CnCiqpX1rM9scsNynZzbOe4KhDeYcTNS3PDaeY=",
+    )
     assert auth_string(*doc) == documented_auth(*doc)
     for password in ("", "pässwörd ✓", PASSWORD):
         salt, challenge = base64.b64encode(secrets.token_bytes(32)).decode(), secrets.token_urlsafe(32)
@@ -112,8 +122,11 @@ def test_screens_roll_rows_up() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet=st.sampled_from("abéñ♪—’🎉"), max_size=25), max_size=40),
-       st.lists(st.text("xyé ", max_size=32)), st.booleans())
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("abéñ♪—’🎉"), max_size=25), max_size=40),
+    st.lists(st.text("xyé ", max_size=32)),
+    st.booleans(),
+)
 def test_screens_hold_every_word_in_shape(words: list[str], shown: list[str], changed: bool) -> None:
     # Numbered words, so that no two rows are alike and the rows a screen adds can be told from those it keeps.
     text = " ".join(f"{word}{i}" for i, word in enumerate(words))
@@ -150,8 +163,12 @@ async def target(obs: StandInObs) -> AsyncIterator[ObsTarget]:
 SENTENCES = [
     caption(1, "Hello from the live captions test."),
     caption(2, "It’s a “curly” test — with dashes… and an emoji 🎉 here.", speaker_changed=True),
-    caption(3, "This is a much longer sentence that needs more than one screen of roll-up captions to be shown "
-               "in full on the stream, so it goes out as several.", spoken_ms=6000),
+    caption(
+        3,
+        "This is a much longer sentence that needs more than one screen of roll-up captions to be shown "
+        "in full on the stream, so it goes out as several.",
+        spoken_ms=6000,
+    ),
     caption(4, "🎉"),  # nothing 608 shows: nothing sent
     caption(5, "Señor Müller, naïve café owner, said “¿qué?” ♫", speaker_changed=True),
 ]
@@ -165,8 +182,10 @@ async def test_every_caption_arrives_in_rows_of_32(obs: StandInObs, target: ObsT
     for c in SENTENCES:
         await target.send(c)
     assert_shape(obs.captions)
-    assert obs.captions[:2] == ["Hello from the live captions\ntest.",
-                                "test.\n>> It's a \"curly\" test - with\ndashes... and an emoji here."]
+    assert obs.captions[:2] == [
+        "Hello from the live captions\ntest.",
+        'test.\n>> It\'s a "curly" test - with\ndashes... and an emoji here.',
+    ]
     assert new_rows(obs.captions) == expected_rows(SENTENCES)
     assert new_rows(obs.captions)[-2:] == [">> Señor Müller, naïve café", 'owner, said "¿qué?" ♪']
     assert len(obs.captions) == 6  # 1 + 1 + 3 (the long one: 6 rows, 2 a screen) + 0 + 1
@@ -339,34 +358,74 @@ class RealObs:
         (config / "basic" / "scenes").mkdir(parents=True)
         (config / "global.ini").write_text(_OBS_GLOBAL.format(ws_port=self.ws_port, password=PASSWORD))
         (config / "basic" / "profiles" / "Test" / "basic.ini").write_text(_OBS_PROFILE)
-        service = {"type": "rtmp_custom",
-                   "settings": {"server": f"rtmp://127.0.0.1:{self.rtmp_port}/live", "key": "x"}}
+        service = {"type": "rtmp_custom", "settings": {"server": f"rtmp://127.0.0.1:{self.rtmp_port}/live", "key": "x"}}
         (config / "basic" / "profiles" / "Test" / "service.json").write_text(json.dumps(service))
         # A scene collection of one empty scene: without one OBS creates it and skips --startstreaming.
-        scenes = {"name": "Test", "current_scene": "Scene", "current_program_scene": "Scene",
-                  "scene_order": [{"name": "Scene"}],
-                  "sources": [{"id": "scene", "name": "Scene", "settings": {"items": [], "id_counter": 0}}]}
+        scenes = {
+            "name": "Test",
+            "current_scene": "Scene",
+            "current_program_scene": "Scene",
+            "scene_order": [{"name": "Scene"}],
+            "sources": [{"id": "scene", "name": "Scene", "settings": {"items": [], "id_counter": 0}}],
+        }
         (config / "basic" / "scenes" / "Test.json").write_text(json.dumps(scenes))
-        self._procs.append(subprocess.Popen(
-            ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-listen", "1", "-i",
-             f"rtmp://127.0.0.1:{self.rtmp_port}/live/x", "-c", "copy", "-f", "flv", str(self.flv)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self._procs.append(
+            subprocess.Popen(
+                [
+                    "ffmpeg",
+                    "-nostdin",
+                    "-hide_banner",
+                    "-loglevel",
+                    "error",
+                    "-listen",
+                    "1",
+                    "-i",
+                    f"rtmp://127.0.0.1:{self.rtmp_port}/live/x",
+                    "-c",
+                    "copy",
+                    "-f",
+                    "flv",
+                    str(self.flv),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         read_fd, write_fd = os.pipe()
-        self._procs.append(subprocess.Popen(
-            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
-            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self._procs.append(
+            subprocess.Popen(
+                ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x720x24", "-nolisten", "tcp"],
+                pass_fds=(write_fd,),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         os.close(write_fd)
         with os.fdopen(read_fd) as pipe:
             display = pipe.readline().strip()
         assert display, "Xvfb did not start"
         proxy = "http://127.0.0.1:9"  # discard port: nothing listens
-        env = {**os.environ, "HOME": str(self.folder), "DISPLAY": f":{display}", "http_proxy": proxy,
-               "https_proxy": proxy, "HTTPS_PROXY": proxy, "ALL_PROXY": proxy, "no_proxy": "",
-               "LIBGL_ALWAYS_SOFTWARE": "1"}
+        env = {
+            **os.environ,
+            "HOME": str(self.folder),
+            "DISPLAY": f":{display}",
+            "http_proxy": proxy,
+            "https_proxy": proxy,
+            "HTTPS_PROXY": proxy,
+            "ALL_PROXY": proxy,
+            "no_proxy": "",
+            "LIBGL_ALWAYS_SOFTWARE": "1",
+        }
         with self.log.open("wb") as log:
-            self._procs.append(subprocess.Popen(
-                ["obs", "--startstreaming", "--minimize-to-tray", "--disable-updater", "--disable-shutdown-check"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder))
+            self._procs.append(
+                subprocess.Popen(
+                    ["obs", "--startstreaming", "--minimize-to-tray", "--disable-updater", "--disable-shutdown-check"],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.folder,
+                )
+            )
 
     def stop(self) -> None:
         for proc in reversed(self._procs):
@@ -404,17 +463,50 @@ def real_obs() -> Iterator[RealObs]:
 _SPECIAL = "®°½¿™¢£♪à èâêîôû"  # 0x11 0x30-0x3F (0x39: transparent space)
 _EXTENDED = {0x12: "ÁÉÓÚÜü‘¡*’—©℠•“”ÀÂÇÈÊËëÎÏïÔÙùÛ«»", 0x13: "ÃãÍÌìÒòÕõ{}\\^_|~ÄäÖöß¥¤│ÅåØø┌┐└┘"}
 _BASIC = {0x2A: "á", 0x5C: "é", 0x5E: "í", 0x5F: "ó", 0x60: "ú", 0x7B: "ç", 0x7C: "÷", 0x7D: "Ñ", 0x7E: "ñ", 0x7F: "█"}
-_PAC_ROWS = {(0x11, 0): 1, (0x11, 1): 2, (0x12, 0): 3, (0x12, 1): 4, (0x15, 0): 5, (0x15, 1): 6, (0x16, 0): 7,
-             (0x16, 1): 8, (0x17, 0): 9, (0x17, 1): 10, (0x10, 0): 11, (0x13, 0): 12, (0x13, 1): 13, (0x14, 0): 14,
-             (0x14, 1): 15}
+_PAC_ROWS = {
+    (0x11, 0): 1,
+    (0x11, 1): 2,
+    (0x12, 0): 3,
+    (0x12, 1): 4,
+    (0x15, 0): 5,
+    (0x15, 1): 6,
+    (0x16, 0): 7,
+    (0x16, 1): 8,
+    (0x17, 0): 9,
+    (0x17, 1): 10,
+    (0x10, 0): 11,
+    (0x13, 0): 12,
+    (0x13, 1): 13,
+    (0x14, 0): 14,
+    (0x14, 1): 15,
+}
 
 
 def stream_cc_pairs(flv: Path) -> list[list[tuple[int, int]]]:
     """Per SEI of the H.264 stream in ``flv``, in stream order: its CEA-608 field-1 byte pairs (parity off).
     Read here from the bitstream: OBS puts its caption SEI after the frame's slices, which Debian's ffmpeg decoder
     skips ("Late SEI is not implemented")."""
-    annexb = subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(flv), "-map", "0:v", "-c", "copy",
-                             "-bsf:v", "h264_mp4toannexb", "-f", "h264", "-"], capture_output=True, check=True).stdout
+    annexb = subprocess.run(
+        [
+            "ffmpeg",
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-i",
+            str(flv),
+            "-map",
+            "0:v",
+            "-c",
+            "copy",
+            "-bsf:v",
+            "h264_mp4toannexb",
+            "-f",
+            "h264",
+            "-",
+        ],
+        capture_output=True,
+        check=True,
+    ).stdout
     out: list[list[tuple[int, int]]] = []
     for nal in re.split(b"\x00\x00\x01", annexb)[1:]:
         if not nal or nal[0] & 0x1F != 6:  # SEI
@@ -429,10 +521,10 @@ def stream_cc_pairs(flv: Path) -> list[list[tuple[int, int]]]:
             while payload[i] == 0xFF:
                 size, i = size + 255, i + 1
             size, i = size + payload[i], i + 1
-            body, i = payload[i:i + size], i + size
+            body, i = payload[i : i + size], i + size
             # user_data_registered_itu_t_t35: USA, ATSC, "GA94", cc_data
             if kind == 4 and body[:1] == b"\xb5" and body[3:7] == b"GA94" and body[7] == 3:
-                triplets = [body[10 + 3 * k:13 + 3 * k] for k in range(body[8] & 0x1F)]
+                triplets = [body[10 + 3 * k : 13 + 3 * k] for k in range(body[8] & 0x1F)]
                 out.append([(b & 0x7F, c & 0x7F) for a, b, c in triplets if a & 0x04 and a & 0x03 == 0])
     return out
 
@@ -468,8 +560,11 @@ def decode_608(frames: list[list[tuple[int, int]]]) -> list[str]:
                 shown = {}
             elif a == 0x14 and b == 0x2F:  # EOC
                 shown, hidden = hidden, shown
-                screens_out.append("\n".join("".join(cells.get(c, " ") for c in range(32)).rstrip()
-                                             for _, cells in sorted(shown.items())))
+                screens_out.append(
+                    "\n".join(
+                        "".join(cells.get(c, " ") for c in range(32)).rstrip() for _, cells in sorted(shown.items())
+                    )
+                )
             elif a == 0x14 and b == 0x20:  # RCL
                 pass
             elif a == 0x11 and 0x30 <= b <= 0x3F:
@@ -517,11 +612,21 @@ async def test_real_obs(real_obs: RealObs) -> None:
 
         await asyncio.sleep(2)  # the encoder's frames that carry the last captions reach the listener
         # Stop the stream with a client of this test's own (identified with ``documented_auth``): OBS answers 501.
-        async with aiohttp.ClientSession() as session, session.ws_connect(target.url,
-                                                                         protocols=("obswebsocket.json",)) as ws:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(target.url, protocols=("obswebsocket.json",)) as ws,
+        ):
             hello = (await ws.receive_json(timeout=5))["d"]["authentication"]
-            await ws.send_json({"op": 1, "d": {"rpcVersion": 1, "eventSubscriptions": 0, "authentication":
-                                               documented_auth(PASSWORD, hello["salt"], hello["challenge"])}})
+            await ws.send_json(
+                {
+                    "op": 1,
+                    "d": {
+                        "rpcVersion": 1,
+                        "eventSubscriptions": 0,
+                        "authentication": documented_auth(PASSWORD, hello["salt"], hello["challenge"]),
+                    },
+                }
+            )
             assert (await ws.receive_json(timeout=5))["op"] == 2
             await ws.send_json({"op": 6, "d": {"requestType": "StopStream", "requestId": "stop"}})
             assert (await ws.receive_json(timeout=5))["d"]["requestStatus"]["result"] is True

@@ -18,8 +18,13 @@ def test_the_api_takes_the_kinds_there_are_and_says_which_those_are() -> None:
     youtube = parse({"kind": "youtube", "url": "https://upload.youtube.example/closedcaption?cid=k"}, created_ms=5)
     obs = parse({"kind": "obs", "url": "ws://obs.example:4455", "password": "p"}, created_ms=6)
     assert youtube.kind is OutputKind.YOUTUBE and obs.kind is OutputKind.OBS
-    assert json.loads(json.dumps(obs.public())) == {"id": obs.id, "kind": "obs", "url": "ws://obs.example:4455",
-                                                    "created_ms": 6, "password": True}
+    assert json.loads(json.dumps(obs.public())) == {
+        "id": obs.id,
+        "kind": "obs",
+        "url": "ws://obs.example:4455",
+        "created_ms": 6,
+        "password": True,
+    }
     for body in ({"kind": "rtmp", "url": "rtmp://x.example/"}, {"kind": 3, "url": "x"}, {"url": "https://x.example"}):
         with pytest.raises(SpecError, match='"kind" must be one of obs, youtube'):
             parse(body, created_ms=0)
@@ -28,10 +33,14 @@ def test_the_api_takes_the_kinds_there_are_and_says_which_those_are() -> None:
 
 
 def test_a_stored_output_comes_back_as_it_was() -> None:
-    made = parse({"kind": "youtube", "url": "https://upload.youtube.example/closedcaption?cid=k", "lang": "es"},
-                 created_ms=5, languages=lambda tag: tag)
-    stored = OutputSpec(made.id, made.kind, made.url, 5, progress=Progress(3, frozenset({7})), resume={"seq": 9},
-                        lang="es")
+    made = parse(
+        {"kind": "youtube", "url": "https://upload.youtube.example/closedcaption?cid=k", "lang": "es"},
+        created_ms=5,
+        languages=lambda tag: tag,
+    )
+    stored = OutputSpec(
+        made.id, made.kind, made.url, 5, progress=Progress(3, frozenset({7})), resume={"seq": 9}, lang="es"
+    )
     again = OutputSpec.from_stored(json.loads(json.dumps(stored.stored())))
     assert again == stored and again.kind is OutputKind.YOUTUBE
 

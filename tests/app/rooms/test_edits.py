@@ -34,7 +34,7 @@ from tests.support.servers import running_server
 
 TOKEN = "server-token-for-edit-costs"
 WORST_OLD = " ".join(["a"] * 1000)
-WORST_NEW = " ".join(["a", "b"] * 500)[:MAX_TEXT_CHARS - 1]
+WORST_NEW = " ".join(["a", "b"] * 500)[: MAX_TEXT_CHARS - 1]
 
 
 def timed(text: str, start: int = 0, step: int = 300) -> SentenceRecord:
@@ -51,8 +51,7 @@ def reference_retimed(record: SentenceRecord, new: list[str]) -> tuple[Word, ...
     if not old or len(old) != len(record.text.split()):
         return edits._spread(new, record.start_ms, record.end_ms)
     out: list[Word] = []
-    matcher = difflib.SequenceMatcher(a=[edits._key(w.w) for w in old], b=[edits._key(w) for w in new],
-                                      autojunk=False)
+    matcher = difflib.SequenceMatcher(a=[edits._key(w.w) for w in old], b=[edits._key(w) for w in new], autojunk=False)
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
         if op == "equal":
             out += [Word(new[b0 + i], old[a0 + i].start_ms, old[a0 + i].end_ms) for i in range(a1 - a0)]
@@ -74,7 +73,7 @@ def reference_fixes(original: str, text: str) -> list[Fix]:
         words = [w for w in (w.strip(edits._EDGE_PUNCTUATION) for w in new[b0:b1]) if w]
         if not words or not any(edits._termlike(w, first=(b0 + i == 0)) for i, w in enumerate(words)):
             continue
-        fix = learnable(" ".join(old[a0:a1]), " ".join(words)[:edits.MAX_TERM_CHARS])
+        fix = learnable(" ".join(old[a0:a1]), " ".join(words)[: edits.MAX_TERM_CHARS])
         if fix is not None and fix not in fixes:
             fixes.append(fix)
     return fixes
@@ -109,7 +108,8 @@ def test_ordinary_edits_retime_and_teach_as_they_always_did(old: str, new: str) 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 40), st.lists(st.tuples(st.sampled_from("sid"), st.integers(0, 10_000)), max_size=5))
 def test_any_few_changes_to_a_sentence_of_distinct_words_retime_as_they_always_did(
-        n: int, changes: list[tuple[str, int]]) -> None:
+    n: int, changes: list[tuple[str, int]]
+) -> None:
     """Substitutions, insertions and deletions of a few words (the edits editors make) give the same word times
     as the unbounded diff did."""
     old = [f"w{i}" for i in range(n)]
@@ -142,14 +142,18 @@ def test_the_diff_is_a_valid_edit_script_and_never_longer_than_difflibs() -> Non
         assert kept >= sum(size for _, _, size in theirs), "a shortest script keeps at least as many words"
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    (WORST_OLD, WORST_NEW),
-    (WORST_NEW, WORST_OLD),
-    (WORST_OLD, " ".join(["b"] * 1000)),
-    (" ".join(f"x{i}" for i in range(400)), " ".join(f"y{i}" for i in range(400))),
-])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (WORST_OLD, WORST_NEW),
+        (WORST_NEW, WORST_OLD),
+        (WORST_OLD, " ".join(["b"] * 1000)),
+        (" ".join(f"x{i}" for i in range(400)), " ".join(f"y{i}" for i in range(400))),
+    ],
+)
 def test_the_worst_texts_the_limits_allow_retime_in_bounded_time_by_spreading_the_changed_stretch(
-        old: str, new: str) -> None:
+    old: str, new: str
+) -> None:
     record = timed(old)
     began = time.perf_counter()
     words = retimed(record, new.split())
@@ -179,7 +183,8 @@ async def server(fake_engine: CaptionEngine, tmp_path: Path) -> AsyncIterator[tu
 
 
 async def test_health_answers_within_50_ms_while_an_editor_saves_the_worst_correction(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room: Room | None = await app[ROOMS].get(made["room"])
@@ -202,8 +207,9 @@ async def test_health_answers_within_50_ms_while_an_editor_saves_the_worst_corre
     poller = asyncio.create_task(poll())
     await asyncio.sleep(0.1)  # polling before the save begins
     began = time.perf_counter()
-    status, body = await call("PUT", f"{url}/rooms/{made['room']}/sentences/{s.id}", made["editor_token"],
-                              {"text": WORST_NEW})
+    status, body = await call(
+        "PUT", f"{url}/rooms/{made['room']}/sentences/{s.id}", made["editor_token"], {"text": WORST_NEW}
+    )
     took = time.perf_counter() - began
     await asyncio.sleep(0.05)
     saved.set()
@@ -218,7 +224,8 @@ async def test_health_answers_within_50_ms_while_an_editor_saves_the_worst_corre
 
 
 async def test_a_speaker_label_past_the_bound_of_a_sentences_spk_is_refused(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     """Names go to the labels a sentence may carry (``spk``: 0-999, ``edits.SPEAKER_LABELS``), and no others."""
     url, _ = server
     made = await new_room(url, TOKEN)
@@ -228,8 +235,12 @@ async def test_a_speaker_label_past_the_bound_of_a_sentences_spk_is_refused(
         assert status == 400 and body["error"]["code"] == "bad_message", (spk, body)
     status, body = await call("PUT", f"{speakers}/{edits.SPEAKER_LABELS - 1}", made["editor_token"], {"name": "Bo"})
     assert status == 200 and body["names"] == {str(edits.SPEAKER_LABELS - 1): "Bo"}
-    status, body = await call("PUT", f"{url}/rooms/{made['room']}/sentences/0", made["editor_token"],
-                              {"text": "x", "spk": edits.SPEAKER_LABELS})
+    status, body = await call(
+        "PUT",
+        f"{url}/rooms/{made['room']}/sentences/0",
+        made["editor_token"],
+        {"text": "x", "spk": edits.SPEAKER_LABELS},
+    )
     assert status == 400 and "0-999" in body["error"]["message"]
 
 
@@ -269,6 +280,7 @@ def test_names_and_terms_an_editor_puts_in_place_of_look_alikes_are_learned_and_
     assert learned_fixes("the cat sat", "The cat sat.") == []  # case and punctuation only
     assert learned_fixes("their going home", "they're going home") == []  # a plain word
     assert learned_fixes("mister to is here", "Mister Quilter is here") == [], "not alike: a word lost in noise"
-    assert learned_fixes("one two three four five six seven eight nine", "Ann's version. Really.") == [], \
+    assert learned_fixes("one two three four five six seven eight nine", "Ann's version. Really.") == [], (
         "a rewrite is not a term"
+    )
     assert merged_entries(("Dashwood",), ["dashwood", "Frere", "Frere"]) == ("Dashwood", "Frere")

@@ -27,13 +27,19 @@ def test_the_audience_gets_each_caption_after_the_delay_and_everything_in_seq_or
 
 def test_a_correction_within_the_delay_is_the_only_version_the_audience_gets() -> None:
     hold = Holdback(5.0)
-    hold.add(1, caption(Sentence(0, "mister dash wood arrived", 0, 900, 0), Sentence(1, "uh hallucination", 900,
-                                                                                      1200, 0)), committed_s=0.0)
+    hold.add(
+        1,
+        caption(Sentence(0, "mister dash wood arrived", 0, 900, 0), Sentence(1, "uh hallucination", 900, 1200, 0)),
+        committed_s=0.0,
+    )
     fixed = Sentence(0, "Mister Dashwood arrived.", 0, 900, 1)
     hold.add(2, Correction((fixed,), (1,), {1: "Dr. Lee"}, "Ann"), committed_s=3.0)
     hold.add(3, Speakers({0: 2}), committed_s=3.5)
-    hold.add(4, Correction((Sentence(0, "Mister Dashwood", 0, 500, 2), Sentence(8, "arrived.", 500, 900, 2))),
-             committed_s=4.0)  # a split of a held sentence: its new part is held with it
+    hold.add(
+        4,
+        Correction((Sentence(0, "Mister Dashwood", 0, 500, 2), Sentence(8, "arrived.", 500, 900, 2))),
+        committed_s=4.0,
+    )  # a split of a held sentence: its new part is held with it
     out = hold.due(5.0)
     assert [seq for seq, _ in out] == [1, 2, 3, 4]
     first = out[0][1]

@@ -52,8 +52,9 @@ def words_at(text: str, start: int, step: int, lead: int = 0) -> tuple[Word, ...
 
 
 @pytest.fixture
-async def server(monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine,
-                 tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
+async def server(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine, tmp_path: Path
+) -> AsyncIterator[tuple[str, web.Application]]:
     """1 s HLS segments listed 0.5 s after their end, closed 0.5 s after the room ends (as
     tests/app/transcripts/test_hls.py)."""
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)
@@ -104,7 +105,8 @@ async def hls_text(url: str, room_id: str) -> str:
 
 
 async def test_word_times_after_a_correction_retime_the_editors_words_in_every_file_and_stream(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
@@ -123,24 +125,29 @@ async def test_word_times_after_a_correction_retime_the_editors_words_in_every_f
         assert [w["w"] for w in update["words"]] == MEANT.split(), "the words as they now apply, not the recognizer's"
         off = publisher.offset_ms
         shifted = tuple(w.shifted(off) for w in aligned)
-        expected = retimed(SentenceRecord(sid, "pub-late", HEARD, off, off + locked[-1].end_ms, 0, shifted),
-                           MEANT.split())
+        expected = retimed(
+            SentenceRecord(sid, "pub-late", HEARD, off, off + locked[-1].end_ms, 0, shifted), MEANT.split()
+        )
         assert [(w["w"], w["start_ms"], w["end_ms"]) for w in update["words"]] == [
-            (w.w, w.start_ms, w.end_ms) for w in expected]
-        assert expected[0].start_ms == shifted[0].start_ms and expected[1].end_ms == shifted[2].end_ms, \
+            (w.w, w.start_ms, w.end_ms) for w in expected
+        ]
+        assert expected[0].start_ms == shifted[0].start_ms and expected[1].end_ms == shifted[2].end_ms, (
             '"Mr. Dashwood" takes the time "mister dash wood" took'
+        )
         assert expected[2:] == shifted[3:], "the words the editor left alone keep the aligner's times"
         output = audience_queue(room, viewer.events)
     assert [(w.caption.text, w.caption.spk) for w in output] == [(MEANT, 0)], "an output sends the corrected text"
     mine = [c for c in told if c.sentences]
-    assert mine[-1].sentences[0].text == MEANT and [w.w for w in mine[-1].sentences[0].words] == MEANT.split(), \
+    assert mine[-1].sentences[0].text == MEANT and [w.w for w in mine[-1].sentences[0].words] == MEANT.split(), (
         "the publishing client gets its sentence's words as they now are, after its own words message"
+    )
     assert mine[-1].sentences[0].words[2] == aligned[3], "in its own session's times"
 
     _, doc = await call("GET", f"{url}/rooms/{room_id}/transcript.json", None)
     [entry] = doc["sentences"]
     assert entry["text"] == MEANT and [(w["w"], w["start_ms"], w["end_ms"]) for w in entry["words"]] == [
-        (w.w, w.start_ms, w.end_ms) for w in expected]
+        (w.w, w.start_ms, w.end_ms) for w in expected
+    ]
     for fmt in ("txt", "srt", "vtt"):
         status, got = await call("GET", f"{url}/rooms/{room_id}/transcript.{fmt}", None)
         flat = " ".join(got["text"].split())
@@ -157,7 +164,8 @@ async def test_word_times_after_a_correction_retime_the_editors_words_in_every_f
 
 
 async def test_word_times_for_a_correction_the_store_has_not_taken_yet_retime_it_and_are_stored_so(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     """While the store refuses writes, the correction and the word times wait in memory (``Room.unsaved``): the
     word times apply to the correction all the same, in what readers get meanwhile and in what is written later."""
     url, app = server
@@ -186,15 +194,23 @@ async def test_word_times_for_a_correction_the_store_has_not_taken_yet_retime_it
 
 
 async def test_word_times_of_a_sentence_split_or_deleted_meanwhile_time_what_is_left(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
     room, publisher, _ = await publishing(app, room_id)
     said = ["thanks everyone now over to Sam.", "and one more thing."]
     locked = [words_at(said[0], 0, 300), words_at(said[1], 2000, 300)]
-    await publisher.publish(Caption([Sentence(i, t, w[0].start_ms, w[-1].end_ms, 0, words=w)
-                                     for i, (t, w) in enumerate(zip(said, locked, strict=True))], ""))
+    await publisher.publish(
+        Caption(
+            [
+                Sentence(i, t, w[0].start_ms, w[-1].end_ms, 0, words=w)
+                for i, (t, w) in enumerate(zip(said, locked, strict=True))
+            ],
+            "",
+        )
+    )
     first, gone = (await room.read_snapshot()).sentences
     assert (await call("POST", f"{url}/rooms/{room_id}/sentences/{first.id}/split", editor, {"at": 2}))[0] == 200
     assert (await call("DELETE", f"{url}/rooms/{room_id}/sentences/{gone.id}", editor))[0] == 200
@@ -205,13 +221,15 @@ async def test_word_times_of_a_sentence_split_or_deleted_meanwhile_time_what_is_
     off = publisher.offset_ms
     assert (kept.text, kept.words) == ("thanks everyone", tuple(w.shifted(off) for w in aligned[:2]))
     assert rest.text == "now over to Sam." and [w.w for w in rest.words] == rest.text.split()
-    assert [type(e.message).__name__ for e in await room.store.timed_events(room_id, kind="words")] == ["WordTimes"], \
+    assert [type(e.message).__name__ for e in await room.store.timed_events(room_id, kind="words")] == ["WordTimes"], (
         "a deleted sentence takes no word times"
+    )
     room.leave("pub-late")
 
 
 async def test_a_relabel_leaves_a_speaker_an_editor_set_and_moves_the_others(
-        server: tuple[str, web.Application]) -> None:
+    server: tuple[str, web.Application],
+) -> None:
     url, app = server
     made = await new_room(url, TOKEN)
     room_id, editor = made["room"], made["editor_token"]
@@ -219,8 +237,15 @@ async def test_a_relabel_leaves_a_speaker_an_editor_set_and_moves_the_others(
     said = ["good morning everyone.", "let us begin.", "the first item is the budjet."]
     locked = [words_at(t, 600 * i, 150) for i, t in enumerate(said)]
     async with SseReader(f"{url}/rooms/{room_id}/events") as viewer:
-        await publisher.publish(Caption([Sentence(i, t, w[0].start_ms, w[-1].end_ms, 0, words=w)
-                                         for i, (t, w) in enumerate(zip(said, locked, strict=True))], ""))
+        await publisher.publish(
+            Caption(
+                [
+                    Sentence(i, t, w[0].start_ms, w[-1].end_ms, 0, words=w)
+                    for i, (t, w) in enumerate(zip(said, locked, strict=True))
+                ],
+                "",
+            )
+        )
         await viewer.wait_for(lambda r: len(r.sentences()) == 3)
         a, b, c = sorted(viewer.sentences())
         put = f"{url}/rooms/{room_id}/sentences"
@@ -235,13 +260,20 @@ async def test_a_relabel_leaves_a_speaker_an_editor_set_and_moves_the_others(
         assert relabels == [{str(b): 3, str(c): 3}], "the editor's label is not relabelled; a text fix's is"
         output = audience_queue(room, viewer.events)
     assert [(w.caption.sentence_id, w.caption.spk, w.caption.speaker) for w in output] == [
-        (a, 2, "Speaker 3"), (b, 3, "Speaker 4"), (c, 3, "Speaker 4")]
+        (a, 2, "Speaker 3"),
+        (b, 3, "Speaker 4"),
+        (c, 3, "Speaker 4"),
+    ]
     _, doc = await call("GET", f"{url}/rooms/{room_id}/transcript.json", None)
     assert [(s["text"], s["spk"]) for s in doc["sentences"]] == [
-        ("Good morning, everyone.", 2), ("let us begin.", 3), ("The first item is the budget.", 3)]
+        ("Good morning, everyone.", 2),
+        ("let us begin.", 3),
+        ("The first item is the budget.", 3),
+    ]
     restated = [s for c_ in told if c_.editor == "" for s in c_.sentences]
-    assert [(s.id, s.spk) for s in restated] == [(0, 2), (0, 2)], \
+    assert [(s.id, s.spk) for s in restated] == [(0, 2), (0, 2)], (
         "the publishing client, which relabelled it itself, is told the editor's label again each time"
+    )
     room.leave("pub-late")
 
 

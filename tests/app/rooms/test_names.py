@@ -26,8 +26,12 @@ from tests.support.servers import running_server
 TOKEN = "person-names-server-token"
 LONGEST = "x" * MAX_PERSON_CHARS
 # A WebSocket handshake's request, sent as a plain GET: a refusal's body can be read.
-UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
 REFUSED: list[Any] = [LONGEST + "y", "Ann\tLee", "Ann\n", "\x00", "An\u200bn", "\ud800", 42, ["Ann"], True, {}]
 
 
@@ -74,16 +78,20 @@ async def test_every_way_in_refuses_a_bad_name_in_its_own_way(fake_engine: Capti
                 await http.ws_connect(f"{ws}/v1/listen", params=query, headers={"Authorization": f"Token {TOKEN}"})
             assert deepgram.value.status == 400 and deepgram.value.headers is not None
             assert "name" in deepgram.value.headers["dg-error"] and bad not in deepgram.value.headers["dg-error"]
-            async with http.get(f"{url}/v1/realtime", params={"intent": "transcription", "name": bad},
-                                headers={**auth, **UPGRADE}) as r:
+            async with http.get(
+                f"{url}/v1/realtime", params={"intent": "transcription", "name": bad}, headers={**auth, **UPGRADE}
+            ) as r:
                 error = (await r.json())["error"]
                 assert (r.status, error["code"], error["param"]) == (400, "invalid_value", "name")
-            async with http.get(f"{url}/funasr", params={"name": bad},
-                                headers={**auth, **UPGRADE}) as r:
+            async with http.get(f"{url}/funasr", params={"name": bad}, headers={**auth, **UPGRADE}) as r:
                 error = (await r.json())["error"]
                 assert (r.status, error["code"], error["param"]) == (400, "bad_parameter", "name")
-            async with http.post(f"{url}/whip/some-room-id", params={"name": bad}, data=b"v=0\r\n",
-                                 headers={**auth, "Content-Type": "application/sdp"}) as r:
+            async with http.post(
+                f"{url}/whip/some-room-id",
+                params={"name": bad},
+                data=b"v=0\r\n",
+                headers={**auth, "Content-Type": "application/sdp"},
+            ) as r:
                 error = (await r.json())["error"]
                 assert (r.status, error["code"], error["param"]) == (400, "bad_parameter", "name")
                 assert r.headers["Access-Control-Allow-Origin"] == "*"
@@ -102,7 +110,7 @@ async def test_a_person_who_joins_through_the_page_has_their_name_on_their_lines
     in the room's files."""
     async with running_server(fake_engine, auth_token=TOKEN) as (url, app):
         room = (await app[ROOMS].create()).room
-        client = CaptionClient(url, pad(audio("ls_1988-24833-0000")[:2 * 16000], 0.3, 1.0))
+        client = CaptionClient(url, pad(audio("ls_1988-24833-0000")[: 2 * 16000], 0.3, 1.0))
         await client.connect(offer={"room": room.id, "token": TOKEN, "name": "  Ann Lee "})
         assert room.publishers[client.session].name == "Ann Lee"
         await client.until_played()
@@ -131,7 +139,8 @@ def _said(sid: int, text: str, spk: int | None, start: int = 0) -> Caption:
 
 
 async def test_two_named_publishers_get_labels_of_their_own_and_their_names_in_every_file(
-        fake_engine: CaptionEngine) -> None:
+    fake_engine: CaptionEngine,
+) -> None:
     async with running_server(fake_engine, auth_token=TOKEN) as (url, app):
         room = (await app[ROOMS].create()).room
         viewer = room.subscribe()
@@ -143,17 +152,29 @@ async def test_two_named_publishers_get_labels_of_their_own_and_their_names_in_e
         seen = await _drain(viewer)
         # The name first, then the partial that shows the voice.
         assert isinstance(seen[0], Correction) and (seen[0].names, seen[0].editor, seen[0].sentences) == (
-            {0: "Ann"}, "publisher", ())
+            {0: "Ann"},
+            "publisher",
+            (),
+        )
         assert isinstance(seen[-1], Caption) and seen[-1].partial_spk == 0
         await ann.publish(_said(0, "Hello from Ann.", 0))
         await bob.publish(_said(0, "Hi, Bob here.", 0, 1000))  # Bob's voice 0 is not Ann's
         await ann.publish(_said(1, "And I share Ann's laptop.", 1, 2000))
         await anon.publish(_said(0, "Nobody knows me.", 0, 3000))
         seen = await _drain(viewer)
-        kinds = [(type(m).__name__, m.names if isinstance(m, Correction) else [s.spk for s in m.sentences])
-                 for m in seen if isinstance(m, Correction) or (isinstance(m, Caption) and m.sentences)]
-        assert kinds == [("Caption", [0]), ("Correction", {1: "Bob"}), ("Caption", [1]),
-                         ("Correction", {2: "Ann (2)"}), ("Caption", [2]), ("Caption", [3])]
+        kinds = [
+            (type(m).__name__, m.names if isinstance(m, Correction) else [s.spk for s in m.sentences])
+            for m in seen
+            if isinstance(m, Correction) or (isinstance(m, Caption) and m.sentences)
+        ]
+        assert kinds == [
+            ("Caption", [0]),
+            ("Correction", {1: "Bob"}),
+            ("Caption", [1]),
+            ("Correction", {2: "Ann (2)"}),
+            ("Caption", [2]),
+            ("Caption", [3]),
+        ]
         snapshot = await room.store.snapshot(room.id)
         assert [s.spk for s in snapshot.sentences] == [0, 1, 2, 3]
         assert snapshot.names == {0: "Ann", 1: "Bob", 2: "Ann (2)"} and room.stats.corrections == 0
@@ -168,9 +189,12 @@ async def test_two_named_publishers_get_labels_of_their_own_and_their_names_in_e
 
         files = {}
         for fmt, query in (("srt", "?speakers=label&cues=sentence"), ("vtt", "")):
-            async with aiohttp.ClientSession() as http, http.get(
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(
                     f"{url}/rooms/{room.id}/transcript.{fmt}{query}", headers={"Authorization": f"Bearer {TOKEN}"}
-                    ) as r:
+                ) as r,
+            ):
                 assert r.status == 200
                 files[fmt] = await r.text()
         assert "Ann: Hello from Ann." in files["srt"] and "Bob: Hi, Bob here." in files["srt"]
@@ -184,7 +208,8 @@ async def test_two_named_publishers_get_labels_of_their_own_and_their_names_in_e
 
 
 async def test_an_editors_name_sticks_and_corrections_reach_the_publisher_with_its_labels(
-        fake_engine: CaptionEngine) -> None:
+    fake_engine: CaptionEngine,
+) -> None:
     async with running_server(fake_engine, auth_token=TOKEN) as (url, app):
         made = await new_room(url, TOKEN)
         room = await app[ROOMS].get(made["room"])
@@ -196,21 +221,28 @@ async def test_an_editors_name_sticks_and_corrections_reach_the_publisher_with_i
         await bob.publish(_said(0, "Bob first.", 0))
         await ann.publish(_said(0, "Ann speaks.", 0, 1000))
         assert dict(room.names) == {5: "Guest", 7: "Ann"}, "Bob's voice is 6, unnamed"
-        status, body = await call("PUT", f"{url}/rooms/{room.id}/speakers/7", made["editor_token"],
-                                  {"name": "Dr. Ann Lee"})
+        status, body = await call(
+            "PUT", f"{url}/rooms/{room.id}/speakers/7", made["editor_token"], {"name": "Dr. Ann Lee"}
+        )
         assert (status, body["names"]) == (200, {"5": "Guest", "7": "Dr. Ann Lee"})
         await ann.publish(_said(1, "Still Ann.", 0, 2000))
         await ann.publish(Caption([], "and more", partial_spk=0))
         assert room.names[7] == "Dr. Ann Lee" and room.stats.corrections == 2
         # An editor moves Ann's first sentence to the guest, then to Ann again: her page gets her labels back.
-        status, _ = await call("PUT", f"{url}/rooms/{room.id}/sentences/1", made["editor_token"],
-                               {"text": "Ann speaks.", "spk": 5})
+        status, _ = await call(
+            "PUT", f"{url}/rooms/{room.id}/sentences/1", made["editor_token"], {"text": "Ann speaks.", "spk": 5}
+        )
         assert status == 200
-        status, _ = await call("PUT", f"{url}/rooms/{room.id}/sentences/1", made["editor_token"],
-                               {"text": "Ann speaks.", "spk": 7})
+        status, _ = await call(
+            "PUT", f"{url}/rooms/{room.id}/sentences/1", made["editor_token"], {"text": "Ann speaks.", "spk": 7}
+        )
         assert status == 200
         assert [(c.names, [(s.id, s.spk) for s in c.sentences]) for c in told] == [
-            ({0: "Ann"}, []), ({0: "Dr. Ann Lee"}, []), ({}, [(0, 5)]), ({}, [(0, 0)])]
+            ({0: "Ann"}, []),
+            ({0: "Dr. Ann Lee"}, []),
+            ({}, [(0, 5)]),
+            ({}, [(0, 0)]),
+        ]
         snapshot = await room.store.snapshot(room.id)
         assert snapshot.names == {5: "Guest", 7: "Dr. Ann Lee"}
         for publisher in (ann, bob):

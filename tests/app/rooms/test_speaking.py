@@ -51,19 +51,28 @@ async def test_each_speaking_publisher_has_its_own_line_in_the_order_it_started(
     await a.publish(Caption([], "so the plan is", stable=2, partial_spk=3))
     assert a.partial_spk is not None and b.partial_spk is not None and a.partial_spk != b.partial_spk
     shown = room.partial_message()
-    assert shown.open == [OpenLine("session-b", "wait", 0, b.partial_spk),
-                          OpenLine("session-a", "so the plan is", 2, a.partial_spk)]
+    assert shown.open == [
+        OpenLine("session-b", "wait", 0, b.partial_spk),
+        OpenLine("session-a", "so the plan is", 2, a.partial_spk),
+    ]
     # The joined text is as before `open`: join order, settled up to a's first unsettled word, nobody named.
     assert (shown.partial, shown.stable, shown.partial_spk, shown.partial_session) == (
-        "so the plan is wait", 2, None, None)
-    assert shown.wire()["open"] == [{"session": "session-b", "text": "wait", "stable": 0, "spk": b.partial_spk},
-                                    {"session": "session-a", "text": "so the plan is", "stable": 2,
-                                     "spk": a.partial_spk}]
+        "so the plan is wait",
+        2,
+        None,
+        None,
+    )
+    assert shown.wire()["open"] == [
+        {"session": "session-b", "text": "wait", "stable": 0, "spk": b.partial_spk},
+        {"session": "session-a", "text": "so the plan is", "stable": 2, "spk": a.partial_spk},
+    ]
     assert [c for d, c in await _captions(viewer) if not d][-1].open == shown.open, "viewers get the same"
 
     await b.publish(Caption([], "wait what", stable=1, partial_spk=0))  # still open: b keeps its place
     assert [(line.session, line.text, line.stable) for line in room.partial_message().open or []] == [
-        ("session-b", "wait what", 1), ("session-a", "so the plan is", 2)]
+        ("session-b", "wait what", 1),
+        ("session-a", "so the plan is", 2),
+    ]
     await b.publish(Caption([], ""))  # b stops speaking: its line goes; a alone is named again
     shown = room.partial_message()
     assert shown.open == [OpenLine("session-a", "so the plan is", 2, a.partial_spk)]
@@ -135,8 +144,9 @@ class _Written:
 async def test_replayed_captions_carry_an_empty_open_and_the_wire_parses_back(rooms: RoomRegistry) -> None:
     room: Room = (await rooms.create()).room
     response = _Written()
-    await Stream(room, editor=False, words=False).send(cast(web.StreamResponse, response),
-                                                       Caption([Sentence(0, "Hi.", 0, 300, None, "s")], "", seq=1), 1)
+    await Stream(room, editor=False, words=False).send(
+        cast(web.StreamResponse, response), Caption([Sentence(0, "Hi.", 0, 300, None, "s")], "", seq=1), 1
+    )
     body: dict[str, Any] = json.loads(response.data.decode().split("data: ", 1)[1])
     assert body["open"] == [] and body["partial"] == ""
     live = Caption([], "a b", stable=1, seq=3, open=[OpenLine("s", "a b", 1, 2), OpenLine("t", "c", 0, None)])

@@ -60,11 +60,17 @@ async def test_translations_and_languages_are_stored_and_survive_reopening(store
     await store.create_room(ROOM, "t", languages=("es",))
     a = SentenceRecord(0, "s", "good morning", 0, 900, 0)
     await store.append(ROOM, Caption([a.sentence()], "", seq=1), [a])
-    await store.append(ROOM, Translation("es", (Sentence(0, "buenos días", 0, 900, 0),), seq=2),
-                       edits=Edits(translations={0: {"es": "buenos días"}}))
+    await store.append(
+        ROOM,
+        Translation("es", (Sentence(0, "buenos días", 0, 900, 0),), seq=2),
+        edits=Edits(translations={0: {"es": "buenos días"}}),
+    )
     await store.append(ROOM, Languages(("es", "ca"), seq=3), edits=Edits(languages=("es", "ca")))
-    await store.append(ROOM, Translation("ca", (Sentence(0, "bon dia", 0, 900, 0),), seq=4),
-                       edits=Edits(translations={0: {"ca": "bon dia"}}))
+    await store.append(
+        ROOM,
+        Translation("ca", (Sentence(0, "bon dia", 0, 900, 0),), seq=4),
+        edits=Edits(translations={0: {"ca": "bon dia"}}),
+    )
     await store.close()
     again = await open_store(store_target)
     record = await again.room(ROOM)
@@ -79,15 +85,17 @@ async def test_translations_and_languages_are_stored_and_survive_reopening(store
 
 # ---- a room with a fake engine, over HTTP ------------------------------------------------------------------------
 @pytest.fixture
-async def served(fake_engine: CaptionEngine, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
+async def served(
+    fake_engine: CaptionEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
     monkeypatch.setattr(translating, "RETRY_S", (0.2, 0.2))
     async with translating_server(fake_engine, TOKEN, tmp_path) as served:
         yield served
 
 
 async def test_a_room_refuses_a_language_no_engine_produces_and_names_those_it_can(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, _app, fake = served
     status, body = await call("POST", f"{url}/rooms", TOKEN, {"languages": ["es", "fr"]})
     assert status == 400 and "'fr'" in body["error"]["message"] and "ca, es" in body["error"]["message"]
@@ -104,12 +112,15 @@ async def test_a_room_refuses_a_language_no_engine_produces_and_names_those_it_c
 
 
 async def test_each_locked_sentence_reaches_each_language_and_a_correction_retranslates_it(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, app, fake = served
     made = await new_room(url, TOKEN, languages=["es", "ca"])
     room, editor = made["room"], made["editor_token"]
-    async with SseReader(f"{url}/rooms/{room}/events?lang=es") as spanish, \
-            SseReader(f"{url}/rooms/{room}/events") as english:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events?lang=es") as spanish,
+        SseReader(f"{url}/rooms/{room}/events") as english,
+    ):
         await until(lambda: any(m["type"] == "room" for _, m in spanish.events))
         a, b = await lock(app, room, "welcome to the counsel", "we begin")
         await until(lambda: len(in_language(spanish.events)) == 2)
@@ -117,18 +128,21 @@ async def test_each_locked_sentence_reaches_each_language_and_a_correction_retra
         assert not any(m["type"] == "translation" for _, m in english.events), "no translations in the source's"
         assert not any(m["sentences"] for _, m in spanish.events if m["type"] == "caption"), "no source text"
         assert {(c.target, c.texts) for c in fake.calls} >= {("es", (a.text, b.text)), ("ca", (a.text, b.text))}
-        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{a.id}", editor,
-                           {"text": "Welcome to the council."}))[0] == 200
+        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{a.id}", editor, {"text": "Welcome to the council."}))[
+            0
+        ] == 200
         await until(lambda: in_language(spanish.events)[a.id] == "[es] WELCOME TO THE COUNCIL.")
         update = [m for _, m in spanish.events if m["type"] == "translation" and m["update"]]
         assert update and update[0]["sentences"][0]["id"] == a.id
         # An editor corrects a translation itself.
-        status, body = await call("PUT", f"{url}/rooms/{room}/sentences/{b.id}/translations/es", editor,
-                                  {"text": "Empezamos."})
+        status, body = await call(
+            "PUT", f"{url}/rooms/{room}/sentences/{b.id}/translations/es", editor, {"text": "Empezamos."}
+        )
         assert status == 200 and body["sentence"]["text"] == "Empezamos."
         await until(lambda: in_language(spanish.events)[b.id] == "Empezamos.")
-        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{b.id}/translations/fr", editor,
-                           {"text": "x"}))[0] == 400
+        assert (await call("PUT", f"{url}/rooms/{room}/sentences/{b.id}/translations/fr", editor, {"text": "x"}))[
+            0
+        ] == 400
     async with SseReader(f"{url}/rooms/{room}/events?lang=es") as late:
         await until(lambda: any(m["type"] == "room" for _, m in late.events))
         assert in_language(late.events) == {a.id: "[es] WELCOME TO THE COUNCIL.", b.id: "Empezamos."}
@@ -137,7 +151,8 @@ async def test_each_locked_sentence_reaches_each_language_and_a_correction_retra
 
 
 async def test_a_failing_engine_shows_the_source_marked_missing_then_the_retry_translates_it(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, app, fake = served
     made = await new_room(url, TOKEN, languages=["es"])
     room = made["room"]
@@ -154,13 +169,18 @@ async def test_a_failing_engine_shows_the_source_marked_missing_then_the_retry_t
     assert status["translations_waiting"] == 0
     assert app[ROOMS].translation_stats.missing == 1 and app[ROOMS].translation_stats.failures == 1
     metrics = (await call("GET", f"{url}/metrics", TOKEN))[1]["text"]
-    for line in ("live_captions_translation_failures_total 1.0", "live_captions_translations_missing_total 1.0",
-                 "live_captions_translations_total 1.0", "live_captions_translations_waiting 0.0"):
+    for line in (
+        "live_captions_translation_failures_total 1.0",
+        "live_captions_translations_missing_total 1.0",
+        "live_captions_translations_total 1.0",
+        "live_captions_translations_waiting 0.0",
+    ):
         assert line in metrics, (line, [m for m in metrics.splitlines() if "translat" in m])
 
 
 async def test_a_language_added_during_the_event_gets_the_sentences_so_far(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, app, _fake = served
     made = await new_room(url, TOKEN)
     room, editor = made["room"], made["editor_token"]
@@ -169,13 +189,16 @@ async def test_a_language_added_during_the_event_gets_the_sentences_so_far(
     assert status == 200 and body["languages"] == ["ca"]
     assert (await call("PUT", f"{url}/rooms/{room}/languages", editor, {"languages": ["xx"]}))[0] == 400
     async with SseReader(f"{url}/rooms/{room}/events?lang=ca") as catalan:
-        await until(lambda: len(in_language(catalan.events)) == 2
-                    and all(t.startswith("[ca]") for t in in_language(catalan.events).values()))
+        await until(
+            lambda: (
+                len(in_language(catalan.events)) == 2
+                and all(t.startswith("[ca]") for t in in_language(catalan.events).values())
+            )
+        )
     assert in_language(catalan.events) == {a.id: "[ca] SAID BEFORE", b.id: "[ca] ALSO BEFORE"}
 
 
-async def test_translation_never_holds_a_caption_back(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+async def test_translation_never_holds_a_caption_back(served: tuple[str, web.Application, FakeTranslations]) -> None:
     url, app, fake = served
     fake.delay_s = 2.0
     made = await new_room(url, TOKEN, languages=["es"])

@@ -29,13 +29,43 @@ from app.transcripts.line_breaks import break_lines
 from engine.protocol import Word
 from tests.support.paths import ROOT
 
-WORDS = ("the", "a", "and", "of", "to", "Holmes", "Sherlock", "said,", "remarkable", "evening.", "we", "shall",
-         "London", "because", "it", "was", "quite", "extraordinary", "in", "I", "never", "saw", "anything",
-         "like", "it.", "Yes?", "no", "Watson", "questions;", "supercalifragilisticexpialidocious-and-then-some")
+WORDS = (
+    "the",
+    "a",
+    "and",
+    "of",
+    "to",
+    "Holmes",
+    "Sherlock",
+    "said,",
+    "remarkable",
+    "evening.",
+    "we",
+    "shall",
+    "London",
+    "because",
+    "it",
+    "was",
+    "quite",
+    "extraordinary",
+    "in",
+    "I",
+    "never",
+    "saw",
+    "anything",
+    "like",
+    "it.",
+    "Yes?",
+    "no",
+    "Watson",
+    "questions;",
+    "supercalifragilisticexpialidocious-and-then-some",
+)
 
 
-def _sentence(sid: int, text: str, start: int, spk: int | None, session: str = "s", ms_per_char: int = 60,
-              gap_ms: int = 0) -> SentenceRecord:
+def _sentence(
+    sid: int, text: str, start: int, spk: int | None, session: str = "s", ms_per_char: int = 60, gap_ms: int = 0
+) -> SentenceRecord:
     """A sentence whose words are said one after another, ``ms_per_char`` per letter."""
     words, t = [], start
     for w in text.split():
@@ -55,8 +85,10 @@ def _check(sentences: list[SentenceRecord], rules: CueRules, speakers: str = "da
     shown = "".join(w.w for c in cues for w in c.words)
     assert shown == said
     marked = [bool(MARK.match(c.lines[0])) and not MARK.match(c.words[0].w) for c in cues]
-    assert "".join((MARK.sub("", "".join(c.lines)) if m else "".join(c.lines)).replace(" ", "")
-                   for c, m in zip(cues, marked, strict=True)) == said.replace(" ", "")
+    assert "".join(
+        (MARK.sub("", "".join(c.lines)) if m else "".join(c.lines)).replace(" ", "")
+        for c, m in zip(cues, marked, strict=True)
+    ) == said.replace(" ", "")
     if speakers == "none":
         assert not any(marked)
     for k, c in enumerate(cues):
@@ -66,7 +98,8 @@ def _check(sentences: list[SentenceRecord], rules: CueRules, speakers: str = "da
         if k:
             assert cues[k - 1].end_ms <= c.start_ms, "cues overlap"
         room_after = (cues[k + 1].start_ms if k + 1 < len(cues) else c.start_ms + rules.max_ms) - (
-            cues[k - 1].end_ms if k else 0)
+            cues[k - 1].end_ms if k else 0
+        )
         if room_after >= rules.min_ms + 2 * rules.gap_ms:
             assert c.end_ms - c.start_ms >= rules.min_ms, (c, room_after)
         # A cue is up while its words are said (one word said for longer than max_ms: as long as allowed).
@@ -75,11 +108,15 @@ def _check(sentences: list[SentenceRecord], rules: CueRules, speakers: str = "da
         # Too fast to read only when boxed in: it appears as early as it may (its lead-in, the previous cue gone,
         # its words still within max_ms) and stays as long as it may (the next cue less the gap, or max_ms).
         if c.chars * 1000 / (c.end_ms - c.start_ms) > rules.max_cps + 1e-9:
-            earliest = max(c.words[0].start_ms - rules.lead_ms, cues[k - 1].end_ms + rules.gap_ms if k else 0,
-                           c.words[-1].end_ms - rules.max_ms)
+            earliest = max(
+                c.words[0].start_ms - rules.lead_ms,
+                cues[k - 1].end_ms + rules.gap_ms if k else 0,
+                c.words[-1].end_ms - rules.max_ms,
+            )
             assert c.start_ms <= max(earliest, cues[k - 1].end_ms if k else 0), (c, earliest)
-            latest = min(cues[k + 1].start_ms - rules.gap_ms if k + 1 < len(cues) else c.end_ms,
-                         c.start_ms + rules.max_ms)
+            latest = min(
+                cues[k + 1].start_ms - rules.gap_ms if k + 1 < len(cues) else c.end_ms, c.start_ms + rules.max_ms
+            )
             assert c.end_ms >= latest or (k + 1 < len(cues) and c.end_ms == cues[k + 1].start_ms), (c, latest)
     return cues
 
@@ -91,18 +128,32 @@ sentence_texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=40).map("
 def transcripts(draw: st.DrawFn) -> list[SentenceRecord]:
     out, t = [], draw(st.integers(0, 5000))
     for sid in range(draw(st.integers(1, 8))):
-        s = _sentence(sid, draw(sentence_texts), t, draw(st.sampled_from([0, 1, 2, None])),
-                      draw(st.sampled_from(["a", "b"])), draw(st.integers(5, 150)), draw(st.integers(0, 900)))
+        s = _sentence(
+            sid,
+            draw(sentence_texts),
+            t,
+            draw(st.sampled_from([0, 1, 2, None])),
+            draw(st.sampled_from(["a", "b"])),
+            draw(st.integers(5, 150)),
+            draw(st.integers(0, 900)),
+        )
         out.append(s)
         t = s.end_ms + draw(st.integers(0, 3000))
     return out
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(transcripts(), st.integers(10, 80), st.integers(1, 3), st.sampled_from(SPEAKER_STYLES),
-       st.sampled_from([0, 300, 1000, 2000]), st.sampled_from([0, 83, 500]))
-def test_every_limit_holds_and_no_word_is_lost(sentences: list[SentenceRecord], max_chars: int, max_lines: int,
-                                              speakers: str, lead_ms: int, gap_ms: int) -> None:
+@given(
+    transcripts(),
+    st.integers(10, 80),
+    st.integers(1, 3),
+    st.sampled_from(SPEAKER_STYLES),
+    st.sampled_from([0, 300, 1000, 2000]),
+    st.sampled_from([0, 83, 500]),
+)
+def test_every_limit_holds_and_no_word_is_lost(
+    sentences: list[SentenceRecord], max_chars: int, max_lines: int, speakers: str, lead_ms: int, gap_ms: int
+) -> None:
     _check(sentences, CueRules(max_chars=max_chars, max_lines=max_lines, lead_ms=lead_ms, gap_ms=gap_ms), speakers)
 
 
@@ -113,8 +164,10 @@ def test_the_shipped_defaults_hold_for_any_transcript(sentences: list[SentenceRe
 
 
 def test_a_long_sentence_becomes_readable_cues_cut_at_its_clauses() -> None:
-    text = ("As you know, and as I have given you proof, I have the greatest admiration for Mr Sherlock Holmes. "
-            "I hope that we shall both forget the rest of the story in the morning, when the fog lifts.")
+    text = (
+        "As you know, and as I have given you proof, I have the greatest admiration for Mr Sherlock Holmes. "
+        "I hope that we shall both forget the rest of the story in the morning, when the fog lifts."
+    )
     cues = build_cues([_sentence(0, text, 1000, 0)])
     lines = [c.lines for c in cues]
     assert lines[0][0].startswith("As you know,"), "the first speaker needs no mark"
@@ -134,8 +187,12 @@ def _meeting() -> list[SentenceRecord]:
 
 def test_a_change_of_speaker_opens_with_a_dialogue_dash_and_no_name() -> None:
     cues = build_cues(_meeting())
-    assert [c.lines[0] for c in cues] == ["We should start the meeting now.", "-Agreed.",
-                                          "Let me share the agenda first.", "-Thanks."]
+    assert [c.lines[0] for c in cues] == [
+        "We should start the meeting now.",
+        "-Agreed.",
+        "Let me share the agenda first.",
+        "-Thanks.",
+    ]
     assert not any("Speaker" in line for c in cues for line in c.lines)
     assert cues[1].end_ms - cues[1].start_ms >= 833, "a one-word cue stays up long enough to read"
     # A change of publisher in a room is a change of voice too, even for two unknown speakers.
@@ -147,8 +204,11 @@ def test_chevrons_and_labels_are_a_parameter_away() -> None:
     chevrons = build_cues(_meeting(), speakers="chevrons")
     assert [c.lines[0] for c in chevrons][:2] == ["We should start the meeting now.", ">> Agreed."]
     labels = build_cues(_meeting(), speakers="label")
-    assert [c.lines[0] for c in labels][1:] == ["Speaker 2: Agreed.", "Let me share the agenda first.",
-                                                "Speaker 1: Thanks."]
+    assert [c.lines[0] for c in labels][1:] == [
+        "Speaker 2: Agreed.",
+        "Let me share the agenda first.",
+        "Speaker 1: Thanks.",
+    ]
     assert labels[0].lines == ("Speaker 1: We should", "start the meeting now."), "the label counts: two lines"
     assert all(c.lines[0] == c.lines[0].lstrip("->") for c in build_cues(_meeting(), speakers="none"))
     options = exports.parse_options({"speakers": "label"})
@@ -165,8 +225,12 @@ def test_chevrons_and_labels_are_a_parameter_away() -> None:
 
 
 def test_the_webvtt_voice_span_keeps_the_name_whatever_the_mark() -> None:
-    for speakers, second in (("dash", "-Agreed."), ("chevrons", "&gt;&gt; Agreed."), ("none", "Agreed."),
-                             ("label", "Speaker 2: Agreed.")):
+    for speakers, second in (
+        ("dash", "-Agreed."),
+        ("chevrons", "&gt;&gt; Agreed."),
+        ("none", "Agreed."),
+        ("label", "Speaker 2: Agreed."),
+    ):
         vtt = exports.to_vtt(_meeting(), exports.ExportOptions(speakers=speakers))
         assert "\n<v Speaker 1>We should" in vtt or "\n<v Speaker 1>Speaker 1: We should" in vtt, speakers
         assert f"\n<v Speaker 2>{second}\n" in vtt, (speakers, vtt)
@@ -227,23 +291,34 @@ def test_cues_sentence_keeps_one_cue_per_sentence() -> None:
     assert exports.to_srt(s).count(" --> ") == 2  # 140 characters: two cues of two lines
 
 
-@pytest.mark.parametrize(("query", "param"), [
-    ({"max_chars": "3"}, "max_chars"), ({"max_chars": "x"}, "max_chars"), ({"max_lines": "0"}, "max_lines"),
-    ({"max_cps": "nan"}, "max_cps"), ({"cues": "words"}, "cues"), ({"min_ms": "8000", "max_ms": "7000"}, "min_ms"),
-    ({"speakers": "names"}, "speakers"), ({"lead_ms": "-1"}, "lead_ms"),
-])
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ({"max_chars": "3"}, "max_chars"),
+        ({"max_chars": "x"}, "max_chars"),
+        ({"max_lines": "0"}, "max_lines"),
+        ({"max_cps": "nan"}, "max_cps"),
+        ({"cues": "words"}, "cues"),
+        ({"min_ms": "8000", "max_ms": "7000"}, "min_ms"),
+        ({"speakers": "names"}, "speakers"),
+        ({"lead_ms": "-1"}, "lead_ms"),
+    ],
+)
 def test_bad_cue_options_name_the_parameter(query: dict[str, str], param: str) -> None:
     with pytest.raises(exports.OptionError) as err:
         exports.parse_options(query)
     assert err.value.param == param
     assert exports.parse_options({"max_chars": "32", "max_lines": "3", "max_cps": "17.5"}).rules == CueRules(
-        max_chars=32, max_lines=3, max_cps=17.5)
+        max_chars=32, max_lines=3, max_cps=17.5
+    )
 
 
 def test_line_breaks_follow_the_broadcast_rules() -> None:
     assert break_lines("Hello there.".split(), 42, 2) == ["Hello there."]
     assert break_lines("I went to the market, and then I saw Sherlock Holmes there.".split(), 42, 2) == [
-        "I went to the market,", "and then I saw Sherlock Holmes there."]
+        "I went to the market,",
+        "and then I saw Sherlock Holmes there.",
+    ]
     two = break_lines("She gave the letter to Sherlock Holmes in the hall of the house".split(), 42, 2)
     assert two is not None and not two[0].endswith(("the", "to", "of", "Sherlock"))
     assert break_lines(["x" * 43], 42, 2) is None
@@ -278,16 +353,18 @@ def _seconds(clock: str) -> float:
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh "
-                                                           "--tests installs it)")
+@pytest.mark.skipif(
+    shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh --tests installs it)"
+)
 def test_ffmpeg_converts_the_files(tmp_path: Path) -> None:
     sentences = _transcript()
     for fmt, text in (("vtt", exports.to_vtt(sentences)), ("srt", exports.to_srt(sentences))):
         src = tmp_path / f"captions.{fmt}"
         src.write_text(text, encoding="utf-8")
         out = tmp_path / f"captions-{fmt}.ass"
-        subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(src), str(out)], check=True,
-                       timeout=30)
+        subprocess.run(
+            ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(src), str(out)], check=True, timeout=30
+        )
         dialogue = [line for line in out.read_text(encoding="utf-8").splitlines() if line.startswith("Dialogue:")]
         assert len(dialogue) == len(build_cues(sentences)), fmt
         assert "greatest admiration" in "".join(dialogue).replace("\\N", " ")
@@ -304,7 +381,13 @@ def test_the_screens_break_lines_by_the_same_word_lists_as_the_files() -> None:
         assert match, name
         words = "".join(re.findall(r'"([^"]*)"', match.group(1))).split()
         assert set(words) == getattr(line_breaks, name), name
-    for cost in ("COST_SENTENCE", "COST_CLAUSE", "COST_BEFORE_CONJUNCTION", "COST_PLAIN", "COST_DANGLING",
-                 "COST_IN_NAME"):
+    for cost in (
+        "COST_SENTENCE",
+        "COST_CLAUSE",
+        "COST_BEFORE_CONJUNCTION",
+        "COST_PLAIN",
+        "COST_DANGLING",
+        "COST_IN_NAME",
+    ):
         match = re.search(rf"const {cost} = ([\d.]+);", js)
         assert match and float(match.group(1)) == getattr(line_breaks, cost), cost

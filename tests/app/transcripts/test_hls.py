@@ -47,8 +47,12 @@ def _sentence(sid: int, text: str, start: int, spk: int | None = 0) -> SentenceR
     return SentenceRecord(sid, "s", text, start, words[-1].end_ms, spk, words)
 
 
-def _segments(sentences: list[SentenceRecord], committed: Mapping[int, float], schedule: hls.Schedule,
-              names: dict[int, str] | None = None) -> list[list[Cue]]:
+def _segments(
+    sentences: list[SentenceRecord],
+    committed: Mapping[int, float],
+    schedule: hls.Schedule,
+    names: dict[int, str] | None = None,
+) -> list[list[Cue]]:
     return [hls.segment_cues(n, sentences, committed, schedule, names) for n in range(schedule.count)]
 
 
@@ -63,8 +67,7 @@ def test_a_segment_is_listed_once_the_audience_is_past_its_end_by_the_settling_t
     text = hls.playlist(live, created, lambda n: f"captions/{n}.vtt?token=abc")
     lines = text.splitlines()
     assert lines[:4] == ["#EXTM3U", "#EXT-X-VERSION:3", "#EXT-X-TARGETDURATION:4", "#EXT-X-MEDIA-SEQUENCE:5"]
-    assert [line for line in lines if not line.startswith("#")] == [f"captions/{n}.vtt?token=abc"
-                                                                    for n in range(5, 20)]
+    assert [line for line in lines if not line.startswith("#")] == [f"captions/{n}.vtt?token=abc" for n in range(5, 20)]
     assert lines.count("#EXTINF:4.000,") == 15 and "#EXT-X-ENDLIST" not in lines
     assert lines[4] == "#EXT-X-PROGRAM-DATE-TIME:2023-11-14T22:13:40.000Z", "segment 5 starts 20 s after creation"
     assert text.endswith("\n")
@@ -75,8 +78,10 @@ def test_a_segment_is_listed_once_the_audience_is_past_its_end_by_the_settling_t
 
 
 def test_a_segment_holds_the_cues_overlapping_it_with_room_times_under_the_timestamp_map() -> None:
-    sentences = [_sentence(0, "Good evening and welcome to the meeting.", 1000),
-                 _sentence(1, "We have a full agenda tonight, so let us begin with the library.", 3200, spk=1)]
+    sentences = [
+        _sentence(0, "Good evening and welcome to the meeting.", 1000),
+        _sentence(1, "We have a full agenda tonight, so let us begin with the library.", 3200, spk=1),
+    ]
     committed = {s.id: s.end_ms + 1500 for s in sentences}
     schedule = hls.live_schedule(T, 60_000)
     segments = _segments(sentences, committed, schedule, {1: "Dr. Lee"})
@@ -101,16 +106,21 @@ def test_segments_are_the_rooms_webvtt_file_over_a_long_room_when_sentences_lock
     """Six minutes of two speakers, sentences of up to 5 s each locked 0.5-2 s after they end: the segments, each
     cut from the sentences committed by its listing and the minute before it, give the file's cues."""
     rng = random.Random(7)
-    vocabulary = ("the council meeting on future of riverside library plan adds forty spaces behind old post "
-                  "office and work starts in spring Dashwood said that we should wait").split()
+    vocabulary = (
+        "the council meeting on future of riverside library plan adds forty spaces behind old post "
+        "office and work starts in spring Dashwood said that we should wait"
+    ).split()
     sentences: list[SentenceRecord] = []
     t = 800
     while t < 6 * 60_000:
         count = rng.randint(2, 14)
         text = " ".join(rng.choice(vocabulary) for _ in range(count)) + rng.choice((".", ",", "?"))
         step = rng.randint(250, 360)
-        sentences.append(SentenceRecord(len(sentences), "s", text, t, t + count * step - 40, rng.choice((0, 0, 1)),
-                                        _said(text, t, step)))
+        sentences.append(
+            SentenceRecord(
+                len(sentences), "s", text, t, t + count * step - 40, rng.choice((0, 0, 1)), _said(text, t, step)
+            )
+        )
         t = sentences[-1].end_ms + rng.choice((150, 300, 600, 1200, 2500, 9000))
     committed = {s.id: s.end_ms + rng.randint(500, 2000) for s in sentences}
     schedule = hls.live_schedule(T, t + 30_000)
@@ -154,8 +164,17 @@ def test_a_follower_gets_every_word_once_however_late_sentences_lock(seed: int) 
         step = rng.randint(150, 380)
         count = max(1, int(rng.uniform(300, 25_000) / step))
         text = " ".join(rng.choice(vocabulary) for _ in range(count))
-        sentences.append(SentenceRecord(len(sentences), rng.choice("aab"), text, t, t + count * step - 40,
-                                        rng.choice((0, 0, 1, None)), _said(text, t, step)))
+        sentences.append(
+            SentenceRecord(
+                len(sentences),
+                rng.choice("aab"),
+                text,
+                t,
+                t + count * step - 40,
+                rng.choice((0, 0, 1, None)),
+                _said(text, t, step),
+            )
+        )
         t = sentences[-1].end_ms + rng.choice((0, 100, 400, 800, 1500, 3000, 10_000))
     committed = {s.id: s.end_ms + rng.randint(300, 30_000) for s in sentences}
     schedule = hls.live_schedule(T, max(committed.values()) + 10_000)
@@ -197,8 +216,9 @@ def test_the_playlist_closes_after_the_end_with_every_segment_up_to_the_last_cue
 
 # ---- over HTTP -------------------------------------------------------------------------------------------------
 @pytest.fixture
-async def quick(monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine,
-                tmp_path: Path) -> AsyncIterator[tuple[str, web.Application]]:
+async def quick(
+    monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine, tmp_path: Path
+) -> AsyncIterator[tuple[str, web.Application]]:
     """A server whose playlists have 1 s segments listed 0.5 s after their end (a test cannot wait minutes)."""
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)
     monkeypatch.setattr(hls, "SETTLE_MS", 500)
@@ -247,8 +267,7 @@ async def test_the_playlist_and_its_segments_over_http(quick: tuple[str, web.App
         async with http.get(f"{base}/{len(uris) + 30}.vtt?token={token}") as r:
             assert r.status == 404 and (await r.json())["error"]["code"] == "no_segment"
             assert r.headers["Cache-Control"] == "no-store"
-        async with http.get(f"{url}/rooms/{room_id}/captions.m3u8",
-                            headers={"Authorization": f"Bearer {token}"}) as r:
+        async with http.get(f"{url}/rooms/{room_id}/captions.m3u8", headers={"Authorization": f"Bearer {token}"}) as r:
             assert r.status == 200 and "?token=" not in await r.text(), "no token asked with in the query"
         async with http.get(f"{url}/rooms/nosuchroomatall0/captions.m3u8") as r:
             assert r.status == 404
@@ -285,14 +304,18 @@ async def test_a_delayed_audience_gets_segments_a_delay_later(quick: tuple[str, 
 
 
 async def test_a_room_ended_on_another_front_end_closes_the_playlist_here_too(
-        monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine, postgres_url: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, fake_engine: CaptionEngine, postgres_url: str
+) -> None:
     """Two front ends on one PostgreSQL database: the room is in memory on B (its record says it runs) and ends on
     A; B reads the end from the store within a few seconds and closes its playlist."""
     monkeypatch.setattr(hls, "SEGMENT_MS", 1000)
     monkeypatch.setattr(hls, "SETTLE_MS", 500)
     monkeypatch.setattr(hls, "END_GRACE_MS", 3000)  # more than B's re-read interval (2 s)
-    async with running_server(fake_engine, db_path=postgres_url) as (url_a, _), \
-            running_server(fake_engine, db_path=postgres_url) as (url_b, app_b), aiohttp.ClientSession() as http:
+    async with (
+        running_server(fake_engine, db_path=postgres_url) as (url_a, _),
+        running_server(fake_engine, db_path=postgres_url) as (url_b, app_b),
+        aiohttp.ClientSession() as http,
+    ):
         async with http.post(f"{url_a}/rooms") as r:
             made = await r.json()
         room_b = await app_b[ROOMS].get(made["room"])
@@ -300,8 +323,9 @@ async def test_a_room_ended_on_another_front_end_closes_the_playlist_here_too(
         playlist = f"{url_b}/rooms/{made['room']}/captions.m3u8"
         async with http.get(playlist) as r:
             assert "#EXT-X-ENDLIST" not in await r.text()
-        async with http.post(f"{url_a}/rooms/{made['room']}/end",
-                             headers={"Authorization": f"Bearer {made['editor_token']}"}) as r:
+        async with http.post(
+            f"{url_a}/rooms/{made['room']}/end", headers={"Authorization": f"Bearer {made['editor_token']}"}
+        ) as r:
             ended = (await r.json())["ended_ms"]
         deadline = time.monotonic() + 10
         while True:
@@ -330,11 +354,12 @@ SPOKEN = [
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh "
-                                                           "--tests installs it)")
-async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple[str, web.Application],
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh --tests installs it)"
+)
+async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(
+    quick: tuple[str, web.Application], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Sentences said one after another, each locked 0.4 s after its last word, and one that locks long after its
     segments were listed; ffmpeg follows the playlist from its first segment and stops at ``#EXT-X-ENDLIST`` once
     the room ended. What it writes is the room's words at the room's WebVTT file's times."""
@@ -357,8 +382,9 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
             for k, text in enumerate(SPOKEN):
                 words = _said(text, start, step=200)
                 await asyncio.sleep(max(0, words[-1].end_ms + 400 - _room_ms(room)) / 1000)
-                await room.commit_sentences([SentenceRecord(-1, "pub", text, start, words[-1].end_ms, k % 3 // 2,
-                                                            words)])
+                await room.commit_sentences(
+                    [SentenceRecord(-1, "pub", text, start, words[-1].end_ms, k % 3 // 2, words)]
+                )
                 start = words[-1].end_ms + (600, 900, 1200)[k % 3]
                 if k == 3:  # a pause of 5 s, where the late sentence was said
                     gap = (words[-1].end_ms, start + 5000)
@@ -369,14 +395,29 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(quick: tuple
         await until_listed(http, playlist, 1)  # ffmpeg 5.1 gives up on a playlist without segments
         out = tmp_path / "out.vtt"
         ffmpeg = await asyncio.create_subprocess_exec(
-            "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-live_start_index", "0",
-            "-i", playlist, "-c:s", "copy", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            "ffmpeg",
+            "-nostdin",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-live_start_index",
+            "0",
+            "-i",
+            playlist,
+            "-c:s",
+            "copy",
+            str(out),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             await speaking
             words = _said(late, gap[0] + 2500, step=200)
             assert words[-1].end_ms // 1000 < hls.Timing.current().count_at(_room_ms(room)), "its segments are listed"
-            await room.commit_sentences([SentenceRecord(-1, "pub", late, words[0].start_ms, words[-1].end_ms, 0,
-                                                        words)])
+            await room.commit_sentences(
+                [SentenceRecord(-1, "pub", late, words[0].start_ms, words[-1].end_ms, 0, words)]
+            )
             await asyncio.sleep(0.5)
             async with http.post(f"{url}/rooms/{room_id}/end", headers={"Authorization": f"Bearer {editor}"}) as r:
                 assert r.status == 200

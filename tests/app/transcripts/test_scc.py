@@ -87,14 +87,19 @@ def test_every_byte_has_odd_parity() -> None:
         coded = scc.parity(byte)
         assert coded & 0x7F == byte and bin(coded).count("1") % 2 == 1
     assert (scc.parity(0x14), scc.parity(0x20), scc.parity(0x2C), scc.parity(0x2E), scc.parity(0x2F)) == (
-        0x94, 0x20, 0x2C, 0xAE, 0x2F)  # RCL 9420, EDM 942c, ENM 94ae, EOC 942f as SCC files spell them
+        0x94,
+        0x20,
+        0x2C,
+        0xAE,
+        0x2F,
+    )  # RCL 9420, EDM 942c, ENM 94ae, EOC 942f as SCC files spell them
     assert scc.parity(0) == 0x80  # the pad of a lone character
     with pytest.raises(ValueError):
         scc.parity(0x80)
 
 
 def test_text_is_mapped_to_the_characters_cea608_shows() -> None:
-    assert scc.caption_text("Don’t say “never” – ever…") == "Don't say \"never\" - ever..."
+    assert scc.caption_text("Don’t say “never” – ever…") == 'Don\'t say "never" - ever...'
     assert scc.caption_text("café señor Élan naïve Über ß ♪ ½") == "café señor Élan naïve Über ß ♪ ½", "608 has them"
     assert scc.caption_text("Łódź Dvořák ﬁne 東京 x") == "Lódz Dvorák fine  x", "close forms, or dropped"
     assert scc.caption_text("♪♪") == "♪ ♪", "a special character's four copies would read as one in ffmpeg"
@@ -201,8 +206,10 @@ def test_a_load_with_no_room_moves_earlier_and_never_the_eoc_later() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 300), st.integers(7, 76)), min_size=1, max_size=12),
-       st.integers(0, 2000))
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(1, 300), st.integers(7, 76)), min_size=1, max_size=12),
+    st.integers(0, 2000),
+)
 def test_any_schedule_keeps_its_contract(cues: list[tuple[int, int, int]], lead: int) -> None:
     times, t = [], lead
     for gap, length, load in cues:
@@ -228,7 +235,7 @@ def _parse(text: str) -> list[tuple[int, list[str]]]:
     separated by blank lines; timecodes strictly increasing, each line's pairs (one a frame) done before the
     next line starts; every byte with odd parity."""
     assert text.startswith("Scenarist_SCC V1.0\n\n") and text.endswith("\n") and "\r" not in text
-    blocks = text[len("Scenarist_SCC V1.0\n\n"):].split("\n\n")
+    blocks = text[len("Scenarist_SCC V1.0\n\n") :].split("\n\n")
     out: list[tuple[int, list[str]]] = []
     for block in blocks:
         label, _, hexes = block.rstrip("\n").partition("\t")
@@ -283,7 +290,7 @@ def _early_cues(lines: list[tuple[int, list[str]]], cues: list[tuple[float, floa
         assert frame <= want, "an EOC is never late"
         if frame < want:
             early.add(n)
-            between = lines[k:eocs[n + 1]]
+            between = lines[k : eocs[n + 1]]
             assert sum(len(pairs) for _, pairs in between) == lines[eocs[n + 1]][0] - frame, "no spare frame"
     return early
 
@@ -307,8 +314,11 @@ def _said(text: str, start_ms: int) -> tuple[Word, ...]:
 SPOKEN = [
     (0, "Good evening, and welcome to the council meeting on the future of the riverside library."),
     (0, "We have a full agenda tonight, so let us begin."),
-    (1, "Thank you. This morning I met the señora who runs the café on Élan Street, and she asked about "
-        "parking for her customers."),
+    (
+        1,
+        "Thank you. This morning I met the señora who runs the café on Élan Street, and she asked about "
+        "parking for her customers.",
+    ),
     (0, "That’s a fair question."),
     (1, "The plan adds forty spaces behind the old post office, and the work starts in the spring."),
 ]
@@ -325,8 +335,7 @@ def _sentences() -> list[SentenceRecord]:
 
 
 def _cue_times(srt_text: str) -> list[tuple[float, float, str]]:
-    return [(c.start / timedelta(seconds=1), c.end / timedelta(seconds=1), c.content)
-            for c in srt_lib.parse(srt_text)]
+    return [(c.start / timedelta(seconds=1), c.end / timedelta(seconds=1), c.content) for c in srt_lib.parse(srt_text)]
 
 
 async def _ffmpeg_captions(scc_text: str, folder: Path) -> list[tuple[float, float, str]]:
@@ -334,18 +343,31 @@ async def _ffmpeg_captions(scc_text: str, folder: Path) -> list[tuple[float, flo
     src, out = folder / "captions.scc", folder / "captions-from-scc.srt"
     src.write_text(scc_text, encoding="ascii")
     process = await asyncio.create_subprocess_exec(
-        "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "scc", "-i", str(src), str(out),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "ffmpeg",
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-f",
+        "scc",
+        "-i",
+        str(src),
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode(errors="replace")
-    return [(a, b, re.sub(r"<[^>]*>|\{\\[^}]*\}", "", text))
-            for a, b, text in _cue_times(out.read_text(encoding="utf-8"))]
+    return [
+        (a, b, re.sub(r"<[^>]*>|\{\\[^}]*\}", "", text)) for a, b, text in _cue_times(out.read_text(encoding="utf-8"))
+    ]
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh "
-                                                           "--tests installs it)")
-async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: CaptionEngine,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("ffmpeg") is None, reason="Debian's ffmpeg is not installed (scripts/setup.sh --tests installs it)"
+)
+async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: CaptionEngine, tmp_path: Path) -> None:
     async with running_server(fake_engine) as (url, app), aiohttp.ClientSession() as http:
         room = (await app[ROOMS].create()).room
         publisher = room.join("s1")
@@ -368,17 +390,23 @@ async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: 
             assert max(len(r) for r in rows) == lines, "the long sentences fill the rows they may"
             early = _early_cues(parsed, cues)
             assert len(early) < len(cues) / 2, "most cues go up at their start"
-            for reader, captions in (("pycaption", pycaption_captions(scc_text)),
-                                     ("ffmpeg", await _ffmpeg_captions(scc_text, tmp_path))):
+            for reader, captions in (
+                ("pycaption", pycaption_captions(scc_text)),
+                ("ffmpeg", await _ffmpeg_captions(scc_text, tmp_path)),
+            ):
                 assert _words(" ".join(text for _, _, text in captions)) == said, reader
                 assert len(captions) == len(cues), (reader, captions)
                 for k, ((start, end, text), (cue_start, cue_end, cue_text)) in enumerate(
-                        zip(captions, cues, strict=True)):
+                    zip(captions, cues, strict=True)
+                ):
                     # The SRT's times, but where a cue went up early to make room for the next one's load: its EDM
                     # then goes where it fits around that load, and the cue before it ends when it goes up.
                     assert abs(start - cue_start) <= 0.1 or (k in early and start < cue_start), (reader, k, start)
                     assert abs(end - cue_end) <= 0.1 or ({k, k + 1} & early and end <= captions[k + 1][0]), (
-                        reader, k, end)
+                        reader,
+                        k,
+                        end,
+                    )
                     assert _words(text) == _words(cue_text), reader
                     assert all(len(row.strip()) <= 32 for row in text.split("\n")) and text.count("\n") < lines
                 assert all(a[0] < b[0] and a[1] <= b[0] for a, b in itertools.pairwise(captions))
@@ -389,12 +417,25 @@ async def test_a_rooms_scc_file_reads_back_in_pycaption_and_ffmpeg(fake_engine: 
         async with http.get(f"{base}.scc?cues=sentence") as r:
             assert await r.text() == (await (await http.get(f"{base}.scc")).text())
         # The caption page's export gives the same file for the same sentences.
-        body: dict[str, Any] = {"sentences": [
-            {"id": k, "text": s.text, "start": s.start_ms, "end": s.end_ms, "spk": s.spk, "session": s.session,
-             "words": [w.wire() for w in s.words]}
-            for k, s in enumerate(_sentences())]}
-        async with http.post(f"{url}/exports/transcript.scc", data=io.BytesIO(json.dumps(body).encode()),
-                             headers={"Content-Type": "application/json"}) as r:
+        body: dict[str, Any] = {
+            "sentences": [
+                {
+                    "id": k,
+                    "text": s.text,
+                    "start": s.start_ms,
+                    "end": s.end_ms,
+                    "spk": s.spk,
+                    "session": s.session,
+                    "words": [w.wire() for w in s.words],
+                }
+                for k, s in enumerate(_sentences())
+            ]
+        }
+        async with http.post(
+            f"{url}/exports/transcript.scc",
+            data=io.BytesIO(json.dumps(body).encode()),
+            headers={"Content-Type": "application/json"},
+        ) as r:
             assert r.status == 200 and 'filename="captions.scc"' in r.headers["Content-Disposition"]
             page_file = await r.text()
         async with http.get(f"{base}.scc") as r:
@@ -406,8 +447,7 @@ async def test_special_and_extended_characters_read_back_in_both_readers(tmp_pat
     apostrophe, which it shows as ’."""
     text = "Ça va? Élan, naïve Über-cool ½ ♪ crème brûlée {x} *star* Øre ß"
     words = _said(text, 3000)
-    file = scc.to_scc([SentenceRecord(0, "s", text, 3000, words[-1].end_ms, 0, words)],
-                      CueRules(max_lines=4))
+    file = scc.to_scc([SentenceRecord(0, "s", text, 3000, words[-1].end_ms, 0, words)], CueRules(max_lines=4))
     got = "\n".join(t for _, _, t in pycaption_captions(file))
     assert " ".join(got.split()) == text
     if shutil.which("ffmpeg"):

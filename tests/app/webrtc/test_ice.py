@@ -38,8 +38,9 @@ async def test_host_candidates_bind_inside_the_port_range() -> None:
 
 
 def test_ice_server_urls() -> None:
-    config = ice.rtc_configuration(IceConfig(servers=("stun:stun.example.org:3478",
-                                                      "turn:alice:s3cret@turn.example.org:3478")))
+    config = ice.rtc_configuration(
+        IceConfig(servers=("stun:stun.example.org:3478", "turn:alice:s3cret@turn.example.org:3478"))
+    )
     stun, turn = config.iceServers or []
     assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
     assert (turn.urls, turn.username, turn.credential) == ("turn:turn.example.org:3478", "alice", "s3cret")
@@ -52,13 +53,18 @@ def test_ice_server_urls() -> None:
 
 
 def test_loopback_only_drops_other_candidates() -> None:
-    sdp = "\r\n".join([
-        "v=0",
-        "a=candidate:1 1 udp 2122260223 127.0.0.1 50000 typ host",
-        "a=candidate:2 1 udp 2122194687 192.168.1.20 50001 typ host",
-        "a=candidate:3 1 udp 2122194687 abcd-1234.local 50002 typ host",
-        "a=candidate:4 1 udp 2122194687 ::1 50003 typ host",
-    ]) + "\r\n"
+    sdp = (
+        "\r\n".join(
+            [
+                "v=0",
+                "a=candidate:1 1 udp 2122260223 127.0.0.1 50000 typ host",
+                "a=candidate:2 1 udp 2122194687 192.168.1.20 50001 typ host",
+                "a=candidate:3 1 udp 2122194687 abcd-1234.local 50002 typ host",
+                "a=candidate:4 1 udp 2122194687 ::1 50003 typ host",
+            ]
+        )
+        + "\r\n"
+    )
     kept = ice.filter_remote_candidates(sdp, loopback_only=True)
     assert "127.0.0.1" in kept and "::1" in kept
     assert "192.168.1.20" not in kept and ".local" not in kept

@@ -34,11 +34,17 @@ def frame(index: int) -> av.AudioFrame:
     return out
 
 
-def produce(track: RemoteStreamTrack, loop: asyncio.AbstractEventLoop, seconds: float,
-            stall_at_s: float | None = None, stall_s: float = 0.0) -> threading.Thread:
+def produce(
+    track: RemoteStreamTrack,
+    loop: asyncio.AbstractEventLoop,
+    seconds: float,
+    stall_at_s: float | None = None,
+    stall_s: float = 0.0,
+) -> threading.Thread:
     """Put ``seconds`` of 20 ms frames into ``track`` at real time from a thread (as aiortc's decoder thread
     does); at ``stall_at_s`` stop for ``stall_s``, then deliver the overdue frames at once (a sender catching up
     after a stall), then real time again. Ends the track."""
+
     def put(frames: Sequence[av.AudioFrame | None]) -> None:
         for f in frames:
             track._queue.put_nowait(f)
@@ -66,8 +72,13 @@ def produce(track: RemoteStreamTrack, loop: asyncio.AbstractEventLoop, seconds: 
     return thread
 
 
-async def pump(seconds: float, feed_s: float, stall_at_s: float | None = None, stall_s: float = 0.0,
-               on_shed: Callable[[float], None] | None = None) -> tuple[IngestStats, list[float]]:
+async def pump(
+    seconds: float,
+    feed_s: float,
+    stall_at_s: float | None = None,
+    stall_s: float = 0.0,
+    on_shed: Callable[[float], None] | None = None,
+) -> tuple[IngestStats, list[float]]:
     track = RemoteStreamTrack("audio")
     overloads: list[float] = []
     stats = IngestStats()
@@ -117,8 +128,7 @@ class StallingTrack(ArrayAudioTrack):
 
 
 @pytest.mark.slow
-async def test_concurrent_paced_streams_are_never_shed_even_when_a_sender_stalls(
-        fake_engine: CaptionEngine) -> None:
+async def test_concurrent_paced_streams_are_never_shed_even_when_a_sender_stalls(fake_engine: CaptionEngine) -> None:
     clip = pad(audio("ls_1988-24833-0000"), 0.3, 2.0)
     async with running_server(fake_engine) as (url, app):
         clients = [CaptionClient(url, clip) for _ in range(4)]

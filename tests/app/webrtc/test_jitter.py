@@ -119,8 +119,11 @@ class Losses:
         self.concealed_s += seconds
 
 
-def receive(packets: list[RtpPacket], observer: Losses | None = None, fec: bool = True,
-            ) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
+def receive(
+    packets: list[RtpPacket],
+    observer: Losses | None = None,
+    fec: bool = True,
+) -> tuple[np.ndarray, InlineDecoder, AudioJitterBuffer]:
     """``packets`` through the buffer and the decoder as aiortc's receiver passes them (its timestamp mapper
     included), then the end of the stream (the packets still waiting go to the decoder, as ``AudioReceiver`` hands
     them over): the 16 kHz audio that comes out, the decoder and the buffer. ``fec``: the decoder's."""
@@ -240,12 +243,15 @@ def snr_db(ref: np.ndarray, got: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - got) ** 2), 1e-9)))
 
 
-@pytest.mark.parametrize(("packet_ms", "lost"), [
-    (20, list(range(10, 140, 7))),
-    (20, [20, 21, 60, 61, 62, 100]),
-    (60, list(range(5, 45, 5))),
-    (60, [10, 11, 30, 31, 32]),
-])
+@pytest.mark.parametrize(
+    ("packet_ms", "lost"),
+    [
+        (20, list(range(10, 140, 7))),
+        (20, [20, 21, 60, 61, 62, 100]),
+        (60, list(range(5, 45, 5))),
+        (60, [10, 11, 30, 31, 32]),
+    ],
+)
 def test_a_lost_packet_comes_back_from_the_fec_copy_in_the_next_one(packet_ms: int, lost: list[int]) -> None:
     data = fec_opus_packets(audio(CLIP)[:48000], packet_ms)  # 3 s
     if packet_ms == 60:

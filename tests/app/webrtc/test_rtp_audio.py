@@ -58,7 +58,7 @@ def snr_db(reference: np.ndarray, other: np.ndarray, lag: int = 0) -> float:
     oth = other[lag:].astype(np.float64)
     n = min(reference.size, oth.size)
     ref, oth = reference[:n], oth[:n]
-    return float(10 * np.log10(np.sum(ref ** 2) / max(np.sum((ref - oth) ** 2), 1e-9)))
+    return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - oth) ** 2), 1e-9)))
 
 
 def codec_delay(reference: np.ndarray, decoded: np.ndarray) -> int:
@@ -195,14 +195,17 @@ class StereoTrack(ArrayAudioTrack):
 _STREAMS_4_S = pytest.mark.slow  # each case streams 4 s at real time: one stays in the quick tier
 
 
-@pytest.mark.parametrize(("decoder", "codec"), [
-    ("direct", "opus"),
-    pytest.param("direct", "stereo opus", marks=_STREAMS_4_S),
-    pytest.param("direct", "pcmu", marks=_STREAMS_4_S),
-    pytest.param("aiortc", "opus", marks=_STREAMS_4_S),
-])
+@pytest.mark.parametrize(
+    ("decoder", "codec"),
+    [
+        ("direct", "opus"),
+        pytest.param("direct", "stereo opus", marks=_STREAMS_4_S),
+        pytest.param("direct", "pcmu", marks=_STREAMS_4_S),
+        pytest.param("aiortc", "opus", marks=_STREAMS_4_S),
+    ],
+)
 async def test_a_live_session_reaches_the_engine(fake_engine: CaptionEngine, decoder: str, codec: str) -> None:
-    clip = pad(audio(CLIP)[:2 * 16000], 0.5, 1.5)  # 1.6 s of speech: a sentence
+    clip = pad(audio(CLIP)[: 2 * 16000], 0.5, 1.5)  # 1.6 s of speech: a sentence
     async with running_server(fake_engine, audio_decoder=decoder) as (url, app):
         client = CaptionClient(url, clip)
         if codec == "stereo opus":
@@ -238,10 +241,12 @@ async def test_a_live_session_reaches_the_engine(fake_engine: CaptionEngine, dec
     assert sentences and 200 <= sentences[0]["start"] <= 1500, sentences
 
 
-SDP = ("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
-       "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 opus/48000/2\r\n"
-       "m=video 9 UDP/TLS/RTP/SAVPF 97\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:97 VP8/90000\r\n"
-       "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\na=ptime:20\r\n")
+SDP = (
+    "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
+    "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 opus/48000/2\r\n"
+    "m=video 9 UDP/TLS/RTP/SAVPF 97\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:97 VP8/90000\r\n"
+    "m=audio 9 UDP/TLS/RTP/SAVPF 96\r\na=ptime:20\r\n"
+)
 
 
 def test_the_answer_lets_senders_add_inband_fec_to_opus() -> None:

@@ -20,8 +20,11 @@ def test_a_copied_run_is_a_duplicate_and_one_shared_word_is_not() -> None:
 def test_wrong_microphone_words_are_the_neighbours_not_the_owners() -> None:
     turns = [Turn(0.0, 3.0, "ann"), Turn(3.0, 6.0, "ben")]
     references = {"ann": "hello there everyone", "ben": "thanks for coming"}
-    heard = (words("ann", "hello there everyone", 0.2) + words("ann", "thanks for", 4.0)
-             + words("ben", "thanks for coming", 3.4))
+    heard = (
+        words("ann", "hello there everyone", 0.2)
+        + words("ann", "thanks for", 4.0)
+        + words("ben", "thanks for coming", 3.4)
+    )
     assert wrong_mic(heard, {"ann": "ann", "ben": "ben"}, turns, references) == 2
     # The turns are loose: an owner's own words inside someone else's turn are still the owner's.
     late = words("ben", "thanks for coming", 2.0)

@@ -50,8 +50,12 @@ def sentence(sid: int, text: str, start_s: float, end_s: float) -> dict[str, Any
 
 
 # Two sentences: 1-3 s and 5-7 s of the session's audio; the second says "the mat" again.
-CLIP = SessionClip(0, Path("unused.ogg"), 10.0, (Utterance("a", "The cat sat on the mat.", 1.0, 3.0),
-                                                 Utterance("b", "The mat was red.", 5.0, 7.0)))
+CLIP = SessionClip(
+    0,
+    Path("unused.ogg"),
+    10.0,
+    (Utterance("a", "The cat sat on the mat.", 1.0, 3.0), Utterance("b", "The mat was red.", 5.0, 7.0)),
+)
 FIRST = sentence(0, "The cat sat on the mat.", 1.0, 3.0)
 SECOND = sentence(1, "The mat was red.", 5.0, 7.0)
 
@@ -62,52 +66,72 @@ def metrics(messages: list[tuple[float, dict[str, Any]]], cold: int = 0) -> Sess
 
 
 def test_the_first_correct_word_is_the_first_reference_word_shown_not_the_first_text() -> None:
-    m = metrics([(101.4, caption("Da")),  # new text, but wrong: the first partial, not the first correct word
-                 (101.8, caption("The cap")),
-                 (103.0, caption("The cat sat on the mat.")),
-                 (104.5, caption("", [FIRST])),
-                 (105.5, caption("The mat")),
-                 (108.0, caption("", [SECOND]))])
+    m = metrics(
+        [
+            (101.4, caption("Da")),  # new text, but wrong: the first partial, not the first correct word
+            (101.8, caption("The cap")),
+            (103.0, caption("The cat sat on the mat.")),
+            (104.5, caption("", [FIRST])),
+            (105.5, caption("The mat")),
+            (108.0, caption("", [SECOND])),
+        ]
+    )
     assert m.first_partial_s == pytest.approx([0.4, 0.5])
     assert m.first_correct_s == pytest.approx([0.8, 0.5])
     assert m.no_partial == m.no_correct == 0
 
 
 def test_words_of_the_previous_sentence_still_on_screen_do_not_count() -> None:
-    m = metrics([(102.0, caption("The cat sat on the mat.")),
-                 # After the second onset (105 s): the first sentence is still in the partial, unlocked, so its
-                 # "the" and "mat" were on screen before; only "ugh" is new, and it is wrong.
-                 (105.3, caption("The cat sat on the mat. Ugh")),
-                 # The first sentence locks: the words in the partial now are new ones, wrong still.
-                 (105.6, caption("Ugh, zee", [FIRST])),
-                 (105.9, caption("Ugh, zee mat")),  # a right word
-                 (108.0, caption("", [SECOND]))])
+    m = metrics(
+        [
+            (102.0, caption("The cat sat on the mat.")),
+            # After the second onset (105 s): the first sentence is still in the partial, unlocked, so its
+            # "the" and "mat" were on screen before; only "ugh" is new, and it is wrong.
+            (105.3, caption("The cat sat on the mat. Ugh")),
+            # The first sentence locks: the words in the partial now are new ones, wrong still.
+            (105.6, caption("Ugh, zee", [FIRST])),
+            (105.9, caption("Ugh, zee mat")),  # a right word
+            (108.0, caption("", [SECOND])),
+        ]
+    )
     assert m.first_partial_s[1] == pytest.approx(0.3)
     assert m.first_correct_s[1] == pytest.approx(0.9)
 
 
 def test_a_sentence_that_never_shows_a_right_word_counts_in_no_correct() -> None:
     wrong = sentence(1, "Zoo bar.", 5.0, 7.0)
-    m = metrics([(101.5, caption("The cat")),
-                 (104.5, caption("", [FIRST])),
-                 (105.5, caption("Zoo bar")),
-                 (108.0, caption("", [wrong])),
-                 (110.0, caption("The mat"))])  # after the sentence locked: not its words any more
+    m = metrics(
+        [
+            (101.5, caption("The cat")),
+            (104.5, caption("", [FIRST])),
+            (105.5, caption("Zoo bar")),
+            (108.0, caption("", [wrong])),
+            (110.0, caption("The mat")),
+        ]
+    )  # after the sentence locked: not its words any more
     assert m.first_correct_s == pytest.approx([0.5])
     assert m.no_correct == 1 and m.no_partial == 0 and m.lost == 0
     assert merge([m, m]).no_correct == 2
 
 
 def test_a_sentence_never_locked_is_looked_for_only_until_the_next_one_starts() -> None:
-    m = metrics([(104.6, caption("Zoo")),
-                 (105.5, caption("Zoo the cat")),  # the second sentence's onset passed: not the first's words
-                 (108.0, caption("", [SECOND]))])
+    m = metrics(
+        [
+            (104.6, caption("Zoo")),
+            (105.5, caption("Zoo the cat")),  # the second sentence's onset passed: not the first's words
+            (108.0, caption("", [SECOND])),
+        ]
+    )
     assert m.lost == 1 and m.no_correct == 1
     assert m.first_correct_s == pytest.approx([0.5])
 
 
-STREAM = [(101.5, caption("The cat")), (104.5, caption("", [FIRST])), (105.5, caption("The mat")),
-          (108.0, caption("", [SECOND]))]
+STREAM = [
+    (101.5, caption("The cat")),
+    (104.5, caption("", [FIRST])),
+    (105.5, caption("The mat")),
+    (108.0, caption("", [SECOND])),
+]
 
 
 def test_the_cold_split_measures_the_first_sentence_apart() -> None:
@@ -158,7 +182,8 @@ def test_users_pauses_are_drawn_from_their_range_the_same_every_time() -> None:
 
 
 def test_users_sessions_mix_two_read_sentences_with_one_hard_one_with_drawn_pauses(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Three seconds of "speech" per clip, all of it speech: no audio is read and no VAD runs.
     monkeypatch.setattr(clips, "clip_audio", lambda _id: np.zeros(3 * 16_000, np.float32))
     monkeypatch.setattr(clips, "speech_bounds", lambda _id: (0.0, 3.0))
@@ -170,7 +195,7 @@ def test_users_sessions_mix_two_read_sentences_with_one_hard_one_with_drawn_paus
     gaps = [b.speech_start_s - a.speech_end_s for a, b in pairwise(utterances)]
     drawn = pauses(1, 2.5, "users")
     assert gaps == pytest.approx([int(next(drawn) * 16_000) / 16_000 for _ in gaps])
-    assert [(u.clip_id, u.text) for u in utterances] == list(users[6:6 + len(utterances)])
+    assert [(u.clip_id, u.text) for u in utterances] == list(users[6 : 6 + len(utterances)])
     assert build_session(1, 40.0, 2.5, "users")[1] == utterances
     monkeypatch.setattr(clips, "encode_opus", lambda *_args: None)
     assert session_clip(3, 40.0, 2.5, 20, False, "users").ogg.name == "session-users003-40s-p1.2-2.5.ogg"

@@ -18,8 +18,9 @@ def word(w: str, start_ms: int, end_ms: int, shift: int = 0) -> dict[str, Any]:
     return {"w": w, "start_ms": start_ms + shift, "end_ms": end_ms + shift}
 
 
-def caption(stable: list[dict[str, Any]] | None = None,
-            sentences: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def caption(
+    stable: list[dict[str, Any]] | None = None, sentences: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {"type": "caption", "partial": "", "stable_words": stable or [], "sentences": sentences or []}
 
 
@@ -39,11 +40,14 @@ def delays(publisher: Publisher, viewer: RemoteViewer | None) -> Any:
 
 
 def test_each_settled_word_is_timed_on_both_front_ends_from_the_end_of_its_audio() -> None:
-    pub = Publisher([(101.0, caption([word("The", 0, 300), word("two", 300, 600)])),
-                     (101.5, caption([word("stray", 600, 900)]))])
+    pub = Publisher(
+        [(101.0, caption([word("The", 0, 300), word("two", 300, 600)])), (101.5, caption([word("stray", 600, 900)]))]
+    )
     viewer = RemoteViewer("")
-    viewer.captions = [(101.1, caption([word("The", 0, 300, OFFSET_MS), word("two", 300, 600, OFFSET_MS)])),
-                       (101.7, caption([word("stray", 600, 900, OFFSET_MS)]))]
+    viewer.captions = [
+        (101.1, caption([word("The", 0, 300, OFFSET_MS), word("two", 300, 600, OFFSET_MS)])),
+        (101.7, caption([word("stray", 600, 900, OFFSET_MS)])),
+    ]
     d = delays(pub, viewer)
     assert d.local_s == pytest.approx([0.7, 0.4, 0.6])
     assert d.remote_s == pytest.approx([0.8, 0.5, 0.8])
@@ -53,8 +57,10 @@ def test_each_settled_word_is_timed_on_both_front_ends_from_the_end_of_its_audio
 def test_a_word_whose_sentence_locked_before_its_announcement_arrives_with_the_lock() -> None:
     pub = Publisher([(101.0, caption([word("The", 0, 300)])), (101.4, caption([word("two", 300, 600)]))])
     viewer = RemoteViewer("")
-    viewer.captions = [(101.1, caption([word("The", 0, 300, OFFSET_MS)])),
-                       (102.5, caption(sentences=[{"start": OFFSET_MS, "end": 650 + OFFSET_MS, "text": "The two."}]))]
+    viewer.captions = [
+        (101.1, caption([word("The", 0, 300, OFFSET_MS)])),
+        (102.5, caption(sentences=[{"start": OFFSET_MS, "end": 650 + OFFSET_MS, "text": "The two."}])),
+    ]
     d = delays(pub, viewer)
     assert d.remote_s == pytest.approx([0.8, 1.9])
     assert d.missing == 0

@@ -54,8 +54,10 @@ def test_word_times_follow_the_heads_attention() -> None:
     # A word runs from where the path enters its first token's row to where it enters the next word's (the first
     # word from the start of the audio; the last to where the end of text takes over).
     want = [(0, 20), (20, 45), (45, 60)]
-    assert all(abs(a / POSITION_S - wa) <= 2 and abs(b / POSITION_S - wb) <= 2
-               for (a, b), (wa, wb) in zip(times, want, strict=True)), times
+    assert all(
+        abs(a / POSITION_S - wa) <= 2 and abs(b / POSITION_S - wb) <= 2
+        for (a, b), (wa, wb) in zip(times, want, strict=True)
+    ), times
     assert all(a <= b for a, b in times) and all(x[1] <= y[0] + 1e-9 for x, y in itertools.pairwise(times))
 
 
@@ -67,10 +69,15 @@ def _probs(pattern: str) -> np.ndarray:
 def test_aligned_words_are_snapped_to_the_pauses_around_them(three_start_s: float) -> None:
     # Speech 1000-2280 ms, a pause, speech 2920-4200 ms on the session clock; the audio starts at 800 ms.
     probs = _probs("#" * 40 + "." * 20 + "#" * 40)
-    aligned = [AlignedWord("one", 0.20, 0.70), AlignedWord("two,", 0.70, 1.90),
-               AlignedWord("three", three_start_s, 3.0), AlignedWord("four", 3.0, 3.3)]
-    words = place_words("one two, three four", 1000, 1000 + 100 * 32, probs, 0.35, WINDOW_MS, audio_start_ms=800,
-                        aligned=aligned)
+    aligned = [
+        AlignedWord("one", 0.20, 0.70),
+        AlignedWord("two,", 0.70, 1.90),
+        AlignedWord("three", three_start_s, 3.0),
+        AlignedWord("four", 3.0, 3.3),
+    ]
+    words = place_words(
+        "one two, three four", 1000, 1000 + 100 * 32, probs, 0.35, WINDOW_MS, audio_start_ms=800, aligned=aligned
+    )
     assert [(w.w, w.start_ms) for w in words] == [("one", 1000), ("two,", 1500), ("three", 2920), ("four", 3800)]
     assert words[1].end_ms == 2280  # the warp ran on through the pause: back to where the speech stopped
     assert words[2].end_ms == 3800 and words[3].end_ms == 4100  # inside speech the alignment stands
@@ -148,13 +155,14 @@ async def test_whisper_puts_each_word_on_its_readers_side_of_a_change() -> None:
     probs = vad.run({slot: both[: n * WINDOW].reshape(n, WINDOW)})[slot]
     words = place_words(text, 0, both.size / 16, probs, VadConfig().offset, WINDOW * 1000 / 16_000, aligned=aligned)
     n_first = len(normalise(manifest()[first]["text"]))
-    assert all(w.end_ms <= change_ms for w in words[:n_first]), words[n_first - 2: n_first]
-    assert all(w.start_ms >= change_ms for w in words[n_first:]), words[n_first: n_first + 2]
+    assert all(w.end_ms <= change_ms for w in words[:n_first]), words[n_first - 2 : n_first]
+    assert all(w.start_ms >= change_ms for w in words[n_first:]), words[n_first : n_first + 2]
     assert all(x.end_ms <= y.start_ms for x, y in itertools.pairwise(words))
 
 
-@pytest.mark.parametrize(("text", "side"), [("asthma. if the", "after"), ("asthma if. the", "before"),
-                                            ("asthma if the", "after")])
+@pytest.mark.parametrize(
+    ("text", "side"), [("asthma. if the", "after"), ("asthma if. the", "before"), ("asthma if the", "after")]
+)
 def test_a_word_across_a_pause_goes_to_one_side(text: str, side: str) -> None:
     # Speech 0-1280 ms, pause to 1920 ms, speech on; the warp gave the middle word 1100-2100 ms (180 ms before the
     # pause, 180 ms after it: a tie goes after, unless punctuation says otherwise).

@@ -33,8 +33,7 @@ def test_forced_words_are_certain_and_words_the_cleaning_changed_give_nothing() 
     pieces, logs = [" wor", "ld", "."], [math.log(0.5), math.log(0.8), math.log(0.1)]
     assert text_word_probabilities("Hello world.", "Hello", " world.", pieces, logs) == pytest.approx((1.0, 0.4))
     # A non-speech tag taken out of the text: the words no longer line up with the tokens.
-    assert text_word_probabilities("Hello", "Hello", " [Music] world.", [" [Music]", *pieces],
-                                   [0.0, *logs]) == ()
+    assert text_word_probabilities("Hello", "Hello", " [Music] world.", [" [Music]", *pieces], [0.0, *logs]) == ()
 
 
 def test_a_decode_that_goes_on_inside_the_last_forced_word_glues_onto_it() -> None:
@@ -43,10 +42,12 @@ def test_a_decode_that_goes_on_inside_the_last_forced_word_glues_onto_it() -> No
     assert joined("", "Kat has") == "Kat has"
     logs = [math.log(p) for p in (0.5, 0.9, 0.8)]
     # The comma leaves "other," as sure as the forced "other"; letters added to it make it the decoder's word.
-    assert text_word_probabilities("Somehow or other, Kat has", "Somehow or other", ", Kat has",
-                                   [",", " Kat", " has"], logs) == pytest.approx((1.0, 1.0, 1.0, 0.9, 0.8))
-    assert text_word_probabilities("the thirteen days", "the thir", "teen days", ["teen", " days"],
-                                   logs[:2]) == pytest.approx((1.0, 0.5, 0.9))
+    assert text_word_probabilities(
+        "Somehow or other, Kat has", "Somehow or other", ", Kat has", [",", " Kat", " has"], logs
+    ) == pytest.approx((1.0, 1.0, 1.0, 0.9, 0.8))
+    assert text_word_probabilities(
+        "the thirteen days", "the thir", "teen days", ["teen", " days"], logs[:2]
+    ) == pytest.approx((1.0, 0.5, 0.9))
     with pytest.raises(ValueError):
         word_probabilities([" a"], [])
 

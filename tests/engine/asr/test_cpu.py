@@ -73,7 +73,8 @@ class _ThreadedFake(FakeTranscriber):
 
 
 async def test_the_recognizer_gets_every_core_for_one_speaker_and_half_for_several(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpu, "available_cores", lambda: 4)
     fake = _ThreadedFake()

@@ -23,8 +23,15 @@ from engine.errors import EngineError, EngineNotReady
 from engine.stream.engine import CaptionEngine, EngineState
 from tests.support.fake_vllm import MODEL_ID, FakeVllm, fake_vllm, free_port
 
-QUICK = RemoteAsrConfig(connect_timeout_s=1.0, request_timeout_s=5.0, health_interval_s=0.2, health_timeout_s=1.0,
-                        down_grace_s=1.0, start_timeout_s=10.0, warm_up=False)
+QUICK = RemoteAsrConfig(
+    connect_timeout_s=1.0,
+    request_timeout_s=5.0,
+    health_interval_s=0.2,
+    health_timeout_s=1.0,
+    down_grace_s=1.0,
+    start_timeout_s=10.0,
+    warm_up=False,
+)
 
 
 def transcriber(*urls: str, **remote: object) -> RemoteTranscriber:
@@ -311,8 +318,7 @@ def test_server_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_engine_decodes_remotely_when_given_urls() -> None:
     async with fake_vllm() as one, fake_vllm() as two:
-        config = EngineConfig(transcriber=TranscriberConfig(asr_urls=(one.url, two.url), remote=QUICK),
-                              speakers=False)
+        config = EngineConfig(transcriber=TranscriberConfig(asr_urls=(one.url, two.url), remote=QUICK), speakers=False)
         eng = CaptionEngine(config)
         assert isinstance(eng.transcriber, RemoteTranscriber)
         await eng.start()

@@ -105,33 +105,55 @@ def test_window_counters() -> None:
     stats.record(4.0, 0.1, 10, fell_back=False)
     stats.record(8.0, 0.3, 30, fell_back=False)
     assert stats.as_list() == [
-        {"window_s": 4.0, "encoder_positions": 200, "decodes": 1, "fallbacks": 0, "decode_s": 0.1,
-         "decode_s_p50": 0.1, "decode_s_p95": 0.1, "tokens": 10},
-        {"window_s": 8.0, "encoder_positions": 400, "decodes": 2, "fallbacks": 1, "decode_s": 0.5,
-         "decode_s_p50": 0.25, "decode_s_p95": 0.295, "tokens": 50},
+        {
+            "window_s": 4.0,
+            "encoder_positions": 200,
+            "decodes": 1,
+            "fallbacks": 0,
+            "decode_s": 0.1,
+            "decode_s_p50": 0.1,
+            "decode_s_p95": 0.1,
+            "tokens": 10,
+        },
+        {
+            "window_s": 8.0,
+            "encoder_positions": 400,
+            "decodes": 2,
+            "fallbacks": 1,
+            "decode_s": 0.5,
+            "decode_s_p50": 0.25,
+            "decode_s_p95": 0.295,
+            "tokens": 50,
+        },
     ]
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("[BLANK_AUDIO]", ""),
-    (" (music)", ""),
-    ("[Music] Hello there. [inaudible]", "Hello there."),
-    ("So we begin (laughs) now.", "So we begin now."),
-    ("♪ la la ♪", "la la"),
-    ("*applause* Thank you all.", "Thank you all."),
-    ("No tags at all.", "No tags at all."),
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("[BLANK_AUDIO]", ""),
+        (" (music)", ""),
+        ("[Music] Hello there. [inaudible]", "Hello there."),
+        ("So we begin (laughs) now.", "So we begin now."),
+        ("♪ la la ♪", "la la"),
+        ("*applause* Thank you all.", "Thank you all."),
+        ("No tags at all.", "No tags at all."),
+    ],
+)
 def test_non_speech_tags_never_reach_the_screen(raw: str, shown: str) -> None:
     assert strip_nonspeech(raw) == shown
 
 
-@pytest.mark.parametrize(("tokens", "start"), [
-    ([1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7], 7),  # a whole clause said twice: keep the first
-    ([9, 8, 1, 2, 1, 2, 1, 2, 5], 4),  # a short phrase spinning three times
-    ([3, 3, 3, 3, 3, 4], 1),  # one token five times
-    ([1, 2, 3, 1, 2, 3, 9], None),  # a short phrase twice is speech ("very, very"), not a loop
-    ([5, 6, 7, 8], None),
-])
+@pytest.mark.parametrize(
+    ("tokens", "start"),
+    [
+        ([1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 7], 7),  # a whole clause said twice: keep the first
+        ([9, 8, 1, 2, 1, 2, 1, 2, 5], 4),  # a short phrase spinning three times
+        ([3, 3, 3, 3, 3, 4], 1),  # one token five times
+        ([1, 2, 3, 1, 2, 3, 9], None),  # a short phrase twice is speech ("very, very"), not a loop
+        ([5, 6, 7, 8], None),
+    ],
+)
 def test_a_looping_partial_is_cut_where_it_began_to_repeat(tokens: list[int], start: int | None) -> None:
     from engine.asr.windows import loop_start, tandem_repeat
 

@@ -41,6 +41,7 @@ def campplus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CamppEmbedder
 
 # ---- the filterbank ------------------------------------------------------------------------------------------------
 
+
 def test_filterbank_frames_follow_kaldi_framing_and_a_tone_lights_its_own_band() -> None:
     t = np.arange(SAMPLE_RATE, dtype=np.float32) / SAMPLE_RATE
     low, high = np.sin(2 * np.pi * 300.0 * t), np.sin(2 * np.pi * 3000.0 * t)
@@ -71,6 +72,7 @@ def test_segments_are_cut_into_full_windows() -> None:
 
 
 # ---- the choice of model -------------------------------------------------------------------------------------------
+
 
 def test_each_model_brings_its_own_thresholds() -> None:
     assert EngineConfig().speaker_model == DEFAULT_SPEAKER_MODEL in SPEAKER_MODEL_NAMES
@@ -110,6 +112,7 @@ def test_the_weights_come_from_the_installed_package() -> None:
 
 
 # ---- CAM++ on real speech ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow  # loads the speaker model: not in the quick tier
 def test_campplus_embeddings_are_unit_vectors_that_separate_two_readers(campplus: CamppEmbedder) -> None:
@@ -155,8 +158,10 @@ def test_campplus_labels_three_readers_with_its_own_thresholds(campplus: CamppEm
     config = SPEAKER_MODELS["campplus"].tracker
     vectors = campplus.embed([clip[s.audio_start : s.audio_end] for s in segments])
     tracker = SpeakerTracker(config)
-    streaming = [tracker.assign(i, vectors[i] if s.speech_s >= config.min_embed_speech_s else None, s.speech_s)
-                 for i, s in enumerate(segments)]
+    streaming = [
+        tracker.assign(i, vectors[i] if s.speech_s >= config.min_embed_speech_s else None, s.speech_s)
+        for i, s in enumerate(segments)
+    ]
     reference = turns("libri_3spk_turns")
     assert len(set(streaming)) == 3
     assert score_labels(reference, segments, streaming, clip.size / SAMPLE_RATE).speaker_error <= 0.10

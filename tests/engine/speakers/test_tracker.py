@@ -28,13 +28,16 @@ from speechdata.corpus import SPEECH_DIR, Turn
 SINGLE_SPEAKER_SESSIONS: dict[str, tuple[str, ...]] = {
     "ls_1988": ("ls_1988-24833-0000", "ls_1988-24833-0001", "ls_1988-24833-0002", "ls_1988-24833-0003"),
     "ls_2412": ("ls_2412-153948-0000", "ls_2412-153948-0001", "ls_2412-153948-0002"),
-    "librivox_sns01": ("librivox_sns01_0870", "librivox_sns01_0880", "librivox_sns01_0890",
-                       "librivox_sns01_0920", "librivox_sns01_0930"),
+    "librivox_sns01": (
+        "librivox_sns01_0870",
+        "librivox_sns01_0880",
+        "librivox_sns01_0890",
+        "librivox_sns01_0920",
+        "librivox_sns01_0930",
+    ),
     "ljspeech": ("ljspeech_LJ002-0020", "ljspeech_LJ002-0035", "ljspeech_LJ050-0131"),
     "jfk": ("whisper_jfk",),
 }
-
-
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,9 @@ def _probs(seconds: float, pauses: Sequence[tuple[float, float]] = ()) -> np.nda
 Voice = Callable[[float, float], np.ndarray]  # (start_s, end_s) of a window -> its embedding
 
 
-def _drive(voice_at: Voice, seconds: float, pauses: Sequence[tuple[float, float]] = (),
-           config: TurnConfig | None = None) -> tuple[int | None, float]:
+def _drive(
+    voice_at: Voice, seconds: float, pauses: Sequence[tuple[float, float]] = (), config: TurnConfig | None = None
+) -> tuple[int | None, float]:
     """Grow one segment (speech from sample 0) VAD window by VAD window, embedding each window the detector asks
     for with ``voice_at(start_s, end_s)``. Returns (change sample or None, seconds of audio when it was found)."""
     detector = TurnDetector(config or TurnConfig(), THRESHOLD)
@@ -135,8 +136,11 @@ def test_after_a_cut_the_new_voice_is_known_at_once() -> None:
     voice_at = _two_voices(change_s=6.0)
     for i in range(1, probs.size + 1):
         window = detector.next_window(i * WINDOW, probs[:i], 0)
-        if window is not None and (at := detector.add(window, voice_at(window.start_sample / SAMPLE_RATE,
-                                                                      window.end_sample / SAMPLE_RATE), probs[:i], 0)):
+        if window is not None and (
+            at := detector.add(
+                window, voice_at(window.start_sample / SAMPLE_RATE, window.end_sample / SAMPLE_RATE), probs[:i], 0
+            )
+        ):
             detector.cut(at)
             break
     voice = detector.voice
@@ -169,8 +173,11 @@ def test_after_a_cut_the_new_turn_keeps_the_new_voice() -> None:
     cuts = []
     for i in range(1, probs.size + 1):
         window = detector.next_window(i * WINDOW, probs[:i], 0)
-        if window is not None and (at := detector.add(window, voice_at(window.start_sample / SAMPLE_RATE,
-                                                                      window.end_sample / SAMPLE_RATE), probs[:i], 0)):
+        if window is not None and (
+            at := detector.add(
+                window, voice_at(window.start_sample / SAMPLE_RATE, window.end_sample / SAMPLE_RATE), probs[:i], 0
+            )
+        ):
             cuts.append(at / SAMPLE_RATE)
             detector.cut(at)
     assert len(cuts) == 2 and 5.7 <= cuts[0] <= 6.0 and 11.7 <= cuts[1] <= 12.0, cuts

@@ -23,8 +23,15 @@ def window_for(audio_s: float) -> float:
 
 def capacity(clock: Clock, cpu: list[float], parallel: int = 1, **config: float) -> tuple[Capacity, RecognizerLoad]:
     load = RecognizerLoad(clock, parallel=parallel)
-    cap = Capacity(CapacityConfig(**config), load, front_cores=1.0, most=256, window_for=window_for, clock=clock,
-                   cpu_clock=lambda: cpu[0])
+    cap = Capacity(
+        CapacityConfig(**config),
+        load,
+        front_cores=1.0,
+        most=256,
+        window_for=window_for,
+        clock=clock,
+        cpu_clock=lambda: cpu[0],
+    )
     return cap, load
 
 
@@ -45,9 +52,19 @@ def test_the_warm_up_gives_a_first_estimate() -> None:
     assert two.estimate().sessions == int(2 * 0.7 / estimate.per_session_s) == 9
 
 
-def speak(clock: Clock, cap: Capacity, load: RecognizerLoad, cpu: list[float], sessions: int, seconds: int,
-          partial_s: float, front_cpu_per_s: float, talkers: int | None = None, voices: bool = False,
-          talker_cpu_per_s: float = 0.0) -> None:
+def speak(
+    clock: Clock,
+    cap: Capacity,
+    load: RecognizerLoad,
+    cpu: list[float],
+    sessions: int,
+    seconds: int,
+    partial_s: float,
+    front_cpu_per_s: float,
+    talkers: int | None = None,
+    voices: bool = False,
+    talker_cpu_per_s: float = 0.0,
+) -> None:
     """``sessions`` live sessions for ``seconds``, ``talkers`` of them (all: None) speaking: each second each talker
     runs one partial decode that costs ``partial_s`` (one at a time: charged exactly that) and locks a sentence of
     2 s of speech every 4 s; every session costs the front end ``front_cpu_per_s``, each talker ``talker_cpu_per_s``
@@ -93,8 +110,7 @@ def test_silent_sessions_do_not_make_the_speakers_look_cheap() -> None:
     quiet_cpu = [0.0]
     quiet, quiet_load = capacity(clock, quiet_cpu)
     # Ten kiosks open, two of them speaking: the two cost what four speakers cost each, per second of speech.
-    speak(clock, quiet, quiet_load, quiet_cpu, sessions=10, seconds=60, partial_s=0.1, front_cpu_per_s=0.02,
-          talkers=2)
+    speak(clock, quiet, quiet_load, quiet_cpu, sessions=10, seconds=60, partial_s=0.1, front_cpu_per_s=0.02, talkers=2)
     assert quiet.estimate().per_session_s == pytest.approx(busy.estimate().per_session_s, rel=0.2)
     assert quiet.estimate().sessions == pytest.approx(busy.estimate().sessions, abs=1)
     # ...and the front end's CPU is taken per session as it is (silent sessions cost it VAD and WebRTC all the same).
@@ -107,8 +123,19 @@ def test_a_meeting_of_eight_microphones_two_talking_fits() -> None:
     clock, cpu = Clock(), [0.0]
     cap, load = capacity(clock, cpu, measured_after_s=30.0)
     idle = CapacityConfig().idle_front_cpu
-    speak(clock, cap, load, cpu, sessions=8, seconds=60, partial_s=0.1, front_cpu_per_s=idle, talkers=2,
-          voices=True, talker_cpu_per_s=0.1)
+    speak(
+        clock,
+        cap,
+        load,
+        cpu,
+        sessions=8,
+        seconds=60,
+        partial_s=0.1,
+        front_cpu_per_s=idle,
+        talkers=2,
+        voices=True,
+        talker_cpu_per_s=0.1,
+    )
     estimate = cap.estimate()
     assert estimate.source == "measured"
     assert estimate.sessions >= 2  # both voices on time
@@ -190,9 +217,19 @@ def test_silent_microphones_that_cost_more_than_assumed_are_not_charged_to_the_v
     clock, cpu = Clock(), [0.0]
     cap, load = capacity(clock, cpu, measured_after_s=30.0)
     idle = 4 * CapacityConfig().idle_front_cpu
-    speak(clock, cap, load, cpu, sessions=6, seconds=20, partial_s=0.0, front_cpu_per_s=idle, talkers=0,
-          voices=True)
-    speak(clock, cap, load, cpu, sessions=6, seconds=60, partial_s=0.1, front_cpu_per_s=idle, talkers=2,
-          voices=True, talker_cpu_per_s=0.1)
+    speak(clock, cap, load, cpu, sessions=6, seconds=20, partial_s=0.0, front_cpu_per_s=idle, talkers=0, voices=True)
+    speak(
+        clock,
+        cap,
+        load,
+        cpu,
+        sessions=6,
+        seconds=60,
+        partial_s=0.1,
+        front_cpu_per_s=idle,
+        talkers=2,
+        voices=True,
+        talker_cpu_per_s=0.1,
+    )
     spoken = cap._measured
     assert spoken is not None and spoken.voice == pytest.approx(idle + 0.1, rel=0.15)

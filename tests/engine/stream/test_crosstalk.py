@@ -58,8 +58,9 @@ def arbitrate(mics: list[np.ndarray], jitter_s: float = 0.02, seed: int = 1) -> 
         if (kk := k - 2) >= 0:
             for i, mic in enumerate(handles):
                 start = kk * CHUNK_SAMPLES
-                allowed[i, kk] = all(mic.allows(s, s + WINDOW) for s in range(start, start + CHUNK_SAMPLES - WINDOW + 1,
-                                                                               WINDOW))
+                allowed[i, kk] = all(
+                    mic.allows(s, s + WINDOW) for s in range(start, start + CHUNK_SAMPLES - WINDOW + 1, WINDOW)
+                )
     return allowed
 
 
@@ -80,8 +81,9 @@ def test_a_voice_on_every_microphone_goes_to_its_own() -> None:
     turn = speaking("ami_seriously_mixture", MEETING, chunks)
     power = np.array([chunk_power(s)[:chunks] for s in sources])
     # Where each one's own voice is really sounding (in their turns, within 20 dB of their loud speech)...
-    active = turn & (power > np.array([np.percentile(p[t], 90) for p, t in zip(power, turn, strict=True)])[:, None]
-                     * 0.01)
+    active = turn & (
+        power > np.array([np.percentile(p[t], 90) for p, t in zip(power, turn, strict=True)])[:, None] * 0.01
+    )
     others = np.array([active[[j for j in range(len(MEETING)) if j != i]].any(axis=0) for i in range(len(MEETING))])
     copies = ~turn & others  # ...and where a microphone hears only the others
     own_kept = (allowed & active).sum() / active.sum()
@@ -126,8 +128,9 @@ def test_a_microphone_that_leaves_is_forgotten() -> None:
 
 
 async def locked_speech_s(session_messages: list[protocol.ServerMessage]) -> float:
-    return sum((s.end_ms - s.start_ms) / 1000 for m in session_messages if isinstance(m, protocol.Caption)
-               for s in m.sentences)
+    return sum(
+        (s.end_ms - s.start_ms) / 1000 for m in session_messages if isinstance(m, protocol.Caption) for s in m.sentences
+    )
 
 
 async def publish_side_by_side(engine: CaptionEngine, mics: list[np.ndarray], arbitrated: bool) -> list[float]:

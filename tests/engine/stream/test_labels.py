@@ -141,8 +141,12 @@ def test_the_bench_counts_corrections_while_live_not_the_reclustering_at_stop() 
     from bench.lib.metrics import live_relabels
 
     def caption(*sentences: tuple[int, int], final: bool = False) -> dict[str, Any]:
-        return {"type": "caption", "is_final": final, "partial": "",
-                "sentences": [{"id": sid, "spk": spk} for sid, spk in sentences]}
+        return {
+            "type": "caption",
+            "is_final": final,
+            "partial": "",
+            "sentences": [{"id": sid, "spk": spk} for sid, spk in sentences],
+        }
 
     messages: list[tuple[float, dict[str, Any]]] = [
         (1.0, caption((0, 0))),

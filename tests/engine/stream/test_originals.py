@@ -30,8 +30,9 @@ TOKEN = "server-token-for-originals"
 
 
 @pytest.fixture
-async def served(fake_engine: CaptionEngine,
-                 tmp_path: Path) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
+async def served(
+    fake_engine: CaptionEngine, tmp_path: Path
+) -> AsyncIterator[tuple[str, web.Application, FakeTranslations]]:
     async with translating_server(fake_engine, TOKEN, tmp_path) as served:
         yield served
 
@@ -41,13 +42,15 @@ def _of(client: CaptionClient, kind: str) -> list[dict[str, Any]]:
 
 
 async def test_a_translating_publisher_keeps_the_words_said_as_the_rooms_version_in_their_language(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, _app, _fake = served
     room = (await new_room(url, TOKEN, languages=["ca"]))["room"]
-    clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 1.5)
+    clip = pad(audio("ls_1988-24833-0000")[:16000], 0.3, 1.5)
     client = CaptionClient(url, clip)
-    await client.connect(start={"type": "start", "language": "es", "task": "translate"},
-                         offer={"room": room, "token": TOKEN})
+    await client.connect(
+        start={"type": "start", "language": "es", "task": "translate"}, offer={"room": room, "token": TOKEN}
+    )
     await until(lambda: bool(_of(client, "original")), timeout_s=30)
     [original] = _of(client, "original")
     [sentence] = client.sentences()
@@ -57,8 +60,10 @@ async def test_a_translating_publisher_keeps_the_words_said_as_the_rooms_version
     status, state = await call("GET", f"{url}/rooms/{room}", TOKEN)
     assert status == 200 and state["language"] == "en" and state["languages"] == ["ca", "es"]
 
-    async with SseReader(f"{url}/rooms/{room}/events?lang=es") as spanish, \
-            SseReader(f"{url}/rooms/{room}/events?lang=ca") as catalan:
+    async with (
+        SseReader(f"{url}/rooms/{room}/events?lang=es") as spanish,
+        SseReader(f"{url}/rooms/{room}/events?lang=ca") as catalan,
+    ):
         await spanish.wait_for(lambda r: bool(in_language(r.events)))
         await catalan.wait_for(lambda r: any(t.startswith("[ca]") for t in in_language(r.events).values()))
     # The Spanish is the words said, never the engine's Spanish of the English (the fake makes that too).
@@ -75,7 +80,8 @@ async def test_a_translating_publisher_keeps_the_words_said_as_the_rooms_version
 
 
 async def test_an_engines_translation_never_replaces_the_words_said_and_a_language_only_speech_gives_is_kept(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, app, fake = served
     made = await new_room(url, TOKEN, languages=["es"])
     room = await app[ROOMS].get(made["room"])
@@ -104,20 +110,24 @@ async def test_an_engines_translation_never_replaces_the_words_said_and_a_langua
     # Speech in the room's own language has no other version; an editor may still correct the words said.
     await room.commit_original(first.id, "en", "good morning")
     assert room.languages == ("es", "de")
-    status, _ = await call("PUT", f"{url}/rooms/{room.id}/sentences/{first.id}/translations/de", TOKEN,
-                           {"text": "Guten Morgen!"})
+    status, _ = await call(
+        "PUT", f"{url}/rooms/{room.id}/sentences/{first.id}/translations/de", TOKEN, {"text": "Guten Morgen!"}
+    )
     assert status == 200
 
 
 async def test_a_translating_sessions_own_room_is_english_whatever_is_spoken(
-        served: tuple[str, web.Application, FakeTranslations]) -> None:
+    served: tuple[str, web.Application, FakeTranslations],
+) -> None:
     url, _app, _fake = served
-    clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 0.5)
+    clip = pad(audio("ls_1988-24833-0000")[:16000], 0.3, 0.5)
     status, body = await call("POST", f"{url}/offer", TOKEN, {"sdp": "v=0", "type": "offer", "task": "sing"})
     assert status == 400 and '"task"' in body["error"]["message"]
     own = CaptionClient(url, clip)
-    await own.connect(start={"type": "start", "language": "zh", "task": "translate"},
-                      offer={"token": TOKEN, "language": "zh", "task": "translate"})
+    await own.connect(
+        start={"type": "start", "language": "zh", "task": "translate"},
+        offer={"token": TOKEN, "language": "zh", "task": "translate"},
+    )
     await until(lambda: bool(_of(own, "ready")))
     status, state = await call("GET", f"{url}/rooms/{own.room}", TOKEN)
     assert status == 200 and state["language"] == "en"
@@ -126,9 +136,10 @@ async def test_a_translating_sessions_own_room_is_english_whatever_is_spoken(
 
 
 async def test_english_speech_of_the_translate_task_is_not_decoded_twice(
-        served: tuple[str, web.Application, FakeTranslations], fake_engine: CaptionEngine) -> None:
+    served: tuple[str, web.Application, FakeTranslations], fake_engine: CaptionEngine
+) -> None:
     url, _app, _fake = served
-    clip = pad(audio("ls_1988-24833-0000")[: 16000], 0.3, 1.5)
+    clip = pad(audio("ls_1988-24833-0000")[:16000], 0.3, 1.5)
     client = CaptionClient(url, clip)
     await client.connect(start={"type": "start", "language": "en", "task": "translate"}, offer={"token": TOKEN})
     await client.until_played()

@@ -119,8 +119,9 @@ async def test_a_pause_restarts_the_partial_that_began_before_it() -> None:
     whole = [t for event, rid, _, t in fake.log if event == "start" and "-p" in rid and t > speech_end]
     assert whole and whole[0] < speech_end + 1.0  # it started at once: nothing else was running
     assert not [rid for rid, _, _ in fake.started if "-f" in rid]  # and it was the final
-    lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
-                   if isinstance(m, Caption) and m.sentences)
+    lock_at = next(
+        t for m, t in zip(result.messages, result.arrivals_s, strict=True) if isinstance(m, Caption) and m.sentences
+    )
     assert lock_at < sentence.end_ms / 1000 + 2.0 + 0.5  # the balanced preset's 2 s pause, then at once
 
 
@@ -131,8 +132,9 @@ async def test_finals_outrank_partials_under_load() -> None:
     engine = await started_engine(fake, max_inflight=1)
     clips = ["ls_1988-24833-0002", "ls_1988-24833-0003", "ls_2412-153948-0000", "ls_3752-4944-0000"]
     try:
-        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c), 0.3 * i, 2.5), realtime=True)
-                                         for i, c in enumerate(clips)))
+        results = await asyncio.gather(
+            *(stream_audio(engine, pad(audio(c), 0.3 * i, 2.5), realtime=True) for i, c in enumerate(clips))
+        )
     finally:
         await engine.close()
     assert all(r.sentences() for r in results)
@@ -153,8 +155,9 @@ async def test_a_partial_covering_all_the_speech_becomes_the_final() -> None:
     fake = FakeTranscriber(delay_s=0.4, final_delay_s=4.0)
     result = await stream_once(fake, pad(audio("ls_1988-24833-0000"), 0.5, 3.0))
     assert [s.text for s in result.sentences()] and not [r for r, _, _ in fake.started if "-f" in r]
-    lock_at = next(t for m, t in zip(result.messages, result.arrivals_s, strict=True)
-                   if isinstance(m, Caption) and m.sentences)
+    lock_at = next(
+        t for m, t in zip(result.messages, result.arrivals_s, strict=True) if isinstance(m, Caption) and m.sentences
+    )
     speech_end_s = result.sentences()[0].end_ms / 1000
     assert lock_at < speech_end_s + 2.0 + 1.0  # the balanced preset's 2 s pause, and no 4 s final decode
 
@@ -171,13 +174,22 @@ async def test_file_segments_wait_for_live_finals_and_go_one_at_a_time() -> None
     silence = np.zeros(1600, np.float32)
     live = asyncio.create_task(scheduler.final(DecodeRequest("live-f0", silence, Priority.FINAL)))
     await asyncio.sleep(0)
-    files = [asyncio.create_task(scheduler.background(DecodeRequest(f"file-f{i}", silence, Priority.BACKGROUND)))
-             for i in range(3)]
+    files = [
+        asyncio.create_task(scheduler.background(DecodeRequest(f"file-f{i}", silence, Priority.BACKGROUND)))
+        for i in range(3)
+    ]
     await asyncio.gather(live, *files)
     order = [(event, rid) for event, rid, _p, _t in fake.log if event in ("start", "finish")]
-    assert order == [("start", "live-f0"), ("finish", "live-f0"),
-                     ("start", "file-f0"), ("finish", "file-f0"), ("start", "file-f1"), ("finish", "file-f1"),
-                     ("start", "file-f2"), ("finish", "file-f2")]
+    assert order == [
+        ("start", "live-f0"),
+        ("finish", "live-f0"),
+        ("start", "file-f0"),
+        ("finish", "file-f0"),
+        ("start", "file-f1"),
+        ("finish", "file-f1"),
+        ("start", "file-f2"),
+        ("finish", "file-f2"),
+    ]
     # A waiting file segment that is cancelled gives its turn to the next.
     blocker = asyncio.create_task(scheduler.background(DecodeRequest("file-a", silence, Priority.BACKGROUND)))
     await asyncio.sleep(0)
@@ -301,11 +313,17 @@ async def five_speakers_on_one_core(**partial: object) -> tuple[SharedCoreFake, 
     await engine.start()
     lags = _LockLags()
     engine.observers.add(lags)
-    clips = ["ls_1988-24833-0000", "ls_3752-4944-0000", "ls_6930-75918-0000", "ls_3752-4944-0002",
-             "ls_2412-153948-0002"]
+    clips = [
+        "ls_1988-24833-0000",
+        "ls_3752-4944-0000",
+        "ls_6930-75918-0000",
+        "ls_3752-4944-0002",
+        "ls_2412-153948-0002",
+    ]
     try:
-        results = await asyncio.gather(*(stream_audio(engine, pad(audio(c)[:int(3.4 * 16_000)], 0.2, 2.3),
-                                                      realtime=True) for c in clips))
+        results = await asyncio.gather(
+            *(stream_audio(engine, pad(audio(c)[: int(3.4 * 16_000)], 0.2, 2.3), realtime=True) for c in clips)
+        )
     finally:
         await engine.close()
     return fake, lags, results
@@ -415,8 +433,10 @@ async def test_a_sessions_partials_take_its_share_of_the_recognizer() -> None:
     for speaker in speakers[1:]:
         scheduler.want_partial(speaker)  # type: ignore[arg-type]
     assert scheduler.speaking() == 4 and scheduler.partial_share(0.8, 0.5) == pytest.approx(0.2)
-    finals = [asyncio.create_task(scheduler.final(DecodeRequest(f"f{i}", np.zeros(1600, np.float32),
-                                                                Priority.FINAL))) for i in range(2)]
+    finals = [
+        asyncio.create_task(scheduler.final(DecodeRequest(f"f{i}", np.zeros(1600, np.float32), Priority.FINAL)))
+        for i in range(2)
+    ]
     await asyncio.sleep(3.0)  # two finals keep the recognizer busy: partials get what they leave
     for speaker in speakers:
         scheduler.want_partial(speaker)  # type: ignore[arg-type]  # (they still speak)
@@ -444,8 +464,11 @@ async def test_a_long_sentences_partials_space_out_as_they_cost_more() -> None:
         await stream_audio(engine, pad(audio("ls_2412-153948-0000"), 0.3, 2.5), realtime=True)
     finally:
         await engine.close()
-    starts = [(t, n) for (event, rid, priority, t), n in zip(fake.log, _sizes(fake), strict=True)
-              if event == "start" and priority is Priority.PARTIAL]
+    starts = [
+        (t, n)
+        for (event, rid, priority, t), n in zip(fake.log, _sizes(fake), strict=True)
+        if event == "start" and priority is Priority.PARTIAL
+    ]
     early = [b[0] - a[0] for a, b in itertools.pairwise(starts) if b[1] < 4 * 16_000]
     late = [b[0] - a[0] for a, b in itertools.pairwise(starts) if b[1] > 8 * 16_000]
     assert early and late, starts

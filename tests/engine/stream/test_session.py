@@ -202,21 +202,32 @@ async def _settled(session: Session, scheduler: DecodeScheduler) -> None:
             return
 
 
-async def _run(speakers: SpeakerService | None,
-               layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
-               observer: EngineObserver | None = None,
-               ending: str = "",
-               recognizer: type[LocatingFake] = LocatingFake,
-               config: EngineConfig | None = None) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
+async def _run(
+    speakers: SpeakerService | None,
+    layout: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
+    observer: EngineObserver | None = None,
+    ending: str = "",
+    recognizer: type[LocatingFake] = LocatingFake,
+    config: EngineConfig | None = None,
+) -> tuple[list[protocol.ServerMessage], dict[str, Any]]:
     stream, speech = layout or _layout()
     vad = ScriptedVad(speech)
     clock = Clock(1000.0)
     closed: list[Session] = []
     scheduler = DecodeScheduler(recognizer(delay_s=0.005, stream=stream, ending=ending), 2, observer=observer)
     config = replace(config or EngineConfig(), speakers=speakers is not None)
-    session = Session("s1", SessionOptions(), config=config,
-                      scheduler=scheduler, vad=vad, speakers=speakers, model_name="fake", on_closed=closed.append,
-                      clock=clock, observer=observer)
+    session = Session(
+        "s1",
+        SessionOptions(),
+        config=config,
+        scheduler=scheduler,
+        vad=vad,
+        speakers=speakers,
+        model_name="fake",
+        on_closed=closed.append,
+        clock=clock,
+        observer=observer,
+    )
     messages, reader = _reading(session)
     for i in range(0, stream.size, CHUNK_SAMPLES):
         session.feed(stream[i : i + CHUNK_SAMPLES])
@@ -256,8 +267,9 @@ async def test_session_locks_each_voice_as_a_sentence_with_its_times_and_partial
         assert start + seconds * SAMPLE_RATE >= b - WINDOW, (s, start, b)
         assert s.spk is None  # speaker labels off
     first_lock = next(i for i, m in enumerate(messages) if isinstance(m, Caption) and m.sentences)
-    assert any(isinstance(m, Caption) and m.partial.startswith("audio of") for m in messages[:first_lock]), \
+    assert any(isinstance(m, Caption) and m.partial.startswith("audio of") for m in messages[:first_lock]), (
         "partials show the open sentence before it locks"
+    )
     last = messages[-2]
     assert isinstance(last, Caption) and last.is_final
 
@@ -317,8 +329,7 @@ async def test_session_reports_audio_decodes_first_text_and_lock_to_its_observer
 @pytest.mark.asyncio
 async def test_a_sentence_whose_text_ends_one_locks_after_a_short_pause_and_one_left_open_waits() -> None:
     endpoint = EngineConfig().endpoint
-    for ending, waits in ((".", lambda speech_ms: endpoint.sentence_pause_ms),
-                          (" and.", endpoint.silence_for)):
+    for ending, waits in ((".", lambda speech_ms: endpoint.sentence_pause_ms), (" and.", endpoint.silence_for)):
         seen = Recorder()
         messages, info = await _run(speakers=None, observer=seen, ending=ending)
         sentences = _sentences(messages)
@@ -379,8 +390,11 @@ async def test_tentative_words_the_decoder_is_unsure_of_wait_for_a_partial_that_
     assert [len(s.text.split()) for s in _sentences(messages)] == [6, 6], _sentences(messages)
     # Without the gate the numbers show, and change.
     config = EngineConfig()
-    messages, _ = await _run(speakers=None, recognizer=UnsureOfNumbers,
-                             config=replace(config, partial=replace(config.partial, show_min_prob=0.0)))
+    messages, _ = await _run(
+        speakers=None,
+        recognizer=UnsureOfNumbers,
+        config=replace(config, partial=replace(config.partial, show_min_prob=0.0)),
+    )
     assert any(c.isdigit() for p in shown(messages) for c in p)
     assert flicker(m.wire() for m in messages if isinstance(m, Caption))[0] > 0
 
@@ -410,8 +424,11 @@ async def test_a_first_word_the_decoder_is_unsure_of_waits_for_a_partial_that_sa
     # Without the floor the first word of the first partial shows at once; the next partial waits for the interval.
     decoded.clear()
     config = EngineConfig()
-    messages, _ = await _run(speakers=None, recognizer=UnsureOfItsFirstWord,
-                             config=replace(config, partial=replace(config.partial, first_show_min_prob=0.0)))
+    messages, _ = await _run(
+        speakers=None,
+        recognizer=UnsureOfItsFirstWord,
+        config=replace(config, partial=replace(config.partial, first_show_min_prob=0.0)),
+    )
     assert first_partials(messages)[0] == "audio" and decoded[1] - decoded[0] >= 0.5, (messages[:3], decoded[:3])
 
 
@@ -478,8 +495,9 @@ async def test_a_change_of_voice_without_a_pause_long_enough_to_end_the_segment_
     await service.start()
     try:
         messages, _ = await _run(speakers=service, layout=(stream, speech))
-        unsplit, _ = await _run(speakers=SpeakerService(load=DcEmbedder, turns=TurnConfig(enabled=False)),
-                                layout=(stream, speech))
+        unsplit, _ = await _run(
+            speakers=SpeakerService(load=DcEmbedder, turns=TurnConfig(enabled=False)), layout=(stream, speech)
+        )
     finally:
         await service.close()
     assert len(_sentences(unsplit)) == 1, "without turn detection both voices are one sentence"
@@ -550,9 +568,15 @@ async def test_two_halves_of_a_cut_that_the_guard_drops_are_decoded_again_as_one
 @pytest.mark.asyncio
 async def test_session_errors_from_the_transport_reach_the_client_and_the_session_goes_on() -> None:
     stream, speech = _layout()
-    session = Session("s2", SessionOptions(), config=EngineConfig(speakers=False),
-                      scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.005), 2), vad=ScriptedVad(speech),
-                      speakers=None, model_name="fake")
+    session = Session(
+        "s2",
+        SessionOptions(),
+        config=EngineConfig(speakers=False),
+        scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.005), 2),
+        vad=ScriptedVad(speech),
+        speakers=None,
+        model_name="fake",
+    )
     from engine import ErrorCode
 
     session.post_error(ErrorCode.BAD_MESSAGE, "not JSON")
@@ -596,8 +620,9 @@ def _s(seconds: float) -> int:
     return round(seconds * SAMPLE_RATE)
 
 
-async def _fast_sender(speech_s: list[tuple[float, float]],
-                       steps: list[tuple[float, float]]) -> list[protocol.ServerMessage]:
+async def _fast_sender(
+    speech_s: list[tuple[float, float]], steps: list[tuple[float, float]]
+) -> list[protocol.ServerMessage]:
     """A session whose audio (real speech where ``speech_s`` says, silence elsewhere) comes faster than real time:
     the session's clock does not move. For each step ``(until_s, wait_s)`` the audio up to ``until_s`` is fed in
     60 ms chunks and delivered by the VAD in one tick, then the fake recognizer (50 ms a decode) gets ``wait_s`` of
@@ -609,9 +634,16 @@ async def _fast_sender(speech_s: list[tuple[float, float]],
     for a, b in speech:
         stream[a:b] = voice[: b - a]
     vad = TickedVad(speech)
-    session = Session("s3", SessionOptions(), config=EngineConfig(speakers=False),
-                      scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.05), 2), vad=vad, speakers=None,
-                      model_name="fake", clock=Clock(1000.0))
+    session = Session(
+        "s3",
+        SessionOptions(),
+        config=EngineConfig(speakers=False),
+        scheduler=DecodeScheduler(FakeTranscriber(delay_s=0.05), 2),
+        vad=vad,
+        speakers=None,
+        model_name="fake",
+        clock=Clock(1000.0),
+    )
     messages, reader = _reading(session)
     fed = 0
     for until_s, wait_s in steps:

@@ -24,8 +24,13 @@ def test_words_two_decodes_agree_on_settle_but_not_the_last_word_of_audio_cut_in
 
 
 def test_a_settled_word_is_never_withdrawn_even_when_a_later_decode_disagrees() -> None:
-    _stable, shown = _run([("If the reader will accept", True), ("If the reader will excuse me,", True),
-                          ("If a reader would excuse me, I will", True)])
+    _stable, shown = _run(
+        [
+            ("If the reader will accept", True),
+            ("If the reader will excuse me,", True),
+            ("If a reader would excuse me, I will", True),
+        ]
+    )
     assert shown[-1].startswith("If the reader will "), shown
     assert shown[-1] == "If the reader will excuse me, I will"
 
@@ -43,8 +48,14 @@ def test_spelling_case_and_punctuation_must_agree_exactly() -> None:
 
 
 def test_an_empty_or_rejected_decode_settles_nothing_and_keeps_what_was_settled() -> None:
-    stable, shown = _run([("one two three four", True), ("one two three four five", True), ("", True),
-                          ("one two three four five six", True)])
+    stable, shown = _run(
+        [
+            ("one two three four", True),
+            ("one two three four five", True),
+            ("", True),
+            ("one two three four five six", True),
+        ]
+    )
     assert shown[2] == "one two three"
     # Compared with the last decode that had words: the fifth word ended that decode's audio.
     assert stable.words == "one two three four".split()
@@ -58,49 +69,59 @@ def test_settled_words_are_sent_once() -> None:
     assert stable.take_new() == ["four"]
 
 
-@pytest.mark.parametrize(("stable", "decoded", "shown"), [
-    ("If the reader will", "If the reader will excuse me", "If the reader will excuse me"),
-    ("If the reader will", "if the reader will excuse me", "If the reader will excuse me"),  # case is the stable's
-    ("If the reader will", "If a reader will excuse me", "If the reader will excuse me"),
-    ("If the reader will", "If reader will excuse me", "If the reader will excuse me"),  # one word dropped
-    ("If the reader will", "", "If the reader will"),
-    ("", "Any text", "Any text"),
-])
-def test_a_decode_that_strayed_from_the_settled_words_is_reconciled_onto_them(stable: str, decoded: str,
-                                                                              shown: str) -> None:
+@pytest.mark.parametrize(
+    ("stable", "decoded", "shown"),
+    [
+        ("If the reader will", "If the reader will excuse me", "If the reader will excuse me"),
+        ("If the reader will", "if the reader will excuse me", "If the reader will excuse me"),  # case is the stable's
+        ("If the reader will", "If a reader will excuse me", "If the reader will excuse me"),
+        ("If the reader will", "If reader will excuse me", "If the reader will excuse me"),  # one word dropped
+        ("If the reader will", "", "If the reader will"),
+        ("", "Any text", "Any text"),
+    ],
+)
+def test_a_decode_that_strayed_from_the_settled_words_is_reconciled_onto_them(
+    stable: str, decoded: str, shown: str
+) -> None:
     assert " ".join(onto(stable.split(), decoded.split())) == shown
 
 
-@pytest.mark.parametrize("text", [
-    "I will say nothing of my antecedents.",
-    "Is that so?",
-    "I think so.",
-    "What are you afraid of?",
-    "Stop!",
-    'He said "yes."',
-    "It cost five dollars.",
-    "It was 1984.",
-    "So I did it.",
-    "那是什么？",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I will say nothing of my antecedents.",
+        "Is that so?",
+        "I think so.",
+        "What are you afraid of?",
+        "Stop!",
+        'He said "yes."',
+        "It cost five dollars.",
+        "It was 1984.",
+        "So I did it.",
+        "那是什么？",
+    ],
+)
 def test_text_that_ends_a_sentence(text: str) -> None:
     assert ends_sentence(text)
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "and then,",
-    "I went to the store and.",
-    "I think that the.",
-    "Well, um.",
-    "I was thinking...",
-    "I was thinking…",
-    "so we went to the",
-    "He met Dr.",
-    "It was John F.",
-    "We looked at the results of.",
-    "Because.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "and then,",
+        "I went to the store and.",
+        "I think that the.",
+        "Well, um.",
+        "I was thinking...",
+        "I was thinking…",
+        "so we went to the",
+        "He met Dr.",
+        "It was John F.",
+        "We looked at the results of.",
+        "Because.",
+    ],
+)
 def test_text_that_stops_mid_clause_keeps_the_long_wait(text: str) -> None:
     assert not ends_sentence(text)
 
@@ -120,8 +141,7 @@ def test_a_word_settles_only_once_it_has_held_for_the_minimum_age() -> None:
 
 
 def test_punctuation_the_decode_wrote_after_forced_words_that_had_it_is_not_doubled() -> None:
-    assert onto("that you don't.".split(), "that you don't . When you".split()) == \
-        "that you don't. When you".split()
+    assert onto("that you don't.".split(), "that you don't . When you".split()) == "that you don't. When you".split()
     assert onto("Mr.".split(), "Mr. John".split()) == ["Mr.", "John"]
 
 

@@ -43,8 +43,16 @@ def test_the_pause_takes_the_boundary_after_punctuation() -> None:
 def test_timed_spans_place_their_words_inside_them() -> None:
     probs = _probs("#" * 200)  # continuous speech: only the spans can tell where the second sentence starts
     spans = [TimedSpan(0.0, 2.0, "First sentence here."), TimedSpan(2.0, 6.4, "And a second, longer one follows.")]
-    words = place_words("First sentence here. And a second, longer one follows.", 300, 300 + 200 * 32, probs, 0.35,
-                        WINDOW_MS, spans, audio_start_ms=0)
+    words = place_words(
+        "First sentence here. And a second, longer one follows.",
+        300,
+        300 + 200 * 32,
+        probs,
+        0.35,
+        WINDOW_MS,
+        spans,
+        audio_start_ms=0,
+    )
     assert words[2].w == "here." and words[2].end_ms <= 2000 and words[3].start_ms >= 2000
     # Spans whose words are not the text's (the guard changed it) are ignored, not trusted.
     other = place_words("Something else entirely.", 300, 6700, probs, 0.35, WINDOW_MS, spans)
@@ -52,9 +60,11 @@ def test_timed_spans_place_their_words_inside_them() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text("abcdefghij,.", min_size=1, max_size=12).filter(lambda w: w.strip()), min_size=1,
-                max_size=30),
-       st.text("#.", min_size=1, max_size=300), st.integers(0, 10**6))
+@given(
+    st.lists(st.text("abcdefghij,.", min_size=1, max_size=12).filter(lambda w: w.strip()), min_size=1, max_size=30),
+    st.text("#.", min_size=1, max_size=300),
+    st.integers(0, 10**6),
+)
 def test_word_times_are_monotonic_and_inside_the_sentence(words: list[str], pattern: str, start: int) -> None:
     end = start + len(pattern) * 32
     placed = place_words(" ".join(words), start, end, _probs(pattern), 0.35, WINDOW_MS)
@@ -77,10 +87,12 @@ def test_parse_spans_reads_whisper_timestamp_tokens() -> None:
     assert spans == [TimedSpan(0.0, 1.2, "Hello there."), TimedSpan(1.3, 3.0, "How are you?")]
     # Forced text begins the first stretch; a stretch cut off before its end timestamp ends at the audio's end.
     assert parse_spans([3, 4, 5], ts, decode, lambda t: t < 900, forced="Hello there.", audio_s=2.5) == [
-        TimedSpan(0.0, 2.5, "Hello there. How are you?")]
+        TimedSpan(0.0, 2.5, "Hello there. How are you?")
+    ]
     # A timestamp that goes backwards is read as the previous one.
     assert parse_spans([1, ts + 50, ts + 40, 2, ts + 30], ts, decode, lambda t: t < 900)[1] == TimedSpan(
-        1.0, 1.0, "there.")
+        1.0, 1.0, "there."
+    )
 
 
 def test_word_wire_form() -> None:

@@ -28,6 +28,7 @@ from tests.support.sse import SseReader
 
 pytestmark = pytest.mark.slow
 
+
 def spanish_set() -> tuple[list[str], list[str]]:
     """(English reference transcripts, Spanish reference translations) of the clips es.jsonl covers."""
     pairs = references("es")
@@ -43,7 +44,8 @@ def apertium() -> Iterator[ApertiumTranslator]:
 
 
 def test_apertium_translates_the_reference_sentences_into_spanish_one_text_per_sentence(
-        apertium: ApertiumTranslator) -> None:
+    apertium: ApertiumTranslator,
+) -> None:
     english, spanish = spanish_set()
     out = apertium.translate(TranslationRequest("en", "es", tuple(english)))
     assert len(out) == len(english) and all(out)
@@ -64,7 +66,8 @@ def test_apertium_reaches_languages_through_a_pivot_and_back_into_english(aperti
 
 
 def test_a_pipeline_killed_underneath_is_started_again_and_the_sentence_still_translated(
-        apertium: ApertiumTranslator) -> None:
+    apertium: ApertiumTranslator,
+) -> None:
     apertium.translate(TranslationRequest("en", "ca", ("Hello.",)))
     killed = apertium.pids()
     for pid in killed:
@@ -92,10 +95,16 @@ class ChatStandIn:
         assert roles == ["system", "user"] and all(isinstance(m["content"], str) for m in body["messages"])
         numbered = body["messages"][1]["content"].split("Sentences to translate:\n", 1)[1].splitlines()
         answer = "\n".join(f"{line.split('. ', 1)[0]}. [es] {line.split('. ', 1)[1].upper()}" for line in numbered)
-        return web.json_response({"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "translator",
-                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "translator",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
 
 
 async def test_the_chat_engine_sends_documented_requests_with_context_and_reads_one_line_per_sentence() -> None:

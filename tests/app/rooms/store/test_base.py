@@ -46,8 +46,9 @@ async def test_commits_survive_reopening(target: str) -> None:
         await store.room(ROOM)
     again = await open_store(target)
     snap = await again.snapshot(ROOM)
-    assert snap.seq == 2 and snap.sentences == [SentenceRecord(0, "s", "Hello there.", 0, 999, 1,
-                                                               (protocol.Word("Hello", 0, 400),))]
+    assert snap.seq == 2 and snap.sentences == [
+        SentenceRecord(0, "s", "Hello there.", 0, 999, 1, (protocol.Word("Hello", 0, 400),))
+    ]
     assert await again.events_after(ROOM, 1) == [(2, protocol.Speakers({0: 1}, seq=2))]
     assert await again.counters(ROOM) == (2, 1)
     record = await again.room(ROOM)
@@ -214,8 +215,10 @@ async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_conne
         # Every connection of both stores is cut (a database restart, a network drop): the listener listens again
         # and says so, and the pools replace their broken connections instead of failing the next call.
         with psycopg.connect(postgres_url, autocommit=True) as conn:
-            cut = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                               "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+            cut = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
         assert cut is not None and cut[0] >= 3  # a's and b's pooled connections, b's listener
         await asyncio.wait_for(missed.wait(), 10)
         await a.append(ROOM, caption(r), [r])
@@ -227,7 +230,8 @@ async def test_postgres_tells_every_listener_of_every_commit_and_of_a_lost_conne
 
 
 async def test_postgres_announcements_reach_the_other_front_ends_in_order_and_never_their_sender(
-        postgres_url: str, tmp_path: Path) -> None:
+    postgres_url: str, tmp_path: Path
+) -> None:
     a, b = await open_store(postgres_url), await open_store(postgres_url)
     heard: dict[str, list[tuple[str, dict[str, Any]]]] = {"a": [], "b": []}
     ready = {"a": asyncio.Event(), "b": asyncio.Event()}
@@ -237,6 +241,7 @@ async def test_postgres_announcements_reach_the_other_front_ends_in_order_and_ne
         def on_announce(room: str, body: dict[str, Any]) -> None:
             heard[name].append((room, body))
             more.set()
+
         return on_announce
 
     for name, store in (("a", a), ("b", b)):

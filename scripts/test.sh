@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .  # the layout is ruff's (formatting is not a review question)
 .venv/bin/lint-imports --no-cache  # layer contracts: pyproject.toml [tool.importlinter]
 .venv/bin/mypy --strict --cache-dir .mypy_cache/strict engine app  # its own cache: the run below is not strict
 .venv/bin/mypy --explicit-package-bases bench speechdata tests  # tests/ and bench/ have no __init__.py: names from the root

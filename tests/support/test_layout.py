@@ -18,9 +18,15 @@ ROW = re.compile(r"^\| `((?:app|engine)/[\w/]+\.py)` \| (.+) \|$")
 
 
 def logic_lines(source: str) -> int:
-    """Lines holding code: not blank, not comments, not docstrings (of the module, a class or a function)."""
+    """Lines holding code: not blank, not comments, not docstrings (of the module, a class or a function), not the
+    module's imports and ``__all__``."""
+    tree = ast.parse(source)
     docstrings: set[int] = set()
-    for node in ast.walk(ast.parse(source)):
+    for top in tree.body:
+        names = isinstance(top, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in top.targets)
+        if isinstance(top, ast.Import | ast.ImportFrom) or names:
+            docstrings.update(range(top.lineno, (top.end_lineno or top.lineno) + 1))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
             value = first.value if isinstance(first, ast.Expr) else None
@@ -50,7 +56,7 @@ def covered_elsewhere() -> dict[str, list[str]]:
 
 def test_logic_lines_leave_out_docstrings_comments_and_blank_lines() -> None:
     source = (
-        '"""Module.\n\nMore."""\n\n# why\nx = 1\n\n\n'
+        '"""Module.\n\nMore."""\n\nfrom os import (\n    path,\n)\n\n# why\nx = 1\n__all__ = [\n    "x",\n]\n\n\n'
         'def f(a: int) -> int:\n    """Doc."""\n    return (a +\n            1)\n'
     )
     assert logic_lines(source) == 4  # x = 1, def, and the two lines of the return

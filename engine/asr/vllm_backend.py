@@ -10,19 +10,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 import re
 import time
 from pathlib import Path
 from typing import Any
 
-from engine.asr.confidence import text_word_probabilities
 from engine.asr.cpu import detect_device
 from engine.asr.guard import strip_nonspeech
 from engine.asr.prompts import MAX_CONTEXT_CHARS, decoder_prompt, joined
-from engine.asr.timestamps import TimedSpan, parse_spans
+from engine.asr.timestamps import TimedSpan
 from engine.asr.transcriber import DecodeRequest, Priority, TranscriberState, Transcript
 from engine.asr.vllm_launch import launch
+from engine.asr.vllm_tokens import WhisperTokens
 from engine.asr.windows import (
     SAMPLE_RATE,
     WindowStats,
@@ -48,7 +47,8 @@ _LOOP_CHECK_EVERY = 4  # generated tokens between checks for a repetition loop w
 _CONTINUE_S = 1.0  # a timestamped decode whose last stretch ends this long before the audio stopped early
 _MAX_CONTINUATIONS = 3  # decodes of the rest after one that stopped early
 # Alternatives the decoder reports per generated token with the chosen one: its other spellings are among them
-# ("Somehow", " somehow"), so a word's probability is that of the word, not of its case (``_spelling_logprob``).
+# ("Somehow", " somehow"), so a word's probability is that of the word, not of its case
+# (``WhisperTokens.spelling_logprob``).
 _TOP_LOGPROBS = 3
 # The timed warm-up decode in each window generates this many tokens (a tone decodes to little by itself): about what a
 # partial generates after its settled words, or a short sentence's final.
@@ -68,11 +68,8 @@ class VllmTranscriber:
         self._state = TranscriberState.NEW
         self._detail = ""
         self._inflight: dict[str, Priority] = {}
-        self._lang_tokens: dict[int, str] = {}
-        self._pieces: dict[int, str] = {}  # token id -> its text (``_piece``)
+        self._tokens = WhisperTokens()  # which ids are special, a token's text (once loaded)
         self._watch: asyncio.Task[None] | None = None
-        self._first_special_id = 1 << 30  # ids from here up are Whisper's special tokens (set once loaded)
-        self._first_timestamp_id = 1 << 30  # <|0.00|>; every later id is a timestamp
         self.window_policy = config.window_policy()  # (config.window; raises ValueError for an unknown one)
         self.windows = WindowStats()
         self._warm_costs: dict[float, float] = {}
@@ -110,9 +107,7 @@ class VllmTranscriber:
             self.device = await asyncio.to_thread(detect_device, self.config.device)
             launched = await asyncio.to_thread(launch, self.config, self.spec, self.device)
             self._llm, self.cpu_threads, self.dtype = launched.llm, launched.cpu_threads, launched.dtype
-            self._lang_tokens = await asyncio.to_thread(self._language_tokens)
-            self._first_special_id = await asyncio.to_thread(self._eot_id)
-            self._first_timestamp_id = await asyncio.to_thread(self._token_id, "<|0.00|>")
+            self._tokens = await asyncio.to_thread(WhisperTokens.of, getattr(self._llm, "tokenizer", None))
         except asyncio.CancelledError:
             self._state = TranscriberState.FAILED
             self._detail = "start cancelled"
@@ -197,38 +192,6 @@ class VllmTranscriber:
     def _cache_dir(self) -> Path | None:
         return Path(self.config.cache_dir) if self.config.cache_dir else None
 
-    def _language_tokens(self) -> dict[int, str]:
-        """Token id -> language code, to report what a multilingual model detected."""
-        tok = getattr(self._llm, "tokenizer", None)
-        if tok is None:
-            return {}
-        out: dict[int, str] = {}
-        for token, token_id in tok.get_vocab().items():
-            code = token[2:-2]
-            if (
-                token.startswith("<|")
-                and token.endswith("|>")
-                and 2 <= len(code) <= 3
-                and code.isalpha()
-                and code.islower()
-            ):
-                out[token_id] = code
-        return out
-
-    def _eot_id(self) -> int:
-        """Whisper's ``<|endoftext|>`` id: every special token (language, task, timestamps) comes after it."""
-        return self._token_id("<|endoftext|>")
-
-    def _token_id(self, token: str) -> int:
-        """The id of one special token, or a number beyond the vocabulary if the tokenizer lacks it."""
-        tok = getattr(self._llm, "tokenizer", None)
-        if tok is None:
-            return 1 << 30
-        found = tok.convert_tokens_to_ids(token)
-        # An unknown token maps to the unknown id (Whisper's is <|endoftext|>): check the id names the token.
-        known = isinstance(found, int) and found > 0 and tok.convert_ids_to_tokens(found) == token
-        return int(found) if known else 1 << 30
-
     async def _watch_engine(self) -> None:
         """Notice the death of the engine core process and make it visible as FAILED."""
         while self._state is TranscriberState.READY:
@@ -257,8 +220,8 @@ class VllmTranscriber:
             # decoded once the model has said which language it hears (one token).
             request = dataclasses.replace(request, language=await self._detected(request, window))
         forced = request.prefix.strip() if request.language is not None or not self.spec.multilingual else ""
-        forced_ids = self._text_ids(forced)
-        timestamps = request.timestamps and self._first_timestamp_id < 1 << 30
+        forced_ids = self._tokens.text_ids(forced)
+        timestamps = request.timestamps and self._tokens.timed
         # A looping partial is cut where it began to repeat rather than decoded again in a larger window: it is shown
         # for a moment, and on a CPU the larger decodes of a few sessions' loops stalled every session for seconds.
         partial = request.priority is Priority.PARTIAL
@@ -282,7 +245,7 @@ class VllmTranscriber:
                     timestamps=timestamps,
                 )
                 ids = [] if completion is None else list(completion.token_ids)
-                text_ids = forced_ids + [t for t in ids if t < self._first_special_id]
+                text_ids = forced_ids + [t for t in ids if self._tokens.is_text(t)]
                 generated = "" if completion is None else _TIMESTAMP_TOKEN.sub("", completion.text)
                 text = joined(forced, generated)
                 reason = loop_reason(text_ids, text, completion is not None and completion.finish_reason == "length")
@@ -294,7 +257,7 @@ class VllmTranscriber:
                     # where the whole repetition would lock (the guard passes a sentence said twice).
                     kept = text_ids[: max(cut, len(forced_ids))] if cut is not None else forced_ids
                     kept_generated = len(kept) - len(forced_ids)
-                    text = " ".join(str(self._llm.tokenizer.decode(kept)).split()) if kept else ""
+                    text = self._tokens.text(kept)
                     truncated = partial
                     log.info(
                         "request %s looped in a %g s window (%s): cut to %d of %d tokens",
@@ -325,13 +288,13 @@ class VllmTranscriber:
                 encoder_positions(window),
                 fallbacks,
             )
-        avg = self._avg_logprob(completion, ids, timestamps)
+        avg = self._tokens.avg_logprob(completion, ids, timestamps)
         language = request.language
         if language is None:
-            language = self._lang_tokens.get(ids[0])
-        spans = self._spans(ids, forced, audio_s) if timestamps and kept_generated is None else ()
+            language = self._tokens.languages.get(ids[0])
+        spans = self._tokens.spans(ids, forced, audio_s) if timestamps and kept_generated is None else ()
         text = strip_nonspeech(text)
-        probs = self._word_probs(completion, ids, text, forced, generated, kept_generated)
+        probs = self._tokens.word_probs(completion, ids, text, forced, generated, kept_generated)
         result = Transcript(
             text,
             language,
@@ -362,7 +325,7 @@ class VllmTranscriber:
         probe = dataclasses.replace(request, language=None, task="transcribe", prefix="", timestamps=False)
         completion = await self._generate(probe, f"{request.request_id}-lang", window, 1)
         ids = [] if completion is None else list(completion.token_ids)
-        return self._lang_tokens.get(ids[0], "en") if ids else "en"
+        return self._tokens.languages.get(ids[0], "en") if ids else "en"
 
     async def _continue(self, request: DecodeRequest, head: Transcript, continuations: int) -> Transcript:
         """Decode the audio after a timestamped decode's last stretch and append it.
@@ -405,75 +368,6 @@ class VllmTranscriber:
             spans,
             word_probs=probs,
         )
-
-    def _avg_logprob(self, completion: Any, ids: list[int], timestamps: bool) -> float:
-        """Mean log-probability per generated token, timestamp tokens left out: the model is often unsure *when*
-        a stretch ends while sure of its words, and the hallucination guard judges the words."""
-        total = completion.cumulative_logprob or 0.0
-        if not timestamps or completion.logprobs is None:
-            return total / len(ids)
-        timing = [k for k, t in enumerate(ids) if t >= self._first_timestamp_id]
-        if len(timing) == len(ids):
-            return total / len(ids)
-        total -= sum(completion.logprobs[k][ids[k]].logprob for k in timing)
-        return float(total / (len(ids) - len(timing)))
-
-    def _word_probs(
-        self, completion: Any, ids: list[int], text: str, forced: str, generated: str, kept: int | None = None
-    ) -> tuple[float, ...]:
-        """Per word of ``text``, the decoder's probability of it (``engine.asr.confidence``); () when the
-        completion has no log-probabilities or its tokens do not line up with the words. ``kept``: of a decode cut
-        at a loop, how many generated text tokens its text keeps (``generated`` is then their text)."""
-        logprobs = completion.logprobs
-        if logprobs is None or len(logprobs) < len(ids):
-            return ()
-        text_at = [k for k, t in enumerate(ids) if t < self._first_special_id][:kept]
-        pieces = [self._piece(ids[k]) for k in text_at]
-        if kept is not None:
-            generated = "".join(pieces)
-        return text_word_probabilities(
-            text, forced, generated, pieces, [self._spelling_logprob(logprobs[k], ids[k]) for k in text_at]
-        )
-
-    def _spelling_logprob(self, alternatives: dict[int, Any], token_id: int) -> float:
-        """The log-probability of token ``token_id`` with its other spellings among the decoder's top alternatives
-        (``_TOP_LOGPROBS``) counted in: " somehow" and "Somehow" are one word to a reader, and at the start of a
-        sentence Whisper splits its certainty between them."""
-        mine = self._piece(token_id).strip().lower()
-        total = sum(
-            math.exp(lp.logprob)
-            for tid, lp in alternatives.items()
-            if tid == token_id or (tid < self._first_special_id and self._piece(tid).strip().lower() == mine)
-        )
-        return math.log(min(1.0, total)) if total > 0 else alternatives[token_id].logprob
-
-    def _piece(self, token_id: int) -> str:
-        """The text of one token as it reads inside a transcript (its leading space kept)."""
-        piece = self._pieces.get(token_id)
-        if piece is None:
-            piece = self._pieces[token_id] = str(self._llm.tokenizer.decode([token_id]))
-        return piece
-
-    def _spans(self, ids: list[int], forced: str, audio_s: float) -> tuple[TimedSpan, ...]:
-        """The timed stretches of a timestamped decode, each text cleaned as the whole text is."""
-        tok = self._llm.tokenizer
-        spans = parse_spans(
-            ids,
-            self._first_timestamp_id,
-            lambda t: str(tok.decode(t)),
-            lambda t: t < self._first_special_id,
-            forced,
-            audio_s,
-        )
-        cleaned = (TimedSpan(s.start_s, s.end_s, strip_nonspeech(" ".join(s.text.split()))) for s in spans)
-        return tuple(s for s in cleaned if s.text)
-
-    def _text_ids(self, text: str) -> list[int]:
-        """Token ids of ``text`` as Whisper writes it after the task tokens (leading space included)."""
-        tok = getattr(self._llm, "tokenizer", None)
-        if not text or tok is None:
-            return []
-        return list(tok.encode(" " + text, add_special_tokens=False))
 
     async def _generate(
         self,
@@ -528,7 +422,7 @@ class VllmTranscriber:
                 ids = out.outputs[0].token_ids if out.outputs else ()
                 if stop_on_loop and len(ids) >= checked + _LOOP_CHECK_EVERY:
                     checked = len(ids)
-                    text_ids = [*(forced_ids or ()), *(t for t in ids if t < self._first_special_id)]
+                    text_ids = [*(forced_ids or ()), *(t for t in ids if self._tokens.is_text(t))]
                     if tandem_repeat(text_ids) is not None:
                         break
         except EngineDeadError as exc:

@@ -93,7 +93,7 @@ async def test_a_clip_that_loops_in_a_short_window_is_decoded_again_larger(engin
     with window_policy(engine, policy) as t:
         # Without the guard, the first window's decode loops (the reason the guard exists) ...
         raw = await t._generate(DecodeRequest("raw", samples, Priority.FINAL), "raw", first, max_tokens=220)
-        raw_tokens = [i for i in raw.token_ids if i < t._first_special_id]
+        raw_tokens = [i for i in raw.token_ids if t._tokens.is_text(i)]
         assert tandem_repeat(raw_tokens) is not None or raw.finish_reason == "length", raw.text
         # ... with it, the request is decoded again in a larger window and the text says the sentence once.
         result = await t.transcribe(DecodeRequest("guarded", samples, Priority.FINAL))

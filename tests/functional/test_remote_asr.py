@@ -121,13 +121,16 @@ def vllm_serve() -> Iterator[str]:
 
 
 class TcpProxy:
-    """Forwards a loopback port to the instance; ``kill()`` cuts every open connection and stops listening."""
+    """Forwards a loopback port to the instance; ``hold()`` stops passing its answers on (a request sent then stays in
+    flight), ``kill()`` cuts every open connection and stops listening."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._answering = asyncio.Event()
+        self._answering.set()
 
     @property
     def url(self) -> str:
@@ -146,15 +149,20 @@ class TcpProxy:
             return
         self._writers |= {writer, up_writer}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, answers: bool) -> None:
             with contextlib.suppress(OSError):
                 while data := await src.read(65536):
+                    if answers:
+                        await self._answering.wait()
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
         self._writers -= {writer, up_writer}
+
+    def hold(self) -> None:
+        self._answering.clear()
 
     async def kill(self) -> None:
         if self._server is not None:
@@ -252,9 +260,11 @@ async def test_fail_over_mid_session_then_none_left(vllm_serve: str) -> None:
         transcriber = eng.transcriber
         assert isinstance(transcriber, RemoteTranscriber)
         by_url = {i.url: i for i in transcriber.pool.instances}
-        # 1. One instance dies while it decodes for a live session: its requests go to the other.
+        # 1. One instance dies while it decodes for a live session: its requests go to the other. Its answers are
+        # held first, so that a request is surely in flight when it dies (not answered in the moment between).
         client = CaptionClient(url, reading())
         await client.connect()
+        first.hold()
         deadline = time.monotonic() + 60
         while by_url[first.url].inflight == 0 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)

@@ -120,7 +120,7 @@ class OutputSpec:
             resume = raw.get("resume") or {}
             spec = cls(
                 str(raw["id"]),
-                _stored_kind(str(raw["kind"])),
+                _kind(str(raw["kind"])),
                 str(raw["url"]),
                 int(raw["created_ms"]),
                 raw.get("password"),
@@ -141,7 +141,7 @@ def parse(
     for the spoken one; ``ValueError`` for one the room does not have, its message saying which it has); by
     default there is none. Raises ``SpecError`` for a missing, unknown or ill-typed field, a URL of the wrong scheme
     or a language the room lacks."""
-    kind = _stored_kind(body["kind"]) if isinstance(body.get("kind"), str) else None
+    kind = _kind(body["kind"]) if isinstance(body.get("kind"), str) else None
     if not isinstance(kind, OutputKind):
         raise SpecError(f'"kind" must be one of {", ".join(sorted(OutputKind))}')
     unknown = sorted(set(body) - FIELDS[kind])
@@ -163,7 +163,7 @@ def parse(
     return OutputSpec(secrets.token_urlsafe(6), kind, url, created_ms, password, lang=lang)
 
 
-def _stored_kind(name: str) -> OutputKind | str:
+def _kind(name: str) -> OutputKind | str:
     """A kind as the enum, or as the string it is when this server does not know it."""
     try:
         return OutputKind(name)

@@ -1,6 +1,5 @@
-"""Debian's Chromium for the benches that need a real browser, launched as the browser tests launch it (the
-benches import no test code: this mirrors ``tests/support/browser.py``): headless, loopback only, a WAV as the
-microphone.
+"""Debian's Chromium for the benches and the browser tests (``tests/support/browser.py`` launches it from here: the
+benches import no test code, the tests may import the benches'): headless, loopback only, a WAV as the microphone.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 def disabled_features() -> list[str]:
-    """Playwright's own ``--disable-features`` list (Chromium keeps only the last such flag), read from its driver."""
+    """The features Playwright itself disables. Chromium keeps only the last ``--disable-features`` flag, so ours
+    must repeat Playwright's list, read from the installed driver so the two never drift apart."""
     bundle = Path(playwright.__file__).parent / "driver" / "package" / "lib" / "coreBundle.js"
     m = re.search(r"disabledFeatures = \[(.*?)\]\.filter", bundle.read_text(encoding="utf-8"), re.S)
     if m is None:
@@ -25,11 +25,11 @@ def disabled_features() -> list[str]:
     return re.findall(r'"([A-Za-z0-9]+)"', re.sub(r"//[^\n]*", "", m.group(1)))
 
 
-@asynccontextmanager
-async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
-    """A headless Chromium that contacts nothing but loopback, its microphone playing ``fake_mic`` once (a 16-bit
-    PCM WAV; other formats play silence without an error)."""
-    args = [
+def chromium_args(fake_mic: Path) -> list[str]:
+    """Chromium as tests and benches need it: headless, no background networking, host resolution off except
+    loopback, fake microphone playing ``fake_mic`` once, loopback ICE candidates allowed, no mDNS-hidden local
+    addresses."""
+    return [
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -45,8 +45,14 @@ async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost",
         "--disable-features=" + ",".join([*disabled_features(), "WebRtcHideLocalIpsWithMdns"]),
     ]
+
+
+@asynccontextmanager
+async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
+    """A headless Chromium that contacts nothing but loopback, its microphone playing ``fake_mic`` once (a 16-bit
+    PCM WAV; other formats play silence without an error)."""
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(fake_mic), headless=True)
         try:
             yield browser
         finally:

@@ -22,7 +22,7 @@ from app.transcripts import hls
 from engine import CaptionEngine
 from speechdata.corpus import audio, pad
 from speechdata.wer import word_errors
-from tests.support.caption_readers import pycaption_captions, until_listed, vtt_cues
+from tests.support.caption_readers import follow_hls, pycaption_captions, until_listed, vtt_cues
 from tests.support.obs_stand_in import PASSWORD, StandInObs, new_rows
 from tests.support.rtc_client import CaptionClient
 from tests.support.servers import running_server
@@ -85,23 +85,7 @@ async def test_real_speech_reaches_youtube_obs_hls_and_scc_at_once(
             playlist = f"{url}/rooms/{room}/captions.m3u8"
             await until_listed(http, playlist, 1, timeout_s=60)
             out = tmp_path / "hls.vtt"
-            ffmpeg = await asyncio.create_subprocess_exec(
-                "ffmpeg",
-                "-nostdin",
-                "-hide_banner",
-                "-loglevel",
-                "error",
-                "-y",
-                "-live_start_index",
-                "0",
-                "-i",
-                playlist,
-                "-c:s",
-                "copy",
-                str(out),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
+            ffmpeg = await follow_hls(playlist, out)
             try:
                 await client.until_played()
                 await client.stop()

@@ -1,55 +1,21 @@
-"""Launching Debian's Chromium for Playwright tests so that nothing but loopback is ever contacted, with a WAV file
-as the fake microphone."""
+"""Debian's Chromium for Playwright tests: launched by ``bench.lib.browser.chromium`` (nothing but loopback is ever
+contacted, a WAV file as the fake microphone), and what the tests do with its pages."""
 
 from __future__ import annotations
 
-import re
 import wave
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
-import playwright
 from axe_playwright_python.async_playwright import Axe
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
-CHROMIUM = "/usr/bin/chromium"
+from bench.lib.browser import chromium  # one launch for tests and benches, with the flags NOTES-machine.md gives
+
 # What the shared ``mic_file`` fixture (tests/conftest.py) has the fake microphone say: one read sentence.
 SPEECH_CLIP = "ls_2412-153948-0000"
 
-
-def playwright_disabled_features() -> list[str]:
-    """The features Playwright itself disables. Chromium keeps only the last ``--disable-features`` flag, so ours
-    must repeat Playwright's list, read from the installed driver so the two never drift apart."""
-    bundle = Path(playwright.__file__).parent / "driver" / "package" / "lib" / "coreBundle.js"
-    text = bundle.read_text(encoding="utf-8")
-    m = re.search(r"disabledFeatures = \[(.*?)\]\.filter", text, re.S)
-    if m is None:
-        raise RuntimeError(f"cannot find Playwright's disabled Chromium features in {bundle}")
-    return re.findall(r'"([A-Za-z0-9]+)"', re.sub(r"//[^\n]*", "", m.group(1)))
-
-
-def chromium_args(fake_mic: Path) -> list[str]:
-    """Chromium as the tests need it: headless, no background networking, host resolution off except loopback, fake
-    microphone playing ``fake_mic`` once, loopback ICE candidates allowed, no mDNS-hidden local addresses."""
-    features = [*playwright_disabled_features(), "WebRtcHideLocalIpsWithMdns"]
-    return [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={fake_mic}%noloop",
-        "--allow-loopback-in-peer-connection",
-        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1 , EXCLUDE localhost",
-        "--disable-features=" + ",".join(features),
-    ]
+__all__ = ["SPEECH_CLIP", "check_axe", "chromium", "open_page", "write_wav"]
 
 
 def write_wav(path: Path, samples: np.ndarray, rate: int = 16_000) -> Path:
@@ -61,17 +27,6 @@ def write_wav(path: Path, samples: np.ndarray, rate: int = 16_000) -> Path:
         w.setframerate(rate)
         w.writeframes(pcm.tobytes())
     return path
-
-
-@asynccontextmanager
-async def chromium(fake_mic: Path) -> AsyncIterator[Browser]:
-    """Debian's Chromium, headless, loopback only, ``fake_mic`` as the microphone."""
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(fake_mic), headless=True)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def open_page(browser: Browser, url: str, width: int = 1280, height: int = 720, mobile: bool = False) -> Page:

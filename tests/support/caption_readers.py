@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from pathlib import Path
 
 import aiohttp
 from pycaption import SCCReader
@@ -45,6 +46,28 @@ async def until_listed(http: aiohttp.ClientSession, url: str, count: int, timeou
             return text
         assert time.monotonic() < deadline, text
         await asyncio.sleep(0.1)
+
+
+async def follow_hls(playlist: str, out: Path) -> asyncio.subprocess.Process:
+    """Debian's ffmpeg following the live HLS playlist at ``playlist`` from its first segment, writing the subtitles to
+    ``out`` (WebVTT) until the playlist ends; its output pipes are for ``communicate()``."""
+    return await asyncio.create_subprocess_exec(
+        "ffmpeg",
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-live_start_index",
+        "0",
+        "-i",
+        playlist,
+        "-c:s",
+        "copy",
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 def pycaption_captions(scc_text: str) -> list[tuple[float, float, str]]:

@@ -32,7 +32,7 @@ from app.transcripts.exports import ExportOptions
 from engine import CaptionEngine
 from engine.protocol import Word
 from speechdata.wer import word_errors
-from tests.support.caption_readers import until_listed, vtt_blocks, vtt_cues
+from tests.support.caption_readers import follow_hls, until_listed, vtt_blocks, vtt_cues
 from tests.support.servers import running_server
 
 T = hls.Timing(segment_ms=4000, settle_ms=10_000, window=15, end_grace_ms=5000)
@@ -394,23 +394,7 @@ async def test_ffmpeg_follows_the_live_playlist_until_the_room_ends(
         playlist = f"{url}/rooms/{room_id}/captions.m3u8?token={token}"
         await until_listed(http, playlist, 1)  # ffmpeg 5.1 gives up on a playlist without segments
         out = tmp_path / "out.vtt"
-        ffmpeg = await asyncio.create_subprocess_exec(
-            "ffmpeg",
-            "-nostdin",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-live_start_index",
-            "0",
-            "-i",
-            playlist,
-            "-c:s",
-            "copy",
-            str(out),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        ffmpeg = await follow_hls(playlist, out)
         try:
             await speaking
             words = _said(late, gap[0] + 2500, step=200)

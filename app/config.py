@@ -272,6 +272,7 @@ class ServerConfig:
     )
     window: WindowMode = borrow(TranscriberConfig, "window")  # encoder window (engine.asr.windows)
     cpu_threads: int = borrow(TranscriberConfig, "cpu_threads")  # CPU engine threads; 0 = one per core
+    cpu_decoder_threads: int = borrow(TranscriberConfig, "cpu_decoder_threads")  # of those, for text-only steps
     device: Device = borrow(TranscriberConfig, "device")
     # `vllm serve` instances to decode on instead of an in-process engine (base URLs, e.g. http://10.0.0.5:8000);
     # the engine's config cannot check them (engine.asr imports it), this flag does

@@ -65,6 +65,7 @@ def engine_config(config: ServerConfig) -> EngineConfig:
             device=config.device,
             window=config.window,
             cpu_threads=config.cpu_threads,
+            cpu_decoder_threads=config.cpu_decoder_threads,
             timestamps=config.word_timestamps,
             asr_urls=config.asr_urls,
         ),

@@ -1,12 +1,14 @@
 """One speaker's decodes on a CPU recognizer under OpenMP's wait settings and thread counts: wall time and CPU.
 
-    python -m bench.cpu_wait [--configs default GOMP_SPINCOUNT=1000 OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1]
+    python -m bench.cpu_wait [--configs default cpu_decoder_threads=0 GOMP_SPINCOUNT=10000 OMP_NUM_THREADS=1]
                              [--rounds 2] [--json out.json]
 
 The engine core's OpenMP threads (torch's libgomp) spin for a while after each parallel region before they sleep;
 while one speaker talks on two threads, the second one's share shows in ``bench.profile`` as "its second compute
-thread". Each configuration is an environment the recognizer's process starts with (``default``: none), run in a
-process of its own (the engine core reads it as it spawns), rounds alternating the order of configurations. Each run
+thread". Each configuration is an environment the recognizer's process starts with (``default``: none), or
+``cpu_decoder_threads=N`` (``TranscriberConfig.cpu_decoder_threads``: the threads of the engine steps that only
+generate text; the shipped 1 against 0, as many as the encoder's), run in a process of its own (the engine core reads
+its environment as it spawns), rounds alternating the order of configurations. Each run
 starts the embedded model on vLLM in process, then decodes, one at a time with 0.3 s between them as a speaker's
 partials come, the first 1.5, 3 and 4.5 s of eight read clips, twice: the decodes' wall time (p50, mean) and the
 process tree's CPU over them, with what it spent in the 5 s after.
@@ -29,7 +31,9 @@ import psutil
 
 from bench.lib.harness import ROOT, tree_cpu_rss
 
-DEFAULT_CONFIGS = ("default", "GOMP_SPINCOUNT=1000", "OMP_WAIT_POLICY=PASSIVE", "OMP_NUM_THREADS=1")
+DEFAULT_CONFIGS = ("default", "cpu_decoder_threads=0", "GOMP_SPINCOUNT=10000", "OMP_NUM_THREADS=1")
+# How ``cpu_decoder_threads=N`` reaches the child (a setting of the recognizer, not of OpenMP).
+_DECODER_THREADS_ENV = "BENCH_CPU_DECODER_THREADS"
 LENGTHS_S = (1.5, 3.0, 4.5)  # a growing sentence's partials
 GAP_S = 0.3  # between two decodes, as between a speaker's partials
 
@@ -42,7 +46,11 @@ async def measure() -> dict[str, Any]:
     from engine.config import TranscriberConfig
     from speechdata.corpus import audio, manifest
 
-    recognizer = VllmTranscriber(TranscriberConfig())
+    decoder_threads = os.environ.get(_DECODER_THREADS_ENV)
+    config = TranscriberConfig()
+    if decoder_threads is not None:
+        config = TranscriberConfig(cpu_decoder_threads=int(decoder_threads))
+    recognizer = VllmTranscriber(config)
     await recognizer.start()
     reads = [e for e in manifest().values() if e["lang"] == "en" and e["kind"] == "read" and e["text"]]
     clips = [audio(e["id"]) for e in reads[:8]]
@@ -83,7 +91,7 @@ def run_config(config: str) -> dict[str, Any]:
     env = dict(os.environ)
     if config != "default":
         key, _, value = config.partition("=")
-        env[key] = value
+        env[_DECODER_THREADS_ENV if key == "cpu_decoder_threads" else key] = value
     out = subprocess.run(
         [sys.executable, "-m", "bench.cpu_wait", "--child"],
         cwd=ROOT,
@@ -129,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--configs",
         nargs="+",
         default=list(DEFAULT_CONFIGS),
-        help="environments to compare: default, or NAME=VALUE (one variable each)",
+        help="configurations to compare: default, cpu_decoder_threads=N, or NAME=VALUE (an environment variable each)",
     )
     p.add_argument("--rounds", type=int, default=2, help="each configuration this many times, order alternating")
     p.add_argument("--json", default=None, help="also write every run to this JSON file")

@@ -45,7 +45,7 @@ from app.webrtc.keys import PEERS
 from bench.lib.modes import MODES, SerializedTranscriber, mode_config, mode_max_sessions
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
-from engine.config import ENDPOINT_PRESETS
+from engine.config import ENDPOINT_PRESETS, TranscriberConfig
 from engine.settings import member_of, values_of
 from engine.stream.engine import CaptionEngine
 from engine.stream.scheduler import BACKGROUND_FLOOR_S
@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="as the server's --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="as the server's --cpu-threads")
+    p.add_argument(
+        "--cpu-decoder-threads",
+        type=int,
+        default=TranscriberConfig().cpu_decoder_threads,
+        help="as the server's --cpu-decoder-threads",
+    )
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument("--fake-delay-s", type=float, default=0.05, help="FakeTranscriber's answer delay")
     p.add_argument(
@@ -114,6 +120,7 @@ async def serve(args: argparse.Namespace) -> None:
         audio_decoder=args.audio_decoder,
         ptime_ms=args.ptime_ms,
         cpu_threads=args.cpu_threads,
+        cpu_decoder_threads=args.cpu_decoder_threads,
     )
     base = mode_config(args.mode, engine_config(config))
     inner: Transcriber

@@ -458,6 +458,8 @@ async def main(args: argparse.Namespace) -> int:
         server_args += ["--model", args.model]
     if args.cpu_threads:
         server_args += ["--cpu-threads", str(args.cpu_threads)]
+    if args.cpu_decoder_threads is not None:
+        server_args += ["--cpu-decoder-threads", str(args.cpu_decoder_threads)]
     if args.no_speakers:
         server_args.append("--no-speakers")
     rows: list[dict[str, Any]] = []
@@ -533,6 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="server --model (default: the embedded whisper-base)")
     p.add_argument("--preset", choices=sorted(ENDPOINT_PRESETS), default="balanced")
     p.add_argument("--cpu-threads", type=int, default=0, help="server --cpu-threads (0: the server's default)")
+    p.add_argument(
+        "--cpu-decoder-threads",
+        type=int,
+        default=None,
+        help="server --cpu-decoder-threads (default: the server's; 0: a text step on as many as the encoder)",
+    )
     p.add_argument("--no-speakers", action="store_true")
     p.add_argument(
         "--clips",

@@ -287,6 +287,14 @@ class TranscriberConfig:
         "speaks, half of them while several do; a number fixes it; an "
         "OMP_NUM_THREADS in the environment wins)",
     )
+    # Of those, the engine steps that only generate tokens (no audio to encode) run on at most this many: the
+    # encoder uses a second core well, a step of one token per request hardly (engine.asr.vllm_worker.CpuThreads;
+    # docs/benchmarks.md, "CPU threads").
+    cpu_decoder_threads: int = setting(
+        1,
+        help="compute threads of the CPU speech engine's steps that only generate text, at most "
+        "--cpu-threads (the encoder runs on all of those); 0: as many as the encoder",
+    )
     cache_dir: str | None = None
     gpu_memory_utilization: float = 0.85
     # Whisper's timestamp tokens in every decode (partials too, so that a partial can still serve as the final):

@@ -74,6 +74,7 @@ class VllmTranscriber:
         self.windows = WindowStats()
         self._warm_costs: dict[float, float] = {}
         self.cpu_threads = 0  # the CPU engine core's compute threads now (0: not known, or not a CPU engine)
+        self.cpu_decoder_threads = 0  # ...of a step that only generates text (0: not known)
 
     @property
     def warm_costs(self) -> dict[float, float]:
@@ -120,6 +121,8 @@ class VllmTranscriber:
             raise EngineNotReady("failed", self._detail) from exc
         self._state = TranscriberState.READY
         try:
+            if self.device == "cpu":  # (the decoder's threads: the engine core starts with one count for all)
+                await self.set_cpu_threads(self.cpu_threads)
             await self._warm_up()
         except Exception as exc:
             self._state = TranscriberState.FAILED
@@ -180,13 +183,15 @@ class VllmTranscriber:
             ", ".join(f"{c:.2f} s in {w:g} s" for w, c in sorted(self._warm_costs.items())),
         )
 
-    async def set_cpu_threads(self, threads: int) -> int:
-        """Give the CPU engine core ``threads`` compute threads from its next step on (``engine.asr.vllm_worker``);
-        returns the count in effect. A no-op (returning 0) on a GPU."""
+    async def set_cpu_threads(self, threads: int, decoder_threads: int | None = None) -> int:
+        """Give the CPU engine core ``threads`` compute threads from its next step on, its steps that only generate
+        tokens at most ``decoder_threads`` of them (None: ``TranscriberConfig.cpu_decoder_threads``; 0: all;
+        ``engine.asr.vllm_worker``); returns the count of a step that encodes. A no-op (returning 0) on a GPU."""
         if self.device != "cpu" or self._llm is None or self._state is not TranscriberState.READY:
             return 0
-        results = await self._llm.collective_rpc("set_cpu_threads", args=(threads,))
-        self.cpu_threads = int(results[0]) if results else threads
+        text = self.config.cpu_decoder_threads if decoder_threads is None else decoder_threads
+        results = await self._llm.collective_rpc("set_cpu_threads", args=(threads, text))
+        self.cpu_threads, self.cpu_decoder_threads = (int(n) for n in results[0]) if results else (threads, text)
         return self.cpu_threads
 
     def _cache_dir(self) -> Path | None:

@@ -42,7 +42,7 @@ def test_without_flags_or_environment_the_config_is_the_dataclass_default() -> N
 def test_every_flag_has_help_a_default_and_its_variable_in_help() -> None:
     text = " ".join(build_parser().format_help().split())
     settings = declared(ServerConfig, deep=True)
-    assert len(settings) == 43
+    assert len(settings) == 44
     for d in settings:
         assert d.flag in text and d.setting.help
         assert f"default: {d.show_default()}; env {' or '.join(d.setting.env)})" in text, d.flag

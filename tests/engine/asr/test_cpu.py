@@ -11,8 +11,12 @@ import pytest
 from engine.asr import cpu
 from engine.asr.cpu import cpu_engine_threads, engine_core_threads
 from engine.asr.fake import FakeTranscriber
+from engine.asr.transcriber import DecodeRequest, Priority
+from engine.audio.pcm import SAMPLE_RATE
 from engine.config import EngineConfig, TranscriberConfig
 from engine.stream.engine import CaptionEngine
+from speechdata.corpus import audio, manifest
+from speechdata.wer import normalise, wer
 
 
 def _torch_threads(queue: multiprocessing.Queue[int]) -> None:
@@ -143,5 +147,32 @@ async def test_the_real_engine_core_takes_a_new_thread_count(engine: CaptionEngi
     try:
         assert await transcriber.set_cpu_threads(1) == 1  # type: ignore[attr-defined]
         assert await transcriber.set_cpu_threads(2) == 2  # type: ignore[attr-defined]
+        assert transcriber.cpu_decoder_threads == min(2, transcriber.config.cpu_decoder_threads or 2)  # type: ignore[attr-defined]
+    finally:
+        await transcriber.set_cpu_threads(before)  # type: ignore[attr-defined]
+
+
+@pytest.mark.heavy
+async def test_text_steps_on_fewer_threads_decode_every_request_as_all_threads_do(engine: CaptionEngine) -> None:
+    """Text-only steps on one thread, encoding steps on two (the shipped split), switched between requests: each
+    decode of a clip's first 3 s says what it says on two threads throughout, and words of that clip, never those of
+    another request (as when the count changed inside a step: engine.asr.vllm_worker)."""
+    transcriber = engine.transcriber
+    if getattr(transcriber, "device", "") != "cpu":
+        pytest.skip("a GPU recognizer has no CPU threads to set")
+    reads = [e for e in manifest().values() if e["lang"] == "en" and e["kind"] == "read" and e["text"]][:6]
+    before = transcriber.cpu_threads  # type: ignore[attr-defined]
+    try:
+        for i, entry in enumerate(reads):
+            clip = audio(entry["id"])
+            texts = []
+            for decoder_threads in (0, 1):
+                await transcriber.set_cpu_threads(2, decoder_threads)  # type: ignore[attr-defined]
+                request = DecodeRequest(f"split-{i}-{decoder_threads}", clip[: 3 * SAMPLE_RATE], Priority.FINAL)
+                texts.append((await transcriber.transcribe(request)).text)
+            # (The same text but for rounding: a sum over other threads may round otherwise and tip a comma.)
+            assert wer(texts[0], texts[1]) <= 0.25, (entry["id"], texts)
+            said, reference = normalise(texts[1]), set(normalise(entry["text"]))
+            assert said and sum(w in reference for w in said) >= 0.75 * len(said), (entry["id"], texts)
     finally:
         await transcriber.set_cpu_threads(before)  # type: ignore[attr-defined]

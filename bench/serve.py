@@ -42,7 +42,7 @@ from aiohttp import web
 from app.config import AudioDecoder, IceConfig, ServerConfig
 from app.server import create_app, engine_config, freeze_startup_objects
 from app.webrtc.keys import PEERS
-from bench.lib.modes import MODES, SerializedTranscriber, mode_config, mode_max_sessions
+from bench.lib.modes import MODES, SerializedTranscriber, mode_config, mode_max_sessions, with_settings
 from engine.asr.fake import FakeTranscriber
 from engine.asr.transcriber import Priority, Transcriber
 from engine.config import ENDPOINT_PRESETS, TranscriberConfig
@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="as the server's --max-sessions (default auto: its capacity; mode engine-unbounded admits 256)",
     )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="an engine setting with no flag of its own, e.g. partial.interval_s=0.6 (repeatable)",
+    )
     p.add_argument("--port", type=int, default=0, help="0 = any free port (printed)")
     p.add_argument("--db", default=None, help="SQLite transcript store (default: in memory)")
     p.add_argument(
@@ -122,7 +130,7 @@ async def serve(args: argparse.Namespace) -> None:
         cpu_threads=args.cpu_threads,
         cpu_decoder_threads=args.cpu_decoder_threads,
     )
-    base = mode_config(args.mode, engine_config(config))
+    base = with_settings(mode_config(args.mode, engine_config(config)), args.settings)
     inner: Transcriber
     if args.recognizer == "fake":
         inner = FakeTranscriber(delay_s=args.fake_delay_s, capacity=1024, name="fake")

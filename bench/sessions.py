@@ -462,6 +462,8 @@ async def main(args: argparse.Namespace) -> int:
         server_args += ["--cpu-decoder-threads", str(args.cpu_decoder_threads)]
     if args.no_speakers:
         server_args.append("--no-speakers")
+    for setting in args.settings:
+        server_args += ["--set", setting]
     rows: list[dict[str, Any]] = []
     stops: dict[str, str | None] = {}
     t_start = time.monotonic()
@@ -542,6 +544,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="server --cpu-decoder-threads (default: the server's; 0: a text step on as many as the encoder)",
     )
     p.add_argument("--no-speakers", action="store_true")
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="server --set: an engine setting with no flag of its own, e.g. partial.interval_s=0.6 (repeatable)",
+    )
     p.add_argument(
         "--clips",
         choices=CLIP_SETS,

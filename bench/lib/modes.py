@@ -88,7 +88,8 @@ def with_settings(base: EngineConfig, settings: list[str]) -> EngineConfig:
             raise ValueError(f"no engine config section {section!r}")
         if name not in {f.name for f in dataclasses.fields(part)}:
             raise ValueError(f"{section} has no field {name!r}")
-        base = replace(base, **{section: replace(part, **{name: _typed(getattr(part, name), value.strip())})})
+        changed: dict[str, Any] = {section: replace(part, **{name: _typed(getattr(part, name), value.strip())})}
+        base = replace(base, **changed)
     return base
 
 

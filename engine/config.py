@@ -99,13 +99,20 @@ class PartialConfig:
     # 2026-11-28: only ``load_factor`` times a partial's own decode time).
     recognizer_share: float = 0.8
     # ...and one session alone at most this share: a single speaker's long sentences cost less CPU
-    # (docs/benchmarks.md, "A full server stays on time").
-    session_share: float = 0.5
+    # (docs/benchmarks.md, "A full server stays on time"). 0.35 rather than 0.5 (2026-12-04): a tenth fewer decodes
+    # and 4-5 points of a core less for one reader, with first words, locks, WER and flicker the same; its text
+    # settles ~0.1 s later (docs/benchmarks.md, "A session's share of the recognizer").
+    session_share: float = 0.35
     # The first partial of a segment once this much speech is in. 200 rather than 240: first words came sooner at p50
     # with one, three and five sessions and on conversation, for the same WER (docs/benchmarks.md, "The first partial
     # at 200 ms of speech"). 160 was no sooner: the guard drops a decode of less than 200 ms of speech
     # (``GuardConfig.min_speech_ms``).
     first_after_ms: int = 200
+    # Once a segment's first words show, its next this many partials come without the interval, on
+    # ``min_new_audio_ms`` more audio: a first word decoded from 200 ms of speech is often wrong ("Mr" for "mister",
+    # "How" for "Had"), and the partial that puts it right should not wait the interval (docs/benchmarks.md, "First
+    # words that are right"). 0: every partial after the first waits the interval.
+    early_partials: int = 0
     min_new_audio_ms: int = 180  # don't re-decode for less new audio than this
     load_factor: float = 1.0
     max_inflight: int = 0  # partials running at once across sessions; 0 = auto (CPU 2, GPU 32)

@@ -3,7 +3,8 @@
 While a segment is open, the session re-decodes all of it at a cadence (``PartialConfig``) through the shared
 ``DecodeScheduler``, which picks the audio only when a slot frees (at most one partial in flight per session).
 ``Partials`` is the session's half of that, for its one open segment:
-- scheduling (``want``): once enough new speech is in, at once in a pause (``closing``) or while nothing shows;
+- scheduling (``want``): once enough new speech is in, at once in a pause (``closing``), while nothing shows or for
+  the ``early_partials`` right after the first words show;
 - the request (``request``): the segment's audio so far, made to start with its settled words (``forced``);
 - the result (``on_result``): the hallucination guard, stable words (``engine.stream.stable``), the last word of
   audio cut inside speech held back, and whether the text ends a sentence;
@@ -166,6 +167,7 @@ class Partials:
         self._carried: list[str] = []  # settled words moving on to the next segment at a split (``cut``)
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
         self._unsure_first = 0  # the open segment's partials that showed nothing for an unsure first word
+        self._after_shown = 0  # the open segment's partials asked for since its first text showed
 
     def _new_stable(self, words: list[str] | None = None, sent: int = 0) -> StableWords:
         return StableWords(
@@ -185,6 +187,7 @@ class Partials:
         self._decoded = []
         self._ends_sentence = False
         self._unsure_first = 0
+        self._after_shown = 0
         self.text = ""
         self.shown = False
         self._audio_end = start
@@ -257,13 +260,15 @@ class Partials:
             audio_s = (self._endpointer.position_sample - opened.start_sample) / SAMPLE_RATE
             interval = max(interval, self._scheduler.partial_cost_s(audio_s) / share)
         closing = self.closing
-        if closing or (not self.text and self._unsure_first <= 1):
+        early = self.shown and self._after_shown < cfg.early_partials
+        if closing or early or (not self.text and self._unsure_first <= 1):
             # No waiting for the interval when the speaker has paused (a decode of everything up to now is most
             # likely the sentence's final: run it during the endpoint's silence wait, not after it), or when nothing
             # is on screen yet for this segment (the first words were too short or only a non-speech tag came
             # back: the first words should show as soon as there is more speech). Once only for a first word the
             # decoder is unsure of (``_sure_part``): on noisy speech it may stay unsure for several partials, and
-            # each one without the interval costs the recognizer a decode.
+            # each one without the interval costs the recognizer a decode. Nor for the ``early_partials`` right
+            # after the first words show: the one that corrects a wrong first word should not wait.
             interval = 0.0
         # Only new *speech* is worth a decode: re-decoding the same words plus trailing silence changes nothing.
         new_speech = self._endpointer.speech_end_sample > self._audio_end
@@ -296,6 +301,8 @@ class Partials:
         end = self._endpointer.position_sample
         self._audio_end = end
         self.last_started_s = self._clock()
+        if self.shown:
+            self._after_shown += 1
         # The audio ends inside speech when its last windows were speech: its last word may be cut short.
         in_speech = self._endpointer.speech_end_sample >= end - STEP_WINDOWS * WINDOW
         self._meta[request_id] = (opened.index, end, in_speech)

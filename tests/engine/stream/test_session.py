@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import numpy as np
@@ -146,6 +147,17 @@ class UnsureOfItsFirstWord(LocatingFake):
             self.decoded_s.append(request.audio.size / SAMPLE_RATE)
         probs = tuple(0.2 if i == 0 else 0.99 for i, _w in enumerate(result.text.split()))
         return replace(result, word_probs=probs)
+
+
+class KeepsItsPartials(LocatingFake):
+    """The fake recognizer, sure of every word; keeps the seconds of audio of each partial."""
+
+    decoded_s: ClassVar[list[float]] = []
+
+    async def transcribe(self, request: DecodeRequest) -> Transcript:
+        if request.priority is Priority.PARTIAL:
+            self.decoded_s.append(request.audio.size / SAMPLE_RATE)
+        return await super().transcribe(request)
 
 
 def _located(stream: np.ndarray, piece: np.ndarray) -> int:
@@ -430,6 +442,21 @@ async def test_a_first_word_the_decoder_is_unsure_of_waits_for_a_partial_that_sa
         config=replace(config, partial=replace(config.partial, first_show_min_prob=0.0)),
     )
     assert first_partials(messages)[0] == "audio" and decoded[1] - decoded[0] >= 0.5, (messages[:3], decoded[:3])
+
+
+@pytest.mark.parametrize("early", [0, 1, 2])
+@pytest.mark.asyncio
+async def test_the_partials_right_after_the_first_words_show_do_not_wait_the_interval(early: int) -> None:
+    decoded = KeepsItsPartials.decoded_s
+    decoded.clear()
+    config = EngineConfig()
+    config = replace(config, partial=replace(config.partial, early_partials=early))
+    await _run(speakers=None, recognizer=KeepsItsPartials, config=config)
+    steps = [round(b - a, 2) for a, b in pairwise(decoded)][: early + 1]
+    # The first words show from the first partial; the next ``early`` come on the next 180 ms of speech (a 60 ms
+    # chunk rounds it up to 240 ms), the one after them waits the interval.
+    interval = config.partial.interval_s
+    assert all(step <= 0.25 for step in steps[:early]) and steps[early] >= interval, (steps, decoded[:5])
 
 
 @pytest.mark.asyncio

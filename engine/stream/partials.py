@@ -164,6 +164,7 @@ class Partials:
         self._meta: dict[str, tuple[int, int, bool]] = {}
         self._last: tuple[int, int, Transcript] | None = None  # the open segment's newest finished partial
         self._decoded: list[tuple[int, int]] = []  # the open segment's partials: (audio end sample, words decoded)
+        self._segment_start = 0  # the open segment's first sample
         self._carried: list[str] = []  # settled words moving on to the next segment at a split (``cut``)
         self._ends_sentence = False  # the newest partial's text ends a sentence (``engine.stream.sentence_end``)
         self._unsure_first = 0  # the open segment's partials that showed nothing for an unsure first word
@@ -191,6 +192,7 @@ class Partials:
         self.text = ""
         self.shown = False
         self._audio_end = start
+        self._segment_start = start
 
     def close(self, event: SegmentClosed) -> Handover:
         """The open segment closed: its partial is cancelled unless it is the final decode (``_reusable``); returns
@@ -453,11 +455,25 @@ class Partials:
 
     # ---- a change of voice ----------------------------------------------------------------------------------
     def _settled_before(self, at: int) -> int:
-        """How many settled words of the open segment were said before sample ``at``: as many as the newest partial
-        decode of audio that ended there or earlier held (it heard nothing after), all of them if none did."""
+        """How many settled words of the open segment were said before sample ``at``.
+
+        The newest partial decode of audio that ended there or earlier heard all of its words before ``at``; the
+        first one that heard past it, its words up to its count somewhere between the two ends. Those are shared out
+        in proportion to the time on either side of ``at`` (a speaker's words come at a fairly even pace). The
+        earlier decode's count alone gave the new voice every settled word said between that decode and the change,
+        a second or more of the old voice where partials are sparse (a loaded recognizer): those words then showed
+        under the wrong label, the old voice's words after them were in neither half, and the new voice's decode,
+        made to start with words its audio does not hold, dropped some of its own first words (docs/benchmarks.md,
+        "Where a turn is cut")."""
         n = len(self.stable.words)
-        before = [words for end, words in self._decoded if end <= at]
-        return min(n, before[-1]) if before else n
+        low_end, low = self._segment_start, 0
+        for end, words in sorted(self._decoded):
+            if end <= at:
+                low_end, low = end, words
+                continue
+            share = (at - low_end) / max(1, end - low_end)
+            return min(n, low + max(0, round(share * (words - low))))
+        return n
 
     def cut(self, at: int) -> Carry | None:
         """The open segment is being split at sample ``at`` for a change of voice: its settled words said after

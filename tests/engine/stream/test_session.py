@@ -504,10 +504,10 @@ class DcEmbedder:
         return np.array([[0.0, 1.0] if float(s.mean()) > 0.02 else [1.0, 0.0] for s in segments], np.float32)
 
 
-def _two_voices() -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray]:
-    """Two readers 0.5 s apart, the second with a DC offset (``DcEmbedder`` tells them apart): the stream, the speech
-    ranges and each reader's audio."""
-    lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(SAMPLE_RATE // 2, np.float32)
+def _two_voices(gap_s: float = 0.5) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray, np.ndarray]:
+    """Two readers ``gap_s`` apart, the second with a DC offset (``DcEmbedder`` tells them apart): the stream, the
+    speech ranges and each reader's audio."""
+    lead, turn_gap = np.zeros(SAMPLE_RATE, np.float32), np.zeros(round(gap_s * SAMPLE_RATE), np.float32)
     a, b = audio(CLIP_A), audio(CLIP_B) + np.float32(0.04)
     stream = np.concatenate([lead, a, turn_gap, b, lead])
     speech = [(lead.size, lead.size + a.size), (lead.size + a.size + turn_gap.size, stream.size - lead.size)]
@@ -561,6 +561,31 @@ async def test_words_settled_after_a_change_of_voice_open_the_new_voice_s_senten
     settled = [int(w.w[1:]) for m in messages if isinstance(m, Caption) for w in m.stable_words]
     assert max(settled) > turn + 1, settled
     assert flicker([m.wire() for m in messages if isinstance(m, Caption)])[2] == 0
+
+
+@pytest.mark.parametrize("interval_s", [0.5, 1.1])
+@pytest.mark.asyncio
+async def test_at_a_change_of_voice_with_no_pause_each_settled_word_stays_with_the_voice_that_said_it(
+    interval_s: float,
+) -> None:
+    # The second reader starts the moment the first stops, so no partial comes at a pause just before the change;
+    # with a long interval (a loaded recognizer) the last partial before it may be a second or more earlier.
+    stream, speech, _a, _b = _two_voices(gap_s=0.0)
+    service = SpeakerService(load=DcEmbedder, turns=TurnConfig(hop_s=0.5, confirm_hop_s=0.5, confirm_windows=5))
+    base = EngineConfig()
+    config = replace(base, partial=replace(base.partial, interval_s=interval_s))
+    await service.start()
+    try:
+        messages, _ = await _run(speakers=service, layout=(stream, speech), recognizer=WordPerHalfSecond, config=config)
+    finally:
+        await service.close()
+    first, second = _labelled(messages)
+    assert (first.spk, second.spk) == (0, 1)
+    words = [[int(w[1:]) for w in s.text.split()] for s in (first, second)]
+    # Word hK was said in the stream's K-th half second. The sentences meet where the segment was cut: the words on
+    # either side of the cut are the ones said on that side of it, give or take the word the cut falls in.
+    boundary_ms = (words[0][-1] + 1) * 500
+    assert abs(boundary_ms - first.end_ms) <= 500 and words[1][0] == words[0][-1] + 1, (first.end_ms, words)
 
 
 @dataclass

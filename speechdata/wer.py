@@ -1,7 +1,10 @@
-"""Word error rate for tests and benchmarks: normalise case and punctuation, then jiwer's word alignment.
+"""Word error rate for tests and benchmarks: normalise case, punctuation and titles, then jiwer's word alignment.
 
 LibriSpeech references are upper case without punctuation while Whisper writes cased, punctuated text, so both
 sides are lower-cased and stripped of punctuation (apostrophes inside words are kept: "he's" stays one word).
+References spell out what was said ("MISTER QUILTER") where Whisper writes the title as print does ("Mr.
+Quilter"), so a title's abbreviation counts as the spoken word. Contractions and numbers are left as written: "I'm"
+for "I AM" or "21" for "TWENTY ONE" is a word error, as a reader who wanted the words said would see it.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ import jiwer
 
 _PUNCT = re.compile(r"[^\w\s']|(?<!\w)'|'(?!\w)")
 
+# The abbreviation of a title, as Whisper prints it, and the word said (each is one word, so word counts stay).
+_SPOKEN = {"mr": "mister", "mrs": "missus", "dr": "doctor"}
+
 
 def normalise(text: str) -> list[str]:
-    """Lower-case words of ``text`` without punctuation; hyphens split words ("twenty-one" -> two words)."""
-    return _PUNCT.sub(" ", text.lower().replace("-", " ")).split()
+    """Lower-case words of ``text`` without punctuation, titles as said ("Mr." -> "mister"); hyphens split words
+    ("twenty-one" -> two words). One word of ``text`` gives at most one word here."""
+    return [_SPOKEN.get(w, w) for w in _PUNCT.sub(" ", text.lower().replace("-", " ")).split()]
 
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
